@@ -1,0 +1,181 @@
+//! Canonical JSON and request fingerprints.
+//!
+//! Canonical JSON: object keys sorted by their UTF-8 bytes, no whitespace, strings escaped as
+//! `serde_json` escapes them, numbers as `serde_json` prints them. Keys are sorted here explicitly, so
+//! the result does not depend on whether `serde_json`'s `preserve_order` feature is on somewhere in
+//! the dependency graph. The canonical form is written straight into the hasher: no intermediate
+//! string is built.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// Something canonical bytes can be written into (a hasher or a buffer).
+pub trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+}
+
+impl Sink for Sha256 {
+    fn put(&mut self, bytes: &[u8]) {
+        self.update(bytes);
+    }
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+/// Writes the canonical form of `v` into `out`.
+pub fn write_canonical(v: &Value, out: &mut impl Sink) {
+    match v {
+        Value::Null => out.put(b"null"),
+        Value::Bool(true) => out.put(b"true"),
+        Value::Bool(false) => out.put(b"false"),
+        Value::Number(n) => out.put(n.to_string().as_bytes()),
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
+            out.put(b"[");
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.put(b",");
+                }
+                write_canonical(item, out);
+            }
+            out.put(b"]");
+        }
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_unstable();
+            out.put(b"{");
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.put(b",");
+                }
+                write_string(k, out);
+                out.put(b":");
+                write_canonical(&map[k], out);
+            }
+            out.put(b"}");
+        }
+    }
+}
+
+fn write_string(s: &str, out: &mut impl Sink) {
+    // serde_json's string escaping is deterministic; serialising a &str cannot fail.
+    let quoted = serde_json::to_string(s).unwrap_or_default();
+    out.put(quoted.as_bytes());
+}
+
+/// The canonical JSON text of `v`.
+pub fn canonical_string(v: &Value) -> String {
+    let mut buf = Vec::new();
+    write_canonical(v, &mut buf);
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+/// Hex sha256 of a byte string.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// The body part of a fingerprint: canonical JSON when the body parses as JSON, else the raw bytes.
+/// The two are told apart by a prefix so a raw body can never equal a JSON one.
+pub fn hash_body(hasher: &mut Sha256, body: &[u8]) {
+    if body.is_empty() {
+        hasher.update(b"empty");
+        return;
+    }
+    match serde_json::from_slice::<Value>(body) {
+        Ok(v) => {
+            hasher.update(b"json:");
+            write_canonical(&v, hasher);
+        }
+        Err(_) => {
+            hasher.update(b"raw:");
+            hasher.update(body);
+        }
+    }
+}
+
+/// The request fingerprint: sha256 over method, route, the selected headers (names lower-cased,
+/// sorted) and the canonical body. Hex-encoded.
+pub fn fingerprint(method: &str, route: &str, headers: &[(&str, &str)], body: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(b"idemgate-fp-v1\n");
+    h.update(method.to_ascii_uppercase().as_bytes());
+    h.update(b"\n");
+    h.update(route.as_bytes());
+    h.update(b"\n");
+    let mut hs: Vec<(String, &str)> = headers
+        .iter()
+        .map(|(n, v)| (n.to_ascii_lowercase(), v.trim()))
+        .collect();
+    hs.sort();
+    for (n, v) in hs {
+        h.update(n.as_bytes());
+        h.update(b":");
+        h.update(v.as_bytes());
+        h.update(b"\n");
+    }
+    h.update(b"\n");
+    hash_body(&mut h, body);
+    hex::encode(h.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_order_and_whitespace_do_not_matter() {
+        let a = br#"{"amount": 100, "customer": "cus_1", "meta": {"b": 1, "a": [1, 2]}}"#;
+        let b = br#"{"meta":{"a":[1,2],"b":1},"customer":"cus_1","amount":100}"#;
+        assert_eq!(
+            fingerprint("POST", "charges", &[], a),
+            fingerprint("post", "charges", &[], b)
+        );
+    }
+
+    #[test]
+    fn values_route_method_and_headers_matter() {
+        let a = br#"{"amount": 100}"#;
+        let b = br#"{"amount": 101}"#;
+        let base = fingerprint("POST", "charges", &[], a);
+        assert_ne!(base, fingerprint("POST", "charges", &[], b));
+        assert_ne!(base, fingerprint("POST", "refunds", &[], a));
+        assert_ne!(base, fingerprint("PUT", "charges", &[], a));
+        assert_ne!(
+            base,
+            fingerprint("POST", "charges", &[("x-tenant", "t1")], a)
+        );
+        // array order matters (it is data)
+        assert_ne!(
+            fingerprint("POST", "r", &[], b"[1,2]"),
+            fingerprint("POST", "r", &[], b"[2,1]")
+        );
+    }
+
+    #[test]
+    fn non_json_bodies_hash_as_bytes() {
+        let a = fingerprint("POST", "r", &[], b"amount=100&x=1");
+        let b = fingerprint("POST", "r", &[], b"x=1&amount=100");
+        assert_ne!(a, b);
+        assert_eq!(a, fingerprint("POST", "r", &[], b"amount=100&x=1"));
+        // a raw body that looks like canonical JSON text cannot collide with JSON
+        assert_ne!(
+            fingerprint("POST", "r", &[], b"{\"a\":1}"),
+            fingerprint("POST", "r", &[], b"json:{\"a\":1}")
+        );
+    }
+
+    #[test]
+    fn canonical_string_sorts_nested_keys() {
+        let v: Value = serde_json::from_str(r#"{"z":{"y":1,"x":"\u00e9"},"a":[{"c":1,"b":2}]}"#)
+            .expect("json");
+        assert_eq!(
+            canonical_string(&v),
+            r#"{"a":[{"b":2,"c":1}],"z":{"x":"é","y":1}}"#
+        );
+    }
+}

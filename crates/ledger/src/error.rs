@@ -1,0 +1,67 @@
+//! The ledger's errors. Each has a stable code used at the boundaries (CLI, admin API, console).
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum LedgerError {
+    #[error("no ledger at {0} (create one with `idemgate demo` or `idemgate serve`)")]
+    NotFound(String),
+    #[error("the ledger's schema version {found} is newer than this binary supports ({supported}); upgrade idemgate")]
+    TooNew { found: i64, supported: i64 },
+    #[error("the ledger's log is keyed (HMAC-SHA256); set IDEMGATE_CHAIN_KEY or IDEMGATE_CHAIN_KEY_FILE to write to it")]
+    ChainKeyRequired,
+    #[error("the ledger's log is not keyed, but a chain key was given; unset IDEMGATE_CHAIN_KEY to use it")]
+    ChainKeyUnexpected,
+    #[error("entry {0} not found")]
+    EntryNotFound(i64),
+    #[error("entry {id} is {state}; {action} needs {needed}")]
+    InvalidTransition {
+        id: i64,
+        state: String,
+        action: &'static str,
+        needed: &'static str,
+    },
+    #[error("entry {0}'s lease is held by another owner")]
+    LeaseLost(i64),
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    #[error("operator actions need a non-empty operator name and reason")]
+    MissingActor,
+    #[error("the ledger cannot take writes right now: {0}")]
+    Unavailable(String),
+    #[error("the ledger is closed")]
+    Closed,
+    #[error("database error: {0}")]
+    Db(#[from] rusqlite::Error),
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("corrupt data in the ledger: {0}")]
+    Corrupt(String),
+    #[error("bad export: {0}")]
+    BadExport(String),
+}
+
+impl LedgerError {
+    /// A stable, machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            LedgerError::NotFound(_) => "ledger-not-found",
+            LedgerError::TooNew { .. } => "ledger-too-new",
+            LedgerError::ChainKeyRequired => "chain-key-required",
+            LedgerError::ChainKeyUnexpected => "chain-key-unexpected",
+            LedgerError::EntryNotFound(_) => "entry-not-found",
+            LedgerError::InvalidTransition { .. } => "invalid-transition",
+            LedgerError::LeaseLost(_) => "lease-lost",
+            LedgerError::Unsupported(_) => "unsupported",
+            LedgerError::MissingActor => "missing-actor",
+            LedgerError::Unavailable(_) => "ledger-unavailable",
+            LedgerError::Closed => "ledger-closed",
+            LedgerError::Db(_) => "database",
+            LedgerError::Io(_) => "io",
+            LedgerError::Corrupt(_) => "corrupt",
+            LedgerError::BadExport(_) => "bad-export",
+        }
+    }
+}
+
+pub type Result<T, E = LedgerError> = std::result::Result<T, E>;

@@ -1,0 +1,420 @@
+//! Audit exports (NDJSON or CSV) with a manifest, and their verification.
+//!
+//! An export is one contiguous run of the log. It is written to a temporary file beside the target
+//! and renamed into place when complete, hashing as it goes; `FILE.manifest.json` records the
+//! format, the chain algorithm, the count, the first and last sequence numbers, the `prev_hash` the
+//! run starts from, its last hash, the ledger's head at export time, and the file's sha256.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::chain::{self, ChainHasher, ChainStart, VerifyReport};
+use crate::error::{LedgerError, Result};
+use crate::model::*;
+use crate::store::{EventRange, Progress, Storage};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    Ndjson,
+    Csv,
+}
+
+impl Format {
+    pub fn parse(s: &str) -> Option<Format> {
+        match s {
+            "ndjson" => Some(Format::Ndjson),
+            "csv" => Some(Format::Csv),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Ndjson => "ndjson",
+            Format::Csv => "csv",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub manifest_version: u32,
+    pub format: Format,
+    pub alg: String,
+    pub file: String,
+    pub sha256: String,
+    pub bytes: u64,
+    pub count: u64,
+    pub first_seq: Option<i64>,
+    pub last_seq: Option<i64>,
+    /// The `prev_hash` of the first exported event (the link into the rest of the chain).
+    pub first_prev_hash: Option<String>,
+    /// The last exported event.
+    pub chain_head: Option<ChainHead>,
+    /// The ledger's head when the export began; `verify --against` checks the ledger still has it.
+    pub ledger_head: Option<ChainHead>,
+    pub since: Option<String>,
+    pub until: Option<String>,
+    pub created_at: String,
+    pub ledger: String,
+}
+
+/// The manifest path for an export file: `FILE.manifest.json`.
+pub fn manifest_path(file: &Path) -> PathBuf {
+    let mut s = file.as_os_str().to_owned();
+    s.push(".manifest.json");
+    PathBuf::from(s)
+}
+
+/// One exported event: the stored columns, `at` as RFC 3339 with milliseconds (exact).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Row {
+    seq: i64,
+    at: String,
+    kind: String,
+    entry_id: Option<i64>,
+    route: String,
+    scope: String,
+    key: String,
+    operator: Option<String>,
+    reason: Option<String>,
+    detail: String,
+    payload_digest: Option<String>,
+    prev_hash: String,
+    hash: String,
+}
+
+impl From<Event> for Row {
+    fn from(e: Event) -> Row {
+        Row {
+            seq: e.seq,
+            at: rfc3339(e.at),
+            kind: e.kind,
+            entry_id: e.entry_id,
+            route: e.route,
+            scope: e.scope,
+            key: e.key,
+            operator: e.operator,
+            reason: e.reason,
+            detail: e.detail,
+            payload_digest: e.payload_digest,
+            prev_hash: e.prev_hash,
+            hash: e.hash,
+        }
+    }
+}
+
+impl Row {
+    fn into_event(self) -> Result<Event> {
+        let at = chrono::DateTime::parse_from_rfc3339(&self.at)
+            .map_err(|e| {
+                LedgerError::BadExport(format!("seq {}: bad time {:?}: {e}", self.seq, self.at))
+            })?
+            .timestamp_millis();
+        // CSV has no null: an empty optional column reads back as None. The ledger never stores an
+        // empty operator, reason or digest, so this is exact.
+        let none_if_empty = |s: Option<String>| s.filter(|s| !s.is_empty());
+        Ok(Event {
+            seq: self.seq,
+            at,
+            kind: self.kind,
+            entry_id: self.entry_id,
+            route: self.route,
+            scope: self.scope,
+            key: self.key,
+            operator: none_if_empty(self.operator),
+            reason: none_if_empty(self.reason),
+            detail: self.detail,
+            payload_digest: none_if_empty(self.payload_digest),
+            prev_hash: self.prev_hash,
+            hash: self.hash,
+        })
+    }
+}
+
+/// Writes through to `inner` while hashing and counting bytes.
+struct HashingWriter<W: Write> {
+    inner: W,
+    hasher: Sha256,
+    bytes: u64,
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Exports `range` of the log to `out` and writes `out.manifest.json`. `progress` may cancel; a
+/// cancelled export leaves no file behind and returns `Ok(None)`.
+pub fn export(
+    store: &dyn Storage,
+    format: Format,
+    range: EventRange,
+    out: &Path,
+    progress: Progress<'_>,
+) -> Result<Option<Manifest>> {
+    let ledger_head = store.head()?;
+    let alg = store.chain_alg()?;
+    let tmp = out.with_file_name(format!(
+        ".{}.partial",
+        out.file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "export".into())
+    ));
+    let file = File::create(&tmp)?;
+    let mut w = HashingWriter {
+        inner: BufWriter::with_capacity(1 << 16, file),
+        hasher: Sha256::new(),
+        bytes: 0,
+    };
+    let mut count = 0u64;
+    let mut first: Option<(i64, String)> = None;
+    let mut last: Option<ChainHead> = None;
+    let mut cancelled = false;
+    {
+        let mut sink = match format {
+            Format::Csv => Sink::Csv(csv::Writer::from_writer(&mut w)),
+            Format::Ndjson => Sink::Ndjson(&mut w, Vec::with_capacity(512)),
+        };
+        let mut io_err: Option<std::io::Error> = None;
+        store.scan_events(range, &mut |ev: Event| {
+            if first.is_none() {
+                first = Some((ev.seq, ev.prev_hash.clone()));
+            }
+            last = Some(ChainHead {
+                seq: ev.seq,
+                hash: ev.hash.clone(),
+            });
+            if let Err(e) = sink.write(&Row::from(ev)) {
+                io_err = Some(e);
+                return Ok(false);
+            }
+            count += 1;
+            if count % 4096 == 0 && !progress(count) {
+                cancelled = true;
+                return Ok(false);
+            }
+            Ok(true)
+        })?;
+        let flushed = sink.flush();
+        if let Some(e) = io_err.or(flushed.err()) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e.into());
+        }
+    }
+    if cancelled {
+        drop(w);
+        let _ = std::fs::remove_file(&tmp);
+        return Ok(None);
+    }
+    progress(count);
+    w.flush()?;
+    let HashingWriter {
+        inner,
+        hasher,
+        bytes,
+    } = w;
+    let file = inner.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&tmp, out)?;
+    let manifest = Manifest {
+        manifest_version: 1,
+        format,
+        alg,
+        file: out
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        sha256: hex::encode(hasher.finalize()),
+        bytes,
+        count,
+        first_seq: first.as_ref().map(|f| f.0),
+        last_seq: last.as_ref().map(|l| l.seq),
+        first_prev_hash: first.map(|f| f.1),
+        chain_head: last,
+        ledger_head,
+        since: range.since.map(rfc3339),
+        until: range.until.map(rfc3339),
+        created_at: rfc3339(now_millis()),
+        ledger: store.location(),
+    };
+    let mpath = manifest_path(out);
+    let mut mf = File::create(&mpath)?;
+    serde_json::to_writer_pretty(&mut mf, &manifest).map_err(std::io::Error::other)?;
+    mf.write_all(b"\n")?;
+    mf.sync_all()?;
+    Ok(Some(manifest))
+}
+
+enum Sink<'a, W: Write> {
+    Csv(csv::Writer<&'a mut W>),
+    Ndjson(&'a mut W, Vec<u8>),
+}
+
+impl<W: Write> Sink<'_, W> {
+    fn write(&mut self, row: &Row) -> std::io::Result<()> {
+        match self {
+            Sink::Csv(c) => c
+                .serialize(row)
+                .map_err(|e| std::io::Error::other(e.to_string())),
+            Sink::Ndjson(w, buf) => {
+                buf.clear();
+                serde_json::to_writer(&mut *buf, row).map_err(std::io::Error::other)?;
+                buf.push(b'\n');
+                w.write_all(buf)
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Sink::Csv(c) => c.flush(),
+            Sink::Ndjson(w, _) => w.flush(),
+        }
+    }
+}
+
+/// What verifying an export found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportVerifyReport {
+    pub ok: bool,
+    pub file: String,
+    pub manifest: Option<String>,
+    /// The file's sha256 equals the manifest's.
+    pub sha256_matches: Option<bool>,
+    /// Count, first/last sequence and head equal the manifest's.
+    pub manifest_matches: Option<bool>,
+    pub chain: VerifyReport,
+    pub problems: Vec<String>,
+}
+
+/// Verifies an export file, and its manifest when `FILE.manifest.json` exists: the file's sha256,
+/// the chain inside it (naming the first bad sequence number), and the manifest's count and head.
+pub fn verify_export(
+    path: &Path,
+    hasher: &ChainHasher,
+    progress: Progress<'_>,
+) -> Result<ExportVerifyReport> {
+    let mpath = manifest_path(path);
+    let manifest: Option<Manifest> = if mpath.exists() {
+        let raw = std::fs::read(&mpath)?;
+        Some(
+            serde_json::from_slice(&raw)
+                .map_err(|e| LedgerError::BadExport(format!("{}: {e}", mpath.display())))?,
+        )
+    } else {
+        None
+    };
+    if !path.exists() {
+        return Err(LedgerError::BadExport(format!(
+            "{}: no such file",
+            path.display()
+        )));
+    }
+    if let Some(m) = &manifest {
+        chain::check_alg(hasher, &m.alg)?;
+    }
+    let format = match &manifest {
+        Some(m) => m.format,
+        None => match path.extension().and_then(|e| e.to_str()) {
+            Some("csv") => Format::Csv,
+            _ => Format::Ndjson,
+        },
+    };
+    let mut problems = Vec::new();
+
+    let sha256_matches = match &manifest {
+        Some(m) => {
+            let mut f = BufReader::new(File::open(path)?);
+            let mut h = Sha256::new();
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                let n = f.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                h.update(&buf[..n]);
+            }
+            let ok = hex::encode(h.finalize()) == m.sha256;
+            if !ok {
+                problems.push("the file's sha256 differs from the manifest's".to_owned());
+            }
+            Some(ok)
+        }
+        None => None,
+    };
+
+    let start = ChainStart::Anywhere {
+        prev_hash: manifest.as_ref().and_then(|m| m.first_prev_hash.clone()),
+    };
+    let file = BufReader::with_capacity(1 << 16, File::open(path)?);
+    let chain = match format {
+        Format::Ndjson => {
+            let rows = file.lines().enumerate().filter_map(|(i, line)| match line {
+                Ok(l) if l.trim().is_empty() => None,
+                Ok(l) => Some(
+                    serde_json::from_str::<Row>(&l)
+                        .map_err(|e| LedgerError::BadExport(format!("line {}: {e}", i + 1)))
+                        .and_then(Row::into_event),
+                ),
+                Err(e) => Some(Err(e.into())),
+            });
+            chain::verify_events(hasher, start, rows, progress)?
+        }
+        Format::Csv => {
+            let mut rdr = csv::Reader::from_reader(file);
+            let rows = rdr.deserialize::<Row>().map(|r| {
+                r.map_err(|e| LedgerError::BadExport(e.to_string()))
+                    .and_then(Row::into_event)
+            });
+            chain::verify_events(hasher, start, rows, progress)?
+        }
+    };
+    if !chain.ok {
+        if let (Some(seq), Some(p)) = (chain.first_bad_seq, &chain.problem) {
+            problems.push(format!("seq {seq}: {p}"));
+        }
+    }
+    let manifest_matches = match (&manifest, chain.ok) {
+        (Some(m), true) => {
+            let ok = m.count == chain.count
+                && m.first_seq == chain.first_seq
+                && m.chain_head == chain.head;
+            if !ok {
+                problems.push("count, first sequence or head differ from the manifest (rows added or removed)".to_owned());
+            }
+            Some(ok)
+        }
+        _ => None,
+    };
+    if manifest.is_none() {
+        problems.push(format!(
+            "no manifest at {}: only the chain inside the file was checked",
+            mpath.display()
+        ));
+    }
+    let ok = chain.ok && sha256_matches != Some(false) && manifest_matches != Some(false);
+    Ok(ExportVerifyReport {
+        ok,
+        file: path.display().to_string(),
+        manifest: manifest.map(|_| mpath.display().to_string()),
+        sha256_matches,
+        manifest_matches,
+        chain,
+        problems,
+    })
+}

@@ -1,0 +1,400 @@
+//! The ledger's vocabulary: entries, their states, events, filters and pages.
+//!
+//! Times are milliseconds since the Unix epoch (UTC) everywhere inside the ledger; the edges (CLI,
+//! admin API, console) render them as RFC 3339.
+
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds since the Unix epoch, UTC.
+pub type Millis = i64;
+
+/// The current wall-clock time in milliseconds.
+pub fn now_millis() -> Millis {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Renders a millisecond timestamp as RFC 3339 (UTC, millisecond precision).
+pub fn rfc3339(ms: Millis) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_else(|| ms.to_string())
+}
+
+/// The state of an entry. See DESIGN.md, "Ledger model".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Claimed; the upstream call is in flight or its outcome is unknown.
+    Pending,
+    /// An upstream (or operator-supplied) response is stored and is replayed.
+    Completed,
+    /// Definitely not executed; the key may run again.
+    Released,
+    /// Permanent failure decided by an operator.
+    Failed,
+}
+
+impl State {
+    pub const ALL: [State; 4] = [
+        State::Pending,
+        State::Completed,
+        State::Released,
+        State::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Completed => "completed",
+            State::Released => "released",
+            State::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<State> {
+        State::ALL
+            .into_iter()
+            .find(|st| st.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The side-effect tag of a route; picks retry and replay defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Effect {
+    Read,
+    #[default]
+    Write,
+    Idempotent,
+    Destructive,
+}
+
+impl Effect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::Read => "read",
+            Effect::Write => "write",
+            Effect::Idempotent => "idempotent",
+            Effect::Destructive => "destructive",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Effect> {
+        [
+            Effect::Read,
+            Effect::Write,
+            Effect::Idempotent,
+            Effect::Destructive,
+        ]
+        .into_iter()
+        .find(|e| e.as_str() == s)
+    }
+}
+
+/// A canonical request as stored: secrets are redacted before it reaches the database.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct RequestRecord {
+    pub method: String,
+    pub path: String,
+    /// Selected headers, lower-case names, in the order received.
+    pub headers: Vec<(String, String)>,
+    #[serde(with = "body_serde")]
+    pub body: Vec<u8>,
+}
+
+/// A stored response, replayed verbatim (status, selected headers, body).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ResponseRecord {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    #[serde(with = "body_serde")]
+    pub body: Vec<u8>,
+}
+
+/// Bodies serialise as a UTF-8 string when they are valid UTF-8, else as
+/// `{"hex": "..."}`, so JSON output stays readable for the common case.
+mod body_serde {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Text(String),
+        Hex { hex: String },
+    }
+
+    pub fn serialize<S: Serializer>(body: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(body) {
+            Ok(t) => Repr::Text(t.to_owned()).serialize(s),
+            Err(_) => Repr::Hex {
+                hex: hex::encode(body),
+            }
+            .serialize(s),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        match Repr::deserialize(d)? {
+            Repr::Text(t) => Ok(t.into_bytes()),
+            Repr::Hex { hex } => hex::decode(hex).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Header names that are never stored, whatever a caller passes in (defence in depth: the proxy
+/// already drops them and any configured secret headers).
+pub const ALWAYS_REDACTED_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    "x-api-key",
+    "x-idemgate-signature",
+];
+
+impl RequestRecord {
+    /// Drops secret headers; see [`ALWAYS_REDACTED_HEADERS`].
+    pub fn redacted(mut self) -> Self {
+        self.headers.retain(|(n, _)| {
+            !ALWAYS_REDACTED_HEADERS
+                .iter()
+                .any(|r| r.eq_ignore_ascii_case(n))
+        });
+        self
+    }
+}
+
+impl ResponseRecord {
+    pub fn redacted(mut self) -> Self {
+        self.headers.retain(|(n, _)| {
+            !ALWAYS_REDACTED_HEADERS
+                .iter()
+                .any(|r| r.eq_ignore_ascii_case(n))
+        });
+        self
+    }
+}
+
+/// One row of an entry list, with the stable field names of the CLI's `--json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EntrySummary {
+    pub id: i64,
+    pub route: String,
+    pub scope: String,
+    pub key: String,
+    pub state: State,
+    pub stuck: bool,
+    pub fingerprint: String,
+    pub attempts: i64,
+    pub replays: i64,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub expires_at: Option<Millis>,
+    pub effect: Effect,
+    pub lease_expires_at: Option<Millis>,
+    pub outcome_unknown: bool,
+    pub last_error: Option<String>,
+    pub collisions: i64,
+    /// The earlier entry this one probably duplicates (same route, scope and fingerprint).
+    pub duplicate_of: Option<i64>,
+    pub response_status: Option<u16>,
+}
+
+/// Everything the ledger knows about one entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EntryDetail {
+    #[serde(flatten)]
+    pub summary: EntrySummary,
+    pub lease_owner: Option<String>,
+    pub request: Option<RequestRecord>,
+    pub response: Option<ResponseRecord>,
+    pub last_replay_at: Option<Millis>,
+    pub completed_at: Option<Millis>,
+    pub resolved_by: Option<String>,
+    pub resolution_reason: Option<String>,
+    pub external_ref: Option<String>,
+    pub collision_requests: Vec<CollisionRecord>,
+}
+
+/// A request rejected because its key was already bound to another fingerprint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollisionRecord {
+    pub id: i64,
+    pub entry_id: i64,
+    pub at: Millis,
+    pub fingerprint: String,
+    pub request: RequestRecord,
+}
+
+/// Kinds of log events. Stored as their snake-case names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Claim,
+    Attempt,
+    Complete,
+    OutcomeUnknown,
+    Release,
+    Collision,
+    DuplicateSuspect,
+    LeaseExpired,
+    Expired,
+    Resolve,
+    Replay,
+    Reconcile,
+    Purge,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 13] = [
+        EventKind::Claim,
+        EventKind::Attempt,
+        EventKind::Complete,
+        EventKind::OutcomeUnknown,
+        EventKind::Release,
+        EventKind::Collision,
+        EventKind::DuplicateSuspect,
+        EventKind::LeaseExpired,
+        EventKind::Expired,
+        EventKind::Resolve,
+        EventKind::Replay,
+        EventKind::Reconcile,
+        EventKind::Purge,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Claim => "claim",
+            EventKind::Attempt => "attempt",
+            EventKind::Complete => "complete",
+            EventKind::OutcomeUnknown => "outcome_unknown",
+            EventKind::Release => "release",
+            EventKind::Collision => "collision",
+            EventKind::DuplicateSuspect => "duplicate_suspect",
+            EventKind::LeaseExpired => "lease_expired",
+            EventKind::Expired => "expired",
+            EventKind::Resolve => "resolve",
+            EventKind::Replay => "replay",
+            EventKind::Reconcile => "reconcile",
+            EventKind::Purge => "purge",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// One event of the append-only log. `hash` chains it to the event before it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: i64,
+    pub at: Millis,
+    pub kind: String,
+    pub entry_id: Option<i64>,
+    pub route: String,
+    pub scope: String,
+    pub key: String,
+    pub operator: Option<String>,
+    pub reason: Option<String>,
+    /// A small JSON object, stored and hashed as the exact string.
+    pub detail: String,
+    /// sha256 of the payload (request or response body) this event is about, if any. The payload
+    /// itself lives in the entry and may be purged; the digest keeps the chain verifiable.
+    pub payload_digest: Option<String>,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+/// Filters for entry lists; all conditions must hold.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EntryFilter {
+    pub state: Option<State>,
+    #[serde(default)]
+    pub stuck: bool,
+    #[serde(default)]
+    pub collisions: bool,
+    #[serde(default)]
+    pub expired: bool,
+    /// Expiring within this many milliseconds from now (and not yet expired).
+    pub expiring_within: Option<i64>,
+    #[serde(default)]
+    pub duplicates: bool,
+    pub route: Option<String>,
+    pub scope: Option<String>,
+    pub key: Option<String>,
+}
+
+/// Filters for the log.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EventFilter {
+    pub entry_id: Option<i64>,
+    pub route: Option<String>,
+    pub scope: Option<String>,
+    pub key: Option<String>,
+    pub kind: Option<String>,
+    pub operator: Option<String>,
+    pub since: Option<Millis>,
+    pub until: Option<Millis>,
+    /// Substring search over key, route, scope, reason and detail.
+    pub search: Option<String>,
+}
+
+/// Keyset paging: newest first, continuing strictly below `before` when given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Page {
+    pub before: Option<i64>,
+    pub limit: usize,
+}
+
+impl Default for Page {
+    fn default() -> Self {
+        Page {
+            before: None,
+            limit: 100,
+        }
+    }
+}
+
+/// The chain head: the last sequence number and its hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainHead {
+    pub seq: i64,
+    pub hash: String,
+}
+
+/// Counts for the overview. Cheap to compute: each is an indexed lookup or a maintained counter.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub entries_by_state: Vec<(State, i64)>,
+    pub stuck: i64,
+    pub collisions: i64,
+    pub expired: i64,
+    pub duplicate_suspects: i64,
+    pub events_by_kind: Vec<(String, i64)>,
+    pub head: Option<ChainHead>,
+    /// Hourly buckets (start of hour in ms) → counts by event kind.
+    pub series: Vec<SeriesPoint>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeriesPoint {
+    pub hour: Millis,
+    pub kind: String,
+    pub count: i64,
+}
+
+/// A group of entries that probably performed the same customer-facing effect under several keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Incident {
+    pub route: String,
+    pub scope: String,
+    pub fingerprint: String,
+    pub entries: Vec<EntrySummary>,
+}

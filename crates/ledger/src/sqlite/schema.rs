@@ -1,0 +1,128 @@
+//! Embedded migrations. `PRAGMA user_version` is the schema version; every pending migration runs in
+//! one IMMEDIATE transaction at open, and a database newer than [`MIGRATIONS`] is refused.
+
+pub const MIGRATIONS: &[&str] = &[
+    // 1: entries, collisions, the log and its counters.
+    r#"
+CREATE TABLE meta (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE entries (
+    id                INTEGER PRIMARY KEY,
+    route             TEXT NOT NULL,
+    scope             TEXT NOT NULL,
+    key               TEXT NOT NULL,
+    fingerprint       TEXT NOT NULL,
+    effect            TEXT NOT NULL,
+    state             TEXT NOT NULL CHECK (state IN ('pending', 'completed', 'released', 'failed')),
+    attempts          INTEGER NOT NULL DEFAULT 0,
+    lease_owner       TEXT,
+    lease_expires_at  INTEGER,
+    outcome_unknown   INTEGER NOT NULL DEFAULT 0,
+    last_error        TEXT,
+    req_method        TEXT,
+    req_path          TEXT,
+    req_headers       TEXT,
+    req_body          BLOB,
+    resp_status       INTEGER,
+    resp_headers      TEXT,
+    resp_body         BLOB,
+    replays           INTEGER NOT NULL DEFAULT 0,
+    last_replay_at    INTEGER,
+    collisions        INTEGER NOT NULL DEFAULT 0,
+    duplicate_of      INTEGER,
+    created_at        INTEGER NOT NULL,
+    updated_at        INTEGER NOT NULL,
+    completed_at      INTEGER,
+    expires_at        INTEGER,
+    resolved_by       TEXT,
+    resolution_reason TEXT,
+    external_ref      TEXT,
+    stuck_logged      INTEGER NOT NULL DEFAULT 0,
+    expiry_logged     INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (route, scope, key)
+) STRICT;
+
+CREATE INDEX entries_pending ON entries (lease_expires_at) WHERE state = 'pending';
+CREATE INDEX entries_expires ON entries (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX entries_effect ON entries (route, scope, fingerprint, completed_at) WHERE state = 'completed';
+CREATE INDEX entries_duplicates ON entries (duplicate_of) WHERE duplicate_of IS NOT NULL;
+CREATE INDEX entries_collisions ON entries (id) WHERE collisions > 0;
+CREATE INDEX entries_key ON entries (key);
+CREATE INDEX entries_scope ON entries (scope, id);
+CREATE INDEX entries_route ON entries (route, id);
+
+-- Entry counts by state, kept by triggers so the overview never counts the table.
+CREATE TABLE entry_counts (
+    state TEXT PRIMARY KEY,
+    n     INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+INSERT INTO entry_counts (state, n) VALUES ('pending', 0), ('completed', 0), ('released', 0), ('failed', 0);
+CREATE TRIGGER entries_count_insert AFTER INSERT ON entries BEGIN
+    UPDATE entry_counts SET n = n + 1 WHERE state = NEW.state;
+END;
+CREATE TRIGGER entries_count_delete AFTER DELETE ON entries BEGIN
+    UPDATE entry_counts SET n = n - 1 WHERE state = OLD.state;
+END;
+CREATE TRIGGER entries_count_update AFTER UPDATE OF state ON entries WHEN OLD.state <> NEW.state BEGIN
+    UPDATE entry_counts SET n = n - 1 WHERE state = OLD.state;
+    UPDATE entry_counts SET n = n + 1 WHERE state = NEW.state;
+END;
+
+CREATE TABLE collisions (
+    id          INTEGER PRIMARY KEY,
+    entry_id    INTEGER NOT NULL,
+    at          INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL,
+    req_method  TEXT NOT NULL,
+    req_path    TEXT NOT NULL,
+    req_headers TEXT NOT NULL,
+    req_body    BLOB NOT NULL
+) STRICT;
+CREATE INDEX collisions_entry ON collisions (entry_id);
+
+CREATE TABLE events (
+    seq            INTEGER PRIMARY KEY,
+    at             INTEGER NOT NULL,
+    kind           TEXT NOT NULL,
+    entry_id       INTEGER,
+    route          TEXT NOT NULL,
+    scope          TEXT NOT NULL,
+    key            TEXT NOT NULL,
+    operator       TEXT,
+    reason         TEXT,
+    detail         TEXT NOT NULL,
+    payload_digest TEXT,
+    prev_hash      TEXT NOT NULL,
+    hash           TEXT NOT NULL
+) STRICT;
+CREATE INDEX events_entry ON events (entry_id, seq);
+CREATE INDEX events_kind ON events (kind, seq);
+CREATE INDEX events_key ON events (key, seq);
+CREATE INDEX events_route ON events (route, seq);
+CREATE INDEX events_scope ON events (scope, seq);
+CREATE INDEX events_operator ON events (operator, seq) WHERE operator IS NOT NULL;
+CREATE INDEX events_at ON events (at);
+
+CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events BEGIN
+    SELECT RAISE(ABORT, 'the idemgate log is append-only: UPDATE refused');
+END;
+CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events BEGIN
+    SELECT RAISE(ABORT, 'the idemgate log is append-only: DELETE refused');
+END;
+
+-- Hourly event counts by kind, kept by the writer, for the overview's time series.
+CREATE TABLE event_counts (
+    hour INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    n    INTEGER NOT NULL,
+    PRIMARY KEY (hour, kind)
+) STRICT, WITHOUT ROWID;
+"#,
+];
+
+pub fn current_version() -> i64 {
+    MIGRATIONS.len() as i64
+}

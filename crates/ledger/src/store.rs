@@ -1,0 +1,247 @@
+//! The storage trait every backend implements (SQLite now, PostgreSQL next), and the requests and
+//! answers that cross it. Nothing backend-specific appears here.
+
+use serde::{Deserialize, Serialize};
+
+use crate::chain::VerifyReport;
+use crate::error::{LedgerError, Result};
+use crate::model::*;
+
+/// A write that has been queued. It resolves once the batch holding it is durable (fsync'd) or has
+/// failed. Wait for it synchronously with [`Ticket::wait`] or asynchronously with [`Ticket::recv`].
+#[derive(Debug)]
+pub struct Ticket<T>(tokio::sync::oneshot::Receiver<Result<T>>);
+
+impl<T> Ticket<T> {
+    pub fn channel() -> (tokio::sync::oneshot::Sender<Result<T>>, Ticket<T>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (tx, Ticket(rx))
+    }
+
+    /// A ticket that is already resolved.
+    pub fn ready(r: Result<T>) -> Ticket<T> {
+        let (tx, t) = Ticket::channel();
+        let _ = tx.send(r);
+        t
+    }
+
+    /// Blocks until the write is durable. Do not call from inside an async runtime; use `recv`.
+    pub fn wait(self) -> Result<T> {
+        self.0.blocking_recv().unwrap_or(Err(LedgerError::Closed))
+    }
+
+    pub async fn recv(self) -> Result<T> {
+        self.0.await.unwrap_or(Err(LedgerError::Closed))
+    }
+}
+
+/// A proxy's claim on `(route, scope, key)`.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    pub route: String,
+    pub scope: String,
+    pub key: String,
+    pub fingerprint: String,
+    pub effect: Effect,
+    /// Redacted by the caller; the ledger redacts [`ALWAYS_REDACTED_HEADERS`] again.
+    pub request: RequestRecord,
+    /// Who holds the lease (an instance id).
+    pub owner: String,
+    pub lease_ms: i64,
+    pub ttl_ms: i64,
+    /// When set, a claim whose route, scope and fingerprint completed under another key within this
+    /// window is refused ([`ClaimOutcome::ProbableDuplicate`]) instead of executed.
+    pub reject_duplicates_within_ms: Option<i64>,
+    pub at: Millis,
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClaimOutcome {
+    /// New (or re-armed) claim, durable: forward the request.
+    Claimed { entry_id: i64, attempt: i64 },
+    /// Another request holds a live lease on the key.
+    InFlight {
+        entry_id: i64,
+        lease_expires_at: Millis,
+    },
+    /// Completed with the same fingerprint: replay this response.
+    Replay {
+        entry_id: i64,
+        response: ResponseRecord,
+    },
+    /// The key is bound to a different fingerprint; the rejected request was recorded.
+    Collision { entry_id: i64 },
+    /// PENDING with its lease passed or its outcome unknown: an operator must decide.
+    Stuck { entry_id: i64 },
+    /// An operator marked the entry failed; `response` is theirs, if they gave one.
+    Failed {
+        entry_id: i64,
+        response: Option<ResponseRecord>,
+    },
+    /// The same effect completed under another key within the duplicate window (reject policy).
+    ProbableDuplicate { entry_id: i64, key: String },
+}
+
+/// An upstream answer to store for a claimed entry.
+#[derive(Debug, Clone)]
+pub struct CompleteRequest {
+    pub entry_id: i64,
+    pub owner: String,
+    pub response: ResponseRecord,
+    pub ttl_ms: i64,
+    /// Flag a duplicate suspect when the same effect completed under another key within this window.
+    pub duplicate_window_ms: Option<i64>,
+    pub at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompleteOutcome {
+    pub duplicate_of: Option<i64>,
+}
+
+/// A claim-holder's report on an entry it owns.
+#[derive(Debug, Clone)]
+pub struct OwnerReport {
+    pub entry_id: i64,
+    pub owner: String,
+    /// What happened, for the operator (e.g. "connect refused", "upstream 503", "timeout").
+    pub error: String,
+    pub at: Millis,
+}
+
+/// An operator's decision on an entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "as", rename_all = "lowercase")]
+pub enum Resolution {
+    /// It happened: replay `response` from now on.
+    Completed {
+        response: ResponseRecord,
+        external_ref: Option<String>,
+    },
+    /// Permanent failure; `response` (if any) is what retries get.
+    Failed { response: Option<ResponseRecord> },
+    /// It definitely did not happen: the key may run again.
+    Released,
+}
+
+impl Resolution {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Resolution::Completed { .. } => "completed",
+            Resolution::Failed { .. } => "failed",
+            Resolution::Released => "released",
+        }
+    }
+}
+
+/// Who did it and why: every operator action carries both, non-empty.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Actor {
+    pub operator: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct ResolveRequest {
+    pub entry_id: i64,
+    pub resolution: Resolution,
+    pub actor: Actor,
+    pub ttl_ms: i64,
+    pub at: Millis,
+}
+
+#[derive(Debug, Clone)]
+pub struct PurgeRequest {
+    pub ids: Vec<i64>,
+    /// Only purge those of `ids` that are expired at `at` (the rest are skipped, not an error).
+    pub only_expired: bool,
+    pub actor: Actor,
+    pub at: Millis,
+}
+
+/// Re-arm an entry so its stored request can be driven upstream again (operator replay).
+#[derive(Debug, Clone)]
+pub struct RedriveRequest {
+    pub entry_id: i64,
+    pub owner: String,
+    pub lease_ms: i64,
+    pub actor: Actor,
+    pub at: Millis,
+}
+
+/// A re-armed entry: its stored request and the new attempt number.
+#[derive(Debug, Clone)]
+pub struct Redrive {
+    pub entry: EntrySummary,
+    pub request: RequestRecord,
+    pub attempt: i64,
+}
+
+/// An operator's note of a reconcile probe's result (the resolution, if any, is a separate action).
+#[derive(Debug, Clone)]
+pub struct ReconcileNote {
+    pub entry_id: i64,
+    pub actor: Actor,
+    pub detail: serde_json::Value,
+    pub at: Millis,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepReport {
+    pub lease_expired: u64,
+    pub ttl_expired: u64,
+}
+
+/// A contiguous range of the log, by time; both ends optional.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventRange {
+    pub since: Option<Millis>,
+    pub until: Option<Millis>,
+}
+
+/// Progress callback: told the count so far; returns `false` to cancel.
+pub type Progress<'a> = &'a mut dyn FnMut(u64) -> bool;
+
+/// A ledger backend. Writes return [`Ticket`]s that resolve once durable; reads are synchronous and
+/// use their own connections.
+pub trait Storage: Send + Sync + std::fmt::Debug {
+    /// "sqlite" or "postgres".
+    fn backend(&self) -> &'static str;
+    /// Where the ledger lives (a path or a redacted URL).
+    fn location(&self) -> String;
+    /// The chain algorithm recorded in the ledger.
+    fn chain_alg(&self) -> Result<String>;
+
+    // The proxy's path.
+    fn claim(&self, req: ClaimRequest) -> Ticket<ClaimOutcome>;
+    fn record_attempt(&self, report: OwnerReport, attempt: i64) -> Ticket<()>;
+    fn complete(&self, req: CompleteRequest) -> Ticket<CompleteOutcome>;
+    fn mark_unknown(&self, report: OwnerReport) -> Ticket<()>;
+    fn release(&self, report: OwnerReport) -> Ticket<()>;
+    fn sweep(&self, at: Millis) -> Ticket<SweepReport>;
+
+    // Operator actions.
+    fn resolve(&self, req: ResolveRequest) -> Ticket<EntrySummary>;
+    fn purge(&self, req: PurgeRequest) -> Ticket<Vec<i64>>;
+    fn redrive(&self, req: RedriveRequest) -> Ticket<Redrive>;
+    fn note_reconcile(&self, note: ReconcileNote) -> Ticket<()>;
+
+    // Reads.
+    fn entry(&self, id: i64, now: Millis) -> Result<EntryDetail>;
+    fn entries(&self, filter: &EntryFilter, page: Page, now: Millis) -> Result<Vec<EntrySummary>>;
+    fn events(&self, filter: &EventFilter, page: Page) -> Result<Vec<Event>>;
+    /// Streams the events of `range` in sequence order; `f` returns `false` to stop.
+    fn scan_events(
+        &self,
+        range: EventRange,
+        f: &mut dyn FnMut(Event) -> Result<bool>,
+    ) -> Result<()>;
+    fn incidents(&self, page: Page, now: Millis) -> Result<Vec<Incident>>;
+    fn stats(&self, now: Millis, hours: u32) -> Result<Stats>;
+    fn head(&self) -> Result<Option<ChainHead>>;
+    /// Whether the log holds event `head.seq` with exactly `head.hash`.
+    fn contains(&self, head: &ChainHead) -> Result<bool>;
+    /// Recomputes the whole chain.
+    fn verify(&self, progress: Progress<'_>) -> Result<VerifyReport>;
+}

@@ -1,0 +1,581 @@
+//! The operations API: the one way the CLI, the admin HTTP API and the console read and change the
+//! ledger. Every request and answer is a plain serde type; every mutation checks its input first
+//! (nothing is written on bad input), needs an operator name and a reason, previews what it will
+//! touch, and is logged by the ledger with both.
+
+mod demo;
+mod error;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use idemgate_ledger::export::{self, ExportVerifyReport, Format, Manifest};
+use idemgate_ledger::*;
+use serde::{Deserialize, Serialize};
+
+pub use demo::{seed as seed_demo, DemoOptions, DemoReport};
+pub use error::OpsError;
+
+pub type OpsResult<T> = std::result::Result<T, OpsError>;
+
+/// How long an operator-resolved entry is replayed (when no route config says otherwise).
+pub const DEFAULT_RESOLUTION_TTL_MS: i64 = 24 * 3_600_000;
+/// Hard cap on one page.
+pub const MAX_PAGE: usize = 10_000;
+
+/// The operations, over one ledger.
+#[derive(Debug, Clone)]
+pub struct Ops {
+    store: Arc<dyn Storage>,
+    hasher: ChainHasher,
+}
+
+/// A page of entries; pass `next_before` back as `before` for the next one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EntryPage {
+    pub entries: Vec<EntrySummary>,
+    pub next_before: Option<i64>,
+}
+
+/// A page of events, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventPage {
+    pub events: Vec<Event>,
+    pub next_before: Option<i64>,
+}
+
+/// One entry with its whole timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EntryView {
+    pub entry: EntryDetail,
+    pub timeline: Vec<Event>,
+}
+
+/// What an action will touch, shown before it runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Preview {
+    pub action: String,
+    pub count: usize,
+    pub ids: Vec<i64>,
+    pub keys: Vec<String>,
+    /// Some touched entry is on a `destructive` route: the action needs `confirm_destructive`.
+    pub destructive: bool,
+    /// Entries named but not touched, and why.
+    pub skipped: Vec<(i64, String)>,
+}
+
+/// How an operator resolves an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResolveAs {
+    Completed,
+    Failed,
+    Released,
+}
+
+impl ResolveAs {
+    pub fn parse(s: &str) -> Option<ResolveAs> {
+        match s {
+            "completed" => Some(ResolveAs::Completed),
+            "failed" => Some(ResolveAs::Failed),
+            "released" => Some(ResolveAs::Released),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResolveCmd {
+    pub entry_id: i64,
+    #[serde(rename = "as")]
+    pub as_: ResolveAs,
+    /// The response retries will get (completed: this or `external_ref` is required).
+    pub response: Option<ResponseRecord>,
+    /// A reference to the effect in the upstream system (e.g. the charge id found there).
+    pub external_ref: Option<String>,
+    pub operator: String,
+    pub reason: String,
+    #[serde(default)]
+    pub confirm_destructive: bool,
+}
+
+/// What a purge acts on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "target", rename_all = "lowercase")]
+pub enum PurgeTarget {
+    /// These entries (each must exist and not be pending).
+    Ids { ids: Vec<i64> },
+    /// Every expired entry matching the filter.
+    Expired { filter: EntryFilter },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PurgeCmd {
+    #[serde(flatten)]
+    pub target: PurgeTarget,
+    pub operator: String,
+    pub reason: String,
+    #[serde(default)]
+    pub confirm_destructive: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PurgeReport {
+    pub purged: Vec<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExportCmd {
+    pub format: Format,
+    #[serde(default)]
+    pub range: EventRange,
+    pub path: String,
+}
+
+/// `verify --ledger PATH --against MANIFEST`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgainstReport {
+    pub ok: bool,
+    pub chain: VerifyReport,
+    /// The manifest's heads, each with whether the ledger still holds it.
+    pub heads: Vec<(ChainHead, bool)>,
+    pub problems: Vec<String>,
+}
+
+fn validate_actor(operator: &str, reason: &str) -> OpsResult<Actor> {
+    let operator = operator.trim();
+    let reason = reason.trim();
+    if operator.is_empty() {
+        return Err(OpsError::MissingOperator);
+    }
+    if reason.is_empty() {
+        return Err(OpsError::MissingReason);
+    }
+    if operator.len() > 200 {
+        return Err(OpsError::invalid("operator", "at most 200 characters"));
+    }
+    if reason.len() > 4000 {
+        return Err(OpsError::invalid("reason", "at most 4000 characters"));
+    }
+    Ok(Actor {
+        operator: operator.to_owned(),
+        reason: reason.to_owned(),
+    })
+}
+
+fn page(before: Option<i64>, limit: usize) -> Page {
+    Page {
+        before,
+        limit: limit.clamp(1, MAX_PAGE),
+    }
+}
+
+impl Ops {
+    pub fn new(store: Arc<dyn Storage>, hasher: ChainHasher) -> Ops {
+        Ops { store, hasher }
+    }
+
+    /// Opens an existing ledger (never creates one), with the chain key from the environment.
+    pub fn open_existing(location: &str) -> OpsResult<Ops> {
+        let opts = OpenOptions::existing()?;
+        let hasher = opts.hasher.clone();
+        Ok(Ops::new(idemgate_ledger::open(location, opts)?, hasher))
+    }
+
+    /// Opens or creates a ledger.
+    pub fn open_or_create(location: &str) -> OpsResult<Ops> {
+        let opts = OpenOptions::create()?;
+        let hasher = opts.hasher.clone();
+        Ok(Ops::new(idemgate_ledger::open(location, opts)?, hasher))
+    }
+
+    pub fn store(&self) -> &Arc<dyn Storage> {
+        &self.store
+    }
+
+    pub fn location(&self) -> String {
+        self.store.location()
+    }
+
+    // ---- reads -------------------------------------------------------------------------------
+
+    pub fn entries(
+        &self,
+        filter: &EntryFilter,
+        before: Option<i64>,
+        limit: usize,
+    ) -> OpsResult<EntryPage> {
+        let limit = limit.clamp(1, MAX_PAGE);
+        let entries = self
+            .store
+            .entries(filter, page(before, limit), now_millis())?;
+        let next_before = (entries.len() == limit)
+            .then(|| entries.last().map(|e| e.id))
+            .flatten();
+        Ok(EntryPage {
+            entries,
+            next_before,
+        })
+    }
+
+    /// Every entry matching `filter` (up to `limit` when given), page by page through `f`.
+    pub fn each_entry(
+        &self,
+        filter: &EntryFilter,
+        limit: Option<usize>,
+        f: &mut dyn FnMut(&EntrySummary) -> OpsResult<()>,
+    ) -> OpsResult<usize> {
+        let mut before = None;
+        let mut n = 0usize;
+        loop {
+            let want = limit.map_or(1000, |l| (l - n).min(1000));
+            if want == 0 {
+                return Ok(n);
+            }
+            let p = self.entries(filter, before, want)?;
+            for e in &p.entries {
+                f(e)?;
+            }
+            n += p.entries.len();
+            match p.next_before {
+                Some(b) => before = Some(b),
+                None => return Ok(n),
+            }
+        }
+    }
+
+    pub fn show(&self, id: i64) -> OpsResult<EntryView> {
+        let entry = self.store.entry(id, now_millis())?;
+        let mut timeline = Vec::new();
+        let mut before = None;
+        loop {
+            let evs = self.store.events(
+                &EventFilter {
+                    entry_id: Some(id),
+                    ..Default::default()
+                },
+                page(before, 1000),
+            )?;
+            let done = evs.len() < 1000;
+            before = evs.last().map(|e| e.seq);
+            timeline.extend(evs);
+            if done {
+                break;
+            }
+        }
+        timeline.reverse();
+        Ok(EntryView { entry, timeline })
+    }
+
+    pub fn log(
+        &self,
+        filter: &EventFilter,
+        before: Option<i64>,
+        limit: usize,
+    ) -> OpsResult<EventPage> {
+        let limit = limit.clamp(1, MAX_PAGE);
+        let events = self.store.events(filter, page(before, limit))?;
+        let next_before = (events.len() == limit)
+            .then(|| events.last().map(|e| e.seq))
+            .flatten();
+        Ok(EventPage {
+            events,
+            next_before,
+        })
+    }
+
+    pub fn incidents(&self, before: Option<i64>, limit: usize) -> OpsResult<Vec<Incident>> {
+        Ok(self
+            .store
+            .incidents(page(before, limit.min(1000)), now_millis())?)
+    }
+
+    pub fn stats(&self, hours: u32) -> OpsResult<Stats> {
+        Ok(self.store.stats(now_millis(), hours.min(24 * 90))?)
+    }
+
+    // ---- actions -----------------------------------------------------------------------------
+
+    /// What `resolve` would touch.
+    pub fn preview_resolve(&self, id: i64) -> OpsResult<Preview> {
+        let e = self.store.entry(id, now_millis())?.summary;
+        let mut skipped = Vec::new();
+        let resolvable = match e.state {
+            State::Pending => e.stuck,
+            State::Completed => false,
+            State::Released | State::Failed => true,
+        };
+        if !resolvable {
+            skipped.push((
+                e.id,
+                format!(
+                    "entry is {}{}",
+                    e.state,
+                    if e.state == State::Pending {
+                        " and in flight"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        Ok(Preview {
+            action: "resolve".into(),
+            count: usize::from(resolvable),
+            ids: if resolvable { vec![e.id] } else { vec![] },
+            keys: if resolvable {
+                vec![e.key.clone()]
+            } else {
+                vec![]
+            },
+            destructive: e.effect == Effect::Destructive,
+            skipped,
+        })
+    }
+
+    pub fn resolve(&self, cmd: &ResolveCmd) -> OpsResult<EntrySummary> {
+        let actor = validate_actor(&cmd.operator, &cmd.reason)?;
+        let external_ref = cmd
+            .external_ref
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty());
+        let resolution = match cmd.as_ {
+            ResolveAs::Completed => {
+                let response = match (&cmd.response, external_ref) {
+                    (Some(r), _) => r.clone(),
+                    (None, Some(x)) => ResponseRecord {
+                        status: 200,
+                        headers: vec![("content-type".into(), "application/json".into())],
+                        body: serde_json::to_vec(&serde_json::json!({
+                            "idemgate": "resolved-by-operator",
+                            "external_ref": x,
+                        }))
+                        .unwrap_or_default(),
+                    },
+                    (None, None) => {
+                        return Err(OpsError::invalid(
+                            "response",
+                            "resolving as completed needs the response to replay or an external reference",
+                        ))
+                    }
+                };
+                if !(100..=599).contains(&response.status) {
+                    return Err(OpsError::invalid(
+                        "response.status",
+                        "must be an HTTP status 100-599",
+                    ));
+                }
+                Resolution::Completed {
+                    response,
+                    external_ref: external_ref.map(str::to_owned),
+                }
+            }
+            ResolveAs::Failed => Resolution::Failed {
+                response: cmd.response.clone(),
+            },
+            ResolveAs::Released => {
+                if cmd.response.is_some() {
+                    return Err(OpsError::invalid(
+                        "response",
+                        "a released entry has no response",
+                    ));
+                }
+                Resolution::Released
+            }
+        };
+        let preview = self.preview_resolve(cmd.entry_id)?;
+        if let Some((_, why)) = preview.skipped.first() {
+            return Err(OpsError::Conflict(format!(
+                "entry {} cannot be resolved: {why}",
+                cmd.entry_id
+            )));
+        }
+        if preview.destructive && !cmd.confirm_destructive {
+            return Err(OpsError::ConfirmationRequired(preview.keys));
+        }
+        Ok(self
+            .store
+            .resolve(ResolveRequest {
+                entry_id: cmd.entry_id,
+                resolution,
+                actor,
+                ttl_ms: DEFAULT_RESOLUTION_TTL_MS,
+                at: now_millis(),
+            })
+            .wait()?)
+    }
+
+    /// What `purge` would touch.
+    pub fn preview_purge(&self, target: &PurgeTarget) -> OpsResult<Preview> {
+        let now = now_millis();
+        let mut touched: Vec<EntrySummary> = Vec::new();
+        let mut skipped = Vec::new();
+        match target {
+            PurgeTarget::Ids { ids } => {
+                if ids.is_empty() {
+                    return Err(OpsError::invalid("ids", "name at least one entry"));
+                }
+                for &id in ids {
+                    let e = self.store.entry(id, now)?.summary;
+                    if e.state == State::Pending {
+                        skipped.push((id, "pending: resolve it first".to_owned()));
+                    } else {
+                        touched.push(e);
+                    }
+                }
+            }
+            PurgeTarget::Expired { filter } => {
+                let f = EntryFilter {
+                    expired: true,
+                    ..filter.clone()
+                };
+                self.each_entry(&f, None, &mut |e| {
+                    touched.push(e.clone());
+                    Ok(())
+                })?;
+            }
+        }
+        Ok(Preview {
+            action: "purge".into(),
+            count: touched.len(),
+            destructive: touched.iter().any(|e| e.effect == Effect::Destructive),
+            ids: touched.iter().map(|e| e.id).collect(),
+            keys: touched.into_iter().map(|e| e.key).collect(),
+            skipped,
+        })
+    }
+
+    pub fn purge(&self, cmd: &PurgeCmd) -> OpsResult<PurgeReport> {
+        let actor = validate_actor(&cmd.operator, &cmd.reason)?;
+        let preview = self.preview_purge(&cmd.target)?;
+        if let Some((id, why)) = preview.skipped.first() {
+            return Err(OpsError::Conflict(format!(
+                "entry {id} cannot be purged: {why}"
+            )));
+        }
+        if preview.destructive && !cmd.confirm_destructive {
+            return Err(OpsError::ConfirmationRequired(preview.keys));
+        }
+        let only_expired = matches!(cmd.target, PurgeTarget::Expired { .. });
+        let mut purged = Vec::with_capacity(preview.ids.len());
+        // Chunks keep each transaction short; each chunk is atomic.
+        for chunk in preview.ids.chunks(1000) {
+            let done = self
+                .store
+                .purge(PurgeRequest {
+                    ids: chunk.to_vec(),
+                    only_expired,
+                    actor: actor.clone(),
+                    at: now_millis(),
+                })
+                .wait()?;
+            purged.extend(done);
+        }
+        Ok(PurgeReport { purged })
+    }
+
+    /// Marks lease and TTL expiries in the log (the proxy's sweeper calls this periodically).
+    pub fn sweep(&self) -> OpsResult<SweepReport> {
+        Ok(self.store.sweep(now_millis()).wait()?)
+    }
+
+    // ---- audit -------------------------------------------------------------------------------
+
+    /// Exports a range of the log; `Ok(None)` when cancelled through `progress`.
+    pub fn export(&self, cmd: &ExportCmd, progress: Progress<'_>) -> OpsResult<Option<Manifest>> {
+        if let (Some(s), Some(u)) = (cmd.range.since, cmd.range.until) {
+            if s >= u {
+                return Err(OpsError::invalid("since", "must be before until"));
+            }
+        }
+        let path = Path::new(&cmd.path);
+        if cmd.path.trim().is_empty() {
+            return Err(OpsError::invalid("path", "name an output file"));
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.is_dir() {
+                return Err(OpsError::invalid(
+                    "path",
+                    &format!("directory {} does not exist", dir.display()),
+                ));
+            }
+        }
+        Ok(export::export(
+            self.store.as_ref(),
+            cmd.format,
+            cmd.range,
+            path,
+            progress,
+        )?)
+    }
+
+    pub fn verify(&self, progress: Progress<'_>) -> OpsResult<VerifyReport> {
+        Ok(self.store.verify(progress)?)
+    }
+
+    /// Verifies the chain and that the ledger still holds the heads a manifest recorded (a cut-off
+    /// tail or a rewritten history shows as a missing head).
+    pub fn verify_against(
+        &self,
+        manifest: &Path,
+        progress: Progress<'_>,
+    ) -> OpsResult<AgainstReport> {
+        let raw = std::fs::read(manifest)
+            .map_err(|e| OpsError::invalid("against", &format!("{}: {e}", manifest.display())))?;
+        let m: Manifest = serde_json::from_slice(&raw).map_err(|e| {
+            OpsError::invalid(
+                "against",
+                &format!("{}: not a manifest: {e}", manifest.display()),
+            )
+        })?;
+        let chain = self.verify(progress)?;
+        let mut problems = Vec::new();
+        if let Some(seq) = chain.first_bad_seq {
+            problems.push(format!(
+                "seq {seq}: {}",
+                chain.problem.clone().unwrap_or_default()
+            ));
+        }
+        let mut heads = Vec::new();
+        for h in [m.ledger_head.clone(), m.chain_head.clone()]
+            .into_iter()
+            .flatten()
+        {
+            if heads.iter().any(|(x, _): &(ChainHead, bool)| x == &h) {
+                continue;
+            }
+            let held = self.store.contains(&h)?;
+            if !held {
+                problems.push(format!(
+                    "the ledger no longer holds seq {} with hash {}",
+                    h.seq, h.hash
+                ));
+            }
+            heads.push((h, held));
+        }
+        Ok(AgainstReport {
+            ok: chain.ok && heads.iter().all(|(_, h)| *h),
+            chain,
+            heads,
+            problems,
+        })
+    }
+
+    pub fn verify_export(
+        &self,
+        file: &Path,
+        progress: Progress<'_>,
+    ) -> OpsResult<ExportVerifyReport> {
+        verify_export_file(file, &self.hasher, progress)
+    }
+}
+
+/// Verifies an export without opening any ledger.
+pub fn verify_export_file(
+    file: &Path,
+    hasher: &ChainHasher,
+    progress: Progress<'_>,
+) -> OpsResult<ExportVerifyReport> {
+    Ok(export::verify_export(file, hasher, progress)?)
+}
