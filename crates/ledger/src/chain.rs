@@ -179,34 +179,32 @@ where
     };
     for ev in events {
         let ev = ev?;
-        let bad = |report: &mut VerifyReport, why: String| {
+        let bad = |report: &mut VerifyReport, seq: i64, why: String| {
             report.ok = false;
-            report.first_bad_seq = Some(ev.seq);
+            report.first_bad_seq = Some(seq);
             report.problem = Some(why);
         };
         if let Some((seq, prev)) = &expect {
             if *seq != i64::MIN && ev.seq != *seq {
-                bad(
-                    &mut report,
-                    format!(
-                        "sequence gap or reordering: expected seq {seq}, found {}",
-                        ev.seq
-                    ),
+                // A missing row is named by its own (missing) sequence number.
+                let named = if ev.seq > *seq { *seq } else { ev.seq };
+                let why = format!(
+                    "sequence broken: expected seq {seq}, found {} (a row was deleted, inserted or moved)",
+                    ev.seq
                 );
+                bad(&mut report, named, why);
                 return Ok(report);
             }
             if &ev.prev_hash != prev {
-                bad(
-                    &mut report,
-                    "prev_hash does not link to the previous event".to_owned(),
-                );
+                let why = "prev_hash does not link to the previous event".to_owned();
+                bad(&mut report, ev.seq, why);
                 return Ok(report);
             }
         }
-        let h = hasher.hash(&ev);
-        if h != ev.hash {
+        if hasher.hash(&ev) != ev.hash {
             bad(
                 &mut report,
+                ev.seq,
                 "hash does not match the event's contents".to_owned(),
             );
             return Ok(report);

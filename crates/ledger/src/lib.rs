@@ -16,7 +16,7 @@ pub mod store;
 pub use chain::{ChainHasher, VerifyReport};
 pub use error::{LedgerError, Result};
 pub use model::*;
-pub use sqlite::{schema_version, OpenOptions, SqliteLedger, MAX_BATCH};
+pub use sqlite::{schema_version, OpenOptions, SqliteLedger, WriterCounters, MAX_BATCH};
 pub use store::*;
 
 use std::sync::Arc;

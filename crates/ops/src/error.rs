@@ -13,10 +13,18 @@ pub enum OpsError {
     MissingReason,
     #[error("{0}")]
     Conflict(String),
-    #[error("this touches entries on a destructive route ({}); confirm it explicitly", .0.join(", "))]
+    #[error("this touches {} entries, some on a destructive route (keys: {}); confirm it explicitly", .0.len(), first_keys(.0))]
     ConfirmationRequired(Vec<String>),
     #[error(transparent)]
     Ledger(#[from] LedgerError),
+}
+
+fn first_keys(keys: &[String]) -> String {
+    let mut s = keys.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    if keys.len() > 5 {
+        s.push_str(&format!(" and {} more", keys.len() - 5));
+    }
+    s
 }
 
 impl OpsError {

@@ -15,6 +15,7 @@ mod schema;
 mod write;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -88,6 +89,14 @@ pub struct SqliteLedger {
     tx: Mutex<Option<mpsc::Sender<Job>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     readers: Mutex<Vec<Connection>>,
+    counters: Arc<WriterCounters>,
+}
+
+/// What the writer has done: committed transactions (each one fsync) and the jobs they carried.
+#[derive(Debug, Default)]
+pub struct WriterCounters {
+    pub commits: AtomicU64,
+    pub jobs: AtomicU64,
 }
 
 impl SqliteLedger {
@@ -123,9 +132,11 @@ impl SqliteLedger {
 
         let (tx, rx) = mpsc::channel::<Job>();
         let hasher = opts.hasher.clone();
+        let counters = Arc::new(WriterCounters::default());
+        let c = counters.clone();
         let writer = std::thread::Builder::new()
             .name("idemgate-ledger-writer".into())
-            .spawn(move || writer_loop(conn, hasher, rx))?;
+            .spawn(move || writer_loop(conn, hasher, rx, &c))?;
         Ok(Arc::new(SqliteLedger {
             path,
             hasher: opts.hasher,
@@ -133,7 +144,16 @@ impl SqliteLedger {
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
             readers: Mutex::new(Vec::new()),
+            counters,
         }))
+    }
+
+    /// Commits and jobs so far (group commit: jobs / commits is the batching factor).
+    pub fn writer_counters(&self) -> (u64, u64) {
+        (
+            self.counters.commits.load(Ordering::Relaxed),
+            self.counters.jobs.load(Ordering::Relaxed),
+        )
     }
 
     pub fn path(&self) -> &Path {
@@ -311,7 +331,12 @@ fn load_head(conn: &Connection) -> rusqlite::Result<Head> {
     }
 }
 
-fn writer_loop(conn: Connection, hasher: ChainHasher, rx: mpsc::Receiver<Job>) {
+fn writer_loop(
+    conn: Connection,
+    hasher: ChainHasher,
+    rx: mpsc::Receiver<Job>,
+    counters: &WriterCounters,
+) {
     let mut batch: Vec<Job> = Vec::with_capacity(64);
     let mut replies: Vec<Reply> = Vec::with_capacity(64);
     while let Ok(first) = rx.recv() {
@@ -361,8 +386,17 @@ fn writer_loop(conn: Connection, hasher: ChainHasher, rx: mpsc::Receiver<Job>) {
             replies.push(reply);
         }
         let committed = conn.execute_batch("COMMIT").map_err(|e| e.to_string());
-        if committed.is_err() {
-            let _ = conn.execute_batch("ROLLBACK");
+        match &committed {
+            Ok(()) => {
+                counters.commits.fetch_add(1, Ordering::Relaxed);
+                counters
+                    .jobs
+                    .fetch_add(replies.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "ledger commit failed");
+                let _ = conn.execute_batch("ROLLBACK");
+            }
         }
         let err = committed.as_ref().err().map(String::as_str);
         for reply in replies.drain(..) {

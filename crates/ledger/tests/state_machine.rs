@@ -1,0 +1,806 @@
+//! Every transition of the entry state machine, on a real SQLite file, with the log checked after.
+
+use std::sync::Arc;
+
+use idemgate_ledger::*;
+
+const T0: Millis = 1_800_000_000_000;
+const LEASE: i64 = 30_000;
+const TTL: i64 = 3_600_000;
+
+struct Fx {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    l: Arc<SqliteLedger>,
+}
+
+fn fx() -> Fx {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ledger.db");
+    let l = SqliteLedger::open(
+        &path,
+        OpenOptions {
+            create: true,
+            hasher: ChainHasher::unkeyed(),
+        },
+    )
+    .expect("open");
+    Fx { _dir: dir, path, l }
+}
+
+fn req(key: &str, body: &str, at: Millis) -> ClaimRequest {
+    ClaimRequest {
+        route: "charges".into(),
+        scope: "agent-1".into(),
+        key: key.into(),
+        fingerprint: canon::fingerprint("POST", "charges", &[], body.as_bytes()),
+        effect: Effect::Write,
+        request: RequestRecord {
+            method: "POST".into(),
+            path: "/v1/charges".into(),
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                ("authorization".into(), "Bearer sk_live_SECRET".into()),
+            ],
+            body: body.as_bytes().to_vec(),
+        },
+        owner: "proxy-a".into(),
+        lease_ms: LEASE,
+        ttl_ms: TTL,
+        reject_duplicates_within_ms: None,
+        at,
+    }
+}
+
+fn resp(status: u16, body: &str) -> ResponseRecord {
+    ResponseRecord {
+        status,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+fn claimed(o: ClaimOutcome) -> i64 {
+    match o {
+        ClaimOutcome::Claimed { entry_id, .. } => entry_id,
+        other => panic!("expected Claimed, got {other:?}"),
+    }
+}
+
+fn complete(l: &SqliteLedger, id: i64, at: Millis, body: &str) -> CompleteOutcome {
+    l.complete(CompleteRequest {
+        entry_id: id,
+        owner: "proxy-a".into(),
+        response: resp(201, body),
+        ttl_ms: TTL,
+        duplicate_window_ms: Some(600_000),
+        at,
+    })
+    .wait()
+    .expect("complete")
+}
+
+fn kinds(l: &SqliteLedger, id: i64) -> Vec<String> {
+    let mut evs = l
+        .events(
+            &EventFilter {
+                entry_id: Some(id),
+                ..Default::default()
+            },
+            Page::default(),
+        )
+        .expect("events");
+    evs.reverse();
+    evs.into_iter().map(|e| e.kind).collect()
+}
+
+fn actor() -> Actor {
+    Actor {
+        operator: "alice".into(),
+        reason: "checked upstream".into(),
+    }
+}
+
+fn verify_ok(l: &SqliteLedger) {
+    let r = l.verify(&mut |_| true).expect("verify");
+    assert!(r.ok, "chain must verify: {r:?}");
+}
+
+#[test]
+fn new_key_is_claimed_durably_then_in_flight_then_replayed() {
+    let f = fx();
+    let id = claimed(
+        f.l.claim(req("k1", r#"{"amount":100}"#, T0))
+            .wait()
+            .expect("claim"),
+    );
+    // Same key while the lease is live: in flight.
+    match f
+        .l
+        .claim(req("k1", r#"{ "amount": 100 }"#, T0 + 1_000))
+        .wait()
+        .expect("claim")
+    {
+        ClaimOutcome::InFlight {
+            entry_id,
+            lease_expires_at,
+        } => {
+            assert_eq!(entry_id, id);
+            assert_eq!(lease_expires_at, T0 + LEASE);
+        }
+        o => panic!("expected InFlight, got {o:?}"),
+    }
+    complete(&f.l, id, T0 + 2_000, r#"{"id":"ch_1"}"#);
+    // Same key, same fingerprint (key order/whitespace differ): replayed, counted.
+    for n in 1..=3 {
+        match f
+            .l
+            .claim(req("k1", r#"{"amount" : 100}"#, T0 + 3_000 + n))
+            .wait()
+            .expect("claim")
+        {
+            ClaimOutcome::Replay { entry_id, response } => {
+                assert_eq!(entry_id, id);
+                assert_eq!(response.status, 201);
+                assert_eq!(response.body, br#"{"id":"ch_1"}"#);
+            }
+            o => panic!("expected Replay, got {o:?}"),
+        }
+    }
+    let e = f.l.entry(id, T0 + 5_000).expect("entry");
+    assert_eq!(e.summary.state, State::Completed);
+    assert_eq!(e.summary.replays, 3);
+    assert_eq!(e.summary.expires_at, Some(T0 + 2_000 + TTL));
+    // The secret header never reached the ledger.
+    let headers = &e.request.expect("request").headers;
+    assert!(
+        headers.iter().all(|(n, _)| n != "authorization"),
+        "{headers:?}"
+    );
+    assert_eq!(kinds(&f.l, id), ["claim", "complete"]);
+    verify_ok(&f.l);
+}
+
+#[test]
+fn different_fingerprint_is_a_collision_and_keeps_the_rejected_request() {
+    let f = fx();
+    let id = claimed(
+        f.l.claim(req("k1", r#"{"amount":100}"#, T0))
+            .wait()
+            .expect("claim"),
+    );
+    complete(&f.l, id, T0 + 10, "{}");
+    let o =
+        f.l.claim(req("k1", r#"{"amount":999}"#, T0 + 20))
+            .wait()
+            .expect("claim");
+    assert_eq!(o, ClaimOutcome::Collision { entry_id: id });
+    let e = f.l.entry(id, T0 + 30).expect("entry");
+    assert_eq!(e.summary.collisions, 1);
+    assert_eq!(
+        e.summary.state,
+        State::Completed,
+        "a collision changes nothing else"
+    );
+    assert_eq!(e.collision_requests.len(), 1);
+    assert_eq!(e.collision_requests[0].request.body, br#"{"amount":999}"#);
+    assert!(e.collision_requests[0]
+        .request
+        .headers
+        .iter()
+        .all(|(n, _)| n != "authorization"));
+    let listed =
+        f.l.entries(
+            &EntryFilter {
+                collisions: true,
+                ..Default::default()
+            },
+            Page::default(),
+            T0 + 30,
+        )
+        .expect("list");
+    assert_eq!(listed.iter().map(|e| e.id).collect::<Vec<_>>(), [id]);
+    assert_eq!(kinds(&f.l, id), ["claim", "complete", "collision"]);
+    verify_ok(&f.l);
+}
+
+#[test]
+fn lease_passing_makes_an_entry_stuck_and_the_sweeper_logs_it_once() {
+    let f = fx();
+    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    let stuck = EntryFilter {
+        stuck: true,
+        ..Default::default()
+    };
+    assert!(f
+        .l
+        .entries(&stuck, Page::default(), T0 + LEASE - 1)
+        .expect("list")
+        .is_empty());
+    let listed =
+        f.l.entries(&stuck, Page::default(), T0 + LEASE)
+            .expect("list");
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].stuck);
+    assert_eq!(
+        f.l.claim(req("k1", "{}", T0 + LEASE + 1))
+            .wait()
+            .expect("claim"),
+        ClaimOutcome::Stuck { entry_id: id }
+    );
+    let r = f.l.sweep(T0 + LEASE + 5).wait().expect("sweep");
+    assert_eq!(
+        r,
+        SweepReport {
+            lease_expired: 1,
+            ttl_expired: 0
+        }
+    );
+    let r = f.l.sweep(T0 + LEASE + 6).wait().expect("sweep");
+    assert_eq!(r, SweepReport::default(), "logged once");
+    assert_eq!(kinds(&f.l, id), ["claim", "lease_expired"]);
+    // The original holder can no longer complete once an operator takes over (see resolve tests),
+    // but until then a late completion by the owner still lands.
+    complete(&f.l, id, T0 + LEASE + 10, "{}");
+    assert_eq!(
+        f.l.entry(id, T0 + LEASE + 20).expect("entry").summary.state,
+        State::Completed
+    );
+}
+
+#[test]
+fn outcome_unknown_is_stuck_immediately_until_an_operator_resolves_it() {
+    let f = fx();
+    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    f.l.mark_unknown(OwnerReport {
+        entry_id: id,
+        owner: "proxy-a".into(),
+        error: "timeout".into(),
+        at: T0 + 10,
+    })
+    .wait()
+    .expect("unknown");
+    assert_eq!(
+        f.l.claim(req("k1", "{}", T0 + 20)).wait().expect("claim"),
+        ClaimOutcome::Stuck { entry_id: id }
+    );
+    let e = f.l.entry(id, T0 + 20).expect("entry").summary;
+    assert!(e.stuck && e.outcome_unknown);
+    assert_eq!(e.last_error.as_deref(), Some("timeout"));
+
+    let s =
+        f.l.resolve(ResolveRequest {
+            entry_id: id,
+            resolution: Resolution::Completed {
+                response: resp(200, r#"{"id":"ch_found"}"#),
+                external_ref: Some("ch_found".into()),
+            },
+            actor: actor(),
+            ttl_ms: TTL,
+            at: T0 + 30,
+        })
+        .wait()
+        .expect("resolve");
+    assert_eq!(s.state, State::Completed);
+    assert!(!s.stuck);
+    // Retries now get the operator's recorded response.
+    match f.l.claim(req("k1", "{}", T0 + 40)).wait().expect("claim") {
+        ClaimOutcome::Replay { response, .. } => assert_eq!(response.body, br#"{"id":"ch_found"}"#),
+        o => panic!("expected Replay, got {o:?}"),
+    }
+    // The original holder lost its claim.
+    let late = f.l.complete(CompleteRequest {
+        entry_id: id,
+        owner: "proxy-a".into(),
+        response: resp(201, "{}"),
+        ttl_ms: TTL,
+        duplicate_window_ms: None,
+        at: T0 + 50,
+    });
+    assert!(matches!(
+        late.wait(),
+        Err(LedgerError::InvalidTransition { .. })
+    ));
+    let ev =
+        f.l.events(
+            &EventFilter {
+                kind: Some("resolve".into()),
+                ..Default::default()
+            },
+            Page::default(),
+        )
+        .expect("events");
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].operator.as_deref(), Some("alice"));
+    assert_eq!(ev[0].reason.as_deref(), Some("checked upstream"));
+    assert_eq!(kinds(&f.l, id), ["claim", "outcome_unknown", "resolve"]);
+    verify_ok(&f.l);
+}
+
+#[test]
+fn release_lets_the_key_run_again_with_the_next_attempt() {
+    let f = fx();
+    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    f.l.record_attempt(
+        OwnerReport {
+            entry_id: id,
+            owner: "proxy-a".into(),
+            error: "503".into(),
+            at: T0 + 1,
+        },
+        2,
+    )
+    .wait()
+    .expect("attempt");
+    f.l.release(OwnerReport {
+        entry_id: id,
+        owner: "proxy-a".into(),
+        error: "503 x3".into(),
+        at: T0 + 2,
+    })
+    .wait()
+    .expect("release");
+    assert_eq!(
+        f.l.entry(id, T0 + 3).expect("entry").summary.state,
+        State::Released
+    );
+    match f.l.claim(req("k1", "{}", T0 + 4)).wait().expect("claim") {
+        ClaimOutcome::Claimed { entry_id, attempt } => {
+            assert_eq!(entry_id, id);
+            assert_eq!(attempt, 3);
+        }
+        o => panic!("expected Claimed, got {o:?}"),
+    }
+    assert_eq!(kinds(&f.l, id), ["claim", "attempt", "release", "claim"]);
+}
+
+#[test]
+fn only_the_lease_owner_reports_outcomes() {
+    let f = fx();
+    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    let r =
+        f.l.release(OwnerReport {
+            entry_id: id,
+            owner: "proxy-b".into(),
+            error: "x".into(),
+            at: T0 + 1,
+        })
+        .wait();
+    assert!(matches!(r, Err(LedgerError::LeaseLost(i)) if i == id));
+    assert_eq!(
+        kinds(&f.l, id),
+        ["claim"],
+        "a refused write appends nothing"
+    );
+    verify_ok(&f.l);
+}
+
+#[test]
+fn operator_failure_is_final_and_returns_the_operator_response() {
+    let f = fx();
+    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    f.l.mark_unknown(OwnerReport {
+        entry_id: id,
+        owner: "proxy-a".into(),
+        error: "reset".into(),
+        at: T0 + 1,
+    })
+    .wait()
+    .expect("unknown");
+    f.l.resolve(ResolveRequest {
+        entry_id: id,
+        resolution: Resolution::Failed {
+            response: Some(resp(410, r#"{"error":"order cancelled"}"#)),
+        },
+        actor: actor(),
+        ttl_ms: TTL,
+        at: T0 + 2,
+    })
+    .wait()
+    .expect("resolve");
+    match f.l.claim(req("k1", "{}", T0 + 3)).wait().expect("claim") {
+        ClaimOutcome::Failed { entry_id, response } => {
+            assert_eq!(entry_id, id);
+            assert_eq!(response.expect("response").status, 410);
+        }
+        o => panic!("expected Failed, got {o:?}"),
+    }
+}
+
+#[test]
+fn operator_release_of_a_stuck_entry_allows_a_new_execution() {
+    let f = fx();
+    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    let rr = |at| ResolveRequest {
+        entry_id: id,
+        resolution: Resolution::Released,
+        actor: actor(),
+        ttl_ms: TTL,
+        at,
+    };
+    // In flight: refused, nothing logged.
+    assert!(matches!(
+        f.l.resolve(rr(T0 + 1)).wait(),
+        Err(LedgerError::InvalidTransition { .. })
+    ));
+    f.l.resolve(rr(T0 + LEASE + 1))
+        .wait()
+        .expect("resolve stuck");
+    assert!(matches!(
+        f.l.claim(req("k1", "{}", T0 + LEASE + 2)).wait(),
+        Ok(ClaimOutcome::Claimed { attempt: 2, .. })
+    ));
+    assert_eq!(kinds(&f.l, id), ["claim", "resolve", "claim"]);
+}
+
+#[test]
+fn resolving_needs_an_operator_and_a_reason() {
+    let f = fx();
+    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    let r = f.l.resolve(ResolveRequest {
+        entry_id: id,
+        resolution: Resolution::Released,
+        actor: Actor {
+            operator: "alice".into(),
+            reason: "  ".into(),
+        },
+        ttl_ms: TTL,
+        at: T0 + LEASE + 1,
+    });
+    assert!(matches!(r.wait(), Err(LedgerError::MissingActor)));
+    assert_eq!(kinds(&f.l, id), ["claim"]);
+}
+
+#[test]
+fn ttl_expiry_is_swept_and_an_expired_key_runs_again() {
+    let f = fx();
+    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    complete(&f.l, id, T0 + 10, r#"{"v":1}"#);
+    let exp = EntryFilter {
+        expired: true,
+        ..Default::default()
+    };
+    assert!(f
+        .l
+        .entries(&exp, Page::default(), T0 + 10 + TTL - 1)
+        .expect("list")
+        .is_empty());
+    assert_eq!(
+        f.l.entries(&exp, Page::default(), T0 + 10 + TTL)
+            .expect("list")
+            .len(),
+        1
+    );
+    let soon = EntryFilter {
+        expiring_within: Some(60_000),
+        ..Default::default()
+    };
+    assert_eq!(
+        f.l.entries(&soon, Page::default(), T0 + TTL - 30_000)
+            .expect("list")
+            .len(),
+        1
+    );
+    assert_eq!(
+        f.l.sweep(T0 + 10 + TTL).wait().expect("sweep").ttl_expired,
+        1
+    );
+    // A new request with the expired key (even with another body) executes again.
+    assert!(matches!(
+        f.l.claim(req("k1", r#"{"new":true}"#, T0 + 20 + TTL)).wait().expect("claim"),
+        ClaimOutcome::Claimed { entry_id, attempt: 1 } if entry_id == id
+    ));
+    assert_eq!(kinds(&f.l, id), ["claim", "complete", "expired", "claim"]);
+    verify_ok(&f.l);
+}
+
+#[test]
+fn same_effect_under_another_key_is_flagged_as_a_duplicate_suspect() {
+    let f = fx();
+    let body = r#"{"customer":"cus_1","amount":4999}"#;
+    let a = claimed(f.l.claim(req("key-a", body, T0)).wait().expect("claim"));
+    complete(&f.l, a, T0 + 10, "{}");
+    let b = claimed(
+        f.l.claim(req("key-b", body, T0 + 60_000))
+            .wait()
+            .expect("claim"),
+    );
+    assert_eq!(complete(&f.l, b, T0 + 60_010, "{}").duplicate_of, Some(a));
+    // Outside the window: not a suspect.
+    let c = claimed(
+        f.l.claim(req("key-c", body, T0 + 3_000_000))
+            .wait()
+            .expect("claim"),
+    );
+    assert_eq!(complete(&f.l, c, T0 + 3_000_010, "{}").duplicate_of, None);
+    let dups =
+        f.l.entries(
+            &EntryFilter {
+                duplicates: true,
+                ..Default::default()
+            },
+            Page::default(),
+            T0,
+        )
+        .expect("list");
+    assert_eq!(dups.iter().map(|e| e.id).collect::<Vec<_>>(), [b, a]);
+    let inc = f.l.incidents(Page::default(), T0).expect("incidents");
+    assert_eq!(inc.len(), 1);
+    assert_eq!(
+        inc[0].entries.len(),
+        3,
+        "the incident lists every completion of that effect"
+    );
+    // With the reject policy the second key is refused before it executes.
+    let mut r = req("key-d", body, T0 + 3_000_100);
+    r.reject_duplicates_within_ms = Some(600_000);
+    assert_eq!(
+        f.l.claim(r).wait().expect("claim"),
+        ClaimOutcome::ProbableDuplicate {
+            entry_id: c,
+            key: "key-c".into()
+        }
+    );
+    assert!(f
+        .l
+        .entries(
+            &EntryFilter {
+                key: Some("key-d".into()),
+                ..Default::default()
+            },
+            Page::default(),
+            T0
+        )
+        .expect("list")
+        .is_empty());
+    verify_ok(&f.l);
+}
+
+#[test]
+fn purge_removes_entries_but_keeps_the_chain_verifiable() {
+    let f = fx();
+    let a = claimed(f.l.claim(req("a", "{}", T0)).wait().expect("claim"));
+    let b = claimed(f.l.claim(req("b", "{}", T0)).wait().expect("claim"));
+    complete(&f.l, a, T0 + 1, "{}");
+    let pr = |ids: Vec<i64>, only_expired| PurgeRequest {
+        ids,
+        only_expired,
+        actor: actor(),
+        at: T0 + 2,
+    };
+    // A pending entry cannot be purged; the whole request is refused.
+    assert!(matches!(
+        f.l.purge(pr(vec![a, b], false)).wait(),
+        Err(LedgerError::InvalidTransition { .. })
+    ));
+    assert!(f.l.entry(a, T0).is_ok());
+    // Only-expired skips what has not expired.
+    assert_eq!(
+        f.l.purge(pr(vec![a], true)).wait().expect("purge"),
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        f.l.purge(pr(vec![a], false)).wait().expect("purge"),
+        vec![a]
+    );
+    assert!(matches!(
+        f.l.entry(a, T0),
+        Err(LedgerError::EntryNotFound(_))
+    ));
+    let ev =
+        f.l.events(
+            &EventFilter {
+                kind: Some("purge".into()),
+                ..Default::default()
+            },
+            Page::default(),
+        )
+        .expect("events");
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].operator.as_deref(), Some("alice"));
+    verify_ok(&f.l);
+}
+
+#[test]
+fn redrive_rearms_a_stuck_entry_with_its_stored_request() {
+    let f = fx();
+    let id = claimed(
+        f.l.claim(req("k1", r#"{"amount":1}"#, T0))
+            .wait()
+            .expect("claim"),
+    );
+    let rd = |at| RedriveRequest {
+        entry_id: id,
+        owner: "proxy-b".into(),
+        lease_ms: LEASE,
+        actor: actor(),
+        at,
+    };
+    assert!(matches!(
+        f.l.redrive(rd(T0 + 1)).wait(),
+        Err(LedgerError::InvalidTransition { .. })
+    ));
+    let r = f.l.redrive(rd(T0 + LEASE + 1)).wait().expect("redrive");
+    assert_eq!(r.attempt, 2);
+    assert_eq!(r.request.body, br#"{"amount":1}"#);
+    // It is now leased by the re-driver, who completes it.
+    f.l.complete(CompleteRequest {
+        entry_id: id,
+        owner: "proxy-b".into(),
+        response: resp(201, "{}"),
+        ttl_ms: TTL,
+        duplicate_window_ms: None,
+        at: T0 + LEASE + 2,
+    })
+    .wait()
+    .expect("complete");
+    assert_eq!(kinds(&f.l, id), ["claim", "replay", "complete"]);
+}
+
+#[test]
+fn keyset_paging_walks_every_entry_once() {
+    let f = fx();
+    let tickets: Vec<_> = (0..250)
+        .map(|i| f.l.claim(req(&format!("k{i}"), "{}", T0 + i)))
+        .collect();
+    for t in tickets {
+        claimed(t.wait().expect("claim"));
+    }
+    let mut seen = Vec::new();
+    let mut before = None;
+    loop {
+        let page =
+            f.l.entries(&EntryFilter::default(), Page { before, limit: 100 }, T0)
+                .expect("page");
+        if page.is_empty() {
+            break;
+        }
+        before = page.last().map(|e| e.id);
+        seen.extend(page.into_iter().map(|e| e.id));
+    }
+    let mut sorted = seen.clone();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    sorted.dedup();
+    assert_eq!(seen, sorted);
+    assert_eq!(seen.len(), 250);
+    let stats = f.l.stats(T0, 24).expect("stats");
+    assert_eq!(
+        stats
+            .entries_by_state
+            .iter()
+            .find(|(s, _)| *s == State::Pending)
+            .map(|x| x.1),
+        Some(250)
+    );
+}
+
+#[test]
+fn concurrent_claims_are_group_committed() {
+    let f = fx();
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            let l = f.l.clone();
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    claimed(
+                        l.claim(req(&format!("t{t}-{i}"), "{}", T0))
+                            .wait()
+                            .expect("claim"),
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    let (commits, jobs) = f.l.writer_counters();
+    assert_eq!(jobs, 800);
+    assert!(
+        commits < jobs,
+        "800 claims from 16 threads took {commits} commits: no batching"
+    );
+    verify_ok(&f.l);
+}
+
+#[test]
+fn a_database_newer_than_the_binary_is_refused() {
+    let f = fx();
+    f.l.close();
+    {
+        let c = rusqlite_conn(&f.path);
+        c.pragma_update(None, "user_version", schema_version() + 1)
+            .expect("bump");
+    }
+    match SqliteLedger::open(
+        &f.path,
+        OpenOptions {
+            create: false,
+            hasher: ChainHasher::unkeyed(),
+        },
+    ) {
+        Err(LedgerError::TooNew { found, supported }) => {
+            assert_eq!(found, schema_version() + 1);
+            assert_eq!(supported, schema_version());
+        }
+        other => panic!("expected TooNew, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_missing_ledger_is_not_created_by_readers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("nope.db");
+    assert!(matches!(
+        SqliteLedger::open(
+            &p,
+            OpenOptions {
+                create: false,
+                hasher: ChainHasher::unkeyed()
+            }
+        ),
+        Err(LedgerError::NotFound(_))
+    ));
+    assert!(!p.exists());
+}
+
+#[test]
+fn a_keyed_log_refuses_writes_without_its_key_and_detects_plain_forgeries() {
+    let f = fx();
+    drop(f.l);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("keyed.db");
+    let keyed = ChainHasher::keyed(b"s3cret".to_vec());
+    let l = SqliteLedger::open(
+        &path,
+        OpenOptions {
+            create: true,
+            hasher: keyed.clone(),
+        },
+    )
+    .expect("open");
+    claimed(l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    assert_eq!(l.chain_alg().expect("alg"), "hmac-sha256");
+    assert!(l.verify(&mut |_| true).expect("verify").ok);
+    l.close();
+    drop(l);
+    let unkeyed = SqliteLedger::open(
+        &path,
+        OpenOptions {
+            create: false,
+            hasher: ChainHasher::unkeyed(),
+        },
+    )
+    .expect("open");
+    assert!(matches!(
+        unkeyed.claim(req("k2", "{}", T0)).wait(),
+        Err(LedgerError::ChainKeyRequired)
+    ));
+    assert!(matches!(
+        unkeyed.verify(&mut |_| true),
+        Err(LedgerError::ChainKeyRequired)
+    ));
+    // Reads still work without the key.
+    assert_eq!(
+        unkeyed
+            .entries(&EntryFilter::default(), Page::default(), T0)
+            .expect("list")
+            .len(),
+        1
+    );
+    let wrong = SqliteLedger::open(
+        &path,
+        OpenOptions {
+            create: false,
+            hasher: ChainHasher::keyed(b"guess".to_vec()),
+        },
+    )
+    .expect("open");
+    let r = wrong.verify(&mut |_| true).expect("verify");
+    assert!(!r.ok);
+    assert_eq!(r.first_bad_seq, Some(1));
+}
+
+fn rusqlite_conn(p: &std::path::Path) -> rusqlite::Connection {
+    rusqlite::Connection::open(p).expect("open raw")
+}
