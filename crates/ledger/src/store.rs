@@ -215,7 +215,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
 
     // The proxy's path.
     fn claim(&self, req: ClaimRequest) -> Ticket<ClaimOutcome>;
-    fn record_attempt(&self, report: OwnerReport, attempt: i64) -> Ticket<()>;
+    /// A retry of a claimed entry (the last try was not executed); renews the lease by `lease_ms`.
+    fn record_attempt(&self, report: OwnerReport, attempt: i64, lease_ms: i64) -> Ticket<()>;
     fn complete(&self, req: CompleteRequest) -> Ticket<CompleteOutcome>;
     fn mark_unknown(&self, report: OwnerReport) -> Ticket<()>;
     fn release(&self, report: OwnerReport) -> Ticket<()>;

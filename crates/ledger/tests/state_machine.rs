@@ -329,9 +329,18 @@ fn release_lets_the_key_run_again_with_the_next_attempt() {
             at: T0 + 1,
         },
         2,
+        LEASE,
     )
     .wait()
     .expect("attempt");
+    assert_eq!(
+        f.l.entry(id, T0 + 1)
+            .expect("entry")
+            .summary
+            .lease_expires_at,
+        Some(T0 + 1 + LEASE),
+        "a retry renews the lease"
+    );
     f.l.release(OwnerReport {
         entry_id: id,
         owner: "proxy-a".into(),

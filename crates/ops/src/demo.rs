@@ -374,7 +374,7 @@ fn traffic_chunk(store: &dyn Storage, g: &mut Gen, t0: Millis, slice: i64) -> Op
                 error: error.into(),
                 at: c.at + 120,
             };
-            tickets.push(store.record_attempt(rep, 2));
+            tickets.push(store.record_attempt(rep, 2, LEASE));
         }
     }
     wait_all(tickets)?;

@@ -430,8 +430,8 @@ impl Storage for SqliteLedger {
         self.submit(move |ctx| write::claim(ctx, req))
     }
 
-    fn record_attempt(&self, report: OwnerReport, attempt: i64) -> Ticket<()> {
-        self.submit(move |ctx| write::record_attempt(ctx, report, attempt))
+    fn record_attempt(&self, report: OwnerReport, attempt: i64, lease_ms: i64) -> Ticket<()> {
+        self.submit(move |ctx| write::record_attempt(ctx, report, attempt, lease_ms))
     }
 
     fn complete(&self, req: CompleteRequest) -> Ticket<CompleteOutcome> {

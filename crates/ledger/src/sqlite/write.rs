@@ -410,13 +410,26 @@ fn owned(conn: &Connection, id: i64, owner: &str, action: &'static str) -> Resul
     Ok(row)
 }
 
-pub(crate) fn record_attempt(ctx: &mut Ctx<'_>, rep: OwnerReport, attempt: i64) -> Result<()> {
+/// Records a retry after an outcome that was not executed, and renews the lease for it.
+pub(crate) fn record_attempt(
+    ctx: &mut Ctx<'_>,
+    rep: OwnerReport,
+    attempt: i64,
+    lease_ms: i64,
+) -> Result<()> {
     let row = owned(ctx.conn, rep.entry_id, &rep.owner, "record attempt")?;
     ctx.conn
         .prepare_cached(
-            "UPDATE entries SET attempts = ?2, last_error = ?3, updated_at = ?4 WHERE id = ?1",
+            "UPDATE entries SET attempts = ?2, last_error = ?3, updated_at = ?4, \
+             lease_expires_at = ?5 WHERE id = ?1",
         )?
-        .execute(params![row.id, attempt, rep.error, rep.at])?;
+        .execute(params![
+            row.id,
+            attempt,
+            rep.error,
+            rep.at,
+            rep.at + lease_ms
+        ])?;
     append(
         ctx,
         row.event(

@@ -1,0 +1,615 @@
+//! `idemgate`: the command-line door to the operations API. The binary is `main.rs`, one line;
+//! everything is here so the workspace tests can build the very same program.
+//!
+//! Exit codes: 0 success; 1 an operation failed (the message says why and the ledger is unchanged);
+//! 2 bad usage (nothing was opened); 3 verification found a problem.
+
+mod output;
+mod serve;
+mod timearg;
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use idemgate_ledger::export::Format;
+use idemgate_ledger::{ChainHasher, EntryFilter, EventFilter, EventRange, ResponseRecord, State};
+use idemgate_ops::{ExportCmd, Ops, OpsError, PurgeCmd, PurgeTarget, ResolveAs, ResolveCmd};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "idemgate",
+    version,
+    about = "Exactly-once side effects for retrying clients: the idemgate ledger and its operations",
+    long_about = "idemgate keeps an idempotency ledger in front of side-effecting APIs so a retried call \
+                  is answered from the ledger instead of running twice. This tool inspects and operates \
+                  that ledger: list and show entries, read the hash-chained log, resolve stuck entries, \
+                  purge, export audit trails and verify them.\n\n\
+                  Exit codes: 0 ok, 1 the operation failed (ledger unchanged), 2 bad usage, 3 verification failed.",
+    after_help = "The ledger is a SQLite file: --ledger PATH or IDEMGATE_LEDGER. A keyed log needs \
+                  IDEMGATE_CHAIN_KEY or IDEMGATE_CHAIN_KEY_FILE."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Debug, Clone)]
+struct LedgerArg {
+    /// The ledger: a SQLite file path.
+    #[arg(long, env = "IDEMGATE_LEDGER", value_name = "PATH")]
+    ledger: String,
+}
+
+#[derive(Args, Debug, Clone)]
+struct ActorArgs {
+    /// Why: recorded in the log with the action. Required and non-empty.
+    #[arg(long)]
+    reason: String,
+    /// Who: your name as it should appear in the log.
+    #[arg(long, env = "IDEMGATE_OPERATOR")]
+    operator: String,
+    /// Needed when the action touches an entry on a `destructive` route.
+    #[arg(long)]
+    confirm_destructive: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum StatusArg {
+    Pending,
+    Completed,
+    Released,
+    Failed,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum AsArg {
+    Completed,
+    Failed,
+    Released,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum FormatArg {
+    Ndjson,
+    Csv,
+}
+
+#[derive(Args, Debug, Clone)]
+struct ProxyActionArgs {
+    /// The configuration naming the entry's route and upstream (its ledger is used unless --ledger).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// The ledger, when not the one the configuration names.
+    #[arg(long, env = "IDEMGATE_LEDGER", value_name = "PATH")]
+    ledger: Option<String>,
+    entry_id: i64,
+    #[command(flatten)]
+    actor: ActorArgs,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run the proxy (and the admin API and /metrics) from a configuration file.
+    Serve {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Log format on stderr (level: IDEMGATE_LOG, default info).
+        #[arg(long, value_enum, default_value = "text", env = "IDEMGATE_LOG_FORMAT")]
+        log_format: LogFormat,
+    },
+    /// Re-drive a stuck, released or failed entry's stored request upstream (logged).
+    Replay(ProxyActionArgs),
+    /// Ask the upstream, through the route's reconcile probe, whether a stuck entry's effect happened,
+    /// and resolve it accordingly (logged).
+    Reconcile(ProxyActionArgs),
+    /// Seed a new ledger with realistic traffic and incidents, for a first look.
+    Demo {
+        #[command(flatten)]
+        ledger: LedgerArg,
+        /// At least this many log events.
+        #[arg(long, default_value_t = 10_000)]
+        events: u64,
+        /// Random seed (the same seed gives the same ledger shape).
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+    },
+    /// List entries (all matches, newest first, unless --limit).
+    Entries {
+        #[command(flatten)]
+        ledger: LedgerArg,
+        #[arg(long, value_enum)]
+        status: Option<StatusArg>,
+        /// PENDING whose lease has passed or whose outcome is unknown.
+        #[arg(long)]
+        stuck: bool,
+        /// Keys that arrived again with a different request.
+        #[arg(long)]
+        collisions: bool,
+        /// Past their TTL.
+        #[arg(long)]
+        expired: bool,
+        /// Duplicate suspects: the same effect completed under different keys.
+        #[arg(long)]
+        duplicates: bool,
+        #[arg(long)]
+        route: Option<String>,
+        #[arg(long)]
+        scope: Option<String>,
+        #[arg(long)]
+        key: Option<String>,
+        #[arg(long)]
+        limit: Option<usize>,
+        /// One JSON array on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one entry: request, response, state and its whole timeline.
+    Show {
+        #[command(flatten)]
+        ledger: LedgerArg,
+        entry_id: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read the append-only log, newest first.
+    Log {
+        #[command(flatten)]
+        ledger: LedgerArg,
+        #[arg(long, value_name = "ENTRY_ID")]
+        entry: Option<i64>,
+        /// RFC 3339 time, a date (2026-11-20) or a duration ago (90m, 2h, 7d).
+        #[arg(long, value_parser = timearg::parse)]
+        since: Option<i64>,
+        #[arg(long, value_parser = timearg::parse)]
+        until: Option<i64>,
+        #[arg(long)]
+        route: Option<String>,
+        #[arg(long)]
+        scope: Option<String>,
+        #[arg(long)]
+        key: Option<String>,
+        /// Event kind (claim, complete, resolve, purge, collision, duplicate_suspect, ...).
+        #[arg(long)]
+        kind: Option<String>,
+        #[arg(long)]
+        operator: Option<String>,
+        /// Substring search over key, route, scope, operator, reason and detail.
+        #[arg(long)]
+        search: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Record an operator's decision on a stuck, released or failed entry.
+    Resolve {
+        #[command(flatten)]
+        ledger: LedgerArg,
+        entry_id: i64,
+        #[arg(long = "as", value_enum)]
+        as_: AsArg,
+        /// Body of the response retries will get (completed or failed).
+        #[arg(long)]
+        response_file: Option<PathBuf>,
+        /// Status of that response.
+        #[arg(long, default_value_t = 200)]
+        status: u16,
+        /// Content type of that response (default: application/json when the body is JSON).
+        #[arg(long)]
+        content_type: Option<String>,
+        /// A reference to the effect upstream (e.g. the charge id you found).
+        #[arg(long)]
+        external_ref: Option<String>,
+        #[command(flatten)]
+        actor: ActorArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete entries (the log keeps their events). Pending entries must be resolved first.
+    Purge {
+        #[command(flatten)]
+        ledger: LedgerArg,
+        #[arg(required_unless_present = "expired", conflicts_with = "expired")]
+        entry_ids: Vec<i64>,
+        /// Every expired entry (narrow with --route / --scope).
+        #[arg(long)]
+        expired: bool,
+        #[arg(long, requires = "expired")]
+        route: Option<String>,
+        #[arg(long, requires = "expired")]
+        scope: Option<String>,
+        /// Show what would be purged and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        actor: ActorArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Export the log (a time range of it) with a manifest holding the chain head and file sha256.
+    Export {
+        #[command(flatten)]
+        ledger: LedgerArg,
+        #[arg(long, value_enum)]
+        format: FormatArg,
+        #[arg(long, value_parser = timearg::parse)]
+        since: Option<i64>,
+        #[arg(long, value_parser = timearg::parse)]
+        until: Option<i64>,
+        /// Output file; FILE.manifest.json is written beside it.
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Recompute the hash chain of a ledger (optionally against an export manifest) or of an export.
+    Verify {
+        #[arg(
+            long,
+            env = "IDEMGATE_LEDGER",
+            conflicts_with = "export",
+            required_unless_present = "export"
+        )]
+        ledger: Option<String>,
+        /// A manifest whose chain head the ledger must still hold.
+        #[arg(long, requires = "ledger", value_name = "MANIFEST")]
+        against: Option<PathBuf>,
+        /// An export file (its FILE.manifest.json is checked too when present).
+        #[arg(long, value_name = "FILE")]
+        export: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn init_logging(default_level: &str, format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("IDEMGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => b.json().init(),
+        LogFormat::Text => b.init(),
+    }
+}
+
+/// Runs `idemgate` with the process's arguments.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match &cli.cmd {
+        Cmd::Serve { log_format, .. } => init_logging("info", *log_format),
+        _ => init_logging("warn", LogFormat::Text),
+    }
+    let result = match cli.cmd {
+        Cmd::Serve { config, .. } => serve::serve(&config),
+        Cmd::Replay(a) => serve::operator_action(serve::Action::Replay, a),
+        Cmd::Reconcile(a) => serve::operator_action(serve::Action::Reconcile, a),
+        other => run(other).map_err(serve::CmdError::from),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("idemgate: error[{}]: {e}", e.code());
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// A progress bar on stderr when it is a terminal; silent otherwise.
+fn progress_bar(what: &str, total: Option<u64>) -> Option<indicatif::ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let pb = match total {
+        Some(t) => indicatif::ProgressBar::new(t),
+        None => indicatif::ProgressBar::new_spinner(),
+    };
+    let style = indicatif::ProgressStyle::with_template(&format!(
+        "{what} {{bar:40}} {{pos}}/{{len}} events ({{per_sec}}, {{eta}})"
+    ))
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    pb.set_style(style);
+    Some(pb)
+}
+
+fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
+    let mut out = std::io::stdout().lock();
+    match cmd {
+        Cmd::Demo {
+            ledger,
+            events,
+            seed,
+        } => {
+            if std::path::Path::new(&ledger.ledger).exists() {
+                return Err(OpsError::Conflict(format!(
+                    "{} exists; the demo only seeds a new ledger (remove it or pick another path)",
+                    ledger.ledger
+                )));
+            }
+            let ops = Ops::open_or_create(&ledger.ledger)?;
+            let report = idemgate_ops::seed_demo(
+                ops.store().as_ref(),
+                idemgate_ops::DemoOptions { events, seed },
+            )?;
+            output::demo(&mut out, &ledger.ledger, &report)?;
+        }
+        Cmd::Entries {
+            ledger,
+            status,
+            stuck,
+            collisions,
+            expired,
+            duplicates,
+            route,
+            scope,
+            key,
+            limit,
+            json,
+        } => {
+            let filter = EntryFilter {
+                state: status.map(|s| match s {
+                    StatusArg::Pending => State::Pending,
+                    StatusArg::Completed => State::Completed,
+                    StatusArg::Released => State::Released,
+                    StatusArg::Failed => State::Failed,
+                }),
+                stuck,
+                collisions,
+                expired,
+                duplicates,
+                route,
+                scope,
+                key,
+                expiring_within: None,
+            };
+            let ops = Ops::open_existing(&ledger.ledger)?;
+            output::entries(&mut out, &ops, &filter, limit, json)?;
+        }
+        Cmd::Show {
+            ledger,
+            entry_id,
+            json,
+        } => {
+            let ops = Ops::open_existing(&ledger.ledger)?;
+            output::show(&mut out, &ops.show(entry_id)?, json)?;
+        }
+        Cmd::Log {
+            ledger,
+            entry,
+            since,
+            until,
+            route,
+            scope,
+            key,
+            kind,
+            operator,
+            search,
+            limit,
+            json,
+        } => {
+            if let Some(k) = &kind {
+                if idemgate_ledger::EventKind::parse(k).is_none() {
+                    let kinds: Vec<_> = idemgate_ledger::EventKind::ALL
+                        .iter()
+                        .map(|k| k.as_str())
+                        .collect();
+                    return Err(OpsError::invalid(
+                        "kind",
+                        &format!("one of {}", kinds.join(", ")),
+                    ));
+                }
+            }
+            let filter = EventFilter {
+                entry_id: entry,
+                route,
+                scope,
+                key,
+                kind,
+                operator,
+                since,
+                until,
+                search,
+            };
+            let ops = Ops::open_existing(&ledger.ledger)?;
+            output::log(&mut out, &ops, &filter, limit, json)?;
+        }
+        Cmd::Resolve {
+            ledger,
+            entry_id,
+            as_,
+            response_file,
+            status,
+            content_type,
+            external_ref,
+            actor,
+            json,
+        } => {
+            // Everything is read and checked before the ledger is opened.
+            let response = match response_file {
+                Some(f) => {
+                    let body = std::fs::read(&f).map_err(|e| {
+                        OpsError::invalid("response-file", &format!("{}: {e}", f.display()))
+                    })?;
+                    let ct = content_type.unwrap_or_else(|| {
+                        if serde_json::from_slice::<serde_json::Value>(&body).is_ok() {
+                            "application/json".into()
+                        } else {
+                            "text/plain; charset=utf-8".into()
+                        }
+                    });
+                    Some(ResponseRecord {
+                        status,
+                        headers: vec![("content-type".into(), ct)],
+                        body,
+                    })
+                }
+                None => None,
+            };
+            let cmd = ResolveCmd {
+                entry_id,
+                as_: match as_ {
+                    AsArg::Completed => ResolveAs::Completed,
+                    AsArg::Failed => ResolveAs::Failed,
+                    AsArg::Released => ResolveAs::Released,
+                },
+                response,
+                external_ref,
+                operator: actor.operator,
+                reason: actor.reason,
+                confirm_destructive: actor.confirm_destructive,
+            };
+            if cmd.operator.trim().is_empty() {
+                return Err(OpsError::MissingOperator);
+            }
+            if cmd.reason.trim().is_empty() {
+                return Err(OpsError::MissingReason);
+            }
+            let ops = Ops::open_existing(&ledger.ledger)?;
+            let e = ops.resolve(&cmd)?;
+            output::resolved(&mut out, &e, json)?;
+        }
+        Cmd::Purge {
+            ledger,
+            entry_ids,
+            expired,
+            route,
+            scope,
+            dry_run,
+            actor,
+            json,
+        } => {
+            let target = if expired {
+                PurgeTarget::Expired {
+                    filter: EntryFilter {
+                        route,
+                        scope,
+                        ..Default::default()
+                    },
+                }
+            } else {
+                PurgeTarget::Ids { ids: entry_ids }
+            };
+            let cmd = PurgeCmd {
+                target,
+                operator: actor.operator,
+                reason: actor.reason,
+                confirm_destructive: actor.confirm_destructive,
+            };
+            if cmd.operator.trim().is_empty() {
+                return Err(OpsError::MissingOperator);
+            }
+            if cmd.reason.trim().is_empty() {
+                return Err(OpsError::MissingReason);
+            }
+            let ops = Ops::open_existing(&ledger.ledger)?;
+            let preview = ops.preview_purge(&cmd.target)?;
+            if dry_run {
+                output::preview(&mut out, &preview, json)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let report = ops.purge(&cmd)?;
+            output::purged(&mut out, &report, json)?;
+        }
+        Cmd::Export {
+            ledger,
+            format,
+            since,
+            until,
+            output: path,
+            json,
+        } => {
+            let cmd = ExportCmd {
+                format: match format {
+                    FormatArg::Ndjson => Format::Ndjson,
+                    FormatArg::Csv => Format::Csv,
+                },
+                range: EventRange { since, until },
+                path: path.display().to_string(),
+            };
+            let ops = Ops::open_existing(&ledger.ledger)?;
+            let total = ops.store().head()?.map(|h| h.seq as u64);
+            let pb = progress_bar("exporting", total);
+            let manifest = ops.export(&cmd, &mut |n| {
+                if let Some(pb) = &pb {
+                    pb.set_position(n);
+                }
+                true
+            })?;
+            if let Some(pb) = pb {
+                pb.finish_and_clear();
+            }
+            if let Some(m) = manifest {
+                output::exported(&mut out, &path, &m, json)?;
+            }
+        }
+        Cmd::Serve { .. } | Cmd::Replay(_) | Cmd::Reconcile(_) => unreachable!("handled in main"),
+        Cmd::Verify {
+            ledger,
+            against,
+            export,
+            json,
+        } => {
+            let ok = if let Some(file) = export {
+                let hasher = ChainHasher::from_env()?;
+                let pb = progress_bar("verifying", None);
+                let report = idemgate_ops::verify_export_file(&file, &hasher, &mut |n| {
+                    if let Some(pb) = &pb {
+                        pb.set_position(n);
+                    }
+                    true
+                })?;
+                if let Some(pb) = pb {
+                    pb.finish_and_clear();
+                }
+                output::verified_export(&mut out, &report, json)?;
+                report.ok
+            } else {
+                let location = ledger.unwrap_or_default();
+                let ops = Ops::open_existing(&location)?;
+                let total = ops.store().head()?.map(|h| h.seq as u64);
+                let pb = progress_bar("verifying", total);
+                let mut tick = |n| {
+                    if let Some(pb) = &pb {
+                        pb.set_position(n);
+                    }
+                    true
+                };
+                let ok = match against {
+                    Some(m) => {
+                        let r = ops.verify_against(&m, &mut tick)?;
+                        output::verified_against(&mut out, &r, json)?;
+                        r.ok
+                    }
+                    None => {
+                        let r = ops.verify(&mut tick)?;
+                        output::verified(&mut out, &r, json)?;
+                        r.ok
+                    }
+                };
+                if let Some(pb) = pb {
+                    pb.finish_and_clear();
+                }
+                ok
+            };
+            out.flush().ok();
+            return Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(3)
+            });
+        }
+    }
+    out.flush().ok();
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,162 @@
+//! `idemgate serve`, `replay` and `reconcile`: the commands that need the proxy engine.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use idemgate_ops::{Ops, OpsError};
+use idemgate_proxy::operator::{self, ActionCmd};
+use idemgate_proxy::{Config, Engine};
+
+use crate::ProxyActionArgs;
+
+/// Errors of these commands carry their own codes; they print like the others.
+#[derive(Debug, thiserror::Error)]
+pub enum CmdError {
+    #[error(transparent)]
+    Serve(#[from] idemgate_proxy::ServeError),
+    #[error(transparent)]
+    Config(#[from] idemgate_proxy::ConfigError),
+    #[error(transparent)]
+    Ops(#[from] OpsError),
+    #[error("{}", .0.detail)]
+    Problem(idemgate_proxy::problem::Problem),
+    #[error("{0}")]
+    Runtime(std::io::Error),
+}
+
+impl CmdError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            CmdError::Serve(e) => e.code(),
+            CmdError::Config(e) => e.code(),
+            CmdError::Ops(e) => e.code(),
+            CmdError::Problem(p) => p.code,
+            CmdError::Runtime(_) => "runtime",
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, CmdError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(CmdError::Runtime)
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+pub fn serve(config: &Path) -> Result<ExitCode, CmdError> {
+    let cfg = Arc::new(Config::load(&config.display().to_string())?);
+    let token = match cfg.admin_listen {
+        Some(_) => Some(idemgate_proxy::admin_token(&cfg)?),
+        None => None,
+    };
+    let ops = Ops::open_or_create(&cfg.ledger)?;
+    let store = ops.store().clone();
+    let rt = runtime()?;
+    let ledger = cfg.ledger.clone();
+    rt.block_on(idemgate_proxy::serve(
+        cfg,
+        store,
+        ops,
+        token,
+        move |b| {
+            // One line on stdout for scripts and tests: where it listens.
+            let line = serde_json::json!({
+                "listening": {"proxy": b.proxy.to_string(), "admin": b.admin.map(|a| a.to_string())},
+                "ledger": ledger,
+            });
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+            tracing::info!(proxy = %b.proxy, admin = ?b.admin, "idemgate serving");
+        },
+        shutdown_signal(),
+    ))?;
+    tracing::info!("stopped; every acknowledged outcome is in the ledger");
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Action {
+    Replay,
+    Reconcile,
+}
+
+pub fn operator_action(action: Action, a: ProxyActionArgs) -> Result<ExitCode, CmdError> {
+    if a.actor.operator.trim().is_empty() {
+        return Err(OpsError::MissingOperator.into());
+    }
+    if a.actor.reason.trim().is_empty() {
+        return Err(OpsError::MissingReason.into());
+    }
+    let cfg = Arc::new(Config::load_for_operations(
+        &a.config.display().to_string(),
+    )?);
+    let ledger = a.ledger.clone().unwrap_or_else(|| cfg.ledger.clone());
+    let ops = Ops::open_existing(&ledger)?;
+    let engine = Engine::new(cfg, ops.store().clone(), idemgate_proxy::instance_id());
+    let cmd = ActionCmd {
+        operator: a.actor.operator,
+        reason: a.actor.reason,
+        confirm_destructive: a.actor.confirm_destructive,
+    };
+    let rt = runtime()?;
+    let out = rt.block_on(async {
+        match action {
+            Action::Replay => operator::replay(&engine, a.entry_id, &cmd)
+                .await
+                .map(|r| serde_json::to_value(r).unwrap_or_default()),
+            Action::Reconcile => operator::reconcile(&engine, a.entry_id, &cmd)
+                .await
+                .map(|r| serde_json::to_value(r).unwrap_or_default()),
+        }
+    });
+    let v = out.map_err(CmdError::Problem)?;
+    let mut stdout = std::io::stdout().lock();
+    if a.json {
+        let _ = writeln!(
+            stdout,
+            "{}",
+            serde_json::to_string_pretty(&v).unwrap_or_default()
+        );
+    } else {
+        let e = &v["entry"];
+        let what = match action {
+            Action::Replay => match (&v["status"], &v["problem"]) {
+                (serde_json::Value::Number(s), _) => format!("upstream answered {s}"),
+                (_, p) => p["detail"].as_str().unwrap_or("no final answer").to_owned(),
+            },
+            Action::Reconcile => format!(
+                "probe: {}, decision: {}",
+                v["probe_status"],
+                v["decision"].as_str().unwrap_or("")
+            ),
+        };
+        let _ = writeln!(
+            stdout,
+            "entry {} ({} {}) is now {}{}: {what}",
+            e["id"],
+            e["route"].as_str().unwrap_or(""),
+            e["key"].as_str().unwrap_or(""),
+            e["state"].as_str().unwrap_or(""),
+            if e["stuck"] == true { " (stuck)" } else { "" }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,331 @@
+//! The admin listener: the `ops` operations as JSON under `/admin/v1/`, `/metrics` in Prometheus
+//! text, and `/healthz`. Everything but `/healthz` needs `Authorization: Bearer <token>`, compared in
+//! constant time. Errors are problem+json with the operation's stable code.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use idemgate_ledger::*;
+use idemgate_ops::{Ops, PurgeCmd, PurgeTarget, ResolveAs, ResolveCmd};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::config::Secret;
+use crate::engine::Engine;
+use crate::operator::{self, ActionCmd};
+use crate::problem::Problem;
+
+#[derive(Debug, Clone)]
+pub struct AdminState {
+    pub engine: Arc<Engine>,
+    pub ops: Ops,
+    token_digest: [u8; 32],
+    pub metrics: metrics_exporter_prometheus::PrometheusHandle,
+}
+
+pub fn router(
+    engine: Arc<Engine>,
+    ops: Ops,
+    token: &Secret,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+) -> Router {
+    let state = AdminState {
+        engine,
+        ops,
+        token_digest: Sha256::digest(&token.0).into(),
+        metrics,
+    };
+    let api = Router::new()
+        .route("/admin/v1/entries", get(entries))
+        .route("/admin/v1/entries/{id}", get(show))
+        .route("/admin/v1/entries/{id}/resolve", post(resolve))
+        .route(
+            "/admin/v1/entries/{id}/resolve/preview",
+            get(preview_resolve),
+        )
+        .route("/admin/v1/entries/{id}/replay", post(replay))
+        .route("/admin/v1/entries/{id}/reconcile", post(reconcile))
+        .route("/admin/v1/purge", post(purge))
+        .route("/admin/v1/purge/preview", post(preview_purge))
+        .route("/admin/v1/events", get(events))
+        .route("/admin/v1/stats", get(stats))
+        .route("/admin/v1/incidents", get(incidents))
+        .route("/admin/v1/verify", get(verify))
+        .route("/admin/v1/openapi.json", get(openapi))
+        .route("/metrics", get(render_metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth))
+        .fallback(|| async {
+            Problem::new(404, "not-found", "Not found", "no such admin endpoint")
+        });
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .merge(api)
+        .with_state(state)
+}
+
+async fn auth(State(s): State<AdminState>, req: Request, next: Next) -> Response {
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| Sha256::digest(t.trim().as_bytes()));
+    // Both sides are 32-byte digests: the comparison takes the same time whatever the token.
+    let ok = given.is_some_and(|g| bool::from(g.as_slice().ct_eq(&s.token_digest)));
+    if !ok {
+        let mut r = Problem::new(
+            401,
+            "unauthorized",
+            "Unauthorized",
+            "send Authorization: Bearer <admin token>",
+        )
+        .into_response();
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return r;
+    }
+    next.run(req).await
+}
+
+fn bad_query(e: QueryRejection) -> Problem {
+    Problem::new(400, "invalid-argument", "Invalid query", e.body_text())
+}
+
+fn bad_json(e: JsonRejection) -> Problem {
+    Problem::new(400, "invalid-argument", "Invalid JSON body", e.body_text())
+}
+
+/// Runs a blocking ledger operation off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, idemgate_ops::OpsError> + Send + 'static,
+) -> Result<T, Problem> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Problem::new(500, "internal", "Internal error", e.to_string()))?
+        .map_err(Problem::from)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EntriesQuery {
+    state: Option<String>,
+    #[serde(default)]
+    stuck: bool,
+    #[serde(default)]
+    collisions: bool,
+    #[serde(default)]
+    expired: bool,
+    expiring_within_ms: Option<i64>,
+    #[serde(default)]
+    duplicates: bool,
+    route: Option<String>,
+    scope: Option<String>,
+    key: Option<String>,
+    before: Option<i64>,
+    limit: Option<usize>,
+}
+
+async fn entries(
+    State(s): State<AdminState>,
+    q: Result<Query<EntriesQuery>, QueryRejection>,
+) -> Result<Response, Problem> {
+    let Query(q) = q.map_err(bad_query)?;
+    let state = match q.state.as_deref() {
+        None => None,
+        Some(x) => Some(idemgate_ledger::State::parse(x).ok_or_else(|| {
+            Problem::new(
+                400,
+                "invalid-argument",
+                "Invalid query",
+                format!("state {x:?}: pending, completed, released or failed"),
+            )
+        })?),
+    };
+    let filter = EntryFilter {
+        state,
+        stuck: q.stuck,
+        collisions: q.collisions,
+        expired: q.expired,
+        expiring_within: q.expiring_within_ms,
+        duplicates: q.duplicates,
+        route: q.route,
+        scope: q.scope,
+        key: q.key,
+    };
+    let limit = q.limit.unwrap_or(100);
+    Ok(Json(blocking(move || s.ops.entries(&filter, q.before, limit)).await?).into_response())
+}
+
+async fn show(
+    State(s): State<AdminState>,
+    id: Result<Path<i64>, axum::extract::rejection::PathRejection>,
+) -> Result<Response, Problem> {
+    let Path(id) =
+        id.map_err(|e| Problem::new(400, "invalid-argument", "Invalid entry id", e.body_text()))?;
+    Ok(Json(blocking(move || s.ops.show(id)).await?).into_response())
+}
+
+async fn preview_resolve(
+    State(s): State<AdminState>,
+    Path(id): Path<i64>,
+) -> Result<Response, Problem> {
+    Ok(Json(blocking(move || s.ops.preview_resolve(id)).await?).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResolveBody {
+    #[serde(rename = "as")]
+    as_: ResolveAs,
+    response: Option<ResponseRecord>,
+    external_ref: Option<String>,
+    operator: String,
+    reason: String,
+    #[serde(default)]
+    confirm_destructive: bool,
+}
+
+async fn resolve(
+    State(s): State<AdminState>,
+    Path(id): Path<i64>,
+    b: Result<Json<ResolveBody>, JsonRejection>,
+) -> Result<Response, Problem> {
+    let Json(b) = b.map_err(bad_json)?;
+    let cmd = ResolveCmd {
+        entry_id: id,
+        as_: b.as_,
+        response: b.response,
+        external_ref: b.external_ref,
+        operator: b.operator,
+        reason: b.reason,
+        confirm_destructive: b.confirm_destructive,
+    };
+    Ok(Json(blocking(move || s.ops.resolve(&cmd)).await?).into_response())
+}
+
+async fn replay(
+    State(s): State<AdminState>,
+    Path(id): Path<i64>,
+    b: Result<Json<ActionCmd>, JsonRejection>,
+) -> Result<Response, Problem> {
+    let Json(b) = b.map_err(bad_json)?;
+    Ok(Json(operator::replay(&s.engine, id, &b).await?).into_response())
+}
+
+async fn reconcile(
+    State(s): State<AdminState>,
+    Path(id): Path<i64>,
+    b: Result<Json<ActionCmd>, JsonRejection>,
+) -> Result<Response, Problem> {
+    let Json(b) = b.map_err(bad_json)?;
+    Ok(Json(operator::reconcile(&s.engine, id, &b).await?).into_response())
+}
+
+async fn purge(
+    State(s): State<AdminState>,
+    b: Result<Json<PurgeCmd>, JsonRejection>,
+) -> Result<Response, Problem> {
+    let Json(cmd) = b.map_err(bad_json)?;
+    Ok(Json(blocking(move || s.ops.purge(&cmd)).await?).into_response())
+}
+
+async fn preview_purge(
+    State(s): State<AdminState>,
+    b: Result<Json<PurgeTarget>, JsonRejection>,
+) -> Result<Response, Problem> {
+    let Json(t) = b.map_err(bad_json)?;
+    Ok(Json(blocking(move || s.ops.preview_purge(&t)).await?).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    entry_id: Option<i64>,
+    route: Option<String>,
+    scope: Option<String>,
+    key: Option<String>,
+    kind: Option<String>,
+    operator: Option<String>,
+    since: Option<i64>,
+    until: Option<i64>,
+    search: Option<String>,
+    before: Option<i64>,
+    limit: Option<usize>,
+}
+
+async fn events(
+    State(s): State<AdminState>,
+    q: Result<Query<EventsQuery>, QueryRejection>,
+) -> Result<Response, Problem> {
+    let Query(q) = q.map_err(bad_query)?;
+    let filter = EventFilter {
+        entry_id: q.entry_id,
+        route: q.route,
+        scope: q.scope,
+        key: q.key,
+        kind: q.kind,
+        operator: q.operator,
+        since: q.since,
+        until: q.until,
+        search: q.search,
+    };
+    let limit = q.limit.unwrap_or(100);
+    Ok(Json(blocking(move || s.ops.log(&filter, q.before, limit)).await?).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StatsQuery {
+    hours: Option<u32>,
+}
+
+async fn stats(
+    State(s): State<AdminState>,
+    q: Result<Query<StatsQuery>, QueryRejection>,
+) -> Result<Response, Problem> {
+    let Query(q) = q.map_err(bad_query)?;
+    Ok(Json(blocking(move || s.ops.stats(q.hours.unwrap_or(24))).await?).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PageQuery {
+    before: Option<i64>,
+    limit: Option<usize>,
+}
+
+async fn incidents(
+    State(s): State<AdminState>,
+    q: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Response, Problem> {
+    let Query(q) = q.map_err(bad_query)?;
+    Ok(
+        Json(blocking(move || s.ops.incidents(q.before, q.limit.unwrap_or(50))).await?)
+            .into_response(),
+    )
+}
+
+async fn verify(State(s): State<AdminState>) -> Result<Response, Problem> {
+    Ok(Json(blocking(move || s.ops.verify(&mut |_| true)).await?).into_response())
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], crate::OPENAPI).into_response()
+}
+
+async fn render_metrics(State(s): State<AdminState>) -> Response {
+    let mut r = s.metrics.render().into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    *r.status_mut() = StatusCode::OK;
+    r
+}

@@ -1,0 +1,742 @@
+//! The TOML configuration (names are the contract in DESIGN.md), parsed and validated at start-up.
+//! Every error names the field it is about. Secrets never come from the TOML: only the names of the
+//! environment variables or files that hold them.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use idemgate_ledger::Effect;
+use serde::Deserialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Parse(String),
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+}
+
+impl ConfigError {
+    pub fn code(&self) -> &'static str {
+        "bad-config"
+    }
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+// ---- raw TOML ---------------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    server: RawServer,
+    #[serde(default)]
+    defaults: RawDefaults,
+    #[serde(default)]
+    routes: Vec<RawRoute>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    #[serde(default = "default_listen")]
+    listen: String,
+    #[serde(default = "default_admin_listen")]
+    admin_listen: String,
+    ledger: String,
+    admin_token_file: Option<String>,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8700".into()
+}
+fn default_admin_listen() -> String {
+    "127.0.0.1:8701".into()
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawDefaults {
+    ttl: Option<String>,
+    lease: Option<String>,
+    in_flight: Option<String>,
+    wait: Option<String>,
+    max_body: Option<String>,
+    duplicate_window: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawKey {
+    header: Option<String>,
+    json: Option<String>,
+    derive: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawScope {
+    header: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetry {
+    attempts: Option<u32>,
+    base: Option<String>,
+    max: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSignature {
+    header: Option<String>,
+    secret_env: Option<String>,
+    secret_file: Option<String>,
+    tolerance: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReconcile {
+    method: Option<String>,
+    url: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    name: String,
+    method: String,
+    path: String,
+    upstream: String,
+    effect: String,
+    key: Option<RawKey>,
+    scope: Option<RawScope>,
+    forward_key: Option<bool>,
+    upstream_dedupes: Option<bool>,
+    timeout: Option<String>,
+    retry: Option<RawRetry>,
+    on_duplicate_suspect: Option<String>,
+    signature: Option<RawSignature>,
+    reconcile: Option<RawReconcile>,
+    cache_ttl: Option<String>,
+    ttl: Option<String>,
+    lease: Option<String>,
+    max_body: Option<String>,
+    /// Request headers that are part of the fingerprint (besides method, route and body).
+    fingerprint_headers: Option<Vec<String>>,
+    /// Request headers that carry secrets: forwarded upstream, never stored.
+    secret_headers: Option<Vec<String>>,
+}
+
+// ---- validated ----------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Secrets {
+    Read,
+    Skip,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InFlight {
+    Reject,
+    Wait,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    Header(String),
+    /// A JSON pointer into the body.
+    Json(String),
+    /// sha256 over scope, route and the canonical values at these JSON pointers.
+    Derive(Vec<String>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    pub attempts: u32,
+    pub base: Duration,
+    pub max: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Signature {
+    pub header: String,
+    /// The secret itself, read from the environment or a file at start-up. Never logged.
+    pub secret: Secret,
+    pub tolerance: Duration,
+}
+
+/// A secret value whose Debug output is redacted.
+#[derive(Clone)]
+pub struct Secret(pub Vec<u8>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Reconcile {
+    pub method: String,
+    /// With `{key}` (and optionally `{scope}`) placeholders.
+    pub url: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub name: String,
+    pub method: String,
+    pub path: String,
+    pub upstream: Upstream,
+    pub effect: Effect,
+    pub key: Option<KeySource>,
+    pub scope_header: Option<String>,
+    pub forward_key: bool,
+    pub upstream_dedupes: bool,
+    pub timeout: Duration,
+    pub retry: Retry,
+    pub reject_duplicates: bool,
+    pub signature: Option<Signature>,
+    pub reconcile: Option<Reconcile>,
+    pub cache_ttl: Option<Duration>,
+    pub ttl: Duration,
+    pub lease: Duration,
+    pub max_body: usize,
+    pub fingerprint_headers: Vec<String>,
+    pub secret_headers: Vec<String>,
+}
+
+/// An upstream base URL: `http://host:port[/prefix]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    pub authority: String,
+    pub prefix: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// `None` when configured as "off".
+    pub admin_listen: Option<SocketAddr>,
+    pub ledger: String,
+    pub admin_token_file: Option<String>,
+    pub in_flight: InFlight,
+    pub wait: Duration,
+    pub duplicate_window: Duration,
+    pub routes: Vec<Route>,
+}
+
+impl Config {
+    pub fn route(&self, name: &str) -> Option<&Route> {
+        self.routes.iter().find(|r| r.name == name)
+    }
+}
+
+pub fn parse_duration(field: &str, s: &str) -> Result<Duration, ConfigError> {
+    humantime::parse_duration(s.trim()).map_err(|e| {
+        invalid(
+            field,
+            format!("{s:?} is not a duration ({e}); use e.g. 500ms, 10s, 5m, 24h"),
+        )
+    })
+}
+
+/// Sizes: `1048576`, `512KiB`, `1MiB`, `2MB`, `64kb` (KB/MB are powers of ten, KiB/MiB of two).
+pub fn parse_size(field: &str, s: &str) -> Result<usize, ConfigError> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: usize = num
+        .parse()
+        .map_err(|_| invalid(field, format!("{s:?} is not a size; use e.g. 1MiB")))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1_000,
+        "kib" | "k" => 1 << 10,
+        "mb" => 1_000_000,
+        "mib" | "m" => 1 << 20,
+        "gib" | "g" => 1 << 30,
+        _ => {
+            return Err(invalid(
+                field,
+                format!("{s:?}: unknown unit {unit:?}; use B, KiB, MiB, KB or MB"),
+            ))
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| invalid(field, "too large"))
+}
+
+fn parse_upstream(field: &str, s: &str) -> Result<Upstream, ConfigError> {
+    let rest = s.strip_prefix("http://").ok_or_else(|| {
+        invalid(field, format!("{s:?}: only http:// upstreams are supported (terminate TLS in front of idemgate or the tool)"))
+    })?;
+    let (authority, prefix) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    if authority.is_empty() || authority.contains('@') {
+        return Err(invalid(
+            field,
+            format!("{s:?}: needs a host[:port] and no credentials"),
+        ));
+    }
+    authority
+        .parse::<http::uri::Authority>()
+        .map_err(|e| invalid(field, format!("{s:?}: {e}")))?;
+    Ok(Upstream {
+        authority: authority.to_owned(),
+        prefix: prefix.to_owned(),
+    })
+}
+
+fn is_header_name(s: &str) -> bool {
+    http::HeaderName::from_bytes(s.as_bytes()).is_ok()
+}
+
+fn read_secret(field: &str, env: Option<&str>, file: Option<&str>) -> Result<Secret, ConfigError> {
+    match (env, file) {
+        (Some(var), None) => match std::env::var(var) {
+            Ok(v) if !v.is_empty() => Ok(Secret(v.into_bytes())),
+            _ => Err(invalid(
+                field,
+                format!("environment variable {var} is not set"),
+            )),
+        },
+        (None, Some(path)) => {
+            let raw = std::fs::read(path).map_err(|e| invalid(field, format!("{path}: {e}")))?;
+            let s = raw.strip_suffix(b"\n").unwrap_or(&raw).to_vec();
+            if s.is_empty() {
+                return Err(invalid(field, format!("{path} is empty")));
+            }
+            Ok(Secret(s))
+        }
+        _ => Err(invalid(
+            field,
+            "give exactly one of secret_env or secret_file (never the secret itself)",
+        )),
+    }
+}
+
+impl Config {
+    /// Loads and validates a configuration, reading every secret it names (for `serve`).
+    pub fn load(path: &str) -> Result<Config, ConfigError> {
+        Config::load_with(path, Secrets::Read)
+    }
+
+    /// Loads a configuration for operator actions (replay, reconcile), which never check request
+    /// signatures: the signing secrets it names need not be present (signatures are left out).
+    pub fn load_for_operations(path: &str) -> Result<Config, ConfigError> {
+        Config::load_with(path, Secrets::Skip)
+    }
+
+    fn load_with(path: &str, secrets: Secrets) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse_with(&text, secrets).map_err(|e| match e {
+            ConfigError::Parse(m) => ConfigError::Parse(format!("{path}: {m}")),
+            ConfigError::Invalid { field, message } => ConfigError::Invalid {
+                field: format!("{path}: {field}"),
+                message,
+            },
+            e => e,
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse_with(text, Secrets::Read)
+    }
+
+    fn parse_with(text: &str, secrets: Secrets) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let d = &raw.defaults;
+        let dur = |field: &str, v: &Option<String>, default: &str| {
+            parse_duration(field, v.as_deref().unwrap_or(default))
+        };
+        let ttl = dur("defaults.ttl", &d.ttl, "24h")?;
+        let lease = dur("defaults.lease", &d.lease, "30s")?;
+        let wait = dur("defaults.wait", &d.wait, "5s")?;
+        let duplicate_window = dur("defaults.duplicate_window", &d.duplicate_window, "10m")?;
+        let max_body = parse_size("defaults.max_body", d.max_body.as_deref().unwrap_or("1MiB"))?;
+        let in_flight = match d.in_flight.as_deref().unwrap_or("reject") {
+            "reject" => InFlight::Reject,
+            "wait" => InFlight::Wait,
+            other => {
+                return Err(invalid(
+                    "defaults.in_flight",
+                    format!("{other:?}: use \"reject\" or \"wait\""),
+                ))
+            }
+        };
+        if lease.is_zero() {
+            return Err(invalid("defaults.lease", "must be more than zero"));
+        }
+        let listen: SocketAddr = raw.server.listen.parse().map_err(|e| {
+            invalid(
+                "server.listen",
+                format!("{:?}: {e} (use IP:PORT)", raw.server.listen),
+            )
+        })?;
+        let admin_listen: Option<SocketAddr> = match raw.server.admin_listen.as_str() {
+            "off" => None,
+            a => Some(a.parse().map_err(|e| {
+                invalid(
+                    "server.admin_listen",
+                    format!("{a:?}: {e} (use IP:PORT, or \"off\")"),
+                )
+            })?),
+        };
+        if raw.server.ledger.trim().is_empty() {
+            return Err(invalid("server.ledger", "name a SQLite file"));
+        }
+
+        let mut routes = Vec::with_capacity(raw.routes.len());
+        for (i, r) in raw.routes.iter().enumerate() {
+            let f = |name: &str| format!("routes[{i}] ({}).{name}", r.name);
+            if r.name.trim().is_empty()
+                || !r
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(invalid(
+                    format!("routes[{i}].name"),
+                    format!("{:?}: use letters, digits, - _ .", r.name),
+                ));
+            }
+            if routes.iter().any(|x: &Route| x.name == r.name) {
+                return Err(invalid(f("name"), "used by an earlier route"));
+            }
+            let method = r.method.to_ascii_uppercase();
+            if http::Method::from_bytes(method.as_bytes()).is_err() || method.is_empty() {
+                return Err(invalid(
+                    f("method"),
+                    format!("{:?} is not an HTTP method", r.method),
+                ));
+            }
+            if !r.path.starts_with('/') {
+                return Err(invalid(
+                    f("path"),
+                    format!("{:?} must start with /", r.path),
+                ));
+            }
+            let upstream = parse_upstream(&f("upstream"), &r.upstream)?;
+            let effect = Effect::parse(&r.effect).ok_or_else(|| {
+                invalid(
+                    f("effect"),
+                    format!("{:?}: use read, write, idempotent or destructive", r.effect),
+                )
+            })?;
+            let key = match &r.key {
+                None => None,
+                Some(k) => Some(match (&k.header, &k.json, &k.derive) {
+                    (Some(h), None, None) => {
+                        if !is_header_name(h) {
+                            return Err(invalid(
+                                f("key.header"),
+                                format!("{h:?} is not a header name"),
+                            ));
+                        }
+                        KeySource::Header(h.to_ascii_lowercase())
+                    }
+                    (None, Some(p), None) => {
+                        if !p.starts_with('/') {
+                            return Err(invalid(
+                                f("key.json"),
+                                format!("{p:?}: a JSON pointer starts with /"),
+                            ));
+                        }
+                        KeySource::Json(p.clone())
+                    }
+                    (None, None, Some(ps)) => {
+                        if ps.is_empty() {
+                            return Err(invalid(f("key.derive"), "name at least one JSON pointer"));
+                        }
+                        if let Some(p) = ps.iter().find(|p| !p.starts_with('/')) {
+                            return Err(invalid(
+                                f("key.derive"),
+                                format!("{p:?}: a JSON pointer starts with /"),
+                            ));
+                        }
+                        KeySource::Derive(ps.clone())
+                    }
+                    _ => {
+                        return Err(invalid(
+                            f("key"),
+                            "give exactly one of header, json or derive",
+                        ))
+                    }
+                }),
+            };
+            let key = match (effect, key) {
+                (Effect::Read, k) => k,
+                (_, Some(k)) => Some(k),
+                // Write routes default to the standard header.
+                (_, None) => Some(KeySource::Header("idempotency-key".into())),
+            };
+            let scope_header = match r.scope.as_ref().and_then(|s| s.header.clone()) {
+                Some(h) if !is_header_name(&h) => {
+                    return Err(invalid(
+                        f("scope.header"),
+                        format!("{h:?} is not a header name"),
+                    ))
+                }
+                h => h.map(|h| h.to_ascii_lowercase()),
+            };
+            let timeout = parse_duration(&f("timeout"), r.timeout.as_deref().unwrap_or("10s"))?;
+            let route_lease = match &r.lease {
+                Some(l) => parse_duration(&f("lease"), l)?,
+                None => lease,
+            };
+            if timeout.is_zero() {
+                return Err(invalid(f("timeout"), "must be more than zero"));
+            }
+            if r.upstream_dedupes == Some(true) && r.forward_key == Some(false) {
+                return Err(invalid(
+                    f("upstream_dedupes"),
+                    "the upstream can only dedupe a key it is sent: needs forward_key = true",
+                ));
+            }
+            if timeout >= route_lease {
+                return Err(invalid(
+                    f("timeout"),
+                    format!("{timeout:?} must be shorter than the lease ({route_lease:?}), or a live call would look stuck"),
+                ));
+            }
+            let retry = match &r.retry {
+                None => Retry {
+                    attempts: 3,
+                    base: Duration::from_millis(100),
+                    max: Duration::from_secs(2),
+                },
+                Some(rt) => Retry {
+                    attempts: rt.attempts.unwrap_or(3),
+                    base: parse_duration(&f("retry.base"), rt.base.as_deref().unwrap_or("100ms"))?,
+                    max: parse_duration(&f("retry.max"), rt.max.as_deref().unwrap_or("2s"))?,
+                },
+            };
+            if retry.attempts == 0 || retry.attempts > 20 {
+                return Err(invalid(f("retry.attempts"), "between 1 and 20"));
+            }
+            if retry.max < retry.base {
+                return Err(invalid(f("retry.max"), "must not be less than retry.base"));
+            }
+            // Destructive calls are never retried automatically.
+            let retry = if effect == Effect::Destructive {
+                Retry {
+                    attempts: 1,
+                    ..retry
+                }
+            } else {
+                retry
+            };
+            let reject_duplicates = match r.on_duplicate_suspect.as_deref().unwrap_or("flag") {
+                "flag" => false,
+                "reject" => true,
+                other => {
+                    return Err(invalid(
+                        f("on_duplicate_suspect"),
+                        format!("{other:?}: use \"flag\" or \"reject\""),
+                    ))
+                }
+            };
+            let signature = match &r.signature {
+                None => None,
+                Some(_) if secrets == Secrets::Skip => None,
+                Some(s) => {
+                    let header = s
+                        .header
+                        .clone()
+                        .unwrap_or_else(|| "x-idemgate-signature".into());
+                    if !is_header_name(&header) {
+                        return Err(invalid(
+                            f("signature.header"),
+                            format!("{header:?} is not a header name"),
+                        ));
+                    }
+                    Some(Signature {
+                        header: header.to_ascii_lowercase(),
+                        secret: read_secret(
+                            &f("signature"),
+                            s.secret_env.as_deref(),
+                            s.secret_file.as_deref(),
+                        )?,
+                        tolerance: parse_duration(
+                            &f("signature.tolerance"),
+                            s.tolerance.as_deref().unwrap_or("5m"),
+                        )?,
+                    })
+                }
+            };
+            let reconcile = match &r.reconcile {
+                None => None,
+                Some(rc) => {
+                    let m = rc
+                        .method
+                        .clone()
+                        .unwrap_or_else(|| "GET".into())
+                        .to_ascii_uppercase();
+                    if m != "GET" && m != "HEAD" {
+                        return Err(invalid(
+                            f("reconcile.method"),
+                            "a probe must be GET or HEAD: it must not have side effects",
+                        ));
+                    }
+                    parse_upstream(&f("reconcile.url"), rc.url.split('?').next().unwrap_or(""))?;
+                    if !rc.url.contains("{key}") {
+                        return Err(invalid(f("reconcile.url"), "must contain {key}"));
+                    }
+                    Some(Reconcile {
+                        method: m,
+                        url: rc.url.clone(),
+                    })
+                }
+            };
+            let cache_ttl = match &r.cache_ttl {
+                Some(c) if effect != Effect::Read => {
+                    return Err(invalid(
+                        f("cache_ttl"),
+                        format!("{c:?}: only read routes are cached"),
+                    ))
+                }
+                Some(c) => Some(parse_duration(&f("cache_ttl"), c)?),
+                None => None,
+            };
+            let headers =
+                |field: &str, v: &Option<Vec<String>>| -> Result<Vec<String>, ConfigError> {
+                    let v = v.clone().unwrap_or_default();
+                    if let Some(h) = v.iter().find(|h| !is_header_name(h)) {
+                        return Err(invalid(f(field), format!("{h:?} is not a header name")));
+                    }
+                    Ok(v.into_iter().map(|h| h.to_ascii_lowercase()).collect())
+                };
+            routes.push(Route {
+                name: r.name.clone(),
+                method,
+                path: r.path.clone(),
+                upstream,
+                effect,
+                key,
+                scope_header,
+                forward_key: r.forward_key.unwrap_or(true),
+                upstream_dedupes: r.upstream_dedupes.unwrap_or(false),
+                timeout,
+                retry,
+                reject_duplicates,
+                signature,
+                reconcile,
+                cache_ttl,
+                ttl: match &r.ttl {
+                    Some(t) => parse_duration(&f("ttl"), t)?,
+                    None => ttl,
+                },
+                lease: route_lease,
+                max_body: match &r.max_body {
+                    Some(m) => parse_size(&f("max_body"), m)?,
+                    None => max_body,
+                },
+                fingerprint_headers: headers("fingerprint_headers", &r.fingerprint_headers)?,
+                secret_headers: headers("secret_headers", &r.secret_headers)?,
+            });
+        }
+        Ok(Config {
+            listen,
+            admin_listen,
+            ledger: raw.server.ledger,
+            admin_token_file: raw.server.admin_token_file,
+            in_flight,
+            wait,
+            duplicate_window,
+            routes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../../../examples/idemgate.toml");
+
+    #[test]
+    fn the_example_parses() {
+        std::env::set_var("CHARGES_SECRET", "whsec_test");
+        let c = Config::parse(EXAMPLE).expect("example config");
+        assert!(c.routes.len() >= 3);
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8700");
+    }
+
+    fn err(toml: &str) -> String {
+        Config::parse(toml)
+            .expect_err("should be refused")
+            .to_string()
+    }
+
+    const BASE: &str = "[server]\nledger = \"x.db\"\n";
+
+    #[test]
+    fn bad_fields_are_named() {
+        let route = |extra: &str| {
+            format!("{BASE}[[routes]]\nname = \"charges\"\nmethod = \"POST\"\npath = \"/v1/charges\"\nupstream = \"http://127.0.0.1:9000\"\neffect = \"write\"\n{extra}")
+        };
+        assert!(err(&route("timeout = \"soon\"")).contains("routes[0] (charges).timeout"));
+        assert!(err(&route("effect2 = 1")).contains("unknown field"));
+        assert!(err(&route("retry = { attempts = 0 }")).contains("retry.attempts"));
+        assert!(err(&route("timeout = \"60s\"")).contains("shorter than the lease"));
+        assert!(err(&route("key.json = \"args\"")).contains("key.json"));
+        assert!(err(&route(
+            "signature = { secret_env = \"IDEMGATE_TEST_UNSET_VAR\" }"
+        ))
+        .contains("IDEMGATE_TEST_UNSET_VAR"));
+        assert!(err(&route("cache_ttl = \"5m\"")).contains("only read routes"));
+        assert!(err(&format!("{BASE}[defaults]\nmax_body = \"1 parsec\""))
+            .contains("defaults.max_body"));
+        assert!(
+            err(&format!("{BASE}[defaults]\nin_flight = \"queue\"")).contains("defaults.in_flight")
+        );
+        assert!(err("[server]\nledger = \"x\"\nlisten = \"localhost\"").contains("server.listen"));
+        let https = format!("{BASE}[[routes]]\nname = \"a\"\nmethod = \"POST\"\npath = \"/a\"\nupstream = \"https://x\"\neffect = \"write\"\n");
+        assert!(err(&https).contains("only http://"));
+    }
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_size("f", "1MiB").expect("size"), 1 << 20);
+        assert_eq!(parse_size("f", "64KB").expect("size"), 64_000);
+        assert_eq!(parse_size("f", "100").expect("size"), 100);
+        assert!(parse_size("f", "1TiB").is_err());
+        assert_eq!(
+            parse_duration("f", "100ms").expect("dur"),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            parse_duration("f", "24h").expect("dur"),
+            Duration::from_secs(86_400)
+        );
+    }
+
+    #[test]
+    fn destructive_routes_never_retry() {
+        let c = Config::parse(&format!("{BASE}[[routes]]\nname = \"del\"\nmethod = \"POST\"\npath = \"/d\"\nupstream = \"http://127.0.0.1:1\"\neffect = \"destructive\"\nretry = {{ attempts = 5 }}\n")).expect("config");
+        assert_eq!(c.routes[0].retry.attempts, 1);
+        assert_eq!(
+            c.routes[0].key,
+            Some(KeySource::Header("idempotency-key".into()))
+        );
+    }
+}

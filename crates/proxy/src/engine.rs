@@ -1,0 +1,643 @@
+//! The proxy's request path. For a write route:
+//!
+//! 1. match the route, read the body within `max_body`, check the signature;
+//! 2. take the scope and the key, fingerprint the request;
+//! 3. **claim** `(route, scope, key)` in the ledger — durable before anything is forwarded;
+//! 4. map the claim's answer: new → forward; completed → replay; other fingerprint → 422; in flight
+//!    → 409 (or wait); stuck → 409;
+//! 5. forward with retries for outcomes that were *not executed*, classify the last attempt, and
+//!    make the outcome durable (complete / release / outcome unknown) **before** answering.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
+use bytes::Bytes;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use idemgate_ledger::*;
+use metrics::{counter, histogram};
+
+use crate::config::{Config, InFlight, Route};
+use crate::forward::{self, Attempt, HttpClient};
+use crate::keys;
+use crate::problem::Problem;
+use crate::signature;
+
+/// How long a client may take to send its body.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+const READ_CACHE_CAP: usize = 10_000;
+
+/// The peer address of a connection, put into each request's extensions by the accept loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub SocketAddr);
+
+/// Everything the request path needs; shared by all connections.
+#[derive(Debug)]
+pub struct Engine {
+    pub cfg: Arc<Config>,
+    pub store: Arc<dyn Storage>,
+    pub client: HttpClient,
+    /// This instance's lease-owner id.
+    pub owner: String,
+    read_cache: Mutex<HashMap<String, (Instant, ResponseRecord)>>,
+}
+
+type Answer = Result<Response<Body>, Problem>;
+
+impl Engine {
+    pub fn new(cfg: Arc<Config>, store: Arc<dyn Storage>, owner: String) -> Engine {
+        Engine {
+            cfg,
+            store,
+            client: forward::client(),
+            owner,
+            read_cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The first route whose method matches and whose path is a prefix of the request path at a
+    /// segment boundary.
+    pub fn match_route(&self, method: &Method, path: &str) -> Option<&Route> {
+        self.cfg.routes.iter().find(|r| {
+            r.method == method.as_str()
+                && path.starts_with(&r.path)
+                && (path.len() == r.path.len()
+                    || r.path.ends_with('/')
+                    || path.as_bytes()[r.path.len()] == b'/')
+        })
+    }
+}
+
+/// The axum handler for every request on the proxy listener.
+pub async fn handle(State(engine): State<Arc<Engine>>, req: Request) -> Response<Body> {
+    let route_name;
+    let result = {
+        let (parts, body) = req.into_parts();
+        match engine.match_route(&parts.method, parts.uri.path()) {
+            None => {
+                route_name = "-".to_owned();
+                Err(Problem::new(
+                    404,
+                    "unknown-route",
+                    "No route",
+                    format!("no route for {} {}", parts.method, parts.uri.path()),
+                ))
+            }
+            Some(route) => {
+                route_name = route.name.clone();
+                engine.serve(route, parts, body).await
+            }
+        }
+    };
+    match result {
+        Ok(r) => r,
+        Err(p) => {
+            counter!("idemgate_requests_total", "route" => route_name, "outcome" => p.code)
+                .increment(1);
+            p.into_response()
+        }
+    }
+}
+
+fn too_large(limit: usize) -> Problem {
+    Problem::new(
+        413,
+        "body-too-large",
+        "Request body too large",
+        format!("the body exceeds this route's limit of {limit} bytes"),
+    )
+}
+
+impl Engine {
+    async fn serve(&self, route: &Route, parts: axum::http::request::Parts, body: Body) -> Answer {
+        if let Some(len) = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+        {
+            match len.trim().parse::<u64>() {
+                Ok(n) if n > route.max_body as u64 => return Err(too_large(route.max_body)),
+                Ok(_) => {}
+                Err(_) => {
+                    return Err(Problem::new(
+                        400,
+                        "bad-request",
+                        "Bad request",
+                        "invalid Content-Length",
+                    ))
+                }
+            }
+        }
+        let body =
+            match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, route.max_body).collect())
+                .await
+            {
+                Err(_) => {
+                    return Err(Problem::new(
+                        408,
+                        "body-timeout",
+                        "Request body too slow",
+                        format!("the body did not arrive within {BODY_TIMEOUT:?}"),
+                    ))
+                }
+                Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                    return Err(too_large(route.max_body))
+                }
+                Ok(Err(e)) => {
+                    return Err(Problem::new(
+                        400,
+                        "bad-body",
+                        "Unreadable body",
+                        format!("the request body could not be read: {e}"),
+                    ))
+                }
+                Ok(Ok(b)) => b.to_bytes(),
+            };
+        if let Some(sig) = &route.signature {
+            let h = parts
+                .headers
+                .get(sig.header.as_str())
+                .and_then(|v| v.to_str().ok());
+            signature::verify(sig, h, &body, now_millis() / 1000)?;
+        }
+        if route.effect == Effect::Read {
+            return self.read_path(route, &parts, body).await;
+        }
+        self.write_path(route, &parts, body).await
+    }
+
+    async fn read_path(
+        &self,
+        route: &Route,
+        parts: &axum::http::request::Parts,
+        body: Bytes,
+    ) -> Answer {
+        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let cache_key = format!("{}\n{}\n{}", route.name, parts.method, pq);
+        if let Some(ttl) = route.cache_ttl {
+            let hit = self.read_cache.lock().ok().and_then(|c| {
+                c.get(&cache_key)
+                    .filter(|(t, _)| t.elapsed() < ttl)
+                    .map(|(_, r)| r.clone())
+            });
+            if let Some(r) = hit {
+                counter!("idemgate_requests_total", "route" => route.name.clone(), "outcome" => "cache_hit").increment(1);
+                return Ok(respond(&r, None, false, Some("HIT")));
+            }
+        }
+        let uri = forward::upstream_uri(&route.upstream, pq)
+            .map_err(|e| Problem::new(400, "bad-request", "Bad request", e))?;
+        let headers = self.forward_headers(route, &parts.headers, None, parts);
+        let mut n = 1;
+        loop {
+            let a = forward::attempt(
+                &self.client,
+                &parts.method,
+                uri.clone(),
+                &headers,
+                body.clone(),
+                route.timeout,
+            )
+            .await;
+            match a {
+                Attempt::Executed(r) => {
+                    if let (Some(_), 200) = (route.cache_ttl, r.status) {
+                        if let Ok(mut c) = self.read_cache.lock() {
+                            if c.len() >= READ_CACHE_CAP {
+                                c.retain(|_, (t, _)| {
+                                    route.cache_ttl.is_some_and(|ttl| t.elapsed() < ttl)
+                                });
+                            }
+                            if c.len() < READ_CACHE_CAP {
+                                c.insert(cache_key.clone(), (Instant::now(), r.clone()));
+                            }
+                        }
+                    }
+                    counter!("idemgate_requests_total", "route" => route.name.clone(), "outcome" => "forwarded").increment(1);
+                    return Ok(respond(&r, None, false, route.cache_ttl.map(|_| "MISS")));
+                }
+                Attempt::NotExecuted {
+                    why,
+                    retry_after,
+                    class,
+                } => {
+                    if n < route.retry.attempts {
+                        counter!("idemgate_retries_total", "route" => route.name.clone(), "class" => class).increment(1);
+                        tokio::time::sleep(forward::backoff(route.retry.base, route.retry.max, n))
+                            .await;
+                        n += 1;
+                        continue;
+                    }
+                    return Err(Problem::new(
+                        503,
+                        "upstream-unavailable",
+                        "Upstream unavailable",
+                        why,
+                    )
+                    .retry_after(retry_after.unwrap_or(1)));
+                }
+                Attempt::Unknown { why, timed_out } => {
+                    return Err(Problem::new(
+                        if timed_out { 504 } else { 502 },
+                        "upstream-error",
+                        "Upstream error",
+                        why,
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Headers sent upstream: the client's minus hop-by-hop ones, with forwarding headers and,
+    /// when the route says so, the idempotency key.
+    fn forward_headers(
+        &self,
+        route: &Route,
+        incoming: &HeaderMap,
+        key: Option<&str>,
+        parts: &axum::http::request::Parts,
+    ) -> HeaderMap {
+        let mut h = incoming.clone();
+        forward::strip_hop_by_hop(&mut h);
+        h.remove(header::CONTENT_LENGTH);
+        let original_host = h.remove(header::HOST);
+        if let Ok(v) = HeaderValue::from_str(&route.upstream.authority) {
+            h.insert(header::HOST, v);
+        }
+        if let Some(host) = original_host {
+            h.insert("x-forwarded-host", host);
+        }
+        h.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+        if let Some(Peer(addr)) = parts.extensions.get::<Peer>() {
+            let ip = addr.ip().to_string();
+            let xff = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+                Some(prev) => format!("{prev}, {ip}"),
+                None => ip,
+            };
+            if let Some(v) = forward::header_value(&xff) {
+                h.insert("x-forwarded-for", v);
+            }
+        }
+        if let Some(k) = key {
+            if let crate::config::KeySource::Header(name) = route
+                .key
+                .as_ref()
+                .unwrap_or(&crate::config::KeySource::Header(String::new()))
+            {
+                if !route.forward_key {
+                    h.remove(name.as_str());
+                }
+            }
+            if route.forward_key {
+                if let Some(v) = forward::header_value(k) {
+                    h.insert("idempotency-key", v);
+                }
+            }
+        }
+        h
+    }
+
+    /// The request as stored: method, path and query, an allowlist of headers (never secrets), body.
+    fn stored_request(
+        route: &Route,
+        parts: &axum::http::request::Parts,
+        body: &Bytes,
+    ) -> RequestRecord {
+        let mut keep: Vec<&str> = vec![
+            "content-type",
+            "accept",
+            "user-agent",
+            "x-request-id",
+            "traceparent",
+            "idempotency-key",
+        ];
+        if let Some(crate::config::KeySource::Header(h)) = &route.key {
+            keep.push(h);
+        }
+        if let Some(h) = &route.scope_header {
+            keep.push(h);
+        }
+        keep.extend(route.fingerprint_headers.iter().map(String::as_str));
+        let headers = parts
+            .headers
+            .iter()
+            .filter(|(n, _)| {
+                keep.contains(&n.as_str()) && !route.secret_headers.iter().any(|s| s == n.as_str())
+            })
+            .filter_map(|(n, v)| {
+                v.to_str()
+                    .ok()
+                    .map(|v| (n.as_str().to_owned(), v.to_owned()))
+            })
+            .collect();
+        RequestRecord {
+            method: parts.method.to_string(),
+            path: parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_owned(),
+            headers,
+            body: body.to_vec(),
+        }
+        .redacted()
+    }
+
+    async fn write_path(
+        &self,
+        route: &Route,
+        parts: &axum::http::request::Parts,
+        body: Bytes,
+    ) -> Answer {
+        let scope = keys::scope(route, &parts.headers)?;
+        let key = keys::extract(route, &scope, &parts.headers, &body)?;
+        let fp_headers: Vec<(&str, &str)> = route
+            .fingerprint_headers
+            .iter()
+            .filter_map(|n| {
+                parts
+                    .headers
+                    .get(n.as_str())
+                    .and_then(|v| v.to_str().ok())
+                    .map(|v| (n.as_str(), v))
+            })
+            .collect();
+        let fingerprint =
+            canon::fingerprint(parts.method.as_str(), &route.name, &fp_headers, &body);
+        let claim = ClaimRequest {
+            route: route.name.clone(),
+            scope,
+            key: key.clone(),
+            fingerprint,
+            effect: route.effect,
+            request: Engine::stored_request(route, parts, &body),
+            owner: self.owner.clone(),
+            lease_ms: route.lease.as_millis() as i64,
+            ttl_ms: route.ttl.as_millis() as i64,
+            reject_duplicates_within_ms: route
+                .reject_duplicates
+                .then_some(self.cfg.duplicate_window.as_millis() as i64),
+            at: now_millis(),
+        };
+        let deadline = Instant::now() + self.cfg.wait;
+        loop {
+            let started = Instant::now();
+            let outcome = self.store.claim(claim.clone()).recv().await?;
+            histogram!("idemgate_claim_seconds").record(started.elapsed().as_secs_f64());
+            let name = route.name.clone();
+            let count = |outcome: &'static str| {
+                counter!("idemgate_requests_total", "route" => name.clone(), "outcome" => outcome)
+                    .increment(1)
+            };
+            return match outcome {
+                ClaimOutcome::Claimed { entry_id, attempt } => self.execute(route, parts, &key, body, entry_id, attempt).await,
+                ClaimOutcome::Replay { response, .. } => {
+                    count("replayed");
+                    counter!("idemgate_replays_total", "route" => route.name.clone()).increment(1);
+                    Ok(respond(&response, Some(&key), true, None))
+                }
+                ClaimOutcome::Collision { entry_id } => {
+                    counter!("idemgate_collisions_total", "route" => route.name.clone()).increment(1);
+                    Err(Problem::new(422, "key-reuse", "Idempotency key reused", "this key was already used with a different request; use a new key for a new operation")
+                        .with("entry_id", entry_id))
+                }
+                ClaimOutcome::InFlight { entry_id, lease_expires_at } => {
+                    if self.cfg.in_flight == InFlight::Wait && Instant::now() < deadline {
+                        tokio::time::sleep(Duration::from_millis(25)).await;
+                        continue;
+                    }
+                    let secs = ((lease_expires_at - now_millis()).max(0) as u64).div_ceil(1000);
+                    Err(Problem::new(409, "in-flight", "Request in flight", "a request with this key is being processed; retry later")
+                        .retry_after(secs.min(5))
+                        .with("entry_id", entry_id))
+                }
+                ClaimOutcome::Stuck { entry_id } => Err(Problem::new(
+                    409,
+                    "outcome-unknown",
+                    "Outcome unknown",
+                    "an earlier attempt with this key may or may not have happened upstream; it is held for an operator and will not be run again automatically",
+                )
+                .with("entry_id", entry_id)),
+                ClaimOutcome::Failed { entry_id, response } => match response {
+                    Some(r) => {
+                        count("replayed");
+                        Ok(respond(&r, Some(&key), true, None))
+                    }
+                    None => Err(Problem::new(409, "entry-failed", "Marked failed", "an operator marked this operation as permanently failed").with("entry_id", entry_id)),
+                },
+                ClaimOutcome::ProbableDuplicate { entry_id, key: other } => {
+                    counter!("idemgate_duplicate_suspects_total", "route" => route.name.clone()).increment(1);
+                    Err(Problem::new(409, "probable-duplicate", "Probable duplicate", format!("the same request completed under another key ({other}) within the duplicate window"))
+                        .with("duplicate_of", entry_id))
+                }
+            };
+        }
+    }
+
+    /// Forwards a claimed request, retrying what was not executed, and records the outcome.
+    async fn execute(
+        &self,
+        route: &Route,
+        parts: &axum::http::request::Parts,
+        key: &str,
+        body: Bytes,
+        entry_id: i64,
+        first_attempt: i64,
+    ) -> Answer {
+        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let headers = self.forward_headers(route, &parts.headers, Some(key), parts);
+        let uri = match forward::upstream_uri(&route.upstream, pq) {
+            Ok(u) => u,
+            Err(e) => {
+                self.store
+                    .release(self.report(entry_id, format!("bad upstream uri: {e}")))
+                    .recv()
+                    .await?;
+                return Err(Problem::new(400, "bad-request", "Bad request", e));
+            }
+        };
+        let r = drive(
+            self,
+            route,
+            &parts.method,
+            uri,
+            &headers,
+            body,
+            entry_id,
+            first_attempt,
+        )
+        .await?;
+        Ok(respond(&r, Some(key), false, None))
+    }
+
+    pub(crate) fn report(&self, entry_id: i64, error: String) -> OwnerReport {
+        OwnerReport {
+            entry_id,
+            owner: self.owner.clone(),
+            error,
+            at: now_millis(),
+        }
+    }
+}
+
+/// Drives one claimed entry upstream until it is executed, definitely not executed (then released)
+/// or of unknown outcome (then held), recording each step durably. Shared by the proxy path and the
+/// operator's replay.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn drive(
+    e: &Engine,
+    route: &Route,
+    method: &Method,
+    uri: axum::http::Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+    entry_id: i64,
+    first_attempt: i64,
+) -> Result<ResponseRecord, Problem> {
+    let name = route.name.clone();
+    let count = |outcome: &'static str| {
+        counter!("idemgate_requests_total", "route" => name.clone(), "outcome" => outcome)
+            .increment(1)
+    };
+    let unknown_is_retryable = route.upstream_dedupes || route.effect == Effect::Idempotent;
+    let mut attempt = first_attempt;
+    let mut tries: u32 = 1;
+    loop {
+        let started = Instant::now();
+        let a = forward::attempt(
+            &e.client,
+            method,
+            uri.clone(),
+            headers,
+            body.clone(),
+            route.timeout,
+        )
+        .await;
+        histogram!("idemgate_upstream_seconds", "route" => route.name.clone())
+            .record(started.elapsed().as_secs_f64());
+        let (why, retry_after, class, timed_out) = match a {
+            Attempt::Executed(resp) => {
+                let done = e
+                    .store
+                    .complete(CompleteRequest {
+                        entry_id,
+                        owner: e.owner.clone(),
+                        response: resp.clone(),
+                        ttl_ms: route.ttl.as_millis() as i64,
+                        duplicate_window_ms: Some(e.cfg.duplicate_window.as_millis() as i64),
+                        at: now_millis(),
+                    })
+                    .recv()
+                    .await;
+                return match done {
+                    Ok(c) => {
+                        count("executed");
+                        if c.duplicate_of.is_some() {
+                            counter!("idemgate_duplicate_suspects_total", "route" => route.name.clone()).increment(1);
+                        }
+                        Ok(resp)
+                    }
+                    // An operator decided the entry while it was in flight: the ledger's decision
+                    // stands, and this response was not recorded, so it is not given out either.
+                    Err(LedgerError::LeaseLost(_) | LedgerError::InvalidTransition { .. }) => Err(Problem::new(
+                        409,
+                        "resolved-meanwhile",
+                        "Resolved by an operator",
+                        "an operator resolved this key while the request was in flight; retry to get the recorded outcome",
+                    )
+                    .with("entry_id", entry_id)),
+                    Err(err) => Err(err.into()),
+                };
+            }
+            Attempt::NotExecuted {
+                why,
+                retry_after,
+                class,
+            } => (why, retry_after, class, false),
+            Attempt::Unknown { why, timed_out } if unknown_is_retryable => {
+                (why, None, "unknown", timed_out)
+            }
+            Attempt::Unknown { why, timed_out } => {
+                e.store
+                    .mark_unknown(e.report(entry_id, why.clone()))
+                    .recv()
+                    .await?;
+                count("unknown");
+                return Err(Problem::new(
+                    if timed_out { 504 } else { 502 },
+                    "outcome-unknown",
+                    "Outcome unknown",
+                    format!("{why}; the request may have been executed upstream, so it will not be retried automatically — an operator must resolve it"),
+                )
+                .with("entry_id", entry_id));
+            }
+        };
+        if tries < route.retry.attempts {
+            counter!("idemgate_retries_total", "route" => route.name.clone(), "class" => class)
+                .increment(1);
+            attempt += 1;
+            e.store
+                .record_attempt(
+                    e.report(entry_id, why),
+                    attempt,
+                    route.lease.as_millis() as i64,
+                )
+                .recv()
+                .await?;
+            tokio::time::sleep(forward::backoff(route.retry.base, route.retry.max, tries)).await;
+            tries += 1;
+            continue;
+        }
+        e.store
+            .release(e.report(
+                entry_id,
+                format!("not executed after {tries} attempt(s): {why}"),
+            ))
+            .recv()
+            .await?;
+        count("not_executed");
+        let _ = timed_out;
+        return Err(Problem::new(
+            503,
+            "upstream-unavailable",
+            "Upstream unavailable",
+            format!("{why}; the request was not executed and may be retried with the same key"),
+        )
+        .retry_after(retry_after.unwrap_or(1))
+        .with("entry_id", entry_id));
+    }
+}
+
+/// A stored (or fresh) response to the client, with the key echoed and the replay marked.
+pub fn respond(
+    r: &ResponseRecord,
+    key: Option<&str>,
+    replayed: bool,
+    cache: Option<&'static str>,
+) -> Response<Body> {
+    let mut resp = Response::new(Body::from(r.body.clone()));
+    *resp.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let h = resp.headers_mut();
+    for (n, v) in &r.headers {
+        if let (Ok(n), Ok(v)) = (
+            axum::http::HeaderName::from_bytes(n.as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
+            h.append(n, v);
+        }
+    }
+    if let Some(k) = key.and_then(forward::header_value) {
+        h.insert("idempotency-key", k);
+    }
+    if replayed {
+        h.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    if let Some(c) = cache {
+        h.insert("x-cache", HeaderValue::from_static(c));
+    }
+    resp
+}

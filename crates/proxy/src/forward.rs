@@ -1,0 +1,251 @@
+//! Talking to upstreams: header hygiene (hop-by-hop, secrets), one attempt with a timeout, and the
+//! classification of its outcome — the heart of "was it executed?".
+
+use std::time::Duration;
+
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use idemgate_ledger::ResponseRecord;
+
+use crate::config::Upstream;
+
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// The largest upstream response body stored and relayed.
+pub const MAX_RESPONSE_BODY: usize = 16 << 20;
+
+pub fn client() -> HttpClient {
+    let mut c = HttpConnector::new();
+    c.set_nodelay(true);
+    c.set_connect_timeout(Some(Duration::from_secs(2)));
+    c.enforce_http(true);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(64)
+        .build(c)
+}
+
+/// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1).
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Removes hop-by-hop headers, including those the `Connection` header names.
+pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let named: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    for n in HOP_BY_HOP {
+        h.remove(*n);
+    }
+}
+
+/// The upstream URI for a request path and query.
+pub fn upstream_uri(up: &Upstream, path_and_query: &str) -> Result<Uri, String> {
+    format!("http://{}{}{}", up.authority, up.prefix, path_and_query)
+        .parse::<Uri>()
+        .map_err(|e| e.to_string())
+}
+
+/// The outcome of one attempt.
+#[derive(Debug)]
+pub enum Attempt {
+    /// The upstream answered with a final status: the effect happened (2xx) or was refused for good
+    /// (a permanent 4xx). Stored and replayed.
+    Executed(ResponseRecord),
+    /// Definitely not executed: connection refused, 429 or 503. Safe to retry.
+    NotExecuted {
+        why: String,
+        retry_after: Option<u64>,
+        class: &'static str,
+    },
+    /// May or may not have happened: a timeout or reset after the request was sent, or 500/502/504.
+    Unknown { why: String, timed_out: bool },
+}
+
+/// Response headers worth storing and replaying.
+fn keep_response_header(name: &str) -> bool {
+    !HOP_BY_HOP.contains(&name)
+        && !matches!(
+            name,
+            "content-length"
+                | "date"
+                | "set-cookie"
+                | "server"
+                | "idempotency-key"
+                | "idempotent-replayed"
+        )
+}
+
+pub fn response_record(status: u16, headers: &HeaderMap, body: Bytes) -> ResponseRecord {
+    let headers = headers
+        .iter()
+        .filter(|(n, _)| keep_response_header(n.as_str()))
+        .filter_map(|(n, v)| {
+            v.to_str()
+                .ok()
+                .map(|v| (n.as_str().to_owned(), v.to_owned()))
+        })
+        .collect();
+    ResponseRecord {
+        status,
+        headers,
+        body: body.to_vec(),
+    }
+}
+
+fn retry_after_secs(h: &HeaderMap) -> Option<u64> {
+    h.get(header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Sends one request and classifies what happened. `timeout` covers the whole exchange.
+pub async fn attempt(
+    client: &HttpClient,
+    method: &Method,
+    uri: Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+    timeout: Duration,
+) -> Attempt {
+    let mut req = Request::new(Full::new(body));
+    *req.method_mut() = method.clone();
+    *req.uri_mut() = uri;
+    *req.headers_mut() = headers.clone();
+    let exchange = async {
+        let resp = client.request(req).await?;
+        let (parts, body) = resp.into_parts();
+        let status = parts.status.as_u16();
+        match Limited::new(body, MAX_RESPONSE_BODY).collect().await {
+            Ok(b) => Ok(Ok((status, parts.headers, b.to_bytes()))),
+            Err(e) => Ok(Err((status, e.to_string()))),
+        }
+    };
+    let r: Result<Result<_, _>, hyper_util::client::legacy::Error> =
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(r) => r,
+            Err(_) => {
+                return Attempt::Unknown {
+                    why: format!("upstream timeout after {timeout:?}"),
+                    timed_out: true,
+                };
+            }
+        };
+    match r {
+        Err(e) if e.is_connect() => Attempt::NotExecuted {
+            why: format!("connect failed: {}", root_cause(&e)),
+            retry_after: None,
+            class: "connect",
+        },
+        Err(e) => Attempt::Unknown {
+            why: format!(
+                "connection failed after the request was sent: {}",
+                root_cause(&e)
+            ),
+            timed_out: false,
+        },
+        Ok(Err((status, e))) => Attempt::Unknown {
+            why: format!("upstream {status}, then its body failed: {e}"),
+            timed_out: false,
+        },
+        Ok(Ok((status, h, body))) => match status {
+            429 | 503 => Attempt::NotExecuted {
+                why: format!("upstream {status}"),
+                retry_after: retry_after_secs(&h),
+                class: if status == 429 {
+                    "status_429"
+                } else {
+                    "status_503"
+                },
+            },
+            500 | 502 | 504 => Attempt::Unknown {
+                why: format!("upstream {status}"),
+                timed_out: status == 504,
+            },
+            _ => Attempt::Executed(response_record(status, &h, body)),
+        },
+    }
+}
+
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+/// Full-jitter exponential backoff for retry `n` (1-based): uniform in `[0, min(max, base·2^(n-1))]`.
+pub fn backoff(base: Duration, max: Duration, n: u32) -> Duration {
+    let cap = base
+        .saturating_mul(1u32 << n.saturating_sub(1).min(20))
+        .min(max);
+    let ms = cap.as_millis() as u64;
+    Duration::from_millis(if ms == 0 {
+        0
+    } else {
+        rand::random_range(0..=ms)
+    })
+}
+
+pub fn header_value(s: &str) -> Option<HeaderValue> {
+    HeaderValue::from_str(s).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_capped_and_jittered() {
+        let base = Duration::from_millis(100);
+        let max = Duration::from_secs(2);
+        for n in 1..10 {
+            let cap = (100u64 << (n - 1)).min(2000);
+            for _ in 0..50 {
+                assert!(backoff(base, max, n).as_millis() as u64 <= cap);
+            }
+        }
+        let spread: std::collections::BTreeSet<_> =
+            (0..50).map(|_| backoff(base, max, 5)).collect();
+        assert!(spread.len() > 5, "full jitter spreads retries");
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_removed_including_connection_named_ones() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        h.insert("content-type", HeaderValue::from_static("application/json"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("content-type"));
+    }
+}

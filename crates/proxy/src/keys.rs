@@ -1,0 +1,134 @@
+//! Idempotency keys and scopes: from a header, a JSON pointer into the body, or derived from the
+//! canonical arguments. Keys are 1–255 visible ASCII characters (RFC 9110 field-value safe).
+
+use axum::http::HeaderMap;
+use idemgate_ledger::canon;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::config::{KeySource, Route};
+use crate::problem::Problem;
+
+pub const MAX_KEY_LEN: usize = 255;
+pub const MAX_SCOPE_LEN: usize = 128;
+
+fn visible_ascii(s: &str) -> bool {
+    s.bytes().all(|b| (0x20..0x7f).contains(&b)) && !s.starts_with(' ') && !s.ends_with(' ')
+}
+
+/// The single value of header `name`: `Ok(None)` when absent, an error when repeated or not text.
+fn single_header<'h>(
+    headers: &'h HeaderMap,
+    name: &str,
+    what: &'static str,
+) -> Result<Option<&'h str>, Problem> {
+    let mut values = headers.get_all(name).iter();
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(Problem::new(
+            400,
+            "duplicate-header",
+            "Repeated header",
+            format!("the {what} header {name} must appear once"),
+        ));
+    }
+    first.to_str().map(Some).map_err(|_| {
+        Problem::new(
+            400,
+            "invalid-header",
+            "Invalid header",
+            format!("the {what} header {name} is not visible ASCII"),
+        )
+    })
+}
+
+pub fn scope(route: &Route, headers: &HeaderMap) -> Result<String, Problem> {
+    let Some(h) = &route.scope_header else {
+        return Ok(String::new());
+    };
+    let v = single_header(headers, h, "scope")?.unwrap_or("");
+    if v.len() > MAX_SCOPE_LEN || !visible_ascii(v) {
+        return Err(Problem::new(
+            400,
+            "invalid-scope",
+            "Invalid scope",
+            format!("{h} must be at most {MAX_SCOPE_LEN} visible ASCII characters"),
+        ));
+    }
+    Ok(v.to_owned())
+}
+
+fn check_key(k: &str) -> Result<(), Problem> {
+    if k.is_empty() || k.len() > MAX_KEY_LEN || !visible_ascii(k) {
+        return Err(Problem::new(
+            400,
+            "invalid-key",
+            "Invalid idempotency key",
+            format!(
+                "an idempotency key is 1 to {MAX_KEY_LEN} visible ASCII characters (got {} bytes)",
+                k.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn missing(detail: String) -> Problem {
+    Problem::new(400, "missing-key", "Idempotency key required", detail)
+}
+
+fn parse_json(body: &[u8]) -> Result<Value, Problem> {
+    serde_json::from_slice(body).map_err(|e| {
+        Problem::new(
+            400,
+            "invalid-body",
+            "Invalid JSON body",
+            format!("this route reads its key from the JSON body: {e}"),
+        )
+    })
+}
+
+/// The key of a request, per the route's key source.
+pub fn extract(
+    route: &Route,
+    scope: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<String, Problem> {
+    let Some(src) = &route.key else {
+        return Err(missing("this route has no key source".into()));
+    };
+    let key = match src {
+        KeySource::Header(h) => single_header(headers, h, "idempotency key")?
+            .ok_or_else(|| missing(format!("send an {h} header: a unique value per logical operation, the same on every retry")))?
+            .to_owned(),
+        KeySource::Json(ptr) => {
+            let v = parse_json(body)?;
+            match v.pointer(ptr) {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Number(n)) => n.to_string(),
+                Some(_) => return Err(Problem::new(400, "invalid-key", "Invalid idempotency key", format!("{ptr} must be a string or a number"))),
+                None => return Err(missing(format!("the JSON body has no {ptr}"))),
+            }
+        }
+        KeySource::Derive(ptrs) => {
+            let v = parse_json(body)?;
+            let mut parts = Vec::with_capacity(ptrs.len());
+            for p in ptrs {
+                parts.push(v.pointer(p).cloned().ok_or_else(|| missing(format!("the key is derived from {p}, which the body lacks")))?);
+            }
+            let mut h = Sha256::new();
+            h.update(b"idemgate-derived-key-v1\n");
+            h.update(scope.as_bytes());
+            h.update(b"\n");
+            h.update(route.name.as_bytes());
+            h.update(b"\n");
+            canon::write_canonical(&Value::Array(parts), &mut h);
+            format!("derived:{}", hex::encode(h.finalize()))
+        }
+    };
+    check_key(&key)?;
+    Ok(key)
+}

@@ -1,0 +1,282 @@
+//! The idemgate proxy engine: exactly-once forwarding in front of side-effecting HTTP tools, and the
+//! admin listener. This crate owns HTTP semantics; the ledger owns storage; `ops` owns operations.
+
+pub mod admin;
+pub mod config;
+pub mod engine;
+pub mod forward;
+pub mod keys;
+pub mod operator;
+pub mod problem;
+pub mod signature;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use idemgate_ledger::{now_millis, Storage};
+use idemgate_ops::Ops;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+use tower::Service;
+
+pub use config::{Config, ConfigError, Secret};
+pub use engine::Engine;
+
+/// The admin API's OpenAPI document.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// How long a client may take to send its request headers.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a graceful shutdown waits for requests in flight.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("no admin token: set IDEMGATE_ADMIN_TOKEN or server.admin_token_file (the admin API never runs without one)")]
+    NoAdminToken,
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Ops(#[from] idemgate_ops::OpsError),
+}
+
+impl ServeError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            ServeError::Config(_) => "bad-config",
+            ServeError::NoAdminToken => "no-admin-token",
+            ServeError::Bind { .. } => "bind",
+            ServeError::Ops(e) => e.code(),
+        }
+    }
+}
+
+/// The admin token from `IDEMGATE_ADMIN_TOKEN` or the configured file.
+pub fn admin_token(cfg: &Config) -> Result<Secret, ServeError> {
+    if let Ok(t) = std::env::var("IDEMGATE_ADMIN_TOKEN") {
+        if !t.trim().is_empty() {
+            return Ok(Secret(t.trim().as_bytes().to_vec()));
+        }
+    }
+    if let Some(f) = &cfg.admin_token_file {
+        let raw = std::fs::read_to_string(f).map_err(|e| {
+            ServeError::Config(ConfigError::Invalid {
+                field: "server.admin_token_file".into(),
+                message: format!("{f}: {e}"),
+            })
+        })?;
+        if !raw.trim().is_empty() {
+            return Ok(Secret(raw.trim().as_bytes().to_vec()));
+        }
+    }
+    Err(ServeError::NoAdminToken)
+}
+
+/// The process-wide Prometheus recorder (installed once).
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let buckets = [
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0,
+            ];
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
+                .map(|b| b.build_recorder())
+                .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
+            let handle = recorder.handle();
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+/// A lease-owner id for this process: host, pid and a random suffix.
+pub fn instance_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "host".into());
+    format!(
+        "{host}:{}:{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
+}
+
+/// A running server: its bound addresses.
+#[derive(Debug, Clone, Copy)]
+pub struct Bound {
+    pub proxy: SocketAddr,
+    pub admin: Option<SocketAddr>,
+}
+
+/// Runs the proxy (and the admin listener) until `shutdown` resolves, then drains requests in
+/// flight (up to [`DRAIN_TIMEOUT`]) and returns; the caller closes the ledger after. `on_bound` is
+/// told the bound addresses once both listeners are up.
+pub async fn serve(
+    cfg: Arc<Config>,
+    store: Arc<dyn Storage>,
+    ops: Ops,
+    token: Option<Secret>,
+    on_bound: impl FnOnce(Bound),
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let metrics = metrics_handle();
+    let engine = Arc::new(Engine::new(cfg.clone(), store.clone(), instance_id()));
+    let proxy_listener =
+        TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|source| ServeError::Bind {
+                addr: cfg.listen,
+                source,
+            })?;
+    let proxy_addr = proxy_listener
+        .local_addr()
+        .map_err(|source| ServeError::Bind {
+            addr: cfg.listen,
+            source,
+        })?;
+    let admin = match (&cfg.admin_listen, token) {
+        (Some(addr), Some(token)) => {
+            let l = TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    addr: *addr,
+                    source,
+                })?;
+            let bound = l.local_addr().map_err(|source| ServeError::Bind {
+                addr: *addr,
+                source,
+            })?;
+            Some((
+                l,
+                bound,
+                admin::router(engine.clone(), ops.clone(), &token, metrics),
+            ))
+        }
+        (Some(_), None) => return Err(ServeError::NoAdminToken),
+        (None, _) => None,
+    };
+    let proxy_router = Router::new()
+        .fallback(engine::handle)
+        .with_state(engine.clone());
+    on_bound(Bound {
+        proxy: proxy_addr,
+        admin: admin.as_ref().map(|a| a.1),
+    });
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let sweeper = tokio::spawn(sweep_loop(store.clone(), stop_rx.clone()));
+    let mut loops = vec![tokio::spawn(accept_loop(
+        proxy_listener,
+        proxy_router,
+        stop_rx.clone(),
+    ))];
+    if let Some((l, _, r)) = admin {
+        loops.push(tokio::spawn(accept_loop(l, r, stop_rx.clone())));
+    }
+    shutdown.await;
+    tracing::info!("shutting down: no new connections, draining requests in flight");
+    let _ = stop_tx.send(true);
+    for l in loops {
+        let _ = l.await;
+    }
+    let _ = sweeper.await;
+    Ok(())
+}
+
+/// Accepts connections until `stop`, then stops accepting and waits (up to [`DRAIN_TIMEOUT`]) for
+/// the requests in flight on this listener.
+async fn accept_loop(
+    listener: TcpListener,
+    router: Router,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(64 * 1024);
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let svc =
+            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(engine::Peer(peer));
+                let mut r = router.clone();
+                async move { r.call(req.map(axum::body::Body::new)).await }
+            });
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("requests still in flight after {DRAIN_TIMEOUT:?}; their claims stay pending and will show as stuck");
+    }
+}
+
+/// Marks lease and TTL expiries in the log, every second.
+async fn sweep_loop(store: Arc<dyn Storage>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut n: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        match store.sweep(now_millis()).recv().await {
+            Ok(r) if r.lease_expired + r.ttl_expired > 0 => {
+                tracing::info!(
+                    lease_expired = r.lease_expired,
+                    ttl_expired = r.ttl_expired,
+                    "sweep"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "sweep failed"),
+        }
+        n += 1;
+        if n % 5 == 1 {
+            let s = store.clone();
+            if let Ok(Ok(stats)) =
+                tokio::task::spawn_blocking(move || s.stats(now_millis(), 0)).await
+            {
+                metrics::gauge!("idemgate_stuck_entries").set(stats.stuck as f64);
+                metrics::gauge!("idemgate_expired_entries").set(stats.expired as f64);
+            }
+        }
+    }
+}

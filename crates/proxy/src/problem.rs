@@ -1,0 +1,105 @@
+//! RFC 9457 problem+json answers. Every error the proxy and the admin API give is one of these,
+//! with a stable `code` (also the last part of `type`).
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, Response, StatusCode};
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone)]
+pub struct Problem {
+    pub status: u16,
+    pub code: &'static str,
+    pub title: &'static str,
+    pub detail: String,
+    pub retry_after: Option<u64>,
+    pub extra: Value,
+}
+
+impl Problem {
+    pub fn new(
+        status: u16,
+        code: &'static str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Problem {
+        Problem {
+            status,
+            code,
+            title,
+            detail: detail.into(),
+            retry_after: None,
+            extra: Value::Null,
+        }
+    }
+
+    pub fn retry_after(mut self, secs: u64) -> Problem {
+        self.retry_after = Some(secs.max(1));
+        self
+    }
+
+    pub fn with(mut self, k: &str, v: impl Into<Value>) -> Problem {
+        if !self.extra.is_object() {
+            self.extra = json!({});
+        }
+        self.extra[k] = v.into();
+        self
+    }
+
+    pub fn body(&self) -> Value {
+        let mut v = json!({
+            "type": format!("urn:idemgate:problem:{}", self.code),
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "code": self.code,
+        });
+        if let Value::Object(extra) = &self.extra {
+            for (k, x) in extra {
+                v[k] = x.clone();
+            }
+        }
+        v
+    }
+
+    pub fn into_response(self) -> Response<Body> {
+        let body = serde_json::to_vec(&self.body()).unwrap_or_default();
+        let mut r = Response::new(Body::from(body));
+        *r.status_mut() =
+            StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Some(s) = self.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        r
+    }
+}
+
+impl axum::response::IntoResponse for Problem {
+    fn into_response(self) -> axum::response::Response {
+        Problem::into_response(self)
+    }
+}
+
+impl From<idemgate_ops::OpsError> for Problem {
+    fn from(e: idemgate_ops::OpsError) -> Problem {
+        let status = e.http_status();
+        let title = match status {
+            400 => "Bad request",
+            404 => "Not found",
+            409 => "Conflict",
+            503 => "Unavailable",
+            _ => "Internal error",
+        };
+        Problem::new(status, e.code(), title, e.to_string())
+    }
+}
+
+impl From<idemgate_ledger::LedgerError> for Problem {
+    fn from(e: idemgate_ledger::LedgerError) -> Problem {
+        Problem::from(idemgate_ops::OpsError::from(e))
+    }
+}

@@ -1,0 +1,295 @@
+//! A real upstream on 127.0.0.1 that counts side effects per idempotency key and injects faults.
+//!
+//! It is a small HTTP/1.1 server written on raw sockets, so it can do what a well-behaved framework
+//! will not: perform the effect and then drop the connection without answering.
+//!
+//! Faults are chosen per request by the `x-fault` header (the proxy forwards it):
+//! - `status:NNN` — 500/502/504: perform the effect, then answer NNN; 429/503: no effect, answer NNN
+//!   with `Retry-After: 1`; other codes: no effect, answer NNN.
+//! - `drop` — perform the effect, then close the connection without a response.
+//! - `delay:MS` — perform the effect, wait MS milliseconds, then answer 201.
+//! - `fail-first:N:NNN` — the first N requests for this key get NNN (no effect), then normal.
+//!
+//! Paths: `POST /dedupe/...` dedupes by key itself (effect once per key); `GET /v1/customers...`
+//! counts reads; `GET /v1/charges?idempotency_key=K` is a reconcile probe (200 if K's effect
+//! happened, 404 if not); anything else performs the effect and answers 201 with a JSON body naming
+//! the key, the effect number and whether an `authorization` header arrived.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+#[derive(Debug, Default)]
+pub struct Counts {
+    effects: Mutex<HashMap<String, u64>>,
+    requests: Mutex<HashMap<String, u64>>,
+    pub total_effects: AtomicU64,
+    pub reads: AtomicU64,
+    /// Headers of the last request, lower-cased names.
+    pub last_headers: Mutex<Vec<(String, String)>>,
+}
+
+impl Counts {
+    pub fn effects(&self, key: &str) -> u64 {
+        self.effects
+            .lock()
+            .map(|m| m.get(key).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    pub fn requests(&self, key: &str) -> u64 {
+        self.requests
+            .lock()
+            .map(|m| m.get(key).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    pub fn total(&self) -> u64 {
+        self.total_effects.load(Ordering::SeqCst)
+    }
+
+    pub fn keys_with_effects(&self) -> HashMap<String, u64> {
+        self.effects.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    fn effect(&self, key: &str) -> u64 {
+        self.total_effects.fetch_add(1, Ordering::SeqCst);
+        let mut m = self.effects.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(key.to_owned()).or_insert(0);
+        *n += 1;
+        *n
+    }
+}
+
+/// The running upstream. It stops when dropped (its runtime thread ends).
+#[derive(Debug)]
+pub struct Upstream {
+    pub addr: SocketAddr,
+    pub counts: Arc<Counts>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Upstream {
+    /// Starts on 127.0.0.1 with an ephemeral port, on its own thread and runtime.
+    pub fn start() -> Upstream {
+        let counts = Arc::new(Counts::default());
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let c = counts.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let l = TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind upstream");
+                addr_tx
+                    .send(l.local_addr().expect("addr"))
+                    .expect("send addr");
+                let accept = async {
+                    loop {
+                        let Ok((s, _)) = l.accept().await else {
+                            continue;
+                        };
+                        let c = c.clone();
+                        tokio::spawn(async move {
+                            let _ = conn(s, c).await;
+                        });
+                    }
+                };
+                tokio::select! {
+                    _ = accept => {}
+                    _ = stop_rx => {}
+                }
+            });
+        });
+        let addr = addr_rx.recv().expect("upstream address");
+        Upstream {
+            addr,
+            counts,
+            _stop: stop_tx,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+struct Req {
+    method: String,
+    target: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Req {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+async fn read_req(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Option<Req>> {
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            let mut lines = head.split("\r\n");
+            let mut first = lines.next().unwrap_or("").split(' ');
+            let method = first.next().unwrap_or("").to_owned();
+            let target = first.next().unwrap_or("").to_owned();
+            let headers: Vec<(String, String)> = lines
+                .filter_map(|l| l.split_once(':'))
+                .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                .collect();
+            let len: usize = headers
+                .iter()
+                .find(|(n, _)| n == "content-length")
+                .and_then(|(_, v)| v.parse().ok())
+                .unwrap_or(0);
+            let total = end + 4 + len;
+            while buf.len() < total {
+                let mut chunk = [0u8; 8192];
+                let n = s.read(&mut chunk).await?;
+                if n == 0 {
+                    return Ok(None);
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let body = buf[end + 4..total].to_vec();
+            buf.drain(..total);
+            return Ok(Some(Req {
+                method,
+                target,
+                headers,
+                body,
+            }));
+        }
+        let mut chunk = [0u8; 8192];
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+async fn write_resp(
+    s: &mut TcpStream,
+    status: u16,
+    extra: &[(&str, String)],
+    body: &str,
+) -> std::io::Result<()> {
+    let mut out = format!(
+        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (n, v) in extra {
+        out.push_str(&format!("{n}: {v}\r\n"));
+    }
+    out.push_str("\r\n");
+    out.push_str(body);
+    s.write_all(out.as_bytes()).await
+}
+
+async fn conn(mut s: TcpStream, c: Arc<Counts>) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    while let Some(req) = read_req(&mut s, &mut buf).await? {
+        if let Ok(mut h) = c.last_headers.lock() {
+            *h = req.headers.clone();
+        }
+        let key = req.header("idempotency-key").unwrap_or("").to_owned();
+        let n_req = {
+            let mut m = c.requests.lock().unwrap_or_else(|p| p.into_inner());
+            let n = m.entry(key.clone()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let fault = req.header("x-fault").unwrap_or("").to_owned();
+        if req.method == "GET" {
+            if let Some(q) = req.target.strip_prefix("/v1/charges?idempotency_key=") {
+                let found = c.effects(q) > 0;
+                write_resp(
+                    &mut s,
+                    if found { 200 } else { 404 },
+                    &[],
+                    &format!(r#"{{"found":{found},"key":"{q}"}}"#),
+                )
+                .await?;
+            } else {
+                let n = c.reads.fetch_add(1, Ordering::SeqCst) + 1;
+                write_resp(&mut s, 200, &[], &format!(r#"{{"read":{n}}}"#)).await?;
+            }
+            continue;
+        }
+        let mut parts = fault.split(':');
+        match (parts.next().unwrap_or(""), parts.next(), parts.next()) {
+            ("status", Some(code), _) => {
+                let code: u16 = code.parse().unwrap_or(500);
+                if matches!(code, 500 | 502 | 504) {
+                    c.effect(&key);
+                }
+                let extra = if matches!(code, 429 | 503) {
+                    vec![("retry-after", "1".to_owned())]
+                } else {
+                    vec![]
+                };
+                write_resp(&mut s, code, &extra, &format!(r#"{{"error":{code}}}"#)).await?;
+                continue;
+            }
+            ("drop", _, _) => {
+                c.effect(&key);
+                return Ok(()); // the connection closes without an answer
+            }
+            ("delay", Some(ms), _) => {
+                c.effect(&key);
+                tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(1000))).await;
+                write_resp(
+                    &mut s,
+                    201,
+                    &[],
+                    &format!(r#"{{"key":"{key}","delayed":true}}"#),
+                )
+                .await?;
+                continue;
+            }
+            ("fail-first", Some(n), Some(code)) if n_req <= n.parse().unwrap_or(0) => {
+                let code: u16 = code.parse().unwrap_or(503);
+                let extra = if matches!(code, 429 | 503) {
+                    vec![("retry-after", "1".to_owned())]
+                } else {
+                    vec![]
+                };
+                write_resp(&mut s, code, &extra, r#"{"error":"try again"}"#).await?;
+                continue;
+            }
+            _ => {}
+        }
+        let effect_no = if req.target.starts_with("/dedupe") && c.effects(&key) > 0 {
+            c.effects(&key)
+        } else {
+            c.effect(&key)
+        };
+        let auth = req.header("authorization").is_some();
+        let body = format!(
+            r#"{{"id":"ch_{}","key":"{key}","effect":{effect_no},"saw_authorization":{auth},"bytes":{}}}"#,
+            c.total(),
+            req.body.len()
+        );
+        write_resp(&mut s, 201, &[("x-upstream", "1".to_owned())], &body).await?;
+        if req.header("connection") == Some("close") {
+            return Ok(());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,996 @@
+//! `idemgate serve` as a real process in front of a real upstream that counts side effects and
+//! injects faults: one test per row of the DESIGN.md proxy table (the answer *and* the upstream's
+//! effect count), concurrency, SIGKILL and SIGTERM, signatures, the admin API, replay, reconcile.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Barrier};
+
+use idemgate_tests::upstream::Upstream;
+use idemgate_tests::*;
+use serde_json::json;
+
+const CONFIG: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+ledger = "{ledger}"
+
+[defaults]
+lease = "3s"
+ttl = "1h"
+max_body = "1MiB"
+duplicate_window = "10m"
+
+[[routes]]
+name = "charges"
+method = "POST"
+path = "/v1/charges"
+upstream = "{upstream}"
+effect = "write"
+scope.header = "X-Agent-Id"
+timeout = "1s"
+retry = { attempts = 3, base = "10ms", max = "50ms" }
+secret_headers = ["x-processor-key"]
+reconcile = { url = "{upstream}/v1/charges?idempotency_key={key}" }
+
+[[routes]]
+name = "dedupe"
+method = "POST"
+path = "/dedupe"
+upstream = "{upstream}"
+effect = "write"
+upstream_dedupes = true
+timeout = "1s"
+retry = { attempts = 3, base = "10ms", max = "50ms" }
+
+[[routes]]
+name = "refused"
+timeout = "1s"
+method = "POST"
+path = "/refused"
+upstream = "{closed}"
+effect = "write"
+retry = { attempts = 2, base = "10ms", max = "20ms" }
+
+[[routes]]
+name = "webhooks"
+timeout = "1s"
+method = "POST"
+path = "/hooks"
+upstream = "{upstream}"
+effect = "idempotent"
+key.json = "/event_id"
+signature = { secret_env = "TEST_WEBHOOK_SECRET", tolerance = "5m" }
+
+[[routes]]
+name = "emails"
+timeout = "1s"
+method = "POST"
+path = "/v1/emails"
+upstream = "{upstream}"
+effect = "write"
+key.derive = ["/to", "/template"]
+
+[[routes]]
+name = "cancel"
+method = "POST"
+path = "/v1/cancel"
+upstream = "{upstream}"
+effect = "destructive"
+timeout = "1s"
+
+[[routes]]
+name = "customers"
+timeout = "1s"
+method = "GET"
+path = "/v1/customers"
+upstream = "{upstream}"
+effect = "read"
+cache_ttl = "1m"
+"#;
+
+const SECRET: &str = "whsec_test_secret";
+
+struct Fx {
+    dir: tempfile::TempDir,
+    up: Upstream,
+    proxy: Proxy,
+}
+
+impl Fx {
+    fn new() -> Fx {
+        Fx::with(CONFIG)
+    }
+
+    fn with(template: &str) -> Fx {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let up = Upstream::start();
+        let ledger = dir.path().join("ledger.db");
+        let proxy = Proxy::start_with_env(
+            dir.path(),
+            &Fx::render(template, &up, &ledger),
+            &ledger,
+            &[("TEST_WEBHOOK_SECRET", SECRET)],
+        );
+        Fx { dir, up, proxy }
+    }
+
+    fn render(template: &str, up: &Upstream, ledger: &std::path::Path) -> String {
+        // A port nothing listens on: bind one, then let it go.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr");
+        config(template, &up.url(), ledger).replace("{closed}", &format!("http://{closed}"))
+    }
+
+    fn restart(&mut self) {
+        let cfg = std::fs::read_to_string(&self.proxy.config).expect("config");
+        let ledger = self.proxy.ledger.clone();
+        self.proxy = Proxy::start_with_env(
+            self.dir.path(),
+            &cfg,
+            &ledger,
+            &[("TEST_WEBHOOK_SECRET", SECRET)],
+        );
+    }
+
+    fn ledger(&self) -> String {
+        self.proxy.ledger.display().to_string()
+    }
+
+    fn charge(&self, key: &str, body: &str, extra: &[(&str, &str)]) -> Resp {
+        let mut h = vec![
+            ("idempotency-key", key),
+            ("content-type", "application/json"),
+            ("x-agent-id", "agent-7"),
+        ];
+        h.extend_from_slice(extra);
+        self.proxy.send("POST", "/v1/charges", &h, body.as_bytes())
+    }
+
+    fn entries(&self, flags: &[&str]) -> Vec<serde_json::Value> {
+        let l = self.ledger();
+        let mut args = vec!["entries", "--ledger", &l, "--json"];
+        args.extend_from_slice(flags);
+        idemgate_json(&args).as_array().cloned().unwrap_or_default()
+    }
+}
+
+#[test]
+fn a_write_without_a_key_is_refused_and_nothing_is_written() {
+    let f = Fx::new();
+    let r = f.proxy.send(
+        "POST",
+        "/v1/charges",
+        &[("content-type", "application/json")],
+        br#"{"amount":100}"#,
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(r.code(), "missing-key");
+    assert_eq!(f.up.counts.total(), 0);
+    assert!(f.entries(&[]).is_empty());
+}
+
+#[test]
+fn a_new_key_executes_once_and_echoes_the_key() {
+    let f = Fx::new();
+    let r = f.charge("k-new", r#"{"amount":100}"#, &[]);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.header("idempotency-key"), Some("k-new"));
+    assert_eq!(r.header("idempotent-replayed"), None);
+    assert_eq!(
+        r.header("x-upstream"),
+        Some("1"),
+        "upstream headers are relayed"
+    );
+    assert_eq!(r.json()["effect"], 1);
+    assert_eq!(f.up.counts.effects("k-new"), 1);
+    let e = f.entries(&["--key", "k-new"]);
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[0]["state"], "completed");
+    assert_eq!(e[0]["scope"], "agent-7");
+}
+
+#[test]
+fn a_completed_key_is_replayed_without_executing_again() {
+    let f = Fx::new();
+    let first = f.charge("k-replay", r#"{"amount":100,"currency":"usd"}"#, &[]);
+    assert_eq!(first.status, 201);
+    for _ in 0..3 {
+        // Same request, other key order and whitespace: the same fingerprint.
+        let again = f.charge("k-replay", r#"{ "currency": "usd", "amount": 100 }"#, &[]);
+        assert_eq!(again.status, 201);
+        assert_eq!(again.body, first.body, "the stored body, byte for byte");
+        assert_eq!(again.header("idempotent-replayed"), Some("true"));
+        assert_eq!(again.header("idempotency-key"), Some("k-replay"));
+        assert_eq!(
+            again.header("x-upstream"),
+            Some("1"),
+            "stored headers are replayed"
+        );
+    }
+    assert_eq!(f.up.counts.effects("k-replay"), 1);
+    assert_eq!(
+        f.up.counts.requests("k-replay"),
+        1,
+        "replays never reach the upstream"
+    );
+    assert_eq!(f.entries(&["--key", "k-replay"])[0]["replays"], 3);
+    // Keys of different scopes never collide.
+    let other = f.proxy.send(
+        "POST",
+        "/v1/charges",
+        &[("idempotency-key", "k-replay"), ("x-agent-id", "agent-8")],
+        br#"{"amount":100,"currency":"usd"}"#,
+    );
+    assert_eq!(other.status, 201);
+    assert_eq!(other.header("idempotent-replayed"), None);
+    assert_eq!(f.up.counts.effects("k-replay"), 2);
+}
+
+#[test]
+fn the_same_key_with_another_request_is_a_422_and_the_rejected_request_is_kept() {
+    let f = Fx::new();
+    assert_eq!(f.charge("k-reuse", r#"{"amount":100}"#, &[]).status, 201);
+    let r = f.charge("k-reuse", r#"{"amount":999}"#, &[]);
+    assert_eq!(r.status, 422);
+    assert_eq!(r.code(), "key-reuse");
+    assert_eq!(f.up.counts.effects("k-reuse"), 1);
+    let e = f.entries(&["--collisions"]);
+    assert_eq!(e.len(), 1);
+    let shown = idemgate_json(&[
+        "show",
+        "--ledger",
+        &f.ledger(),
+        &e[0]["id"].to_string(),
+        "--json",
+    ]);
+    assert_eq!(
+        shown["collision_requests"][0]["request"]["body"],
+        r#"{"amount":999}"#
+    );
+    assert_eq!(shown["request"]["body"], r#"{"amount":100}"#);
+}
+
+#[test]
+fn a_key_in_flight_gets_409_with_retry_after_and_the_upstream_runs_once() {
+    let f = Fx::new();
+    let slow = {
+        let addr = f.proxy.addr;
+        std::thread::spawn(move || {
+            request(
+                addr,
+                "POST",
+                "/v1/charges",
+                &[("idempotency-key", "k-flight"), ("x-fault", "delay:700")],
+                br#"{"amount":1}"#,
+            )
+        })
+    };
+    // Wait until the upstream has the first request, then retry.
+    eventually(5, "the first request upstream", || {
+        (f.up.counts.requests("k-flight") == 1).then_some(())
+    });
+    let r = f.proxy.send(
+        "POST",
+        "/v1/charges",
+        &[("idempotency-key", "k-flight"), ("x-fault", "delay:700")],
+        br#"{"amount":1}"#,
+    );
+    assert_eq!(r.status, 409);
+    assert_eq!(r.code(), "in-flight");
+    let ra: u64 = r
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("seconds");
+    assert!((1..=5).contains(&ra));
+    assert_eq!(slow.join().expect("join").status, 201);
+    assert_eq!(f.up.counts.effects("k-flight"), 1);
+}
+
+#[test]
+fn with_in_flight_wait_a_retry_waits_for_the_first_outcome() {
+    let f = Fx::with(&CONFIG.replace(
+        "duplicate_window = \"10m\"",
+        "duplicate_window = \"10m\"\nin_flight = \"wait\"\nwait = \"3s\"",
+    ));
+    let addr = f.proxy.addr;
+    let slow = std::thread::spawn(move || {
+        request(
+            addr,
+            "POST",
+            "/v1/charges",
+            &[("idempotency-key", "k-wait"), ("x-fault", "delay:500")],
+            br#"{"amount":1}"#,
+        )
+    });
+    eventually(5, "the first request upstream", || {
+        (f.up.counts.requests("k-wait") == 1).then_some(())
+    });
+    let r = f.proxy.send(
+        "POST",
+        "/v1/charges",
+        &[("idempotency-key", "k-wait"), ("x-fault", "delay:500")],
+        br#"{"amount":1}"#,
+    );
+    let first = slow.join().expect("join");
+    assert_eq!(first.status, 201);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    assert_eq!(r.body, first.body);
+    assert_eq!(f.up.counts.effects("k-wait"), 1);
+}
+
+#[test]
+fn an_unknown_outcome_is_held_as_stuck_and_never_run_again() {
+    let f = Fx::new();
+    // 500 after the effect, a dropped connection after the effect, a timeout after the effect.
+    for (key, fault, status) in [
+        ("k-500", "status:500", 502),
+        ("k-drop", "drop", 502),
+        ("k-slow", "delay:2500", 504),
+    ] {
+        let r = f.charge(key, r#"{"amount":5}"#, &[("x-fault", fault)]);
+        assert_eq!(r.status, status, "{key}: {}", r.text());
+        assert_eq!(r.code(), "outcome-unknown");
+        assert!(r.json()["entry_id"].is_i64());
+        // Later tries: 409, not executed again — even once the upstream is healthy.
+        for _ in 0..2 {
+            let again = f.charge(key, r#"{"amount":5}"#, &[]);
+            assert_eq!(again.status, 409, "{key}");
+            assert_eq!(again.code(), "outcome-unknown");
+        }
+        assert_eq!(f.up.counts.effects(key), 1, "{key}");
+        assert_eq!(
+            f.up.counts.requests(key),
+            1,
+            "{key}: no automatic retry of an unknown outcome"
+        );
+    }
+    let stuck = f.entries(&["--stuck"]);
+    assert_eq!(stuck.len(), 3);
+    assert!(stuck
+        .iter()
+        .all(|e| e["outcome_unknown"] == true && e["state"] == "pending"));
+}
+
+#[test]
+fn an_unknown_outcome_is_retried_when_the_upstream_dedupes_the_forwarded_key() {
+    let f = Fx::new();
+    let r = f.proxy.send(
+        "POST",
+        "/dedupe/x",
+        &[("idempotency-key", "k-dd"), ("x-fault", "fail-first:1:500")],
+        br#"{"a":1}"#,
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(f.up.counts.requests("k-dd"), 2, "retried once");
+    assert_eq!(
+        f.up.counts.effects("k-dd"),
+        1,
+        "the upstream deduped the forwarded key"
+    );
+    let seen = f.up.counts.last_headers.lock().expect("lock").clone();
+    assert!(
+        seen.iter()
+            .any(|(n, v)| n == "idempotency-key" && v == "k-dd"),
+        "the key is forwarded"
+    );
+}
+
+#[test]
+fn not_executed_outcomes_are_retried_with_backoff() {
+    let f = Fx::new();
+    let r = f.charge(
+        "k-503s",
+        r#"{"amount":7}"#,
+        &[("x-fault", "fail-first:2:503")],
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(f.up.counts.requests("k-503s"), 3);
+    assert_eq!(f.up.counts.effects("k-503s"), 1);
+    let e = &f.entries(&["--key", "k-503s"])[0];
+    assert_eq!(e["attempts"], 3);
+    let log = idemgate_json(&[
+        "log",
+        "--ledger",
+        &f.ledger(),
+        "--entry",
+        &e["id"].to_string(),
+        "--json",
+    ]);
+    let kinds: Vec<&str> = log
+        .as_array()
+        .expect("array")
+        .iter()
+        .rev()
+        .map(|e| e["kind"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(kinds, ["claim", "attempt", "attempt", "complete"]);
+}
+
+#[test]
+fn exhausted_retries_release_the_key_with_503_and_the_key_may_run_again() {
+    let f = Fx::new();
+    let r = f.charge("k-429", r#"{"amount":8}"#, &[("x-fault", "status:429")]);
+    assert_eq!(r.status, 503);
+    assert_eq!(r.code(), "upstream-unavailable");
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(f.up.counts.requests("k-429"), 3);
+    assert_eq!(f.up.counts.effects("k-429"), 0);
+    assert_eq!(f.entries(&["--key", "k-429"])[0]["state"], "released");
+    // The client retries later with the same key: it runs now.
+    let again = f.charge("k-429", r#"{"amount":8}"#, &[]);
+    assert_eq!(again.status, 201);
+    assert_eq!(f.up.counts.effects("k-429"), 1);
+    // Connection refused is "not executed" too.
+    let refused = f.proxy.send(
+        "POST",
+        "/refused",
+        &[("idempotency-key", "k-refused")],
+        b"{}",
+    );
+    assert_eq!(refused.status, 503);
+    assert_eq!(f.entries(&["--key", "k-refused"])[0]["state"], "released");
+}
+
+#[test]
+fn sixty_four_concurrent_requests_with_one_key_execute_once() {
+    let f = Fx::new();
+    let barrier = Arc::new(Barrier::new(64));
+    let addr = f.proxy.addr;
+    let threads: Vec<_> = (0..64)
+        .map(|_| {
+            let b = barrier.clone();
+            std::thread::spawn(move || {
+                b.wait();
+                request(
+                    addr,
+                    "POST",
+                    "/v1/charges",
+                    &[("idempotency-key", "k-64"), ("x-fault", "delay:300")],
+                    br#"{"amount":64}"#,
+                )
+            })
+        })
+        .collect();
+    let resps: Vec<Resp> = threads
+        .into_iter()
+        .map(|t| t.join().expect("join"))
+        .collect();
+    let executed = resps
+        .iter()
+        .filter(|r| r.status == 201 && r.header("idempotent-replayed").is_none())
+        .count();
+    let others_ok = resps
+        .iter()
+        .all(|r| r.status == 201 || (r.status == 409 && r.code() == "in-flight"));
+    assert_eq!(executed, 1);
+    assert!(
+        others_ok,
+        "{:?}",
+        resps.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    assert_eq!(f.up.counts.effects("k-64"), 1);
+    assert_eq!(f.up.counts.total(), 1);
+}
+
+#[test]
+fn sigkill_mid_flight_then_restart_never_re_executes_and_the_entry_is_stuck() {
+    let mut f = Fx::new();
+    let addr = f.proxy.addr;
+    let victim = std::thread::spawn(move || {
+        request(
+            addr,
+            "POST",
+            "/v1/charges",
+            &[
+                ("idempotency-key", "k-kill"),
+                ("x-agent-id", "agent-7"),
+                ("x-fault", "delay:900"),
+            ],
+            br#"{"amount":9}"#,
+        )
+    });
+    eventually(5, "the request upstream", || {
+        (f.up.counts.effects("k-kill") == 1).then_some(())
+    });
+    f.proxy.kill();
+    let _ = victim.join(); // the client saw the connection die
+    f.restart();
+    // The claim was durable: a retry is not executed, first in flight (lease live), then stuck.
+    let first = f.charge("k-kill", r#"{"amount":9}"#, &[]);
+    assert_eq!(first.status, 409, "{}", first.text());
+    let stuck = eventually(10, "the entry to become stuck", || {
+        let r = f.charge("k-kill", r#"{"amount":9}"#, &[]);
+        assert_eq!(r.status, 409);
+        (r.code() == "outcome-unknown").then_some(r)
+    });
+    assert!(stuck.json()["entry_id"].as_i64().is_some());
+    assert_eq!(f.up.counts.effects("k-kill"), 1);
+    let listed = f.entries(&["--stuck"]);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["key"], "k-kill");
+    // An operator finds the charge upstream and records it: retries get the operator's response.
+    let body = f.dir.path().join("resp.json");
+    std::fs::write(&body, br#"{"id":"ch_found","status":"succeeded"}"#).expect("write");
+    let id = listed[0]["id"].to_string();
+    let out = idemgate(&[
+        "resolve",
+        "--ledger",
+        &f.ledger(),
+        &id,
+        "--as",
+        "completed",
+        "--response-file",
+        body.to_str().expect("utf8"),
+        "--status",
+        "201",
+        "--reason",
+        "charge found in processor",
+        "--operator",
+        "oncall",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = f.charge("k-kill", r#"{"amount":9}"#, &[]);
+    assert_eq!(r.status, 201);
+    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    assert_eq!(r.json()["id"], "ch_found");
+    assert_eq!(f.up.counts.effects("k-kill"), 1);
+}
+
+#[test]
+fn sigterm_drains_requests_in_flight_before_exiting() {
+    let mut f = Fx::new();
+    let addr = f.proxy.addr;
+    let inflight = std::thread::spawn(move || {
+        request(
+            addr,
+            "POST",
+            "/v1/charges",
+            &[("idempotency-key", "k-term"), ("x-fault", "delay:600")],
+            br#"{"amount":3}"#,
+        )
+    });
+    eventually(5, "the request upstream", || {
+        (f.up.counts.effects("k-term") == 1).then_some(())
+    });
+    let status = f.proxy.terminate();
+    assert!(status.success(), "clean exit: {status:?}");
+    let r = inflight.join().expect("join");
+    assert_eq!(
+        r.status,
+        201,
+        "the request in flight was answered: {}",
+        r.text()
+    );
+    assert_eq!(f.entries(&["--key", "k-term"])[0]["state"], "completed");
+    // New connections are refused once it has stopped.
+    assert!(std::net::TcpStream::connect(addr).is_err());
+}
+
+#[test]
+fn signatures_good_bad_and_stale() {
+    let f = Fx::new();
+    let body = br#"{"event_id":"evt_1","type":"charge.succeeded"}"#;
+    let now = idemgate_ledger::now_millis() / 1000;
+    let sign = |t: i64, b: &[u8]| {
+        format!(
+            "t={t},v1={}",
+            idemgate_proxy::signature::sign(SECRET.as_bytes(), t, b)
+        )
+    };
+    let good = sign(now, body);
+    let r = f
+        .proxy
+        .send("POST", "/hooks", &[("x-idemgate-signature", &good)], body);
+    assert_eq!(r.status, 201, "{}", r.text());
+    // Webhook deduplication by event id: the sender's retry is answered from the ledger.
+    let r2 = f.proxy.send(
+        "POST",
+        "/hooks",
+        &[("x-idemgate-signature", &sign(now + 1, body))],
+        body,
+    );
+    assert_eq!(r2.status, 201);
+    assert_eq!(r2.header("idempotent-replayed"), Some("true"));
+    assert_eq!(r2.header("idempotency-key"), Some("evt_1"));
+    for (what, sig) in [
+        ("missing", None),
+        (
+            "wrong secret",
+            Some(format!(
+                "t={now},v1={}",
+                idemgate_proxy::signature::sign(b"nope", now, body)
+            )),
+        ),
+        ("stale", Some(sign(now - 600, body))),
+        ("garbage", Some("t=abc,v1=zz".to_owned())),
+    ] {
+        let b2 = br#"{"event_id":"evt_2","type":"x"}"#;
+        let h: Vec<(&str, &str)> = sig
+            .as_deref()
+            .map(|s| vec![("x-idemgate-signature", s)])
+            .unwrap_or_default();
+        let r = f.proxy.send("POST", "/hooks", &h, b2);
+        assert_eq!(r.status, 401, "{what}");
+        assert_eq!(r.code(), "bad-signature");
+    }
+    // A good signature over another body does not transfer.
+    let r = f.proxy.send(
+        "POST",
+        "/hooks",
+        &[("x-idemgate-signature", &good)],
+        br#"{"event_id":"evt_3"}"#,
+    );
+    assert_eq!(r.status, 401);
+    assert_eq!(f.up.counts.total(), 1);
+    assert_eq!(f.entries(&[]).len(), 1, "refused requests write nothing");
+}
+
+#[test]
+fn oversized_bodies_and_unknown_routes_write_nothing() {
+    let f = Fx::new();
+    let big = vec![b'x'; (1 << 20) + 1];
+    let r = f.charge("k-big", std::str::from_utf8(&big).expect("utf8"), &[]);
+    assert_eq!(r.status, 413);
+    assert_eq!(r.code(), "body-too-large");
+    // Chunked, with no Content-Length to refuse early.
+    let mut raw = b"POST /v1/charges HTTP/1.1\r\nhost: x\r\nconnection: close\r\nidempotency-key: k-chunked\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..17 {
+        raw.extend_from_slice(format!("{:x}\r\n", 65536).as_bytes());
+        raw.extend_from_slice(&vec![b'y'; 65536]);
+        raw.extend_from_slice(b"\r\n");
+    }
+    raw.extend_from_slice(b"0\r\n\r\n");
+    let r = raw_request(f.proxy.addr, &raw);
+    assert_eq!(r.status, 413);
+    let r = f
+        .proxy
+        .send("POST", "/v2/unknown", &[("idempotency-key", "k")], b"{}");
+    assert_eq!(r.status, 404);
+    assert_eq!(r.code(), "unknown-route");
+    // A path that only shares a prefix with a route is not that route.
+    assert_eq!(
+        f.proxy
+            .send("POST", "/v1/chargesX", &[("idempotency-key", "k")], b"{}")
+            .status,
+        404
+    );
+    assert_eq!(f.up.counts.total(), 0);
+    assert!(f.entries(&[]).is_empty());
+}
+
+#[test]
+fn read_routes_need_no_key_and_are_cached() {
+    let f = Fx::new();
+    let a = f.proxy.send("GET", "/v1/customers/cus_1", &[], b"");
+    assert_eq!(a.status, 200);
+    assert_eq!(a.header("x-cache"), Some("MISS"));
+    let b = f.proxy.send("GET", "/v1/customers/cus_1", &[], b"");
+    assert_eq!(b.status, 200);
+    assert_eq!(b.header("x-cache"), Some("HIT"));
+    assert_eq!(b.body, a.body);
+    assert_eq!(
+        f.up.counts.reads.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    assert!(f.entries(&[]).is_empty(), "reads are not ledgered");
+}
+
+#[test]
+fn derived_keys_make_the_same_arguments_one_operation() {
+    let f = Fx::new();
+    let r1 = f.proxy.send(
+        "POST",
+        "/v1/emails",
+        &[],
+        br#"{"to":"a@example.com","template":"receipt","sent_at":1}"#,
+    );
+    assert_eq!(r1.status, 201, "{}", r1.text());
+    let key = r1
+        .header("idempotency-key")
+        .expect("derived key echoed")
+        .to_owned();
+    assert!(key.starts_with("derived:"));
+    // The same key arguments with another body are a key reuse; identical requests replay.
+    let r2 = f.proxy.send(
+        "POST",
+        "/v1/emails",
+        &[],
+        br#"{"template":"receipt","to":"a@example.com","sent_at":1}"#,
+    );
+    assert_eq!(r2.header("idempotent-replayed"), Some("true"));
+    let r3 = f.proxy.send(
+        "POST",
+        "/v1/emails",
+        &[],
+        br#"{"to":"a@example.com","template":"receipt","sent_at":2}"#,
+    );
+    assert_eq!(r3.status, 422);
+    let r4 = f.proxy.send(
+        "POST",
+        "/v1/emails",
+        &[],
+        br#"{"to":"b@example.com","template":"receipt"}"#,
+    );
+    assert_eq!(r4.status, 201);
+    assert_eq!(f.up.counts.total(), 2);
+}
+
+#[test]
+fn secrets_are_forwarded_but_never_stored() {
+    let f = Fx::new();
+    let r = f.charge(
+        "k-secret",
+        r#"{"amount":1}"#,
+        &[
+            ("authorization", "Bearer sk_live_TOPSECRET"),
+            ("x-processor-key", "pk_TOPSECRET"),
+            ("cookie", "s=TOPSECRET"),
+        ],
+    );
+    assert_eq!(r.status, 201);
+    assert_eq!(r.json()["saw_authorization"], true, "forwarded upstream");
+    let seen = f.up.counts.last_headers.lock().expect("lock").clone();
+    assert!(seen
+        .iter()
+        .any(|(n, v)| n == "x-processor-key" && v == "pk_TOPSECRET"));
+    let id = f.entries(&["--key", "k-secret"])[0]["id"].to_string();
+    let shown = idemgate(&["show", "--ledger", &f.ledger(), &id, "--json"]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.contains("k-secret"));
+    assert!(!text.contains("TOPSECRET"), "{text}");
+    let raw = std::fs::read(&f.proxy.ledger).expect("read ledger");
+    let wal = std::fs::read(PathBuf::from(format!("{}-wal", f.ledger()))).unwrap_or_default();
+    for bytes in [raw, wal] {
+        assert!(
+            !bytes.windows(9).any(|w| w == b"TOPSECRET"),
+            "a secret reached the database file"
+        );
+    }
+}
+
+#[test]
+fn the_admin_api_needs_the_token_and_serves_the_operations() {
+    let f = Fx::new();
+    assert_eq!(f.charge("k-admin", r#"{"amount":1}"#, &[]).status, 201);
+    let admin = f.proxy.admin.expect("admin");
+    for auth in [
+        None,
+        Some("Bearer wrong-token"),
+        Some("Basic dGVzdA=="),
+        Some("Bearer "),
+    ] {
+        let h: Vec<(&str, &str)> = auth.map(|a| vec![("authorization", a)]).unwrap_or_default();
+        for path in ["/admin/v1/entries", "/metrics", "/admin/v1/openapi.json"] {
+            let r = request(admin, "GET", path, &h, b"");
+            assert_eq!(r.status, 401, "{path} with {auth:?}");
+            assert_eq!(r.code(), "unauthorized");
+        }
+    }
+    assert_eq!(request(admin, "GET", "/healthz", &[], b"").status, 200);
+    let page = f.proxy.admin_get("/admin/v1/entries?limit=10").json();
+    assert_eq!(page["entries"][0]["key"], "k-admin");
+    let bad = f.proxy.admin_get("/admin/v1/entries?limit=notanumber");
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.code(), "invalid-argument");
+    let id = page["entries"][0]["id"].as_i64().expect("id");
+    let shown = f.proxy.admin_get(&format!("/admin/v1/entries/{id}")).json();
+    assert_eq!(shown["timeline"][0]["kind"], "claim");
+    assert_eq!(f.proxy.admin_get("/admin/v1/entries/999999").status, 404);
+    // Mutations need an operator and a reason.
+    let r = f.proxy.admin_post(
+        &format!("/admin/v1/entries/{id}/replay"),
+        &json!({"operator": "", "reason": "x"}),
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(r.code(), "missing-operator");
+    let r = f.proxy.admin_post(
+        "/admin/v1/purge",
+        &json!({"target": "ids", "ids": [id], "operator": "o", "reason": ""}),
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(r.code(), "missing-reason");
+    let metrics = f.proxy.admin_get("/metrics").text();
+    for m in [
+        "idemgate_requests_total",
+        "idemgate_claim_seconds_bucket",
+        "route=\"charges\"",
+    ] {
+        assert!(metrics.contains(m), "{m} missing from /metrics:\n{metrics}");
+    }
+    let openapi = f.proxy.admin_get("/admin/v1/openapi.json").json();
+    assert!(openapi["paths"]["/admin/v1/entries"].is_object());
+}
+
+#[test]
+fn serve_refuses_to_start_without_an_admin_token_or_with_a_bad_config() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = dir.path().join("l.db");
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        config(CONFIG, "http://127.0.0.1:1", &ledger).replace("{closed}", "http://127.0.0.1:1"),
+    )
+    .expect("write");
+    let out = std::process::Command::new(idemgate_bin())
+        .args(["serve", "--config", cfg.to_str().expect("utf8")])
+        .env_remove("IDEMGATE_ADMIN_TOKEN")
+        .env("TEST_WEBHOOK_SECRET", SECRET)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-admin-token"));
+    std::fs::write(&cfg, "[server]\nledger = \"x.db\"\n[[routes]]\nname = \"a\"\nmethod = \"POST\"\npath = \"/a\"\nupstream = \"http://127.0.0.1:1\"\neffect = \"write\"\ntimeout = \"forever\"\n").expect("write");
+    let out = idemgate(&["serve", "--config", cfg.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("routes[0] (a).timeout"), "{err}");
+}
+
+#[test]
+fn operator_replay_re_drives_a_stuck_entry_and_destructive_routes_need_confirmation() {
+    let f = Fx::new();
+    assert_eq!(
+        f.charge("k-rd", r#"{"amount":4}"#, &[("x-fault", "status:502")])
+            .status,
+        502
+    );
+    assert_eq!(f.up.counts.effects("k-rd"), 1);
+    let id = f.entries(&["--key", "k-rd"])[0]["id"].to_string();
+    let cfg = f.proxy.config.display().to_string();
+    let refused = idemgate(&[
+        "replay",
+        "--config",
+        &cfg,
+        &id,
+        "--operator",
+        "oncall",
+        "--reason",
+        "",
+    ]);
+    assert_eq!(refused.status.code(), Some(1));
+    let out = idemgate(&[
+        "replay",
+        "--config",
+        &cfg,
+        &id,
+        "--operator",
+        "oncall",
+        "--reason",
+        "upstream confirmed it failed",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["status"], 201);
+    assert_eq!(v["entry"]["state"], "completed");
+    assert_eq!(
+        f.up.counts.effects("k-rd"),
+        2,
+        "the operator chose to run it again"
+    );
+    let r = f.charge("k-rd", r#"{"amount":4}"#, &[]);
+    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    let log = idemgate_json(&["log", "--ledger", &f.ledger(), "--kind", "replay", "--json"]);
+    assert_eq!(log[0]["operator"], "oncall");
+
+    // Destructive: refused without --confirm-destructive, through the CLI and the admin API.
+    let r = f.proxy.send(
+        "POST",
+        "/v1/cancel",
+        &[("idempotency-key", "k-cancel"), ("x-fault", "status:504")],
+        br#"{"sub":"s1"}"#,
+    );
+    assert_eq!(r.status, 504);
+    let cid = f.entries(&["--key", "k-cancel"])[0]["id"]
+        .as_i64()
+        .expect("id");
+    let out = idemgate(&[
+        "replay",
+        "--config",
+        &cfg,
+        &cid.to_string(),
+        "--operator",
+        "o",
+        "--reason",
+        "r",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("confirmation-required"));
+    let r = f.proxy.admin_post(
+        &format!("/admin/v1/entries/{cid}/replay"),
+        &json!({"operator": "o", "reason": "r"}),
+    );
+    assert_eq!(r.status, 409);
+    assert_eq!(r.code(), "confirmation-required");
+    assert_eq!(f.up.counts.effects("k-cancel"), 1);
+    let r = f.proxy.admin_post(
+        &format!("/admin/v1/entries/{cid}/replay"),
+        &json!({"operator": "o", "reason": "customer asked twice", "confirm_destructive": true}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(f.up.counts.effects("k-cancel"), 2);
+}
+
+#[test]
+fn reconcile_resolves_a_stuck_entry_from_the_upstream_probe() {
+    let f = Fx::new();
+    // The effect happened (then the connection dropped): the probe finds it.
+    assert_eq!(
+        f.charge("k-rc1", r#"{"amount":1}"#, &[("x-fault", "drop")])
+            .status,
+        502
+    );
+    let id = f.entries(&["--key", "k-rc1"])[0]["id"].to_string();
+    let cfg = f.proxy.config.display().to_string();
+    let v = idemgate_json(&[
+        "reconcile",
+        "--config",
+        &cfg,
+        &id,
+        "--operator",
+        "oncall",
+        "--reason",
+        "probe the processor",
+        "--json",
+    ]);
+    assert_eq!(v["decision"], "completed");
+    assert_eq!(v["probe_status"], 200);
+    assert_eq!(v["entry"]["state"], "completed");
+    assert_eq!(
+        f.up.counts.effects("k-rc1"),
+        1,
+        "reconcile never re-executes"
+    );
+    let r = f.charge("k-rc1", r#"{"amount":1}"#, &[]);
+    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    let log = idemgate_json(&[
+        "log",
+        "--ledger",
+        &f.ledger(),
+        "--kind",
+        "reconcile",
+        "--json",
+    ]);
+    assert_eq!(log[0]["operator"], "oncall");
+
+    // A 502 that the upstream answered *before* performing anything: the probe finds nothing, the
+    // entry is released, and the client's retry runs.
+    assert_eq!(
+        f.charge(
+            "k-rc2",
+            r#"{"amount":2}"#,
+            &[("x-fault", "fail-first:1:502")]
+        )
+        .status,
+        502
+    );
+    let id = f.entries(&["--key", "k-rc2"])[0]["id"].to_string();
+    let v = idemgate_json(&[
+        "reconcile",
+        "--config",
+        &cfg,
+        &id,
+        "--operator",
+        "oncall",
+        "--reason",
+        "probe",
+        "--json",
+    ]);
+    assert_eq!(v["decision"], "released");
+    assert_eq!(v["probe_status"], 404);
+    assert_eq!(f.charge("k-rc2", r#"{"amount":2}"#, &[]).status, 201);
+    assert_eq!(f.up.counts.effects("k-rc2"), 1);
+}
