@@ -799,6 +799,16 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     assert_eq!(r.status, 400);
     assert_eq!(r.code(), "missing-reason");
     let metrics = f.proxy.admin_get("/metrics").text();
+    // Each proxied request is counted exactly once: this test made one, and it executed.
+    let lines: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("idemgate_requests_total{"))
+        .collect();
+    assert_eq!(
+        lines,
+        ["idemgate_requests_total{route=\"charges\",outcome=\"executed\"} 1"],
+        "{metrics}"
+    );
     for m in [
         "idemgate_requests_total",
         "idemgate_claim_seconds_bucket",

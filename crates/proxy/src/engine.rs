@@ -72,7 +72,8 @@ impl Engine {
     }
 }
 
-/// The axum handler for every request on the proxy listener.
+/// The axum handler for every request on the proxy listener. Each request is counted once in
+/// `idemgate_requests_total`: successes where they are answered, problems here by their code.
 pub async fn handle(State(engine): State<Arc<Engine>>, req: Request) -> Response<Body> {
     let route_name;
     let result = {
