@@ -127,6 +127,7 @@ pub fn canonical_event(ev: &Event) -> Vec<u8> {
 }
 
 /// What a verification found.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VerifyReport {
     pub ok: bool,

@@ -17,6 +17,7 @@ use crate::error::{LedgerError, Result};
 use crate::model::*;
 use crate::store::{EventRange, Progress, Storage};
 
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
@@ -41,6 +42,7 @@ impl Format {
     }
 }
 
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
     pub manifest_version: u32,
@@ -289,6 +291,7 @@ impl<W: Write> Sink<'_, W> {
 }
 
 /// What verifying an export found.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExportVerifyReport {
     pub ok: bool,

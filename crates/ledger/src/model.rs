@@ -21,6 +21,7 @@ pub fn rfc3339(ms: Millis) -> String {
 }
 
 /// The state of an entry. See DESIGN.md, "Ledger model".
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
@@ -65,6 +66,7 @@ impl std::fmt::Display for State {
 }
 
 /// The side-effect tag of a route; picks retry and replay defaults.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Effect {
@@ -98,6 +100,7 @@ impl Effect {
 }
 
 /// A canonical request as stored: secrets are redacted before it reaches the database.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct RequestRecord {
     pub method: String,
@@ -105,15 +108,18 @@ pub struct RequestRecord {
     /// Selected headers, lower-case names, in the order received.
     pub headers: Vec<(String, String)>,
     #[serde(with = "body_serde")]
+    #[cfg_attr(feature = "ts", ts(type = "string | { hex: string }"))]
     pub body: Vec<u8>,
 }
 
 /// A stored response, replayed verbatim (status, selected headers, body).
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct ResponseRecord {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     #[serde(with = "body_serde")]
+    #[cfg_attr(feature = "ts", ts(type = "string | { hex: string }"))]
     pub body: Vec<u8>,
 }
 
@@ -182,6 +188,7 @@ impl ResponseRecord {
 }
 
 /// One row of an entry list, with the stable field names of the CLI's `--json`.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EntrySummary {
     pub id: i64,
@@ -207,6 +214,7 @@ pub struct EntrySummary {
 }
 
 /// Everything the ledger knows about one entry.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EntryDetail {
     #[serde(flatten)]
@@ -223,6 +231,7 @@ pub struct EntryDetail {
 }
 
 /// A request rejected because its key was already bound to another fingerprint.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CollisionRecord {
     pub id: i64,
@@ -292,6 +301,7 @@ impl EventKind {
 }
 
 /// One event of the append-only log. `hash` chains it to the event before it.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
     pub seq: i64,
@@ -313,6 +323,7 @@ pub struct Event {
 }
 
 /// Filters for entry lists; all conditions must hold.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EntryFilter {
     pub state: Option<State>,
@@ -332,6 +343,7 @@ pub struct EntryFilter {
 }
 
 /// Filters for the log.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EventFilter {
     pub entry_id: Option<i64>,
@@ -363,6 +375,7 @@ impl Default for Page {
 }
 
 /// The chain head: the last sequence number and its hash.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChainHead {
     pub seq: i64,
@@ -370,6 +383,7 @@ pub struct ChainHead {
 }
 
 /// Counts for the overview. Cheap to compute: each is an indexed lookup or a maintained counter.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     pub entries_by_state: Vec<(State, i64)>,
@@ -383,6 +397,7 @@ pub struct Stats {
     pub series: Vec<SeriesPoint>,
 }
 
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeriesPoint {
     pub hour: Millis,
@@ -391,6 +406,7 @@ pub struct SeriesPoint {
 }
 
 /// A group of entries that probably performed the same customer-facing effect under several keys.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Incident {
     pub route: String,

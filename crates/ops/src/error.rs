@@ -62,6 +62,23 @@ impl OpsError {
     }
 }
 
+/// An error as the console and other clients receive it: the stable code and the message.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ErrorBody {
+    pub code: String,
+    pub message: String,
+}
+
+impl From<&OpsError> for ErrorBody {
+    fn from(e: &OpsError) -> ErrorBody {
+        ErrorBody {
+            code: e.code().to_owned(),
+            message: e.to_string(),
+        }
+    }
+}
+
 impl From<std::io::Error> for OpsError {
     fn from(e: std::io::Error) -> Self {
         OpsError::Ledger(LedgerError::Io(e))

@@ -14,7 +14,7 @@ use idemgate_ledger::*;
 use serde::{Deserialize, Serialize};
 
 pub use demo::{seed as seed_demo, DemoOptions, DemoReport};
-pub use error::OpsError;
+pub use error::{ErrorBody, OpsError};
 
 pub type OpsResult<T> = std::result::Result<T, OpsError>;
 
@@ -31,6 +31,7 @@ pub struct Ops {
 }
 
 /// A page of entries; pass `next_before` back as `before` for the next one.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EntryPage {
     pub entries: Vec<EntrySummary>,
@@ -38,6 +39,7 @@ pub struct EntryPage {
 }
 
 /// A page of events, newest first.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventPage {
     pub events: Vec<Event>,
@@ -45,13 +47,97 @@ pub struct EventPage {
 }
 
 /// One entry with its whole timeline.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EntryView {
     pub entry: EntryDetail,
     pub timeline: Vec<Event>,
+    /// For each of `entry.collision_requests`, the fields where it differs from the stored request.
+    pub collision_diffs: Vec<Vec<FieldDiff>>,
+}
+
+/// One field that differs between two requests: `field` is `method`, `path`, `header:NAME` or a
+/// JSON pointer into the body (`/amount`); values are canonical JSON (or text), absent when missing.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldDiff {
+    pub field: String,
+    pub stored: Option<String>,
+    pub rejected: Option<String>,
+}
+
+fn flatten(
+    v: &serde_json::Value,
+    at: String,
+    out: &mut std::collections::BTreeMap<String, String>,
+) {
+    match v {
+        serde_json::Value::Object(m) if !m.is_empty() => {
+            for (k, x) in m {
+                flatten(
+                    x,
+                    format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")),
+                    out,
+                );
+            }
+        }
+        serde_json::Value::Array(a) if !a.is_empty() => {
+            for (i, x) in a.iter().enumerate() {
+                flatten(x, format!("{at}/{i}"), out);
+            }
+        }
+        leaf => {
+            out.insert(
+                if at.is_empty() { "/".into() } else { at },
+                canon::canonical_string(leaf),
+            );
+        }
+    }
+}
+
+fn fields(r: &RequestRecord) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    out.insert("method".into(), r.method.clone());
+    out.insert("path".into(), r.path.clone());
+    for (n, v) in &r.headers {
+        out.insert(format!("header:{n}"), v.clone());
+    }
+    match serde_json::from_slice::<serde_json::Value>(&r.body) {
+        Ok(v) => flatten(&v, String::new(), &mut out),
+        Err(_) if r.body.is_empty() => {}
+        Err(_) => {
+            out.insert("body".into(), String::from_utf8_lossy(&r.body).into_owned());
+        }
+    }
+    out
+}
+
+/// The field-level differences between a stored request and a rejected one (key reuse), ignoring
+/// headers that differ on every retry by nature.
+pub fn request_diff(stored: &RequestRecord, rejected: &RequestRecord) -> Vec<FieldDiff> {
+    let (a, b) = (fields(stored), fields(rejected));
+    let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter(|n| {
+            !matches!(
+                n.as_str(),
+                "header:x-request-id" | "header:traceparent" | "header:user-agent"
+            )
+        })
+        .filter(|n| a.get(*n) != b.get(*n))
+        .map(|n| FieldDiff {
+            field: n.clone(),
+            stored: a.get(n).cloned(),
+            rejected: b.get(n).cloned(),
+        })
+        .collect()
 }
 
 /// What an action will touch, shown before it runs.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Preview {
     pub action: String,
@@ -65,6 +151,7 @@ pub struct Preview {
 }
 
 /// How an operator resolves an entry.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ResolveAs {
@@ -84,6 +171,7 @@ impl ResolveAs {
     }
 }
 
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResolveCmd {
     pub entry_id: i64,
@@ -100,6 +188,7 @@ pub struct ResolveCmd {
 }
 
 /// What a purge acts on.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "target", rename_all = "lowercase")]
 pub enum PurgeTarget {
@@ -109,6 +198,7 @@ pub enum PurgeTarget {
     Expired { filter: EntryFilter },
 }
 
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PurgeCmd {
     #[serde(flatten)]
@@ -119,11 +209,13 @@ pub struct PurgeCmd {
     pub confirm_destructive: bool,
 }
 
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PurgeReport {
     pub purged: Vec<i64>,
 }
 
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExportCmd {
     pub format: Format,
@@ -132,7 +224,25 @@ pub struct ExportCmd {
     pub path: String,
 }
 
+/// Which ledger a client has open, or why none is.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerInfo {
+    pub location: Option<String>,
+    pub error: Option<ErrorBody>,
+}
+
+/// Progress of a long operation (export, verify, bulk purge), identified by the client's job id.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobProgress {
+    pub job: String,
+    pub done: u64,
+    pub total: Option<u64>,
+}
+
 /// `verify --ledger PATH --against MANIFEST`.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgainstReport {
     pub ok: bool,
@@ -264,7 +374,23 @@ impl Ops {
             }
         }
         timeline.reverse();
-        Ok(EntryView { entry, timeline })
+        let collision_diffs = match &entry.request {
+            Some(stored) => entry
+                .collision_requests
+                .iter()
+                .map(|c| request_diff(stored, &c.request))
+                .collect(),
+            None => entry
+                .collision_requests
+                .iter()
+                .map(|_| Vec::new())
+                .collect(),
+        };
+        Ok(EntryView {
+            entry,
+            timeline,
+            collision_diffs,
+        })
     }
 
     pub fn log(
@@ -578,4 +704,47 @@ pub fn verify_export_file(
     progress: Progress<'_>,
 ) -> OpsResult<ExportVerifyReport> {
     Ok(export::verify_export(file, hasher, progress)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(body: &str) -> RequestRecord {
+        RequestRecord {
+            method: "POST".into(),
+            path: "/v1/charges".into(),
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                ("x-request-id".into(), body.len().to_string()),
+            ],
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn request_diff_names_changed_added_and_removed_fields() {
+        let d = request_diff(
+            &req(r#"{"amount":100,"customer":"cus_1","meta":{"order":7},"items":[1,2]}"#),
+            &req(r#"{"customer":"cus_1","amount":999,"meta":{"order":7,"note":"x"},"items":[1]}"#),
+        );
+        let got: Vec<(&str, Option<&str>, Option<&str>)> = d
+            .iter()
+            .map(|f| (f.field.as_str(), f.stored.as_deref(), f.rejected.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("/amount", Some("100"), Some("999")),
+                ("/items/1", Some("2"), None),
+                ("/meta/note", None, Some("\"x\"")),
+            ]
+        );
+        assert!(
+            request_diff(&req(r#"{"a":1,"b":2}"#), &req(r#"{"b":2,"a":1}"#)).is_empty(),
+            "key order is not a difference"
+        );
+        let raw = request_diff(&req("a=1"), &req("a=2"));
+        assert_eq!(raw[0].field, "body");
+    }
 }

@@ -280,3 +280,15 @@ async fn sweep_loop(store: Arc<dyn Storage>, mut stop: tokio::sync::watch::Recei
         }
     }
 }
+
+/// The embedded proxy's state, as the console shows it.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProxyStatus {
+    pub running: bool,
+    pub config: Option<String>,
+    pub proxy_addr: Option<String>,
+    pub admin_addr: Option<String>,
+    /// Why it is not running, when it failed to start or stopped with an error.
+    pub error: Option<String>,
+}

@@ -12,6 +12,7 @@ use crate::engine::{drive, Engine};
 use crate::forward::{self, Attempt};
 use crate::problem::Problem;
 
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ActionCmd {
     pub operator: String,
@@ -20,15 +21,18 @@ pub struct ActionCmd {
     pub confirm_destructive: bool,
 }
 
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReplayReport {
     pub entry: EntrySummary,
     /// The upstream's status when it answered with a final one.
     pub status: Option<u16>,
     /// The problem when it did not (not executed, unknown).
+    #[cfg_attr(feature = "ts", ts(type = "Record<string, unknown> | null"))]
     pub problem: Option<serde_json::Value>,
 }
 
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReconcileReport {
     pub entry: EntrySummary,

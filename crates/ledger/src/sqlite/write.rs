@@ -24,6 +24,18 @@ pub(crate) struct NewEvent<'a> {
     pub payload_digest: Option<String>,
 }
 
+/// The hourly counter of replays answered from the ledger (not an event: replays are counters).
+pub const REPLAY_ABSORBED: &str = "replay_absorbed";
+
+fn bump_hourly(conn: &Connection, at: Millis, kind: &str) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO event_counts (hour, kind, n) VALUES (?1, ?2, 1) \
+         ON CONFLICT (hour, kind) DO UPDATE SET n = n + 1",
+    )?
+    .execute(params![at - at.rem_euclid(3_600_000), kind])?;
+    Ok(())
+}
+
 /// Appends one event to the chain and bumps its hourly counter.
 pub(crate) fn append(ctx: &mut Ctx<'_>, ne: NewEvent<'_>) -> Result<i64> {
     let mut ev = Event {
@@ -62,12 +74,7 @@ pub(crate) fn append(ctx: &mut Ctx<'_>, ne: NewEvent<'_>) -> Result<i64> {
             ev.prev_hash,
             ev.hash
         ])?;
-    ctx.conn
-        .prepare_cached(
-            "INSERT INTO event_counts (hour, kind, n) VALUES (?1, ?2, 1) \
-             ON CONFLICT (hour, kind) DO UPDATE SET n = n + 1",
-        )?
-        .execute(params![ev.at - ev.at.rem_euclid(3_600_000), ev.kind])?;
+    bump_hourly(ctx.conn, ev.at, &ev.kind)?;
     ctx.head.seq = ev.seq;
     ctx.head.hash = ev.hash;
     Ok(ev.seq)
@@ -224,6 +231,7 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, req: ClaimRequest) -> Result<ClaimOutcome
                     "UPDATE entries SET replays = replays + 1, last_replay_at = ?2 WHERE id = ?1",
                 )?
                 .execute(params![row.id, at])?;
+            bump_hourly(ctx.conn, at, REPLAY_ABSORBED)?;
             Ok(ClaimOutcome::Replay {
                 entry_id: row.id,
                 response,
