@@ -1,0 +1,611 @@
+//! The console's Rust side: one thin adapter from Tauri commands to `idemgate-ops` (and, for the
+//! operator actions that talk HTTP and the embedded proxy, `idemgate-proxy`). No logic lives here:
+//! each command checks nothing itself, calls one operation off the async threads, and returns its
+//! answer or its error as an [`ErrorBody`] with the operation's stable code.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use idemgate_ledger::export::{ExportVerifyReport, Manifest};
+use idemgate_ledger::*;
+use idemgate_ops::*;
+use idemgate_proxy::operator::{self, ActionCmd, ReconcileReport, ReplayReport};
+use idemgate_proxy::{Config, Engine, ProxyStatus};
+use tauri::Emitter;
+
+/// The ledger the console opens: `--ledger PATH`, else `IDEMGATE_LEDGER`, else the default one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LedgerChoice {
+    /// Named by the user: must exist.
+    Named(String),
+    /// `$XDG_DATA_HOME/idemgate/ledger.db` (or `~/.local/share/...`): created when missing.
+    Default(String),
+}
+
+impl LedgerChoice {
+    pub fn from_args(args: &[String]) -> LedgerChoice {
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            if a == "--ledger" {
+                if let Some(p) = it.next() {
+                    return LedgerChoice::Named(p.clone());
+                }
+            } else if let Some(p) = a.strip_prefix("--ledger=") {
+                return LedgerChoice::Named(p.to_owned());
+            }
+        }
+        if let Ok(p) = std::env::var("IDEMGATE_LEDGER") {
+            if !p.is_empty() {
+                return LedgerChoice::Named(p);
+            }
+        }
+        let base = std::env::var("XDG_DATA_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| {
+                PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| ".".into()))
+                    .join(".local/share")
+            });
+        LedgerChoice::Default(base.join("idemgate/ledger.db").display().to_string())
+    }
+}
+
+struct Embedded {
+    status: Arc<Mutex<ProxyStatus>>,
+    cfg: Arc<Config>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tauri::async_runtime::JoinHandle<()>>,
+}
+
+/// The console's state: the open ledger, cancellable jobs, the embedded proxy.
+pub struct Console {
+    ops: RwLock<Result<Ops, ErrorBody>>,
+    jobs: Mutex<HashMap<String, Arc<AtomicBool>>>,
+    proxy: tokio::sync::Mutex<Option<Embedded>>,
+}
+
+impl std::fmt::Debug for Console {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Console").finish_non_exhaustive()
+    }
+}
+
+fn err(e: &OpsError) -> ErrorBody {
+    ErrorBody::from(e)
+}
+
+fn internal(e: impl std::fmt::Display) -> ErrorBody {
+    ErrorBody {
+        code: "internal".into(),
+        message: e.to_string(),
+    }
+}
+
+type R<T> = Result<T, ErrorBody>;
+
+impl Console {
+    pub fn open(choice: &LedgerChoice) -> Console {
+        let ops = match choice {
+            LedgerChoice::Named(p) => Ops::open_existing(p),
+            LedgerChoice::Default(p) => Ops::open_or_create(p),
+        };
+        Console {
+            ops: RwLock::new(ops.map_err(|e| err(&e))),
+            jobs: Mutex::new(HashMap::new()),
+            proxy: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    fn ops(&self) -> R<Ops> {
+        self.ops.read().map_err(internal)?.clone()
+    }
+
+    /// Runs one blocking operation on the current ledger.
+    async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Ops) -> OpsResult<T> + Send + 'static,
+    ) -> R<T> {
+        let ops = self.ops()?;
+        tauri::async_runtime::spawn_blocking(move || f(&ops))
+            .await
+            .map_err(internal)?
+            .map_err(|e| err(&e))
+    }
+
+    fn job(&self, id: &str) -> Arc<AtomicBool> {
+        let flag = Arc::new(AtomicBool::new(false));
+        if let Ok(mut j) = self.jobs.lock() {
+            j.insert(id.to_owned(), flag.clone());
+        }
+        flag
+    }
+
+    fn end_job(&self, id: &str) {
+        if let Ok(mut j) = self.jobs.lock() {
+            j.remove(id);
+        }
+    }
+
+    // ---- the commands, callable without a webview (tests) ------------------------------------
+
+    pub fn ledger_info(&self) -> LedgerInfo {
+        match self.ops() {
+            Ok(o) => LedgerInfo {
+                location: Some(o.location()),
+                error: None,
+            },
+            Err(e) => LedgerInfo {
+                location: None,
+                error: Some(e),
+            },
+        }
+    }
+
+    pub async fn open_ledger(&self, path: String) -> LedgerInfo {
+        let opened = tauri::async_runtime::spawn_blocking(move || Ops::open_existing(&path))
+            .await
+            .map_err(internal)
+            .and_then(|r| r.map_err(|e| err(&e)));
+        match opened {
+            Ok(o) => {
+                if let Ok(mut g) = self.ops.write() {
+                    *g = Ok(o);
+                }
+                self.ledger_info()
+            }
+            // A failed open keeps the ledger that was open.
+            Err(e) => LedgerInfo {
+                location: self.ops().ok().map(|o| o.location()),
+                error: Some(e),
+            },
+        }
+    }
+
+    pub async fn stats(&self, hours: u32) -> R<Stats> {
+        self.call(move |o| o.stats(hours)).await
+    }
+
+    pub async fn entries(
+        &self,
+        filter: EntryFilter,
+        before: Option<i64>,
+        limit: usize,
+    ) -> R<EntryPage> {
+        self.call(move |o| o.entries(&filter, before, limit)).await
+    }
+
+    pub async fn show(&self, id: i64) -> R<EntryView> {
+        self.call(move |o| o.show(id)).await
+    }
+
+    pub async fn log(
+        &self,
+        filter: EventFilter,
+        before: Option<i64>,
+        limit: usize,
+    ) -> R<EventPage> {
+        self.call(move |o| o.log(&filter, before, limit)).await
+    }
+
+    pub async fn incidents(&self, before: Option<i64>, limit: usize) -> R<Vec<Incident>> {
+        self.call(move |o| o.incidents(before, limit)).await
+    }
+
+    pub async fn preview_resolve(&self, id: i64) -> R<Preview> {
+        self.call(move |o| o.preview_resolve(id)).await
+    }
+
+    pub async fn resolve(&self, cmd: ResolveCmd) -> R<EntrySummary> {
+        self.call(move |o| o.resolve(&cmd)).await
+    }
+
+    pub async fn preview_purge(&self, target: PurgeTarget) -> R<Preview> {
+        self.call(move |o| o.preview_purge(&target)).await
+    }
+
+    pub async fn purge(&self, cmd: PurgeCmd) -> R<PurgeReport> {
+        self.call(move |o| o.purge(&cmd)).await
+    }
+
+    pub async fn export(
+        &self,
+        cmd: ExportCmd,
+        job: String,
+        progress: impl Fn(u64) + Send + 'static,
+    ) -> R<Option<Manifest>> {
+        let cancel = self.job(&job);
+        let r = self
+            .call(move |o| {
+                o.export(&cmd, &mut |n| {
+                    progress(n);
+                    !cancel.load(Ordering::Relaxed)
+                })
+            })
+            .await;
+        self.end_job(&job);
+        r
+    }
+
+    pub async fn verify_ledger(
+        &self,
+        job: String,
+        progress: impl Fn(u64) + Send + 'static,
+    ) -> R<VerifyReport> {
+        let cancel = self.job(&job);
+        let r = self
+            .call(move |o| {
+                o.verify(&mut |n| {
+                    progress(n);
+                    !cancel.load(Ordering::Relaxed)
+                })
+            })
+            .await;
+        self.end_job(&job);
+        r
+    }
+
+    pub async fn verify_export(
+        &self,
+        path: String,
+        job: String,
+        progress: impl Fn(u64) + Send + 'static,
+    ) -> R<ExportVerifyReport> {
+        let cancel = self.job(&job);
+        let r = self
+            .call(move |o| {
+                o.verify_export(std::path::Path::new(&path), &mut |n| {
+                    progress(n);
+                    !cancel.load(Ordering::Relaxed)
+                })
+            })
+            .await;
+        self.end_job(&job);
+        r
+    }
+
+    /// Asks a running job to stop; `false` when there is no such job.
+    pub fn cancel_job(&self, job: &str) -> bool {
+        self.jobs
+            .lock()
+            .ok()
+            .and_then(|j| j.get(job).map(|f| f.store(true, Ordering::Relaxed)))
+            .is_some()
+    }
+
+    async fn engine(&self) -> R<Engine> {
+        let cfg = self.proxy.lock().await.as_ref().map(|p| p.cfg.clone()).ok_or_else(|| ErrorBody {
+            code: "no-config".into(),
+            message: "replay and reconcile talk to the upstream: start the embedded proxy from its configuration first".into(),
+        })?;
+        Ok(Engine::new(
+            cfg,
+            self.ops()?.store().clone(),
+            idemgate_proxy::instance_id(),
+        ))
+    }
+
+    pub async fn replay(&self, id: i64, cmd: ActionCmd) -> R<ReplayReport> {
+        let e = self.engine().await?;
+        operator::replay(&e, id, &cmd).await.map_err(|p| ErrorBody {
+            code: p.code.into(),
+            message: p.detail,
+        })
+    }
+
+    pub async fn reconcile(&self, id: i64, cmd: ActionCmd) -> R<ReconcileReport> {
+        let e = self.engine().await?;
+        operator::reconcile(&e, id, &cmd)
+            .await
+            .map_err(|p| ErrorBody {
+                code: p.code.into(),
+                message: p.detail,
+            })
+    }
+
+    pub async fn proxy_status(&self) -> ProxyStatus {
+        match self.proxy.lock().await.as_ref() {
+            Some(p) => p.status.lock().map(|s| s.clone()).unwrap_or_default(),
+            None => ProxyStatus::default(),
+        }
+    }
+
+    /// Starts the embedded proxy from a configuration file (its own ledger, as `idemgate serve`).
+    pub async fn proxy_start(&self, config: String) -> R<ProxyStatus> {
+        let mut slot = self.proxy.lock().await;
+        if slot
+            .as_ref()
+            .is_some_and(|p| p.status.lock().map(|s| s.running).unwrap_or(false))
+        {
+            return Err(ErrorBody {
+                code: "conflict".into(),
+                message: "the embedded proxy is already running; stop it first".into(),
+            });
+        }
+        let path = config.clone();
+        let loaded = tauri::async_runtime::spawn_blocking(move || -> Result<_, ErrorBody> {
+            let cfg = Config::load(&path).map_err(|e| ErrorBody {
+                code: e.code().into(),
+                message: e.to_string(),
+            })?;
+            let token = match cfg.admin_listen {
+                Some(_) => Some(idemgate_proxy::admin_token(&cfg).map_err(|e| ErrorBody {
+                    code: e.code().into(),
+                    message: e.to_string(),
+                })?),
+                None => None,
+            };
+            let ops = Ops::open_or_create(&cfg.ledger).map_err(|e| err(&e))?;
+            Ok((Arc::new(cfg), token, ops))
+        })
+        .await
+        .map_err(internal)??;
+        let (cfg, token, ops) = loaded;
+        let status = Arc::new(Mutex::new(ProxyStatus {
+            running: false,
+            config: Some(config),
+            ..Default::default()
+        }));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (bound_tx, bound_rx) = tokio::sync::oneshot::channel::<()>();
+        let st = status.clone();
+        let c = cfg.clone();
+        let task = tauri::async_runtime::spawn(async move {
+            let st2 = st.clone();
+            let store = ops.store().clone();
+            let r = idemgate_proxy::serve(
+                c,
+                store,
+                ops,
+                token,
+                move |b| {
+                    if let Ok(mut s) = st2.lock() {
+                        s.running = true;
+                        s.proxy_addr = Some(b.proxy.to_string());
+                        s.admin_addr = b.admin.map(|a| a.to_string());
+                    }
+                    let _ = bound_tx.send(());
+                },
+                async {
+                    let _ = stop_rx.await;
+                },
+            )
+            .await;
+            if let Ok(mut s) = st.lock() {
+                s.running = false;
+                s.error = r.err().map(|e| e.to_string());
+            }
+        });
+        // Wait until it listens, or has failed.
+        let _ = bound_rx.await;
+        let now = status.lock().map(|s| s.clone()).unwrap_or_default();
+        *slot = Some(Embedded {
+            status,
+            cfg,
+            stop: Some(stop_tx),
+            task: Some(task),
+        });
+        if now.running {
+            Ok(now)
+        } else {
+            // The task has finished with its error; report it.
+            if let Some(e) = slot.as_mut() {
+                if let Some(t) = e.task.take() {
+                    let _ = t.await;
+                }
+            }
+            let s = slot
+                .as_ref()
+                .and_then(|p| p.status.lock().ok().map(|s| s.clone()))
+                .unwrap_or_default();
+            Err(ErrorBody {
+                code: "proxy-start".into(),
+                message: s.error.unwrap_or_else(|| "the proxy did not start".into()),
+            })
+        }
+    }
+
+    /// Stops the embedded proxy: no new connections, requests in flight drained.
+    pub async fn proxy_stop(&self) -> ProxyStatus {
+        let mut slot = self.proxy.lock().await;
+        if let Some(p) = slot.as_mut() {
+            if let Some(s) = p.stop.take() {
+                let _ = s.send(());
+            }
+            if let Some(t) = p.task.take() {
+                let _ = t.await;
+            }
+            return p.status.lock().map(|s| s.clone()).unwrap_or_default();
+        }
+        ProxyStatus::default()
+    }
+}
+
+/// The Tauri command wrappers: argument plumbing only.
+pub mod commands {
+    use super::*;
+    use tauri::{AppHandle, State};
+
+    fn progress(app: AppHandle, job: String) -> impl Fn(u64) + Send + 'static {
+        move |done| {
+            let _ = app.emit(
+                "job-progress",
+                JobProgress {
+                    job: job.clone(),
+                    done,
+                    total: None,
+                },
+            );
+        }
+    }
+
+    #[tauri::command]
+    pub fn ledger_info(c: State<'_, Console>) -> LedgerInfo {
+        c.ledger_info()
+    }
+    #[tauri::command]
+    pub async fn open_ledger(c: State<'_, Console>, path: String) -> Result<LedgerInfo, ErrorBody> {
+        Ok(c.open_ledger(path).await)
+    }
+    #[tauri::command]
+    pub async fn stats(c: State<'_, Console>, hours: u32) -> R<Stats> {
+        c.stats(hours).await
+    }
+    #[tauri::command]
+    pub async fn entries(
+        c: State<'_, Console>,
+        filter: EntryFilter,
+        before: Option<i64>,
+        limit: usize,
+    ) -> R<EntryPage> {
+        c.entries(filter, before, limit).await
+    }
+    #[tauri::command]
+    pub async fn show(c: State<'_, Console>, id: i64) -> R<EntryView> {
+        c.show(id).await
+    }
+    #[tauri::command]
+    pub async fn log(
+        c: State<'_, Console>,
+        filter: EventFilter,
+        before: Option<i64>,
+        limit: usize,
+    ) -> R<EventPage> {
+        c.log(filter, before, limit).await
+    }
+    #[tauri::command]
+    pub async fn incidents(
+        c: State<'_, Console>,
+        before: Option<i64>,
+        limit: usize,
+    ) -> R<Vec<Incident>> {
+        c.incidents(before, limit).await
+    }
+    #[tauri::command]
+    pub async fn preview_resolve(c: State<'_, Console>, id: i64) -> R<Preview> {
+        c.preview_resolve(id).await
+    }
+    #[tauri::command]
+    pub async fn resolve(c: State<'_, Console>, cmd: ResolveCmd) -> R<EntrySummary> {
+        c.resolve(cmd).await
+    }
+    #[tauri::command]
+    pub async fn preview_purge(c: State<'_, Console>, target: PurgeTarget) -> R<Preview> {
+        c.preview_purge(target).await
+    }
+    #[tauri::command]
+    pub async fn purge(c: State<'_, Console>, cmd: PurgeCmd) -> R<PurgeReport> {
+        c.purge(cmd).await
+    }
+    #[tauri::command]
+    pub async fn export(
+        app: AppHandle,
+        c: State<'_, Console>,
+        cmd: ExportCmd,
+        job: String,
+    ) -> R<Option<Manifest>> {
+        c.export(cmd, job.clone(), progress(app, job)).await
+    }
+    #[tauri::command]
+    pub async fn verify_ledger(
+        app: AppHandle,
+        c: State<'_, Console>,
+        job: String,
+    ) -> R<VerifyReport> {
+        c.verify_ledger(job.clone(), progress(app, job)).await
+    }
+    #[tauri::command]
+    pub async fn verify_export(
+        app: AppHandle,
+        c: State<'_, Console>,
+        path: String,
+        job: String,
+    ) -> R<ExportVerifyReport> {
+        c.verify_export(path, job.clone(), progress(app, job)).await
+    }
+    #[tauri::command]
+    pub fn cancel_job(c: State<'_, Console>, job: String) -> bool {
+        c.cancel_job(&job)
+    }
+    #[tauri::command]
+    pub async fn replay(c: State<'_, Console>, id: i64, cmd: ActionCmd) -> R<ReplayReport> {
+        c.replay(id, cmd).await
+    }
+    #[tauri::command]
+    pub async fn reconcile(c: State<'_, Console>, id: i64, cmd: ActionCmd) -> R<ReconcileReport> {
+        c.reconcile(id, cmd).await
+    }
+    #[tauri::command]
+    pub async fn proxy_status(c: State<'_, Console>) -> R<ProxyStatus> {
+        Ok(c.proxy_status().await)
+    }
+    #[tauri::command]
+    pub async fn proxy_start(c: State<'_, Console>, config: String) -> R<ProxyStatus> {
+        c.proxy_start(config).await
+    }
+    #[tauri::command]
+    pub async fn proxy_stop(c: State<'_, Console>) -> R<ProxyStatus> {
+        Ok(c.proxy_stop().await)
+    }
+}
+
+fn proxy_config_arg(args: &[String]) -> Option<String> {
+    let i = args.iter().position(|a| a == "--proxy-config")?;
+    args.get(i + 1).cloned()
+}
+
+/// Starts the console: `idemgate-console [--ledger PATH] [--proxy-config FILE]`.
+pub fn run() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("IDEMGATE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .try_init();
+    let args: Vec<String> = std::env::args().collect();
+    let console = Console::open(&LedgerChoice::from_args(&args));
+    let proxy_config = proxy_config_arg(&args);
+    let result = tauri::Builder::default()
+        .manage(console)
+        .setup(move |app| {
+            // `--proxy-config FILE`: start the embedded proxy with the console.
+            if let Some(cfg) = proxy_config {
+                use tauri::Manager;
+                let c = app.state::<Console>();
+                if let Err(e) = tauri::async_runtime::block_on(c.proxy_start(cfg)) {
+                    eprintln!(
+                        "idemgate-console: the embedded proxy did not start: {} ({})",
+                        e.message, e.code
+                    );
+                }
+            }
+            Ok(())
+        })
+        .invoke_handler(tauri::generate_handler![
+            commands::ledger_info,
+            commands::open_ledger,
+            commands::stats,
+            commands::entries,
+            commands::show,
+            commands::log,
+            commands::incidents,
+            commands::preview_resolve,
+            commands::resolve,
+            commands::preview_purge,
+            commands::purge,
+            commands::export,
+            commands::verify_ledger,
+            commands::verify_export,
+            commands::cancel_job,
+            commands::replay,
+            commands::reconcile,
+            commands::proxy_status,
+            commands::proxy_start,
+            commands::proxy_stop,
+        ])
+        .run(tauri::generate_context!());
+    if let Err(e) = result {
+        eprintln!("idemgate-console: {e}");
+        std::process::exit(1);
+    }
+}

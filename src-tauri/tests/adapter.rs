@@ -1,0 +1,173 @@
+//! The command adapter without a webview: each `Console` method is what a Tauri command runs.
+//! Errors must arrive as typed `ErrorBody`s with the operations' stable codes.
+
+use idemgate_console::{Console, LedgerChoice};
+use idemgate_ledger::{EntryFilter, EventFilter};
+use idemgate_ops::*;
+use tauri::async_runtime::block_on;
+
+fn demo() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("demo.db").display().to_string();
+    let ops = Ops::open_or_create(&path).expect("create");
+    seed_demo(
+        ops.store().as_ref(),
+        DemoOptions {
+            events: 9_000,
+            seed: 3,
+        },
+    )
+    .expect("demo");
+    (dir, path)
+}
+
+fn stuck() -> EntryFilter {
+    EntryFilter {
+        stuck: true,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_named_ledger_must_exist_and_is_never_created() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("typo.db").display().to_string();
+    let c = Console::open(&LedgerChoice::Named(p.clone()));
+    let info = c.ledger_info();
+    assert_eq!(info.location, None);
+    assert_eq!(info.error.expect("error").code, "ledger-not-found");
+    assert!(!std::path::Path::new(&p).exists());
+    let e = block_on(c.stats(24)).expect_err("no ledger");
+    assert_eq!(e.code, "ledger-not-found");
+}
+
+#[test]
+fn lists_resolves_and_logs_with_typed_errors() {
+    let (_d, path) = demo();
+    let c = Console::open(&LedgerChoice::Named(path.clone()));
+    assert_eq!(c.ledger_info().location.as_deref(), Some(path.as_str()));
+    let page = block_on(c.entries(stuck(), None, 100)).expect("entries");
+    assert_eq!(page.entries.len(), 12);
+    let target = page
+        .entries
+        .iter()
+        .find(|e| e.effect != idemgate_ledger::Effect::Destructive)
+        .expect("entry");
+    let cmd = |reason: &str| ResolveCmd {
+        entry_id: target.id,
+        as_: ResolveAs::Released,
+        response: None,
+        external_ref: None,
+        operator: "tester".into(),
+        reason: reason.into(),
+        confirm_destructive: false,
+    };
+    let e = block_on(c.resolve(cmd(" "))).expect_err("no reason");
+    assert_eq!(e.code, "missing-reason");
+    let done = block_on(c.resolve(cmd("upstream has no record"))).expect("resolve");
+    assert_eq!(done.state, idemgate_ledger::State::Released);
+    assert_eq!(
+        block_on(c.entries(stuck(), None, 100))
+            .expect("entries")
+            .entries
+            .len(),
+        11
+    );
+    let log = block_on(c.log(
+        EventFilter {
+            operator: Some("tester".into()),
+            ..Default::default()
+        },
+        None,
+        10,
+    ))
+    .expect("log");
+    assert_eq!(log.events[0].entry_id, Some(target.id));
+    let e = block_on(c.show(99_999_999)).expect_err("missing");
+    assert_eq!(e.code, "entry-not-found");
+    let destructive = block_on(c.entries(stuck(), None, 100))
+        .expect("entries")
+        .entries
+        .into_iter()
+        .find(|e| e.effect == idemgate_ledger::Effect::Destructive)
+        .expect("destructive");
+    let e = block_on(c.resolve(ResolveCmd {
+        entry_id: destructive.id,
+        ..cmd("r")
+    }))
+    .expect_err("needs confirmation");
+    assert_eq!(e.code, "confirmation-required");
+}
+
+#[test]
+fn export_verifies_and_cancels_cleanly() {
+    let (dir, path) = demo();
+    let c = Console::open(&LedgerChoice::Named(path));
+    let out = dir.path().join("audit.ndjson").display().to_string();
+    let cmd = ExportCmd {
+        format: idemgate_ledger::export::Format::Ndjson,
+        range: Default::default(),
+        path: out.clone(),
+    };
+    let m = block_on(c.export(cmd.clone(), "j1".into(), |_| {}))
+        .expect("export")
+        .expect("manifest");
+    assert!(m.count >= 9_000);
+    let r = block_on(c.verify_export(out.clone(), "j2".into(), |_| {})).expect("verify");
+    assert!(r.ok, "{r:?}");
+    // Cancelled on its first progress report: nothing is left behind.
+    let out2 = dir.path().join("cancelled.ndjson").display().to_string();
+    let c = std::sync::Arc::new(c);
+    let c2 = c.clone();
+    let got = block_on(c.export(
+        ExportCmd {
+            path: out2.clone(),
+            ..cmd
+        },
+        "j3".into(),
+        move |_| {
+            c2.cancel_job("j3");
+        },
+    ))
+    .expect("export");
+    assert!(got.is_none());
+    assert!(!std::path::Path::new(&out2).exists());
+    assert!(!c.cancel_job("no-such-job"));
+}
+
+#[test]
+fn the_embedded_proxy_starts_stops_and_reports_bad_configs() {
+    let (dir, path) = demo();
+    let c = Console::open(&LedgerChoice::Named(path.clone()));
+    let e = block_on(c.replay(
+        1,
+        idemgate_proxy::operator::ActionCmd {
+            operator: "o".into(),
+            reason: "r".into(),
+            confirm_destructive: false,
+        },
+    ))
+    .expect_err("no config");
+    assert_eq!(e.code, "no-config");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[server]\nledger = \"x.db\"\nlisten = \"nowhere\"\n").expect("write");
+    let e = block_on(c.proxy_start(bad.display().to_string())).expect_err("bad config");
+    assert_eq!(e.code, "bad-config");
+    assert!(e.message.contains("server.listen"));
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"off\"\nledger = \"{path}\"\n"
+        ),
+    )
+    .expect("write");
+    let st = block_on(c.proxy_start(good.display().to_string())).expect("start");
+    assert!(st.running);
+    let addr: std::net::SocketAddr = st.proxy_addr.expect("addr").parse().expect("addr");
+    assert!(std::net::TcpStream::connect(addr).is_ok());
+    assert!(block_on(c.proxy_status()).running);
+    let stopped = block_on(c.proxy_stop());
+    assert!(!stopped.running);
+    assert!(std::net::TcpStream::connect(addr).is_err());
+}

@@ -1,0 +1,126 @@
+// The UI against a mocked IPC: TauriTransport over a fake `invoke`, so the commands' names and
+// argument shapes are what is tested, with the views and the action dialog driven like a user.
+import { App, type Prefs } from "./app";
+import { TauriTransport } from "./transport";
+import type { EntrySummary } from "./bindings/EntrySummary";
+
+function entry(id: number, over: Partial<EntrySummary> = {}): EntrySummary {
+  return {
+    id, route: "charges", scope: "agent-1", key: `key-${id}`, state: "pending", stuck: true, fingerprint: "ab", attempts: 1, replays: 0,
+    created_at: 1_800_000_000_000, updated_at: 1_800_000_000_000, expires_at: null, effect: "write", lease_expires_at: 1_800_000_030_000,
+    outcome_unknown: true, last_error: "upstream timeout", collisions: 0, duplicate_of: null, response_status: null, ...over,
+  };
+}
+
+function setup(handlers: Record<string, (args: Record<string, unknown>) => unknown>) {
+  const calls: [string, Record<string, unknown>][] = [];
+  const invoke = async (cmd: string, args: Record<string, unknown> = {}) => {
+    calls.push([cmd, args]);
+    const f = handlers[cmd];
+    if (!f) throw { code: "unknown-command", message: cmd };
+    return f(args);
+  };
+  const prefs = new Map<string, string>();
+  const p: Prefs = { getItem: (k) => prefs.get(k) ?? null, setItem: (k, v) => void prefs.set(k, v) };
+  document.body.innerHTML = "";
+  const root = document.createElement("div");
+  document.body.append(root);
+  const app = new App(root, new TauriTransport(invoke, async () => () => {}), p);
+  return { app, calls, prefs, root };
+}
+
+const base = {
+  ledger_info: () => ({ location: "/tmp/demo.db", error: null }),
+  stats: () => ({ entries_by_state: [["pending", 2]], stuck: 2, collisions: 1, expired: 3, duplicate_suspects: 4, events_by_kind: [], head: { seq: 10, hash: "h" }, series: [] }),
+  proxy_status: () => ({ running: false, config: null, proxy_addr: null, admin_addr: null, error: null }),
+};
+
+const tick = () => new Promise((r) => setTimeout(r, 0));
+const q = (testid: string) => document.querySelector(`[data-testid="${testid}"]`) as HTMLElement;
+
+describe("console UI", () => {
+  it("shows the overview counts from the stats command", async () => {
+    const { app } = setup(base);
+    await app.start();
+    expect(q("stat-stuck").textContent).toContain("2");
+    expect(q("stat-collisions").textContent).toContain("1");
+    expect(q("ledger-label").textContent).toContain("/tmp/demo.db");
+    for (const v of ["overview", "log", "stuck", "collisions", "expiries", "incidents", "export"]) expect(q(`nav-${v}`)).toBeTruthy();
+  });
+
+  it("lists stuck entries with the stuck filter and keyset paging", async () => {
+    const { app, calls } = setup({ ...base, entries: () => ({ entries: [entry(7), entry(5)], next_before: null }) });
+    await app.start();
+    await app.go("stuck");
+    await tick();
+    const rows = document.querySelectorAll('[data-testid="entry-row"]');
+    expect([...rows].map((r) => (r as HTMLElement).dataset.entryId)).toEqual(["7", "5"]);
+    const call = calls.find(([c]) => c === "entries");
+    expect(call?.[1]).toMatchObject({ filter: { stuck: true }, before: null, limit: 200 });
+  });
+
+  it("resolves with a reason and the operator's name, after a preview", async () => {
+    const show = () => ({ entry: { ...entry(7), lease_owner: "p", request: { method: "POST", path: "/v1/charges", headers: [], body: "{}" }, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [] });
+    const { app, calls, prefs } = setup({
+      ...base, show,
+      preview_resolve: () => ({ action: "resolve", count: 1, ids: [7], keys: ["key-7"], destructive: false, skipped: [] }),
+      resolve: () => entry(7, { state: "completed", stuck: false }),
+    });
+    prefs.set("operator", "dana");
+    await app.start();
+    await app.go("entry", 7);
+    q("action-resolve").click();
+    await tick();
+    expect(q("preview-keys").textContent).toContain("key-7");
+    // No reason: refused in the dialog, nothing sent.
+    q("confirm-button").click();
+    await tick();
+    expect(calls.some(([c]) => c === "resolve")).toBe(false);
+    expect(q("dialog-message").textContent).toContain("reason is required");
+    (q("external-ref-input") as HTMLInputElement).value = "ch_9";
+    (q("reason-input") as HTMLTextAreaElement).value = "found it upstream";
+    q("confirm-button").click();
+    await tick();
+    const r = calls.find(([c]) => c === "resolve");
+    expect(r?.[1]).toMatchObject({ cmd: { entry_id: 7, as: "completed", external_ref: "ch_9", operator: "dana", reason: "found it upstream", confirm_destructive: false } });
+  });
+
+  it("needs a second confirmation on a destructive route", async () => {
+    const { app, calls, prefs } = setup({
+      ...base,
+      show: () => ({ entry: { ...entry(8, { effect: "destructive" }), lease_owner: null, request: null, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [] }),
+      preview_resolve: () => ({ action: "release", count: 1, ids: [8], keys: ["key-8"], destructive: true, skipped: [] }),
+      resolve: () => entry(8, { state: "released", stuck: false }),
+    });
+    prefs.set("operator", "dana");
+    await app.start();
+    await app.go("entry", 8);
+    q("action-release").click();
+    await tick();
+    (q("reason-input") as HTMLTextAreaElement).value = "customer asked";
+    q("confirm-button").click();
+    await tick();
+    expect(calls.some(([c]) => c === "resolve")).toBe(false);
+    expect(q("confirm-button").textContent).toContain("Confirm again");
+    q("confirm-button").click();
+    await tick();
+    expect(calls.find(([c]) => c === "resolve")?.[1]).toMatchObject({ cmd: { as: "released", confirm_destructive: true } });
+  });
+
+  it("shows a typed error from a command with its code", async () => {
+    const { app } = setup({ ...base, entries: () => { throw { code: "ledger-unavailable", message: "locked" }; } });
+    await app.start();
+    await app.go("stuck");
+    await tick();
+    expect(q("error-banner").textContent).toContain("ledger-unavailable");
+  });
+
+  it("renders ledger data as text, never as HTML", async () => {
+    const { app } = setup({ ...base, entries: () => ({ entries: [entry(1, { key: "<img src=x onerror=alert(1)>" })], next_before: null }) });
+    await app.start();
+    await app.go("stuck");
+    await tick();
+    expect(document.querySelector("img")).toBeNull();
+    expect(q("entry-row").textContent).toContain("<img src=x");
+  });
+});

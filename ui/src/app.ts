@@ -1,0 +1,662 @@
+// The console: views over the operations, and the operator actions. Every decision (what is
+// stuck, what may be resolved, what a purge touches) is made by the operations behind the
+// transport; this file shows their answers and asks the operator for a reason.
+import type { EntryFilter } from "./bindings/EntryFilter";
+import type { EntrySummary } from "./bindings/EntrySummary";
+import type { EntryView } from "./bindings/EntryView";
+import type { ErrorBody } from "./bindings/ErrorBody";
+import type { Event } from "./bindings/Event";
+import type { EventFilter } from "./bindings/EventFilter";
+import type { Preview } from "./bindings/Preview";
+import type { ResolveAs } from "./bindings/ResolveAs";
+import { clear, h, svg } from "./dom";
+import { bodyText, curlFor, fromLocalInput, isoTime, relative, seriesFor, sparkPoints } from "./format";
+import { toErrorBody, type Transport } from "./transport";
+import { VirtualList } from "./vlist";
+
+export type View = "overview" | "log" | "stuck" | "collisions" | "expiries" | "incidents" | "export" | "entry";
+
+const NAV: [View, string, string][] = [
+  ["overview", "Overview", "1"],
+  ["log", "Log", "2"],
+  ["stuck", "Stuck", "3"],
+  ["collisions", "Collisions", "4"],
+  ["expiries", "Expiries", "5"],
+  ["incidents", "Incidents", "6"],
+  ["export", "Export", "7"],
+];
+
+const ROW = 30;
+const PAGE = 200;
+
+/** Where the console keeps its preferences (localStorage in the app; a Map in tests). */
+export interface Prefs {
+  getItem(k: string): string | null;
+  setItem(k: string, v: string): void;
+}
+
+interface ActionSpec {
+  title: string;
+  preview: Preview;
+  /** Extra inputs (e.g. resolve's outcome fields). */
+  fields?: HTMLElement;
+  /** Runs the action; `progress(done, total)`; stops early when `cancelled()`. Returns a summary. */
+  run: (operator: string, reason: string, progress: (done: number, total: number) => void, cancelled: () => boolean) => Promise<string>;
+}
+
+export class App {
+  view: View = "overview";
+  private main!: HTMLElement;
+  private banner!: HTMLElement;
+  private ledgerLabel!: HTMLElement;
+  private list: VirtualList<EntrySummary> | VirtualList<Event> | null = null;
+  private timers: number[] = [];
+  private lastEntry: number | null = null;
+
+  constructor(
+    private readonly root: HTMLElement,
+    readonly t: Transport,
+    private readonly prefs: Prefs,
+  ) {}
+
+  get operator(): string {
+    return this.prefs.getItem("operator") ?? "";
+  }
+
+  async start(): Promise<void> {
+    const dark = this.prefs.getItem("theme") ?? (window.matchMedia?.("(prefers-color-scheme: dark)").matches ? "dark" : "light");
+    document.body.classList.toggle("dark", dark === "dark");
+    this.shell();
+    document.addEventListener("keydown", (e) => this.key(e));
+    const info = await this.t.ledgerInfo();
+    this.showLedger(info.location, info.error);
+    await this.go("overview");
+  }
+
+  // ---- chrome ---------------------------------------------------------------------------------
+
+  private shell(): void {
+    clear(this.root);
+    const operator = h("input", {
+      testid: "operator-input",
+      attrs: { placeholder: "your name (for the log)", value: this.operator, "aria-label": "operator name" },
+      on: { change: (e) => this.prefs.setItem("operator", (e.target as HTMLInputElement).value.trim()) },
+    });
+    const ledgerPath = h("input", { testid: "ledger-input", attrs: { placeholder: "open another ledger: /path/to/ledger.db", list: "recent-ledgers", "aria-label": "ledger path" } });
+    const recent = h("datalist", { attrs: { id: "recent-ledgers" } }, ...this.recent().map((p) => h("option", { attrs: { value: p } })));
+    const open = h("button", { testid: "ledger-open", on: { click: () => void this.openLedger(ledgerPath.value.trim()) } }, "Open");
+    const theme = h("button", { testid: "theme-toggle", title: "dark / light", on: { click: () => this.toggleTheme() } }, "◐");
+    this.ledgerLabel = h("span", { class: "ledger", testid: "ledger-label" });
+    const nav = h(
+      "nav",
+      null,
+      ...NAV.map(([v, label, k]) =>
+        h("button", { testid: `nav-${v}`, class: "nav", title: `${label} (${k})`, on: { click: () => void this.go(v) } }, label),
+      ),
+    );
+    this.banner = h("div", { class: "banner hidden", testid: "error-banner", attrs: { role: "alert" } });
+    this.main = h("main", { testid: "main" });
+    this.root.append(
+      h("header", null, h("strong", { class: "brand" }, "idemgate"), this.ledgerLabel, h("span", { class: "grow" }), ledgerPath, recent, open, operator, theme),
+      h("div", { class: "body" }, nav, h("section", { class: "content" }, this.banner, this.main)),
+    );
+  }
+
+  private recent(): string[] {
+    try {
+      return JSON.parse(this.prefs.getItem("recent") ?? "[]") as string[];
+    } catch {
+      return [];
+    }
+  }
+
+  private showLedger(location: string | null, error: ErrorBody | null): void {
+    this.ledgerLabel.textContent = location ? `ledger: ${location}` : "no ledger open";
+    if (location) this.prefs.setItem("recent", JSON.stringify([location, ...this.recent().filter((p) => p !== location)].slice(0, 8)));
+    if (error) this.error(error);
+  }
+
+  private async openLedger(path: string): Promise<void> {
+    if (!path) return;
+    const info = await this.t.openLedger(path).catch((e) => ({ location: null, error: toErrorBody(e) }));
+    this.showLedger(info.location, info.error);
+    if (!info.error) await this.go(this.view === "entry" ? "overview" : this.view);
+  }
+
+  private toggleTheme(): void {
+    const dark = !document.body.classList.contains("dark");
+    document.body.classList.toggle("dark", dark);
+    this.prefs.setItem("theme", dark ? "dark" : "light");
+  }
+
+  error(e: unknown): void {
+    const b = toErrorBody(e);
+    clear(this.banner);
+    this.banner.append(h("code", null, b.code), " ", b.message, h("button", { class: "link", on: { click: () => this.banner.classList.add("hidden") } }, "dismiss"));
+    this.banner.classList.remove("hidden");
+  }
+
+  private key(e: KeyboardEvent): void {
+    const target = e.target as HTMLElement;
+    if (target.closest("input, textarea, select, dialog")) {
+      if (e.key === "Escape") (target as HTMLInputElement).blur();
+      return;
+    }
+    const nav = NAV.find(([, , k]) => k === e.key);
+    if (nav) void this.go(nav[0]);
+    else if (e.key === "j" || e.key === "ArrowDown") this.list?.move(1);
+    else if (e.key === "k" || e.key === "ArrowUp") this.list?.move(-1);
+    else if (e.key === "Enter") {
+      const cur = this.list?.current() as EntrySummary | Event | undefined;
+      const id = cur && ("seq" in cur ? cur.entry_id : cur.id);
+      if (id) void this.go("entry", id);
+    } else if (e.key === "/") {
+      (this.main.querySelector("[data-testid=filter-input]") as HTMLInputElement | null)?.focus();
+      e.preventDefault();
+    } else if (e.key === "Escape" && this.view === "entry") void this.go("stuck");
+    else return;
+    e.preventDefault();
+  }
+
+  async go(view: View, entryId?: number): Promise<void> {
+    this.timers.forEach((t) => clearInterval(t));
+    this.timers = [];
+    this.view = view;
+    this.list = null;
+    for (const b of this.root.querySelectorAll("nav button")) b.classList.toggle("active", (b as HTMLElement).dataset.testid === `nav-${view}`);
+    clear(this.main);
+    this.main.dataset.view = view;
+    try {
+      switch (view) {
+        case "overview": return await this.overview();
+        case "log": return await this.log();
+        case "stuck": return await this.entryList("Stuck", "PENDING past its lease, or with an unknown outcome: held for you, never re-run automatically.", { stuck: true }, ["resolve", "release", "replay", "reconcile"]);
+        case "collisions": return await this.entryList("Collisions", "Keys that arrived again with a different request (422 key-reuse). Open one for the field-level diff.", { collisions: true }, []);
+        case "expiries": return await this.expiries();
+        case "incidents": return await this.incidents();
+        case "export": return this.exportView();
+        case "entry": return await this.entry(entryId ?? this.lastEntry ?? 0);
+      }
+    } catch (e) {
+      this.error(e);
+    }
+  }
+
+  // ---- overview -------------------------------------------------------------------------------
+
+  private async overview(): Promise<void> {
+    const hours = 72;
+    const s = await this.t.stats(hours);
+    const now = Date.now();
+    const stat = (label: string, value: number | string, testid?: string, go?: View) =>
+      h("div", { class: `stat${go ? " clickable" : ""}`, testid, on: go ? { click: () => void this.go(go) } : undefined }, h("div", { class: "value" }, value), h("div", { class: "label" }, label));
+    const byState = Object.fromEntries(s.entries_by_state.map(([k, v]) => [k, v]));
+    this.main.append(
+      h("h1", null, "Overview"),
+      h(
+        "div",
+        { class: "stats" },
+        stat("stuck", s.stuck, "stat-stuck", "stuck"),
+        stat("collisions", s.collisions, "stat-collisions", "collisions"),
+        stat("duplicate suspects", s.duplicate_suspects, "stat-duplicates", "incidents"),
+        stat("expired", s.expired, "stat-expired", "expiries"),
+        stat("completed", byState.completed ?? 0),
+        stat("pending", byState.pending ?? 0),
+        stat("released", byState.released ?? 0),
+        stat("failed", byState.failed ?? 0),
+        stat("log head", s.head ? `#${s.head.seq}` : "—"),
+      ),
+    );
+    const charts: [string, string[]][] = [
+      ["executions", ["complete"]],
+      ["replays absorbed", ["replay_absorbed"]],
+      ["collisions", ["collision"]],
+      ["stuck (lease passed or unknown)", ["lease_expired", "outcome_unknown"]],
+      ["expiries", ["expired"]],
+    ];
+    const grid = h("div", { class: "charts" });
+    for (const [label, kinds] of charts) {
+      const values = seriesFor(s.series, kinds, now, hours);
+      const total = values.reduce((a, b) => a + b, 0);
+      grid.append(
+        h(
+          "figure",
+          { class: "chart", testid: `chart-${kinds[0]}` },
+          h("figcaption", null, `${label} · ${total} in ${hours}h`),
+          svg("svg", { viewBox: "0 0 300 60", preserveAspectRatio: "none", role: "img" }, svg("polyline", { points: sparkPoints(values, 300, 60), fill: "none", class: "line" })),
+        ),
+      );
+    }
+    this.main.append(grid, await this.proxyPanel());
+  }
+
+  private async proxyPanel(): Promise<HTMLElement> {
+    const box = h("div", { class: "panel", testid: "proxy-panel" });
+    const render = async () => {
+      const st = await this.t.proxyStatus().catch((e) => (this.error(e), null));
+      clear(box);
+      const cfg = h("input", { testid: "proxy-config", attrs: { placeholder: "/path/to/idemgate.toml", value: st?.config ?? this.prefs.getItem("proxyConfig") ?? "" } });
+      const status = st?.running ? `running · proxy ${st.proxy_addr} · admin ${st.admin_addr ?? "off"}` : st?.error ? `stopped: ${st.error}` : "stopped";
+      box.append(
+        h("h2", null, "Embedded proxy"),
+        h("div", { class: `proxy-status ${st?.running ? "ok" : ""}`, testid: "proxy-status" }, status),
+        h(
+          "div",
+          { class: "row" },
+          cfg,
+          st?.running
+            ? h("button", { testid: "proxy-stop", on: { click: async () => { await this.t.proxyStop().catch((e) => this.error(e)); await render(); } } }, "Stop")
+            : h("button", { testid: "proxy-start", on: { click: async () => { this.prefs.setItem("proxyConfig", cfg.value); await this.t.proxyStart(cfg.value.trim()).catch((e) => this.error(e)); await render(); } } }, "Start"),
+        ),
+      );
+    };
+    await render();
+    return box;
+  }
+
+  // ---- log ------------------------------------------------------------------------------------
+
+  private async log(): Promise<void> {
+    const f: EventFilter = { entry_id: null, route: null, scope: null, key: null, kind: null, operator: null, since: null, until: null, search: null };
+    const input = (field: keyof EventFilter, placeholder: string, testid?: string) =>
+      h("input", { testid, attrs: { placeholder, "aria-label": placeholder }, on: { change: (e) => { const v = (e.target as HTMLInputElement).value.trim(); (f as Record<string, unknown>)[field] = v === "" ? null : v; void list.reset(); } } });
+    const time = (field: "since" | "until", label: string) =>
+      h("label", null, label, h("input", { testid: `log-${field}`, attrs: { type: "datetime-local" }, on: { change: (e) => { f[field] = fromLocalInput((e.target as HTMLInputElement).value); void list.reset(); } } }));
+    const kinds = ["", "claim", "attempt", "complete", "outcome_unknown", "release", "collision", "duplicate_suspect", "lease_expired", "expired", "resolve", "replay", "reconcile", "purge"];
+    const kind = h("select", { testid: "log-kind", on: { change: (e) => { const v = (e.target as HTMLSelectElement).value; f.kind = v || null; void list.reset(); } } }, ...kinds.map((k) => h("option", { attrs: { value: k } }, k || "any kind")));
+    const live = h("input", { testid: "log-live", attrs: { type: "checkbox", checked: true } });
+    const list = new VirtualList<Event>(
+      ROW,
+      (ev, _i, sel) =>
+        h(
+          "div",
+          { class: `row event${sel ? " selected" : ""}`, testid: "entry-row", attrs: { "data-entry-id": ev.entry_id ?? "", "data-seq": ev.seq }, on: { click: () => ev.entry_id && void this.go("entry", ev.entry_id) } },
+          h("span", { class: "seq" }, `#${ev.seq}`),
+          h("span", { class: "time" }, isoTime(ev.at)),
+          h("span", { class: `kind k-${ev.kind}` }, ev.kind),
+          h("span", { class: "route" }, `${ev.route}${ev.scope ? ` · ${ev.scope}` : ""}`),
+          h("span", { class: "key" }, ev.key),
+          h("span", { class: "who" }, ev.operator ? `${ev.operator}: ${ev.reason ?? ""}` : ev.detail),
+        ),
+      async (last) => {
+        const p = await this.t.log(f, last ? last.seq : null, PAGE);
+        return { items: p.events, more: p.next_before !== null };
+      },
+      "log-list",
+    );
+    this.list = list;
+    this.main.append(
+      h("h1", null, "Log"),
+      h("p", { class: "hint" }, "The append-only, hash-chained event stream, newest first. Filters apply on Enter; / focuses search; j/k and Enter open an entry."),
+      h("div", { class: "filters" }, input("search", "search key, route, reason…", "filter-input"), input("route", "route"), input("scope", "scope"), input("key", "key"), kind, input("operator", "operator", "log-operator"), time("since", "since"), time("until", "until"), h("label", null, live, "live")),
+      list.el,
+    );
+    await list.reset();
+    this.timers.push(
+      window.setInterval(async () => {
+        if (!live.checked || this.view !== "log") return;
+        const head = list.items[0]?.seq ?? 0;
+        const page = await this.t.log(f, null, PAGE).catch(() => null);
+        if (page) list.prepend(page.events.filter((e) => e.seq > head));
+      }, 2000),
+    );
+  }
+
+  // ---- entry lists ----------------------------------------------------------------------------
+
+  private entryRow(e: EntrySummary, selected: boolean, sel: Set<number> | null): HTMLElement {
+    const now = Date.now();
+    const check = sel
+      ? h("input", { attrs: { type: "checkbox", checked: sel.has(e.id), "aria-label": `select ${e.key}` }, on: { click: (ev) => { ev.stopPropagation(); if ((ev.target as HTMLInputElement).checked) sel.add(e.id); else sel.delete(e.id); } } })
+      : null;
+    return h(
+      "div",
+      { class: `row entry${selected ? " selected" : ""}`, testid: "entry-row", attrs: { "data-entry-id": e.id }, on: { click: () => void this.go("entry", e.id) } },
+      check,
+      h("span", { class: "id" }, `${e.id}`),
+      h("span", { class: `state s-${e.state}${e.stuck ? " stuck" : ""}` }, e.stuck ? "stuck" : e.state),
+      h("span", { class: "route" }, `${e.route}${e.effect === "destructive" ? " ⚠" : ""}`),
+      h("span", { class: "scope" }, e.scope || "—"),
+      h("span", { class: "key" }, e.key),
+      h("span", { class: "age", title: isoTime(e.created_at) }, relative(e.created_at, now)),
+      h("span", { class: "num", title: "attempts" }, `${e.attempts}×`),
+      h("span", { class: "err" }, e.expires_at && this.view === "expiries" ? `expires ${relative(e.expires_at, now)}` : e.last_error ?? (e.collisions ? `${e.collisions} collision(s)` : "")),
+    );
+  }
+
+  private async entryList(title: string, hint: string, base: Partial<EntryFilter>, bulk: ("resolve" | "release" | "replay" | "reconcile")[]): Promise<void> {
+    const filter: EntryFilter = { state: null, stuck: false, collisions: false, expired: false, expiring_within: null, duplicates: false, route: null, scope: null, key: null, ...base };
+    const sel = new Set<number>();
+    const list = new VirtualList<EntrySummary>(ROW, (e, _i, s) => this.entryRow(e, s, bulk.length ? sel : null), async (last) => this.entryPage(filter, last), `${this.view}-list`);
+    this.list = list;
+    const search = h("input", { testid: "filter-input", attrs: { placeholder: "filter: route, scope or key (exact)" }, on: { change: (e) => { const v = (e.target as HTMLInputElement).value.trim(); filter.route = null; filter.scope = null; filter.key = null; if (v.startsWith("route:")) filter.route = v.slice(6); else if (v.startsWith("scope:")) filter.scope = v.slice(6); else if (v) filter.key = v; sel.clear(); void list.reset(); } } });
+    const bar = h("div", { class: "filters" }, search);
+    for (const a of bulk) {
+      bar.append(h("button", { testid: `bulk-${a}`, on: { click: () => void this.bulk(a, filter, sel, list) } }, `${a[0].toUpperCase()}${a.slice(1)} selected (or all matching)`));
+    }
+    this.main.append(h("h1", null, title), h("p", { class: "hint" }, hint), bar, list.el);
+    await list.reset();
+  }
+
+  private async entryPage(filter: EntryFilter, last: EntrySummary | undefined): Promise<{ items: EntrySummary[]; more: boolean }> {
+    const p = await this.t.entries(filter, last ? last.id : null, PAGE);
+    return { items: p.entries, more: p.next_before !== null };
+  }
+
+  /** All entries matching a filter (for "bulk on the filter the operator sees"). */
+  private async allMatching(filter: EntryFilter): Promise<EntrySummary[]> {
+    const out: EntrySummary[] = [];
+    let before: number | null = null;
+    for (;;) {
+      const p = await this.t.entries(filter, before, 1000);
+      out.push(...p.entries);
+      if (p.next_before === null) return out;
+      before = p.next_before;
+    }
+  }
+
+  private async bulk(action: "resolve" | "release" | "replay" | "reconcile", filter: EntryFilter, sel: Set<number>, list: VirtualList<EntrySummary>): Promise<void> {
+    try {
+      const targets = sel.size ? (await this.allMatching(filter)).filter((e) => sel.has(e.id)) : await this.allMatching(filter);
+      const preview: Preview = { action, count: targets.length, ids: targets.map((e) => e.id), keys: targets.map((e) => e.key), destructive: targets.some((e) => e.effect === "destructive"), skipped: [] };
+      const outcome = action === "resolve" ? this.resolveFields() : null;
+      await this.action({
+        title: `${action} ${targets.length} entr${targets.length === 1 ? "y" : "ies"}`,
+        preview,
+        fields: outcome?.el,
+        run: async (operator, reason, progress, cancelled) => {
+          let done = 0;
+          const failed: string[] = [];
+          for (const e of targets) {
+            if (cancelled()) break;
+            try {
+              await this.perform(action, e.id, operator, reason, preview.destructive, outcome?.value());
+            } catch (err) {
+              failed.push(`${e.id}: ${toErrorBody(err).message}`);
+            }
+            progress(++done, targets.length);
+          }
+          return `${done - failed.length} of ${targets.length} done${cancelled() ? " (cancelled)" : ""}${failed.length ? `; failed: ${failed.slice(0, 5).join("; ")}` : ""}`;
+        },
+      });
+      sel.clear();
+      await list.reset();
+    } catch (e) {
+      this.error(e);
+    }
+  }
+
+  private async perform(action: string, id: number, operator: string, reason: string, confirm: boolean, outcome?: { as: ResolveAs; external_ref: string | null; body: string | null; status: number }): Promise<void> {
+    const cmd = { operator, reason, confirm_destructive: confirm };
+    if (action === "release") {
+      await this.t.resolve({ entry_id: id, as: "released", response: null, external_ref: null, ...cmd });
+    } else if (action === "resolve") {
+      const o = outcome ?? { as: "completed" as ResolveAs, external_ref: null, body: null, status: 200 };
+      const response = o.body ? { status: o.status, headers: [["content-type", "application/json"]] as [string, string][], body: o.body } : null;
+      await this.t.resolve({ entry_id: id, as: o.as, response, external_ref: o.external_ref, ...cmd });
+    } else if (action === "replay") {
+      const r = await this.t.replay(id, cmd);
+      if (r.problem) throw { code: String((r.problem as Record<string, unknown>).code ?? "replay"), message: String((r.problem as Record<string, unknown>).detail ?? "") };
+    } else if (action === "reconcile") {
+      await this.t.reconcile(id, cmd);
+    } else if (action === "purge") {
+      await this.t.purge({ target: "ids", ids: [id], ...cmd });
+    }
+  }
+
+  /** The inputs of a resolve: as what, with which response or external reference. */
+  private resolveFields(): { el: HTMLElement; value: () => { as: ResolveAs; external_ref: string | null; body: string | null; status: number } } {
+    const as = h("select", { testid: "resolve-as" }, h("option", { attrs: { value: "completed" } }, "completed — it happened"), h("option", { attrs: { value: "failed" } }, "failed — permanent failure"), h("option", { attrs: { value: "released" } }, "released — it did not happen; may run again"));
+    const ext = h("input", { testid: "external-ref-input", attrs: { placeholder: "external reference (e.g. ch_123 found upstream)" } });
+    const status = h("input", { testid: "response-status", attrs: { type: "number", value: 200, min: 100, max: 599 } });
+    const body = h("textarea", { testid: "response-body", attrs: { rows: 3, placeholder: "response body retries will get (optional if an external reference is given)" } });
+    return {
+      el: h("div", { class: "fields" }, h("label", null, "Outcome ", as), ext, h("label", null, "Status ", status), body),
+      value: () => ({ as: as.value as ResolveAs, external_ref: ext.value.trim() || null, body: body.value.trim() || null, status: Number(status.value) || 200 }),
+    };
+  }
+
+  private async expiries(): Promise<void> {
+    const base: EntryFilter = { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null };
+    let filter = { ...base };
+    const list = new VirtualList<EntrySummary>(ROW, (e, _i, s) => this.entryRow(e, s, null), async (last) => this.entryPage(filter, last), "expiries-list");
+    this.list = list;
+    const mode = h("select", { testid: "expiry-mode", on: { change: (e) => { const soon = (e.target as HTMLSelectElement).value === "soon"; filter = { ...filter, expired: !soon, expiring_within: soon ? 3_600_000 : null }; void list.reset(); } } }, h("option", { attrs: { value: "expired" } }, "expired"), h("option", { attrs: { value: "soon" } }, "expiring within 1h"));
+    const search = h("input", { testid: "filter-input", attrs: { placeholder: "route (exact), e.g. charges" }, on: { change: (e) => { filter = { ...filter, route: (e.target as HTMLInputElement).value.trim() || null }; void list.reset(); } } });
+    const purgeAll = h("button", {
+      testid: "action-purge",
+      on: {
+        click: async () => {
+          if (!filter.expired) return this.error({ code: "invalid-argument", message: "only expired entries are purged; switch to 'expired'" });
+          const target = { target: "expired" as const, filter: { ...filter, expired: true } };
+          const preview = await this.t.previewPurge(target).catch((e) => (this.error(e), null));
+          if (!preview) return;
+          await this.action({ title: "Purge every expired entry matching the filter", preview, run: async (operator, reason) => { const r = await this.t.purge({ ...target, operator, reason, confirm_destructive: preview.destructive }); return `purged ${r.purged.length} entries`; } });
+          await list.reset();
+        },
+      },
+    }, "Purge all matching");
+    this.main.append(h("h1", null, "Expiries"), h("p", { class: "hint" }, "Completed, released or failed entries past their TTL are no longer replayed; their keys may run again. Purging removes their stored requests and responses — the log keeps their events."), h("div", { class: "filters" }, mode, search, purgeAll), list.el);
+    await list.reset();
+  }
+
+  private async incidents(): Promise<void> {
+    const groups = await this.t.incidents(null, 100);
+    this.main.append(h("h1", null, "Incidents"), h("p", { class: "hint" }, "Duplicate suspects: the same route, scope and request completed under different keys within the window — the classic new-UUID-on-every-retry double charge."));
+    if (!groups.length) this.main.append(h("div", { class: "empty" }, "No duplicate suspects."));
+    for (const g of groups) {
+      const first = g.entries[0];
+      this.main.append(
+        h(
+          "div",
+          { class: "panel incident", testid: "incident" },
+          h("h2", null, `${g.route} · ${g.scope || "no scope"} · executed ${g.entries.length}×`),
+          h("p", { class: "mono small" }, `fingerprint ${g.fingerprint.slice(0, 16)}… · first ${first ? isoTime(first.created_at) : "—"}`),
+          ...g.entries.map((e) => this.entryRow(e, false, null)),
+        ),
+      );
+    }
+  }
+
+  // ---- one entry ------------------------------------------------------------------------------
+
+  private async entry(id: number): Promise<void> {
+    this.lastEntry = id;
+    const v: EntryView = await this.t.show(id);
+    const e = v.entry;
+    const now = Date.now();
+    const kv = (k: string, val: string | number | null | undefined) => h("div", { class: "kv" }, h("span", null, k), h("span", { class: "mono" }, val === null || val === undefined || val === "" ? "—" : String(val)));
+    const act = (name: string, label: string, enabled: boolean) =>
+      h("button", { testid: `action-${name}`, attrs: { disabled: !enabled }, on: { click: () => void this.entryAction(name, e.id) } }, label);
+    const resolvable = (e.state === "pending" && e.stuck) || e.state === "released" || e.state === "failed";
+    const header = h(
+      "div",
+      { class: "entry-head" },
+      h("h1", null, h("span", { class: `state s-${e.state}${e.stuck ? " stuck" : ""}` }, e.stuck ? "stuck" : e.state), ` ${e.route} · ${e.key}`),
+      h(
+        "div",
+        { class: "actions" },
+        act("resolve", "Resolve…", resolvable),
+        act("release", "Release…", resolvable && e.state !== "released"),
+        act("replay", "Replay upstream…", resolvable),
+        act("reconcile", "Reconcile…", e.stuck),
+        act("purge", "Purge…", e.state !== "pending"),
+      ),
+    );
+    const facts = h(
+      "div",
+      { class: "facts" },
+      kv("entry", e.id), kv("scope", e.scope), kv("effect", e.effect), kv("attempts", e.attempts), kv("replays", e.replays),
+      kv("created", `${isoTime(e.created_at)} (${relative(e.created_at, now)})`), kv("updated", isoTime(e.updated_at)),
+      kv("expires", e.expires_at ? `${isoTime(e.expires_at)} (${relative(e.expires_at, now)})` : null),
+      kv("lease", e.lease_expires_at ? `${e.lease_owner ?? "—"} until ${isoTime(e.lease_expires_at)}` : null),
+      kv("last error", e.last_error), kv("duplicate of", e.duplicate_of), kv("fingerprint", e.fingerprint),
+      kv("resolved by", e.resolved_by ? `${e.resolved_by}: ${e.resolution_reason ?? ""}` : null), kv("external ref", e.external_ref),
+    );
+    this.main.append(header, facts);
+    if (e.request) {
+      const curl = curlFor(e.request, "http://127.0.0.1:8700");
+      const copied = h("span", { class: "hint" });
+      this.main.append(
+        h("h2", null, `Request · ${e.request.method} ${e.request.path}`),
+        h("pre", { testid: "request-body" }, e.request.headers.map(([n, val]) => `${n}: ${val}`).join("\n"), "\n\n", bodyText(e.request.body)),
+        h("div", { class: "row" }, h("button", { testid: "copy-curl", on: { click: async () => { await navigator.clipboard?.writeText(curl).catch(() => {}); copied.textContent = " copied"; } } }, "Copy as curl"), copied),
+        h("pre", { class: "small", testid: "curl" }, curl),
+      );
+    }
+    if (e.response) {
+      this.main.append(h("h2", null, `Response · ${e.response.status}`), h("pre", { testid: "response" }, e.response.headers.map(([n, val]) => `${n}: ${val}`).join("\n"), "\n\n", bodyText(e.response.body)));
+    }
+    e.collision_requests.forEach((c, i) => {
+      const diff = v.collision_diffs[i] ?? [];
+      this.main.append(
+        h("h2", null, `Rejected request (key reuse) · ${isoTime(c.at)}`),
+        h(
+          "table",
+          { class: "diff", testid: "collision-diff" },
+          h("thead", null, h("tr", null, h("th", null, "field"), h("th", null, "stored (executed)"), h("th", null, "rejected"))),
+          h("tbody", null, ...diff.map((d) => h("tr", null, h("td", { class: "mono" }, d.field), h("td", { class: `mono ${d.stored === null ? "missing" : "old"}` }, d.stored ?? "(absent)"), h("td", { class: `mono ${d.rejected === null ? "missing" : "new"}` }, d.rejected ?? "(absent)")))),
+        ),
+      );
+    });
+    this.main.append(
+      h("h2", null, "Timeline"),
+      h("div", { class: "timeline", testid: "timeline" }, ...v.timeline.map((ev) => h("div", { class: "row event" }, h("span", { class: "seq" }, `#${ev.seq}`), h("span", { class: "time" }, isoTime(ev.at)), h("span", { class: `kind k-${ev.kind}` }, ev.kind), h("span", { class: "who" }, ev.operator ? `${ev.operator}: ${ev.reason ?? ""}` : ev.detail)))),
+    );
+  }
+
+  private async entryAction(name: string, id: number): Promise<void> {
+    try {
+      const preview = name === "purge" ? await this.t.previewPurge({ target: "ids", ids: [id] }) : await this.t.previewResolve(id);
+      const fields = name === "resolve" ? this.resolveFields() : null;
+      await this.action({
+        title: `${name} entry ${id}`,
+        preview: { ...preview, action: name },
+        fields: fields?.el,
+        run: async (operator, reason) => {
+          await this.perform(name, id, operator, reason, preview.destructive, fields?.value());
+          return `${name}: done`;
+        },
+      });
+      if (name === "purge") await this.go("expiries");
+      else await this.go("entry", id);
+    } catch (e) {
+      this.error(e);
+    }
+  }
+
+  /**
+   * The action dialog: what it will touch (count and keys), a reason, the operator's name, a second
+   * confirmation on destructive routes, progress and cancel while it runs, and the outcome.
+   */
+  action(spec: ActionSpec): Promise<void> {
+    return new Promise((resolve) => {
+      const p = spec.preview;
+      const dlg = h("div", { class: "dialog", testid: "action-dialog", attrs: { role: "dialog", "aria-modal": "true" } });
+      const reason = h("textarea", { testid: "reason-input", attrs: { rows: 2, placeholder: "reason (required; recorded in the log)" } });
+      const operator = h("input", { testid: "dialog-operator", attrs: { value: this.operator, placeholder: "your name" } });
+      const msg = h("div", { class: "dialog-msg", testid: "dialog-message" });
+      const bar = h("progress", { attrs: { max: 1, value: 0 } });
+      let cancelled = false;
+      let armed = 0;
+      const close = () => {
+        overlay.remove();
+        resolve();
+      };
+      const cancel = h("button", { testid: "cancel-button", on: { click: () => { cancelled = true; close(); } } }, "Cancel");
+      const confirm = h("button", {
+        class: p.destructive ? "danger" : "primary",
+        testid: "confirm-button",
+        attrs: { disabled: p.count === 0 },
+        on: {
+          click: async () => {
+            const r = reason.value.trim();
+            const op = operator.value.trim();
+            if (!op) return (msg.textContent = "Your name is required: it is recorded with the action.");
+            if (!r) return (msg.textContent = "A reason is required: it is recorded with the action.");
+            if (p.destructive && armed === 0) {
+              armed = 1;
+              confirm.textContent = `Confirm again: ${p.count} on a DESTRUCTIVE route`;
+              msg.textContent = "This touches a destructive route. Check the keys above, then confirm a second time.";
+              return;
+            }
+            this.prefs.setItem("operator", op);
+            confirm.setAttribute("disabled", "");
+            cancel.textContent = "Stop";
+            cancel.onclick = () => { cancelled = true; };
+            dlg.append(bar);
+            try {
+              const summary = await spec.run(op, r, (d, t) => { bar.max = t; bar.value = d; }, () => cancelled);
+              msg.textContent = summary;
+              msg.classList.add("ok");
+            } catch (e) {
+              const b = toErrorBody(e);
+              msg.textContent = `${b.code}: ${b.message}`;
+              msg.classList.add("bad");
+            }
+            cancel.textContent = "Close";
+            cancel.onclick = close;
+          },
+        },
+      }, p.count === 0 ? "Nothing to do" : `Confirm ${spec.preview.action} (${p.count})`);
+      dlg.append(
+        ...[
+        h("h2", null, spec.title),
+        h("p", null, `This will touch ${p.count} entr${p.count === 1 ? "y" : "ies"}:`),
+        h("ul", { class: "keys", testid: "preview-keys" }, ...p.keys.slice(0, 20).map((k, i) => h("li", { class: "mono" }, `${p.ids[i]} · ${k}`)), p.keys.length > 20 ? h("li", null, `… and ${p.keys.length - 20} more`) : null),
+        ...p.skipped.map(([id, why]) => h("p", { class: "hint" }, `skipped ${id}: ${why}`)),
+        p.destructive ? h("p", { class: "warn" }, "⚠ Destructive route: this needs two confirmations.") : null,
+        spec.fields ?? null,
+        h("label", null, "Operator ", operator),
+        reason,
+        msg,
+        h("div", { class: "row end" }, cancel, confirm),
+        ].filter((x): x is HTMLElement => x !== null),
+      );
+      const overlay = h("div", { class: "overlay" }, dlg);
+      document.body.append(overlay);
+      reason.focus();
+    });
+  }
+
+  // ---- export ---------------------------------------------------------------------------------
+
+  private exportView(): void {
+    const format = h("select", { testid: "export-format" }, h("option", { attrs: { value: "ndjson" } }, "NDJSON"), h("option", { attrs: { value: "csv" } }, "CSV"));
+    const since = h("input", { testid: "export-since", attrs: { type: "datetime-local" } });
+    const until = h("input", { testid: "export-until", attrs: { type: "datetime-local" } });
+    const path = h("input", { testid: "export-path", attrs: { placeholder: "/path/to/audit.ndjson", value: this.prefs.getItem("exportPath") ?? "" } });
+    const out = h("pre", { testid: "export-result", class: "small" });
+    const vpath = h("input", { testid: "verify-path", attrs: { placeholder: "/path/to/audit.ndjson (its .manifest.json is checked too)" } });
+    const vout = h("pre", { testid: "verify-result", class: "small" });
+    const job = async (label: string, outEl: HTMLElement, f: (id: string) => Promise<unknown>) => {
+      const id = `${label}-${Date.now()}`;
+      const bar = h("progress", { testid: "job-progress" });
+      const stop = h("button", { testid: "job-cancel", on: { click: () => void this.t.cancelJob(id) } }, "Cancel");
+      const status = h("span", { class: "hint" });
+      clear(outEl);
+      outEl.append(bar, stop, status);
+      const unlisten = await this.t.onProgress((p) => { if (p.job === id) status.textContent = ` ${p.done} events`; });
+      try {
+        const r = await f(id);
+        clear(outEl);
+        outEl.textContent = r === null ? "cancelled: nothing was written" : JSON.stringify(r, null, 2);
+      } catch (e) {
+        clear(outEl);
+        const b = toErrorBody(e);
+        outEl.textContent = `${b.code}: ${b.message}`;
+      } finally {
+        unlisten();
+      }
+    };
+    this.main.append(
+      h("h1", null, "Export"),
+      h("p", { class: "hint" }, "A contiguous run of the log as NDJSON or CSV, with FILE.manifest.json recording the count, the chain head and the file's sha256 — for compliance. Verify recomputes the chain and checks the manifest."),
+      h("div", { class: "panel" }, h("div", { class: "filters" }, format, h("label", null, "since ", since), h("label", null, "until ", until), path,
+        h("button", { testid: "action-export", class: "primary", on: { click: () => { this.prefs.setItem("exportPath", path.value); void job("export", out, (id) => this.t.exportLog({ format: format.value as "ndjson" | "csv", range: { since: fromLocalInput(since.value), until: fromLocalInput(until.value) }, path: path.value.trim() }, id)); } } }, "Export")), out),
+      h("div", { class: "panel" }, h("div", { class: "filters" }, vpath,
+        h("button", { testid: "action-verify", on: { click: () => void job("verify", vout, (id) => this.t.verifyExport(vpath.value.trim(), id)) } }, "Verify file"),
+        h("button", { testid: "action-verify-ledger", on: { click: () => void job("verify-ledger", vout, (id) => this.t.verifyLedger(id)) } }, "Verify the ledger")), vout),
+    );
+  }
+}

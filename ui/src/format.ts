@@ -1,0 +1,70 @@
+// Presentation helpers: pure functions, unit-tested.
+import type { RequestRecord } from "./bindings/RequestRecord";
+import type { ResponseRecord } from "./bindings/ResponseRecord";
+import type { SeriesPoint } from "./bindings/SeriesPoint";
+
+export function isoTime(ms: number | null | undefined): string {
+  if (ms === null || ms === undefined) return "—";
+  return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+
+/** "3m ago", "2h 5m", "in 40m": for ages and expiries. */
+export function relative(ms: number | null | undefined, now: number): string {
+  if (ms === null || ms === undefined) return "—";
+  const d = Math.round((ms - now) / 1000);
+  const a = Math.abs(d);
+  const txt = a < 60 ? `${a}s` : a < 3600 ? `${Math.floor(a / 60)}m` : a < 86400 ? `${Math.floor(a / 3600)}h ${Math.floor((a % 3600) / 60)}m` : `${Math.floor(a / 86400)}d ${Math.floor((a % 86400) / 3600)}h`;
+  return d < 0 ? `${txt} ago` : `in ${txt}`;
+}
+
+export function bodyText(b: string | { hex: string }): string {
+  if (typeof b !== "string") return `<${b.hex.length / 2} bytes, not UTF-8>`;
+  try {
+    return JSON.stringify(JSON.parse(b), null, 2);
+  } catch {
+    return b;
+  }
+}
+
+function shellQuote(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+/** A curl command that re-sends a stored request (secrets were never stored, so none appear). */
+export function curlFor(req: RequestRecord, base: string): string {
+  const parts = ["curl", "-X", req.method, shellQuote(`${base}${req.path}`)];
+  for (const [n, v] of req.headers) parts.push("-H", shellQuote(`${n}: ${v}`));
+  const body = typeof req.body === "string" ? req.body : null;
+  if (body) parts.push("--data-raw", shellQuote(body));
+  return parts.join(" ");
+}
+
+export function statusLine(r: ResponseRecord): string {
+  return `${r.status} · ${r.headers.map(([n, v]) => `${n}: ${v}`).join(" · ")}`;
+}
+
+/** Hourly series for one set of kinds, aligned to `hours` buckets ending at the current hour. */
+export function seriesFor(points: SeriesPoint[], kinds: string[], now: number, hours: number): number[] {
+  const hour = 3_600_000;
+  const last = now - (now % hour);
+  const out = new Array<number>(hours).fill(0);
+  for (const p of points) {
+    if (!kinds.includes(p.kind)) continue;
+    const i = hours - 1 - Math.round((last - p.hour) / hour);
+    if (i >= 0 && i < hours) out[i] += p.count;
+  }
+  return out;
+}
+
+/** An SVG polyline's points for a series in a w×h box. */
+export function sparkPoints(values: number[], w: number, h: number): string {
+  const max = Math.max(1, ...values);
+  const step = values.length > 1 ? w / (values.length - 1) : w;
+  return values.map((v, i) => `${(i * step).toFixed(1)},${(h - (v / max) * (h - 2) - 1).toFixed(1)}`).join(" ");
+}
+
+export function fromLocalInput(v: string): number | null {
+  if (!v) return null;
+  const t = new Date(v).getTime();
+  return Number.isNaN(t) ? null : t;
+}

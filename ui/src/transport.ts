@@ -1,0 +1,178 @@
+// One interface to the operations, two implementations: Tauri IPC (the desktop console) and the
+// admin HTTP API (the same UI in a browser against `idemgate serve`). Every type is generated from
+// the Rust types (src/bindings, by ts-rs); errors are always an ErrorBody with a stable code.
+import type { ActionCmd } from "./bindings/ActionCmd";
+import type { EntryFilter } from "./bindings/EntryFilter";
+import type { EntryPage } from "./bindings/EntryPage";
+import type { EntrySummary } from "./bindings/EntrySummary";
+import type { EntryView } from "./bindings/EntryView";
+import type { ErrorBody } from "./bindings/ErrorBody";
+import type { EventFilter } from "./bindings/EventFilter";
+import type { EventPage } from "./bindings/EventPage";
+import type { ExportCmd } from "./bindings/ExportCmd";
+import type { ExportVerifyReport } from "./bindings/ExportVerifyReport";
+import type { Incident } from "./bindings/Incident";
+import type { JobProgress } from "./bindings/JobProgress";
+import type { LedgerInfo } from "./bindings/LedgerInfo";
+import type { Manifest } from "./bindings/Manifest";
+import type { Preview } from "./bindings/Preview";
+import type { ProxyStatus } from "./bindings/ProxyStatus";
+import type { PurgeCmd } from "./bindings/PurgeCmd";
+import type { PurgeReport } from "./bindings/PurgeReport";
+import type { PurgeTarget } from "./bindings/PurgeTarget";
+import type { ReconcileReport } from "./bindings/ReconcileReport";
+import type { ReplayReport } from "./bindings/ReplayReport";
+import type { ResolveCmd } from "./bindings/ResolveCmd";
+import type { Stats } from "./bindings/Stats";
+import type { VerifyReport } from "./bindings/VerifyReport";
+
+export interface Transport {
+  readonly kind: "tauri" | "http";
+  ledgerInfo(): Promise<LedgerInfo>;
+  openLedger(path: string): Promise<LedgerInfo>;
+  stats(hours: number): Promise<Stats>;
+  entries(filter: EntryFilter, before: number | null, limit: number): Promise<EntryPage>;
+  show(id: number): Promise<EntryView>;
+  log(filter: EventFilter, before: number | null, limit: number): Promise<EventPage>;
+  incidents(before: number | null, limit: number): Promise<Incident[]>;
+  previewResolve(id: number): Promise<Preview>;
+  resolve(cmd: ResolveCmd): Promise<EntrySummary>;
+  previewPurge(target: PurgeTarget): Promise<Preview>;
+  purge(cmd: PurgeCmd): Promise<PurgeReport>;
+  replay(id: number, cmd: ActionCmd): Promise<ReplayReport>;
+  reconcile(id: number, cmd: ActionCmd): Promise<ReconcileReport>;
+  exportLog(cmd: ExportCmd, job: string): Promise<Manifest | null>;
+  verifyLedger(job: string): Promise<VerifyReport>;
+  verifyExport(path: string, job: string): Promise<ExportVerifyReport>;
+  cancelJob(job: string): Promise<boolean>;
+  onProgress(f: (p: JobProgress) => void): Promise<() => void>;
+  proxyStatus(): Promise<ProxyStatus>;
+  proxyStart(config: string): Promise<ProxyStatus>;
+  proxyStop(): Promise<ProxyStatus>;
+}
+
+export function isErrorBody(e: unknown): e is ErrorBody {
+  return typeof e === "object" && e !== null && "code" in e && "message" in e;
+}
+
+/** Any thrown value as an ErrorBody. */
+export function toErrorBody(e: unknown): ErrorBody {
+  if (isErrorBody(e)) return e;
+  return { code: "internal", message: e instanceof Error ? e.message : String(e) };
+}
+
+type Invoke = (cmd: string, args?: Record<string, unknown>) => Promise<unknown>;
+type Listen = (event: string, f: (e: { payload: unknown }) => void) => Promise<() => void>;
+
+/** The desktop console: Tauri IPC. `invoke` and `listen` are injected (tests pass mocks). */
+export class TauriTransport implements Transport {
+  readonly kind = "tauri" as const;
+  constructor(
+    private readonly invoke: Invoke,
+    private readonly listen: Listen,
+  ) {}
+
+  private async call<T>(cmd: string, args?: Record<string, unknown>): Promise<T> {
+    try {
+      return (await this.invoke(cmd, args)) as T;
+    } catch (e) {
+      throw toErrorBody(e);
+    }
+  }
+
+  ledgerInfo() { return this.call<LedgerInfo>("ledger_info"); }
+  openLedger(path: string) { return this.call<LedgerInfo>("open_ledger", { path }); }
+  stats(hours: number) { return this.call<Stats>("stats", { hours }); }
+  entries(filter: EntryFilter, before: number | null, limit: number) { return this.call<EntryPage>("entries", { filter, before, limit }); }
+  show(id: number) { return this.call<EntryView>("show", { id }); }
+  log(filter: EventFilter, before: number | null, limit: number) { return this.call<EventPage>("log", { filter, before, limit }); }
+  incidents(before: number | null, limit: number) { return this.call<Incident[]>("incidents", { before, limit }); }
+  previewResolve(id: number) { return this.call<Preview>("preview_resolve", { id }); }
+  resolve(cmd: ResolveCmd) { return this.call<EntrySummary>("resolve", { cmd }); }
+  previewPurge(target: PurgeTarget) { return this.call<Preview>("preview_purge", { target }); }
+  purge(cmd: PurgeCmd) { return this.call<PurgeReport>("purge", { cmd }); }
+  replay(id: number, cmd: ActionCmd) { return this.call<ReplayReport>("replay", { id, cmd }); }
+  reconcile(id: number, cmd: ActionCmd) { return this.call<ReconcileReport>("reconcile", { id, cmd }); }
+  exportLog(cmd: ExportCmd, job: string) { return this.call<Manifest | null>("export", { cmd, job }); }
+  verifyLedger(job: string) { return this.call<VerifyReport>("verify_ledger", { job }); }
+  verifyExport(path: string, job: string) { return this.call<ExportVerifyReport>("verify_export", { path, job }); }
+  cancelJob(job: string) { return this.call<boolean>("cancel_job", { job }); }
+  onProgress(f: (p: JobProgress) => void) { return this.listen("job-progress", (e) => f(e.payload as JobProgress)); }
+  proxyStatus() { return this.call<ProxyStatus>("proxy_status"); }
+  proxyStart(config: string) { return this.call<ProxyStatus>("proxy_start", { config }); }
+  proxyStop() { return this.call<ProxyStatus>("proxy_stop"); }
+}
+
+function query(o: Record<string, unknown>): string {
+  const p = new URLSearchParams();
+  for (const [k, v] of Object.entries(o)) {
+    if (v === null || v === undefined || v === false || v === "") continue;
+    p.set(k, String(v));
+  }
+  const s = p.toString();
+  return s ? `?${s}` : "";
+}
+
+function unsupported(what: string): never {
+  throw { code: "unsupported", message: `${what} is only available in the desktop console` } satisfies ErrorBody;
+}
+
+/** The browser console: the admin HTTP API of `idemgate serve`, with its bearer token. */
+export class HttpTransport implements Transport {
+  readonly kind = "http" as const;
+  constructor(
+    private readonly base: string,
+    private readonly token: string,
+    private readonly fetchFn: typeof fetch = (...a) => fetch(...a),
+  ) {}
+
+  private async req<T>(method: string, path: string, body?: unknown): Promise<T> {
+    let r: Response;
+    try {
+      r = await this.fetchFn(`${this.base}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${this.token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    } catch (e) {
+      throw { code: "network", message: String(e) } satisfies ErrorBody;
+    }
+    const data = await r.json().catch(() => null);
+    if (!r.ok) {
+      throw { code: data?.code ?? `http-${r.status}`, message: data?.detail ?? r.statusText } satisfies ErrorBody;
+    }
+    return data as T;
+  }
+
+  async ledgerInfo(): Promise<LedgerInfo> { return { location: this.base, error: null }; }
+  async openLedger(): Promise<LedgerInfo> { return unsupported("opening another ledger"); }
+  stats(hours: number) { return this.req<Stats>("GET", `/admin/v1/stats${query({ hours })}`); }
+  entries(f: EntryFilter, before: number | null, limit: number) {
+    return this.req<EntryPage>("GET", `/admin/v1/entries${query({
+      state: f.state, stuck: f.stuck, collisions: f.collisions, expired: f.expired, expiring_within_ms: f.expiring_within,
+      duplicates: f.duplicates, route: f.route, scope: f.scope, key: f.key, before, limit,
+    })}`);
+  }
+  show(id: number) { return this.req<EntryView>("GET", `/admin/v1/entries/${id}`); }
+  log(f: EventFilter, before: number | null, limit: number) {
+    return this.req<EventPage>("GET", `/admin/v1/events${query({ ...f, before, limit })}`);
+  }
+  incidents(before: number | null, limit: number) { return this.req<Incident[]>("GET", `/admin/v1/incidents${query({ before, limit })}`); }
+  previewResolve(id: number) { return this.req<Preview>("GET", `/admin/v1/entries/${id}/resolve/preview`); }
+  resolve(cmd: ResolveCmd) {
+    const { entry_id, ...body } = cmd;
+    return this.req<EntrySummary>("POST", `/admin/v1/entries/${entry_id}/resolve`, body);
+  }
+  previewPurge(target: PurgeTarget) { return this.req<Preview>("POST", "/admin/v1/purge/preview", target); }
+  purge(cmd: PurgeCmd) { return this.req<PurgeReport>("POST", "/admin/v1/purge", cmd); }
+  replay(id: number, cmd: ActionCmd) { return this.req<ReplayReport>("POST", `/admin/v1/entries/${id}/replay`, cmd); }
+  reconcile(id: number, cmd: ActionCmd) { return this.req<ReconcileReport>("POST", `/admin/v1/entries/${id}/reconcile`, cmd); }
+  async exportLog(): Promise<Manifest | null> { return unsupported("exporting to a file"); }
+  verifyLedger() { return this.req<VerifyReport>("GET", "/admin/v1/verify"); }
+  async verifyExport(): Promise<ExportVerifyReport> { return unsupported("verifying an export file"); }
+  async cancelJob() { return false; }
+  async onProgress() { return () => {}; }
+  async proxyStatus(): Promise<ProxyStatus> { return { running: true, config: null, proxy_addr: null, admin_addr: this.base, error: null }; }
+  async proxyStart(): Promise<ProxyStatus> { return unsupported("starting an embedded proxy"); }
+  async proxyStop(): Promise<ProxyStatus> { return unsupported("stopping the proxy"); }
+}
