@@ -113,7 +113,7 @@ impl Console {
             .map_err(|e| err(&e))
     }
 
-    fn job(&self, id: &str) -> Arc<AtomicBool> {
+    fn job_flag(&self, id: &str) -> Arc<AtomicBool> {
         let flag = Arc::new(AtomicBool::new(false));
         if let Ok(mut j) = self.jobs.lock() {
             j.insert(id.to_owned(), flag.clone());
@@ -208,23 +208,35 @@ impl Console {
         self.call(move |o| o.purge(&cmd)).await
     }
 
+    /// Runs a long operation as a cancellable job: `progress` hears from it, `cancel_job(job)`
+    /// stops it at its next progress report.
+    async fn job<T: Send + 'static>(
+        &self,
+        job: &str,
+        progress: impl Fn(u64) + Send + 'static,
+        f: impl FnOnce(&Ops, Progress<'_>) -> OpsResult<T> + Send + 'static,
+    ) -> R<T> {
+        let cancel = self.job_flag(job);
+        let r = self
+            .call(move |o| {
+                f(o, &mut |n| {
+                    progress(n);
+                    !cancel.load(Ordering::Relaxed)
+                })
+            })
+            .await;
+        self.end_job(job);
+        r
+    }
+
     pub async fn export(
         &self,
         cmd: ExportCmd,
         job: String,
         progress: impl Fn(u64) + Send + 'static,
     ) -> R<Option<Manifest>> {
-        let cancel = self.job(&job);
-        let r = self
-            .call(move |o| {
-                o.export(&cmd, &mut |n| {
-                    progress(n);
-                    !cancel.load(Ordering::Relaxed)
-                })
-            })
-            .await;
-        self.end_job(&job);
-        r
+        self.job(&job, progress, move |o, p| o.export(&cmd, p))
+            .await
     }
 
     pub async fn verify_ledger(
@@ -232,17 +244,7 @@ impl Console {
         job: String,
         progress: impl Fn(u64) + Send + 'static,
     ) -> R<VerifyReport> {
-        let cancel = self.job(&job);
-        let r = self
-            .call(move |o| {
-                o.verify(&mut |n| {
-                    progress(n);
-                    !cancel.load(Ordering::Relaxed)
-                })
-            })
-            .await;
-        self.end_job(&job);
-        r
+        self.job(&job, progress, |o, p| o.verify(p)).await
     }
 
     pub async fn verify_export(
@@ -251,17 +253,10 @@ impl Console {
         job: String,
         progress: impl Fn(u64) + Send + 'static,
     ) -> R<ExportVerifyReport> {
-        let cancel = self.job(&job);
-        let r = self
-            .call(move |o| {
-                o.verify_export(std::path::Path::new(&path), &mut |n| {
-                    progress(n);
-                    !cancel.load(Ordering::Relaxed)
-                })
-            })
-            .await;
-        self.end_job(&job);
-        r
+        self.job(&job, progress, move |o, p| {
+            o.verify_export(std::path::Path::new(&path), p)
+        })
+        .await
     }
 
     /// Asks a running job to stop; `false` when there is no such job.

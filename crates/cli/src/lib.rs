@@ -469,12 +469,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
                 reason: actor.reason,
                 confirm_destructive: actor.confirm_destructive,
             };
-            if cmd.operator.trim().is_empty() {
-                return Err(OpsError::MissingOperator);
-            }
-            if cmd.reason.trim().is_empty() {
-                return Err(OpsError::MissingReason);
-            }
+            idemgate_ops::validate_actor(&cmd.operator, &cmd.reason)?;
             let ops = Ops::open_existing(&ledger.ledger)?;
             let e = ops.resolve(&cmd)?;
             output::resolved(&mut out, &e, json)?;
@@ -506,12 +501,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
                 reason: actor.reason,
                 confirm_destructive: actor.confirm_destructive,
             };
-            if cmd.operator.trim().is_empty() {
-                return Err(OpsError::MissingOperator);
-            }
-            if cmd.reason.trim().is_empty() {
-                return Err(OpsError::MissingReason);
-            }
+            idemgate_ops::validate_actor(&cmd.operator, &cmd.reason)?;
             let ops = Ops::open_existing(&ledger.ledger)?;
             let preview = ops.preview_purge(&cmd.target)?;
             if dry_run {

@@ -99,12 +99,7 @@ pub enum Action {
 }
 
 pub fn operator_action(action: Action, a: ProxyActionArgs) -> Result<ExitCode, CmdError> {
-    if a.actor.operator.trim().is_empty() {
-        return Err(OpsError::MissingOperator.into());
-    }
-    if a.actor.reason.trim().is_empty() {
-        return Err(OpsError::MissingReason.into());
-    }
+    idemgate_ops::validate_actor(&a.actor.operator, &a.actor.reason)?;
     let cfg = Arc::new(Config::load_for_operations(
         &a.config.display().to_string(),
     )?);

@@ -164,25 +164,26 @@ pub const ALWAYS_REDACTED_HEADERS: &[&str] = &[
     "x-idemgate-signature",
 ];
 
+fn drop_secret_headers(headers: &mut Vec<(String, String)>) {
+    headers.retain(|(n, _)| {
+        !ALWAYS_REDACTED_HEADERS
+            .iter()
+            .any(|r| r.eq_ignore_ascii_case(n))
+    });
+}
+
 impl RequestRecord {
     /// Drops secret headers; see [`ALWAYS_REDACTED_HEADERS`].
     pub fn redacted(mut self) -> Self {
-        self.headers.retain(|(n, _)| {
-            !ALWAYS_REDACTED_HEADERS
-                .iter()
-                .any(|r| r.eq_ignore_ascii_case(n))
-        });
+        drop_secret_headers(&mut self.headers);
         self
     }
 }
 
 impl ResponseRecord {
+    /// Drops secret headers; see [`ALWAYS_REDACTED_HEADERS`].
     pub fn redacted(mut self) -> Self {
-        self.headers.retain(|(n, _)| {
-            !ALWAYS_REDACTED_HEADERS
-                .iter()
-                .any(|r| r.eq_ignore_ascii_case(n))
-        });
+        drop_secret_headers(&mut self.headers);
         self
     }
 }

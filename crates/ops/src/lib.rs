@@ -252,7 +252,9 @@ pub struct AgainstReport {
     pub problems: Vec<String>,
 }
 
-fn validate_actor(operator: &str, reason: &str) -> OpsResult<Actor> {
+/// Checks an operator name and a reason (both required, trimmed, bounded) — the one rule every
+/// door (CLI, admin API, console) applies before any operator action touches a ledger.
+pub fn validate_actor(operator: &str, reason: &str) -> OpsResult<Actor> {
     let operator = operator.trim();
     let reason = reason.trim();
     if operator.is_empty() {

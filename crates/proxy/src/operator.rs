@@ -42,18 +42,7 @@ pub struct ReconcileReport {
 }
 
 fn actor(cmd: &ActionCmd) -> Result<Actor, Problem> {
-    let operator = cmd.operator.trim();
-    let reason = cmd.reason.trim();
-    if operator.is_empty() {
-        return Err(idemgate_ops::OpsError::MissingOperator.into());
-    }
-    if reason.is_empty() {
-        return Err(idemgate_ops::OpsError::MissingReason.into());
-    }
-    Ok(Actor {
-        operator: operator.to_owned(),
-        reason: reason.to_owned(),
-    })
+    Ok(idemgate_ops::validate_actor(&cmd.operator, &cmd.reason)?)
 }
 
 async fn entry(e: &Engine, id: i64) -> Result<EntryDetail, Problem> {

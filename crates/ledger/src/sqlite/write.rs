@@ -545,49 +545,54 @@ pub(crate) fn release(ctx: &mut Ctx<'_>, rep: OwnerReport) -> Result<()> {
     Ok(())
 }
 
+/// Appends a `kind` event for each entry matching `condition` (at most 1000) and sets `flag` on it,
+/// so each is logged once.
+fn log_once(
+    ctx: &mut Ctx<'_>,
+    at: Millis,
+    condition: &str,
+    flag: &str,
+    kind: EventKind,
+    detail: impl Fn(&Row) -> serde_json::Value,
+) -> Result<u64> {
+    let rows: Vec<Row> = ctx
+        .conn
+        .prepare_cached(&format!(
+            "SELECT {ROW_COLS} FROM entries WHERE {condition} LIMIT 1000"
+        ))?
+        .query_map([at], map_row)?
+        .collect::<rusqlite::Result<_>>()?;
+    for row in &rows {
+        ctx.conn
+            .prepare_cached(&format!("UPDATE entries SET {flag} = 1 WHERE id = ?1"))?
+            .execute([row.id])?;
+        append(ctx, row.event(at, kind, detail(row)))?;
+    }
+    Ok(rows.len() as u64)
+}
+
 /// Logs lease expiries and TTL expiries once each; at most 1000 of each per call.
 pub(crate) fn sweep(ctx: &mut Ctx<'_>, at: Millis) -> Result<SweepReport> {
-    let mut report = SweepReport::default();
-    let lapsed: Vec<Row> = ctx
-        .conn
-        .prepare_cached(&format!(
-            "SELECT {ROW_COLS} FROM entries WHERE state = 'pending' AND lease_expires_at <= ?1 \
-             AND stuck_logged = 0 LIMIT 1000"
-        ))?
-        .query_map([at], map_row)?
-        .collect::<rusqlite::Result<_>>()?;
-    for row in &lapsed {
-        ctx.conn
-            .prepare_cached("UPDATE entries SET stuck_logged = 1 WHERE id = ?1")?
-            .execute([row.id])?;
-        append(
-            ctx,
-            row.event(
-                at,
-                EventKind::LeaseExpired,
-                json!({"owner": row.lease_owner, "lease_expires_at": row.lease_expires_at}),
-            ),
-        )?;
-        report.lease_expired += 1;
-    }
-    let expired: Vec<Row> = ctx
-        .conn
-        .prepare_cached(&format!(
-            "SELECT {ROW_COLS} FROM entries WHERE expires_at <= ?1 AND state <> 'pending' \
-             AND expiry_logged = 0 LIMIT 1000"
-        ))?
-        .query_map([at], map_row)?
-        .collect::<rusqlite::Result<_>>()?;
-    for row in &expired {
-        ctx.conn
-            .prepare_cached("UPDATE entries SET expiry_logged = 1 WHERE id = ?1")?
-            .execute([row.id])?;
-        append(
-            ctx,
-            row.event(at, EventKind::Expired, json!({"state": row.state})),
-        )?;
-        report.ttl_expired += 1;
-    }
+    let lease_expired = log_once(
+        ctx,
+        at,
+        "state = 'pending' AND lease_expires_at <= ?1 AND stuck_logged = 0",
+        "stuck_logged",
+        EventKind::LeaseExpired,
+        |row| json!({"owner": row.lease_owner, "lease_expires_at": row.lease_expires_at}),
+    )?;
+    let ttl_expired = log_once(
+        ctx,
+        at,
+        "expires_at <= ?1 AND state <> 'pending' AND expiry_logged = 0",
+        "expiry_logged",
+        EventKind::Expired,
+        |row| json!({"state": row.state}),
+    )?;
+    let report = SweepReport {
+        lease_expired,
+        ttl_expired,
+    };
     Ok(report)
 }
 
