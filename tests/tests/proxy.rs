@@ -1004,3 +1004,51 @@ fn reconcile_resolves_a_stuck_entry_from_the_upstream_probe() {
     assert_eq!(f.charge("k-rc2", r#"{"amount":2}"#, &[]).status, 201);
     assert_eq!(f.up.counts.effects("k-rc2"), 1);
 }
+
+#[test]
+fn the_admin_listener_serves_the_console_ui_to_browsers() {
+    let ui = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(ui.path().join("assets")).expect("mkdir");
+    std::fs::write(
+        ui.path().join("index.html"),
+        "<!doctype html><title>idemgate console</title><script src=\"./assets/app.js\"></script>",
+    )
+    .expect("write");
+    std::fs::write(ui.path().join("assets/app.js"), "console.log('ui')").expect("write");
+    let template = CONFIG.replace(
+        "ledger = \"{ledger}\"",
+        &format!(
+            "ledger = \"{{ledger}}\"\nconsole_dir = \"{}\"",
+            ui.path().display()
+        ),
+    );
+    let f = Fx::with(&template);
+    let admin = f.proxy.admin.expect("admin");
+    // The page and its assets need no token (they hold no data) and carry a strict CSP.
+    let page = request(admin, "GET", "/console/", &[], b"");
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains("idemgate console"));
+    assert!(page
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("text/html")));
+    assert!(page
+        .header("content-security-policy")
+        .is_some_and(|c| c.contains("default-src 'self'")));
+    let js = request(admin, "GET", "/console/assets/app.js", &[], b"");
+    assert_eq!(js.status, 200);
+    assert_eq!(
+        request(admin, "GET", "/", &[], b"").header("location"),
+        Some("/console/")
+    );
+    // The data still needs the token.
+    assert_eq!(
+        request(admin, "GET", "/admin/v1/entries", &[], b"").status,
+        401
+    );
+    assert_eq!(f.proxy.admin_get("/admin/v1/entries").status, 200);
+    // Nothing outside the UI folder is reachable through it.
+    assert_eq!(
+        request(admin, "GET", "/console/../../etc/passwd", &[], b"").status,
+        404
+    );
+}

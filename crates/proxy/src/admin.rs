@@ -64,10 +64,29 @@ pub fn router(
         .fallback(|| async {
             Problem::new(404, "not-found", "Not found", "no such admin endpoint")
         });
-    Router::new()
+    let mut r = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
-        .merge(api)
-        .with_state(state)
+        .merge(api);
+    if let Some(dir) = &state.engine.cfg.console_dir {
+        // The console for browsers: static files, no data, so no token; every API call it makes
+        // carries the token the operator enters. Same origin: no CORS needed.
+        let csp = HeaderValue::from_static(
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+             connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; \
+             frame-ancestors 'none'",
+        );
+        let files = tower::ServiceBuilder::new()
+            .layer(tower_http::set_header::SetResponseHeaderLayer::overriding(
+                header::CONTENT_SECURITY_POLICY,
+                csp,
+            ))
+            .service(tower_http::services::ServeDir::new(dir));
+        r = r.nest_service("/console", files).route(
+            "/",
+            get(|| async { axum::response::Redirect::temporary("/console/") }),
+        );
+    }
+    r.with_state(state)
 }
 
 async fn auth(State(s): State<AdminState>, req: Request, next: Next) -> Response {

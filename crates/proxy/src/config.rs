@@ -55,6 +55,7 @@ struct RawServer {
     admin_listen: String,
     ledger: String,
     admin_token_file: Option<String>,
+    console_dir: Option<String>,
 }
 
 fn default_listen() -> String {
@@ -233,6 +234,8 @@ pub struct Config {
     pub admin_listen: Option<SocketAddr>,
     pub ledger: String,
     pub admin_token_file: Option<String>,
+    /// A built console UI (`ui/dist`) the admin listener serves at `/console/` for browsers.
+    pub console_dir: Option<std::path::PathBuf>,
     pub in_flight: InFlight,
     pub wait: Duration,
     pub duplicate_window: Duration,
@@ -400,6 +403,19 @@ impl Config {
                     format!("{a:?}: {e} (use IP:PORT, or \"off\")"),
                 )
             })?),
+        };
+        let console_dir = match &raw.server.console_dir {
+            None => None,
+            Some(d) => {
+                let p = std::path::PathBuf::from(d);
+                if !p.join("index.html").is_file() {
+                    return Err(invalid(
+                        "server.console_dir",
+                        format!("{d:?} has no index.html (build the UI: cd ui && npm run build)"),
+                    ));
+                }
+                Some(p)
+            }
         };
         if raw.server.ledger.trim().is_empty() {
             return Err(invalid("server.ledger", "name a SQLite file"));
@@ -659,6 +675,7 @@ impl Config {
             admin_listen,
             ledger: raw.server.ledger,
             admin_token_file: raw.server.admin_token_file,
+            console_dir,
             in_flight,
             wait,
             duplicate_window,
@@ -712,6 +729,18 @@ mod tests {
         assert!(err("[server]\nledger = \"x\"\nlisten = \"localhost\"").contains("server.listen"));
         let https = format!("{BASE}[[routes]]\nname = \"a\"\nmethod = \"POST\"\npath = \"/a\"\nupstream = \"https://x\"\neffect = \"write\"\n");
         assert!(err(&https).contains("only http://"));
+    }
+
+    #[test]
+    fn a_console_dir_must_hold_a_built_ui() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = format!(
+            "[server]\nledger = \"x.db\"\nconsole_dir = \"{}\"\n",
+            dir.path().display()
+        );
+        assert!(err(&cfg).contains("server.console_dir"));
+        std::fs::write(dir.path().join("index.html"), "<html>").expect("write");
+        assert!(Config::parse(&cfg).expect("config").console_dir.is_some());
     }
 
     #[test]
