@@ -23,9 +23,10 @@ use idemgate_ops::{ExportCmd, Ops, OpsError, PurgeCmd, PurgeTarget, ResolveAs, R
     version,
     about = "Exactly-once side effects for retrying clients: the idemgate ledger and its operations",
     long_about = "idemgate keeps an idempotency ledger in front of side-effecting APIs so a retried call \
-                  is answered from the ledger instead of running twice. This tool inspects and operates \
-                  that ledger: list and show entries, read the hash-chained log, resolve stuck entries, \
-                  purge, export audit trails and verify them.\n\n\
+                  is answered from the ledger instead of running twice. `idemgate serve` runs the proxy; \
+                  the other commands inspect and operate the ledger: list and show entries, read the \
+                  hash-chained log, resolve, replay or reconcile stuck entries, purge, export audit \
+                  trails and verify them.\n\n\
                   Exit codes: 0 ok, 1 the operation failed (ledger unchanged), 2 bad usage, 3 verification failed.",
     after_help = "The ledger is a SQLite file: --ledger PATH or IDEMGATE_LEDGER. A keyed log needs \
                   IDEMGATE_CHAIN_KEY or IDEMGATE_CHAIN_KEY_FILE."
