@@ -12,6 +12,30 @@ use std::time::{Duration, Instant};
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 
+/// A claim on the `charges` route for `key` (the same request every time), for ledger-level races.
+pub fn charge_claim(key: &str, owner: &str, lease_ms: i64) -> idemgate_ledger::ClaimRequest {
+    use idemgate_ledger::*;
+    let body = br#"{"amount":100}"#.to_vec();
+    ClaimRequest {
+        route: "charges".into(),
+        scope: "agent".into(),
+        key: key.into(),
+        fingerprint: canon::fingerprint("POST", "charges", &[], &body),
+        effect: Effect::Write,
+        request: RequestRecord {
+            method: "POST".into(),
+            path: "/v1/charges".into(),
+            headers: vec![],
+            body,
+        },
+        owner: owner.into(),
+        lease_ms,
+        ttl_ms: 3_600_000,
+        reject_duplicates_within_ms: None,
+        at: now_millis(),
+    }
+}
+
 /// The `idemgate` program of this build: `idemgate-under-test`, the CLI's code built as a binary of
 /// this crate, so Cargo rebuilds it whenever the tests are built.
 pub fn idemgate_bin() -> PathBuf {

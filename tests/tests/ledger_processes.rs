@@ -10,25 +10,7 @@ use idemgate_ledger::*;
 const HELPER: &str = env!("CARGO_BIN_EXE_ledger-helper");
 
 fn claim_req(key: &str, owner: &str) -> ClaimRequest {
-    let body = br#"{"amount":100}"#.to_vec();
-    ClaimRequest {
-        route: "charges".into(),
-        scope: "agent".into(),
-        key: key.into(),
-        fingerprint: canon::fingerprint("POST", "charges", &[], &body),
-        effect: Effect::Write,
-        request: RequestRecord {
-            method: "POST".into(),
-            path: "/v1/charges".into(),
-            headers: vec![],
-            body,
-        },
-        owner: owner.into(),
-        lease_ms: 30_000,
-        ttl_ms: 3_600_000,
-        reject_duplicates_within_ms: None,
-        at: now_millis(),
-    }
+    idemgate_tests::charge_claim(key, owner, 30_000)
 }
 
 #[test]

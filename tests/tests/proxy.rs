@@ -409,6 +409,11 @@ fn not_executed_outcomes_are_retried_with_backoff() {
         .map(|e| e["kind"].as_str().unwrap_or(""))
         .collect();
     assert_eq!(kinds, ["claim", "attempt", "attempt", "complete"]);
+    let metrics = f.proxy.admin_get("/metrics").text();
+    assert!(
+        metrics.contains("idemgate_retries_total{route=\"charges\",class=\"status_503\"} 2"),
+        "{metrics}"
+    );
 }
 
 #[test]
@@ -510,6 +515,18 @@ fn sigkill_mid_flight_then_restart_never_re_executes_and_the_entry_is_stuck() {
     });
     assert!(stuck.json()["entry_id"].as_i64().is_some());
     assert_eq!(f.up.counts.effects("k-kill"), 1);
+    // The restarted instance's sweeper logs the lapsed lease, once.
+    eventually(5, "the sweeper's lease_expired event", || {
+        let log = idemgate_json(&[
+            "log",
+            "--ledger",
+            &f.ledger(),
+            "--kind",
+            "lease_expired",
+            "--json",
+        ]);
+        (log.as_array().map_or(0, Vec::len) == 1).then_some(())
+    });
     let listed = f.entries(&["--stuck"]);
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0]["key"], "k-kill");

@@ -124,3 +124,45 @@ describe("console UI", () => {
     expect(q("entry-row").textContent).toContain("<img src=x");
   });
 });
+
+describe("console UI, keyboard and ledgers", () => {
+  it("switches views with 1-7 and opens the selected entry with j/k and Enter", async () => {
+    const show = () => ({ entry: { ...entry(5), lease_owner: null, request: null, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [] });
+    const { app, calls } = setup({ ...base, show, entries: () => ({ entries: [entry(7), entry(5)], next_before: null }) });
+    await app.start();
+    const key = (k: string) => document.body.dispatchEvent(new KeyboardEvent("keydown", { key: k, bubbles: true }));
+    key("3");
+    await tick();
+    await tick();
+    expect(app.view).toBe("stuck");
+    key("j");
+    key("j");
+    expect(document.querySelector(".row.selected")?.getAttribute("data-entry-id")).toBe("5");
+    key("Enter");
+    await tick();
+    expect(app.view).toBe("entry");
+    expect(calls.find(([c]) => c === "show")?.[1]).toEqual({ id: 5 });
+  });
+
+  it("opens another ledger from the header and remembers it", async () => {
+    const { app, calls, prefs } = setup({ ...base, open_ledger: (a) => ({ location: a.path, error: null }) });
+    await app.start();
+    (q("ledger-input") as HTMLInputElement).value = "/srv/other.db";
+    q("ledger-open").click();
+    await tick();
+    await tick();
+    expect(calls.find(([c]) => c === "open_ledger")?.[1]).toEqual({ path: "/srv/other.db" });
+    expect(q("ledger-label").textContent).toContain("/srv/other.db");
+    expect(JSON.parse(prefs.get("recent") ?? "[]")[0]).toBe("/srv/other.db");
+  });
+
+  it("keeps the open ledger when another cannot be opened", async () => {
+    const { app } = setup({ ...base, open_ledger: () => { throw { code: "ledger-not-found", message: "no ledger at /nope.db" }; } });
+    await app.start();
+    (q("ledger-input") as HTMLInputElement).value = "/nope.db";
+    q("ledger-open").click();
+    await tick();
+    expect(q("error-banner").textContent).toContain("ledger-not-found");
+    expect(q("ledger-label").textContent).toContain("/tmp/demo.db");
+  });
+});

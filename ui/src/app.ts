@@ -118,9 +118,14 @@ export class App {
 
   private async openLedger(path: string): Promise<void> {
     if (!path) return;
-    const info = await this.t.openLedger(path).catch((e) => ({ location: null, error: toErrorBody(e) }));
-    this.showLedger(info.location, info.error);
-    if (!info.error) await this.go(this.view === "entry" ? "overview" : this.view);
+    try {
+      const info = await this.t.openLedger(path);
+      // A failed open keeps the ledger that was open (the command says which) and shows why.
+      this.showLedger(info.location, info.error);
+      if (!info.error) await this.go(this.view === "entry" ? "overview" : this.view);
+    } catch (e) {
+      this.error(e);
+    }
   }
 
   private toggleTheme(): void {

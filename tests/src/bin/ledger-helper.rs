@@ -31,25 +31,7 @@ fn main() {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
-    let body = br#"{"amount":100}"#.to_vec();
-    let req = ClaimRequest {
-        route: "charges".into(),
-        scope: "agent".into(),
-        key: args[3].clone(),
-        fingerprint: canon::fingerprint("POST", "charges", &[], &body),
-        effect: Effect::Write,
-        request: RequestRecord {
-            method: "POST".into(),
-            path: "/v1/charges".into(),
-            headers: vec![],
-            body,
-        },
-        owner: format!("pid-{}", std::process::id()),
-        lease_ms: lease,
-        ttl_ms: 3_600_000,
-        reject_duplicates_within_ms: None,
-        at: now_millis(),
-    };
+    let req = idemgate_tests::charge_claim(&args[3], &format!("pid-{}", std::process::id()), lease);
     let line = match l.claim(req).wait() {
         Ok(ClaimOutcome::Claimed { entry_id, .. }) => format!("claimed {entry_id}"),
         Ok(ClaimOutcome::InFlight { entry_id, .. }) => format!("in-flight {entry_id}"),
