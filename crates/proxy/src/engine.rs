@@ -284,19 +284,12 @@ impl Engine {
             }
         }
         if let Some(k) = key {
-            if let crate::config::KeySource::Header(name) = route
-                .key
-                .as_ref()
-                .unwrap_or(&crate::config::KeySource::Header(String::new()))
-            {
-                if !route.forward_key {
-                    h.remove(name.as_str());
-                }
-            }
             if route.forward_key {
                 if let Some(v) = forward::header_value(k) {
                     h.insert("idempotency-key", v);
                 }
+            } else if let Some(crate::config::KeySource::Header(name)) = &route.key {
+                h.remove(name.as_str());
             }
         }
         h
@@ -520,7 +513,7 @@ pub(crate) async fn drive(
         .await;
         histogram!("idemgate_upstream_seconds", "route" => route.name.clone())
             .record(started.elapsed().as_secs_f64());
-        let (why, retry_after, class, timed_out) = match a {
+        let (why, retry_after, class) = match a {
             Attempt::Executed(resp) => {
                 let done = e
                     .store
@@ -558,10 +551,8 @@ pub(crate) async fn drive(
                 why,
                 retry_after,
                 class,
-            } => (why, retry_after, class, false),
-            Attempt::Unknown { why, timed_out } if unknown_is_retryable => {
-                (why, None, "unknown", timed_out)
-            }
+            } => (why, retry_after, class),
+            Attempt::Unknown { why, .. } if unknown_is_retryable => (why, None, "unknown"),
             Attempt::Unknown { why, timed_out } => {
                 e.store
                     .mark_unknown(e.report(entry_id, why.clone()))
@@ -601,7 +592,6 @@ pub(crate) async fn drive(
             .recv()
             .await?;
         count("not_executed");
-        let _ = timed_out;
         return Err(Problem::new(
             503,
             "upstream-unavailable",

@@ -264,7 +264,16 @@ fn reject_duplicate(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<Option<Clai
     let Some(window) = req.reject_duplicates_within_ms else {
         return Ok(None);
     };
-    let Some((id, key)) = find_duplicate(ctx.conn, req, window, None)? else {
+    let found = find_duplicate(
+        ctx.conn,
+        &req.route,
+        &req.scope,
+        &req.fingerprint,
+        &req.key,
+        req.at - window,
+        None,
+    )?;
+    let Some((id, key)) = found else {
         return Ok(None);
     };
     append(
@@ -285,10 +294,15 @@ fn reject_duplicate(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<Option<Clai
     Ok(Some(ClaimOutcome::ProbableDuplicate { entry_id: id, key }))
 }
 
+/// The earliest entry (other than `exclude`) that completed the same effect — route, scope and
+/// fingerprint — under another key since `since`.
 fn find_duplicate(
     conn: &Connection,
-    req: &ClaimRequest,
-    window: i64,
+    route: &str,
+    scope: &str,
+    fingerprint: &str,
+    key: &str,
+    since: Millis,
     exclude: Option<i64>,
 ) -> Result<Option<(i64, String)>> {
     Ok(conn
@@ -298,14 +312,7 @@ fn find_duplicate(
              ORDER BY completed_at LIMIT 1",
         )?
         .query_row(
-            params![
-                req.route,
-                req.scope,
-                req.fingerprint,
-                req.at - window,
-                req.key,
-                exclude.unwrap_or(-1)
-            ],
+            params![route, scope, fingerprint, since, key, exclude.unwrap_or(-1)],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .optional()?)
@@ -481,20 +488,16 @@ fn store_completion(
 
 /// Marks `row` a duplicate suspect when its effect completed under another key within `window`.
 fn flag_duplicate(ctx: &mut Ctx<'_>, row: &Row, window: i64, at: Millis) -> Result<Option<i64>> {
-    let probe = ClaimRequest {
-        route: row.route.clone(),
-        scope: row.scope.clone(),
-        key: row.key.clone(),
-        fingerprint: row.fingerprint.clone(),
-        effect: Effect::Write,
-        request: RequestRecord::default(),
-        owner: String::new(),
-        lease_ms: 0,
-        ttl_ms: 0,
-        reject_duplicates_within_ms: None,
-        at,
-    };
-    let Some((dup_id, dup_key)) = find_duplicate(ctx.conn, &probe, window, Some(row.id))? else {
+    let found = find_duplicate(
+        ctx.conn,
+        &row.route,
+        &row.scope,
+        &row.fingerprint,
+        &row.key,
+        at - window,
+        Some(row.id),
+    )?;
+    let Some((dup_id, dup_key)) = found else {
         return Ok(None);
     };
     ctx.conn
@@ -625,16 +628,18 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: ResolveRequest) -> Result<EntrySum
     }
     let mut detail = json!({"as": req.resolution.name(), "from": row.state});
     let mut digest = None;
+    let mut external_ref = None;
     match &req.resolution {
         Resolution::Completed {
             response,
-            external_ref,
+            external_ref: reference,
         } => {
             let resp = response.clone().redacted();
             store_completion(ctx.conn, row.id, &resp, req.at, req.ttl_ms)?;
             detail["status"] = json!(resp.status);
-            detail["external_ref"] = json!(external_ref);
+            detail["external_ref"] = json!(reference);
             digest = Some(sha256_hex(&resp.body));
+            external_ref = reference.clone();
         }
         Resolution::Failed { response } => {
             let resp = response.clone().map(ResponseRecord::redacted);
@@ -666,10 +671,6 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: ResolveRequest) -> Result<EntrySum
                 .execute(params![row.id, req.at])?;
         }
     }
-    let external_ref = match &req.resolution {
-        Resolution::Completed { external_ref, .. } => external_ref.clone(),
-        _ => None,
-    };
     ctx.conn
         .prepare_cached(
             "UPDATE entries SET resolved_by = ?2, resolution_reason = ?3, external_ref = ?4 WHERE id = ?1",
