@@ -277,6 +277,43 @@ pub fn request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Resp {
+    raw_request(addr, &request_bytes(addr, method, path, headers, body))
+}
+
+/// Like [`request`], for a server that may be down or die mid-answer: `None` when the connection is
+/// refused or closed before a whole response head arrived.
+pub fn try_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Option<Resp> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
+    s.write_all(&request_bytes(addr, method, path, headers, body))
+        .ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).ok()?;
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let r = parse_response(&buf);
+    let len = r
+        .header("content-length")
+        .and_then(|l| l.parse::<usize>().ok());
+    // A response cut short by a killed server is no response.
+    match len {
+        Some(l) if buf.len() - end - 4 < l => None,
+        _ => Some(r),
+    }
+}
+
+fn request_bytes(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Vec<u8> {
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
         body.len()
@@ -287,7 +324,7 @@ pub fn request(
     head.push_str("\r\n");
     let mut raw = head.into_bytes();
     raw.extend_from_slice(body);
-    raw_request(addr, &raw)
+    raw
 }
 
 /// Sends raw bytes and parses the response (read to EOF).

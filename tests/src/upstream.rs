@@ -10,6 +10,9 @@
 //! - `delay:MS` — perform the effect, wait MS milliseconds, then answer 201.
 //! - `fail-first:N:NNN` — the first N requests for this key get NNN (no effect), then normal.
 //!
+//! With [`Counts::set_chaos`], a request without `x-fault` gets a random fault instead (the chaos
+//! harness): dropped after the effect, 503 without the effect, or stalled after the effect.
+//!
 //! Paths: `POST /dedupe/...` dedupes by key itself (effect once per key); `GET /v1/customers...`
 //! counts reads; `GET /v1/charges?idempotency_key=K` is a reconcile probe (200 if K's effect
 //! happened, 404 if not); anything else performs the effect and answers 201 with a JSON body naming
@@ -32,6 +35,22 @@ pub struct Counts {
     pub reads: AtomicU64,
     /// Headers of the last request, lower-cased names.
     pub last_headers: Mutex<Vec<(String, String)>>,
+    chaos: Mutex<Option<Chaos>>,
+    dice: AtomicU64,
+    /// Faults injected by chaos: dropped, unavailable, stalled.
+    pub injected: [AtomicU64; 3],
+}
+
+/// Random faults for requests that do not choose one, in percent of requests.
+#[derive(Debug, Clone, Copy)]
+pub struct Chaos {
+    /// Perform the effect, then close the connection without answering.
+    pub drop_pct: u64,
+    /// Answer 503 with `Retry-After: 1`, no effect.
+    pub unavailable_pct: u64,
+    /// Perform the effect, then answer only after `stall_ms`.
+    pub stall_pct: u64,
+    pub stall_ms: u64,
 }
 
 impl Counts {
@@ -55,6 +74,37 @@ impl Counts {
 
     pub fn keys_with_effects(&self) -> HashMap<String, u64> {
         self.effects.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    pub fn set_chaos(&self, chaos: Option<Chaos>) {
+        *self.chaos.lock().unwrap_or_else(|p| p.into_inner()) = chaos;
+    }
+
+    /// The fault chaos picks for the next request, as an `x-fault` value ("" for none).
+    fn roll(&self) -> String {
+        let Some(c) = *self.chaos.lock().unwrap_or_else(|p| p.into_inner()) else {
+            return String::new();
+        };
+        // splitmix64 over a counter: a fixed, well-spread sequence, no dependency.
+        let mut z = self
+            .dice
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+            .wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        let d = (z ^ (z >> 31)) % 100;
+        let (a, b, s) = (c.drop_pct, c.drop_pct + c.unavailable_pct, c.drop_pct + c.unavailable_pct + c.stall_pct);
+        let (fault, i) = if d < a {
+            ("drop".to_owned(), 0)
+        } else if d < b {
+            ("status:503".to_owned(), 1)
+        } else if d < s {
+            (format!("delay:{}", c.stall_ms), 2)
+        } else {
+            return String::new();
+        };
+        self.injected[i].fetch_add(1, Ordering::Relaxed);
+        fault
     }
 
     fn effect(&self, key: &str) -> u64 {
@@ -215,7 +265,11 @@ async fn conn(mut s: TcpStream, c: Arc<Counts>) -> std::io::Result<()> {
             *n += 1;
             *n
         };
-        let fault = req.header("x-fault").unwrap_or("").to_owned();
+        let fault = match req.header("x-fault") {
+            Some(f) => f.to_owned(),
+            None if req.method == "POST" => c.roll(),
+            None => String::new(),
+        };
         if req.method == "GET" {
             if let Some(q) = req.target.strip_prefix("/v1/charges?idempotency_key=") {
                 let found = c.effects(q) > 0;
