@@ -93,7 +93,11 @@ impl Counts {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         let d = (z ^ (z >> 31)) % 100;
-        let (a, b, s) = (c.drop_pct, c.drop_pct + c.unavailable_pct, c.drop_pct + c.unavailable_pct + c.stall_pct);
+        let (a, b, s) = (
+            c.drop_pct,
+            c.drop_pct + c.unavailable_pct,
+            c.drop_pct + c.unavailable_pct + c.stall_pct,
+        );
         let (fault, i) = if d < a {
             ("drop".to_owned(), 0)
         } else if d < b {

@@ -224,12 +224,7 @@ fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
             State::Pending => {
                 // A claim orphaned by a kill is stuck once its lease has passed.
                 let e = eventually(10, "an orphaned claim to be reported stuck", || {
-                    let e = ops_api
-                        .show(e.id)
-                        .expect("show")
-                        .entry
-                        .summary
-                        .clone();
+                    let e = ops_api.show(e.id).expect("show").entry.summary.clone();
                     (e.stuck || e.outcome_unknown).then_some(e)
                 });
                 assert_eq!(e.state, State::Pending);
@@ -238,7 +233,12 @@ fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
             s => panic!("op {i}: its effect happened, yet the entry is {s:?}: {e:?}"),
         }
     }
-    let v = idemgate_json(&["verify", "--ledger", &ledger.display().to_string(), "--json"]);
+    let v = idemgate_json(&[
+        "verify",
+        "--ledger",
+        &ledger.display().to_string(),
+        "--json",
+    ]);
     assert_eq!(v["ok"], true, "the chain verifies after the kills: {v}");
 
     let acked_n = acked.len();
@@ -273,7 +273,11 @@ fn key(i: usize) -> String {
 
 fn send(addr: SocketAddr, i: usize) -> Option<Resp> {
     let k = key(i);
-    let body = format!(r#"{{"amount":{},"customer":"cus_{}"}}"#, 100 + i % 900, i % 97);
+    let body = format!(
+        r#"{{"amount":{},"customer":"cus_{}"}}"#,
+        100 + i % 900,
+        i % 97
+    );
     try_request(
         addr,
         "POST",

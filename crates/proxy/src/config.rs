@@ -56,6 +56,7 @@ struct RawServer {
     ledger: String,
     admin_token_file: Option<String>,
     console_dir: Option<String>,
+    body_timeout: Option<String>,
 }
 
 fn default_listen() -> String {
@@ -236,6 +237,8 @@ pub struct Config {
     pub admin_token_file: Option<String>,
     /// A built console UI (`ui/dist`) the admin listener serves at `/console/` for browsers.
     pub console_dir: Option<std::path::PathBuf>,
+    /// How long a client may take to send a request body (slow bodies get 408).
+    pub body_timeout: Duration,
     pub in_flight: InFlight,
     pub wait: Duration,
     pub duplicate_window: Duration,
@@ -417,6 +420,13 @@ impl Config {
                 Some(p)
             }
         };
+        let body_timeout = match &raw.server.body_timeout {
+            None => Duration::from_secs(30),
+            Some(s) => parse_duration("server.body_timeout", s)?,
+        };
+        if body_timeout.is_zero() {
+            return Err(invalid("server.body_timeout", "must be more than zero"));
+        }
         if raw.server.ledger.trim().is_empty() {
             return Err(invalid("server.ledger", "name a SQLite file"));
         }
@@ -676,6 +686,7 @@ impl Config {
             ledger: raw.server.ledger,
             admin_token_file: raw.server.admin_token_file,
             console_dir,
+            body_timeout,
             in_flight,
             wait,
             duplicate_window,

@@ -27,8 +27,10 @@ use crate::keys;
 use crate::problem::Problem;
 use crate::signature;
 
-/// How long a client may take to send its body.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most header bytes (names and values) a proxied request may carry; more gets 431.
+pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+/// The most header fields a proxied request may carry; more gets 431.
+pub const MAX_HEADERS: usize = 128;
 const READ_CACHE_CAP: usize = 10_000;
 
 /// The peer address of a connection, put into each request's extensions by the accept loop.
@@ -90,7 +92,10 @@ pub async fn handle(State(engine): State<Arc<Engine>>, req: Request) -> Response
             }
             Some(route) => {
                 route_name = route.name.clone();
-                engine.serve(route, parts, body).await
+                match check_headers(&parts.headers) {
+                    Err(p) => Err(p),
+                    Ok(()) => engine.serve(route, parts, body).await,
+                }
             }
         }
     };
@@ -102,6 +107,58 @@ pub async fn handle(State(engine): State<Arc<Engine>>, req: Request) -> Response
             p.into_response()
         }
     }
+}
+
+/// Refuses requests with more header fields or bytes than the proxy keeps (the listener's parser
+/// allows more, so such requests get this problem rather than a bare status).
+fn check_headers(headers: &HeaderMap) -> Result<(), Problem> {
+    let bytes: usize = headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len())
+        .sum();
+    if headers.len() > MAX_HEADERS || bytes > MAX_HEADER_BYTES {
+        return Err(Problem::new(
+            431,
+            "headers-too-large",
+            "Request headers too large",
+            format!(
+                "{} header fields, {bytes} bytes: at most {MAX_HEADERS} fields and {MAX_HEADER_BYTES} bytes",
+                headers.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A body the client declared as JSON must be JSON: it is fingerprinted and stored as such.
+fn check_json(headers: &HeaderMap, body: &[u8]) -> Result<(), Problem> {
+    let declared = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| {
+            let m = m.trim();
+            m.eq_ignore_ascii_case("application/json")
+                || m.len() > 5 && m[m.len() - 5..].eq_ignore_ascii_case("+json")
+        });
+    if declared && !body.is_empty() {
+        // serde_json skips ignored strings without checking their UTF-8, so check it first.
+        let bad = match std::str::from_utf8(body) {
+            Err(e) => Some(format!("invalid UTF-8 at byte {}", e.valid_up_to())),
+            Ok(_) => serde_json::from_slice::<serde::de::IgnoredAny>(body)
+                .err()
+                .map(|e| e.to_string()),
+        };
+        if let Some(e) = bad {
+            return Err(Problem::new(
+                400,
+                "invalid-body",
+                "Invalid JSON body",
+                format!("the body is declared as JSON but is not: {e}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn too_large(limit: usize) -> Problem {
@@ -133,31 +190,33 @@ impl Engine {
                 }
             }
         }
-        let body =
-            match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, route.max_body).collect())
-                .await
-            {
-                Err(_) => {
-                    return Err(Problem::new(
-                        408,
-                        "body-timeout",
-                        "Request body too slow",
-                        format!("the body did not arrive within {BODY_TIMEOUT:?}"),
-                    ))
-                }
-                Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-                    return Err(too_large(route.max_body))
-                }
-                Ok(Err(e)) => {
-                    return Err(Problem::new(
-                        400,
-                        "bad-body",
-                        "Unreadable body",
-                        format!("the request body could not be read: {e}"),
-                    ))
-                }
-                Ok(Ok(b)) => b.to_bytes(),
-            };
+        let body = match tokio::time::timeout(
+            self.cfg.body_timeout,
+            Limited::new(body, route.max_body).collect(),
+        )
+        .await
+        {
+            Err(_) => {
+                return Err(Problem::new(
+                    408,
+                    "body-timeout",
+                    "Request body too slow",
+                    format!("the body did not arrive within {:?}", self.cfg.body_timeout),
+                ))
+            }
+            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                return Err(too_large(route.max_body))
+            }
+            Ok(Err(e)) => {
+                return Err(Problem::new(
+                    400,
+                    "bad-body",
+                    "Unreadable body",
+                    format!("the request body could not be read: {e}"),
+                ))
+            }
+            Ok(Ok(b)) => b.to_bytes(),
+        };
         if let Some(sig) = &route.signature {
             let h = parts
                 .headers
@@ -347,6 +406,7 @@ impl Engine {
         parts: &axum::http::request::Parts,
         body: Bytes,
     ) -> Answer {
+        check_json(&parts.headers, &body)?;
         let scope = keys::scope(route, &parts.headers)?;
         let key = keys::extract(route, &scope, &parts.headers, &body)?;
         let fp_headers: Vec<(&str, &str)> = route

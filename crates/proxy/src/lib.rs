@@ -209,7 +209,10 @@ async fn accept_loop(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
-        .max_buf_size(64 * 1024);
+        // Room above the request path's own limits (engine::MAX_HEADERS, MAX_HEADER_BYTES), so
+        // oversized headers get a problem+json 431 there instead of the parser's bare one.
+        .max_buf_size(256 * 1024)
+        .max_headers(512);
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
