@@ -63,7 +63,8 @@ pub fn router(
         .route_layer(middleware::from_fn_with_state(state.clone(), auth))
         .fallback(|| async {
             Problem::new(404, "not-found", "Not found", "no such admin endpoint")
-        });
+        })
+        .layer(middleware::from_fn(problems_only));
     let mut r = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .merge(api);
@@ -87,6 +88,43 @@ pub fn router(
         );
     }
     r.with_state(state)
+}
+
+/// Every error of the admin API is problem+json, including the framework's own (a path that is
+/// not a number, a query or JSON body that does not parse, a method the path does not take).
+async fn problems_only(req: Request, next: Next) -> Response {
+    let r = next.run(req).await;
+    let status = r.status();
+    let is_problem = r
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        return r;
+    }
+    let (parts, body) = r.into_parts();
+    let text = axum::body::to_bytes(body, 16 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let code = match status.as_u16() {
+        405 => "method-not-allowed",
+        415 => "unsupported-media-type",
+        422 => "invalid-request",
+        s if s >= 500 => "internal",
+        _ => "bad-request",
+    };
+    let title = status.canonical_reason().unwrap_or("Error");
+    let detail = if text.is_empty() {
+        title.to_owned()
+    } else {
+        text
+    };
+    let mut out = Problem::new(status.as_u16(), code, title, detail).into_response();
+    if let Some(allow) = parts.headers.get(header::ALLOW) {
+        out.headers_mut().insert(header::ALLOW, allow.clone());
+    }
+    out
 }
 
 async fn auth(State(s): State<AdminState>, req: Request, next: Next) -> Response {

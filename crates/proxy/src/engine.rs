@@ -442,6 +442,17 @@ impl Engine {
             let started = Instant::now();
             let outcome = self.store.claim(claim.clone()).recv().await?;
             histogram!("idemgate_claim_seconds").record(started.elapsed().as_secs_f64());
+            // Names only: keys and scopes are not secret, header values and bodies may be.
+            let label = match &outcome {
+                ClaimOutcome::Claimed { .. } => "claimed",
+                ClaimOutcome::Replay { .. } => "replay",
+                ClaimOutcome::Collision { .. } => "collision",
+                ClaimOutcome::InFlight { .. } => "in_flight",
+                ClaimOutcome::Stuck { .. } => "stuck",
+                ClaimOutcome::Failed { .. } => "failed",
+                ClaimOutcome::ProbableDuplicate { .. } => "probable_duplicate",
+            };
+            tracing::debug!(route = %route.name, scope = %claim.scope, key = %key, outcome = label, "claim");
             let name = route.name.clone();
             let count = |outcome: &'static str| {
                 counter!("idemgate_requests_total", "route" => name.clone(), "outcome" => outcome)

@@ -1,0 +1,64 @@
+//! Key and scope extraction from any header bytes and any body, for every key source: never a
+//! panic, and an accepted key is always 1-255 visible ASCII characters.
+#![no_main]
+
+use std::sync::OnceLock;
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use idemgate_proxy::{keys, Config};
+use libfuzzer_sys::fuzz_target;
+
+const CONFIG: &str = r#"
+[server]
+ledger = "x.db"
+[[routes]]
+name = "h"
+method = "POST"
+path = "/h"
+upstream = "http://127.0.0.1:9"
+effect = "write"
+scope.header = "X-Agent-Id"
+[[routes]]
+name = "j"
+method = "POST"
+path = "/j"
+upstream = "http://127.0.0.1:9"
+effect = "write"
+key.json = "/args/id"
+[[routes]]
+name = "d"
+method = "POST"
+path = "/d"
+upstream = "http://127.0.0.1:9"
+effect = "write"
+key.derive = ["/to", "/a/0"]
+"#;
+
+fn config() -> &'static Config {
+    static C: OnceLock<Config> = OnceLock::new();
+    C.get_or_init(|| Config::parse(CONFIG).expect("config"))
+}
+
+fuzz_target!(|data: &[u8]| {
+    // data = key header bytes \0 scope header bytes \0 body
+    let mut parts = data.splitn(3, |b| *b == 0);
+    let (k, s, body) = (
+        parts.next().unwrap_or(b""),
+        parts.next().unwrap_or(b""),
+        parts.next().unwrap_or(b""),
+    );
+    let mut h = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_bytes(k) {
+        h.append(HeaderName::from_static("idempotency-key"), v);
+    }
+    if let Ok(v) = HeaderValue::from_bytes(s) {
+        h.append(HeaderName::from_static("x-agent-id"), v);
+    }
+    for r in &config().routes {
+        let Ok(scope) = keys::scope(r, &h) else { continue };
+        if let Ok(key) = keys::extract(r, &scope, &h, body) {
+            assert!(!key.is_empty() && key.len() <= keys::MAX_KEY_LEN, "{key:?}");
+            assert!(key.bytes().all(|b| (0x20..0x7f).contains(&b)), "{key:?}");
+        }
+    }
+});

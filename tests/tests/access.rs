@@ -1,0 +1,273 @@
+//! Access: secrets never reach the ledger, its log, an export or the process log; the admin API
+//! refuses every wrong token the same way and answers only problem+json; servers bind loopback
+//! unless configured otherwise.
+
+use idemgate_tests::upstream::Upstream;
+use idemgate_tests::*;
+use serde_json::json;
+
+const CONFIG: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+ledger = "{ledger}"
+
+[defaults]
+lease = "1s"
+
+[[routes]]
+name = "charges"
+method = "POST"
+path = "/v1/charges"
+upstream = "{upstream}"
+effect = "write"
+scope.header = "X-Agent-Id"
+secret_headers = ["X-Processor-Key"]
+timeout = "500ms"
+
+[[routes]]
+name = "webhooks"
+method = "POST"
+path = "/hooks"
+upstream = "{upstream}"
+effect = "idempotent"
+key.json = "/event_id"
+signature = { secret_env = "ACCESS_WEBHOOK_SECRET", tolerance = "5m" }
+timeout = "500ms"
+"#;
+
+/// Every secret this test sends or configures; none may be found anywhere idemgate writes.
+const SECRETS: [&str; 5] = [
+    "sk_live_AUTHZSECRET",
+    "pk_PROCESSORSECRET",
+    "COOKIESECRET",
+    "whsec_SIGNINGSECRET",
+    "PROXYAUTHSECRET",
+];
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn secrets_never_reach_the_ledger_the_log_an_export_or_the_process_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let up = Upstream::start();
+    let ledger = dir.path().join("ledger.db");
+    let proxy = Proxy::start_with_env(
+        dir.path(),
+        &config(CONFIG, &up.url(), &ledger),
+        &ledger,
+        &[
+            ("ACCESS_WEBHOOK_SECRET", SECRETS[3]),
+            ("IDEMGATE_LOG", "debug"),
+        ],
+    );
+    let secret_headers = [
+        ("authorization", "Bearer sk_live_AUTHZSECRET"),
+        ("x-processor-key", "pk_PROCESSORSECRET"),
+        ("cookie", "session=COOKIESECRET"),
+        ("proxy-authorization", "Basic PROXYAUTHSECRET"),
+    ];
+    let charge = |key: &str, body: &str, fault: Option<&str>| {
+        let mut h = vec![
+            ("idempotency-key", key),
+            ("content-type", "application/json"),
+            ("x-agent-id", "agent-1"),
+        ];
+        h.extend_from_slice(&secret_headers);
+        if let Some(f) = fault {
+            h.push(("x-fault", f));
+        }
+        proxy.send("POST", "/v1/charges", &h, body.as_bytes())
+    };
+    // Every path that stores a request or a response: executed, replayed, rejected as key reuse
+    // (the rejected request is kept), outcome unknown (stuck), signed webhooks good and bad.
+    assert_eq!(charge("k-1", r#"{"amount":1}"#, None).status, 201);
+    // The upstream does get them: they are forwarded, just never kept.
+    let seen = up.counts.last_headers.lock().expect("lock").clone();
+    assert!(seen
+        .iter()
+        .any(|(n, v)| n == "x-processor-key" && v == SECRETS[1]));
+    assert_eq!(charge("k-1", r#"{"amount":1}"#, None).status, 201);
+    assert_eq!(charge("k-1", r#"{"amount":2}"#, None).status, 422);
+    assert_eq!(charge("k-2", r#"{"amount":3}"#, Some("drop")).status, 502);
+    let body = br#"{"event_id":"evt_1"}"#;
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    let sig = format!(
+        "t={t},v1={}",
+        idemgate_proxy::signature::sign(SECRETS[3].as_bytes(), t, body)
+    );
+    let hook = |s: &str| {
+        proxy.send(
+            "POST",
+            "/hooks",
+            &[
+                ("x-idemgate-signature", s),
+                ("content-type", "application/json"),
+            ],
+            body,
+        )
+    };
+    assert_eq!(hook(&sig).status, 201);
+    assert_eq!(hook("t=1,v1=00").status, 401);
+    // An operator action through the admin API, with the stuck entry.
+    let l = ledger.display().to_string();
+    let stuck = eventually(10, "k-2 stuck", || {
+        let e = idemgate_json(&["entries", "--ledger", &l, "--stuck", "--json"]);
+        e.as_array()
+            .and_then(|a| a.iter().find(|e| e["key"] == "k-2"))
+            .map(|e| e["id"].as_i64().expect("id"))
+    });
+    let r = proxy.admin_post(
+        &format!("/admin/v1/entries/{stuck}/resolve"),
+        &json!({"as": "failed", "operator": "ops", "reason": "checked with the processor"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    // 1. The ledger file (and its WAL).
+    let mut files = vec![std::fs::read(&ledger).expect("ledger")];
+    files.push(std::fs::read(format!("{l}-wal")).unwrap_or_default());
+    // 2. The log, as the CLI and the admin API show it.
+    files.push(idemgate(&["log", "--ledger", &l, "--json"]).stdout);
+    files.push(proxy.admin_get("/admin/v1/events?limit=1000").body);
+    for id in 1..=4 {
+        files.push(idemgate(&["show", "--ledger", &l, &id.to_string(), "--json"]).stdout);
+    }
+    // 3. Exports, both formats, with their manifests.
+    for format in ["ndjson", "csv"] {
+        let out = dir.path().join(format!("export.{format}"));
+        let o = out.display().to_string();
+        let r = idemgate(&["export", "--ledger", &l, "--format", format, "-o", &o]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let bytes = std::fs::read(&out).expect("export");
+        assert!(contains(&bytes, "k-1"), "the export holds the entries");
+        files.push(bytes);
+        files.push(std::fs::read(format!("{o}.manifest.json")).expect("manifest"));
+    }
+    // 4. The process log, at debug level.
+    files.push(proxy.logs().into_bytes());
+    assert!(
+        contains(files.last().expect("log"), "k-1"),
+        "the process log is written"
+    );
+    assert!(
+        files.iter().any(|f| contains(f, "agent-1")),
+        "request headers are stored (the scope header), just not the secret ones"
+    );
+    for (i, f) in files.iter().enumerate() {
+        for s in SECRETS {
+            assert!(!contains(f, s), "{s} found in output #{i}");
+        }
+    }
+}
+
+#[test]
+fn the_admin_api_refuses_every_wrong_token_alike_and_speaks_only_problem_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let up = Upstream::start();
+    let ledger = dir.path().join("ledger.db");
+    let proxy = Proxy::start_with_env(
+        dir.path(),
+        &config(CONFIG, &up.url(), &ledger),
+        &ledger,
+        &[("ACCESS_WEBHOOK_SECRET", "x")],
+    );
+    let admin = proxy.admin.expect("admin");
+    let mut longer = ADMIN_TOKEN.to_owned();
+    longer.push('x');
+    let mut last_differs = ADMIN_TOKEN.to_owned();
+    last_differs.pop();
+    last_differs.push('!');
+    let prefix = &ADMIN_TOKEN[..ADMIN_TOKEN.len() / 2];
+    let wrong = [
+        String::new(),
+        "x".into(),
+        prefix.into(),
+        longer,
+        last_differs,
+        ADMIN_TOKEN.to_ascii_uppercase(),
+        "x".repeat(10_000),
+    ];
+    let mut answers = Vec::new();
+    for t in &wrong {
+        for (method, path) in [
+            ("GET", "/admin/v1/entries"),
+            ("GET", "/admin/v1/events"),
+            ("POST", "/admin/v1/purge"),
+            ("POST", "/admin/v1/entries/1/replay"),
+            ("GET", "/metrics"),
+        ] {
+            let auth = format!("Bearer {t}");
+            let r = request(admin, method, path, &[("authorization", &auth)], b"{}");
+            assert_eq!(r.status, 401, "{method} {path} with {t:?}");
+            assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+            answers.push(r.body);
+        }
+    }
+    // The same answer whatever was wrong: nothing tells how close a guess was.
+    assert!(answers.windows(2).all(|w| w[0] == w[1]));
+    // The framework's own rejections are problems too.
+    for (method, path, body, status) in [
+        ("GET", "/admin/v1/entries/not-a-number", "", 400),
+        ("GET", "/admin/v1/entries/99999999999999999999", "", 400),
+        ("POST", "/admin/v1/purge", "{not json", 400),
+        ("DELETE", "/admin/v1/entries", "", 405),
+        ("GET", "/admin/v1/nothing-here", "", 404),
+    ] {
+        let auth = format!("Bearer {ADMIN_TOKEN}");
+        let r = request(
+            admin,
+            method,
+            path,
+            &[
+                ("authorization", &auth),
+                ("content-type", "application/json"),
+            ],
+            body.as_bytes(),
+        );
+        assert_eq!(r.status, status, "{method} {path}: {}", r.text());
+        assert!(!r.code().is_empty(), "{method} {path}");
+    }
+    // Replay and purge need an operator and a reason, also when the entry does not exist.
+    for (path, body) in [
+        ("/admin/v1/entries/1/replay", json!({"reason": "r"})),
+        ("/admin/v1/entries/1/replay", json!({"operator": "o"})),
+        (
+            "/admin/v1/purge",
+            json!({"target": "expired", "operator": " ", "reason": "r"}),
+        ),
+    ] {
+        let r = proxy.admin_post(path, &body);
+        assert_eq!(r.status, 400, "{path} {body}: {}", r.text());
+    }
+}
+
+#[test]
+fn servers_bind_loopback_unless_configured_otherwise() {
+    let c = idemgate_proxy::Config::parse(
+        "[server]\nledger = \"x.db\"\n[[routes]]\nname = \"a\"\nmethod = \"POST\"\npath = \"/a\"\nupstream = \"http://127.0.0.1:1\"\neffect = \"write\"\n",
+    )
+    .expect("config");
+    assert!(c.listen.ip().is_loopback(), "{}", c.listen);
+    assert!(
+        c.admin_listen.expect("admin").ip().is_loopback(),
+        "{:?}",
+        c.admin_listen
+    );
+    // A running proxy reports where it listens: loopback.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let up = Upstream::start();
+    let ledger = dir.path().join("ledger.db");
+    let proxy = Proxy::start_with_env(
+        dir.path(),
+        &config(CONFIG, &up.url(), &ledger),
+        &ledger,
+        &[("ACCESS_WEBHOOK_SECRET", "x")],
+    );
+    assert!(proxy.addr.ip().is_loopback());
+    assert!(proxy.admin.expect("admin").ip().is_loopback());
+}
