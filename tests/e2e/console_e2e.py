@@ -97,6 +97,13 @@ class Session:
     def text(self, testid):
         return wd("GET", self.path(f"/element/{self.find(testid)}/text"))
 
+    def invoke(self, cmd):
+        """Calls a Tauri command from the page as the UI would: ["ok", value] or ["err", message]."""
+        return wd("POST", self.path("/execute/async"), {"script": (
+            "const done = arguments[1]; window.__TAURI_INTERNALS__.invoke(arguments[0], {})"
+            ".then(v => done(['ok', v]), e => done(['err', String(e && (e.message || e.code) || e)]));"
+        ), "args": [cmd]})
+
     def rows(self):
         return self.js("return [...document.querySelectorAll('[data-testid=entry-row]')].map(r => [r.dataset.entryId, r.textContent])")
 
@@ -152,6 +159,13 @@ def main():
         check(OPERATOR not in s.text("ledger-label") and "demo.db" in s.text("ledger-label"), "the ledger from --ledger is open")
         s.type("operator-input", OPERATOR)
         s.screenshot("overview")
+
+        # Capabilities: the window may call the console's own commands, nothing else.
+        ok = s.invoke("ledger_info")
+        check(ok[0] == "ok" and "demo.db" in json.dumps(ok[1]), "a granted command answers (ledger_info)")
+        for cmd in ["plugin:app|version", "plugin:window|close", "plugin:webview|print"]:
+            denied = s.invoke(cmd)
+            check(denied[0] == "err" and "not allowed" in denied[1], f"an ungranted command is refused ({cmd}: {denied[1][:60]})")
 
         # Log
         s.click("nav-log")

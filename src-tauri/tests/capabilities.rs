@@ -1,0 +1,84 @@
+//! The console's IPC surface is exactly what the UI uses: the commands build.rs declares (and so
+//! gets `allow-` permissions for), the handlers lib.rs registers, the permissions the window's
+//! capability grants and the commands the UI's transport calls are one and the same set. Nothing
+//! else is granted: no plugin, no core permission beyond listening to events. The real webview
+//! checks that an ungranted command is refused (tests/e2e/console_e2e.py).
+
+use std::collections::BTreeSet;
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR")))
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The double-quoted snake_case words between `start` and the next `end`.
+fn quoted_between(text: &str, start: &str, end: &str) -> BTreeSet<String> {
+    let from = text
+        .find(start)
+        .unwrap_or_else(|| panic!("{start} not found"))
+        + start.len();
+    let to = from + text[from..].find(end).expect("end");
+    text[from..to]
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn declared_registered_granted_and_called_commands_are_one_set() {
+    let declared = quoted_between(&read("build.rs"), "const COMMANDS: &[&str] = &[", "];");
+    let lib = read("src/lib.rs");
+    let registered: BTreeSet<String> = {
+        let from = lib.find("generate_handler![").expect("generate_handler") + 18;
+        let to = from + lib[from..].find(']').expect("]");
+        lib[from..to]
+            .split(',')
+            .map(|s| s.trim().trim_start_matches("commands::").to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    let capability: serde_json::Value =
+        serde_json::from_str(&read("capabilities/default.json")).expect("capability JSON");
+    assert_eq!(capability["windows"], serde_json::json!(["main"]));
+    let perms: Vec<String> = capability["permissions"]
+        .as_array()
+        .expect("permissions")
+        .iter()
+        .map(|p| p.as_str().expect("plain permission names").to_owned())
+        .collect();
+    let (core, app): (Vec<_>, Vec<_>) = perms.iter().partition(|p| p.contains(':'));
+    assert_eq!(
+        core,
+        ["core:event:allow-listen", "core:event:allow-unlisten"],
+        "only progress events beyond the app's own commands"
+    );
+    let granted: BTreeSet<String> = app
+        .iter()
+        .map(|p| {
+            p.strip_prefix("allow-")
+                .unwrap_or_else(|| panic!("{p}: only allow- permissions"))
+                .replace('-', "_")
+        })
+        .collect();
+    let transport = read("../ui/src/transport.ts");
+    let called: BTreeSet<String> = transport
+        .match_indices("this.call<")
+        .map(|(i, _)| {
+            let rest = &transport[i..];
+            let q = rest.find("(\"").expect("command name") + 2;
+            rest[q..q + rest[q..].find('"').expect("quote")].to_owned()
+        })
+        .collect();
+    assert!(!declared.is_empty());
+    assert_eq!(
+        declared, registered,
+        "build.rs COMMANDS vs generate_handler!"
+    );
+    assert_eq!(
+        declared, granted,
+        "build.rs COMMANDS vs capabilities/default.json"
+    );
+    assert_eq!(declared, called, "build.rs COMMANDS vs ui/src/transport.ts");
+}
