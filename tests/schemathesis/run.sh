@@ -38,7 +38,7 @@ admin=$(python3 -c 'import json,sys; print(json.load(open("serve.out"))["listeni
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://$admin/admin/v1/entries")
 [ "$code" = 401 ] || { echo "schemathesis: the admin API answered $code without a token" >&2; exit 1; }
 
-st run "http://$admin/admin/v1/openapi.json" \
+python3 -m schemathesis.cli run "http://$admin/admin/v1/openapi.json" \
   --header "Authorization: Bearer $IDEMGATE_ADMIN_TOKEN" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,ignored_auth \
   --max-examples "${ST_MAX_EXAMPLES:-40}" \
