@@ -32,7 +32,7 @@ pub fn write_canonical(v: &Value, out: &mut impl Sink) {
         Value::Null => out.put(b"null"),
         Value::Bool(true) => out.put(b"true"),
         Value::Bool(false) => out.put(b"false"),
-        Value::Number(n) => out.put(n.to_string().as_bytes()),
+        Value::Number(n) => write_json(n, out),
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {
             out.put(b"[");
@@ -45,26 +45,57 @@ pub fn write_canonical(v: &Value, out: &mut impl Sink) {
             out.put(b"]");
         }
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort_unstable();
             out.put(b"{");
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.put(b",");
+            // serde_json's default map is sorted already; with `preserve_order` on somewhere in the
+            // dependency graph it is not, and the keys are sorted here.
+            let sorted = map.keys().zip(map.keys().skip(1)).all(|(a, b)| a <= b);
+            if sorted {
+                for (i, (k, v)) in map.iter().enumerate() {
+                    member(i, k, v, out);
                 }
-                write_string(k, out);
-                out.put(b":");
-                write_canonical(&map[k], out);
+            } else {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort_unstable();
+                for (i, k) in keys.into_iter().enumerate() {
+                    member(i, k, &map[k], out);
+                }
             }
             out.put(b"}");
         }
     }
 }
 
+fn member(i: usize, k: &str, v: &Value, out: &mut impl Sink) {
+    if i > 0 {
+        out.put(b",");
+    }
+    write_string(k, out);
+    out.put(b":");
+    write_canonical(v, out);
+}
+
+/// Lets serde_json write straight into a [`Sink`]: no intermediate string per value.
+struct SinkWriter<'a, S: Sink>(&'a mut S);
+
+impl<S: Sink> std::io::Write for SinkWriter<'_, S> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.put(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// serde_json's own text for a string or number: its escaping and number printing are
+/// deterministic, and writing into a sink cannot fail.
+fn write_json<T: serde::Serialize + ?Sized>(v: &T, out: &mut impl Sink) {
+    let _ = serde_json::to_writer(SinkWriter(out), v);
+}
+
 fn write_string(s: &str, out: &mut impl Sink) {
-    // serde_json's string escaping is deterministic; serialising a &str cannot fail.
-    let quoted = serde_json::to_string(s).unwrap_or_default();
-    out.put(quoted.as_bytes());
+    write_json(s, out);
 }
 
 /// The canonical JSON text of `v`.

@@ -102,6 +102,17 @@ pub struct WriterCounters {
 impl SqliteLedger {
     /// Opens (and if asked, creates) the ledger at `path`, running pending migrations.
     pub fn open(path: impl AsRef<Path>, opts: OpenOptions) -> Result<Arc<SqliteLedger>> {
+        SqliteLedger::open_with_batch(path, opts, MAX_BATCH)
+    }
+
+    /// [`SqliteLedger::open`] with at most `max_batch` jobs per transaction: 1 is one transaction
+    /// (one fsync) per write, the baseline group commit is measured against (benches/claims.rs).
+    pub fn open_with_batch(
+        path: impl AsRef<Path>,
+        opts: OpenOptions,
+        max_batch: usize,
+    ) -> Result<Arc<SqliteLedger>> {
+        let max_batch = max_batch.clamp(1, MAX_BATCH);
         let path = path.as_ref().to_path_buf();
         if !opts.create && !path.exists() {
             return Err(LedgerError::NotFound(path.display().to_string()));
@@ -136,7 +147,7 @@ impl SqliteLedger {
         let c = counters.clone();
         let writer = std::thread::Builder::new()
             .name("idemgate-ledger-writer".into())
-            .spawn(move || writer_loop(conn, hasher, rx, &c))?;
+            .spawn(move || writer_loop(conn, hasher, rx, &c, max_batch))?;
         Ok(Arc::new(SqliteLedger {
             path,
             hasher: opts.hasher,
@@ -336,12 +347,13 @@ fn writer_loop(
     hasher: ChainHasher,
     rx: mpsc::Receiver<Job>,
     counters: &WriterCounters,
+    max_batch: usize,
 ) {
     let mut batch: Vec<Job> = Vec::with_capacity(64);
     let mut replies: Vec<Reply> = Vec::with_capacity(64);
     while let Ok(first) = rx.recv() {
         batch.push(first);
-        while batch.len() < MAX_BATCH {
+        while batch.len() < max_batch {
             match rx.try_recv() {
                 Ok(j) => batch.push(j),
                 Err(_) => break,

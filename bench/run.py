@@ -1,0 +1,458 @@
+#!/usr/bin/env python3
+"""idemgate against nginx proxy_pass and idempotent-proxy-server, same run, same machine.
+
+Run through bench/run.sh (it installs nginx, wrk, redis-server and idempotent-proxy-server and
+builds idemgate in release). Writes target/bench/results.md and results.json and prints the table.
+
+Environment:
+  BENCH_SMOKE=1       a few seconds each, a small demo ledger (what CI runs so this cannot rot)
+  BENCH_SECONDS       wrk duration per run (default 10; smoke 2)
+  BENCH_ROUNDS        alternating rounds (default 3; smoke 1)
+  BENCH_EVENTS        demo ledger size for the console calls (default 1000000; smoke 20000)
+  IDEMGATE_BIN        the idemgate binary (default target/release/idemgate)
+  CONSOLE_BENCH_BIN   the console-bench binary (default target/release/console-bench)
+  IPS_BIN             idempotent-proxy-server (default target/bench-tools/bin/idempotent-proxy-server)
+"""
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE = os.environ.get("BENCH_SMOKE") == "1"
+SECONDS = int(os.environ.get("BENCH_SECONDS", "2" if SMOKE else "10"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "1" if SMOKE else "3"))
+EVENTS = int(os.environ.get("BENCH_EVENTS", "20000" if SMOKE else "1000000"))
+RATE_SECONDS = 2 if SMOKE else 10
+IDEMGATE = os.path.abspath(os.environ.get("IDEMGATE_BIN", os.path.join(ROOT, "target/release/idemgate")))
+CONSOLE_BENCH = os.path.abspath(os.environ.get("CONSOLE_BENCH_BIN", os.path.join(ROOT, "target/release/console-bench")))
+IPS = os.path.abspath(os.environ.get("IPS_BIN", os.path.join(ROOT, "target/bench-tools/bin/idempotent-proxy-server")))
+OUT = os.path.join(ROOT, "target/bench")
+BODY = '{"amount":4999,"currency":"usd","customer":"cus_123","description":"order 42"}'
+CONNECTIONS = 64
+REPLAY_KEYS = 100
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, what, proc=None, timeout=30):
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"bench: {what} exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"bench: {what} did not listen on {port}")
+
+
+def peak_rss_mb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+class Stack:
+    """The upstream, nginx, redis, idempotent-proxy-server and idemgate, each on its own port."""
+
+    def __init__(self, work):
+        self.work = work
+        self.procs = []
+        self.ports = {k: free_port() for k in ["upstream", "nginx", "redis", "ips", "idemgate"]}
+
+    def spawn(self, name, args, cwd=None, env=None):
+        log = open(os.path.join(self.work, f"{name}.log"), "w")
+        p = subprocess.Popen(args, cwd=cwd or self.work, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def start(self):
+        up, ngx = self.ports["upstream"], self.ports["nginx"]
+        # The static upstream: one nginx worker answering every request with a small JSON 201.
+        self.nginx_conf("upstream", f"""
+worker_processes 1;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  server {{
+    listen 127.0.0.1:{up} reuseport backlog=4096;
+    keepalive_requests 1000000;
+    location / {{ default_type application/json; return 201 '{{"id":"ch_1","status":"succeeded"}}'; }}
+  }}
+}}""")
+        # The plain reverse proxy users would otherwise put there: nginx proxy_pass, keep-alive
+        # to the upstream, as many workers as cores.
+        self.nginx_conf("nginx", f"""
+worker_processes auto;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  upstream app {{ server 127.0.0.1:{up}; keepalive 128; }}
+  server {{
+    listen 127.0.0.1:{ngx} reuseport backlog=4096;
+    keepalive_requests 1000000;
+    location / {{ proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }}
+  }}
+}}""")
+        wait_port(up, "upstream nginx")
+        wait_port(ngx, "nginx proxy")
+        # idempotent-proxy-server keeps its idempotency records in Redis (Debian's redis-server,
+        # default persistence: no fsync per write).
+        self.spawn("redis", ["redis-server", "--port", str(self.ports["redis"]), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no"])
+        wait_port(self.ports["redis"], "redis-server")
+        ips_dir = os.path.join(self.work, "ips")
+        os.makedirs(ips_dir, exist_ok=True)
+        with open(os.path.join(ips_dir, ".env"), "w") as f:
+            f.write(f"SERVER_ADDR=127.0.0.1:{self.ports['ips']}\n"
+                    f"REDIS_URL=redis://127.0.0.1:{self.ports['redis']}\n"
+                    f"URL_CHARGES=http://127.0.0.1:{up}/v1/charges\n"
+                    # Its idempotency window is REQUEST_TIMEOUT (default 10 s, after which a
+                    # replayed key runs again); one hour, so replays stay replays for the whole run.
+                    "REQUEST_TIMEOUT=3600000\n"
+                    "LOG_LEVEL=error\n")
+        self.ips = self.spawn("ips", [IPS], cwd=ips_dir)
+        wait_port(self.ports["ips"], "idempotent-proxy-server", self.ips)
+        # idemgate: SQLite ledger on disk, every claim fsync'd (WAL, synchronous=FULL) before forwarding.
+        with open(os.path.join(self.work, "idemgate.toml"), "w") as f:
+            f.write(f"""[server]
+listen = "127.0.0.1:{self.ports['idemgate']}"
+admin_listen = "off"
+ledger = "{self.work}/idemgate.db"
+
+[[routes]]
+name = "charges"
+method = "POST"
+path = "/v1/charges"
+upstream = "http://127.0.0.1:{up}"
+effect = "write"
+timeout = "5s"
+""")
+        env = dict(os.environ, IDEMGATE_LOG="warn")
+        self.idemgate = self.spawn("idemgate", [IDEMGATE, "serve", "--config", "idemgate.toml"], env=env)
+        wait_port(self.ports["idemgate"], "idemgate serve", self.idemgate)
+
+    def nginx_conf(self, name, conf):
+        d = os.path.join(self.work, name)
+        os.makedirs(os.path.join(d, "logs"), exist_ok=True)
+        with open(os.path.join(d, "nginx.conf"), "w") as f:
+            f.write(f"pid {d}/nginx.pid;\nerror_log {d}/error.log warn;\ndaemon off;\n" + conf)
+        self.spawn(f"nginx-{name}", ["nginx", "-p", d, "-c", os.path.join(d, "nginx.conf")])
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def targets(stack):
+    """name -> (port, path): how each proxy is addressed."""
+    return {
+        "nginx": (stack.ports["nginx"], "/v1/charges"),
+        "idempotent-proxy-server": (stack.ports["ips"], "/URL_CHARGES"),
+        "idemgate": (stack.ports["idemgate"], "/v1/charges"),
+    }
+
+
+WRK_SCRIPT = r"""
+local thread_id = 0
+function setup(thread)
+  thread_id = thread_id + 1
+  thread:set("tid", thread_id)
+end
+function init(args)
+  math.randomseed(os.time() * 1000 + tid)
+  prefix = string.format("%s-%d-%d-%d", os.getenv("BENCH_RUN"), tid, os.time(), math.random(1, 1000000000))
+  n = 0
+  fresh_share = tonumber(os.getenv("BENCH_FRESH"))
+  replay_keys = tonumber(os.getenv("BENCH_REPLAY_KEYS"))
+  body = os.getenv("BENCH_BODY")
+  path = os.getenv("BENCH_PATH")
+end
+function request()
+  n = n + 1
+  local key
+  if math.random() < fresh_share then
+    key = prefix .. "-" .. n
+  else
+    key = "replay-" .. (n % replay_keys)
+  end
+  return wrk.format("POST", path, {["Idempotency-Key"] = key, ["Content-Type"] = "application/json"}, body)
+end
+"""
+
+
+def parse_wrk(text):
+    def lat(label):
+        m = re.search(rf"^\s*{label}%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)
+        if not m:
+            return None
+        v = float(m.group(1))
+        return v / 1000 if m.group(2) == "us" else v * 1000 if m.group(2) == "s" else v
+
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", text)
+    total = re.search(r"(\d+) requests in", text)
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    errors = (int(non2xx.group(1)) if non2xx else 0) + (sum(int(x) for x in sock.groups()) if sock else 0)
+    return {
+        "rps": float(rps.group(1)) if rps else 0.0,
+        "p50_ms": lat("50"),
+        "p99_ms": lat("99"),
+        "requests": int(total.group(1)) if total else 0,
+        "errors": errors,
+    }
+
+
+def wrk(port, path, fresh, run_id, script):
+    env = dict(os.environ, BENCH_RUN=run_id, BENCH_FRESH=str(fresh), BENCH_REPLAY_KEYS=str(REPLAY_KEYS),
+               BENCH_BODY=BODY, BENCH_PATH=path)
+    out = subprocess.run(["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{SECONDS}s", "--latency", "-s", script,
+                          f"http://127.0.0.1:{port}"], env=env, capture_output=True, text=True, check=True)
+    return parse_wrk(out.stdout)
+
+
+def http_post(port, path, key):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        req = (f"POST {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\n"
+               f"idempotency-key: {key}\r\ncontent-length: {len(BODY)}\r\n\r\n{BODY}")
+        s.sendall(req.encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return int(data.split(b" ", 2)[1]) if data else 0
+
+
+async def fixed_rate(port, path, rate, seconds, run_id):
+    """Open-loop load at `rate` req/s on keep-alive connections; latency from the scheduled send
+    time (no coordinated omission). Returns sorted latencies in ms and the error count."""
+    conns = []
+    for _ in range(32):
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        conns.append((r, w))
+    free = asyncio.Queue()
+    for c in conns:
+        free.put_nowait(c)
+    lat, errors = [], 0
+    start = time.perf_counter()
+    total = rate * seconds
+
+    async def one(i, due):
+        nonlocal errors
+        r, w = await free.get()
+        try:
+            key = f"{run_id}-{i}"
+            w.write((f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                     f"idempotency-key: {key}\r\ncontent-length: {len(BODY)}\r\n\r\n{BODY}").encode())
+            await w.drain()
+            head = await r.readuntil(b"\r\n\r\n")
+            status = int(head.split(b" ", 2)[1])
+            m = re.search(rb"(?i)content-length:\s*(\d+)", head)
+            if m:
+                await r.readexactly(int(m.group(1)))
+            if not 200 <= status < 300:
+                errors += 1
+            lat.append((time.perf_counter() - due) * 1000)
+        except Exception:  # noqa: BLE001 - counted
+            errors += 1
+        finally:
+            free.put_nowait((r, w))
+
+    tasks = []
+    for i in range(total):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(i, due)))
+    await asyncio.gather(*tasks)
+    for _, w in conns:
+        w.close()
+    lat.sort()
+    return lat, errors
+
+
+def pct(sorted_vals, p):
+    if not sorted_vals:
+        return None
+    return sorted_vals[min(len(sorted_vals) - 1, int(len(sorted_vals) * p / 100))]
+
+
+def machine():
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "cpu": cpu, "kernel": os.uname().release,
+            "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip(),
+            "wrk": (subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines() or ["?"])[0]}
+
+
+def main():
+    for b in [IDEMGATE, CONSOLE_BENCH, IPS]:
+        if not os.path.exists(b):
+            raise SystemExit(f"bench: {b} is missing (run bench/run.sh)")
+    os.makedirs(OUT, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="idemgate-bench-")
+    script = os.path.join(work, "load.lua")
+    with open(script, "w") as f:
+        f.write(WRK_SCRIPT)
+    stack = Stack(work)
+    results = {"machine": machine(), "smoke": SMOKE, "seconds": SECONDS, "rounds": ROUNDS,
+               "connections": CONNECTIONS, "scenarios": {}, "rate": {}, "console": {}}
+    try:
+        stack.start()
+        t = targets(stack)
+        # The replay keys: executed once on every target before any run.
+        for name, (port, path) in t.items():
+            for k in range(REPLAY_KEYS):
+                status = http_post(port, path, f"replay-{k}")
+                if not 200 <= status < 300:
+                    raise SystemExit(f"bench: {name} answered {status} to the warm-up of replay-{k}")
+        names = list(t)
+        for scenario, fresh in [("first calls", 1.0), ("replays", 0.0), ("mix (50% replays)", 0.5)]:
+            runs = {n: [] for n in names}
+            for rnd in range(ROUNDS):
+                # Alternate the order every round so drift favours no one.
+                order = names if rnd % 2 == 0 else list(reversed(names))
+                for n in order:
+                    port, path = t[n]
+                    r = wrk(port, path, fresh, f"r{rnd}-{scenario[:5]}-{n}", script)
+                    print(f"  {scenario:<18} round {rnd + 1} {n:<24} {r['rps']:>9.0f} req/s  "
+                          f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  errors {r['errors']}", flush=True)
+                    runs[n].append(r)
+            results["scenarios"][scenario] = {
+                n: {"rps": statistics.median(x["rps"] for x in rs),
+                    "p50_ms": statistics.median(x["p50_ms"] for x in rs if x["p50_ms"] is not None),
+                    "p99_ms": statistics.median(x["p99_ms"] for x in rs if x["p99_ms"] is not None),
+                    "errors": sum(x["errors"] for x in rs),
+                    "runs": rs}
+                for n, rs in runs.items()}
+        # Added latency at a fixed 1k req/s, against calling the upstream directly.
+        rate_targets = {"direct": (stack.ports["upstream"], "/v1/charges"), **t}
+        for n, (port, path) in rate_targets.items():
+            lat, errors = asyncio.run(fixed_rate(port, path, 1000, RATE_SECONDS, f"rate-{n}-{time.time()}"))
+            results["rate"][n] = {"p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "errors": errors}
+            print(f"  1k req/s {n:<24} p50 {pct(lat, 50):.3f} ms  p99 {pct(lat, 99):.3f} ms  errors {errors}",
+                  flush=True)
+        results["serve_peak_rss_mb"] = peak_rss_mb(stack.idemgate.pid)
+        results["ips_peak_rss_mb"] = peak_rss_mb(stack.ips.pid)
+    finally:
+        stack.stop()
+    # The console's data calls on a big demo ledger (release build of the same Ops calls).
+    ledger = os.path.join(work, "demo.db")
+    t0 = time.time()
+    subprocess.run([IDEMGATE, "demo", "--ledger", ledger, "--events", str(EVENTS)], check=True,
+                   stdout=subprocess.DEVNULL)
+    results["console"]["demo_seconds"] = time.time() - t0
+    out = subprocess.run([CONSOLE_BENCH, ledger, "5"], check=True, capture_output=True, text=True)
+    results["console"].update(json.loads(out.stdout))
+    results["console"]["ledger_mb"] = os.path.getsize(ledger) / 1e6
+    shutil.rmtree(work, ignore_errors=True)
+    with open(os.path.join(OUT, "results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    md = report(results)
+    with open(os.path.join(OUT, "results.md"), "w") as f:
+        f.write(md)
+    print(md)
+    check(results)
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}×" if a and b else "–"
+
+
+def report(r):
+    lines = []
+    m = r["machine"]
+    lines.append(f"Machine: {m['cpus']} CPUs ({m['cpu']}), Linux {m['kernel']}; {m['nginx']}; {m['wrk']}. "
+                 f"wrk -t2 -c{r['connections']} -d{r['seconds']}s, {r['rounds']} alternating round(s), medians."
+                 + (" **Smoke run: not a measurement.**" if r["smoke"] else ""))
+    lines.append("")
+    lines.append("| scenario | proxy | req/s | p50 ms | p99 ms | errors | req/s vs nginx | req/s vs idempotent-proxy-server |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    for sc, rows in r["scenarios"].items():
+        ngx, ips = rows["nginx"]["rps"], rows["idempotent-proxy-server"]["rps"]
+        for n, x in rows.items():
+            lines.append(f"| {sc} | {n} | {x['rps']:.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {x['errors']} | "
+                         f"{ratio(x['rps'], ngx)} | {ratio(x['rps'], ips)} |")
+    lines.append("")
+    lines.append("Fixed 1,000 req/s (open loop, fresh keys), latency from the scheduled send time:")
+    lines.append("")
+    lines.append("| target | p50 ms | p99 ms | p99 added over direct | errors |")
+    lines.append("|---|---:|---:|---:|---:|")
+    d = r["rate"]["direct"]["p99_ms"]
+    for n, x in r["rate"].items():
+        lines.append(f"| {n} | {x['p50_ms']:.3f} | {x['p99_ms']:.3f} | {x['p99_ms'] - d:+.3f} | {x['errors']} |")
+    lines.append("")
+    c = r["console"]
+    lines.append(f"Console data calls on a {c['events']:,}-event demo ledger ({c['ledger_mb']:.0f} MB, seeded in "
+                 f"{c['demo_seconds']:.0f} s), medians of 5:")
+    lines.append("")
+    lines.append("| call | time |")
+    lines.append("|---|---:|")
+    for k, label in [("overview_stats_ms", "overview stats (24 h)"), ("entries_first_page_ms", "entries, first page"),
+                     ("entries_next_page_ms", "entries, next page"), ("stuck_first_page_ms", "stuck, first page"),
+                     ("log_first_page_ms", "log, first page"), ("log_search_ms", "log, filtered search (a key)"),
+                     ("key_lookup_ms", "key lookup"), ("collision_diff_ms", "collision diff (entry view)")]:
+        if k in c:
+            lines.append(f"| {label} | {c[k]:.1f} ms |")
+    lines.append(f"| export of all {c['exported_events']:,} events (NDJSON) | {c['export_all_s']:.2f} s |")
+    lines.append(f"| verify of all events | {c['verify_all_s']:.2f} s |")
+    lines.append(f"| console backend peak RSS | {c['peak_rss_mb']:.0f} MB |")
+    lines.append(f"| `idemgate serve` peak RSS under the load above | {r['serve_peak_rss_mb'] or 0:.0f} MB |")
+    lines.append(f"| idempotent-proxy-server peak RSS under the same load | {r['ips_peak_rss_mb'] or 0:.0f} MB |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def check(r):
+    """The harness must have measured something real: every target answered, and idemgate (and the
+    upstream) without errors. Errors of the others are reported in the table, not fatal."""
+    bad = []
+    for sc, rows in r["scenarios"].items():
+        for n, x in rows.items():
+            if x["rps"] <= 0:
+                bad.append(f"{sc}/{n}: no requests")
+            if x["errors"] and n == "idemgate":
+                bad.append(f"{sc}/{n}: {x['errors']} errors")
+    for n, x in r["rate"].items():
+        if x["errors"] and n in ("idemgate", "direct"):
+            bad.append(f"1k req/s {n}: {x['errors']} errors")
+    if bad:
+        raise SystemExit("bench: " + "; ".join(bad))
+    print("bench: ok")
+
+
+if __name__ == "__main__":
+    main()

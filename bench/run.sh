@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The benchmark (BENCHMARKS.md): idemgate against nginx proxy_pass and idempotent-proxy-server on
+# this machine, in one run; criterion's in-process ledger benches; the console's data calls on a
+# 1M-event demo ledger. Installs what it needs (Debian 12, as root). Results: target/bench/.
+#   bash bench/run.sh                 the full run (release builds; ~15 min on 2 cores)
+#   BENCH_SMOKE=1 bash bench/run.sh   a few seconds each, debug builds (CI: the harness cannot rot)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p target/bench
+
+IDEMGATE_DEPS="${IDEMGATE_DEPS:-} bench" source .ci/deps   # nginx-light, wrk, redis-server
+ips=target/bench-tools/bin/idempotent-proxy-server
+[ -x "$ips" ] || cargo install idempotent-proxy-server --version 1.2.2 --locked --root target/bench-tools
+
+if [ "${BENCH_SMOKE:-}" = 1 ]; then
+  # The test build's flags, so CI reuses its artifacts.
+  cargo build --workspace --locked --features idemgate-proxy/ts --bins
+  export IDEMGATE_BIN=target/debug/idemgate CONSOLE_BENCH_BIN=target/debug/console-bench
+  echo "== criterion benches, once each (smoke)"
+  cargo test --locked -p idemgate-ledger --benches 2>&1 | tee target/bench/criterion.txt | grep -E "^(Testing|Success)|per fsync"
+else
+  cargo build --release --locked -p idemgate-cli -p idemgate-tests --bin idemgate --bin console-bench
+  export IDEMGATE_BIN=target/release/idemgate CONSOLE_BENCH_BIN=target/release/console-bench
+  echo "== criterion: durable claims and fingerprints"
+  cargo bench --locked -p idemgate-ledger --bench claims 2>&1 | tee target/bench/criterion.txt \
+    | grep -E "^[a-z_]+/|thrpt|time:|per fsync"
+fi
+echo "== proxies under wrk, fixed-rate latency, the console on a big ledger"
+IPS_BIN=$ips python3 bench/run.py

@@ -1,0 +1,112 @@
+//! In-process ledger throughput: durable claims per second with group commit (many claims per
+//! fsync'd transaction) against one transaction per claim, and request fingerprinting of 1 KiB and
+//! 64 KiB JSON bodies. `cargo bench -p idemgate-ledger --bench claims` (BENCHMARKS.md); under
+//! `cargo test --benches` each runs once, as a smoke test.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use idemgate_ledger::*;
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+fn claim(body: &[u8]) -> ClaimRequest {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    ClaimRequest {
+        route: "charges".into(),
+        scope: "agent".into(),
+        key: format!("bench-{n}"),
+        fingerprint: canon::fingerprint("POST", "charges", &[], body),
+        effect: Effect::Write,
+        request: RequestRecord {
+            method: "POST".into(),
+            path: "/v1/charges".into(),
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: body.to_vec(),
+        },
+        owner: "bench".into(),
+        lease_ms: 30_000,
+        ttl_ms: 3_600_000,
+        reject_duplicates_within_ms: None,
+        at: now_millis(),
+    }
+}
+
+/// `n` claims in flight at once (as from `n` concurrent requests), all awaited.
+fn claims_in_flight(l: &SqliteLedger, n: usize, body: &[u8]) {
+    let tickets: Vec<_> = (0..n).map(|_| l.claim(claim(body))).collect();
+    for t in tickets {
+        match t.wait() {
+            Ok(ClaimOutcome::Claimed { .. }) => {}
+            other => panic!("claim: {other:?}"),
+        }
+    }
+}
+
+fn claims(c: &mut Criterion) {
+    let body = br#"{"amount":4999,"currency":"usd","customer":"cus_123","description":"order 42"}"#;
+    let mut g = c.benchmark_group("durable_claims");
+    g.sample_size(10).measurement_time(Duration::from_secs(5));
+    for (name, batch, in_flight) in [
+        ("group_commit", MAX_BATCH, 256usize),
+        ("one_transaction_per_claim", 1, 256),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let l = SqliteLedger::open_with_batch(
+            dir.path().join("bench.db"),
+            OpenOptions {
+                create: true,
+                hasher: ChainHasher::unkeyed(),
+            },
+            batch,
+        )
+        .expect("open");
+        g.throughput(Throughput::Elements(in_flight as u64));
+        g.bench_function(BenchmarkId::new(name, in_flight), |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    claims_in_flight(&l, in_flight, body);
+                }
+                start.elapsed()
+            })
+        });
+        let (commits, jobs) = l.writer_counters();
+        eprintln!(
+            "{name}: {jobs} claims in {commits} commits ({:.1} per fsync)",
+            jobs as f64 / commits.max(1) as f64
+        );
+    }
+    g.finish();
+}
+
+/// A JSON body of about `size` bytes: an object of short records, like a batch tool call.
+fn body_of(size: usize) -> Vec<u8> {
+    let mut items = Vec::new();
+    let mut len = 0;
+    let mut i = 0;
+    while len < size {
+        let item = serde_json::json!({"sku": format!("sku-{i}"), "qty": i % 7, "price": 1.25 * i as f64, "note": "x"});
+        len += item.to_string().len() + 1;
+        items.push(item);
+        i += 1;
+    }
+    serde_json::to_vec(&serde_json::json!({"customer": "cus_1", "items": items})).expect("json")
+}
+
+fn fingerprints(c: &mut Criterion) {
+    let mut g = c.benchmark_group("fingerprint");
+    for size in [1024usize, 64 * 1024] {
+        let body = body_of(size);
+        g.throughput(Throughput::Bytes(body.len() as u64));
+        g.bench_function(
+            BenchmarkId::from_parameter(format!("{}KiB", size / 1024)),
+            |b| b.iter(|| canon::fingerprint("POST", "charges", &[], std::hint::black_box(&body))),
+        );
+    }
+    g.finish();
+}
+
+criterion_group!(benches, claims, fingerprints);
+criterion_main!(benches);

@@ -1,0 +1,154 @@
+//! The console's data calls timed on a ledger (bench/run.py runs it on a 1M-event demo ledger):
+//! the same `Ops` calls the console's commands make, each repeated and the median kept, then one
+//! export and one verify of every event, and this process's peak RSS (the console backend without
+//! its webview). Prints one JSON object.
+//!
+//! Usage: console-bench LEDGER [REPEATS]
+
+use std::time::Instant;
+
+use idemgate_ledger::export::Format;
+use idemgate_ledger::{EntryFilter, EventFilter, EventRange};
+use idemgate_ops::{ExportCmd, Ops};
+use serde_json::{json, Map, Value};
+
+fn median_ms(repeats: usize, mut f: impl FnMut()) -> f64 {
+    let mut t: Vec<f64> = (0..repeats)
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let ledger = args.get(1).expect("usage: console-bench LEDGER [REPEATS]");
+    let repeats: usize = args.get(2).and_then(|r| r.parse().ok()).unwrap_or(5);
+    let ops = Ops::open_existing(ledger).expect("open ledger");
+    let mut out = Map::new();
+    let mut put = |k: &str, v: Value| {
+        out.insert(k.to_owned(), v);
+    };
+    let head = ops.store().head().expect("head").map_or(0, |h| h.seq);
+    put("events", json!(head));
+
+    let all = EntryFilter::default();
+    let first = ops.entries(&all, None, 100).expect("entries");
+    let next = first.next_before;
+    let probe = first
+        .entries
+        .get(first.entries.len() / 2)
+        .cloned()
+        .expect("an entry");
+    put(
+        "overview_stats_ms",
+        json!(median_ms(repeats, || drop(ops.stats(24).expect("stats")))),
+    );
+    put(
+        "entries_first_page_ms",
+        json!(median_ms(repeats, || drop(
+            ops.entries(&all, None, 100).expect("page")
+        ))),
+    );
+    put(
+        "entries_next_page_ms",
+        json!(median_ms(repeats, || drop(
+            ops.entries(&all, next, 100).expect("page")
+        ))),
+    );
+    let stuck = EntryFilter {
+        stuck: true,
+        ..EntryFilter::default()
+    };
+    put(
+        "stuck_first_page_ms",
+        json!(median_ms(repeats, || drop(
+            ops.entries(&stuck, None, 100).expect("page")
+        ))),
+    );
+    put(
+        "log_first_page_ms",
+        json!(median_ms(repeats, || drop(
+            ops.log(&EventFilter::default(), None, 100).expect("log")
+        ))),
+    );
+    let search = EventFilter {
+        search: Some(probe.key.clone()),
+        ..EventFilter::default()
+    };
+    put(
+        "log_search_ms",
+        json!(median_ms(repeats, || {
+            let p = ops.log(&search, None, 100).expect("search");
+            assert!(!p.events.is_empty(), "the search finds the probe key");
+        })),
+    );
+    let by_key = EntryFilter {
+        key: Some(probe.key.clone()),
+        ..EntryFilter::default()
+    };
+    put(
+        "key_lookup_ms",
+        json!(median_ms(repeats, || {
+            let p = ops.entries(&by_key, None, 10).expect("lookup");
+            assert!(!p.entries.is_empty(), "the lookup finds the probe key");
+        })),
+    );
+    let colliding = ops
+        .entries(
+            &EntryFilter {
+                collisions: true,
+                ..EntryFilter::default()
+            },
+            None,
+            1,
+        )
+        .expect("collisions");
+    if let Some(e) = colliding.entries.first() {
+        put(
+            "collision_diff_ms",
+            json!(median_ms(repeats, || {
+                let v = ops.show(e.id).expect("show");
+                assert!(!v.collision_diffs.is_empty());
+            })),
+        );
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("all.ndjson");
+    let s = Instant::now();
+    let manifest = ops
+        .export(
+            &ExportCmd {
+                format: Format::Ndjson,
+                range: EventRange::default(),
+                path: path.display().to_string(),
+            },
+            &mut |_| true,
+        )
+        .expect("export")
+        .expect("manifest");
+    put("export_all_s", json!(s.elapsed().as_secs_f64()));
+    put("exported_events", json!(manifest.count));
+    let s = Instant::now();
+    let v = ops.verify(&mut |_| true).expect("verify");
+    assert!(v.ok, "verify: {:?}", v.problem);
+    put("verify_all_s", json!(s.elapsed().as_secs_f64()));
+    put("peak_rss_mb", json!(peak_rss_mb()));
+    println!("{}", Value::Object(out));
+}
