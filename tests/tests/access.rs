@@ -49,8 +49,8 @@ fn contains(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
-#[test]
-fn secrets_never_reach_the_ledger_the_log_an_export_or_the_process_log() {
+/// `idemgate serve` on this file's config, with `env`; the temp dir and upstream live as long as it.
+fn serve(env: &[(&str, &str)]) -> (tempfile::TempDir, Upstream, Proxy) {
     let dir = tempfile::tempdir().expect("tempdir");
     let up = Upstream::start();
     let ledger = dir.path().join("ledger.db");
@@ -58,11 +58,18 @@ fn secrets_never_reach_the_ledger_the_log_an_export_or_the_process_log() {
         dir.path(),
         &config(CONFIG, &up.url(), &ledger),
         &ledger,
-        &[
-            ("ACCESS_WEBHOOK_SECRET", SECRETS[3]),
-            ("IDEMGATE_LOG", "debug"),
-        ],
+        env,
     );
+    (dir, up, proxy)
+}
+
+#[test]
+fn secrets_never_reach_the_ledger_the_log_an_export_or_the_process_log() {
+    let (dir, up, proxy) = serve(&[
+        ("ACCESS_WEBHOOK_SECRET", SECRETS[3]),
+        ("IDEMGATE_LOG", "debug"),
+    ]);
+    let ledger = proxy.ledger.clone();
     let secret_headers = [
         ("authorization", "Bearer sk_live_AUTHZSECRET"),
         ("x-processor-key", "pk_PROCESSORSECRET"),
@@ -167,15 +174,7 @@ fn secrets_never_reach_the_ledger_the_log_an_export_or_the_process_log() {
 
 #[test]
 fn the_admin_api_refuses_every_wrong_token_alike_and_speaks_only_problem_json() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let up = Upstream::start();
-    let ledger = dir.path().join("ledger.db");
-    let proxy = Proxy::start_with_env(
-        dir.path(),
-        &config(CONFIG, &up.url(), &ledger),
-        &ledger,
-        &[("ACCESS_WEBHOOK_SECRET", "x")],
-    );
+    let (_dir, _up, proxy) = serve(&[("ACCESS_WEBHOOK_SECRET", "x")]);
     let admin = proxy.admin.expect("admin");
     let mut longer = ADMIN_TOKEN.to_owned();
     longer.push('x');
@@ -259,15 +258,7 @@ fn servers_bind_loopback_unless_configured_otherwise() {
         c.admin_listen
     );
     // A running proxy reports where it listens: loopback.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let up = Upstream::start();
-    let ledger = dir.path().join("ledger.db");
-    let proxy = Proxy::start_with_env(
-        dir.path(),
-        &config(CONFIG, &up.url(), &ledger),
-        &ledger,
-        &[("ACCESS_WEBHOOK_SECRET", "x")],
-    );
+    let (_dir, _up, proxy) = serve(&[("ACCESS_WEBHOOK_SECRET", "x")]);
     assert!(proxy.addr.ip().is_loopback());
     assert!(proxy.admin.expect("admin").ip().is_loopback());
 }
