@@ -111,18 +111,27 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// The body part of a fingerprint: canonical JSON when the body parses as JSON, else the raw bytes.
-/// The two are told apart by a prefix so a raw body can never equal a JSON one.
-pub fn hash_body(hasher: &mut Sha256, body: &[u8]) {
+/// The two are told apart by a prefix so a raw body can never equal a JSON one. `parsed`, when
+/// given, is `body` already parsed by the caller (it is not parsed again).
+fn hash_body(hasher: &mut Sha256, body: &[u8], parsed: Option<&Value>) {
     if body.is_empty() {
         hasher.update(b"empty");
         return;
     }
-    match serde_json::from_slice::<Value>(body) {
-        Ok(v) => {
-            hasher.update(b"json:");
-            write_canonical(&v, hasher);
+    let owned;
+    let json = match parsed {
+        Some(v) => Some(v),
+        None => {
+            owned = serde_json::from_slice::<Value>(body).ok();
+            owned.as_ref()
         }
-        Err(_) => {
+    };
+    match json {
+        Some(v) => {
+            hasher.update(b"json:");
+            write_canonical(v, hasher);
+        }
+        None => {
             hasher.update(b"raw:");
             hasher.update(body);
         }
@@ -132,6 +141,18 @@ pub fn hash_body(hasher: &mut Sha256, body: &[u8]) {
 /// The request fingerprint: sha256 over method, route, the selected headers (names lower-cased,
 /// sorted) and the canonical body. Hex-encoded.
 pub fn fingerprint(method: &str, route: &str, headers: &[(&str, &str)], body: &[u8]) -> String {
+    fingerprint_parsed(method, route, headers, body, None)
+}
+
+/// [`fingerprint`] of a body the caller has already parsed as JSON (`parsed` must be `body`'s
+/// value): the same fingerprint, without parsing the body a second time.
+pub fn fingerprint_parsed(
+    method: &str,
+    route: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    parsed: Option<&Value>,
+) -> String {
     let mut h = Sha256::new();
     h.update(b"idemgate-fp-v1\n");
     h.update(method.to_ascii_uppercase().as_bytes());
@@ -150,7 +171,7 @@ pub fn fingerprint(method: &str, route: &str, headers: &[(&str, &str)], body: &[
         h.update(b"\n");
     }
     h.update(b"\n");
-    hash_body(&mut h, body);
+    hash_body(&mut h, body, parsed);
     hex::encode(h.finalize())
 }
 

@@ -79,6 +79,16 @@ proptest! {
     }
 
     #[test]
+    fn a_body_parsed_by_the_caller_has_the_same_fingerprint(v in arb_json()) {
+        let text = serde_json::to_vec(&v).expect("json");
+        let parsed: Value = serde_json::from_slice(&text).expect("parses");
+        prop_assert_eq!(
+            canon::fingerprint("POST", "r", &[], &text),
+            canon::fingerprint_parsed("POST", "r", &[], &text, Some(&parsed))
+        );
+    }
+
+    #[test]
     fn canonical_text_parses_back_to_the_same_value_and_is_a_fixed_point(v in arb_json()) {
         let c = canon::canonical_string(&v);
         let back: Value = serde_json::from_str(&c).expect("canonical JSON parses");

@@ -130,8 +130,9 @@ fn check_headers(headers: &HeaderMap) -> Result<(), Problem> {
     Ok(())
 }
 
-/// A body the client declared as JSON must be JSON: it is fingerprinted and stored as such.
-fn check_json(headers: &HeaderMap, body: &[u8]) -> Result<(), Problem> {
+/// A body the client declared as JSON must be JSON: it is fingerprinted and stored as such. Its
+/// value, parsed once here, serves the key extraction and the fingerprint.
+fn declared_json(headers: &HeaderMap, body: &[u8]) -> Result<Option<serde_json::Value>, Problem> {
     let declared = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -141,24 +142,18 @@ fn check_json(headers: &HeaderMap, body: &[u8]) -> Result<(), Problem> {
             m.eq_ignore_ascii_case("application/json")
                 || m.len() > 5 && m[m.len() - 5..].eq_ignore_ascii_case("+json")
         });
-    if declared && !body.is_empty() {
-        // serde_json skips ignored strings without checking their UTF-8, so check it first.
-        let bad = match std::str::from_utf8(body) {
-            Err(e) => Some(format!("invalid UTF-8 at byte {}", e.valid_up_to())),
-            Ok(_) => serde_json::from_slice::<serde::de::IgnoredAny>(body)
-                .err()
-                .map(|e| e.to_string()),
-        };
-        if let Some(e) = bad {
-            return Err(Problem::new(
-                400,
-                "invalid-body",
-                "Invalid JSON body",
-                format!("the body is declared as JSON but is not: {e}"),
-            ));
-        }
+    if !declared || body.is_empty() {
+        return Ok(None);
     }
-    Ok(())
+    // Parsing into a value checks the UTF-8 of every string, too.
+    serde_json::from_slice(body).map(Some).map_err(|e| {
+        Problem::new(
+            400,
+            "invalid-body",
+            "Invalid JSON body",
+            format!("the body is declared as JSON but is not: {e}"),
+        )
+    })
 }
 
 fn too_large(limit: usize) -> Problem {
@@ -406,9 +401,9 @@ impl Engine {
         parts: &axum::http::request::Parts,
         body: Bytes,
     ) -> Answer {
-        check_json(&parts.headers, &body)?;
+        let json = declared_json(&parts.headers, &body)?;
         let scope = keys::scope(route, &parts.headers)?;
-        let key = keys::extract(route, &scope, &parts.headers, &body)?;
+        let key = keys::extract_parsed(route, &scope, &parts.headers, &body, json.as_ref())?;
         let fp_headers: Vec<(&str, &str)> = route
             .fingerprint_headers
             .iter()
@@ -420,8 +415,15 @@ impl Engine {
                     .map(|v| (n.as_str(), v))
             })
             .collect();
-        let fingerprint =
-            canon::fingerprint(parts.method.as_str(), &route.name, &fp_headers, &body);
+        let fingerprint = canon::fingerprint_parsed(
+            parts.method.as_str(),
+            &route.name,
+            &fp_headers,
+            &body,
+            json.as_ref(),
+        );
+        // The parsed body is not held across the claim and the upstream call.
+        drop(json);
         let claim = ClaimRequest {
             route: route.name.clone(),
             scope,

@@ -97,6 +97,24 @@ pub fn extract(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<String, Problem> {
+    extract_parsed(route, scope, headers, body, None)
+}
+
+/// [`extract`] with the body already parsed as JSON by the caller when it was (`parsed` must be
+/// `body`'s value), so a JSON key source does not parse it again.
+pub fn extract_parsed(
+    route: &Route,
+    scope: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    parsed: Option<&Value>,
+) -> Result<String, Problem> {
+    let json = || -> Result<std::borrow::Cow<'_, Value>, Problem> {
+        Ok(match parsed {
+            Some(v) => std::borrow::Cow::Borrowed(v),
+            None => std::borrow::Cow::Owned(parse_json(body)?),
+        })
+    };
     let Some(src) = &route.key else {
         return Err(missing("this route has no key source".into()));
     };
@@ -105,7 +123,7 @@ pub fn extract(
             .ok_or_else(|| missing(format!("send an {h} header: a unique value per logical operation, the same on every retry")))?
             .to_owned(),
         KeySource::Json(ptr) => {
-            let v = parse_json(body)?;
+            let v = json()?;
             match v.pointer(ptr) {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Number(n)) => n.to_string(),
@@ -114,7 +132,7 @@ pub fn extract(
             }
         }
         KeySource::Derive(ptrs) => {
-            let v = parse_json(body)?;
+            let v = json()?;
             let mut parts = Vec::with_capacity(ptrs.len());
             for p in ptrs {
                 parts.push(v.pointer(p).cloned().ok_or_else(|| missing(format!("the key is derived from {p}, which the body lacks")))?);
