@@ -105,17 +105,28 @@ impl Fx {
         )
     }
 
-    fn raw(&self, head: &str, body: &[u8]) -> Resp {
-        let mut b = head.replace('\n', "\r\n").into_bytes();
-        b.extend_from_slice(body);
-        raw_request(self.proxy.addr, &b)
+    fn raw(&self, head: &[u8], body: &[u8]) -> Resp {
+        raw_request(self.proxy.addr, &[head, body].concat())
     }
 }
 
-fn post_head(headers: &str, len: usize) -> String {
-    format!(
-        "POST /v1/charges HTTP/1.1\nhost: x\nconnection: close\ncontent-type: application/json\n{headers}content-length: {len}\n\n"
-    )
+/// The head of a JSON POST to /v1/charges with `headers` (lines ending in `\n`, any bytes) and a
+/// Content-Length of `len`, with CRLF line ends.
+fn post_head(headers: &[u8], len: usize) -> Vec<u8> {
+    let lf = [
+        b"POST /v1/charges HTTP/1.1\nhost: x\nconnection: close\ncontent-type: application/json\n",
+        headers,
+        format!("content-length: {len}\n\n").as_bytes(),
+    ]
+    .concat();
+    let mut out = Vec::with_capacity(lf.len() + 16);
+    for b in lf {
+        if b == b'\n' {
+            out.push(b'\r');
+        }
+        out.push(b);
+    }
+    out
 }
 
 #[test]
@@ -143,21 +154,19 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
         )
     });
     case("key not visible ASCII", 400, "invalid-header", &|f| {
-        let mut h = post_head("", body.len()).into_bytes();
-        let at = h.len() - 1;
-        h.splice(at..at, b"idempotency-key: k\xff\xfe\n".iter().copied());
-        let mut raw = h.replace_crlf();
-        raw.extend_from_slice(body);
-        raw_request(f.proxy.addr, &raw)
+        f.raw(
+            &post_head(b"idempotency-key: k\xff\xfe\n", body.len()),
+            body,
+        )
     });
     case("scope not visible ASCII", 400, "invalid-scope", &|f| {
         f.raw(
-            &post_head("idempotency-key: k-scope\nx-agent-id: a\tb\n", body.len()),
+            &post_head(b"idempotency-key: k-scope\nx-agent-id: a\tb\n", body.len()),
             body,
         )
     });
     case("empty key", 400, "invalid-key", &|f| {
-        f.raw(&post_head("idempotency-key: \n", body.len()), body)
+        f.raw(&post_head(b"idempotency-key: \n", body.len()), body)
     });
     case("256-character key", 400, "invalid-key", &|f| {
         f.charge(&"k".repeat(256), body)
@@ -179,7 +188,7 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
         "duplicate-header",
         &|f| {
             f.raw(
-                &post_head("idempotency-key: k-a\nIdempotency-Key: k-b\n", body.len()),
+                &post_head(b"idempotency-key: k-a\nIdempotency-Key: k-b\n", body.len()),
                 body,
             )
         },
@@ -190,7 +199,7 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
         "duplicate-header",
         &|f| {
             f.raw(
-                &post_head("idempotency-key: k-a\nidempotency-key: k-a\n", body.len()),
+                &post_head(b"idempotency-key: k-a\nidempotency-key: k-a\n", body.len()),
                 body,
             )
         },
@@ -198,14 +207,20 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
     case("one 40 KiB header", 431, "headers-too-large", &|f| {
         let junk = format!("x-junk: {}\n", "j".repeat(40 * 1024));
         f.raw(
-            &post_head(&format!("idempotency-key: k-big\n{junk}"), body.len()),
+            &post_head(
+                format!("idempotency-key: k-big\n{junk}").as_bytes(),
+                body.len(),
+            ),
             body,
         )
     });
     case("300 headers", 431, "headers-too-large", &|f| {
         let many: String = (0..300).map(|i| format!("x-h{i}: v\n")).collect();
         f.raw(
-            &post_head(&format!("idempotency-key: k-many\n{many}"), body.len()),
+            &post_head(
+                format!("idempotency-key: k-many\n{many}").as_bytes(),
+                body.len(),
+            ),
             body,
         )
     });
@@ -233,12 +248,8 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
         let mut s = TcpStream::connect(f.proxy.addr).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(20)))
             .expect("timeout");
-        s.write_all(
-            post_head("idempotency-key: k-slow\n", 100)
-                .replace('\n', "\r\n")
-                .as_bytes(),
-        )
-        .expect("head");
+        s.write_all(&post_head(b"idempotency-key: k-slow\n", 100))
+            .expect("head");
         let started = Instant::now();
         let mut buf = Vec::new();
         // One byte every 200 ms: 100 bytes would take 20 s; body_timeout is 1 s.
@@ -303,23 +314,4 @@ fn the_write_check_sees_writes() {
     assert_eq!(f.charge("k-good", br#"{"amount":1}"#).status, 201);
     let after = f.written();
     assert!(after.0 > before.0 && after.1 > before.1 && after.2 > before.2);
-}
-
-trait Crlf {
-    fn replace_crlf(self) -> Vec<u8>;
-}
-
-impl Crlf for Vec<u8> {
-    fn replace_crlf(self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.len() + 16);
-        let mut prev = 0u8;
-        for b in self {
-            if b == b'\n' && prev != b'\r' {
-                out.push(b'\r');
-            }
-            out.push(b);
-            prev = b;
-        }
-        out
-    }
 }
