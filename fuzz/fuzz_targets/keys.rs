@@ -8,31 +8,8 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use idemgate_proxy::{keys, Config};
 use libfuzzer_sys::fuzz_target;
 
-const CONFIG: &str = r#"
-[server]
-ledger = "x.db"
-[[routes]]
-name = "h"
-method = "POST"
-path = "/h"
-upstream = "http://127.0.0.1:9"
-effect = "write"
-scope.header = "X-Agent-Id"
-[[routes]]
-name = "j"
-method = "POST"
-path = "/j"
-upstream = "http://127.0.0.1:9"
-effect = "write"
-key.json = "/args/id"
-[[routes]]
-name = "d"
-method = "POST"
-path = "/d"
-upstream = "http://127.0.0.1:9"
-effect = "write"
-key.derive = ["/to", "/a/0"]
-"#;
+/// One route per key source, shared with the property tests.
+const CONFIG: &str = include_str!("../../crates/proxy/tests/key-routes.toml");
 
 fn config() -> &'static Config {
     static C: OnceLock<Config> = OnceLock::new();

@@ -9,36 +9,8 @@ use idemgate_proxy::{keys, signature, Config};
 use proptest::prelude::*;
 use serde_json::Value;
 
-const CONFIG: &str = r#"
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "off"
-ledger = "x.db"
-
-[[routes]]
-name = "by-header"
-method = "POST"
-path = "/h"
-upstream = "http://127.0.0.1:9"
-effect = "write"
-scope.header = "X-Agent-Id"
-
-[[routes]]
-name = "by-json"
-method = "POST"
-path = "/j"
-upstream = "http://127.0.0.1:9"
-effect = "write"
-key.json = "/args/id"
-
-[[routes]]
-name = "derived"
-method = "POST"
-path = "/d"
-upstream = "http://127.0.0.1:9"
-effect = "write"
-key.derive = ["/to", "/template"]
-"#;
+/// One route per key source (shared with the keys fuzz target).
+const CONFIG: &str = include_str!("key-routes.toml");
 
 fn route(name: &str) -> Route {
     Config::parse(CONFIG)
