@@ -82,3 +82,36 @@ fn declared_registered_granted_and_called_commands_are_one_set() {
     );
     assert_eq!(declared, called, "build.rs COMMANDS vs ui/src/transport.ts");
 }
+
+#[test]
+fn the_csp_admits_only_the_app_itself_and_its_ipc() {
+    let conf: serde_json::Value =
+        serde_json::from_str(&read("tauri.conf.json")).expect("tauri.conf.json");
+    assert_eq!(conf["app"]["withGlobalTauri"], false);
+    let csp = conf["app"]["security"]["csp"]
+        .as_object()
+        .expect("a CSP given directive by directive");
+    for d in [
+        "default-src",
+        "script-src",
+        "style-src",
+        "connect-src",
+        "object-src",
+        "base-uri",
+    ] {
+        assert!(csp.contains_key(d), "{d} is set");
+    }
+    for (directive, sources) in csp {
+        for source in sources.as_str().expect("sources").split_whitespace() {
+            let allowed = matches!(source, "'self'" | "'none'" | "data:" | "ipc:")
+                || (directive == "connect-src" && source == "http://ipc.localhost");
+            assert!(
+                allowed && !(source == "data:" && directive != "img-src"),
+                "{directive} allows {source}: the console loads nothing from elsewhere, runs no \
+                 inline or eval'd code and talks only to its own IPC"
+            );
+        }
+    }
+    assert_eq!(csp["object-src"], "'none'");
+    assert_eq!(csp["script-src"], "'self'");
+}
