@@ -16,7 +16,7 @@ fn claim_req(key: &str, owner: &str) -> ClaimRequest {
 #[test]
 fn sixteen_threads_claiming_one_key_have_exactly_one_winner() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let l = SqliteLedger::open(
+    let l = Ledger::sqlite(
         dir.path().join("l.db"),
         OpenOptions {
             create: true,
@@ -61,7 +61,7 @@ fn separate_processes_claiming_one_key_have_exactly_one_winner() {
     let db = dir.path().join("l.db");
     // Create the schema first so the processes race on the claim, not on the migration.
     drop(
-        SqliteLedger::open(
+        Ledger::sqlite(
             &db,
             OpenOptions {
                 create: true,
@@ -104,7 +104,7 @@ fn separate_processes_claiming_one_key_have_exactly_one_winner() {
         let in_flight = lines.iter().filter(|l| l.starts_with("in-flight ")).count();
         assert_eq!((winners, in_flight), (1, 7), "round {round}: {lines:?}");
     }
-    let l = SqliteLedger::open(
+    let l = Ledger::sqlite(
         &db,
         OpenOptions {
             create: false,
@@ -149,7 +149,7 @@ fn a_claim_acknowledged_before_sigkill_survives_and_becomes_stuck_after_its_leas
     let status = child.wait().expect("wait");
     assert!(!status.success());
 
-    let l = SqliteLedger::open(
+    let l = Ledger::sqlite(
         &db,
         OpenOptions {
             create: false,

@@ -38,8 +38,8 @@ struct Cli {
 
 #[derive(Args, Debug, Clone)]
 struct LedgerArg {
-    /// The ledger: a SQLite file path.
-    #[arg(long, env = "IDEMGATE_LEDGER", value_name = "PATH")]
+    /// The ledger: a SQLite file path, or a PostgreSQL URL (postgres://user@host:port/database).
+    #[arg(long, env = "IDEMGATE_LEDGER", value_name = "PATH|URL")]
     ledger: String,
 }
 
@@ -332,7 +332,9 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             events,
             seed,
         } => {
-            if std::path::Path::new(&ledger.ledger).exists() {
+            if !idemgate_ledger::is_postgres(&ledger.ledger)
+                && std::path::Path::new(&ledger.ledger).exists()
+            {
                 return Err(OpsError::Conflict(format!(
                     "{} exists; the demo only seeds a new ledger (remove it or pick another path)",
                     ledger.ledger
@@ -343,7 +345,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
                 ops.store().as_ref(),
                 idemgate_ops::DemoOptions { events, seed },
             )?;
-            output::demo(&mut out, &ledger.ledger, &report)?;
+            output::demo(&mut out, &ops.location(), &report)?;
         }
         Cmd::Entries {
             ledger,

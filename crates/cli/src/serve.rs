@@ -69,7 +69,8 @@ pub fn serve(config: &Path) -> Result<ExitCode, CmdError> {
     let ops = Ops::open_or_create(&cfg.ledger)?;
     let store = ops.store().clone();
     let rt = runtime()?;
-    let ledger = cfg.ledger.clone();
+    // Redacted: a PostgreSQL URL may carry a password.
+    let ledger = store.location();
     rt.block_on(idemgate_proxy::serve(
         cfg,
         store,

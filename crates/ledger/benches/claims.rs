@@ -34,7 +34,7 @@ fn claim(body: &[u8]) -> ClaimRequest {
 }
 
 /// `n` claims in flight at once (as from `n` concurrent requests), all awaited.
-fn claims_in_flight(l: &SqliteLedger, n: usize, body: &[u8]) {
+fn claims_in_flight(l: &Ledger, n: usize, body: &[u8]) {
     let tickets: Vec<_> = (0..n).map(|_| l.claim(claim(body))).collect();
     for t in tickets {
         match t.wait() {
@@ -53,7 +53,7 @@ fn claims(c: &mut Criterion) {
         ("one_transaction_per_claim", 1, 256),
     ] {
         let dir = tempfile::tempdir().expect("tempdir");
-        let l = SqliteLedger::open_with_batch(
+        let l = Ledger::sqlite_with_batch(
             dir.path().join("bench.db"),
             OpenOptions {
                 create: true,

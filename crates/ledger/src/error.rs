@@ -33,6 +33,8 @@ pub enum LedgerError {
     Closed,
     #[error("database error: {0}")]
     Db(#[from] rusqlite::Error),
+    #[error("database error: {}", pg_message(.0))]
+    Pg(#[from] postgres::Error),
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
     #[error("corrupt data in the ledger: {0}")]
@@ -56,11 +58,20 @@ impl LedgerError {
             LedgerError::MissingActor => "missing-actor",
             LedgerError::Unavailable(_) => "ledger-unavailable",
             LedgerError::Closed => "ledger-closed",
-            LedgerError::Db(_) => "database",
+            LedgerError::Db(_) | LedgerError::Pg(_) => "database",
             LedgerError::Io(_) => "io",
             LedgerError::Corrupt(_) => "corrupt",
             LedgerError::BadExport(_) => "bad-export",
         }
+    }
+}
+
+/// A PostgreSQL error with the server's message, when there is one (the driver's own `Display`
+/// says only "db error").
+fn pg_message(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.severity(), db.message()),
+        None => e.to_string(),
     }
 }
 

@@ -2,31 +2,45 @@
 //!
 //! An *entry* per `(route, scope, key)` with a state machine (PENDING → COMPLETED | RELEASED |
 //! FAILED), and an append-only, hash-chained *log* of everything that happened to entries. The
-//! [`Storage`] trait is the crate's one door; [`SqliteLedger`] implements it (PostgreSQL is next).
-//! Nothing outside this crate writes SQL.
+//! [`Storage`] trait is the crate's one door; [`Ledger`] implements it on SQLite (one file, one
+//! machine) or PostgreSQL (one database shared by several proxies). Nothing outside this crate
+//! writes SQL.
 
 pub mod canon;
 pub mod chain;
+mod db;
 pub mod error;
 pub mod export;
+mod ledger;
 pub mod model;
+mod postgres;
+mod read;
 mod sqlite;
 pub mod store;
+#[doc(hidden)]
+pub mod testing;
+mod write;
+mod writer;
 
 pub use chain::{ChainHasher, VerifyReport};
 pub use error::{LedgerError, Result};
+pub use ledger::{Ledger, OpenOptions};
 pub use model::*;
-pub use sqlite::{schema_version, OpenOptions, SqliteLedger, WriterCounters, MAX_BATCH};
+pub use sqlite::schema_version;
 pub use store::*;
+pub use writer::{WriterCounters, MAX_BATCH};
 
 use std::sync::Arc;
 
-/// Opens the ledger named by `location` (a SQLite path; `postgres://` URLs are not supported yet).
+/// Whether `location` names a PostgreSQL ledger (a `postgres://` or `postgresql://` URL).
+pub fn is_postgres(location: &str) -> bool {
+    location.starts_with("postgres://") || location.starts_with("postgresql://")
+}
+
+/// Opens the ledger named by `location`: a `postgres://` URL, else a SQLite path.
 pub fn open(location: &str, opts: OpenOptions) -> Result<Arc<dyn Storage>> {
-    if location.starts_with("postgres://") || location.starts_with("postgresql://") {
-        return Err(LedgerError::Unsupported(
-            "PostgreSQL ledgers are not implemented yet".into(),
-        ));
+    if is_postgres(location) {
+        return Ok(Ledger::postgres(location, opts)?);
     }
-    Ok(SqliteLedger::open(location, opts)?)
+    Ok(Ledger::sqlite(location, opts)?)
 }

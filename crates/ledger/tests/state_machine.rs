@@ -1,31 +1,97 @@
-//! Every transition of the entry state machine, on a real SQLite file, with the log checked after.
+//! The ledger's behavioural suite: every transition of the entry state machine, with the log
+//! checked after — run on both backends, a real SQLite file and a real PostgreSQL database (the
+//! test cluster of `tests/pg/cluster.sh`, named by IDEMGATE_TEST_PG).
 
 use std::sync::Arc;
 
+use idemgate_ledger::testing::{fresh_postgres, postgres_exec};
 use idemgate_ledger::*;
+
+/// `suite!(name, …)`: each named test, once per backend (`name::sqlite`, `name::postgres`).
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn sqlite() {
+                super::$name(super::Backend::Sqlite);
+            }
+            #[test]
+            fn postgres() {
+                super::$name(super::Backend::Postgres);
+            }
+        }
+    )*};
+}
 
 const T0: Millis = 1_800_000_000_000;
 const LEASE: i64 = 30_000;
 const TTL: i64 = 3_600_000;
 
-struct Fx {
-    _dir: tempfile::TempDir,
-    path: std::path::PathBuf,
-    l: Arc<SqliteLedger>,
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    Sqlite,
+    Postgres,
 }
 
-fn fx() -> Fx {
+struct Fx {
+    _dir: tempfile::TempDir,
+    /// A SQLite path or a PostgreSQL URL.
+    location: String,
+    l: Arc<Ledger>,
+}
+
+impl Backend {
+    /// A location for a new ledger; `None` when PostgreSQL tests are skipped.
+    fn fresh(self, dir: &tempfile::TempDir, tag: &str) -> Option<String> {
+        match self {
+            Backend::Sqlite => Some(dir.path().join(format!("{tag}.db")).display().to_string()),
+            Backend::Postgres => fresh_postgres(tag),
+        }
+    }
+
+    fn open(self, location: &str, create: bool, hasher: ChainHasher) -> Result<Arc<Ledger>> {
+        let opts = OpenOptions { create, hasher };
+        match self {
+            Backend::Sqlite => Ledger::sqlite(location, opts),
+            Backend::Postgres => Ledger::postgres(location, opts),
+        }
+    }
+
+    /// Runs `sql` on a raw connection of its own, outside the ledger.
+    fn raw(self, location: &str, sql: &str) -> std::result::Result<(), String> {
+        match self {
+            Backend::Sqlite => rusqlite::Connection::open(location)
+                .and_then(|c| c.execute_batch(sql))
+                .map_err(|e| e.to_string()),
+            Backend::Postgres => postgres_exec(location, sql),
+        }
+    }
+}
+
+fn try_fx(b: Backend) -> Option<Fx> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("ledger.db");
-    let l = SqliteLedger::open(
-        &path,
-        OpenOptions {
-            create: true,
-            hasher: ChainHasher::unkeyed(),
-        },
-    )
-    .expect("open");
-    Fx { _dir: dir, path, l }
+    let location = b.fresh(&dir, "ledger")?;
+    let l = b
+        .open(&location, true, ChainHasher::unkeyed())
+        .expect("open");
+    Some(Fx {
+        _dir: dir,
+        location,
+        l,
+    })
+}
+
+/// The fixture; with IDEMGATE_TEST_PG=skip a PostgreSQL test returns early (says so on stderr).
+macro_rules! fx {
+    ($b:expr) => {
+        match try_fx($b) {
+            Some(f) => f,
+            None => {
+                eprintln!("skipped: IDEMGATE_TEST_PG=skip");
+                return;
+            }
+        }
+    };
 }
 
 fn req(key: &str, body: &str, at: Millis) -> ClaimRequest {
@@ -67,7 +133,7 @@ fn claimed(o: ClaimOutcome) -> i64 {
     }
 }
 
-fn complete(l: &SqliteLedger, id: i64, at: Millis, body: &str) -> CompleteOutcome {
+fn complete(l: &Ledger, id: i64, at: Millis, body: &str) -> CompleteOutcome {
     l.complete(CompleteRequest {
         entry_id: id,
         owner: "proxy-a".into(),
@@ -80,7 +146,7 @@ fn complete(l: &SqliteLedger, id: i64, at: Millis, body: &str) -> CompleteOutcom
     .expect("complete")
 }
 
-fn kinds(l: &SqliteLedger, id: i64) -> Vec<String> {
+fn kinds(l: &Ledger, id: i64) -> Vec<String> {
     let mut evs = l
         .events(
             &EventFilter {
@@ -101,14 +167,13 @@ fn actor() -> Actor {
     }
 }
 
-fn verify_ok(l: &SqliteLedger) {
+fn verify_ok(l: &Ledger) {
     let r = l.verify(&mut |_| true).expect("verify");
     assert!(r.ok, "chain must verify: {r:?}");
 }
 
-#[test]
-fn new_key_is_claimed_durably_then_in_flight_then_replayed() {
-    let f = fx();
+fn new_key_is_claimed_durably_then_in_flight_then_replayed(b: Backend) {
+    let f = fx!(b);
     let id = claimed(
         f.l.claim(req("k1", r#"{"amount":100}"#, T0))
             .wait()
@@ -161,9 +226,8 @@ fn new_key_is_claimed_durably_then_in_flight_then_replayed() {
     verify_ok(&f.l);
 }
 
-#[test]
-fn different_fingerprint_is_a_collision_and_keeps_the_rejected_request() {
-    let f = fx();
+fn different_fingerprint_is_a_collision_and_keeps_the_rejected_request(b: Backend) {
+    let f = fx!(b);
     let id = claimed(
         f.l.claim(req("k1", r#"{"amount":100}"#, T0))
             .wait()
@@ -204,9 +268,8 @@ fn different_fingerprint_is_a_collision_and_keeps_the_rejected_request() {
     verify_ok(&f.l);
 }
 
-#[test]
-fn lease_passing_makes_an_entry_stuck_and_the_sweeper_logs_it_once() {
-    let f = fx();
+fn lease_passing_makes_an_entry_stuck_and_the_sweeper_logs_it_once(b: Backend) {
+    let f = fx!(b);
     let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
     let stuck = EntryFilter {
         stuck: true,
@@ -248,9 +311,8 @@ fn lease_passing_makes_an_entry_stuck_and_the_sweeper_logs_it_once() {
     );
 }
 
-#[test]
-fn outcome_unknown_is_stuck_immediately_until_an_operator_resolves_it() {
-    let f = fx();
+fn outcome_unknown_is_stuck_immediately_until_an_operator_resolves_it(b: Backend) {
+    let f = fx!(b);
     let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
     f.l.mark_unknown(OwnerReport {
         entry_id: id,
@@ -317,9 +379,8 @@ fn outcome_unknown_is_stuck_immediately_until_an_operator_resolves_it() {
     verify_ok(&f.l);
 }
 
-#[test]
-fn release_lets_the_key_run_again_with_the_next_attempt() {
-    let f = fx();
+fn release_lets_the_key_run_again_with_the_next_attempt(b: Backend) {
+    let f = fx!(b);
     let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
     f.l.record_attempt(
         OwnerReport {
@@ -363,9 +424,8 @@ fn release_lets_the_key_run_again_with_the_next_attempt() {
     assert_eq!(kinds(&f.l, id), ["claim", "attempt", "release", "claim"]);
 }
 
-#[test]
-fn only_the_lease_owner_reports_outcomes() {
-    let f = fx();
+fn only_the_lease_owner_reports_outcomes(b: Backend) {
+    let f = fx!(b);
     let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
     let r =
         f.l.release(OwnerReport {
@@ -384,9 +444,8 @@ fn only_the_lease_owner_reports_outcomes() {
     verify_ok(&f.l);
 }
 
-#[test]
-fn operator_failure_is_final_and_returns_the_operator_response() {
-    let f = fx();
+fn operator_failure_is_final_and_returns_the_operator_response(b: Backend) {
+    let f = fx!(b);
     let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
     f.l.mark_unknown(OwnerReport {
         entry_id: id,
@@ -416,9 +475,8 @@ fn operator_failure_is_final_and_returns_the_operator_response() {
     }
 }
 
-#[test]
-fn operator_release_of_a_stuck_entry_allows_a_new_execution() {
-    let f = fx();
+fn operator_release_of_a_stuck_entry_allows_a_new_execution(b: Backend) {
+    let f = fx!(b);
     let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
     let rr = |at| ResolveRequest {
         entry_id: id,
@@ -442,9 +500,8 @@ fn operator_release_of_a_stuck_entry_allows_a_new_execution() {
     assert_eq!(kinds(&f.l, id), ["claim", "resolve", "claim"]);
 }
 
-#[test]
-fn resolving_needs_an_operator_and_a_reason() {
-    let f = fx();
+fn resolving_needs_an_operator_and_a_reason(b: Backend) {
+    let f = fx!(b);
     let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
     let r = f.l.resolve(ResolveRequest {
         entry_id: id,
@@ -460,9 +517,8 @@ fn resolving_needs_an_operator_and_a_reason() {
     assert_eq!(kinds(&f.l, id), ["claim"]);
 }
 
-#[test]
-fn ttl_expiry_is_swept_and_an_expired_key_runs_again() {
-    let f = fx();
+fn ttl_expiry_is_swept_and_an_expired_key_runs_again(b: Backend) {
+    let f = fx!(b);
     let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
     complete(&f.l, id, T0 + 10, r#"{"v":1}"#);
     let exp = EntryFilter {
@@ -503,9 +559,8 @@ fn ttl_expiry_is_swept_and_an_expired_key_runs_again() {
     verify_ok(&f.l);
 }
 
-#[test]
-fn same_effect_under_another_key_is_flagged_as_a_duplicate_suspect() {
-    let f = fx();
+fn same_effect_under_another_key_is_flagged_as_a_duplicate_suspect(b: Backend) {
+    let f = fx!(b);
     let body = r#"{"customer":"cus_1","amount":4999}"#;
     let a = claimed(f.l.claim(req("key-a", body, T0)).wait().expect("claim"));
     complete(&f.l, a, T0 + 10, "{}");
@@ -565,9 +620,8 @@ fn same_effect_under_another_key_is_flagged_as_a_duplicate_suspect() {
     verify_ok(&f.l);
 }
 
-#[test]
-fn purge_removes_entries_but_keeps_the_chain_verifiable() {
-    let f = fx();
+fn purge_removes_entries_but_keeps_the_chain_verifiable(b: Backend) {
+    let f = fx!(b);
     let a = claimed(f.l.claim(req("a", "{}", T0)).wait().expect("claim"));
     let b = claimed(f.l.claim(req("b", "{}", T0)).wait().expect("claim"));
     complete(&f.l, a, T0 + 1, "{}");
@@ -610,9 +664,8 @@ fn purge_removes_entries_but_keeps_the_chain_verifiable() {
     verify_ok(&f.l);
 }
 
-#[test]
-fn redrive_rearms_a_stuck_entry_with_its_stored_request() {
-    let f = fx();
+fn redrive_rearms_a_stuck_entry_with_its_stored_request(b: Backend) {
+    let f = fx!(b);
     let id = claimed(
         f.l.claim(req("k1", r#"{"amount":1}"#, T0))
             .wait()
@@ -646,9 +699,8 @@ fn redrive_rearms_a_stuck_entry_with_its_stored_request() {
     assert_eq!(kinds(&f.l, id), ["claim", "replay", "complete"]);
 }
 
-#[test]
-fn keyset_paging_walks_every_entry_once() {
-    let f = fx();
+fn keyset_paging_walks_every_entry_once(b: Backend) {
+    let f = fx!(b);
     let tickets: Vec<_> = (0..250)
         .map(|i| f.l.claim(req(&format!("k{i}"), "{}", T0 + i)))
         .collect();
@@ -683,9 +735,8 @@ fn keyset_paging_walks_every_entry_once() {
     );
 }
 
-#[test]
-fn concurrent_claims_are_group_committed() {
-    let f = fx();
+fn concurrent_claims_are_group_committed(b: Backend) {
+    let f = fx!(b);
     let threads: Vec<_> = (0..16)
         .map(|t| {
             let l = f.l.clone();
@@ -712,75 +763,114 @@ fn concurrent_claims_are_group_committed() {
     verify_ok(&f.l);
 }
 
-#[test]
-fn a_database_newer_than_the_binary_is_refused() {
-    let f = fx();
+fn a_database_newer_than_the_binary_is_refused(b: Backend) {
+    let f = fx!(b);
     f.l.close();
-    {
-        let c = rusqlite_conn(&f.path);
-        c.pragma_update(None, "user_version", schema_version() + 1)
-            .expect("bump");
-    }
-    match SqliteLedger::open(
-        &f.path,
-        OpenOptions {
-            create: false,
-            hasher: ChainHasher::unkeyed(),
-        },
-    ) {
+    drop(f.l);
+    let bump = match b {
+        Backend::Sqlite => "PRAGMA user_version = 99",
+        Backend::Postgres => "UPDATE idemgate_schema SET version = 99",
+    };
+    b.raw(&f.location, bump).expect("bump the version");
+    match b.open(&f.location, false, ChainHasher::unkeyed()) {
         Err(LedgerError::TooNew { found, supported }) => {
-            assert_eq!(found, schema_version() + 1);
-            assert_eq!(supported, schema_version());
+            assert_eq!(found, 99);
+            assert!((1..99).contains(&supported), "{supported}");
         }
         other => panic!("expected TooNew, got {other:?}"),
     }
+    // Refused means refused: nothing was migrated back or otherwise changed.
+    let again = b.open(&f.location, true, ChainHasher::unkeyed());
+    assert!(matches!(again, Err(LedgerError::TooNew { found: 99, .. })));
 }
 
-#[test]
-fn a_missing_ledger_is_not_created_by_readers() {
+fn a_missing_ledger_is_not_created_by_readers(b: Backend) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let p = dir.path().join("nope.db");
+    let Some(location) = b.fresh(&dir, "nope") else {
+        return;
+    };
     assert!(matches!(
-        SqliteLedger::open(
-            &p,
-            OpenOptions {
-                create: false,
-                hasher: ChainHasher::unkeyed()
-            }
-        ),
+        b.open(&location, false, ChainHasher::unkeyed()),
         Err(LedgerError::NotFound(_))
     ));
-    assert!(!p.exists());
+    match b {
+        Backend::Sqlite => assert!(!std::path::Path::new(&location).exists()),
+        Backend::Postgres => assert_eq!(
+            idemgate_ledger::testing::postgres_i64(
+                &location,
+                "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+            ),
+            Ok(0),
+            "opening without create made tables"
+        ),
+    }
 }
 
-#[test]
-fn a_keyed_log_refuses_writes_without_its_key_and_detects_plain_forgeries() {
-    let f = fx();
-    drop(f.l);
+fn the_log_is_append_only_in_the_database_itself(b: Backend) {
+    let f = fx!(b);
+    claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    for sql in [
+        "UPDATE events SET detail = '{}' WHERE seq = 1",
+        "DELETE FROM events WHERE seq = 1",
+    ] {
+        let e = b.raw(&f.location, sql).expect_err(sql);
+        assert!(e.contains("append-only"), "{sql}: {e}");
+    }
+    if let Backend::Postgres = b {
+        let e = b.raw(&f.location, "TRUNCATE events").expect_err("truncate");
+        assert!(e.contains("append-only"), "{e}");
+    }
+    verify_ok(&f.l);
+}
+
+fn two_ledgers_on_one_database_claim_each_key_once(b: Backend) {
+    let f = fx!(b);
+    let other = b
+        .open(&f.location, false, ChainHasher::unkeyed())
+        .expect("second instance");
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            let l = if t % 2 == 0 {
+                f.l.clone()
+            } else {
+                other.clone()
+            };
+            std::thread::spawn(move || {
+                (0..40)
+                    .filter(|i| {
+                        matches!(
+                            l.claim(req(&format!("k{i}"), "{}", T0))
+                                .wait()
+                                .expect("claim"),
+                            ClaimOutcome::Claimed { .. }
+                        )
+                    })
+                    .count()
+            })
+        })
+        .collect();
+    let won: usize = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+    assert_eq!(
+        won, 40,
+        "each of 40 keys claimed exactly once across both instances"
+    );
+    verify_ok(&f.l);
+    verify_ok(&other);
+}
+
+fn a_keyed_log_refuses_writes_without_its_key_and_detects_plain_forgeries(b: Backend) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("keyed.db");
+    let Some(path) = b.fresh(&dir, "keyed") else {
+        return;
+    };
     let keyed = ChainHasher::keyed(b"s3cret".to_vec());
-    let l = SqliteLedger::open(
-        &path,
-        OpenOptions {
-            create: true,
-            hasher: keyed.clone(),
-        },
-    )
-    .expect("open");
+    let l = b.open(&path, true, keyed.clone()).expect("open");
     claimed(l.claim(req("k1", "{}", T0)).wait().expect("claim"));
     assert_eq!(l.chain_alg().expect("alg"), "hmac-sha256");
     assert!(l.verify(&mut |_| true).expect("verify").ok);
     l.close();
     drop(l);
-    let unkeyed = SqliteLedger::open(
-        &path,
-        OpenOptions {
-            create: false,
-            hasher: ChainHasher::unkeyed(),
-        },
-    )
-    .expect("open");
+    let unkeyed = b.open(&path, false, ChainHasher::unkeyed()).expect("open");
     assert!(matches!(
         unkeyed.claim(req("k2", "{}", T0)).wait(),
         Err(LedgerError::ChainKeyRequired)
@@ -797,19 +887,33 @@ fn a_keyed_log_refuses_writes_without_its_key_and_detects_plain_forgeries() {
             .len(),
         1
     );
-    let wrong = SqliteLedger::open(
-        &path,
-        OpenOptions {
-            create: false,
-            hasher: ChainHasher::keyed(b"guess".to_vec()),
-        },
-    )
-    .expect("open");
+    let wrong = b
+        .open(&path, false, ChainHasher::keyed(b"guess".to_vec()))
+        .expect("open");
     let r = wrong.verify(&mut |_| true).expect("verify");
     assert!(!r.ok);
     assert_eq!(r.first_bad_seq, Some(1));
 }
 
-fn rusqlite_conn(p: &std::path::Path) -> rusqlite::Connection {
-    rusqlite::Connection::open(p).expect("open raw")
-}
+suite!(
+    new_key_is_claimed_durably_then_in_flight_then_replayed,
+    different_fingerprint_is_a_collision_and_keeps_the_rejected_request,
+    lease_passing_makes_an_entry_stuck_and_the_sweeper_logs_it_once,
+    outcome_unknown_is_stuck_immediately_until_an_operator_resolves_it,
+    release_lets_the_key_run_again_with_the_next_attempt,
+    only_the_lease_owner_reports_outcomes,
+    operator_failure_is_final_and_returns_the_operator_response,
+    operator_release_of_a_stuck_entry_allows_a_new_execution,
+    resolving_needs_an_operator_and_a_reason,
+    ttl_expiry_is_swept_and_an_expired_key_runs_again,
+    same_effect_under_another_key_is_flagged_as_a_duplicate_suspect,
+    purge_removes_entries_but_keeps_the_chain_verifiable,
+    redrive_rearms_a_stuck_entry_with_its_stored_request,
+    keyset_paging_walks_every_entry_once,
+    concurrent_claims_are_group_committed,
+    a_database_newer_than_the_binary_is_refused,
+    a_keyed_log_refuses_writes_without_its_key_and_detects_plain_forgeries,
+    a_missing_ledger_is_not_created_by_readers,
+    the_log_is_append_only_in_the_database_itself,
+    two_ledgers_on_one_database_claim_each_key_once,
+);

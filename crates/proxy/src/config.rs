@@ -428,7 +428,10 @@ impl Config {
             return Err(invalid("server.body_timeout", "must be more than zero"));
         }
         if raw.server.ledger.trim().is_empty() {
-            return Err(invalid("server.ledger", "name a SQLite file"));
+            return Err(invalid(
+                "server.ledger",
+                "name a SQLite file or a postgres:// URL",
+            ));
         }
 
         let mut routes = Vec::with_capacity(raw.routes.len());

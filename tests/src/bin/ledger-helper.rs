@@ -15,7 +15,7 @@ fn main() {
     let hang = args.iter().any(|a| a == "--hang");
     let go = args.get(5).filter(|a| *a != "--hang");
     let lease: i64 = args[4].parse().unwrap_or(30_000);
-    let l = SqliteLedger::open(
+    let l = Ledger::sqlite(
         &args[2],
         OpenOptions {
             create: true,

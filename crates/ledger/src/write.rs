@@ -1,15 +1,15 @@
 //! Every write, run by the writer thread inside the batch transaction. This file is the entry state
 //! machine: each function checks the entry's state, changes it, and appends the event(s) that say so.
 
-use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::json;
 
-use super::read;
-use super::Ctx;
 use crate::canon::sha256_hex;
+use crate::db::{vals, Db};
 use crate::error::{LedgerError, Result};
 use crate::model::*;
+use crate::read;
 use crate::store::*;
+use crate::writer::Ctx;
 
 /// The fields of an event the caller chooses; the rest (seq, hashes) are the chain's.
 pub(crate) struct NewEvent<'a> {
@@ -27,12 +27,12 @@ pub(crate) struct NewEvent<'a> {
 /// The hourly counter of replays answered from the ledger (not an event: replays are counters).
 pub const REPLAY_ABSORBED: &str = "replay_absorbed";
 
-fn bump_hourly(conn: &Connection, at: Millis, kind: &str) -> Result<()> {
-    conn.prepare_cached(
+fn bump_hourly(db: &mut dyn Db, at: Millis, kind: &str) -> Result<()> {
+    db.exec(
         "INSERT INTO event_counts (hour, kind, n) VALUES (?1, ?2, 1) \
-         ON CONFLICT (hour, kind) DO UPDATE SET n = n + 1",
-    )?
-    .execute(params![at - at.rem_euclid(3_600_000), kind])?;
+         ON CONFLICT (hour, kind) DO UPDATE SET n = event_counts.n + 1",
+        vals![at - at.rem_euclid(3_600_000), kind],
+    )?;
     Ok(())
 }
 
@@ -54,27 +54,26 @@ pub(crate) fn append(ctx: &mut Ctx<'_>, ne: NewEvent<'_>) -> Result<i64> {
         hash: String::new(),
     };
     ev.hash = ctx.hasher.hash(&ev);
-    ctx.conn
-        .prepare_cached(
-            "INSERT INTO events (seq, at, kind, entry_id, route, scope, key, operator, reason, detail, \
-             payload_digest, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-        )?
-        .execute(params![
+    ctx.db.exec(
+        "INSERT INTO events (seq, at, kind, entry_id, route, scope, key, operator, reason, detail, \
+         payload_digest, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        vals![
             ev.seq,
             ev.at,
-            ev.kind,
+            &ev.kind,
             ev.entry_id,
-            ev.route,
-            ev.scope,
-            ev.key,
-            ev.operator,
-            ev.reason,
-            ev.detail,
-            ev.payload_digest,
-            ev.prev_hash,
-            ev.hash
-        ])?;
-    bump_hourly(ctx.conn, ev.at, &ev.kind)?;
+            &ev.route,
+            &ev.scope,
+            &ev.key,
+            ev.operator.as_deref(),
+            ev.reason.as_deref(),
+            &ev.detail,
+            ev.payload_digest.as_deref(),
+            &ev.prev_hash,
+            &ev.hash
+        ],
+    )?;
+    bump_hourly(ctx.db, ev.at, &ev.kind)?;
     ctx.head.seq = ev.seq;
     ctx.head.hash = ev.hash;
     Ok(ev.seq)
@@ -124,50 +123,51 @@ impl Row {
 const ROW_COLS: &str = "id, route, scope, key, fingerprint, state, attempts, lease_owner, \
                         lease_expires_at, outcome_unknown, expires_at, expiry_logged";
 
-fn map_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
-    let state: String = r.get(5)?;
+fn map_row(r: &dyn crate::db::Row) -> Result<Row> {
     Ok(Row {
-        id: r.get(0)?,
-        route: r.get(1)?,
-        scope: r.get(2)?,
-        key: r.get(3)?,
-        fingerprint: r.get(4)?,
-        state: State::parse(&state).unwrap_or(State::Pending),
-        attempts: r.get(6)?,
-        lease_owner: r.get(7)?,
-        lease_expires_at: r.get(8)?,
-        outcome_unknown: r.get(9)?,
-        expires_at: r.get(10)?,
-        expiry_logged: r.get(11)?,
+        id: r.int(0)?,
+        route: r.text(1)?,
+        scope: r.text(2)?,
+        key: r.text(3)?,
+        fingerprint: r.text(4)?,
+        state: State::parse(&r.text(5)?).unwrap_or(State::Pending),
+        attempts: r.int(6)?,
+        lease_owner: r.opt_text(7)?,
+        lease_expires_at: r.opt_int(8)?,
+        outcome_unknown: r.flag(9)?,
+        expires_at: r.opt_int(10)?,
+        expiry_logged: r.flag(11)?,
     })
 }
 
-fn row_by_id(conn: &Connection, id: i64) -> Result<Row> {
-    conn.prepare_cached(&format!("SELECT {ROW_COLS} FROM entries WHERE id = ?1"))?
-        .query_row([id], map_row)
-        .optional()?
-        .ok_or(LedgerError::EntryNotFound(id))
+fn row_by_id(db: &mut dyn Db, id: i64) -> Result<Row> {
+    db.opt(
+        &format!("SELECT {ROW_COLS} FROM entries WHERE id = ?1"),
+        vals![id],
+        map_row,
+    )?
+    .ok_or(LedgerError::EntryNotFound(id))
 }
 
 fn headers_json(h: &[(String, String)]) -> String {
     serde_json::to_string(h).unwrap_or_else(|_| "[]".into())
 }
 
-fn stored_response(conn: &Connection, id: i64) -> Result<Option<ResponseRecord>> {
-    Ok(conn
-        .prepare_cached("SELECT resp_status, resp_headers, resp_body FROM entries WHERE id = ?1")?
-        .query_row([id], read::response_cols(0))?)
+fn stored_response(db: &mut dyn Db, id: i64) -> Result<Option<ResponseRecord>> {
+    db.one(
+        "SELECT resp_status, resp_headers, resp_body FROM entries WHERE id = ?1",
+        vals![id],
+        |r| read::response_cols(r, 0),
+    )
 }
 
 pub(crate) fn claim(ctx: &mut Ctx<'_>, req: ClaimRequest) -> Result<ClaimOutcome> {
     let at = req.at;
-    let existing = ctx
-        .conn
-        .prepare_cached(&format!(
-            "SELECT {ROW_COLS} FROM entries WHERE route = ?1 AND scope = ?2 AND key = ?3"
-        ))?
-        .query_row(params![req.route, req.scope, req.key], map_row)
-        .optional()?;
+    let existing = ctx.db.opt(
+        &format!("SELECT {ROW_COLS} FROM entries WHERE route = ?1 AND scope = ?2 AND key = ?3"),
+        vals![&req.route, &req.scope, &req.key],
+        map_row,
+    )?;
 
     let Some(row) = existing else {
         if let Some(o) = reject_duplicate(ctx, &req)? {
@@ -194,23 +194,23 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, req: ClaimRequest) -> Result<ClaimOutcome
     if row.fingerprint != req.fingerprint {
         let request = req.request.redacted();
         let digest = sha256_hex(&request.body);
-        ctx.conn
-            .prepare_cached(
-                "INSERT INTO collisions (entry_id, at, fingerprint, req_method, req_path, req_headers, \
-                 req_body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )?
-            .execute(params![
+        ctx.db.exec(
+            "INSERT INTO collisions (entry_id, at, fingerprint, req_method, req_path, req_headers, \
+             req_body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            vals![
                 row.id,
                 at,
-                req.fingerprint,
-                request.method,
-                request.path,
-                headers_json(&request.headers),
-                request.body
-            ])?;
-        ctx.conn
-            .prepare_cached("UPDATE entries SET collisions = collisions + 1 WHERE id = ?1")?
-            .execute([row.id])?;
+                &req.fingerprint,
+                &request.method,
+                &request.path,
+                &headers_json(&request.headers),
+                &request.body
+            ],
+        )?;
+        ctx.db.exec(
+            "UPDATE entries SET collisions = collisions + 1 WHERE id = ?1",
+            vals![row.id],
+        )?;
         let mut ev = row.event(
             at,
             EventKind::Collision,
@@ -223,15 +223,14 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, req: ClaimRequest) -> Result<ClaimOutcome
 
     match row.state {
         State::Completed => {
-            let response = stored_response(ctx.conn, row.id)?.ok_or_else(|| {
+            let response = stored_response(ctx.db, row.id)?.ok_or_else(|| {
                 LedgerError::Corrupt(format!("entry {} is completed without a response", row.id))
             })?;
-            ctx.conn
-                .prepare_cached(
-                    "UPDATE entries SET replays = replays + 1, last_replay_at = ?2 WHERE id = ?1",
-                )?
-                .execute(params![row.id, at])?;
-            bump_hourly(ctx.conn, at, REPLAY_ABSORBED)?;
+            ctx.db.exec(
+                "UPDATE entries SET replays = replays + 1, last_replay_at = ?2 WHERE id = ?1",
+                vals![row.id, at],
+            )?;
+            bump_hourly(ctx.db, at, REPLAY_ABSORBED)?;
             Ok(ClaimOutcome::Replay {
                 entry_id: row.id,
                 response,
@@ -239,7 +238,7 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, req: ClaimRequest) -> Result<ClaimOutcome
         }
         State::Failed => Ok(ClaimOutcome::Failed {
             entry_id: row.id,
-            response: stored_response(ctx.conn, row.id)?,
+            response: stored_response(ctx.db, row.id)?,
         }),
         State::Released => {
             let attempt = row.attempts + 1;
@@ -265,7 +264,7 @@ fn reject_duplicate(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<Option<Clai
         return Ok(None);
     };
     let found = find_duplicate(
-        ctx.conn,
+        ctx.db,
         &req.route,
         &req.scope,
         &req.fingerprint,
@@ -297,7 +296,7 @@ fn reject_duplicate(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<Option<Clai
 /// The earliest entry (other than `exclude`) that completed the same effect — route, scope and
 /// fingerprint — under another key since `since`.
 fn find_duplicate(
-    conn: &Connection,
+    db: &mut dyn Db,
     route: &str,
     scope: &str,
     fingerprint: &str,
@@ -305,45 +304,41 @@ fn find_duplicate(
     since: Millis,
     exclude: Option<i64>,
 ) -> Result<Option<(i64, String)>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT id, key FROM entries WHERE route = ?1 AND scope = ?2 AND fingerprint = ?3 \
-             AND state = 'completed' AND completed_at >= ?4 AND key <> ?5 AND id <> ?6 \
-             ORDER BY completed_at LIMIT 1",
-        )?
-        .query_row(
-            params![route, scope, fingerprint, since, key, exclude.unwrap_or(-1)],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?)
+    db.opt(
+        "SELECT id, key FROM entries WHERE route = ?1 AND scope = ?2 AND fingerprint = ?3 \
+         AND state = 'completed' AND completed_at >= ?4 AND key <> ?5 AND id <> ?6 \
+         ORDER BY completed_at LIMIT 1",
+        vals![route, scope, fingerprint, since, key, exclude.unwrap_or(-1)],
+        |r| Ok((r.int(0)?, r.text(1)?)),
+    )
 }
 
 fn insert_claim(ctx: &mut Ctx<'_>, req: ClaimRequest) -> Result<ClaimOutcome> {
     let at = req.at;
     let request = req.request.redacted();
     let digest = sha256_hex(&request.body);
-    ctx.conn
-        .prepare_cached(
-            "INSERT INTO entries (route, scope, key, fingerprint, effect, state, attempts, lease_owner, \
-             lease_expires_at, req_method, req_path, req_headers, req_body, created_at, updated_at, \
-             expires_at) VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12, ?13)",
-        )?
-        .execute(params![
-            req.route,
-            req.scope,
-            req.key,
-            req.fingerprint,
+    let id = ctx.db.one(
+        "INSERT INTO entries (route, scope, key, fingerprint, effect, state, attempts, lease_owner, \
+         lease_expires_at, req_method, req_path, req_headers, req_body, created_at, updated_at, \
+         expires_at) VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12, ?13) \
+         RETURNING id",
+        vals![
+            &req.route,
+            &req.scope,
+            &req.key,
+            &req.fingerprint,
             req.effect.as_str(),
-            req.owner,
+            &req.owner,
             at + req.lease_ms,
-            request.method,
-            request.path,
-            headers_json(&request.headers),
-            request.body,
+            &request.method,
+            &request.path,
+            &headers_json(&request.headers),
+            &request.body,
             at,
             at + req.ttl_ms,
-        ])?;
-    let id = ctx.conn.last_insert_rowid();
+        ],
+        |r| r.int(0),
+    )?;
     append(
         ctx,
         NewEvent {
@@ -376,29 +371,28 @@ fn rearm(
     let at = req.at;
     let request = req.request.clone().redacted();
     let digest = sha256_hex(&request.body);
-    ctx.conn
-        .prepare_cached(
-            "UPDATE entries SET fingerprint = ?2, effect = ?3, state = 'pending', attempts = ?4, \
-             lease_owner = ?5, lease_expires_at = ?6, outcome_unknown = 0, last_error = NULL, \
-             req_method = ?7, req_path = ?8, req_headers = ?9, req_body = ?10, resp_status = NULL, \
-             resp_headers = NULL, resp_body = NULL, duplicate_of = NULL, updated_at = ?11, \
-             completed_at = NULL, expires_at = ?12, resolved_by = NULL, resolution_reason = NULL, \
-             external_ref = NULL, stuck_logged = 0, expiry_logged = 0 WHERE id = ?1",
-        )?
-        .execute(params![
+    ctx.db.exec(
+        "UPDATE entries SET fingerprint = ?2, effect = ?3, state = 'pending', attempts = ?4, \
+         lease_owner = ?5, lease_expires_at = ?6, outcome_unknown = 0, last_error = NULL, \
+         req_method = ?7, req_path = ?8, req_headers = ?9, req_body = ?10, resp_status = NULL, \
+         resp_headers = NULL, resp_body = NULL, duplicate_of = NULL, updated_at = ?11, \
+         completed_at = NULL, expires_at = ?12, resolved_by = NULL, resolution_reason = NULL, \
+         external_ref = NULL, stuck_logged = 0, expiry_logged = 0 WHERE id = ?1",
+        vals![
             row.id,
-            req.fingerprint,
+            &req.fingerprint,
             req.effect.as_str(),
             attempt,
-            req.owner,
+            &req.owner,
             at + req.lease_ms,
-            request.method,
-            request.path,
-            headers_json(&request.headers),
-            request.body,
+            &request.method,
+            &request.path,
+            &headers_json(&request.headers),
+            &request.body,
             at,
             at + req.ttl_ms,
-        ])?;
+        ],
+    )?;
     let mut ev = row.event(at, EventKind::Claim, detail);
     ev.payload_digest = Some(digest);
     append(ctx, ev)?;
@@ -409,8 +403,8 @@ fn rearm(
 }
 
 /// The entry must be PENDING and leased by `owner`.
-fn owned(conn: &Connection, id: i64, owner: &str, action: &'static str) -> Result<Row> {
-    let row = row_by_id(conn, id)?;
+fn owned(db: &mut dyn Db, id: i64, owner: &str, action: &'static str) -> Result<Row> {
+    let row = row_by_id(db, id)?;
     if row.state != State::Pending {
         return Err(LedgerError::InvalidTransition {
             id,
@@ -432,19 +426,12 @@ pub(crate) fn record_attempt(
     attempt: i64,
     lease_ms: i64,
 ) -> Result<()> {
-    let row = owned(ctx.conn, rep.entry_id, &rep.owner, "record attempt")?;
-    ctx.conn
-        .prepare_cached(
-            "UPDATE entries SET attempts = ?2, last_error = ?3, updated_at = ?4, \
-             lease_expires_at = ?5 WHERE id = ?1",
-        )?
-        .execute(params![
-            row.id,
-            attempt,
-            rep.error,
-            rep.at,
-            rep.at + lease_ms
-        ])?;
+    let row = owned(ctx.db, rep.entry_id, &rep.owner, "record attempt")?;
+    ctx.db.exec(
+        "UPDATE entries SET attempts = ?2, last_error = ?3, updated_at = ?4, \
+         lease_expires_at = ?5 WHERE id = ?1",
+        vals![row.id, attempt, &rep.error, rep.at, rep.at + lease_ms],
+    )?;
     append(
         ctx,
         row.event(
@@ -457,9 +444,9 @@ pub(crate) fn record_attempt(
 }
 
 pub(crate) fn complete(ctx: &mut Ctx<'_>, req: CompleteRequest) -> Result<CompleteOutcome> {
-    let row = owned(ctx.conn, req.entry_id, &req.owner, "complete")?;
+    let row = owned(ctx.db, req.entry_id, &req.owner, "complete")?;
     let resp = req.response.redacted();
-    store_completion(ctx.conn, row.id, &resp, req.at, req.ttl_ms)?;
+    store_completion(ctx.db, row.id, &resp, req.at, req.ttl_ms)?;
     let mut ev = row.event(req.at, EventKind::Complete, json!({"status": resp.status}));
     ev.payload_digest = Some(sha256_hex(&resp.body));
     append(ctx, ev)?;
@@ -471,25 +458,32 @@ pub(crate) fn complete(ctx: &mut Ctx<'_>, req: CompleteRequest) -> Result<Comple
 }
 
 fn store_completion(
-    conn: &Connection,
+    db: &mut dyn Db,
     id: i64,
     resp: &ResponseRecord,
     at: Millis,
     ttl_ms: i64,
 ) -> Result<()> {
-    conn.prepare_cached(
+    db.exec(
         "UPDATE entries SET state = 'completed', resp_status = ?2, resp_headers = ?3, resp_body = ?4, \
          lease_owner = NULL, lease_expires_at = NULL, outcome_unknown = 0, updated_at = ?5, \
          completed_at = ?5, expires_at = ?6, expiry_logged = 0 WHERE id = ?1",
-    )?
-    .execute(params![id, resp.status, headers_json(&resp.headers), resp.body, at, at + ttl_ms])?;
+        vals![
+            id,
+            i64::from(resp.status),
+            &headers_json(&resp.headers),
+            &resp.body,
+            at,
+            at + ttl_ms
+        ],
+    )?;
     Ok(())
 }
 
 /// Marks `row` a duplicate suspect when its effect completed under another key within `window`.
 fn flag_duplicate(ctx: &mut Ctx<'_>, row: &Row, window: i64, at: Millis) -> Result<Option<i64>> {
     let found = find_duplicate(
-        ctx.conn,
+        ctx.db,
         &row.route,
         &row.scope,
         &row.fingerprint,
@@ -500,9 +494,10 @@ fn flag_duplicate(ctx: &mut Ctx<'_>, row: &Row, window: i64, at: Millis) -> Resu
     let Some((dup_id, dup_key)) = found else {
         return Ok(None);
     };
-    ctx.conn
-        .prepare_cached("UPDATE entries SET duplicate_of = ?2 WHERE id = ?1")?
-        .execute(params![row.id, dup_id])?;
+    ctx.db.exec(
+        "UPDATE entries SET duplicate_of = ?2 WHERE id = ?1",
+        vals![row.id, dup_id],
+    )?;
     append(
         ctx,
         row.event(
@@ -515,13 +510,12 @@ fn flag_duplicate(ctx: &mut Ctx<'_>, row: &Row, window: i64, at: Millis) -> Resu
 }
 
 pub(crate) fn mark_unknown(ctx: &mut Ctx<'_>, rep: OwnerReport) -> Result<()> {
-    let row = owned(ctx.conn, rep.entry_id, &rep.owner, "mark outcome unknown")?;
-    ctx.conn
-        .prepare_cached(
-            "UPDATE entries SET outcome_unknown = 1, last_error = ?2, updated_at = ?3, stuck_logged = 1 \
-             WHERE id = ?1",
-        )?
-        .execute(params![row.id, rep.error, rep.at])?;
+    let row = owned(ctx.db, rep.entry_id, &rep.owner, "mark outcome unknown")?;
+    ctx.db.exec(
+        "UPDATE entries SET outcome_unknown = 1, last_error = ?2, updated_at = ?3, stuck_logged = 1 \
+         WHERE id = ?1",
+        vals![row.id, &rep.error, rep.at],
+    )?;
     append(
         ctx,
         row.event(
@@ -534,13 +528,12 @@ pub(crate) fn mark_unknown(ctx: &mut Ctx<'_>, rep: OwnerReport) -> Result<()> {
 }
 
 pub(crate) fn release(ctx: &mut Ctx<'_>, rep: OwnerReport) -> Result<()> {
-    let row = owned(ctx.conn, rep.entry_id, &rep.owner, "release")?;
-    ctx.conn
-        .prepare_cached(
-            "UPDATE entries SET state = 'released', lease_owner = NULL, lease_expires_at = NULL, \
-             last_error = ?2, updated_at = ?3 WHERE id = ?1",
-        )?
-        .execute(params![row.id, rep.error, rep.at])?;
+    let row = owned(ctx.db, rep.entry_id, &rep.owner, "release")?;
+    ctx.db.exec(
+        "UPDATE entries SET state = 'released', lease_owner = NULL, lease_expires_at = NULL, \
+         last_error = ?2, updated_at = ?3 WHERE id = ?1",
+        vals![row.id, &rep.error, rep.at],
+    )?;
     append(
         ctx,
         row.event(rep.at, EventKind::Release, json!({"error": rep.error})),
@@ -558,17 +551,16 @@ fn log_once(
     kind: EventKind,
     detail: impl Fn(&Row) -> serde_json::Value,
 ) -> Result<u64> {
-    let rows: Vec<Row> = ctx
-        .conn
-        .prepare_cached(&format!(
-            "SELECT {ROW_COLS} FROM entries WHERE {condition} LIMIT 1000"
-        ))?
-        .query_map([at], map_row)?
-        .collect::<rusqlite::Result<_>>()?;
+    let rows: Vec<Row> = ctx.db.all(
+        &format!("SELECT {ROW_COLS} FROM entries WHERE {condition} ORDER BY id LIMIT 1000"),
+        vals![at],
+        map_row,
+    )?;
     for row in &rows {
-        ctx.conn
-            .prepare_cached(&format!("UPDATE entries SET {flag} = 1 WHERE id = ?1"))?
-            .execute([row.id])?;
+        ctx.db.exec(
+            &format!("UPDATE entries SET {flag} = 1 WHERE id = ?1"),
+            vals![row.id],
+        )?;
         append(ctx, row.event(at, kind, detail(row)))?;
     }
     Ok(rows.len() as u64)
@@ -608,7 +600,7 @@ fn check_actor(actor: &Actor) -> Result<()> {
 
 pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: ResolveRequest) -> Result<EntrySummary> {
     check_actor(&req.actor)?;
-    let row = row_by_id(ctx.conn, req.entry_id)?;
+    let row = row_by_id(ctx.db, req.entry_id)?;
     let refuse = |needed| LedgerError::InvalidTransition {
         id: row.id,
         state: if row.state == State::Pending {
@@ -635,7 +627,7 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: ResolveRequest) -> Result<EntrySum
             external_ref: reference,
         } => {
             let resp = response.clone().redacted();
-            store_completion(ctx.conn, row.id, &resp, req.at, req.ttl_ms)?;
+            store_completion(ctx.db, row.id, &resp, req.at, req.ttl_ms)?;
             detail["status"] = json!(resp.status);
             detail["external_ref"] = json!(reference);
             digest = Some(sha256_hex(&resp.body));
@@ -643,51 +635,54 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: ResolveRequest) -> Result<EntrySum
         }
         Resolution::Failed { response } => {
             let resp = response.clone().map(ResponseRecord::redacted);
-            ctx.conn
-                .prepare_cached(
-                    "UPDATE entries SET state = 'failed', resp_status = ?2, resp_headers = ?3, \
-                     resp_body = ?4, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?5, \
-                     expires_at = ?6, expiry_logged = 0 WHERE id = ?1",
-                )?
-                .execute(params![
+            let headers = resp.as_ref().map(|r| headers_json(&r.headers));
+            ctx.db.exec(
+                "UPDATE entries SET state = 'failed', resp_status = ?2, resp_headers = ?3, \
+                 resp_body = ?4, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?5, \
+                 expires_at = ?6, expiry_logged = 0 WHERE id = ?1",
+                vals![
                     row.id,
-                    resp.as_ref().map(|r| r.status),
-                    resp.as_ref().map(|r| headers_json(&r.headers)),
-                    resp.as_ref().map(|r| r.body.clone()),
+                    resp.as_ref().map(|r| i64::from(r.status)),
+                    headers.as_ref(),
+                    resp.as_ref().map(|r| &r.body),
                     req.at,
                     req.at + req.ttl_ms
-                ])?;
+                ],
+            )?;
             if let Some(r) = &resp {
                 detail["status"] = json!(r.status);
                 digest = Some(sha256_hex(&r.body));
             }
         }
         Resolution::Released => {
-            ctx.conn
-                .prepare_cached(
-                    "UPDATE entries SET state = 'released', lease_owner = NULL, lease_expires_at = NULL, \
-                     updated_at = ?2 WHERE id = ?1",
-                )?
-                .execute(params![row.id, req.at])?;
+            ctx.db.exec(
+                "UPDATE entries SET state = 'released', lease_owner = NULL, lease_expires_at = NULL, \
+                 updated_at = ?2 WHERE id = ?1",
+                vals![row.id, req.at],
+            )?;
         }
     }
-    ctx.conn
-        .prepare_cached(
-            "UPDATE entries SET resolved_by = ?2, resolution_reason = ?3, external_ref = ?4 WHERE id = ?1",
-        )?
-        .execute(params![row.id, req.actor.operator, req.actor.reason, external_ref])?;
+    ctx.db.exec(
+        "UPDATE entries SET resolved_by = ?2, resolution_reason = ?3, external_ref = ?4 WHERE id = ?1",
+        vals![
+            row.id,
+            &req.actor.operator,
+            &req.actor.reason,
+            external_ref.as_ref()
+        ],
+    )?;
     let mut ev = row.event(req.at, EventKind::Resolve, detail);
     ev.actor = Some(&req.actor);
     ev.payload_digest = digest;
     append(ctx, ev)?;
-    read::entry_summary(ctx.conn, row.id, req.at)
+    read::entry_summary(ctx.db, row.id, req.at)
 }
 
 pub(crate) fn purge(ctx: &mut Ctx<'_>, req: PurgeRequest) -> Result<Vec<i64>> {
     check_actor(&req.actor)?;
     let mut purged = Vec::with_capacity(req.ids.len());
     for &id in &req.ids {
-        let row = row_by_id(ctx.conn, id)?;
+        let row = row_by_id(ctx.db, id)?;
         if row.state == State::Pending {
             return Err(LedgerError::InvalidTransition {
                 id,
@@ -699,12 +694,10 @@ pub(crate) fn purge(ctx: &mut Ctx<'_>, req: PurgeRequest) -> Result<Vec<i64>> {
         if req.only_expired && !row.expired(req.at) {
             continue;
         }
-        ctx.conn
-            .prepare_cached("DELETE FROM collisions WHERE entry_id = ?1")?
-            .execute([id])?;
-        ctx.conn
-            .prepare_cached("DELETE FROM entries WHERE id = ?1")?
-            .execute([id])?;
+        ctx.db
+            .exec("DELETE FROM collisions WHERE entry_id = ?1", vals![id])?;
+        ctx.db
+            .exec("DELETE FROM entries WHERE id = ?1", vals![id])?;
         let mut ev = row.event(
             req.at,
             EventKind::Purge,
@@ -719,7 +712,7 @@ pub(crate) fn purge(ctx: &mut Ctx<'_>, req: PurgeRequest) -> Result<Vec<i64>> {
 
 pub(crate) fn redrive(ctx: &mut Ctx<'_>, req: RedriveRequest) -> Result<Redrive> {
     check_actor(&req.actor)?;
-    let row = row_by_id(ctx.conn, req.entry_id)?;
+    let row = row_by_id(ctx.db, req.entry_id)?;
     let allowed = match row.state {
         State::Pending => row.stuck(req.at),
         State::Released | State::Failed => true,
@@ -738,13 +731,12 @@ pub(crate) fn redrive(ctx: &mut Ctx<'_>, req: RedriveRequest) -> Result<Redrive>
         });
     }
     let attempt = row.attempts + 1;
-    ctx.conn
-        .prepare_cached(
-            "UPDATE entries SET state = 'pending', attempts = ?2, lease_owner = ?3, lease_expires_at = ?4, \
-             outcome_unknown = 0, updated_at = ?5, stuck_logged = 0, resp_status = NULL, \
-             resp_headers = NULL, resp_body = NULL WHERE id = ?1",
-        )?
-        .execute(params![row.id, attempt, req.owner, req.at + req.lease_ms, req.at])?;
+    ctx.db.exec(
+        "UPDATE entries SET state = 'pending', attempts = ?2, lease_owner = ?3, lease_expires_at = ?4, \
+         outcome_unknown = 0, updated_at = ?5, stuck_logged = 0, resp_status = NULL, \
+         resp_headers = NULL, resp_body = NULL WHERE id = ?1",
+        vals![row.id, attempt, &req.owner, req.at + req.lease_ms, req.at],
+    )?;
     let mut ev = row.event(
         req.at,
         EventKind::Replay,
@@ -752,7 +744,7 @@ pub(crate) fn redrive(ctx: &mut Ctx<'_>, req: RedriveRequest) -> Result<Redrive>
     );
     ev.actor = Some(&req.actor);
     append(ctx, ev)?;
-    let detail = read::entry(ctx.conn, row.id, req.at)?;
+    let detail = read::entry(ctx.db, row.id, req.at)?;
     let request = detail
         .request
         .clone()
@@ -766,7 +758,7 @@ pub(crate) fn redrive(ctx: &mut Ctx<'_>, req: RedriveRequest) -> Result<Redrive>
 
 pub(crate) fn note_reconcile(ctx: &mut Ctx<'_>, note: ReconcileNote) -> Result<()> {
     check_actor(&note.actor)?;
-    let row = row_by_id(ctx.conn, note.entry_id)?;
+    let row = row_by_id(ctx.db, note.entry_id)?;
     let mut ev = row.event(note.at, EventKind::Reconcile, note.detail);
     ev.actor = Some(&note.actor);
     append(ctx, ev)?;

@@ -1,0 +1,161 @@
+//! The seam between the ledger's SQL and a database driver.
+//!
+//! The state machine (`write.rs`) and the queries (`read.rs`) are written once, in the SQL both
+//! SQLite and PostgreSQL accept, against [`Db`]. Each backend adapts its driver: SQLite runs the text
+//! as is; PostgreSQL rewrites the `?N` placeholders to `$N`. Integers are 64-bit everywhere
+//! (`INTEGER` / `BIGINT`), flags are integers 0/1, bytes are `BLOB` / `BYTEA`.
+
+use crate::error::Result;
+
+/// A statement parameter.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Val<'a> {
+    Null,
+    Int(i64),
+    Text(&'a str),
+    Blob(&'a [u8]),
+}
+
+impl From<i64> for Val<'_> {
+    fn from(v: i64) -> Self {
+        Val::Int(v)
+    }
+}
+
+impl<'a> From<&'a str> for Val<'a> {
+    fn from(v: &'a str) -> Self {
+        Val::Text(v)
+    }
+}
+
+impl<'a> From<&'a String> for Val<'a> {
+    fn from(v: &'a String) -> Self {
+        Val::Text(v)
+    }
+}
+
+impl<'a> From<&'a [u8]> for Val<'a> {
+    fn from(v: &'a [u8]) -> Self {
+        Val::Blob(v)
+    }
+}
+
+impl<'a> From<&'a Vec<u8>> for Val<'a> {
+    fn from(v: &'a Vec<u8>) -> Self {
+        Val::Blob(v)
+    }
+}
+
+impl<'a, T: Into<Val<'a>>> From<Option<T>> for Val<'a> {
+    fn from(v: Option<T>) -> Self {
+        v.map_or(Val::Null, Into::into)
+    }
+}
+
+/// `vals![a, b, …]`: a parameter slice.
+macro_rules! vals {
+    ($($v:expr),* $(,)?) => { &[$($crate::db::Val::from($v)),*][..] };
+}
+pub(crate) use vals;
+
+/// One result row; columns by position.
+pub(crate) trait Row {
+    fn opt_int(&self, i: usize) -> Result<Option<i64>>;
+    fn opt_text(&self, i: usize) -> Result<Option<String>>;
+    fn opt_blob(&self, i: usize) -> Result<Option<Vec<u8>>>;
+
+    fn int(&self, i: usize) -> Result<i64> {
+        self.opt_int(i)?.ok_or_else(|| null(i))
+    }
+    fn text(&self, i: usize) -> Result<String> {
+        self.opt_text(i)?.ok_or_else(|| null(i))
+    }
+    fn flag(&self, i: usize) -> Result<bool> {
+        Ok(self.int(i)? != 0)
+    }
+}
+
+fn null(i: usize) -> crate::LedgerError {
+    crate::LedgerError::Corrupt(format!("unexpected NULL in column {i}"))
+}
+
+/// Which SQL the database speaks, where the shared text must differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+impl Dialect {
+    /// Case-insensitive LIKE (SQLite's LIKE already is, for ASCII).
+    pub fn ilike(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "LIKE",
+            Dialect::Postgres => "ILIKE",
+        }
+    }
+}
+
+/// A connection (or open transaction) the shared SQL runs on.
+pub(crate) trait Db {
+    fn dialect(&self) -> Dialect;
+    /// Runs a statement; returns the rows it changed.
+    fn exec(&mut self, sql: &str, params: &[Val<'_>]) -> Result<u64>;
+    /// Runs statements without parameters (transaction control, savepoints).
+    fn batch(&mut self, sql: &str) -> Result<()>;
+    /// Calls `f` on each row until it returns `false`.
+    fn each(
+        &mut self,
+        sql: &str,
+        params: &[Val<'_>],
+        f: &mut dyn FnMut(&dyn Row) -> Result<bool>,
+    ) -> Result<()>;
+}
+
+impl dyn Db + '_ {
+    /// The first row, if any.
+    pub fn opt<T>(
+        &mut self,
+        sql: &str,
+        params: &[Val<'_>],
+        f: impl Fn(&dyn Row) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let mut out = None;
+        self.each(sql, params, &mut |r| {
+            out = Some(f(r)?);
+            Ok(false)
+        })?;
+        Ok(out)
+    }
+
+    /// Exactly one row (a missing row is corrupt data).
+    pub fn one<T>(
+        &mut self,
+        sql: &str,
+        params: &[Val<'_>],
+        f: impl Fn(&dyn Row) -> Result<T>,
+    ) -> Result<T> {
+        self.opt(sql, params, f)?.ok_or_else(|| {
+            crate::LedgerError::Corrupt(format!("no row returned by: {}", first_line(sql)))
+        })
+    }
+
+    /// Every row.
+    pub fn all<T>(
+        &mut self,
+        sql: &str,
+        params: &[Val<'_>],
+        f: impl Fn(&dyn Row) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut out = Vec::new();
+        self.each(sql, params, &mut |r| {
+            out.push(f(r)?);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+}
+
+fn first_line(sql: &str) -> &str {
+    sql.lines().next().unwrap_or(sql)
+}

@@ -1,0 +1,236 @@
+//! [`Ledger`]: the one [`Storage`] implementation, over either backend. What differs between SQLite
+//! and PostgreSQL (opening, migrations, locking, connections) lives in `sqlite/` and `postgres/`;
+//! the state machine, the queries and group commit are shared.
+
+use std::sync::Arc;
+
+use crate::chain::{self, ChainHasher, VerifyReport};
+use crate::db::Db;
+use crate::error::{LedgerError, Result};
+use crate::model::*;
+use crate::read;
+use crate::store::*;
+use crate::write;
+use crate::writer::{Ctx, Writer};
+
+/// How to open a ledger.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Create the ledger when it does not exist (else [`LedgerError::NotFound`]).
+    pub create: bool,
+    pub hasher: ChainHasher,
+}
+
+impl OpenOptions {
+    /// Open an existing ledger, with the chain key from the environment.
+    pub fn existing() -> Result<Self> {
+        Ok(OpenOptions {
+            create: false,
+            hasher: ChainHasher::from_env()?,
+        })
+    }
+
+    /// Open or create, with the chain key from the environment.
+    pub fn create() -> Result<Self> {
+        Ok(OpenOptions {
+            create: true,
+            hasher: ChainHasher::from_env()?,
+        })
+    }
+}
+
+/// A backend's read connections.
+pub(crate) trait ReadPool: Send + Sync + std::fmt::Debug {
+    fn backend(&self) -> &'static str;
+    fn location(&self) -> String;
+    /// Runs `f` on a pooled connection.
+    fn with(&self, f: &mut dyn FnMut(&mut dyn Db)) -> Result<()>;
+    /// Drops the pooled connections.
+    fn clear(&self);
+}
+
+/// A ledger. Cheap to share behind an `Arc`; dropping the last handle stops the writer after it has
+/// finished every queued job.
+#[derive(Debug)]
+pub struct Ledger {
+    hasher: ChainHasher,
+    readers: Box<dyn ReadPool>,
+    writer: Writer,
+}
+
+impl Ledger {
+    pub(crate) fn new(
+        hasher: ChainHasher,
+        readers: Box<dyn ReadPool>,
+        writer: Writer,
+    ) -> Arc<Self> {
+        Arc::new(Ledger {
+            hasher,
+            readers,
+            writer,
+        })
+    }
+
+    /// Commits and jobs so far (group commit: jobs / commits is the batching factor).
+    pub fn writer_counters(&self) -> (u64, u64) {
+        self.writer.counters()
+    }
+
+    /// Stops accepting writes, lets the writer finish every queued job and waits for it.
+    pub fn close(&self) {
+        self.writer.close();
+        self.readers.clear();
+    }
+
+    fn submit<T, F>(&self, f: F) -> Ticket<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Ctx<'_>) -> Result<T> + Send + 'static,
+    {
+        self.writer.submit(f)
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&mut dyn Db) -> Result<T>) -> Result<T> {
+        let mut f = Some(f);
+        let mut out = None;
+        self.readers.with(&mut |db| {
+            if let Some(f) = f.take() {
+                out = Some(f(db));
+            }
+        })?;
+        out.unwrap_or(Err(LedgerError::Closed))
+    }
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Records the chain algorithm the first time a ledger is written; returns the recorded one.
+pub(crate) fn record_alg(db: &mut dyn Db, hasher: &ChainHasher) -> Result<String> {
+    if let Some(a) = read::chain_alg(db)? {
+        return Ok(a);
+    }
+    db.exec(
+        "INSERT INTO meta (name, value) VALUES ('chain_alg', ?1) ON CONFLICT (name) DO NOTHING",
+        crate::db::vals![hasher.alg()],
+    )?;
+    read::chain_alg(db)?.ok_or_else(|| LedgerError::Corrupt("no chain algorithm recorded".into()))
+}
+
+/// Whether writes must be refused for this hasher (see `Writer::refusal`).
+pub(crate) fn write_refusal(hasher: &ChainHasher, recorded: &str) -> Option<bool> {
+    match chain::check_alg(hasher, recorded) {
+        Ok(()) => None,
+        Err(LedgerError::ChainKeyRequired) => Some(true),
+        Err(_) => Some(false),
+    }
+}
+
+impl Storage for Ledger {
+    fn backend(&self) -> &'static str {
+        self.readers.backend()
+    }
+
+    fn location(&self) -> String {
+        self.readers.location()
+    }
+
+    fn chain_alg(&self) -> Result<String> {
+        self.read(|db| {
+            read::chain_alg(db)?
+                .ok_or_else(|| LedgerError::Corrupt("no chain algorithm recorded".into()))
+        })
+    }
+
+    fn claim(&self, req: ClaimRequest) -> Ticket<ClaimOutcome> {
+        self.submit(move |ctx| write::claim(ctx, req))
+    }
+
+    fn record_attempt(&self, report: OwnerReport, attempt: i64, lease_ms: i64) -> Ticket<()> {
+        self.submit(move |ctx| write::record_attempt(ctx, report, attempt, lease_ms))
+    }
+
+    fn complete(&self, req: CompleteRequest) -> Ticket<CompleteOutcome> {
+        self.submit(move |ctx| write::complete(ctx, req))
+    }
+
+    fn mark_unknown(&self, report: OwnerReport) -> Ticket<()> {
+        self.submit(move |ctx| write::mark_unknown(ctx, report))
+    }
+
+    fn release(&self, report: OwnerReport) -> Ticket<()> {
+        self.submit(move |ctx| write::release(ctx, report))
+    }
+
+    fn sweep(&self, at: Millis) -> Ticket<SweepReport> {
+        self.submit(move |ctx| write::sweep(ctx, at))
+    }
+
+    fn resolve(&self, req: ResolveRequest) -> Ticket<EntrySummary> {
+        self.submit(move |ctx| write::resolve(ctx, req))
+    }
+
+    fn purge(&self, req: PurgeRequest) -> Ticket<Vec<i64>> {
+        self.submit(move |ctx| write::purge(ctx, req))
+    }
+
+    fn redrive(&self, req: RedriveRequest) -> Ticket<Redrive> {
+        self.submit(move |ctx| write::redrive(ctx, req))
+    }
+
+    fn note_reconcile(&self, note: ReconcileNote) -> Ticket<()> {
+        self.submit(move |ctx| write::note_reconcile(ctx, note))
+    }
+
+    fn entry(&self, id: i64, now: Millis) -> Result<EntryDetail> {
+        self.read(|db| read::entry(db, id, now))
+    }
+
+    fn entries(&self, filter: &EntryFilter, page: Page, now: Millis) -> Result<Vec<EntrySummary>> {
+        self.read(|db| read::entries(db, filter, page, now))
+    }
+
+    fn events(&self, filter: &EventFilter, page: Page) -> Result<Vec<Event>> {
+        self.read(|db| read::events(db, filter, page))
+    }
+
+    fn scan_events(
+        &self,
+        range: EventRange,
+        f: &mut dyn FnMut(Event) -> Result<bool>,
+    ) -> Result<()> {
+        self.read(|db| read::scan_events(db, range, f))
+    }
+
+    fn incidents(&self, page: Page, now: Millis) -> Result<Vec<Incident>> {
+        self.read(|db| read::incidents(db, page, now))
+    }
+
+    fn stats(&self, now: Millis, hours: u32) -> Result<Stats> {
+        self.read(|db| read::stats(db, now, hours))
+    }
+
+    fn head(&self) -> Result<Option<ChainHead>> {
+        self.read(read::head)
+    }
+
+    fn contains(&self, head: &ChainHead) -> Result<bool> {
+        self.read(|db| read::contains(db, head))
+    }
+
+    fn verify(&self, progress: Progress<'_>) -> Result<VerifyReport> {
+        let alg = self.chain_alg()?;
+        chain::check_alg(&self.hasher, &alg)?;
+        self.read(|db| {
+            chain::verify_events(
+                &self.hasher,
+                chain::ChainStart::Genesis,
+                read::all_events(db, 8192),
+                progress,
+            )
+        })
+    }
+}

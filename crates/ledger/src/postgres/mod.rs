@@ -1,0 +1,421 @@
+//! The PostgreSQL backend: one database shared by several idemgate instances.
+//!
+//! Each process runs the shared writer (`writer.rs`) on one connection. A batch is one transaction
+//! that first takes a transaction-scoped advisory lock ([`WRITE_LOCK`]): the writers of all
+//! instances take turns, so every claim reads its key's row and the chain head under the lock and
+//! exactly one claim wins (the `UNIQUE (route, scope, key)` constraint is the backstop), and the hash
+//! chain stays one chain. Commits are durable (`synchronous_commit` as the server has it, `on` by
+//! default); one commit carries the whole batch — group commit across the instance's requests.
+//!
+//! A lost connection (the server restarted, a network cut) fails the batch in flight — its writes
+//! are answered with an error, never acknowledged — and the next batch reconnects. Readers use a
+//! small pool of connections, checked before use.
+
+mod schema;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::{IsNull, ToSql, Type};
+use postgres::{Client, NoTls, Statement};
+
+use crate::db::{Db, Dialect, Row, Val};
+use crate::error::{LedgerError, Result};
+use crate::ledger::{self, Ledger, OpenOptions, ReadPool};
+use crate::writer::{WriteConn, Writer, MAX_BATCH};
+
+/// The advisory lock a write batch holds (any constant; "idemgate" in ASCII, truncated).
+#[allow(dead_code)] // spelled out in BEGIN_LOCKED; a test keeps them equal
+const WRITE_LOCK: i64 = 0x6964_656d_6761_7465;
+/// The advisory lock migrations hold.
+const MIGRATE_LOCK: i64 = 0x6964_656d_6d69_6772;
+const BEGIN_LOCKED: &str = "BEGIN; SELECT pg_advisory_xact_lock(7594306392213779557)";
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Ledger {
+    /// Opens (and if asked, creates) the ledger in the PostgreSQL database at `url`
+    /// (`postgres://user:password@host:port/database`), running pending migrations.
+    pub fn postgres(url: &str, opts: OpenOptions) -> Result<Arc<Ledger>> {
+        Ledger::postgres_with_batch(url, opts, MAX_BATCH)
+    }
+
+    /// [`Ledger::postgres`] with at most `max_batch` jobs per transaction.
+    pub fn postgres_with_batch(
+        url: &str,
+        opts: OpenOptions,
+        max_batch: usize,
+    ) -> Result<Arc<Ledger>> {
+        let location = redact(url);
+        let mut config: postgres::Config = url.parse().map_err(|e| {
+            LedgerError::Unsupported(format!("not a PostgreSQL URL ({location}): {e}"))
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("idemgate");
+        }
+        let mut conn = PgConn::connect(&config)?;
+        migrate(&mut conn.client, opts.create, &location)?;
+        let recorded = ledger::record_alg(&mut conn, &opts.hasher)?;
+        let refusal = ledger::write_refusal(&opts.hasher, &recorded);
+        let writer = Writer::spawn(
+            PgWriter {
+                config: config.clone(),
+                conn: Some(conn),
+                lost: Disconnected,
+            },
+            opts.hasher.clone(),
+            max_batch,
+            refusal,
+        )?;
+        let readers = Box::new(Readers {
+            config,
+            location,
+            pool: Mutex::new(Vec::new()),
+        });
+        Ok(Ledger::new(opts.hasher, readers, writer))
+    }
+}
+
+/// `url` without its password.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+    let shown = if user.len() < userinfo.len() {
+        format!("{user}:***")
+    } else {
+        user.to_owned()
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => kv.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{shown}@{host}{tail}")
+}
+
+fn migrate(client: &mut Client, create: bool, location: &str) -> Result<()> {
+    let supported = schema::current_version();
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
+    let exists: bool = tx
+        .query_one("SELECT to_regclass('idemgate_schema') IS NOT NULL", &[])?
+        .get(0);
+    let version: i64 = if exists {
+        tx.query_opt("SELECT version FROM idemgate_schema", &[])?
+            .map_or(0, |r| r.get(0))
+    } else {
+        if !create {
+            return Err(LedgerError::NotFound(location.to_owned()));
+        }
+        tx.batch_execute("CREATE TABLE idemgate_schema (version BIGINT NOT NULL)")?;
+        tx.execute("INSERT INTO idemgate_schema (version) VALUES (0)", &[])?;
+        0
+    };
+    if version > supported {
+        return Err(LedgerError::TooNew {
+            found: version,
+            supported,
+        });
+    }
+    for (i, m) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
+        tx.batch_execute(m)?;
+        tx.execute(
+            "UPDATE idemgate_schema SET version = $1",
+            &[&((i + 1) as i64)],
+        )?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// A connection and its prepared statements.
+struct PgConn {
+    client: Client,
+    statements: HashMap<String, Statement>,
+}
+
+impl PgConn {
+    fn connect(config: &postgres::Config) -> Result<PgConn> {
+        let client = config
+            .connect(NoTls)
+            .map_err(|e| LedgerError::Unavailable(format!("cannot connect to PostgreSQL: {e}")))?;
+        Ok(PgConn {
+            client,
+            statements: HashMap::new(),
+        })
+    }
+
+    /// The prepared form of `sql` (its `?N` placeholders rewritten to `$N`), prepared once.
+    fn statement(&mut self, sql: &str) -> Result<Statement> {
+        if let Some(s) = self.statements.get(sql) {
+            return Ok(s.clone());
+        }
+        if self.statements.len() >= 512 {
+            self.statements.clear();
+        }
+        let stmt = self.client.prepare(&placeholders(sql))?;
+        self.statements.insert(sql.to_owned(), stmt.clone());
+        Ok(stmt)
+    }
+}
+
+/// Rewrites SQLite's `?N` placeholders to PostgreSQL's `$N`.
+fn placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '?' && chars.peek().is_some_and(char::is_ascii_digit) {
+            out.push('$');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+impl ToSql for Val<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match *self {
+            Val::Null => Ok(IsNull::Yes),
+            Val::Int(i) if *ty == Type::INT4 => i32::try_from(i)?.to_sql(ty, out),
+            Val::Int(i) => i.to_sql(ty, out),
+            Val::Text(s) => s.to_sql(ty, out),
+            Val::Blob(b) => b.to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+impl Row for postgres::Row {
+    fn opt_int(&self, i: usize) -> Result<Option<i64>> {
+        Ok(self.try_get(i)?)
+    }
+
+    fn opt_text(&self, i: usize) -> Result<Option<String>> {
+        Ok(self.try_get(i)?)
+    }
+
+    fn opt_blob(&self, i: usize) -> Result<Option<Vec<u8>>> {
+        Ok(self.try_get(i)?)
+    }
+}
+
+impl Db for PgConn {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    fn exec(&mut self, sql: &str, params: &[Val<'_>]) -> Result<u64> {
+        let stmt = self.statement(sql)?;
+        let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
+        Ok(self.client.execute(&stmt, &params)?)
+    }
+
+    fn batch(&mut self, sql: &str) -> Result<()> {
+        Ok(self.client.batch_execute(sql)?)
+    }
+
+    fn each(
+        &mut self,
+        sql: &str,
+        params: &[Val<'_>],
+        f: &mut dyn FnMut(&dyn Row) -> Result<bool>,
+    ) -> Result<()> {
+        let stmt = self.statement(sql)?;
+        let mut rows = self.client.query_raw(&stmt, params.iter())?;
+        while let Some(r) = rows.next()? {
+            if !f(&r)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The writer's connection; `None` after it was lost, until the next batch reconnects.
+struct PgWriter {
+    config: postgres::Config,
+    conn: Option<PgConn>,
+    lost: Disconnected,
+}
+
+impl WriteConn for PgWriter {
+    fn begin(&mut self) -> Result<()> {
+        if let Some(c) = &mut self.conn {
+            match c.client.batch_execute(BEGIN_LOCKED) {
+                Ok(()) => return Ok(()),
+                // A live connection refused: report it. A dead one: reconnect below.
+                Err(e) if !c.client.is_closed() => {
+                    let _ = c.client.batch_execute("ROLLBACK");
+                    return Err(e.into());
+                }
+                Err(e) => tracing::warn!(error = %e, "ledger connection lost; reconnecting"),
+            }
+        }
+        self.conn = None;
+        let mut c = PgConn::connect(&self.config)?;
+        c.client.batch_execute(BEGIN_LOCKED)?;
+        tracing::info!("ledger writer reconnected to PostgreSQL");
+        self.conn = Some(c);
+        Ok(())
+    }
+
+    fn db(&mut self) -> &mut dyn Db {
+        match &mut self.conn {
+            Some(c) => c,
+            None => &mut self.lost,
+        }
+    }
+}
+
+/// Stands in for a lost connection: every statement fails.
+struct Disconnected;
+
+impl Db for Disconnected {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    fn exec(&mut self, _: &str, _: &[Val<'_>]) -> Result<u64> {
+        Err(LedgerError::Unavailable(
+            "no connection to PostgreSQL".into(),
+        ))
+    }
+
+    fn batch(&mut self, _: &str) -> Result<()> {
+        Err(LedgerError::Unavailable(
+            "no connection to PostgreSQL".into(),
+        ))
+    }
+
+    fn each(
+        &mut self,
+        _: &str,
+        _: &[Val<'_>],
+        _: &mut dyn FnMut(&dyn Row) -> Result<bool>,
+    ) -> Result<()> {
+        Err(LedgerError::Unavailable(
+            "no connection to PostgreSQL".into(),
+        ))
+    }
+}
+
+struct Readers {
+    config: postgres::Config,
+    location: String,
+    pool: Mutex<Vec<PgConn>>,
+}
+
+impl std::fmt::Debug for Readers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Readers")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReadPool for Readers {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn with(&self, f: &mut dyn FnMut(&mut dyn Db)) -> Result<()> {
+        let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
+        // A pooled connection may have died with a server restart: check it (one round trip).
+        let mut conn = match pooled {
+            Some(mut c) => match c.client.is_valid(CONNECT_TIMEOUT) {
+                Ok(()) => c,
+                Err(_) => PgConn::connect(&self.config)?,
+            },
+            None => PgConn::connect(&self.config)?,
+        };
+        f(&mut conn);
+        if !conn.client.is_closed() {
+            if let Ok(mut p) = self.pool.lock() {
+                if p.len() < 8 {
+                    p.push(conn);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn clear(&self) {
+        let conns = self
+            .pool
+            .lock()
+            .map(|mut p| std::mem::take(&mut *p))
+            .unwrap_or_default();
+        // A client owns a small runtime, which must not be dropped inside an async context; the
+        // ledger may be dropped in one.
+        if !conns.is_empty() {
+            let _ = std::thread::spawn(move || drop(conns)).join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_batch_takes_the_write_lock() {
+        assert!(BEGIN_LOCKED.ends_with(&format!("pg_advisory_xact_lock({WRITE_LOCK})")));
+    }
+
+    #[test]
+    fn placeholders_are_rewritten() {
+        assert_eq!(
+            placeholders("SELECT a FROM t WHERE b = ?1 AND c LIKE ?12 ESCAPE '\\' AND d = '?'"),
+            "SELECT a FROM t WHERE b = $1 AND c LIKE $12 ESCAPE '\\' AND d = '?'"
+        );
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("postgres://idem:s3cret@db.example:5432/ledger"),
+            "postgres://idem:***@db.example:5432/ledger"
+        );
+        assert_eq!(
+            redact("postgresql://idem@127.0.0.1/ledger?password=s3cret&sslmode=disable"),
+            "postgresql://idem@127.0.0.1/ledger?password=***&sslmode=disable"
+        );
+        assert_eq!(redact("postgres://127.0.0.1/l"), "postgres://127.0.0.1/l");
+    }
+}

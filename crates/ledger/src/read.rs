@@ -1,0 +1,508 @@
+//! Queries. Every list is keyset-paged on an indexed column (entries by `id`, events by `seq`,
+//! newest first); no query counts a whole table.
+
+use crate::db::{vals, Db, Row, Val};
+use crate::error::{LedgerError, Result};
+use crate::model::*;
+use crate::store::EventRange;
+
+const ENTRY_COLS: &str =
+    "id, route, scope, key, state, fingerprint, attempts, replays, created_at, \
+    updated_at, expires_at, effect, lease_expires_at, outcome_unknown, last_error, collisions, \
+    duplicate_of, resp_status";
+
+fn summary_row(now: Millis) -> impl Fn(&dyn Row) -> Result<EntrySummary> {
+    move |r| {
+        let state = State::parse(&r.text(4)?).unwrap_or(State::Pending);
+        let lease_expires_at = r.opt_int(12)?;
+        let outcome_unknown = r.flag(13)?;
+        Ok(EntrySummary {
+            id: r.int(0)?,
+            route: r.text(1)?,
+            scope: r.text(2)?,
+            key: r.text(3)?,
+            state,
+            stuck: state == State::Pending
+                && (outcome_unknown || lease_expires_at.is_some_and(|l| l <= now)),
+            fingerprint: r.text(5)?,
+            attempts: r.int(6)?,
+            replays: r.int(7)?,
+            created_at: r.int(8)?,
+            updated_at: r.int(9)?,
+            expires_at: r.opt_int(10)?,
+            effect: Effect::parse(&r.text(11)?).unwrap_or_default(),
+            lease_expires_at,
+            outcome_unknown,
+            last_error: r.opt_text(14)?,
+            collisions: r.int(15)?,
+            duplicate_of: r.opt_int(16)?,
+            response_status: r.opt_int(17)?.map(status),
+        })
+    }
+}
+
+fn status(s: i64) -> u16 {
+    u16::try_from(s).unwrap_or(0)
+}
+
+fn headers_from(json: Option<String>) -> Result<Vec<(String, String)>> {
+    match json {
+        None => Ok(Vec::new()),
+        Some(s) => serde_json::from_str(&s)
+            .map_err(|e| LedgerError::Corrupt(format!("stored headers are not JSON: {e}"))),
+    }
+}
+
+/// Maps `(status, headers, body)` starting at column `first` to an optional response.
+pub(crate) fn response_cols(r: &dyn Row, first: usize) -> Result<Option<ResponseRecord>> {
+    let Some(s) = r.opt_int(first)? else {
+        return Ok(None);
+    };
+    Ok(Some(ResponseRecord {
+        status: status(s),
+        headers: headers_from(r.opt_text(first + 1)?)?,
+        body: r.opt_blob(first + 2)?.unwrap_or_default(),
+    }))
+}
+
+pub(crate) fn entry_summary(db: &mut dyn Db, id: i64, now: Millis) -> Result<EntrySummary> {
+    db.opt(
+        &format!("SELECT {ENTRY_COLS} FROM entries WHERE id = ?1"),
+        vals![id],
+        summary_row(now),
+    )?
+    .ok_or(LedgerError::EntryNotFound(id))
+}
+
+pub(crate) fn entry(db: &mut dyn Db, id: i64, now: Millis) -> Result<EntryDetail> {
+    let summary = entry_summary(db, id, now)?;
+    let detail = db.one(
+        "SELECT lease_owner, req_method, req_path, req_headers, req_body, resp_status, resp_headers, \
+         resp_body, last_replay_at, completed_at, resolved_by, resolution_reason, external_ref \
+         FROM entries WHERE id = ?1",
+        vals![id],
+        |r| {
+            let request = match r.opt_text(1)? {
+                Some(method) => Some(RequestRecord {
+                    method,
+                    path: r.opt_text(2)?.unwrap_or_default(),
+                    headers: headers_from(r.opt_text(3)?)?,
+                    body: r.opt_blob(4)?.unwrap_or_default(),
+                }),
+                None => None,
+            };
+            Ok(EntryDetail {
+                summary: summary.clone(),
+                lease_owner: r.opt_text(0)?,
+                request,
+                response: response_cols(r, 5)?,
+                last_replay_at: r.opt_int(8)?,
+                completed_at: r.opt_int(9)?,
+                resolved_by: r.opt_text(10)?,
+                resolution_reason: r.opt_text(11)?,
+                external_ref: r.opt_text(12)?,
+                collision_requests: Vec::new(),
+            })
+        },
+    )?;
+    let collisions = db.all(
+        "SELECT id, entry_id, at, fingerprint, req_method, req_path, req_headers, req_body \
+         FROM collisions WHERE entry_id = ?1 ORDER BY id DESC LIMIT 100",
+        vals![id],
+        |r| {
+            Ok(CollisionRecord {
+                id: r.int(0)?,
+                entry_id: r.int(1)?,
+                at: r.int(2)?,
+                fingerprint: r.text(3)?,
+                request: RequestRecord {
+                    method: r.text(4)?,
+                    path: r.text(5)?,
+                    headers: headers_from(r.opt_text(6)?)?,
+                    body: r.opt_blob(7)?.unwrap_or_default(),
+                },
+            })
+        },
+    )?;
+    Ok(EntryDetail {
+        collision_requests: collisions,
+        ..detail
+    })
+}
+
+/// A WHERE clause under construction, with its parameters.
+#[derive(Default)]
+struct Where {
+    sql: String,
+    params: Vec<Param>,
+}
+
+/// An owned parameter of a [`Where`].
+enum Param {
+    Int(i64),
+    Text(String),
+}
+
+impl From<i64> for Param {
+    fn from(v: i64) -> Self {
+        Param::Int(v)
+    }
+}
+
+impl From<String> for Param {
+    fn from(v: String) -> Self {
+        Param::Text(v)
+    }
+}
+
+impl From<&str> for Param {
+    fn from(v: &str) -> Self {
+        Param::Text(v.to_owned())
+    }
+}
+
+impl Where {
+    fn and(&mut self, cond: &str) {
+        self.sql.push_str(if self.sql.is_empty() {
+            " WHERE "
+        } else {
+            " AND "
+        });
+        self.sql.push_str(cond);
+    }
+
+    /// Adds a condition with one parameter; `?` in `cond` is replaced by its number.
+    fn and_p(&mut self, cond: &str, p: impl Into<Param>) {
+        self.params.push(p.into());
+        let n = self.params.len();
+        self.and(&cond.replace('?', &format!("?{n}")));
+    }
+
+    fn params(&self) -> Vec<Val<'_>> {
+        self.params
+            .iter()
+            .map(|p| match p {
+                Param::Int(i) => Val::Int(*i),
+                Param::Text(s) => Val::Text(s),
+            })
+            .collect()
+    }
+}
+
+pub(crate) fn entries(
+    db: &mut dyn Db,
+    f: &EntryFilter,
+    page: Page,
+    now: Millis,
+) -> Result<Vec<EntrySummary>> {
+    let mut w = Where::default();
+    if let Some(s) = f.state {
+        w.and_p("state = ?", s.as_str());
+    }
+    if f.stuck {
+        w.and_p(
+            "state = 'pending' AND (outcome_unknown = 1 OR lease_expires_at <= ?)",
+            now,
+        );
+    }
+    if f.collisions {
+        w.and("collisions > 0");
+    }
+    if f.expired {
+        w.and_p("expires_at <= ? AND state <> 'pending'", now);
+    }
+    if let Some(within) = f.expiring_within {
+        w.and_p("expires_at > ?", now);
+        w.and_p(
+            "expires_at <= ? AND state <> 'pending'",
+            now.saturating_add(within),
+        );
+    }
+    if f.duplicates {
+        w.and(
+            "(duplicate_of IS NOT NULL OR id IN (SELECT duplicate_of FROM entries \
+             WHERE duplicate_of IS NOT NULL))",
+        );
+    }
+    if let Some(r) = &f.route {
+        w.and_p("route = ?", r.clone());
+    }
+    if let Some(s) = &f.scope {
+        w.and_p("scope = ?", s.clone());
+    }
+    if let Some(k) = &f.key {
+        w.and_p("key = ?", k.clone());
+    }
+    if let Some(b) = page.before {
+        w.and_p("id < ?", b);
+    }
+    let sql = format!(
+        "SELECT {ENTRY_COLS} FROM entries{} ORDER BY id DESC LIMIT {}",
+        w.sql,
+        page.limit.clamp(1, 100_000)
+    );
+    db.all(&sql, &w.params(), summary_row(now))
+}
+
+pub(crate) const EVENT_COLS: &str =
+    "seq, at, kind, entry_id, route, scope, key, operator, reason, detail, payload_digest, prev_hash, hash";
+
+pub(crate) fn event_row(r: &dyn Row) -> Result<Event> {
+    Ok(Event {
+        seq: r.int(0)?,
+        at: r.int(1)?,
+        kind: r.text(2)?,
+        entry_id: r.opt_int(3)?,
+        route: r.text(4)?,
+        scope: r.text(5)?,
+        key: r.text(6)?,
+        operator: r.opt_text(7)?,
+        reason: r.opt_text(8)?,
+        detail: r.text(9)?,
+        payload_digest: r.opt_text(10)?,
+        prev_hash: r.text(11)?,
+        hash: r.text(12)?,
+    })
+}
+
+pub(crate) fn events(db: &mut dyn Db, f: &EventFilter, page: Page) -> Result<Vec<Event>> {
+    let mut w = Where::default();
+    if let Some(e) = f.entry_id {
+        w.and_p("entry_id = ?", e);
+    }
+    if let Some(r) = &f.route {
+        w.and_p("route = ?", r.clone());
+    }
+    if let Some(s) = &f.scope {
+        w.and_p("scope = ?", s.clone());
+    }
+    if let Some(k) = &f.key {
+        w.and_p("key = ?", k.clone());
+    }
+    if let Some(k) = &f.kind {
+        w.and_p("kind = ?", k.clone());
+    }
+    if let Some(o) = &f.operator {
+        w.and_p("operator = ?", o.clone());
+    }
+    if let Some(s) = f.since {
+        w.and_p("at >= ?", s);
+    }
+    if let Some(u) = f.until {
+        w.and_p("at < ?", u);
+    }
+    if let Some(q) = f.search.as_ref().filter(|q| !q.is_empty()) {
+        let like = format!(
+            "%{}%",
+            q.replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_")
+        );
+        w.params.push(Param::Text(like));
+        let n = w.params.len();
+        let like = db.dialect().ilike();
+        w.and(&format!(
+            "(key {like} ?{n} ESCAPE '\\' OR route {like} ?{n} ESCAPE '\\' OR scope {like} ?{n} ESCAPE '\\' \
+             OR reason {like} ?{n} ESCAPE '\\' OR detail {like} ?{n} ESCAPE '\\' OR operator {like} ?{n} ESCAPE '\\')"
+        ));
+    }
+    if let Some(b) = page.before {
+        w.and_p("seq < ?", b);
+    }
+    let sql = format!(
+        "SELECT {EVENT_COLS} FROM events{} ORDER BY seq DESC LIMIT {}",
+        w.sql,
+        page.limit.clamp(1, 100_000)
+    );
+    db.all(&sql, &w.params(), event_row)
+}
+
+/// The contiguous run of sequence numbers covering `range` (first event at or after `since`, last
+/// event before `until`), so an exported range is one unbroken piece of the chain.
+pub(crate) fn seq_bounds(db: &mut dyn Db, range: EventRange) -> Result<Option<(i64, i64)>> {
+    let lo = match range.since {
+        Some(s) => db.one(
+            "SELECT MIN(seq) FROM events WHERE at >= ?1",
+            vals![s],
+            |r| r.opt_int(0),
+        )?,
+        None => db.one("SELECT MIN(seq) FROM events", &[], |r| r.opt_int(0))?,
+    };
+    let hi = match range.until {
+        Some(u) => db.one("SELECT MAX(seq) FROM events WHERE at < ?1", vals![u], |r| {
+            r.opt_int(0)
+        })?,
+        None => db.one("SELECT MAX(seq) FROM events", &[], |r| r.opt_int(0))?,
+    };
+    Ok(match (lo, hi) {
+        (Some(lo), Some(hi)) if lo <= hi => Some((lo, hi)),
+        _ => None,
+    })
+}
+
+pub(crate) fn scan_events(
+    db: &mut dyn Db,
+    range: EventRange,
+    f: &mut dyn FnMut(Event) -> Result<bool>,
+) -> Result<()> {
+    let Some((lo, hi)) = seq_bounds(db, range)? else {
+        return Ok(());
+    };
+    db.each(
+        &format!("SELECT {EVENT_COLS} FROM events WHERE seq BETWEEN ?1 AND ?2 ORDER BY seq"),
+        vals![lo, hi],
+        &mut |r| f(event_row(r)?),
+    )
+}
+
+/// The whole log in sequence order, read in pages of `page` events (one short statement each, so
+/// no read holds a snapshot open for the whole walk).
+pub(crate) fn all_events(db: &mut dyn Db, page: i64) -> impl Iterator<Item = Result<Event>> + '_ {
+    let mut buf = std::collections::VecDeque::new();
+    let mut after = 0i64;
+    let mut done = false;
+    std::iter::from_fn(move || {
+        if buf.is_empty() && !done {
+            let sql =
+                format!("SELECT {EVENT_COLS} FROM events WHERE seq > ?1 ORDER BY seq LIMIT {page}");
+            match db.all(&sql, vals![after], event_row) {
+                Ok(rows) => {
+                    done = (rows.len() as i64) < page;
+                    if let Some(last) = rows.last() {
+                        after = last.seq;
+                    }
+                    buf.extend(rows.into_iter().map(Ok));
+                }
+                Err(e) => {
+                    done = true;
+                    buf.push_back(Err(e));
+                }
+            }
+        }
+        buf.pop_front()
+    })
+}
+
+pub(crate) fn incidents(db: &mut dyn Db, page: Page, now: Millis) -> Result<Vec<Incident>> {
+    // Each incident is keyed by its most recent suspect entry id, for keyset paging.
+    let mut w = Where::default();
+    w.and("duplicate_of IS NOT NULL");
+    if let Some(b) = page.before {
+        w.and_p("id < ?", b);
+    }
+    let sql = format!(
+        "SELECT route, scope, fingerprint, MAX(id) AS last FROM entries{} \
+         GROUP BY route, scope, fingerprint ORDER BY last DESC LIMIT {}",
+        w.sql,
+        page.limit.clamp(1, 1000)
+    );
+    let groups = db.all(&sql, &w.params(), |r| {
+        Ok((r.text(0)?, r.text(1)?, r.text(2)?))
+    })?;
+    let mut out = Vec::with_capacity(groups.len());
+    for (route, scope, fingerprint) in groups {
+        let entries = db.all(
+            &format!(
+                "SELECT {ENTRY_COLS} FROM entries WHERE route = ?1 AND scope = ?2 AND fingerprint = ?3 \
+                 AND state = 'completed' ORDER BY id LIMIT 100"
+            ),
+            vals![&route, &scope, &fingerprint],
+            summary_row(now),
+        )?;
+        out.push(Incident {
+            route,
+            scope,
+            fingerprint,
+            entries,
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) fn stats(db: &mut dyn Db, now: Millis, hours: u32) -> Result<Stats> {
+    let entries_by_state = db.all(
+        "SELECT state, n FROM entry_counts ORDER BY state",
+        &[],
+        |r| {
+            Ok((
+                State::parse(&r.text(0)?).unwrap_or(State::Pending),
+                r.int(1)?,
+            ))
+        },
+    )?;
+    let mut count = |sql: &str, p: &[Val<'_>]| db.one(sql, p, |r| r.int(0));
+    let stuck = count(
+        "SELECT COUNT(*) FROM entries WHERE state = 'pending' AND (outcome_unknown = 1 OR lease_expires_at <= ?1)",
+        vals![now],
+    )?;
+    let collisions = count("SELECT COUNT(*) FROM entries WHERE collisions > 0", &[])?;
+    let expired = count(
+        "SELECT COUNT(*) FROM entries WHERE expires_at <= ?1 AND state <> 'pending'",
+        vals![now],
+    )?;
+    let duplicate_suspects = count(
+        "SELECT COUNT(*) FROM entries WHERE duplicate_of IS NOT NULL",
+        &[],
+    )?;
+    let events_by_kind = db.all(
+        "SELECT kind, CAST(SUM(n) AS BIGINT) FROM event_counts GROUP BY kind ORDER BY kind",
+        &[],
+        |r| Ok((r.text(0)?, r.int(1)?)),
+    )?;
+    let from = now - now.rem_euclid(3_600_000) - i64::from(hours) * 3_600_000;
+    let series = db.all(
+        "SELECT hour, kind, n FROM event_counts WHERE hour >= ?1 ORDER BY hour, kind",
+        vals![from],
+        |r| {
+            Ok(SeriesPoint {
+                hour: r.int(0)?,
+                kind: r.text(1)?,
+                count: r.int(2)?,
+            })
+        },
+    )?;
+    let head = head(db)?;
+    Ok(Stats {
+        entries_by_state,
+        stuck,
+        collisions,
+        expired,
+        duplicate_suspects,
+        events_by_kind,
+        head,
+        series,
+    })
+}
+
+/// The newest event's sequence number and hash, if the log is not empty.
+pub(crate) fn head(db: &mut dyn Db) -> Result<Option<ChainHead>> {
+    db.opt(
+        "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1",
+        &[],
+        |r| {
+            Ok(ChainHead {
+                seq: r.int(0)?,
+                hash: r.text(1)?,
+            })
+        },
+    )
+}
+
+/// Whether the log holds event `head.seq` with exactly `head.hash`.
+pub(crate) fn contains(db: &mut dyn Db, head: &ChainHead) -> Result<bool> {
+    let found = db.opt(
+        "SELECT hash FROM events WHERE seq = ?1",
+        vals![head.seq],
+        |r| r.text(0),
+    )?;
+    Ok(found.as_deref() == Some(head.hash.as_str()))
+}
+
+/// The chain algorithm recorded in the ledger.
+pub(crate) fn chain_alg(db: &mut dyn Db) -> Result<Option<String>> {
+    db.opt(
+        "SELECT value FROM meta WHERE name = 'chain_alg'",
+        &[],
+        |r| r.text(0),
+    )
+}

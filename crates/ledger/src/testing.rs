@@ -1,0 +1,74 @@
+//! For tests only (of this crate and of the workspace): fresh PostgreSQL databases on the test
+//! cluster `tests/pg/cluster.sh` starts.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The variable naming the test cluster (`postgres://…/postgres`), or `skip`.
+pub const TEST_PG: &str = "IDEMGATE_TEST_PG";
+
+/// The test cluster's URL, or `None` when `IDEMGATE_TEST_PG=skip`.
+///
+/// # Panics
+/// When `IDEMGATE_TEST_PG` is unset: a PostgreSQL test must not pass by not running.
+pub fn test_cluster() -> Option<String> {
+    match std::env::var(TEST_PG) {
+        Ok(v) if v == "skip" => None,
+        Ok(v) if !v.is_empty() => Some(v),
+        _ => panic!(
+            "{TEST_PG} is not set: start a test cluster with `bash tests/pg/cluster.sh start` and \
+             export {TEST_PG}=<the URL it prints> (or {TEST_PG}=skip to skip the PostgreSQL tests)"
+        ),
+    }
+}
+
+/// A new, empty database on the test cluster; its URL. `None` when PostgreSQL tests are skipped.
+pub fn fresh_postgres(tag: &str) -> Option<String> {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let admin = test_cluster()?;
+    let tag: String = tag
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(30)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    let name = format!(
+        "idemgate_{tag}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut c = postgres::Client::connect(&admin, postgres::NoTls)
+        .unwrap_or_else(|e| panic!("cannot connect to the test cluster {admin}: {e}"));
+    c.batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+    Some(with_database(&admin, &name))
+}
+
+/// `url` naming database `db` instead.
+pub fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let (scheme, rest) = base.split_once("://").unwrap_or(("postgres", base));
+    let host = rest.split_once('/').map_or(rest, |(h, _)| h);
+    match query {
+        Some(q) => format!("{scheme}://{host}/{db}?{q}"),
+        None => format!("{scheme}://{host}/{db}"),
+    }
+}
+
+/// Runs `sql` on the database at `url` on a connection of its own (to tamper, or to inspect).
+pub fn postgres_exec(url: &str, sql: &str) -> Result<(), String> {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).map_err(|e| e.to_string())?;
+    c.batch_execute(sql).map_err(|e| {
+        e.as_db_error()
+            .map_or(e.to_string(), |d| d.message().to_owned())
+    })
+}
+
+/// The first column of the first row of `sql` as an integer.
+pub fn postgres_i64(url: &str, sql: &str) -> Result<i64, String> {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).map_err(|e| e.to_string())?;
+    let row = c.query_one(sql, &[]).map_err(|e| e.to_string())?;
+    row.try_get::<_, i64>(0).map_err(|e| e.to_string())
+}
