@@ -1,0 +1,379 @@
+//! Two `idemgate serve` processes on one PostgreSQL ledger (the test cluster of
+//! `tests/pg/cluster.sh`, named by IDEMGATE_TEST_PG; each test gets a fresh database), in front of
+//! one counting upstream:
+//!
+//! - 32 concurrent requests with one key, split across both → one upstream effect;
+//! - 100 keys sent by several clients to both → one effect each;
+//! - one instance SIGKILLed mid-flight → the other reports the entry stuck after its lease and never
+//!   re-executes it;
+//! - the PostgreSQL server restarted during load → no acknowledged entry is lost, none ran twice;
+//! - `idemgate verify` passes on the shared ledger after each.
+//!
+//! The tests restart the cluster, so they run one at a time (a lock), not beside each other.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use idemgate_ledger::testing::fresh_postgres;
+use idemgate_ledger::{EntryFilter, EventFilter, OpenOptions, Page, State, Storage};
+use idemgate_tests::upstream::Upstream;
+use idemgate_tests::*;
+
+const CONFIG: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "off"
+ledger = "{ledger}"
+
+[defaults]
+lease = "3s"
+ttl = "1h"
+
+[[routes]]
+name = "charges"
+method = "POST"
+path = "/v1/charges"
+upstream = "{upstream}"
+effect = "write"
+scope.header = "X-Agent-Id"
+forward_key = true
+timeout = "2500ms"
+"#;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Two instances on one fresh database; `None` when IDEMGATE_TEST_PG=skip.
+struct Pair {
+    _dir_a: tempfile::TempDir,
+    _dir_b: tempfile::TempDir,
+    url: String,
+    up: Upstream,
+    a: Proxy,
+    b: Proxy,
+}
+
+fn pair(tag: &str) -> Option<Pair> {
+    let url = fresh_postgres(tag)?;
+    let up = Upstream::start();
+    let toml = config(CONFIG, &up.url(), Path::new(&url));
+    let (dir_a, dir_b) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let a = Proxy::start(dir_a.path(), &toml, Path::new(&url));
+    let b = Proxy::start(dir_b.path(), &toml, Path::new(&url));
+    Some(Pair {
+        _dir_a: dir_a,
+        _dir_b: dir_b,
+        url,
+        up,
+        a,
+        b,
+    })
+}
+
+macro_rules! pair {
+    ($tag:expr) => {
+        match pair($tag) {
+            Some(p) => p,
+            None => {
+                eprintln!("skipped: IDEMGATE_TEST_PG=skip");
+                return;
+            }
+        }
+    };
+}
+
+fn charge(addr: std::net::SocketAddr, key: &str, extra: &[(&str, &str)]) -> Option<Resp> {
+    let mut headers = vec![
+        ("Idempotency-Key", key),
+        ("X-Agent-Id", "agent-1"),
+        ("Content-Type", "application/json"),
+    ];
+    headers.extend_from_slice(extra);
+    try_request(
+        addr,
+        "POST",
+        "/v1/charges",
+        &headers,
+        format!(r#"{{"amount":100,"key":"{key}"}}"#).as_bytes(),
+    )
+}
+
+fn ledger(url: &str) -> Arc<dyn Storage> {
+    idemgate_ledger::open(
+        url,
+        OpenOptions {
+            create: false,
+            hasher: idemgate_ledger::ChainHasher::unkeyed(),
+        },
+    )
+    .expect("open the shared ledger")
+}
+
+fn verify_passes(url: &str) {
+    let out = idemgate(&["verify", "--ledger", url]);
+    assert!(
+        out.status.success(),
+        "idemgate verify failed on the shared ledger:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn one_key_sent_32_times_at_once_to_two_instances_runs_once() {
+    let _g = serial();
+    let p = pair!("onekey");
+    let addrs = [p.a.addr, p.b.addr];
+    let answers: Vec<Option<Resp>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..32)
+            .map(|i| {
+                let addr = addrs[i % 2];
+                // The upstream holds the first execution 300 ms, so the others arrive mid-flight.
+                s.spawn(move || charge(addr, "order-1", &[("X-Fault", "delay:300")]))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("client")).collect()
+    });
+    assert_eq!(p.up.counts.effects("order-1"), 1, "one key, one effect");
+    let ok: Vec<&Resp> = answers
+        .iter()
+        .flatten()
+        .filter(|r| r.status == 201)
+        .collect();
+    assert!(!ok.is_empty(), "someone got the answer");
+    for r in answers.iter().flatten() {
+        assert!(
+            r.status == 201 || (r.status == 409 && r.code() == "in-flight"),
+            "{} {}",
+            r.status,
+            r.text()
+        );
+    }
+    // Afterwards both instances replay the one recorded answer.
+    for addr in addrs {
+        let r = charge(addr, "order-1", &[]).expect("replay");
+        assert_eq!(r.status, 201);
+        assert_eq!(r.body, ok[0].body);
+    }
+    assert_eq!(p.up.counts.effects("order-1"), 1);
+    verify_passes(&p.url);
+}
+
+#[test]
+fn a_hundred_keys_from_several_clients_to_both_instances_run_once_each() {
+    let _g = serial();
+    let p = pair!("hundred");
+    let addrs = [p.a.addr, p.b.addr];
+    std::thread::scope(|s| {
+        for c in 0..6usize {
+            s.spawn(move || {
+                for i in 0..100usize {
+                    // Each client walks the keys in its own order, alternating instances.
+                    let k = (i * 7 + c * 13) % 100;
+                    let r = charge(addrs[(i + c) % 2], &format!("k{k}"), &[]).expect("answer");
+                    assert!(
+                        r.status == 201 || r.status == 409,
+                        "{} {}",
+                        r.status,
+                        r.text()
+                    );
+                }
+            });
+        }
+    });
+    for k in 0..100 {
+        assert_eq!(p.up.counts.effects(&format!("k{k}")), 1, "key k{k}");
+    }
+    assert_eq!(p.up.counts.total(), 100);
+    let l = ledger(&p.url);
+    let completed = l
+        .entries(
+            &EntryFilter {
+                state: Some(State::Completed),
+                ..Default::default()
+            },
+            Page {
+                limit: 1000,
+                before: None,
+            },
+            idemgate_ledger::now_millis(),
+        )
+        .expect("entries");
+    assert_eq!(completed.len(), 100);
+    verify_passes(&p.url);
+}
+
+#[test]
+fn an_instance_killed_mid_flight_leaves_a_stuck_entry_the_other_never_reruns() {
+    let _g = serial();
+    let mut p = pair!("killed");
+    let a = p.a.addr;
+    // A forwards; the upstream performs the effect and holds the answer 5 s; A dies meanwhile.
+    let pending = std::thread::spawn(move || charge(a, "order-9", &[("X-Fault", "delay:5000")]));
+    eventually(10, "the upstream to perform the effect", || {
+        (p.up.counts.effects("order-9") == 1).then_some(())
+    });
+    p.a.kill();
+    assert!(
+        pending.join().expect("client").is_none(),
+        "a killed proxy answers nothing"
+    );
+    // B, within A's lease: in flight. After it: stuck (outcome unknown), for an operator.
+    let r = charge(p.b.addr, "order-9", &[]).expect("answer");
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "in-flight"),
+        "{}",
+        r.text()
+    );
+    let r = eventually(10, "the entry to turn stuck", || {
+        let r = charge(p.b.addr, "order-9", &[]).expect("answer");
+        (r.code() == "outcome-unknown").then_some(r)
+    });
+    assert_eq!(r.status, 409);
+    assert_eq!(p.up.counts.effects("order-9"), 1, "never re-executed");
+    // B's sweeper logs the lease expiry of A's claim, once.
+    let l = ledger(&p.url);
+    let expired = eventually(10, "the sweeper to log the expired lease", || {
+        let evs = l
+            .events(
+                &EventFilter {
+                    kind: Some("lease_expired".into()),
+                    ..Default::default()
+                },
+                Page::default(),
+            )
+            .expect("events");
+        (!evs.is_empty()).then_some(evs)
+    });
+    assert_eq!(expired.len(), 1);
+    assert_eq!(expired[0].key, "order-9");
+    let entry = l
+        .entries(
+            &EntryFilter {
+                stuck: true,
+                ..Default::default()
+            },
+            Page::default(),
+            idemgate_ledger::now_millis(),
+        )
+        .expect("stuck entries");
+    assert_eq!(entry.len(), 1);
+    assert_eq!(entry[0].key, "order-9");
+    assert_eq!(p.up.counts.effects("order-9"), 1);
+    verify_passes(&p.url);
+}
+
+#[test]
+fn restarting_postgres_under_load_loses_nothing_acknowledged() {
+    let _g = serial();
+    let p = pair!("restart");
+    let addrs = [p.a.addr, p.b.addr];
+    let stop = AtomicBool::new(false);
+    // key → the acknowledged answer's body.
+    let acked: Mutex<HashMap<String, Vec<u8>>> = Mutex::new(HashMap::new());
+    let unavailable = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for c in 0..8usize {
+            let (stop, acked, unavailable) = (&stop, &acked, &unavailable);
+            s.spawn(move || {
+                let mut n = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = format!("c{c}-{n}");
+                    n += 1;
+                    // An agent: retries its key (on either instance) until it gets an answer.
+                    let deadline = Instant::now() + Duration::from_secs(20);
+                    let mut i = c;
+                    while Instant::now() < deadline {
+                        i += 1;
+                        match charge(addrs[i % 2], &key, &[]) {
+                            Some(r) if r.status == 201 => {
+                                acked.lock().expect("acked").insert(key.clone(), r.body);
+                                break;
+                            }
+                            Some(r) if r.code() == "outcome-unknown" => break,
+                            Some(r) if r.status == 503 => {
+                                unavailable.fetch_add(1, Ordering::Relaxed);
+                            }
+                            _ => {}
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        let out = std::process::Command::new("bash")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/pg/cluster.sh"))
+            .arg("restart")
+            .output()
+            .expect("cluster.sh restart");
+        assert!(
+            out.status.success(),
+            "restart failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(2500));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let acked = acked.into_inner().expect("acked");
+    let before = acked.len();
+    assert!(
+        before > 50,
+        "too little load to mean anything: {before} acknowledged"
+    );
+    // Nothing ran twice.
+    for (k, n) in p.up.counts.keys_with_effects() {
+        assert!(n <= 1, "key {k} executed {n} times");
+    }
+    // Every acknowledged answer is in the ledger: replayed byte for byte, by both instances.
+    for (k, body) in &acked {
+        for addr in addrs {
+            let r = charge(addr, k, &[]).expect("replay");
+            assert_eq!(r.status, 201, "{k}: {}", r.text());
+            assert_eq!(&r.body, body, "{k}");
+        }
+    }
+    // Every effect the client never saw acknowledged is in the ledger too: completed, or pending
+    // (stuck, for an operator) — never released, which would let it run again.
+    let l = ledger(&p.url);
+    let mut unacked = 0;
+    for k in p.up.counts.keys_with_effects().keys() {
+        if acked.contains_key(k) {
+            continue;
+        }
+        unacked += 1;
+        let e = l
+            .entries(
+                &EntryFilter {
+                    key: Some(k.clone()),
+                    ..Default::default()
+                },
+                Page::default(),
+                idemgate_ledger::now_millis(),
+            )
+            .expect("entries");
+        assert_eq!(e.len(), 1, "unacknowledged effect {k} is not in the ledger");
+        assert!(
+            matches!(e[0].state, State::Completed | State::Pending),
+            "{k} is {:?}",
+            e[0].state
+        );
+    }
+    println!("{unacked} effects were never acknowledged; each is in the ledger");
+    println!(
+        "postgres restart under load: {before} acknowledged, {} effects, {} answers 503 while it was down",
+        p.up.counts.total(),
+        unavailable.load(Ordering::Relaxed)
+    );
+    verify_passes(&p.url);
+}
