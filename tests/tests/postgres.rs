@@ -377,3 +377,112 @@ fn restarting_postgres_under_load_loses_nothing_acknowledged() {
     );
     verify_passes(&p.url);
 }
+
+#[test]
+fn a_sqlite_ledger_copied_to_postgres_keeps_its_chain_and_replays_its_keys() {
+    let _g = serial();
+    let Some(url) = fresh_postgres("copy") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let sqlite = dir.path().join("ledger.db");
+    let up = Upstream::start();
+    // A key executed through a proxy on SQLite, on top of demo traffic.
+    let demo = idemgate(&[
+        "demo",
+        "--ledger",
+        sqlite.to_str().expect("path"),
+        "--events",
+        "3000",
+    ]);
+    assert!(
+        demo.status.success(),
+        "{}",
+        String::from_utf8_lossy(&demo.stderr)
+    );
+    let mut p = Proxy::start(dir.path(), &config(CONFIG, &up.url(), &sqlite), &sqlite);
+    let first = charge(p.addr, "before-the-move", &[]).expect("answer");
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert!(p.terminate().success());
+
+    let head = |ledger: &str| -> String {
+        let log = idemgate_json(&["log", "--ledger", ledger, "--limit", "1", "--json"]);
+        let hash = log[0]["hash"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no head in {log}"));
+        assert_eq!(hash.len(), 64, "{log}");
+        hash.to_owned()
+    };
+    let out = idemgate(&[
+        "copy",
+        "--ledger",
+        sqlite.to_str().expect("path"),
+        "--to",
+        &url,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report");
+    assert!(
+        report["events"].as_u64().expect("events") >= 3000,
+        "{report}"
+    );
+    assert_eq!(
+        report["head"]["hash"].as_str(),
+        Some(head(sqlite.to_str().expect("path")).as_str())
+    );
+    assert_eq!(head(&url), head(sqlite.to_str().expect("path")));
+    verify_passes(&url);
+
+    // The destination must be new: a second copy is refused and changes nothing.
+    let again = idemgate(&[
+        "copy",
+        "--ledger",
+        sqlite.to_str().expect("path"),
+        "--to",
+        &url,
+    ]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("ledger-not-empty"));
+    assert_eq!(head(&url), head(sqlite.to_str().expect("path")));
+
+    // A proxy on PostgreSQL replays the key completed on SQLite, and new keys get new ids.
+    let pdir = tempfile::tempdir().expect("dir");
+    let p = Proxy::start(
+        pdir.path(),
+        &config(CONFIG, &up.url(), Path::new(&url)),
+        Path::new(&url),
+    );
+    let replay = charge(p.addr, "before-the-move", &[]).expect("answer");
+    assert_eq!(replay.status, 201);
+    assert_eq!(replay.body, first.body);
+    assert_eq!(
+        up.counts.effects("before-the-move"),
+        1,
+        "not run again after the move"
+    );
+    let fresh = charge(p.addr, "after-the-move", &[]).expect("answer");
+    assert_eq!(fresh.status, 201, "{}", fresh.text());
+    verify_passes(&url);
+
+    // And back: PostgreSQL to a new SQLite file, same chain.
+    let back = dir.path().join("back.db");
+    let out = idemgate(&[
+        "copy",
+        "--ledger",
+        &url,
+        "--to",
+        back.to_str().expect("path"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(head(back.to_str().expect("path")), head(&url));
+    verify_passes(back.to_str().expect("path"));
+}

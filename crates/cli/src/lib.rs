@@ -253,6 +253,18 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Copy a whole ledger into a new, empty one — e.g. SQLite to PostgreSQL: entries (so completed
+    /// keys still replay), the log verbatim (same hashes) and counters. Stop the proxies first: the
+    /// source's write lock is held for the copy.
+    Copy {
+        #[command(flatten)]
+        ledger: LedgerArg,
+        /// The new ledger: a SQLite file path or a postgres:// URL (created; must be empty).
+        #[arg(long, value_name = "PATH|URL")]
+        to: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Recompute the hash chain of a ledger (optionally against an export manifest) or of an export.
     Verify {
         #[arg(
@@ -547,6 +559,19 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             }
         }
         Cmd::Serve { .. } | Cmd::Replay(_) | Cmd::Reconcile(_) => unreachable!("handled in main"),
+        Cmd::Copy { ledger, to, json } => {
+            let pb = progress_bar("copying", None);
+            let report = idemgate_ops::copy_ledger(&ledger.ledger, &to, &mut |n| {
+                if let Some(pb) = &pb {
+                    pb.set_position(n);
+                }
+                true
+            })?;
+            if let Some(pb) = pb {
+                pb.finish_and_clear();
+            }
+            output::copied(&mut out, &report, json)?;
+        }
         Cmd::Verify {
             ledger,
             against,

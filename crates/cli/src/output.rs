@@ -399,6 +399,22 @@ fn chain_lines(out: &mut Out<'_>, r: &VerifyReport) -> R {
     Ok(())
 }
 
+pub fn copied(out: &mut Out<'_>, r: &idemgate_ledger::copy::CopyReport, json: bool) -> R {
+    if json {
+        return pretty(out, r);
+    }
+    writeln!(
+        out,
+        "copied {} entries, {} collisions, {} events",
+        r.entries, r.collisions, r.events
+    )?;
+    match &r.head {
+        Some(h) => writeln!(out, "chain head seq {} {}", h.seq, h.hash)?,
+        None => writeln!(out, "the log is empty")?,
+    }
+    Ok(())
+}
+
 pub fn verified(out: &mut Out<'_>, r: &VerifyReport, json: bool) -> R {
     if json {
         return pretty(out, r);

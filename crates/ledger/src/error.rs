@@ -23,6 +23,8 @@ pub enum LedgerError {
     },
     #[error("entry {0}'s lease is held by another owner")]
     LeaseLost(i64),
+    #[error("{0} already holds a ledger; copy into a new, empty one")]
+    NotEmpty(String),
     #[error("unsupported: {0}")]
     Unsupported(String),
     #[error("operator actions need a non-empty operator name and reason")]
@@ -54,6 +56,7 @@ impl LedgerError {
             LedgerError::EntryNotFound(_) => "entry-not-found",
             LedgerError::InvalidTransition { .. } => "invalid-transition",
             LedgerError::LeaseLost(_) => "lease-lost",
+            LedgerError::NotEmpty(_) => "ledger-not-empty",
             LedgerError::Unsupported(_) => "unsupported",
             LedgerError::MissingActor => "missing-actor",
             LedgerError::Unavailable(_) => "ledger-unavailable",

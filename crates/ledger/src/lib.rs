@@ -8,6 +8,7 @@
 
 pub mod canon;
 pub mod chain;
+pub mod copy;
 mod db;
 pub mod error;
 pub mod export;

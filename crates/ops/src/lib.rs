@@ -9,6 +9,7 @@ mod error;
 use std::path::Path;
 use std::sync::Arc;
 
+use idemgate_ledger::copy::CopyReport;
 use idemgate_ledger::export::{self, ExportVerifyReport, Format, Manifest};
 use idemgate_ledger::*;
 use serde::{Deserialize, Serialize};
@@ -697,6 +698,16 @@ impl Ops {
     ) -> OpsResult<ExportVerifyReport> {
         verify_export_file(file, &self.hasher, progress)
     }
+}
+
+/// Copies the ledger at `from` into a new, empty one at `to` (SQLite → PostgreSQL, or back), with
+/// the chain key from the environment; see `idemgate_ledger::copy`.
+pub fn copy_ledger(from: &str, to: &str, progress: Progress<'_>) -> OpsResult<CopyReport> {
+    if from == to {
+        return Err(OpsError::invalid("to", "is the source ledger itself"));
+    }
+    let hasher = ChainHasher::from_env()?;
+    Ok(idemgate_ledger::copy::copy(from, to, &hasher, progress)?)
 }
 
 /// Verifies an export without opening any ledger.

@@ -49,15 +49,7 @@ impl Ledger {
         max_batch: usize,
     ) -> Result<Arc<Ledger>> {
         let location = redact(url);
-        let mut config: postgres::Config = url.parse().map_err(|e| {
-            LedgerError::Unsupported(format!("not a PostgreSQL URL ({location}): {e}"))
-        })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("idemgate");
-        }
+        let config = config(url)?;
         let mut conn = PgConn::connect(&config)?;
         migrate(&mut conn.client, opts.create, &location)?;
         let recorded = ledger::record_alg(&mut conn, &opts.hasher)?;
@@ -79,6 +71,31 @@ impl Ledger {
         });
         Ok(Ledger::new(opts.hasher, readers, writer))
     }
+}
+
+/// The connection settings of `url`, with idemgate's defaults (a connect timeout, a name).
+fn config(url: &str) -> Result<postgres::Config> {
+    let mut config: postgres::Config = url.parse().map_err(|e| {
+        LedgerError::Unsupported(format!("not a PostgreSQL URL ({}): {e}", redact(url)))
+    })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("idemgate");
+    }
+    Ok(config)
+}
+
+/// A write connection of its own on the (migrated) ledger at `url` (for `copy`).
+pub(crate) fn write_conn(url: &str) -> Result<impl WriteConn> {
+    let config = config(url)?;
+    let conn = PgConn::connect(&config)?;
+    Ok(PgWriter {
+        config,
+        conn: Some(conn),
+        lost: Disconnected,
+    })
 }
 
 /// `url` without its password.

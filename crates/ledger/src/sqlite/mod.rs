@@ -72,6 +72,16 @@ impl Ledger {
 
 struct SqliteWriter(Connection);
 
+/// A write connection of its own on the (migrated) ledger at `path` (for `copy`).
+pub(crate) fn write_conn(path: &str) -> Result<impl WriteConn> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(SqliteWriter(conn))
+}
+
 impl WriteConn for SqliteWriter {
     fn begin(&mut self) -> Result<()> {
         Ok(self.0.execute_batch("BEGIN IMMEDIATE")?)

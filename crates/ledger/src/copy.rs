@@ -1,0 +1,272 @@
+//! Copying a whole ledger into a new one — SQLite to PostgreSQL when one machine is no longer
+//! enough, or back. Entries keep their ids, states, leases, stored requests and responses (so a key
+//! completed before the move still replays after it, instead of running again); the log is copied
+//! verbatim (same sequence numbers, same hashes: the chain verifies and old export manifests still
+//! match); collisions and the hourly counters come along; entry counts are rebuilt by the
+//! destination's own triggers.
+//!
+//! The source's write lock is held for the whole copy (its proxies' writes wait, or fail after
+//! their busy timeout), so the copy is one consistent cut. The destination is written in one
+//! transaction: it has the whole ledger or nothing.
+
+use serde::Serialize;
+
+use crate::chain::{self, ChainHasher};
+use crate::db::{Db, Dialect, Row, Val};
+use crate::error::{LedgerError, Result};
+use crate::ledger::{Ledger, OpenOptions};
+use crate::model::ChainHead;
+use crate::read;
+use crate::store::{Progress, Storage};
+use crate::writer::WriteConn;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CopyReport {
+    pub entries: u64,
+    pub collisions: u64,
+    pub events: u64,
+    pub head: Option<ChainHead>,
+}
+
+/// A column's type: every table is integers, text and bytes.
+#[derive(Clone, Copy)]
+enum Kind {
+    Int,
+    Text,
+    Blob,
+}
+
+use Kind::{Blob as B, Int as I, Text as T};
+
+/// A copied table: its name, its key column and its columns.
+type Table = (&'static str, &'static str, &'static [(&'static str, Kind)]);
+
+/// The copied tables, in an order that satisfies references.
+const TABLES: &[Table] = &[
+    (
+        "entries",
+        "id",
+        &[
+            ("id", I),
+            ("route", T),
+            ("scope", T),
+            ("key", T),
+            ("fingerprint", T),
+            ("effect", T),
+            ("state", T),
+            ("attempts", I),
+            ("lease_owner", T),
+            ("lease_expires_at", I),
+            ("outcome_unknown", I),
+            ("last_error", T),
+            ("req_method", T),
+            ("req_path", T),
+            ("req_headers", T),
+            ("req_body", B),
+            ("resp_status", I),
+            ("resp_headers", T),
+            ("resp_body", B),
+            ("replays", I),
+            ("last_replay_at", I),
+            ("collisions", I),
+            ("duplicate_of", I),
+            ("created_at", I),
+            ("updated_at", I),
+            ("completed_at", I),
+            ("expires_at", I),
+            ("resolved_by", T),
+            ("resolution_reason", T),
+            ("external_ref", T),
+            ("stuck_logged", I),
+            ("expiry_logged", I),
+        ],
+    ),
+    (
+        "collisions",
+        "id",
+        &[
+            ("id", I),
+            ("entry_id", I),
+            ("at", I),
+            ("fingerprint", T),
+            ("req_method", T),
+            ("req_path", T),
+            ("req_headers", T),
+            ("req_body", B),
+        ],
+    ),
+    (
+        "events",
+        "seq",
+        &[
+            ("seq", I),
+            ("at", I),
+            ("kind", T),
+            ("entry_id", I),
+            ("route", T),
+            ("scope", T),
+            ("key", T),
+            ("operator", T),
+            ("reason", T),
+            ("detail", T),
+            ("payload_digest", T),
+            ("prev_hash", T),
+            ("hash", T),
+        ],
+    ),
+];
+
+/// An owned column value.
+enum Owned {
+    Null,
+    Int(i64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+impl Owned {
+    fn val(&self) -> Val<'_> {
+        match self {
+            Owned::Null => Val::Null,
+            Owned::Int(i) => Val::Int(*i),
+            Owned::Text(s) => Val::Text(s),
+            Owned::Blob(b) => Val::Blob(b),
+        }
+    }
+}
+
+fn read_row(r: &dyn Row, cols: &[(&str, Kind)]) -> Result<Vec<Owned>> {
+    cols.iter()
+        .enumerate()
+        .map(|(i, (_, k))| {
+            Ok(match k {
+                Kind::Int => r.opt_int(i)?.map_or(Owned::Null, Owned::Int),
+                Kind::Text => r.opt_text(i)?.map_or(Owned::Null, Owned::Text),
+                Kind::Blob => r.opt_blob(i)?.map_or(Owned::Null, Owned::Blob),
+            })
+        })
+        .collect()
+}
+
+/// A write connection on `location`, of either backend.
+fn write_conn(location: &str) -> Result<Box<dyn WriteConn>> {
+    if crate::is_postgres(location) {
+        Ok(Box::new(crate::postgres::write_conn(location)?))
+    } else {
+        Ok(Box::new(crate::sqlite::write_conn(location)?))
+    }
+}
+
+fn open(location: &str, create: bool, hasher: &ChainHasher) -> Result<std::sync::Arc<Ledger>> {
+    let opts = OpenOptions {
+        create,
+        hasher: hasher.clone(),
+    };
+    if crate::is_postgres(location) {
+        Ledger::postgres(location, opts)
+    } else {
+        Ledger::sqlite(location, opts)
+    }
+}
+
+/// Copies the ledger at `from` into the empty (or not yet existing) ledger at `to`. `progress` is
+/// told the rows copied so far and may cancel (nothing is then written).
+pub fn copy(
+    from: &str,
+    to: &str,
+    hasher: &ChainHasher,
+    progress: Progress<'_>,
+) -> Result<CopyReport> {
+    // Both ledgers at the current schema; the source's chain algorithm is the one the hasher has.
+    let source = open(from, false, hasher)?;
+    chain::check_alg(hasher, &source.chain_alg()?)?;
+    source.close();
+    drop(source);
+    let dest = open(to, true, hasher)?;
+    let empty = dest.head()?.is_none()
+        && dest
+            .entries(&Default::default(), Default::default(), 0)?
+            .is_empty();
+    dest.close();
+    drop(dest);
+    if !empty {
+        return Err(LedgerError::NotEmpty(to.to_owned()));
+    }
+
+    let mut src = write_conn(from)?;
+    let mut dst = write_conn(to)?;
+    src.begin()?;
+    let r = dst
+        .begin()
+        .and_then(|()| copy_rows(src.db(), dst.db(), progress));
+    let _ = src.db().batch("ROLLBACK");
+    match r {
+        Ok(report) => {
+            dst.db().batch("COMMIT")?;
+            Ok(report)
+        }
+        Err(e) => {
+            let _ = dst.db().batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+fn copy_rows(src: &mut dyn Db, dst: &mut dyn Db, progress: Progress<'_>) -> Result<CopyReport> {
+    let mut counts = [0u64; 3];
+    let mut total = 0u64;
+    for (n, (table, key, cols)) in TABLES.iter().enumerate() {
+        let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
+        let select = format!(
+            "SELECT {} FROM {table} WHERE {key} > ?1 ORDER BY {key} LIMIT 2000",
+            names.join(", ")
+        );
+        let marks: Vec<String> = (1..=cols.len()).map(|i| format!("?{i}")).collect();
+        let insert = format!(
+            "INSERT INTO {table} ({}) VALUES ({})",
+            names.join(", "),
+            marks.join(", ")
+        );
+        let mut after = i64::MIN;
+        loop {
+            let rows = src.all(&select, &[Val::Int(after)], |r| read_row(r, cols))?;
+            for row in &rows {
+                let vals: Vec<Val<'_>> = row.iter().map(Owned::val).collect();
+                dst.exec(&insert, &vals)?;
+            }
+            counts[n] += rows.len() as u64;
+            total += rows.len() as u64;
+            if !progress(total) {
+                return Err(LedgerError::Unavailable("copy cancelled".into()));
+            }
+            match rows.last().map(|r| &r[0]) {
+                Some(Owned::Int(last)) if rows.len() == 2000 => after = *last,
+                _ => break,
+            }
+        }
+    }
+    let hourly = src.all("SELECT hour, kind, n FROM event_counts", &[], |r| {
+        Ok((r.int(0)?, r.text(1)?, r.int(2)?))
+    })?;
+    for (hour, kind, n) in &hourly {
+        dst.exec(
+            "INSERT INTO event_counts (hour, kind, n) VALUES (?1, ?2, ?3)",
+            &[Val::Int(*hour), Val::Text(kind), Val::Int(*n)],
+        )?;
+    }
+    if dst.dialect() == Dialect::Postgres {
+        // Explicit ids do not advance an identity column: move it past them.
+        for table in ["entries", "collisions"] {
+            dst.batch(&format!(
+                "SELECT setval(pg_get_serial_sequence('{table}', 'id'), \
+                 (SELECT COALESCE(MAX(id), 0) + 1 FROM {table}), false)"
+            ))?;
+        }
+    }
+    Ok(CopyReport {
+        entries: counts[0],
+        collisions: counts[1],
+        events: counts[2],
+        head: read::head(dst)?,
+    })
+}
