@@ -73,12 +73,16 @@ def peak_rss_mb(pid):
 
 
 class Stack:
-    """The upstream, nginx, redis, idempotent-proxy-server and idemgate, each on its own port."""
+    """The upstream, nginx, redis, idempotent-proxy-server, idemgate on SQLite and idemgate on
+    PostgreSQL (a throwaway cluster, tests/pg/cluster.sh), each on its own port."""
 
     def __init__(self, work):
         self.work = work
         self.procs = []
-        self.ports = {k: free_port() for k in ["upstream", "nginx", "redis", "ips", "idemgate"]}
+        self.ports = {k: free_port() for k in ["upstream", "nginx", "redis", "ips", "idemgate", "idemgate_pg", "pg"]}
+        # Under /tmp, not in `work`: the postgres user must reach it.
+        self.pg_env = dict(os.environ, IDEMGATE_PG_DIR=tempfile.mkdtemp(prefix="idemgate-bench-pg-"),
+                           IDEMGATE_PG_PORT=str(self.ports["pg"]))
 
     def spawn(self, name, args, cwd=None, env=None):
         log = open(os.path.join(self.work, f"{name}.log"), "w")
@@ -134,11 +138,19 @@ http {{
         self.ips = self.spawn("ips", [IPS], cwd=ips_dir)
         wait_port(self.ports["ips"], "idempotent-proxy-server", self.ips)
         # idemgate: SQLite ledger on disk, every claim fsync'd (WAL, synchronous=FULL) before forwarding.
-        with open(os.path.join(self.work, "idemgate.toml"), "w") as f:
+        self.idemgate = self.serve("idemgate", self.ports["idemgate"], f"{self.work}/idemgate.db")
+        # idemgate on PostgreSQL 15 (Debian's defaults: fsync on, synchronous_commit on), same box.
+        url = subprocess.run(["bash", os.path.join(ROOT, "tests/pg/cluster.sh"), "start"], env=self.pg_env,
+                             check=True, capture_output=True, text=True).stdout.strip()
+        self.idemgate_pg = self.serve("idemgate-pg", self.ports["idemgate_pg"], url)
+
+    def serve(self, name, port, ledger):
+        up = self.ports["upstream"]
+        with open(os.path.join(self.work, f"{name}.toml"), "w") as f:
             f.write(f"""[server]
-listen = "127.0.0.1:{self.ports['idemgate']}"
+listen = "127.0.0.1:{port}"
 admin_listen = "off"
-ledger = "{self.work}/idemgate.db"
+ledger = "{ledger}"
 
 [[routes]]
 name = "charges"
@@ -149,8 +161,9 @@ effect = "write"
 timeout = "5s"
 """)
         env = dict(os.environ, IDEMGATE_LOG="warn")
-        self.idemgate = self.spawn("idemgate", [IDEMGATE, "serve", "--config", "idemgate.toml"], env=env)
-        wait_port(self.ports["idemgate"], "idemgate serve", self.idemgate)
+        p = self.spawn(name, [IDEMGATE, "serve", "--config", f"{name}.toml"], env=env)
+        wait_port(port, f"{name} serve", p)
+        return p
 
     def nginx_conf(self, name, conf):
         d = os.path.join(self.work, name)
@@ -168,6 +181,7 @@ timeout = "5s"
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+        subprocess.run(["bash", os.path.join(ROOT, "tests/pg/cluster.sh"), "stop"], env=self.pg_env, check=False)
 
 
 def targets(stack):
@@ -176,6 +190,7 @@ def targets(stack):
         "nginx": (stack.ports["nginx"], "/v1/charges"),
         "idempotent-proxy-server": (stack.ports["ips"], "/URL_CHARGES"),
         "idemgate": (stack.ports["idemgate"], "/v1/charges"),
+        "idemgate (PostgreSQL)": (stack.ports["idemgate_pg"], "/v1/charges"),
     }
 
 
@@ -444,10 +459,10 @@ def check(r):
         for n, x in rows.items():
             if x["rps"] <= 0:
                 bad.append(f"{sc}/{n}: no requests")
-            if x["errors"] and n == "idemgate":
+            if x["errors"] and n.startswith("idemgate"):
                 bad.append(f"{sc}/{n}: {x['errors']} errors")
     for n, x in r["rate"].items():
-        if x["errors"] and n in ("idemgate", "direct"):
+        if x["errors"] and (n.startswith("idemgate") or n == "direct"):
             bad.append(f"1k req/s {n}: {x['errors']} errors")
     if bad:
         raise SystemExit("bench: " + "; ".join(bad))

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p target/bench
 
-IDEMGATE_DEPS="${IDEMGATE_DEPS:-} bench" source .ci/deps   # nginx-light, wrk, redis-server
+IDEMGATE_DEPS="${IDEMGATE_DEPS:-} bench postgres" source .ci/deps   # nginx-light, wrk, redis-server, postgresql
 ips=target/bench-tools/bin/idempotent-proxy-server
 [ -x "$ips" ] || cargo install idempotent-proxy-server --version 1.2.2 --locked --root target/bench-tools
 

@@ -2,8 +2,7 @@
 //! enough, or back. Entries keep their ids, states, leases, stored requests and responses (so a key
 //! completed before the move still replays after it, instead of running again); the log is copied
 //! verbatim (same sequence numbers, same hashes: the chain verifies and old export manifests still
-//! match); collisions and the hourly counters come along; entry counts are rebuilt by the
-//! destination's own triggers.
+//! match); collisions and the hourly counters come along; the entry counts by state are rebuilt.
 //!
 //! The source's write lock is held for the whole copy (its proxies' writes wait, or fail after
 //! their busy timeout), so the copy is one consistent cut. The destination is written in one
@@ -254,6 +253,10 @@ fn copy_rows(src: &mut dyn Db, dst: &mut dyn Db, progress: Progress<'_>) -> Resu
             &[Val::Int(*hour), Val::Text(kind), Val::Int(*n)],
         )?;
     }
+    // The entry counts, rebuilt from what was copied (the one count of the table, at copy time).
+    dst.batch(
+        "UPDATE entry_counts SET n = (SELECT COUNT(*) FROM entries WHERE entries.state = entry_counts.state)",
+    )?;
     if dst.dialect() == Dialect::Postgres {
         // Explicit ids do not advance an identity column: move it past them.
         for table in ["entries", "collisions"] {

@@ -15,17 +15,62 @@ use std::thread::JoinHandle;
 use crate::chain::{ChainHasher, GENESIS};
 use crate::db::Db;
 use crate::error::{LedgerError, Result};
+use crate::model::Event;
 use crate::read;
 use crate::store::Ticket;
+use crate::write;
 
 /// The most jobs one transaction takes.
 pub const MAX_BATCH: usize = 4096;
 
-/// What the writer hands a job: the open transaction and the chain head.
+/// What the writer hands a job: the open transaction and the chain head; the job's events and
+/// counter changes wait in `out` until the batch writes them (`write::flush`).
 pub(crate) struct Ctx<'c> {
     pub db: &'c mut dyn Db,
     pub head: Head,
     pub hasher: &'c ChainHasher,
+    pub out: Deferred,
+}
+
+/// Writes deferred to the end of a batch: they are only ever read after it commits, and one
+/// multi-row statement per batch is much cheaper than one statement per job (on PostgreSQL the
+/// entry counts would otherwise be one hot row updated by every job).
+#[derive(Debug, Default)]
+pub(crate) struct Deferred {
+    pub events: Vec<Event>,
+    /// (hour, kind, n): the hourly event counts.
+    pub bumps: Vec<(i64, String, i64)>,
+    /// Entries gained (or lost) per state, in `State::ALL` order.
+    pub counts: [i64; 4],
+}
+
+impl Deferred {
+    pub fn bump(&mut self, hour: i64, kind: &str, n: i64) {
+        match self
+            .bumps
+            .iter_mut()
+            .find(|(h, k, _)| *h == hour && k == kind)
+        {
+            Some((_, _, m)) => *m += n,
+            None => self.bumps.push((hour, kind.to_owned(), n)),
+        }
+    }
+
+    fn merge(&mut self, job: Deferred) {
+        self.events.extend(job.events);
+        for (hour, kind, n) in &job.bumps {
+            self.bump(*hour, kind, *n);
+        }
+        for (a, b) in self.counts.iter_mut().zip(job.counts) {
+            *a += b;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.events.clear();
+        self.bumps.clear();
+        self.counts = [0; 4];
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -40,6 +85,8 @@ pub(crate) trait WriteConn: Send + 'static {
     fn begin(&mut self) -> Result<()>;
     /// The connection of the transaction `begin` opened.
     fn db(&mut self) -> &mut dyn Db;
+    /// Called after each committed batch, outside any transaction.
+    fn committed(&mut self) {}
     /// Called once the queue is closed and drained.
     fn finish(&mut self) {}
 }
@@ -182,6 +229,7 @@ fn writer_loop(
 ) {
     let mut batch: Vec<Job> = Vec::with_capacity(64);
     let mut replies: Vec<Reply> = Vec::with_capacity(64);
+    let mut deferred = Deferred::default();
     while let Ok(first) = rx.recv() {
         batch.push(first);
         while batch.len() < max_batch {
@@ -203,29 +251,48 @@ fn writer_loop(
             }
         };
         let db = conn.db();
-        for job in batch.drain(..) {
-            let saved = head.clone();
-            if let Err(e) = db.batch("SAVEPOINT job") {
+        // Each job runs inside savepoint `job`, so a failing job is undone alone. One statement
+        // between jobs: a success releases and re-opens it; a failure rolls back to it (which keeps
+        // it open). COMMIT releases the last.
+        let mut savepoint = db.batch("SAVEPOINT job");
+        let last = batch.len().saturating_sub(1);
+        for (i, job) in batch.drain(..).enumerate() {
+            if let Err(e) = &savepoint {
                 tracing::error!(error = %e, "savepoint failed");
             }
+            let saved = head.clone();
             let mut ctx = Ctx {
                 db: &mut *db,
                 head,
                 hasher: &hasher,
+                out: Deferred::default(),
             };
             let (failed, reply) = job(Ok(&mut ctx));
-            head = ctx.head;
+            let Ctx {
+                head: new_head,
+                out,
+                ..
+            } = ctx;
             if failed {
-                let _ = db.batch("ROLLBACK TO SAVEPOINT job; RELEASE SAVEPOINT job");
                 head = saved;
+                savepoint = db.batch("ROLLBACK TO SAVEPOINT job");
             } else {
-                let _ = db.batch("RELEASE SAVEPOINT job");
+                head = new_head;
+                deferred.merge(out);
+                if i < last {
+                    savepoint = db.batch("RELEASE SAVEPOINT job; SAVEPOINT job");
+                }
             }
             replies.push(reply);
         }
-        let committed = db.batch("COMMIT").map_err(|e| e.to_string());
+        let flushed = write::flush(db, &deferred);
+        deferred.clear();
+        let committed = flushed
+            .and_then(|()| db.batch("COMMIT"))
+            .map_err(|e| e.to_string());
         match &committed {
             Ok(()) => {
+                conn.committed();
                 counters.commits.fetch_add(1, Ordering::Relaxed);
                 counters
                     .jobs

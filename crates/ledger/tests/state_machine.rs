@@ -167,9 +167,28 @@ fn actor() -> Actor {
     }
 }
 
+/// The chain verifies, and the overview's entry counts (kept per batch) match the entries.
 fn verify_ok(l: &Ledger) {
     let r = l.verify(&mut |_| true).expect("verify");
     assert!(r.ok, "chain must verify: {r:?}");
+    let stats = l.stats(T0, 0).expect("stats");
+    for (state, n) in stats.entries_by_state {
+        let listed = l
+            .entries(
+                &EntryFilter {
+                    state: Some(state),
+                    ..Default::default()
+                },
+                Page {
+                    limit: 100_000,
+                    before: None,
+                },
+                T0,
+            )
+            .expect("entries")
+            .len();
+        assert_eq!(n, listed as i64, "entry count of {state:?}");
+    }
 }
 
 fn new_key_is_claimed_durably_then_in_flight_then_replayed(b: Backend) {
@@ -309,6 +328,7 @@ fn lease_passing_makes_an_entry_stuck_and_the_sweeper_logs_it_once(b: Backend) {
         f.l.entry(id, T0 + LEASE + 20).expect("entry").summary.state,
         State::Completed
     );
+    verify_ok(&f.l);
 }
 
 fn outcome_unknown_is_stuck_immediately_until_an_operator_resolves_it(b: Backend) {
@@ -422,6 +442,7 @@ fn release_lets_the_key_run_again_with_the_next_attempt(b: Backend) {
         o => panic!("expected Claimed, got {o:?}"),
     }
     assert_eq!(kinds(&f.l, id), ["claim", "attempt", "release", "claim"]);
+    verify_ok(&f.l);
 }
 
 fn only_the_lease_owner_reports_outcomes(b: Backend) {
@@ -473,6 +494,7 @@ fn operator_failure_is_final_and_returns_the_operator_response(b: Backend) {
         }
         o => panic!("expected Failed, got {o:?}"),
     }
+    verify_ok(&f.l);
 }
 
 fn operator_release_of_a_stuck_entry_allows_a_new_execution(b: Backend) {
@@ -498,6 +520,7 @@ fn operator_release_of_a_stuck_entry_allows_a_new_execution(b: Backend) {
         Ok(ClaimOutcome::Claimed { attempt: 2, .. })
     ));
     assert_eq!(kinds(&f.l, id), ["claim", "resolve", "claim"]);
+    verify_ok(&f.l);
 }
 
 fn resolving_needs_an_operator_and_a_reason(b: Backend) {
@@ -515,6 +538,7 @@ fn resolving_needs_an_operator_and_a_reason(b: Backend) {
     });
     assert!(matches!(r.wait(), Err(LedgerError::MissingActor)));
     assert_eq!(kinds(&f.l, id), ["claim"]);
+    verify_ok(&f.l);
 }
 
 fn ttl_expiry_is_swept_and_an_expired_key_runs_again(b: Backend) {
@@ -697,6 +721,7 @@ fn redrive_rearms_a_stuck_entry_with_its_stored_request(b: Backend) {
     .wait()
     .expect("complete");
     assert_eq!(kinds(&f.l, id), ["claim", "replay", "complete"]);
+    verify_ok(&f.l);
 }
 
 fn keyset_paging_walks_every_entry_once(b: Backend) {
@@ -733,6 +758,7 @@ fn keyset_paging_walks_every_entry_once(b: Backend) {
             .map(|x| x.1),
         Some(250)
     );
+    verify_ok(&f.l);
 }
 
 fn concurrent_claims_are_group_committed(b: Backend) {

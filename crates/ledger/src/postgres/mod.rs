@@ -59,6 +59,7 @@ impl Ledger {
                 config: config.clone(),
                 conn: Some(conn),
                 lost: Disconnected,
+                commits: 0,
             },
             opts.hasher.clone(),
             max_batch,
@@ -95,6 +96,7 @@ pub(crate) fn write_conn(url: &str) -> Result<impl WriteConn> {
         config,
         conn: Some(conn),
         lost: Disconnected,
+        commits: u64::MAX / 2,
     })
 }
 
@@ -285,6 +287,7 @@ struct PgWriter {
     config: postgres::Config,
     conn: Option<PgConn>,
     lost: Disconnected,
+    commits: u64,
 }
 
 impl WriteConn for PgWriter {
@@ -306,6 +309,21 @@ impl WriteConn for PgWriter {
         tracing::info!("ledger writer reconnected to PostgreSQL");
         self.conn = Some(c);
         Ok(())
+    }
+
+    /// A new ledger's tables have no statistics until autovacuum's first ANALYZE (a minute or
+    /// more), and a prepared statement planned meanwhile may pick any index on an "empty" table —
+    /// e.g. the claim lookup scanning `entries_route` instead of the unique key, a full scan per
+    /// claim as the table grows. So the writer analyses its tables itself while they are young.
+    fn committed(&mut self) {
+        self.commits += 1;
+        if matches!(self.commits, 16 | 128 | 1024 | 8192) {
+            if let Some(c) = &mut self.conn {
+                if let Err(e) = c.client.batch_execute("ANALYZE entries, events") {
+                    tracing::warn!(error = %e, "ANALYZE of a young ledger failed");
+                }
+            }
+        }
     }
 
     fn db(&mut self) -> &mut dyn Db {

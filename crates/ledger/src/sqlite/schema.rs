@@ -126,6 +126,13 @@ CREATE TABLE event_counts (
     r#"
 CREATE INDEX entries_pending_id ON entries (id) WHERE state = 'pending';
 "#,
+    // 3: the entry counts are written once per batch by the writer (write::flush), not by a trigger
+    // on every change (on PostgreSQL that trigger made one hot row every job waited on).
+    r#"
+DROP TRIGGER entries_count_insert;
+DROP TRIGGER entries_count_delete;
+DROP TRIGGER entries_count_update;
+"#,
 ];
 
 pub fn current_version() -> i64 {
