@@ -103,6 +103,18 @@ pub(crate) trait Db {
     fn exec(&mut self, sql: &str, params: &[Val<'_>]) -> Result<u64>;
     /// Runs statements without parameters (transaction control, savepoints).
     fn batch(&mut self, sql: &str) -> Result<()>;
+    /// Like `batch`, but may be held back and sent with the next statement (one round trip for
+    /// both); an error then surfaces there.
+    fn defer(&mut self, sql: &str) -> Result<()> {
+        self.batch(sql)
+    }
+    /// Runs several statements (pipelined where the backend can).
+    fn exec_all(&mut self, stmts: &[(String, Vec<Val<'_>>)]) -> Result<()> {
+        for (sql, params) in stmts {
+            self.exec(sql, params)?;
+        }
+        Ok(())
+    }
     /// Calls `f` on each row until it returns `false`.
     fn each(
         &mut self,

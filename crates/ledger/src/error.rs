@@ -36,7 +36,7 @@ pub enum LedgerError {
     #[error("database error: {0}")]
     Db(#[from] rusqlite::Error),
     #[error("database error: {}", pg_message(.0))]
-    Pg(#[from] postgres::Error),
+    Pg(#[from] tokio_postgres::Error),
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
     #[error("corrupt data in the ledger: {0}")]
@@ -71,7 +71,7 @@ impl LedgerError {
 
 /// A PostgreSQL error with the server's message, when there is one (the driver's own `Display`
 /// says only "db error").
-fn pg_message(e: &postgres::Error) -> String {
+fn pg_message(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{}: {}", db.severity(), db.message()),
         None => e.to_string(),

@@ -3,6 +3,9 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::db::{Db, Row};
+use crate::postgres::PgConn;
+
 /// The variable naming the test cluster (`postgres://…/postgres`), or `skip`.
 pub const TEST_PG: &str = "IDEMGATE_TEST_PG";
 
@@ -21,6 +24,11 @@ pub fn test_cluster() -> Option<String> {
     }
 }
 
+fn connect(url: &str) -> Result<PgConn, String> {
+    let config = url.parse().map_err(|e| format!("{e}"))?;
+    PgConn::connect(&config).map_err(|e| e.to_string())
+}
+
 /// A new, empty database on the test cluster; its URL. `None` when PostgreSQL tests are skipped.
 pub fn fresh_postgres(tag: &str) -> Option<String> {
     static N: AtomicU32 = AtomicU32::new(0);
@@ -36,10 +44,8 @@ pub fn fresh_postgres(tag: &str) -> Option<String> {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     );
-    let mut c = postgres::Client::connect(&admin, postgres::NoTls)
-        .unwrap_or_else(|e| panic!("cannot connect to the test cluster {admin}: {e}"));
-    c.batch_execute(&format!("CREATE DATABASE {name}"))
-        .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+    postgres_exec(&admin, &format!("CREATE DATABASE {name}"))
+        .unwrap_or_else(|e| panic!("CREATE DATABASE {name} on the test cluster {admin}: {e}"));
     Some(with_database(&admin, &name))
 }
 
@@ -59,16 +65,13 @@ pub fn with_database(url: &str, db: &str) -> String {
 
 /// Runs `sql` on the database at `url` on a connection of its own (to tamper, or to inspect).
 pub fn postgres_exec(url: &str, sql: &str) -> Result<(), String> {
-    let mut c = postgres::Client::connect(url, postgres::NoTls).map_err(|e| e.to_string())?;
-    c.batch_execute(sql).map_err(|e| {
-        e.as_db_error()
-            .map_or(e.to_string(), |d| d.message().to_owned())
-    })
+    connect(url)?.batch(sql).map_err(|e| e.to_string())
 }
 
 /// The first column of the first row of `sql` as an integer.
 pub fn postgres_i64(url: &str, sql: &str) -> Result<i64, String> {
-    let mut c = postgres::Client::connect(url, postgres::NoTls).map_err(|e| e.to_string())?;
-    let row = c.query_one(sql, &[]).map_err(|e| e.to_string())?;
-    row.try_get::<_, i64>(0).map_err(|e| e.to_string())
+    let mut c = connect(url)?;
+    let db: &mut dyn Db = &mut c;
+    db.one(sql, &[], |r: &dyn Row| r.int(0))
+        .map_err(|e| e.to_string())
 }

@@ -49,10 +49,10 @@ fn moved(ctx: &mut Ctx<'_>, from: Option<State>, to: Option<State>) {
 /// the log or the counters — and saves a statement (on PostgreSQL a round trip) per event and per
 /// counter, and a hot-row update per job.
 pub(crate) fn flush(db: &mut dyn Db, out: &Deferred) -> Result<()> {
-    let (events, bumps) = (&out.events[..], &out.bumps[..]);
     const COLS: &str = "seq, at, kind, entry_id, route, scope, key, operator, reason, detail, \
                         payload_digest, prev_hash, hash";
-    let mut rest = events;
+    let mut stmts: Vec<(String, Vec<Val<'_>>)> = Vec::new();
+    let mut rest = &out.events[..];
     while !rest.is_empty() {
         // A few fixed chunk sizes, so the statements are prepared once each.
         let n = [256, 64, 8, 1]
@@ -67,7 +67,6 @@ pub(crate) fn flush(db: &mut dyn Db, out: &Deferred) -> Result<()> {
                 format!("({})", marks.join(", "))
             })
             .collect();
-        let sql = format!("INSERT INTO events ({COLS}) VALUES {}", rows.join(", "));
         let mut params = Vec::with_capacity(n * 13);
         for ev in chunk {
             params.extend_from_slice(vals![
@@ -86,24 +85,28 @@ pub(crate) fn flush(db: &mut dyn Db, out: &Deferred) -> Result<()> {
                 &ev.hash
             ]);
         }
-        db.exec(&sql, &params)?;
+        stmts.push((
+            format!("INSERT INTO events ({COLS}) VALUES {}", rows.join(", ")),
+            params,
+        ));
     }
-    for (hour, kind, n) in bumps {
-        db.exec(
+    for (hour, kind, n) in &out.bumps {
+        stmts.push((
             "INSERT INTO event_counts (hour, kind, n) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (hour, kind) DO UPDATE SET n = event_counts.n + ?3",
-            vals![*hour, kind, *n],
-        )?;
+             ON CONFLICT (hour, kind) DO UPDATE SET n = event_counts.n + ?3"
+                .to_owned(),
+            vals![*hour, kind, *n].to_vec(),
+        ));
     }
     for (state, n) in State::ALL.iter().zip(out.counts) {
         if n != 0 {
-            db.exec(
-                "UPDATE entry_counts SET n = n + ?2 WHERE state = ?1",
-                vals![state.as_str(), n],
-            )?;
+            stmts.push((
+                "UPDATE entry_counts SET n = n + ?2 WHERE state = ?1".to_owned(),
+                vals![state.as_str(), n].to_vec(),
+            ));
         }
     }
-    Ok(())
+    db.exec_all(&stmts)
 }
 
 /// Appends one event to the chain (written with the batch) and bumps its hourly counter.

@@ -254,7 +254,7 @@ fn writer_loop(
         // Each job runs inside savepoint `job`, so a failing job is undone alone. One statement
         // between jobs: a success releases and re-opens it; a failure rolls back to it (which keeps
         // it open). COMMIT releases the last.
-        let mut savepoint = db.batch("SAVEPOINT job");
+        let mut savepoint = db.defer("SAVEPOINT job");
         let last = batch.len().saturating_sub(1);
         for (i, job) in batch.drain(..).enumerate() {
             if let Err(e) = &savepoint {
@@ -275,12 +275,12 @@ fn writer_loop(
             } = ctx;
             if failed {
                 head = saved;
-                savepoint = db.batch("ROLLBACK TO SAVEPOINT job");
+                savepoint = db.defer("ROLLBACK TO SAVEPOINT job");
             } else {
                 head = new_head;
                 deferred.merge(out);
                 if i < last {
-                    savepoint = db.batch("RELEASE SAVEPOINT job; SAVEPOINT job");
+                    savepoint = db.defer("RELEASE SAVEPOINT job; SAVEPOINT job");
                 }
             }
             replies.push(reply);

@@ -18,9 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use postgres::fallible_iterator::FallibleIterator;
-use postgres::types::{IsNull, ToSql, Type};
-use postgres::{Client, NoTls, Statement};
+use tokio_postgres::types::{IsNull, ToSql, Type};
+use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use crate::db::{Db, Dialect, Row, Val};
 use crate::error::{LedgerError, Result};
@@ -51,7 +50,7 @@ impl Ledger {
         let location = redact(url);
         let config = config(url)?;
         let mut conn = PgConn::connect(&config)?;
-        migrate(&mut conn.client, opts.create, &location)?;
+        migrate(&mut conn, opts.create, &location)?;
         let recorded = ledger::record_alg(&mut conn, &opts.hasher)?;
         let refusal = ledger::write_refusal(&opts.hasher, &recorded);
         let writer = Writer::spawn(
@@ -75,8 +74,8 @@ impl Ledger {
 }
 
 /// The connection settings of `url`, with idemgate's defaults (a connect timeout, a name).
-fn config(url: &str) -> Result<postgres::Config> {
-    let mut config: postgres::Config = url.parse().map_err(|e| {
+fn config(url: &str) -> Result<Config> {
+    let mut config: Config = url.parse().map_err(|e| {
         LedgerError::Unsupported(format!("not a PostgreSQL URL ({}): {e}", redact(url)))
     })?;
     if config.get_connect_timeout().is_none() {
@@ -134,22 +133,38 @@ fn redact(url: &str) -> String {
     format!("{scheme}://{shown}@{host}{tail}")
 }
 
-fn migrate(client: &mut Client, create: bool, location: &str) -> Result<()> {
+fn migrate(db: &mut dyn Db, create: bool, location: &str) -> Result<()> {
+    db.batch(&format!(
+        "BEGIN; SELECT pg_advisory_xact_lock({MIGRATE_LOCK})"
+    ))?;
+    let r = migrate_locked(db, create, location);
+    match r {
+        Ok(()) => db.batch("COMMIT"),
+        Err(e) => {
+            let _ = db.batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+fn migrate_locked(db: &mut dyn Db, create: bool, location: &str) -> Result<()> {
     let supported = schema::current_version();
-    let mut tx = client.transaction()?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
-    let exists: bool = tx
-        .query_one("SELECT to_regclass('idemgate_schema') IS NOT NULL", &[])?
-        .get(0);
-    let version: i64 = if exists {
-        tx.query_opt("SELECT version FROM idemgate_schema", &[])?
-            .map_or(0, |r| r.get(0))
+    let exists = db.one(
+        "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_class WHERE oid = to_regclass('idemgate_schema')",
+        &[],
+        |r| r.int(0),
+    )? > 0;
+    let version = if exists {
+        db.opt("SELECT version FROM idemgate_schema", &[], |r| r.int(0))?
+            .unwrap_or(0)
     } else {
         if !create {
             return Err(LedgerError::NotFound(location.to_owned()));
         }
-        tx.batch_execute("CREATE TABLE idemgate_schema (version BIGINT NOT NULL)")?;
-        tx.execute("INSERT INTO idemgate_schema (version) VALUES (0)", &[])?;
+        db.batch(
+            "CREATE TABLE idemgate_schema (version BIGINT NOT NULL); \
+             INSERT INTO idemgate_schema (version) VALUES (0)",
+        )?;
         0
     };
     if version > supported {
@@ -159,31 +174,62 @@ fn migrate(client: &mut Client, create: bool, location: &str) -> Result<()> {
         });
     }
     for (i, m) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
-        tx.batch_execute(m)?;
-        tx.execute(
-            "UPDATE idemgate_schema SET version = $1",
-            &[&((i + 1) as i64)],
+        db.batch(m)?;
+        db.exec(
+            "UPDATE idemgate_schema SET version = ?1",
+            &[Val::Int((i + 1) as i64)],
         )?;
     }
-    tx.commit()?;
     Ok(())
 }
 
-/// A connection and its prepared statements.
-struct PgConn {
+/// A connection, its prepared statements, and transaction-control statements waiting to be sent.
+///
+/// The connection is tokio-postgres on a small runtime of its own (driven only while a call waits).
+/// That lets a call *pipeline*: statements given to [`Db::defer`] (savepoints) and the statements of
+/// [`Db::exec_all`] go out together and cost one round trip, not one each.
+pub(crate) struct PgConn {
+    rt: tokio::runtime::Runtime,
     client: Client,
     statements: HashMap<String, Statement>,
+    pending: String,
 }
 
 impl PgConn {
-    fn connect(config: &postgres::Config) -> Result<PgConn> {
-        let client = config
-            .connect(NoTls)
-            .map_err(|e| LedgerError::Unavailable(format!("cannot connect to PostgreSQL: {e}")))?;
+    pub(crate) fn connect(config: &Config) -> Result<PgConn> {
+        let unavailable = |e: &dyn std::fmt::Display| {
+            LedgerError::Unavailable(format!("cannot connect to PostgreSQL: {e}"))
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (client, connection) = rt
+            .block_on(config.connect(NoTls))
+            .map_err(|e| unavailable(&e))?;
+        rt.spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "PostgreSQL connection ended");
+            }
+        });
         Ok(PgConn {
+            rt,
             client,
             statements: HashMap::new(),
+            pending: String::new(),
         })
+    }
+
+    fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    /// Whether the server answers (one round trip).
+    fn is_valid(&mut self) -> bool {
+        let client = &self.client;
+        let ping = self.rt.block_on(async {
+            tokio::time::timeout(CONNECT_TIMEOUT, client.simple_query("")).await
+        });
+        matches!(ping, Ok(Ok(_)))
     }
 
     /// The prepared form of `sql` (its `?N` placeholders rewritten to `$N`), prepared once.
@@ -191,12 +237,33 @@ impl PgConn {
         if let Some(s) = self.statements.get(sql) {
             return Ok(s.clone());
         }
+        // A deferred ROLLBACK TO must reach the server before anything is parsed.
+        if !self.pending.is_empty() {
+            let pending = std::mem::take(&mut self.pending);
+            self.rt.block_on(self.client.batch_execute(&pending))?;
+        }
         if self.statements.len() >= 512 {
             self.statements.clear();
         }
-        let stmt = self.client.prepare(&placeholders(sql))?;
+        let stmt = self.rt.block_on(self.client.prepare(&placeholders(sql)))?;
         self.statements.insert(sql.to_owned(), stmt.clone());
         Ok(stmt)
+    }
+
+    /// Runs `f` with the deferred statements sent ahead of it, in the same round trip.
+    fn run<T>(
+        rt: &tokio::runtime::Runtime,
+        client: &Client,
+        pending: &mut String,
+        f: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> Result<T> {
+        if pending.is_empty() {
+            return Ok(rt.block_on(f)?);
+        }
+        let before = std::mem::take(pending);
+        let (a, b) = rt.block_on(futures_util::future::join(client.batch_execute(&before), f));
+        a?;
+        Ok(b?)
     }
 }
 
@@ -233,10 +300,10 @@ impl ToSql for Val<'_> {
         true
     }
 
-    postgres::types::to_sql_checked!();
+    tokio_postgres::types::to_sql_checked!();
 }
 
-impl Row for postgres::Row {
+impl Row for tokio_postgres::Row {
     fn opt_int(&self, i: usize) -> Result<Option<i64>> {
         Ok(self.try_get(i)?)
     }
@@ -250,31 +317,76 @@ impl Row for postgres::Row {
     }
 }
 
+fn params<'a>(params: &'a [Val<'_>]) -> Vec<&'a (dyn ToSql + Sync)> {
+    params.iter().map(|p| p as _).collect()
+}
+
 impl Db for PgConn {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
     }
 
-    fn exec(&mut self, sql: &str, params: &[Val<'_>]) -> Result<u64> {
+    fn exec(&mut self, sql: &str, p: &[Val<'_>]) -> Result<u64> {
         let stmt = self.statement(sql)?;
-        let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
-        Ok(self.client.execute(&stmt, &params)?)
+        let p = params(p);
+        PgConn::run(
+            &self.rt,
+            &self.client,
+            &mut self.pending,
+            self.client.execute(&stmt, &p),
+        )
+    }
+
+    fn exec_all(&mut self, stmts: &[(String, Vec<Val<'_>>)]) -> Result<()> {
+        let prepared = stmts
+            .iter()
+            .map(|(sql, _)| self.statement(sql))
+            .collect::<Result<Vec<_>>>()?;
+        let ps: Vec<_> = stmts.iter().map(|(_, p)| params(p)).collect();
+        let all = futures_util::future::try_join_all(
+            prepared
+                .iter()
+                .zip(&ps)
+                .map(|(stmt, p)| self.client.execute(stmt, p)),
+        );
+        PgConn::run(&self.rt, &self.client, &mut self.pending, all)?;
+        Ok(())
     }
 
     fn batch(&mut self, sql: &str) -> Result<()> {
-        Ok(self.client.batch_execute(sql)?)
+        PgConn::run(
+            &self.rt,
+            &self.client,
+            &mut self.pending,
+            self.client.batch_execute(sql),
+        )
+    }
+
+    fn defer(&mut self, sql: &str) -> Result<()> {
+        if !self.pending.is_empty() {
+            self.pending.push_str("; ");
+        }
+        self.pending.push_str(sql);
+        Ok(())
     }
 
     fn each(
         &mut self,
         sql: &str,
-        params: &[Val<'_>],
+        p: &[Val<'_>],
         f: &mut dyn FnMut(&dyn Row) -> Result<bool>,
     ) -> Result<()> {
+        use futures_util::StreamExt;
         let stmt = self.statement(sql)?;
-        let mut rows = self.client.query_raw(&stmt, params.iter())?;
-        while let Some(r) = rows.next()? {
-            if !f(&r)? {
+        let rows = PgConn::run(
+            &self.rt,
+            &self.client,
+            &mut self.pending,
+            self.client.query_raw(&stmt, p.iter()),
+        )?;
+        let mut rows = std::pin::pin!(rows);
+        while let Some(r) = self.rt.block_on(rows.next()) {
+            if !f(&r?)? {
                 break;
             }
         }
@@ -284,7 +396,7 @@ impl Db for PgConn {
 
 /// The writer's connection; `None` after it was lost, until the next batch reconnects.
 struct PgWriter {
-    config: postgres::Config,
+    config: Config,
     conn: Option<PgConn>,
     lost: Disconnected,
     commits: u64,
@@ -293,19 +405,19 @@ struct PgWriter {
 impl WriteConn for PgWriter {
     fn begin(&mut self) -> Result<()> {
         if let Some(c) = &mut self.conn {
-            match c.client.batch_execute(BEGIN_LOCKED) {
+            match c.batch(BEGIN_LOCKED) {
                 Ok(()) => return Ok(()),
                 // A live connection refused: report it. A dead one: reconnect below.
-                Err(e) if !c.client.is_closed() => {
-                    let _ = c.client.batch_execute("ROLLBACK");
-                    return Err(e.into());
+                Err(e) if !c.is_closed() => {
+                    let _ = c.batch("ROLLBACK");
+                    return Err(e);
                 }
                 Err(e) => tracing::warn!(error = %e, "ledger connection lost; reconnecting"),
             }
         }
         self.conn = None;
         let mut c = PgConn::connect(&self.config)?;
-        c.client.batch_execute(BEGIN_LOCKED)?;
+        c.batch(BEGIN_LOCKED)?;
         tracing::info!("ledger writer reconnected to PostgreSQL");
         self.conn = Some(c);
         Ok(())
@@ -319,7 +431,7 @@ impl WriteConn for PgWriter {
         self.commits += 1;
         if matches!(self.commits, 16 | 128 | 1024 | 8192) {
             if let Some(c) = &mut self.conn {
-                if let Err(e) = c.client.batch_execute("ANALYZE entries, events") {
+                if let Err(e) = c.batch("ANALYZE entries, events") {
                     tracing::warn!(error = %e, "ANALYZE of a young ledger failed");
                 }
             }
@@ -367,7 +479,7 @@ impl Db for Disconnected {
 }
 
 struct Readers {
-    config: postgres::Config,
+    config: Config,
     location: String,
     pool: Mutex<Vec<PgConn>>,
 }
@@ -393,14 +505,17 @@ impl ReadPool for Readers {
         let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
         // A pooled connection may have died with a server restart: check it (one round trip).
         let mut conn = match pooled {
-            Some(mut c) => match c.client.is_valid(CONNECT_TIMEOUT) {
-                Ok(()) => c,
-                Err(_) => PgConn::connect(&self.config)?,
-            },
+            Some(mut c) => {
+                if c.is_valid() {
+                    c
+                } else {
+                    PgConn::connect(&self.config)?
+                }
+            }
             None => PgConn::connect(&self.config)?,
         };
         f(&mut conn);
-        if !conn.client.is_closed() {
+        if !conn.is_closed() {
             if let Ok(mut p) = self.pool.lock() {
                 if p.len() < 8 {
                     p.push(conn);
