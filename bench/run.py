@@ -37,7 +37,14 @@ IDEMGATE = os.path.abspath(os.environ.get("IDEMGATE_BIN", os.path.join(ROOT, "ta
 CONSOLE_BENCH = os.path.abspath(os.environ.get("CONSOLE_BENCH_BIN", os.path.join(ROOT, "target/release/console-bench")))
 IPS = os.path.abspath(os.environ.get("IPS_BIN", os.path.join(ROOT, "target/bench-tools/bin/idempotent-proxy-server")))
 OUT = os.path.join(ROOT, "target/bench")
-BODY = '{"amount":4999,"currency":"usd","customer":"cus_123","description":"order 42"}'
+# Each key's body names its order, as real calls do (one identical body under every key would make
+# every call after the first a duplicate suspect, which idemgate flags and logs). A replay sends its
+# key's same body.
+BODY = '{"amount":4999,"currency":"usd","customer":"cus_123","description":"order KEY"}'
+
+
+def body(key):
+    return BODY.replace("KEY", key)
 CONNECTIONS = 64
 REPLAY_KEYS = 100
 
@@ -217,7 +224,8 @@ function request()
   else
     key = "replay-" .. (n % replay_keys)
   end
-  return wrk.format("POST", path, {["Idempotency-Key"] = key, ["Content-Type"] = "application/json"}, body)
+  return wrk.format("POST", path, {["Idempotency-Key"] = key, ["Content-Type"] = "application/json"},
+                    (string.gsub(body, "KEY", key, 1)))
 end
 """
 
@@ -255,7 +263,7 @@ def wrk(port, path, fresh, run_id, script):
 def http_post(port, path, key):
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         req = (f"POST {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\n"
-               f"idempotency-key: {key}\r\ncontent-length: {len(BODY)}\r\n\r\n{BODY}")
+               f"idempotency-key: {key}\r\ncontent-length: {len(body(key))}\r\n\r\n{body(key)}")
         s.sendall(req.encode())
         data = b""
         while chunk := s.recv(65536):
@@ -283,7 +291,7 @@ async def fixed_rate(port, path, rate, seconds, run_id):
         try:
             key = f"{run_id}-{i}"
             w.write((f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                     f"idempotency-key: {key}\r\ncontent-length: {len(BODY)}\r\n\r\n{BODY}").encode())
+                     f"idempotency-key: {key}\r\ncontent-length: {len(body(key))}\r\n\r\n{body(key)}").encode())
             await w.drain()
             head = await r.readuntil(b"\r\n\r\n")
             status = int(head.split(b" ", 2)[1])
