@@ -14,6 +14,7 @@
 mod schema;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -59,6 +60,7 @@ impl Ledger {
                 conn: Some(conn),
                 lost: Disconnected,
                 commits: 0,
+                analyzing: Arc::default(),
             },
             opts.hasher.clone(),
             max_batch,
@@ -96,6 +98,7 @@ pub(crate) fn write_conn(url: &str) -> Result<impl WriteConn> {
         conn: Some(conn),
         lost: Disconnected,
         commits: u64::MAX / 2,
+        analyzing: Arc::default(),
     })
 }
 
@@ -400,6 +403,7 @@ struct PgWriter {
     conn: Option<PgConn>,
     lost: Disconnected,
     commits: u64,
+    analyzing: Arc<AtomicBool>,
 }
 
 impl WriteConn for PgWriter {
@@ -426,15 +430,29 @@ impl WriteConn for PgWriter {
     /// A new ledger's tables have no statistics until autovacuum's first ANALYZE (a minute or
     /// more), and a prepared statement planned meanwhile may pick any index on an "empty" table —
     /// e.g. the claim lookup scanning `entries_route` instead of the unique key, a full scan per
-    /// claim as the table grows. So the writer analyses its tables itself while they are young.
+    /// claim as the table grows. So while the ledger is young the writer has its tables analysed —
+    /// on a connection and thread of their own (ANALYZE waits for autovacuum's lock and reads a
+    /// sample; the writer must not wait for either), at most one at a time.
     fn committed(&mut self) {
         self.commits += 1;
-        if matches!(self.commits, 16 | 128 | 1024 | 8192) {
-            if let Some(c) = &mut self.conn {
-                if let Err(e) = c.batch("ANALYZE entries, events") {
-                    tracing::warn!(error = %e, "ANALYZE of a young ledger failed");
+        if !matches!(self.commits, 16 | 128 | 1024 | 8192)
+            || self.analyzing.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let (config, busy) = (self.config.clone(), self.analyzing.clone());
+        let spawned = std::thread::Builder::new()
+            .name("idemgate-ledger-analyze".into())
+            .spawn(move || {
+                let r = PgConn::connect(&config)
+                    .and_then(|mut c| c.batch("SET lock_timeout = '5s'; ANALYZE entries, events"));
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "ANALYZE of a young ledger skipped");
                 }
-            }
+                busy.store(false, Ordering::Release);
+            });
+        if spawned.is_err() {
+            self.analyzing.store(false, Ordering::Release);
         }
     }
 
