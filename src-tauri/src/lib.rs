@@ -15,7 +15,7 @@ use idemgate_proxy::operator::{self, ActionCmd, ReconcileReport, ReplayReport};
 use idemgate_proxy::{Config, Engine, ProxyStatus};
 use tauri::Emitter;
 
-/// The ledger the console opens: `--ledger PATH`, else `IDEMGATE_LEDGER`, else the default one.
+/// The ledger the console opens: `--ledger PATH|URL`, else `IDEMGATE_LEDGER`, else the default one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LedgerChoice {
     /// Named by the user: must exist.
@@ -549,7 +549,7 @@ fn proxy_config_arg(args: &[String]) -> Option<String> {
     args.get(i + 1).cloned()
 }
 
-/// Starts the console: `idemgate-console [--ledger PATH] [--proxy-config FILE]`.
+/// Starts the console: `idemgate-console [--ledger PATH|URL] [--proxy-config FILE]`.
 pub fn run() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(

@@ -100,6 +100,54 @@ fn lists_resolves_and_logs_with_typed_errors() {
 }
 
 #[test]
+fn a_postgresql_ledger_opens_by_url_and_takes_operator_actions() {
+    let Some(url) = idemgate_ledger::testing::fresh_postgres("console") else {
+        eprintln!("skipped: IDEMGATE_TEST_PG=skip");
+        return;
+    };
+    let ops = Ops::open_or_create(&url).expect("create");
+    seed_demo(
+        ops.store().as_ref(),
+        DemoOptions {
+            events: 2_000,
+            seed: 5,
+        },
+    )
+    .expect("demo");
+    drop(ops);
+    // By URL at start-up, and by the Open button (the same command) from another ledger.
+    let (_d, path) = demo();
+    let c = Console::open(&LedgerChoice::Named(path));
+    let info = block_on(c.open_ledger(url.clone()));
+    assert!(info.error.is_none(), "{:?}", info.error);
+    assert_eq!(info.location.as_deref(), Some(url.as_str()));
+    let c = Console::open(&LedgerChoice::Named(url.clone()));
+    assert_eq!(c.ledger_info().location.as_deref(), Some(url.as_str()));
+    let stuck_before = block_on(c.entries(stuck(), None, 100))
+        .expect("entries")
+        .entries;
+    let target = stuck_before
+        .iter()
+        .find(|e| e.effect != idemgate_ledger::Effect::Destructive)
+        .expect("a stuck entry");
+    let done = block_on(c.resolve(ResolveCmd {
+        entry_id: target.id,
+        as_: ResolveAs::Released,
+        response: None,
+        external_ref: None,
+        operator: "tester".into(),
+        reason: "checked upstream".into(),
+        confirm_destructive: false,
+    }))
+    .expect("resolve");
+    assert_eq!(done.state, idemgate_ledger::State::Released);
+    let after = block_on(c.entries(stuck(), None, 100)).expect("entries");
+    assert_eq!(after.entries.len(), stuck_before.len() - 1);
+    let stats = block_on(c.stats(24)).expect("stats");
+    assert!(stats.head.is_some());
+}
+
+#[test]
 fn export_verifies_and_cancels_cleanly() {
     let (dir, path) = demo();
     let c = Console::open(&LedgerChoice::Named(path));

@@ -82,7 +82,7 @@ export class App {
       attrs: { placeholder: "your name (for the log)", value: this.operator, "aria-label": "operator name" },
       on: { change: (e) => this.prefs.setItem("operator", (e.target as HTMLInputElement).value.trim()) },
     });
-    const ledgerPath = h("input", { testid: "ledger-input", attrs: { placeholder: "open another ledger: /path/to/ledger.db", list: "recent-ledgers", "aria-label": "ledger path" } });
+    const ledgerPath = h("input", { testid: "ledger-input", attrs: { placeholder: "open another ledger: /path/to/ledger.db or postgres://…", list: "recent-ledgers", "aria-label": "ledger path or URL" } });
     const recent = h("datalist", { attrs: { id: "recent-ledgers" } }, ...this.recent().map((p) => h("option", { attrs: { value: p } })));
     const open = h("button", { testid: "ledger-open", on: { click: () => void this.openLedger(ledgerPath.value.trim()) } }, "Open");
     const theme = h("button", { testid: "theme-toggle", title: "dark / light", on: { click: () => this.toggleTheme() } }, "◐");
