@@ -14,7 +14,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use idemgate_ledger::export::Format;
-use idemgate_ledger::{ChainHasher, EntryFilter, EventFilter, EventRange, ResponseRecord, State};
+use idemgate_ledger::{
+    ChainHasher, EntryFilter, EventFilter, EventRange, Progress, ResponseRecord, State,
+};
 use idemgate_ops::{ExportCmd, Ops, OpsError, PurgeCmd, PurgeTarget, ResolveAs, ResolveCmd};
 
 #[derive(Parser, Debug)]
@@ -319,6 +321,22 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Runs `f` with a progress callback that draws a bar on stderr (see `progress_bar`), cleared when
+/// `f` returns.
+fn with_progress<T>(what: &str, total: Option<u64>, f: impl FnOnce(Progress<'_>) -> T) -> T {
+    let pb = progress_bar(what, total);
+    let r = f(&mut |n| {
+        if let Some(pb) = &pb {
+            pb.set_position(n);
+        }
+        true
+    });
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    r
+}
+
 /// A progress bar on stderr when it is a terminal; silent otherwise.
 fn progress_bar(what: &str, total: Option<u64>) -> Option<indicatif::ProgressBar> {
     if !std::io::stderr().is_terminal() {
@@ -544,32 +562,16 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             };
             let ops = Ops::open_existing(&ledger.ledger)?;
             let total = ops.store().head()?.map(|h| h.seq as u64);
-            let pb = progress_bar("exporting", total);
-            let manifest = ops.export(&cmd, &mut |n| {
-                if let Some(pb) = &pb {
-                    pb.set_position(n);
-                }
-                true
-            })?;
-            if let Some(pb) = pb {
-                pb.finish_and_clear();
-            }
+            let manifest = with_progress("exporting", total, |p| ops.export(&cmd, p))?;
             if let Some(m) = manifest {
                 output::exported(&mut out, &path, &m, json)?;
             }
         }
         Cmd::Serve { .. } | Cmd::Replay(_) | Cmd::Reconcile(_) => unreachable!("handled in main"),
         Cmd::Copy { ledger, to, json } => {
-            let pb = progress_bar("copying", None);
-            let report = idemgate_ops::copy_ledger(&ledger.ledger, &to, &mut |n| {
-                if let Some(pb) = &pb {
-                    pb.set_position(n);
-                }
-                true
+            let report = with_progress("copying", None, |p| {
+                idemgate_ops::copy_ledger(&ledger.ledger, &to, p)
             })?;
-            if let Some(pb) = pb {
-                pb.finish_and_clear();
-            }
             output::copied(&mut out, &report, json)?;
         }
         Cmd::Verify {
@@ -580,45 +582,27 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
         } => {
             let ok = if let Some(file) = export {
                 let hasher = ChainHasher::from_env()?;
-                let pb = progress_bar("verifying", None);
-                let report = idemgate_ops::verify_export_file(&file, &hasher, &mut |n| {
-                    if let Some(pb) = &pb {
-                        pb.set_position(n);
-                    }
-                    true
+                let report = with_progress("verifying", None, |p| {
+                    idemgate_ops::verify_export_file(&file, &hasher, p)
                 })?;
-                if let Some(pb) = pb {
-                    pb.finish_and_clear();
-                }
                 output::verified_export(&mut out, &report, json)?;
                 report.ok
             } else {
                 let location = ledger.unwrap_or_default();
                 let ops = Ops::open_existing(&location)?;
                 let total = ops.store().head()?.map(|h| h.seq as u64);
-                let pb = progress_bar("verifying", total);
-                let mut tick = |n| {
-                    if let Some(pb) = &pb {
-                        pb.set_position(n);
-                    }
-                    true
-                };
-                let ok = match against {
+                match against {
                     Some(m) => {
-                        let r = ops.verify_against(&m, &mut tick)?;
+                        let r = with_progress("verifying", total, |p| ops.verify_against(&m, p))?;
                         output::verified_against(&mut out, &r, json)?;
                         r.ok
                     }
                     None => {
-                        let r = ops.verify(&mut tick)?;
+                        let r = with_progress("verifying", total, |p| ops.verify(p))?;
                         output::verified(&mut out, &r, json)?;
                         r.ok
                     }
-                };
-                if let Some(pb) = pb {
-                    pb.finish_and_clear();
                 }
-                ok
             };
             out.flush().ok();
             return Ok(if ok {
