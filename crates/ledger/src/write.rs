@@ -49,8 +49,6 @@ fn moved(ctx: &mut Ctx<'_>, from: Option<State>, to: Option<State>) {
 /// the log or the counters — and saves a statement (on PostgreSQL a round trip) per event and per
 /// counter, and a hot-row update per job.
 pub(crate) fn flush(db: &mut dyn Db, out: &Deferred) -> Result<()> {
-    const COLS: &str = "seq, at, kind, entry_id, route, scope, key, operator, reason, detail, \
-                        payload_digest, prev_hash, hash";
     let mut stmts: Vec<(String, Vec<Val<'_>>)> = Vec::new();
     let mut rest = &out.events[..];
     while !rest.is_empty() {
@@ -86,7 +84,11 @@ pub(crate) fn flush(db: &mut dyn Db, out: &Deferred) -> Result<()> {
             ]);
         }
         stmts.push((
-            format!("INSERT INTO events ({COLS}) VALUES {}", rows.join(", ")),
+            format!(
+                "INSERT INTO events ({}) VALUES {}",
+                read::EVENT_COLS,
+                rows.join(", ")
+            ),
             params,
         ));
     }
