@@ -85,7 +85,7 @@ impl Ledger {
     fn submit<T, F>(&self, f: F) -> Ticket<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Ctx<'_>) -> Result<T> + Send + 'static,
+        F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
     {
         self.writer.submit(f)
     }
@@ -146,23 +146,23 @@ impl Storage for Ledger {
     }
 
     fn claim(&self, req: ClaimRequest) -> Ticket<ClaimOutcome> {
-        self.submit(move |ctx| write::claim(ctx, req))
+        self.submit(move |ctx| write::claim(ctx, &req))
     }
 
     fn record_attempt(&self, report: OwnerReport, attempt: i64, lease_ms: i64) -> Ticket<()> {
-        self.submit(move |ctx| write::record_attempt(ctx, report, attempt, lease_ms))
+        self.submit(move |ctx| write::record_attempt(ctx, &report, attempt, lease_ms))
     }
 
     fn complete(&self, req: CompleteRequest) -> Ticket<CompleteOutcome> {
-        self.submit(move |ctx| write::complete(ctx, req))
+        self.submit(move |ctx| write::complete(ctx, &req))
     }
 
     fn mark_unknown(&self, report: OwnerReport) -> Ticket<()> {
-        self.submit(move |ctx| write::mark_unknown(ctx, report))
+        self.submit(move |ctx| write::mark_unknown(ctx, &report))
     }
 
     fn release(&self, report: OwnerReport) -> Ticket<()> {
-        self.submit(move |ctx| write::release(ctx, report))
+        self.submit(move |ctx| write::release(ctx, &report))
     }
 
     fn sweep(&self, at: Millis) -> Ticket<SweepReport> {
@@ -170,19 +170,19 @@ impl Storage for Ledger {
     }
 
     fn resolve(&self, req: ResolveRequest) -> Ticket<EntrySummary> {
-        self.submit(move |ctx| write::resolve(ctx, req))
+        self.submit(move |ctx| write::resolve(ctx, &req))
     }
 
     fn purge(&self, req: PurgeRequest) -> Ticket<Vec<i64>> {
-        self.submit(move |ctx| write::purge(ctx, req))
+        self.submit(move |ctx| write::purge(ctx, &req))
     }
 
     fn redrive(&self, req: RedriveRequest) -> Ticket<Redrive> {
-        self.submit(move |ctx| write::redrive(ctx, req))
+        self.submit(move |ctx| write::redrive(ctx, &req))
     }
 
     fn note_reconcile(&self, note: ReconcileNote) -> Ticket<()> {
-        self.submit(move |ctx| write::note_reconcile(ctx, note))
+        self.submit(move |ctx| write::note_reconcile(ctx, &note))
     }
 
     fn entry(&self, id: i64, now: Millis) -> Result<EntryDetail> {

@@ -164,12 +164,15 @@ pub const ALWAYS_REDACTED_HEADERS: &[&str] = &[
     "x-idemgate-signature",
 ];
 
+/// Whether a header named `name` is one of [`ALWAYS_REDACTED_HEADERS`].
+pub(crate) fn is_secret_header(name: &str) -> bool {
+    ALWAYS_REDACTED_HEADERS
+        .iter()
+        .any(|r| r.eq_ignore_ascii_case(name))
+}
+
 fn drop_secret_headers(headers: &mut Vec<(String, String)>) {
-    headers.retain(|(n, _)| {
-        !ALWAYS_REDACTED_HEADERS
-            .iter()
-            .any(|r| r.eq_ignore_ascii_case(n))
-    });
+    headers.retain(|(n, _)| !is_secret_header(n));
 }
 
 impl RequestRecord {

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use crate::canon::sha256_hex;
-use crate::db::{vals, Db, Val};
+use crate::db::{vals, Db, PerDialect, Val};
 use crate::error::{LedgerError, Result};
 use crate::model::*;
 use crate::read;
@@ -49,22 +49,17 @@ fn moved(ctx: &mut Ctx<'_>, from: Option<State>, to: Option<State>) {
 /// the log or the counters — and saves a statement (on PostgreSQL a round trip) per event and per
 /// counter, and a hot-row update per job.
 pub(crate) fn flush(db: &mut dyn Db, out: &Deferred) -> Result<()> {
-    let mut stmts: Vec<(String, Vec<Val<'_>>)> = Vec::new();
+    let mut stmts: Vec<(&str, Vec<Val<'_>>)> = Vec::new();
     let mut rest = &out.events[..];
     while !rest.is_empty() {
-        // A few fixed chunk sizes, so the statements are prepared once each.
-        let n = [256, 64, 8, 1]
-            .into_iter()
-            .find(|&n| rest.len() >= n)
-            .unwrap_or(1);
+        // A few fixed chunk sizes, so the statements are prepared (and written) once each.
+        let (n, sql) = EVENT_INSERTS
+            .get(db.dialect())
+            .iter()
+            .find(|(n, _)| rest.len() >= *n)
+            .map_or((1, ""), |(n, sql)| (*n, sql.as_str()));
         let (chunk, tail) = rest.split_at(n);
         rest = tail;
-        let rows: Vec<String> = (0..n)
-            .map(|r| {
-                let marks: Vec<String> = (1..=13).map(|c| format!("?{}", r * 13 + c)).collect();
-                format!("({})", marks.join(", "))
-            })
-            .collect();
         let mut params = Vec::with_capacity(n * 13);
         for ev in chunk {
             params.extend_from_slice(vals![
@@ -83,33 +78,47 @@ pub(crate) fn flush(db: &mut dyn Db, out: &Deferred) -> Result<()> {
                 &ev.hash
             ]);
         }
-        stmts.push((
-            format!(
-                "INSERT INTO events ({}) VALUES {}",
-                read::EVENT_COLS,
-                rows.join(", ")
-            ),
-            params,
-        ));
+        stmts.push((sql, params));
     }
     for (hour, kind, n) in &out.bumps {
         stmts.push((
             "INSERT INTO event_counts (hour, kind, n) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (hour, kind) DO UPDATE SET n = event_counts.n + ?3"
-                .to_owned(),
+             ON CONFLICT (hour, kind) DO UPDATE SET n = event_counts.n + ?3",
             vals![*hour, kind, *n].to_vec(),
         ));
     }
     for (state, n) in State::ALL.iter().zip(out.counts) {
         if n != 0 {
             stmts.push((
-                "UPDATE entry_counts SET n = n + ?2 WHERE state = ?1".to_owned(),
+                "UPDATE entry_counts SET n = n + ?2 WHERE state = ?1",
                 vals![state.as_str(), n].to_vec(),
             ));
         }
     }
     db.exec_all(&stmts)
 }
+
+/// The batch's multi-row event inserts, by rows per statement (largest first).
+static EVENT_INSERTS: PerDialect<Vec<(usize, String)>> = PerDialect::new(|d| {
+    [256, 64, 8, 1]
+        .into_iter()
+        .map(|n| {
+            let rows: Vec<String> = (0..n)
+                .map(|r| {
+                    let marks: Vec<String> = (1..=13).map(|c| format!("?{}", r * 13 + c)).collect();
+                    format!("({})", marks.join(", "))
+                })
+                .collect();
+            let sql = format!(
+                "{} INTO events ({}) VALUES {}",
+                d.insert(),
+                read::EVENT_COLS,
+                rows.join(", ")
+            );
+            (n, sql)
+        })
+        .collect()
+});
 
 /// Appends one event to the chain (written with the batch) and bumps its hourly counter.
 pub(crate) fn append(ctx: &mut Ctx<'_>, ne: NewEvent<'_>) -> Result<i64> {
@@ -207,11 +216,13 @@ fn row_by_id(db: &mut dyn Db, id: i64) -> Result<Row> {
     .ok_or(LedgerError::EntryNotFound(id))
 }
 
+/// Headers as stored: JSON pairs, secret headers left out (every header written goes through here).
 fn headers_json(h: &[(String, String)]) -> String {
-    serde_json::to_string(h).unwrap_or_else(|_| "[]".into())
+    let kept: Vec<&(String, String)> = h.iter().filter(|(n, _)| !is_secret_header(n)).collect();
+    serde_json::to_string(&kept).unwrap_or_else(|_| "[]".into())
 }
 
-pub(crate) fn claim(ctx: &mut Ctx<'_>, req: ClaimRequest) -> Result<ClaimOutcome> {
+pub(crate) fn claim(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<ClaimOutcome> {
     let at = req.at;
     // The stored response comes along: a replay needs no second read.
     let existing = ctx.db.opt(
@@ -224,7 +235,7 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, req: ClaimRequest) -> Result<ClaimOutcome
     )?;
 
     let Some((row, stored)) = existing else {
-        if let Some(o) = reject_duplicate(ctx, &req)? {
+        if let Some(o) = reject_duplicate(ctx, req)? {
             return Ok(o);
         }
         return insert_claim(ctx, req);
@@ -239,14 +250,14 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, req: ClaimRequest) -> Result<ClaimOutcome
                 row.event(at, EventKind::Expired, json!({"state": row.state})),
             )?;
         }
-        if let Some(o) = reject_duplicate(ctx, &req)? {
+        if let Some(o) = reject_duplicate(ctx, req)? {
             return Ok(o);
         }
-        return rearm(ctx, &row, &req, 1, json!({"attempt": 1, "after": "expiry"}));
+        return rearm(ctx, &row, req, 1, json!({"attempt": 1, "after": "expiry"}));
     }
 
     if row.fingerprint != req.fingerprint {
-        let request = req.request.redacted();
+        let request = &req.request;
         let digest = sha256_hex(&request.body);
         ctx.db.exec(
             "INSERT INTO collisions (entry_id, at, fingerprint, req_method, req_path, req_headers, \
@@ -299,7 +310,7 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, req: ClaimRequest) -> Result<ClaimOutcome
             rearm(
                 ctx,
                 &row,
-                &req,
+                req,
                 attempt,
                 json!({"attempt": attempt, "after": "release"}),
             )
@@ -367,15 +378,24 @@ fn find_duplicate(
     )
 }
 
-fn insert_claim(ctx: &mut Ctx<'_>, req: ClaimRequest) -> Result<ClaimOutcome> {
-    let at = req.at;
-    let request = req.request.redacted();
-    let digest = sha256_hex(&request.body);
-    let id = ctx.db.one(
-        "INSERT INTO entries (route, scope, key, fingerprint, effect, state, attempts, lease_owner, \
+/// The new entry of a first claim.
+static INSERT_CLAIM: PerDialect<String> = PerDialect::new(|d| {
+    format!(
+        "{} INTO entries (route, scope, key, fingerprint, effect, state, attempts, lease_owner, \
          lease_expires_at, req_method, req_path, req_headers, req_body, created_at, updated_at, \
-         expires_at) VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12, ?13) \
-         RETURNING id",
+         expires_at) VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12, \
+         ?13) RETURNING id",
+        d.insert()
+    )
+});
+
+fn insert_claim(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<ClaimOutcome> {
+    let at = req.at;
+    let request = &req.request;
+    let digest = sha256_hex(&request.body);
+    let insert = INSERT_CLAIM.get(ctx.db.dialect());
+    let id = ctx.db.one(
+        insert,
         vals![
             &req.route,
             &req.scope,
@@ -424,7 +444,7 @@ fn rearm(
     detail: serde_json::Value,
 ) -> Result<ClaimOutcome> {
     let at = req.at;
-    let request = req.request.clone().redacted();
+    let request = &req.request;
     let digest = sha256_hex(&request.body);
     ctx.db.exec(
         "UPDATE entries SET fingerprint = ?2, effect = ?3, state = 'pending', attempts = ?4, \
@@ -478,7 +498,7 @@ fn owned(db: &mut dyn Db, id: i64, owner: &str, action: &'static str) -> Result<
 /// Records a retry after an outcome that was not executed, and renews the lease for it.
 pub(crate) fn record_attempt(
     ctx: &mut Ctx<'_>,
-    rep: OwnerReport,
+    rep: &OwnerReport,
     attempt: i64,
     lease_ms: i64,
 ) -> Result<()> {
@@ -499,13 +519,13 @@ pub(crate) fn record_attempt(
     Ok(())
 }
 
-pub(crate) fn complete(ctx: &mut Ctx<'_>, req: CompleteRequest) -> Result<CompleteOutcome> {
-    let resp = req.response.redacted();
+pub(crate) fn complete(ctx: &mut Ctx<'_>, req: &CompleteRequest) -> Result<CompleteOutcome> {
+    let resp = &req.response;
     // Checked and written in one statement: only a PENDING entry leased by `owner` completes.
     let updated = store_completion(
         ctx.db,
         req.entry_id,
-        &resp,
+        resp,
         req.at,
         req.ttl_ms,
         Some(&req.owner),
@@ -598,7 +618,7 @@ fn flag_duplicate(ctx: &mut Ctx<'_>, row: &Row, window: i64, at: Millis) -> Resu
     Ok(Some(dup_id))
 }
 
-pub(crate) fn mark_unknown(ctx: &mut Ctx<'_>, rep: OwnerReport) -> Result<()> {
+pub(crate) fn mark_unknown(ctx: &mut Ctx<'_>, rep: &OwnerReport) -> Result<()> {
     let row = owned(ctx.db, rep.entry_id, &rep.owner, "mark outcome unknown")?;
     ctx.db.exec(
         "UPDATE entries SET outcome_unknown = 1, last_error = ?2, updated_at = ?3, stuck_logged = 1 \
@@ -616,7 +636,7 @@ pub(crate) fn mark_unknown(ctx: &mut Ctx<'_>, rep: OwnerReport) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn release(ctx: &mut Ctx<'_>, rep: OwnerReport) -> Result<()> {
+pub(crate) fn release(ctx: &mut Ctx<'_>, rep: &OwnerReport) -> Result<()> {
     let row = owned(ctx.db, rep.entry_id, &rep.owner, "release")?;
     ctx.db.exec(
         "UPDATE entries SET state = 'released', lease_owner = NULL, lease_expires_at = NULL, \
@@ -688,7 +708,7 @@ fn check_actor(actor: &Actor) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: ResolveRequest) -> Result<EntrySummary> {
+pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: &ResolveRequest) -> Result<EntrySummary> {
     check_actor(&req.actor)?;
     let row = row_by_id(ctx.db, req.entry_id)?;
     let refuse = |needed| LedgerError::InvalidTransition {
@@ -716,8 +736,8 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: ResolveRequest) -> Result<EntrySum
             response,
             external_ref: reference,
         } => {
-            let resp = response.clone().redacted();
-            store_completion(ctx.db, row.id, &resp, req.at, req.ttl_ms, None)?;
+            let resp = response;
+            store_completion(ctx.db, row.id, resp, req.at, req.ttl_ms, None)?;
             moved(ctx, Some(row.state), Some(State::Completed));
             detail["status"] = json!(resp.status);
             detail["external_ref"] = json!(reference);
@@ -725,7 +745,7 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: ResolveRequest) -> Result<EntrySum
             external_ref = reference.clone();
         }
         Resolution::Failed { response } => {
-            let resp = response.clone().map(ResponseRecord::redacted);
+            let resp = response.as_ref();
             let headers = resp.as_ref().map(|r| headers_json(&r.headers));
             ctx.db.exec(
                 "UPDATE entries SET state = 'failed', resp_status = ?2, resp_headers = ?3, \
@@ -771,7 +791,7 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: ResolveRequest) -> Result<EntrySum
     read::entry_summary(ctx.db, row.id, req.at)
 }
 
-pub(crate) fn purge(ctx: &mut Ctx<'_>, req: PurgeRequest) -> Result<Vec<i64>> {
+pub(crate) fn purge(ctx: &mut Ctx<'_>, req: &PurgeRequest) -> Result<Vec<i64>> {
     check_actor(&req.actor)?;
     let mut purged = Vec::with_capacity(req.ids.len());
     for &id in &req.ids {
@@ -804,7 +824,7 @@ pub(crate) fn purge(ctx: &mut Ctx<'_>, req: PurgeRequest) -> Result<Vec<i64>> {
     Ok(purged)
 }
 
-pub(crate) fn redrive(ctx: &mut Ctx<'_>, req: RedriveRequest) -> Result<Redrive> {
+pub(crate) fn redrive(ctx: &mut Ctx<'_>, req: &RedriveRequest) -> Result<Redrive> {
     check_actor(&req.actor)?;
     let row = row_by_id(ctx.db, req.entry_id)?;
     let allowed = match row.state {
@@ -851,10 +871,10 @@ pub(crate) fn redrive(ctx: &mut Ctx<'_>, req: RedriveRequest) -> Result<Redrive>
     })
 }
 
-pub(crate) fn note_reconcile(ctx: &mut Ctx<'_>, note: ReconcileNote) -> Result<()> {
+pub(crate) fn note_reconcile(ctx: &mut Ctx<'_>, note: &ReconcileNote) -> Result<()> {
     check_actor(&note.actor)?;
     let row = row_by_id(ctx.db, note.entry_id)?;
-    let mut ev = row.event(note.at, EventKind::Reconcile, note.detail);
+    let mut ev = row.event(note.at, EventKind::Reconcile, note.detail.clone());
     ev.actor = Some(&note.actor);
     append(ctx, ev)?;
     Ok(())

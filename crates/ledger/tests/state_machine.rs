@@ -688,6 +688,60 @@ fn purge_removes_entries_but_keeps_the_chain_verifiable(b: Backend) {
     verify_ok(&f.l);
 }
 
+/// A batch runs without savepoints first; a job that fails after changing something (this purge
+/// deletes `a`, then refuses the pending `b`) makes the writer roll the batch back and run it
+/// again with a savepoint per job: the failure is undone alone, every other job in the batch lands.
+fn a_failing_job_is_undone_alone_and_its_batch_lands(b: Backend) {
+    let f = fx!(b);
+    let a = claimed(f.l.claim(req("a", "{}", T0)).wait().expect("claim"));
+    let b = claimed(f.l.claim(req("b", "{}", T0)).wait().expect("claim"));
+    complete(&f.l, a, T0 + 1, "{}");
+    let (commits_before, _) = f.l.writer_counters();
+    // Queued without waiting, so they share batches with the purge.
+    let before: Vec<_> = (0..40)
+        .map(|i| f.l.claim(req(&format!("x{i}"), "{}", T0 + 2)))
+        .collect();
+    let purge = f.l.purge(PurgeRequest {
+        ids: vec![a, b],
+        only_expired: false,
+        actor: actor(),
+        at: T0 + 2,
+    });
+    let after: Vec<_> = (40..80)
+        .map(|i| f.l.claim(req(&format!("x{i}"), "{}", T0 + 2)))
+        .collect();
+    assert!(matches!(
+        purge.wait(),
+        Err(LedgerError::InvalidTransition { .. })
+    ));
+    for t in before.into_iter().chain(after) {
+        claimed(t.wait().expect("claim"));
+    }
+    let (commits_after, _) = f.l.writer_counters();
+    assert!(
+        commits_after - commits_before < 81,
+        "81 queued jobs took {} commits: no batching",
+        commits_after - commits_before
+    );
+    assert_eq!(
+        f.l.entry(a, T0).expect("a is kept").summary.state,
+        State::Completed
+    );
+    assert_eq!(kinds(&f.l, a), ["claim", "complete"]);
+    for i in 0..80 {
+        let found = f.l.entries(
+            &EntryFilter {
+                key: Some(format!("x{i}")),
+                ..Default::default()
+            },
+            Page::default(),
+            T0,
+        );
+        assert_eq!(found.expect("entries").len(), 1, "x{i}");
+    }
+    verify_ok(&f.l);
+}
+
 fn redrive_rearms_a_stuck_entry_with_its_stored_request(b: Backend) {
     let f = fx!(b);
     let id = claimed(
@@ -934,6 +988,7 @@ suite!(
     ttl_expiry_is_swept_and_an_expired_key_runs_again,
     same_effect_under_another_key_is_flagged_as_a_duplicate_suspect,
     purge_removes_entries_but_keeps_the_chain_verifiable,
+    a_failing_job_is_undone_alone_and_its_batch_lands,
     redrive_rearms_a_stuck_entry_with_its_stored_request,
     keyset_paging_walks_every_entry_once,
     concurrent_claims_are_group_committed,

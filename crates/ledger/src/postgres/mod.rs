@@ -329,7 +329,7 @@ impl Db for PgConn {
         )
     }
 
-    fn exec_all(&mut self, stmts: &[(String, Vec<Val<'_>>)]) -> Result<()> {
+    fn exec_all(&mut self, stmts: &[(&str, Vec<Val<'_>>)]) -> Result<()> {
         let prepared = stmts
             .iter()
             .map(|(sql, _)| self.statement(sql))
