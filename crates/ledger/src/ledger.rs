@@ -2,7 +2,7 @@
 //! and PostgreSQL (opening, migrations, locking, connections) lives in `sqlite/` and `postgres/`;
 //! the state machine, the queries and group commit are shared.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::chain::{self, ChainHasher, VerifyReport};
 use crate::db::Db;
@@ -47,6 +47,11 @@ pub(crate) trait ReadPool: Send + Sync + std::fmt::Debug {
     fn with(&self, f: &mut dyn FnMut(&mut dyn Db)) -> Result<()>;
     /// Drops the pooled connections.
     fn clear(&self);
+    /// Whether a short read may run on the caller's thread, even an async runtime's (SQLite: a
+    /// local file; PostgreSQL's connections drive a runtime of their own and must not).
+    fn inline(&self) -> bool {
+        false
+    }
 }
 
 /// A ledger. Cheap to share behind an `Arc`; dropping the last handle stops the writer after it has
@@ -56,6 +61,8 @@ pub struct Ledger {
     hasher: ChainHasher,
     readers: Box<dyn ReadPool>,
     writer: Writer,
+    /// Replays answered off the writer, until a batch writes their counts.
+    replays: Arc<Mutex<write::ReplayTally>>,
 }
 
 impl Ledger {
@@ -68,7 +75,34 @@ impl Ledger {
             hasher,
             readers,
             writer,
+            replays: Arc::default(),
         })
+    }
+
+    /// Counts a replay answered off the writer; queues a job to write the counts unless one is
+    /// already queued (so a stream of replays costs one job per batch, and waits for none).
+    fn tally_replay(&self, id: i64, at: Millis) {
+        let Ok(mut t) = self.replays.lock() else {
+            return;
+        };
+        t.add(id, at);
+        if t.queued {
+            return;
+        }
+        t.queued = true;
+        drop(t);
+        let replays = self.replays.clone();
+        // Taken once, on the job's first run: a re-run (see `writer`) writes the same counts.
+        let mut taken: Option<write::ReplayTally> = None;
+        let _ticket = self.submit(move |ctx| {
+            let tally = taken.get_or_insert_with(|| {
+                replays
+                    .lock()
+                    .map(|mut t| std::mem::take(&mut *t))
+                    .unwrap_or_default()
+            });
+            write::count_replays(ctx, tally)
+        });
     }
 
     /// Commits and jobs so far (group commit: jobs / commits is the batching factor).
@@ -146,6 +180,14 @@ impl Storage for Ledger {
     }
 
     fn claim(&self, req: ClaimRequest) -> Ticket<ClaimOutcome> {
+        // A replay of a completed key changes nothing but counters: answer it from a read, without
+        // waiting for a commit. Everything else is decided by the writer, under the write lock.
+        if self.readers.inline() && !self.writer.refuses() {
+            if let Ok(Some((entry_id, response))) = self.read(|db| write::replayable(db, &req)) {
+                self.tally_replay(entry_id, req.at);
+                return Ticket::ready(Ok(ClaimOutcome::Replay { entry_id, response }));
+            }
+        }
         self.submit(move |ctx| write::claim(ctx, &req))
     }
 

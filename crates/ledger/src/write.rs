@@ -29,7 +29,12 @@ pub const REPLAY_ABSORBED: &str = "replay_absorbed";
 
 /// Counts one `kind` in `at`'s hour (written with the batch, see [`flush`]).
 fn bump_hourly(ctx: &mut Ctx<'_>, at: Millis, kind: &str) {
-    ctx.out.bump(at - at.rem_euclid(3_600_000), kind, 1);
+    ctx.out.bump(hour_of(at), kind, 1);
+}
+
+/// The start of `at`'s hour.
+fn hour_of(at: Millis) -> Millis {
+    at - at.rem_euclid(3_600_000)
 }
 
 /// An entry left state `from` (`None`: it is new) for `to` (`None`: it was purged). The entry
@@ -222,17 +227,88 @@ fn headers_json(h: &[(String, String)]) -> String {
     serde_json::to_string(&kept).unwrap_or_else(|_| "[]".into())
 }
 
-pub(crate) fn claim(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<ClaimOutcome> {
-    let at = req.at;
-    // The stored response comes along: a replay needs no second read.
-    let existing = ctx.db.opt(
-        &format!(
+/// A claim's key, with its stored response: a replay needs no second read.
+fn lookup(db: &mut dyn Db, req: &ClaimRequest) -> Result<Option<(Row, Option<ResponseRecord>)>> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
             "SELECT {ROW_COLS}, resp_status, resp_headers, resp_body FROM entries \
              WHERE route = ?1 AND scope = ?2 AND key = ?3"
-        ),
-        vals![&req.route, &req.scope, &req.key],
-        |r| Ok((map_row(r)?, read::response_cols(r, 12)?)),
-    )?;
+        )
+    });
+    db.opt(&SQL, vals![&req.route, &req.scope, &req.key], |r| {
+        Ok((map_row(r)?, read::response_cols(r, 12)?))
+    })
+}
+
+/// The read-only half of [`claim`], for answering replays without the writer: the entry of a
+/// completed, unexpired key claimed with this very request, and its stored response. Anything
+/// else (`None`) is [`claim`]'s to decide under the write lock. The caller counts the replay
+/// ([`count_replays`], with a later batch).
+pub(crate) fn replayable(
+    db: &mut dyn Db,
+    req: &ClaimRequest,
+) -> Result<Option<(i64, ResponseRecord)>> {
+    Ok(match lookup(db, req)? {
+        Some((row, Some(response)))
+            if row.state == State::Completed
+                && !row.expired(req.at)
+                && row.fingerprint == req.fingerprint =>
+        {
+            Some((row.id, response))
+        }
+        _ => None,
+    })
+}
+
+/// Replays answered by [`replayable`], not yet written.
+#[derive(Debug, Default)]
+pub(crate) struct ReplayTally {
+    /// Entry id → (replays, the last one's time).
+    pub entries: std::collections::HashMap<i64, (i64, Millis)>,
+    /// (hour, replays).
+    pub hours: Vec<(i64, i64)>,
+    /// A job that will write the tally is queued.
+    pub queued: bool,
+}
+
+impl ReplayTally {
+    fn with(mut self, id: i64, at: Millis) -> Self {
+        self.add(id, at);
+        self
+    }
+
+    pub fn add(&mut self, id: i64, at: Millis) {
+        let e = self.entries.entry(id).or_insert((0, at));
+        e.0 += 1;
+        e.1 = e.1.max(at);
+        let hour = hour_of(at);
+        match self.hours.iter_mut().find(|(h, _)| *h == hour) {
+            Some((_, n)) => *n += 1,
+            None => self.hours.push((hour, 1)),
+        }
+    }
+}
+
+/// Writes counted replays: the entries' replay counts (and last replay, which only moves forward)
+/// and the hourly series.
+pub(crate) fn count_replays(ctx: &mut Ctx<'_>, tally: &ReplayTally) -> Result<()> {
+    for (&id, &(n, last)) in &tally.entries {
+        ctx.db.exec(
+            "UPDATE entries SET replays = replays + ?2, last_replay_at = CASE \
+             WHEN last_replay_at IS NULL OR last_replay_at < ?3 THEN ?3 ELSE last_replay_at END \
+             WHERE id = ?1",
+            vals![id, n, last],
+        )?;
+    }
+    for &(hour, n) in &tally.hours {
+        ctx.out.bump(hour, REPLAY_ABSORBED, n);
+    }
+    Ok(())
+}
+
+pub(crate) fn claim(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<ClaimOutcome> {
+    let at = req.at;
+    let existing = lookup(ctx.db, req)?;
 
     let Some((row, stored)) = existing else {
         if let Some(o) = reject_duplicate(ctx, req)? {
@@ -291,11 +367,8 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<ClaimOutcom
             let response = stored.ok_or_else(|| {
                 LedgerError::Corrupt(format!("entry {} is completed without a response", row.id))
             })?;
-            ctx.db.exec(
-                "UPDATE entries SET replays = replays + 1, last_replay_at = ?2 WHERE id = ?1",
-                vals![row.id, at],
-            )?;
-            bump_hourly(ctx, at, REPLAY_ABSORBED);
+            let tally = ReplayTally::default().with(row.id, at);
+            count_replays(ctx, &tally)?;
             Ok(ClaimOutcome::Replay {
                 entry_id: row.id,
                 response,

@@ -179,6 +179,11 @@ impl Writer {
         })
     }
 
+    /// Whether every write is refused (the chain key does not match the ledger).
+    pub fn refuses(&self) -> bool {
+        self.refusal.is_some()
+    }
+
     /// Commits and jobs so far (group commit: jobs / commits is the batching factor).
     pub fn counters(&self) -> (u64, u64) {
         (

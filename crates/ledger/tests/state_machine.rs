@@ -231,9 +231,12 @@ fn new_key_is_claimed_durably_then_in_flight_then_replayed(b: Backend) {
             o => panic!("expected Replay, got {o:?}"),
         }
     }
+    // Replays answered off the writer are counted with a later batch; any later write waits for it.
+    f.l.sweep(T0 + 4_000).wait().expect("sweep");
     let e = f.l.entry(id, T0 + 5_000).expect("entry");
     assert_eq!(e.summary.state, State::Completed);
     assert_eq!(e.summary.replays, 3);
+    assert_eq!(e.last_replay_at, Some(T0 + 3_003));
     assert_eq!(e.summary.expires_at, Some(T0 + 2_000 + TTL));
     // The secret header never reached the ledger.
     let headers = &e.request.expect("request").headers;
@@ -688,6 +691,63 @@ fn purge_removes_entries_but_keeps_the_chain_verifiable(b: Backend) {
     verify_ok(&f.l);
 }
 
+/// On SQLite a replay of a completed key is answered from a read, not by the writer: 200 replays
+/// from 8 threads take far fewer than 200 writer jobs (only the jobs that write their counts), and
+/// the counts still add up. A changed body, or an expired key, still goes to the writer.
+fn replays_are_answered_without_waiting_for_the_writer(b: Backend) {
+    let f = fx!(b);
+    let id = claimed(f.l.claim(req("r", r#"{"n":1}"#, T0)).wait().expect("claim"));
+    complete(&f.l, id, T0 + 1, "{}");
+    let (_, jobs_before) = f.l.writer_counters();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let l = f.l.clone();
+            std::thread::spawn(move || {
+                for i in 0..25 {
+                    let o = l.claim(req("r", r#"{"n":1}"#, T0 + 10 + t * 25 + i));
+                    assert!(matches!(o.wait(), Ok(ClaimOutcome::Replay { .. })));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    f.l.sweep(T0 + 1_000).wait().expect("sweep");
+    let (_, jobs_after) = f.l.writer_counters();
+    let jobs = jobs_after - jobs_before;
+    match b {
+        Backend::Sqlite => assert!(jobs < 100, "200 replays took {jobs} writer jobs"),
+        Backend::Postgres => assert_eq!(jobs, 201, "PostgreSQL replays go through the writer"),
+    }
+    let e = f.l.entry(id, T0 + 1_000).expect("entry");
+    assert_eq!(e.summary.replays, 200);
+    assert_eq!(e.last_replay_at, Some(T0 + 10 + 7 * 25 + 24));
+    let stats = f.l.stats(T0 + 1_000, 24).expect("stats");
+    let absorbed: i64 = stats
+        .series
+        .iter()
+        .filter(|p| p.kind == "replay_absorbed")
+        .map(|p| p.count)
+        .sum();
+    assert_eq!(absorbed, 200);
+    // Another body under the key: a collision, decided and logged by the writer.
+    assert!(matches!(
+        f.l.claim(req("r", r#"{"n":2}"#, T0 + 2_000)).wait(),
+        Ok(ClaimOutcome::Collision { .. })
+    ));
+    // Past its TTL the key runs again.
+    assert!(matches!(
+        f.l.claim(req("r", r#"{"n":1}"#, T0 + 1 + TTL + 1)).wait(),
+        Ok(ClaimOutcome::Claimed { attempt: 1, .. })
+    ));
+    assert_eq!(
+        kinds(&f.l, id),
+        ["claim", "complete", "collision", "expired", "claim"]
+    );
+    verify_ok(&f.l);
+}
+
 /// A batch runs without savepoints first; a job that fails after changing something (this purge
 /// deletes `a`, then refuses the pending `b`) makes the writer roll the batch back and run it
 /// again with a savepoint per job: the failure is undone alone, every other job in the batch lands.
@@ -989,6 +1049,7 @@ suite!(
     same_effect_under_another_key_is_flagged_as_a_duplicate_suspect,
     purge_removes_entries_but_keeps_the_chain_verifiable,
     a_failing_job_is_undone_alone_and_its_batch_lands,
+    replays_are_answered_without_waiting_for_the_writer,
     redrive_rearms_a_stuck_entry_with_its_stored_request,
     keyset_paging_walks_every_entry_once,
     concurrent_claims_are_group_committed,

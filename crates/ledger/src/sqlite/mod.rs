@@ -111,6 +111,10 @@ impl ReadPool for Readers {
         "sqlite"
     }
 
+    fn inline(&self) -> bool {
+        true
+    }
+
     fn location(&self) -> String {
         self.path.display().to_string()
     }
