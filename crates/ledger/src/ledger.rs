@@ -266,13 +266,28 @@ impl Storage for Ledger {
     fn verify(&self, progress: Progress<'_>) -> Result<VerifyReport> {
         let alg = self.chain_alg()?;
         chain::check_alg(&self.hasher, &alg)?;
-        self.read(|db| {
-            chain::verify_events(
-                &self.hasher,
-                chain::ChainStart::Genesis,
-                read::all_events(db, 8192),
-                progress,
-            )
+        // Reading and hashing overlap: a thread reads the log in pages, this one checks them.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Event>>>(4);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let read = self.read(|db| {
+                    for page in read::event_pages(db, 8192) {
+                        if tx.send(page).is_err() {
+                            break;
+                        }
+                    }
+                    Ok(())
+                });
+                if let Err(e) = read {
+                    let _ = tx.send(Err(e));
+                }
+            });
+            // `rx` is consumed (dropped) by the walk, so a walk that stops early stops the reader.
+            let events = rx.into_iter().flat_map(|page| match page {
+                Ok(events) => events.into_iter().map(Ok).collect::<Vec<_>>(),
+                Err(e) => vec![Err(e)],
+            });
+            chain::verify_events(&self.hasher, chain::ChainStart::Genesis, events, progress)
         })
     }
 }

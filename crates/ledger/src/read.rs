@@ -355,31 +355,31 @@ pub(crate) fn scan_events(
     )
 }
 
-/// The whole log in sequence order, read in pages of `page` events (one short statement each, so
-/// no read holds a snapshot open for the whole walk).
-pub(crate) fn all_events(db: &mut dyn Db, page: i64) -> impl Iterator<Item = Result<Event>> + '_ {
-    let mut buf = std::collections::VecDeque::new();
+/// The whole log in sequence order, in pages of `page` events (one short statement each, so no
+/// read holds a snapshot open for the whole walk). Ends after the first error.
+pub(crate) fn event_pages(
+    db: &mut dyn Db,
+    page: i64,
+) -> impl Iterator<Item = Result<Vec<Event>>> + '_ {
+    let sql = format!("SELECT {EVENT_COLS} FROM events WHERE seq > ?1 ORDER BY seq LIMIT {page}");
     let mut after = 0i64;
     let mut done = false;
     std::iter::from_fn(move || {
-        if buf.is_empty() && !done {
-            let sql =
-                format!("SELECT {EVENT_COLS} FROM events WHERE seq > ?1 ORDER BY seq LIMIT {page}");
-            match db.all(&sql, vals![after], event_row) {
-                Ok(rows) => {
-                    done = (rows.len() as i64) < page;
-                    if let Some(last) = rows.last() {
-                        after = last.seq;
-                    }
-                    buf.extend(rows.into_iter().map(Ok));
-                }
-                Err(e) => {
-                    done = true;
-                    buf.push_back(Err(e));
+        if done {
+            return None;
+        }
+        let rows = db.all(&sql, vals![after], event_row);
+        match &rows {
+            Ok(rows) => {
+                done = (rows.len() as i64) < page;
+                after = rows.last().map_or(after, |e| e.seq);
+                if rows.is_empty() {
+                    return None;
                 }
             }
+            Err(_) => done = true,
         }
-        buf.pop_front()
+        Some(rows)
     })
 }
 
