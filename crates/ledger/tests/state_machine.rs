@@ -1035,6 +1035,43 @@ fn a_keyed_log_refuses_writes_without_its_key_and_detects_plain_forgeries(b: Bac
     assert_eq!(r.first_bad_seq, Some(1));
 }
 
+/// SQLite: committed pages move from the WAL into the database file while the ledger is open and
+/// without the writer doing it (its own auto-checkpoint only starts at a 64 MiB WAL): the
+/// checkpointer thread does. The file grows while the WAL's pages are copied into it.
+#[test]
+fn sqlite_checkpoints_off_the_writer() {
+    let f = fx!(Backend::Sqlite);
+    let size = || std::fs::metadata(&f.location).expect("ledger file").len();
+    let before = size();
+    let body = "x".repeat(2_000);
+    let tickets: Vec<_> = (0..1_000)
+        .map(|i| {
+            f.l.claim(req(
+                &format!("c{i}"),
+                &format!(r#"{{"pad":"{body}{i}"}}"#),
+                T0,
+            ))
+        })
+        .collect();
+    for t in tickets {
+        claimed(t.wait().expect("claim"));
+    }
+    let wal = std::fs::metadata(format!("{}-wal", f.location))
+        .expect("wal")
+        .len();
+    assert!(wal > 2_000_000, "the claims are in the WAL ({wal} bytes)");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while size() < before + 2_000_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the database file stayed at {} bytes (was {before}): no checkpoint",
+            size()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    verify_ok(&f.l);
+}
+
 suite!(
     new_key_is_claimed_durably_then_in_flight_then_replayed,
     different_fingerprint_is_a_collision_and_keeps_the_rejected_request,

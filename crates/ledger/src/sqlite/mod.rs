@@ -5,6 +5,10 @@
 //! pool; WAL means they never block the writer. Several processes may open one file: the IMMEDIATE
 //! transaction takes the file's write lock, and every claim reads the key's row inside it, so exactly
 //! one claim wins across processes too.
+//!
+//! Checkpoints (moving committed pages from the WAL into the database file, with an fsync of the
+//! file) run on a thread and connection of their own, [`Checkpointer`]: SQLite's default would run
+//! them on the writer after a commit, stalling every queued write for the copy and its fsync.
 
 mod schema;
 
@@ -23,6 +27,11 @@ use crate::writer::{WriteConn, Writer, MAX_BATCH};
 pub use schema::current_version as schema_version;
 
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the checkpointer moves the WAL into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+/// The writer checkpoints itself only when the WAL has grown past this many pages (~64 MiB): a
+/// backstop for a checkpointer that cannot keep up.
+const WRITER_AUTOCHECKPOINT: i64 = 16_384;
 
 impl Ledger {
     /// Opens (and if asked, creates) the SQLite ledger at `path`, running pending migrations.
@@ -64,7 +73,14 @@ impl Ledger {
         conn.pragma_update(None, "temp_store", "MEMORY")?;
         let recorded = ledger::record_alg(&mut conn, &opts.hasher)?;
         let refusal = ledger::write_refusal(&opts.hasher, &recorded);
-        let writer = Writer::spawn(SqliteWriter(conn), opts.hasher.clone(), max_batch, refusal)?;
+        conn.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT)?;
+        let checkpointer = Some(Checkpointer::spawn(&path)?);
+        let writer = Writer::spawn(
+            SqliteWriter { conn, checkpointer },
+            opts.hasher.clone(),
+            max_batch,
+            refusal,
+        )?;
         let readers = Box::new(Readers {
             path,
             pool: Mutex::new(Vec::new()),
@@ -73,7 +89,46 @@ impl Ledger {
     }
 }
 
-struct SqliteWriter(Connection);
+struct SqliteWriter {
+    conn: Connection,
+    checkpointer: Option<Checkpointer>,
+}
+
+/// Runs `PRAGMA wal_checkpoint(PASSIVE)` every [`CHECKPOINT_EVERY`] on a connection of its own.
+/// PASSIVE never waits for (or blocks) the writer or readers; it copies what it can.
+struct Checkpointer {
+    stop: std::sync::mpsc::Sender<()>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+impl Checkpointer {
+    fn spawn(path: &Path) -> Result<Checkpointer> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let handle = std::thread::Builder::new()
+            .name("idemgate-ledger-checkpoint".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(CHECKPOINT_EVERY)
+                {
+                    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                    {
+                        tracing::warn!(error = %e, "ledger checkpoint failed");
+                    }
+                }
+            })?;
+        Ok(Checkpointer { stop, handle })
+    }
+
+    fn stop(self) {
+        drop(self.stop);
+        let _ = self.handle.join();
+    }
+}
 
 /// A write connection of its own on the (migrated) ledger at `path` (for `copy`).
 pub(crate) fn write_conn(path: &str) -> Result<impl WriteConn> {
@@ -82,21 +137,27 @@ pub(crate) fn write_conn(path: &str) -> Result<impl WriteConn> {
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    Ok(SqliteWriter(conn))
+    Ok(SqliteWriter {
+        conn,
+        checkpointer: None,
+    })
 }
 
 impl WriteConn for SqliteWriter {
     fn begin(&mut self) -> Result<()> {
-        Ok(self.0.execute_batch("BEGIN IMMEDIATE")?)
+        Ok(self.conn.execute_batch("BEGIN IMMEDIATE")?)
     }
 
     fn db(&mut self) -> &mut dyn Db {
-        &mut self.0
+        &mut self.conn
     }
 
     fn finish(&mut self) {
+        if let Some(c) = self.checkpointer.take() {
+            c.stop();
+        }
         // Checkpoint so the main file holds everything.
-        let _ = self.0.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)");
+        let _ = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)");
     }
 }
 
