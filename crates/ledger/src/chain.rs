@@ -71,23 +71,35 @@ impl ChainHasher {
 
     /// The hash of `ev` given its `prev_hash` (the event's own `hash` field is ignored).
     pub fn hash(&self, ev: &Event) -> String {
-        let canon = canonical_event(ev);
-        match &self.key {
+        let hex = self.hex_digest(ev, &mut Vec::new());
+        String::from_utf8_lossy(&hex).into_owned()
+    }
+
+    /// [`ChainHasher::hash`] as lowercase hex bytes, with `buf` for the canonical encoding (so a
+    /// walk over many events allocates nothing per event).
+    fn hex_digest(&self, ev: &Event, buf: &mut Vec<u8>) -> [u8; 64] {
+        buf.clear();
+        canonical_event_into(ev, buf);
+        let digest: [u8; 32] = match &self.key {
             None => {
                 let mut h = Sha256::new();
                 h.update(ev.prev_hash.as_bytes());
-                h.update(&canon);
-                hex::encode(h.finalize())
+                h.update(&buf[..]);
+                h.finalize().into()
             }
             Some(k) => {
                 // HMAC accepts keys of any length; new_from_slice cannot fail for it.
                 let mut m = <HmacSha256 as KeyInit>::new_from_slice(k)
                     .unwrap_or_else(|_| unreachable!("hmac accepts any key length"));
                 m.update(ev.prev_hash.as_bytes());
-                m.update(&canon);
-                hex::encode(m.finalize().into_bytes())
+                m.update(&buf[..]);
+                m.finalize().into_bytes().into()
             }
-        }
+        };
+        let mut hex = [0u8; 64];
+        // 64 bytes for 32: cannot fail.
+        let _ = hex::encode_to_slice(digest, &mut hex);
+        hex
     }
 }
 
@@ -109,6 +121,12 @@ struct CanonicalEvent<'a> {
 
 /// The bytes an event's hash covers (besides `prev_hash`). Field order is fixed by the struct.
 pub fn canonical_event(ev: &Event) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    canonical_event_into(ev, &mut out);
+    out
+}
+
+fn canonical_event_into(ev: &Event, out: &mut Vec<u8>) {
     let c = CanonicalEvent {
         v: 1,
         seq: ev.seq,
@@ -123,7 +141,8 @@ pub fn canonical_event(ev: &Event) -> Vec<u8> {
         detail: &ev.detail,
         payload_digest: ev.payload_digest.as_deref(),
     };
-    serde_json::to_vec(&c).unwrap_or_default()
+    // Serializing plain strings and integers into a Vec cannot fail.
+    let _ = serde_json::to_writer(out, &c);
 }
 
 /// What a verification found.
@@ -178,6 +197,7 @@ where
         ChainStart::Anywhere { prev_hash: Some(p) } => Some((i64::MIN, p.clone())),
         ChainStart::Anywhere { prev_hash: None } => None,
     };
+    let mut buf = Vec::with_capacity(512);
     for ev in events {
         let ev = ev?;
         let bad = |report: &mut VerifyReport, seq: i64, why: String| {
@@ -194,21 +214,21 @@ where
                     ev.seq
                 );
                 bad(&mut report, named, why);
-                return Ok(report);
+                return Ok(with_head(report, expect));
             }
             if &ev.prev_hash != prev {
                 let why = "prev_hash does not link to the previous event".to_owned();
                 bad(&mut report, ev.seq, why);
-                return Ok(report);
+                return Ok(with_head(report, expect));
             }
         }
-        if hasher.hash(&ev) != ev.hash {
+        if hasher.hex_digest(&ev, &mut buf) != ev.hash.as_bytes() {
             bad(
                 &mut report,
                 ev.seq,
                 "hash does not match the event's contents".to_owned(),
             );
-            return Ok(report);
+            return Ok(with_head(report, expect));
         }
         if report.first_seq.is_none() {
             report.first_seq = Some(ev.seq);
@@ -218,16 +238,23 @@ where
             report.cancelled = true;
             report.ok = false;
             report.problem = Some("cancelled".to_owned());
-            return Ok(report);
+            return Ok(with_head(report, expect));
         }
-        report.head = Some(ChainHead {
-            seq: ev.seq,
-            hash: ev.hash.clone(),
-        });
         expect = Some((ev.seq + 1, ev.hash));
     }
     progress(report.count);
-    Ok(report)
+    Ok(with_head(report, expect))
+}
+
+/// The report with its head: the last event verified (the one `expect`ed to be linked to next).
+fn with_head(mut report: VerifyReport, expect: Option<(i64, String)>) -> VerifyReport {
+    if report.count > 0 {
+        report.head = expect.map(|(next, hash)| ChainHead {
+            seq: next - 1,
+            hash,
+        });
+    }
+    report
 }
 
 /// Checks that `alg` (recorded in a ledger or manifest) matches the hasher in use.
