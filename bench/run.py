@@ -447,6 +447,7 @@ def report(r):
     for k, label in [("overview_stats_ms", "overview stats (24 h)"), ("entries_first_page_ms", "entries, first page"),
                      ("entries_next_page_ms", "entries, next page"), ("stuck_first_page_ms", "stuck, first page"),
                      ("log_first_page_ms", "log, first page"), ("log_search_ms", "log, filtered search (a key)"),
+                     ("log_search_first_ms", "log, the first search (builds its skip index)"),
                      ("key_lookup_ms", "key lookup"), ("collision_diff_ms", "collision diff (entry view)")]:
         if k in c:
             lines.append(f"| {label} | {c[k]:.1f} ms |")

@@ -9,6 +9,7 @@ use crate::db::Db;
 use crate::error::{LedgerError, Result};
 use crate::model::*;
 use crate::read;
+use crate::search;
 use crate::store::*;
 use crate::write;
 use crate::writer::{Ctx, Writer};
@@ -63,6 +64,8 @@ pub struct Ledger {
     writer: Writer,
     /// Replays answered off the writer, until a batch writes their counts.
     replays: Arc<Mutex<write::ReplayTally>>,
+    /// The log search's skip index, built by the first search.
+    search: Mutex<search::SearchIndex>,
 }
 
 impl Ledger {
@@ -76,6 +79,7 @@ impl Ledger {
             readers,
             writer,
             replays: Arc::default(),
+            search: Mutex::default(),
         })
     }
 
@@ -236,7 +240,7 @@ impl Storage for Ledger {
     }
 
     fn events(&self, filter: &EventFilter, page: Page) -> Result<Vec<Event>> {
-        self.read(|db| read::events(db, filter, page))
+        self.read(|db| search::events(db, &self.search, filter, page))
     }
 
     fn scan_events(

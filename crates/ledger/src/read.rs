@@ -265,8 +265,18 @@ pub(crate) fn event_row(r: &dyn Row) -> Result<Event> {
     })
 }
 
-pub(crate) fn events(db: &mut dyn Db, f: &EventFilter, page: Page) -> Result<Vec<Event>> {
+/// The events matching `f`, newest first; `within`: only those in this sequence range (inclusive).
+pub(crate) fn events(
+    db: &mut dyn Db,
+    f: &EventFilter,
+    page: Page,
+    within: Option<(i64, i64)>,
+) -> Result<Vec<Event>> {
     let mut w = Where::default();
+    if let Some((lo, hi)) = within {
+        w.and_p("seq >= ?", lo);
+        w.and_p("seq <= ?", hi);
+    }
     if let Some(e) = f.entry_id {
         w.and_p("entry_id = ?", e);
     }
