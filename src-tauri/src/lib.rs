@@ -90,6 +90,9 @@ impl Console {
             LedgerChoice::Named(p) => Ops::open_existing(p),
             LedgerChoice::Default(p) => Ops::open_or_create(p),
         };
+        if let Ok(o) = &ops {
+            o.warm_in_background();
+        }
         Console {
             ops: RwLock::new(ops.map_err(|e| err(&e))),
             jobs: Mutex::new(HashMap::new()),
@@ -149,6 +152,7 @@ impl Console {
             .and_then(|r| r.map_err(|e| err(&e)));
         match opened {
             Ok(o) => {
+                o.warm_in_background();
                 if let Ok(mut g) = self.ops.write() {
                     *g = Ok(o);
                 }

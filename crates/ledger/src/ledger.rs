@@ -2,7 +2,8 @@
 //! and PostgreSQL (opening, migrations, locking, connections) lives in `sqlite/` and `postgres/`;
 //! the state machine, the queries and group commit are shared.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use crate::chain::{self, ChainHasher, VerifyReport};
 use crate::db::Db;
@@ -55,10 +56,15 @@ pub(crate) trait ReadPool: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// The longest replay counts wait for a write to ride with before a job of their own writes them.
+const REPLAY_COUNTS_WAIT: Duration = Duration::from_millis(250);
+
 /// A ledger. Cheap to share behind an `Arc`; dropping the last handle stops the writer after it has
 /// finished every queued job.
 #[derive(Debug)]
 pub struct Ledger {
+    /// This ledger, for the thread that writes replay counts after a while.
+    me: Weak<Ledger>,
     hasher: ChainHasher,
     readers: Box<dyn ReadPool>,
     writer: Writer,
@@ -74,7 +80,8 @@ impl Ledger {
         readers: Box<dyn ReadPool>,
         writer: Writer,
     ) -> Arc<Self> {
-        Arc::new(Ledger {
+        Arc::new_cyclic(|me| Ledger {
+            me: me.clone(),
             hasher,
             readers,
             writer,
@@ -83,28 +90,50 @@ impl Ledger {
         })
     }
 
-    /// Counts a replay answered off the writer; queues a job to write the counts unless one is
-    /// already queued (so a stream of replays costs one job per batch, and waits for none).
+    /// Counts a replay answered off the writer. The counts are written by a job queued with the
+    /// next write (so they ride along in its batch) or, when nothing else is written, after
+    /// [`REPLAY_COUNTS_WAIT`] — a stream of replays costs a commit now and then, not one per batch.
     fn tally_replay(&self, id: i64, at: Millis) {
         let Ok(mut t) = self.replays.lock() else {
             return;
         };
         t.add(id, at);
-        if t.queued {
+        if t.queued || t.timer {
             return;
         }
-        t.queued = true;
+        t.timer = true;
         drop(t);
+        let me = self.me.clone();
+        let _ = std::thread::Builder::new()
+            .name("idemgate-replay-counts".into())
+            .spawn(move || {
+                std::thread::sleep(REPLAY_COUNTS_WAIT);
+                if let Some(l) = me.upgrade() {
+                    if let Ok(mut t) = l.replays.lock() {
+                        t.timer = false;
+                    }
+                    l.queue_replay_counts();
+                }
+            });
+    }
+
+    /// Queues the job that writes the replay tally, unless it is empty or already queued.
+    fn queue_replay_counts(&self) {
+        {
+            let Ok(mut t) = self.replays.lock() else {
+                return;
+            };
+            if t.queued || t.is_empty() {
+                return;
+            }
+            t.queued = true;
+        }
         let replays = self.replays.clone();
         // Taken once, on the job's first run: a re-run (see `writer`) writes the same counts.
         let mut taken: Option<write::ReplayTally> = None;
-        let _ticket = self.submit(move |ctx| {
-            let tally = taken.get_or_insert_with(|| {
-                replays
-                    .lock()
-                    .map(|mut t| std::mem::take(&mut *t))
-                    .unwrap_or_default()
-            });
+        let _ticket = self.writer.submit(move |ctx| {
+            let tally = taken
+                .get_or_insert_with(|| replays.lock().map(|mut t| t.take()).unwrap_or_default());
             write::count_replays(ctx, tally)
         });
     }
@@ -116,6 +145,7 @@ impl Ledger {
 
     /// Stops accepting writes, lets the writer finish every queued job and waits for it.
     pub fn close(&self) {
+        self.queue_replay_counts();
         self.writer.close();
         self.readers.clear();
     }
@@ -125,6 +155,8 @@ impl Ledger {
         T: Send + 'static,
         F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
     {
+        // Replays counted so far go first, in the same batch or an earlier one.
+        self.queue_replay_counts();
         self.writer.submit(f)
     }
 
@@ -243,6 +275,10 @@ impl Storage for Ledger {
         self.read(|db| search::events(db, &self.search, filter, page))
     }
 
+    fn warm(&self) -> Result<()> {
+        self.read(|db| search::warm(db, &self.search))
+    }
+
     fn scan_events(
         &self,
         range: EventRange,
@@ -293,5 +329,51 @@ impl Storage for Ledger {
             });
             chain::verify_events(&self.hasher, chain::ChainStart::Genesis, events, progress)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warming_builds_the_search_index_of_every_complete_block() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let l = Ledger::sqlite(
+            dir.path().join("l.db"),
+            OpenOptions {
+                create: true,
+                hasher: ChainHasher::unkeyed(),
+            },
+        )
+        .expect("open");
+        let tickets: Vec<_> = (0..1_100)
+            .map(|i| {
+                l.claim(ClaimRequest {
+                    route: "r".into(),
+                    scope: "s".into(),
+                    key: format!("k{i}"),
+                    fingerprint: format!("f{i}"),
+                    effect: Effect::Write,
+                    request: RequestRecord {
+                        method: "POST".into(),
+                        path: "/".into(),
+                        headers: vec![],
+                        body: vec![],
+                    },
+                    owner: "o".into(),
+                    lease_ms: 1_000,
+                    ttl_ms: 1_000,
+                    reject_duplicates_within_ms: None,
+                    at: 1,
+                })
+            })
+            .collect();
+        for t in tickets {
+            t.wait().expect("claim");
+        }
+        assert_eq!(l.search.lock().expect("index").end(), 0, "built lazily");
+        l.warm().expect("warm");
+        assert_eq!(l.search.lock().expect("index").end(), search::BLOCK);
     }
 }

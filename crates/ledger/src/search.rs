@@ -183,6 +183,17 @@ pub(crate) fn events(
     Ok(out)
 }
 
+/// Builds (or extends) `index` now, where it is used (SQLite).
+pub(crate) fn warm(db: &mut dyn Db, index: &Mutex<SearchIndex>) -> Result<()> {
+    if db.dialect() != Dialect::Sqlite {
+        return Ok(());
+    }
+    let mut index = index
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    index.extend(db)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

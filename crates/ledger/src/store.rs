@@ -233,6 +233,11 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn entry(&self, id: i64, now: Millis) -> Result<EntryDetail>;
     fn entries(&self, filter: &EntryFilter, page: Page, now: Millis) -> Result<Vec<EntrySummary>>;
     fn events(&self, filter: &EventFilter, page: Page) -> Result<Vec<Event>>;
+    /// Builds what makes later reads fast (the log search's index) now rather than on first use.
+    /// Blocking; a console calls it on a thread of its own after opening a ledger.
+    fn warm(&self) -> Result<()> {
+        Ok(())
+    }
     /// Streams the events of `range` in sequence order; `f` returns `false` to stop.
     fn scan_events(
         &self,

@@ -269,9 +269,26 @@ pub(crate) struct ReplayTally {
     pub hours: Vec<(i64, i64)>,
     /// A job that will write the tally is queued.
     pub queued: bool,
+    /// A thread will queue that job after a while.
+    pub timer: bool,
 }
 
 impl ReplayTally {
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The counts, for the job that writes them (which is no longer queued once it has them).
+    pub fn take(&mut self) -> ReplayTally {
+        self.queued = false;
+        ReplayTally {
+            entries: std::mem::take(&mut self.entries),
+            hours: std::mem::take(&mut self.hours),
+            queued: false,
+            timer: false,
+        }
+    }
+
     fn with(mut self, id: i64, at: Millis) -> Self {
         self.add(id, at);
         self

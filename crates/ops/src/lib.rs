@@ -302,6 +302,19 @@ impl Ops {
         Ok(Ops::new(idemgate_ledger::open(location, opts)?, hasher))
     }
 
+    /// Builds the ledger's read aids (the log search's index) on a thread of its own, so the
+    /// console's first search is as fast as the next; errors only cost that speed.
+    pub fn warm_in_background(&self) {
+        let store = self.store.clone();
+        let _ = std::thread::Builder::new()
+            .name("idemgate-warm".into())
+            .spawn(move || {
+                if let Err(e) = store.warm() {
+                    tracing::warn!(error = %e, "could not build the search index");
+                }
+            });
+    }
+
     pub fn store(&self) -> &Arc<dyn Storage> {
         &self.store
     }
