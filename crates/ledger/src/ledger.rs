@@ -105,7 +105,7 @@ impl Ledger {
         drop(t);
         let me = self.me.clone();
         let _ = std::thread::Builder::new()
-            .name("idemgate-replay-counts".into())
+            .name("idemgate-counts".into())
             .spawn(move || {
                 std::thread::sleep(REPLAY_COUNTS_WAIT);
                 if let Some(l) = me.upgrade() {

@@ -169,7 +169,7 @@ impl Writer {
         let c = counters.clone();
         let max_batch = max_batch.clamp(1, MAX_BATCH);
         let handle = std::thread::Builder::new()
-            .name("idemgate-ledger-writer".into())
+            .name("idemgate-writer".into())
             .spawn(move || writer_loop(conn, hasher, rx, &c, max_batch))?;
         Ok(Writer {
             refusal,

@@ -443,7 +443,7 @@ impl WriteConn for PgWriter {
         }
         let (config, busy) = (self.config.clone(), self.analyzing.clone());
         let spawned = std::thread::Builder::new()
-            .name("idemgate-ledger-analyze".into())
+            .name("idemgate-stats".into())
             .spawn(move || {
                 let r = PgConn::connect(&config)
                     .and_then(|mut c| c.batch("SET lock_timeout = '5s'; ANALYZE entries, events"));

@@ -110,7 +110,7 @@ impl Checkpointer {
         conn.busy_timeout(BUSY_TIMEOUT)?;
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let handle = std::thread::Builder::new()
-            .name("idemgate-ledger-checkpoint".into())
+            .name("idemgate-ckpt".into())
             .spawn(move || {
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                     stopped.recv_timeout(CHECKPOINT_EVERY)
