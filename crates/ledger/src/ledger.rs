@@ -336,9 +336,8 @@ impl Storage for Ledger {
 mod tests {
     use super::*;
 
-    #[test]
-    fn warming_builds_the_search_index_of_every_complete_block() {
-        let dir = tempfile::tempdir().expect("tempdir");
+    /// A SQLite ledger with `n` claims (one event each), keys `key-00000-x`….
+    fn ledger_with(dir: &tempfile::TempDir, n: usize) -> Arc<Ledger> {
         let l = Ledger::sqlite(
             dir.path().join("l.db"),
             OpenOptions {
@@ -347,12 +346,12 @@ mod tests {
             },
         )
         .expect("open");
-        let tickets: Vec<_> = (0..1_100)
+        let tickets: Vec<_> = (0..n)
             .map(|i| {
                 l.claim(ClaimRequest {
                     route: "r".into(),
                     scope: "s".into(),
-                    key: format!("k{i}"),
+                    key: format!("key-{i:05}-x"),
                     fingerprint: format!("f{i}"),
                     effect: Effect::Write,
                     request: RequestRecord {
@@ -372,8 +371,40 @@ mod tests {
         for t in tickets {
             t.wait().expect("claim");
         }
+        l
+    }
+
+    fn found(l: &Ledger, term: &str) -> Vec<i64> {
+        let filter = EventFilter {
+            search: Some(term.into()),
+            ..Default::default()
+        };
+        l.events(&filter, Page::default())
+            .expect("search")
+            .iter()
+            .map(|e| e.seq)
+            .collect()
+    }
+
+    #[test]
+    fn warming_builds_the_search_index_of_every_complete_block() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let l = ledger_with(&dir, 1_100);
         assert_eq!(l.search.lock().expect("index").end(), 0, "built lazily");
         l.warm().expect("warm");
         assert_eq!(l.search.lock().expect("index").end(), search::BLOCK);
+    }
+
+    /// Past its cap the index keeps the newest blocks; the older events are still found (read).
+    #[test]
+    fn a_capped_search_index_still_finds_the_oldest_events() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let l = ledger_with(&dir, 3_100);
+        *l.search.lock().expect("index") = search::SearchIndex::with_cap(1);
+        assert_eq!(found(&l, "KEY-00005-"), [6]);
+        assert_eq!(found(&l, "key-01500-"), [1_501]);
+        assert_eq!(found(&l, "key-03050-"), [3_051]);
+        assert_eq!(found(&l, "key-0000").len(), 10);
+        assert_eq!(l.search.lock().expect("index").end(), 3 * search::BLOCK);
     }
 }

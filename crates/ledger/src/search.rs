@@ -8,12 +8,14 @@
 //! whose set lacks one of the term's n-grams cannot contain the term and is skipped; the blocks
 //! that may are searched with the ordinary query, confined to their sequence range — so results
 //! are exactly the plain search's. (A random key of 36 characters brings 31 6-grams: with a set
-//! a quarter full, a block without the key passes with odds of 4⁻³¹.)
+//! half full, a block without the key passes with odds of 2⁻³¹.)
 //!
-//! The index lives in the memory of the process that searches (≈ 32 bytes per event), is built
-//! on the first search and extended on each later one; events are append-only, so a complete
-//! block never changes. Events after the last complete block are always searched. If the event
-//! the index ends at is gone or different (the file was replaced), the index starts over.
+//! The index lives in the memory of the process that searches (16 bytes per event; the newest
+//! 16 Mi events at most, 256 MiB — older ones are read when a search gets to them), is built on
+//! the first search (or by `Storage::warm`) and extended on each later one; events are
+//! append-only, so a complete block never changes. Events after the last complete block are
+//! always searched. If the event the index ends at is gone or different (the file was replaced),
+//! the index starts over.
 //!
 //! Only SQLite uses it: its `LIKE` folds ASCII case only, as the n-grams do. PostgreSQL's `ILIKE`
 //! folds Unicode case, which byte n-grams cannot follow; there the search scans.
@@ -27,21 +29,32 @@ use crate::read;
 
 /// Events per block.
 pub(crate) const BLOCK: i64 = 1024;
-/// Bits per block's set (32 KiB).
-const BITS: usize = 1 << 18;
-const WORDS: usize = BITS / 64;
+/// A block's set has 2^LOG_BITS bits (16 KiB).
+const LOG_BITS: u32 = 17;
+const WORDS: usize = (1 << LOG_BITS) / 64;
+/// The most blocks kept (16 Mi events, 256 MiB); older events are searched by reading them.
+const MAX_BLOCKS: usize = 16_384;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct SearchIndex {
-    /// Block `i` covers sequence numbers `i * BLOCK + 1 ..= (i + 1) * BLOCK`.
-    blocks: Vec<Box<[u64]>>,
-    /// The hash of the event the index ends at (`blocks.len() * BLOCK`).
+    /// The first block kept: `blocks[i]` covers sequence numbers `(first + i) * BLOCK + 1 ..=
+    /// (first + i + 1) * BLOCK`; events up to `first * BLOCK` are not indexed.
+    first: i64,
+    blocks: std::collections::VecDeque<Box<[u64]>>,
+    /// The hash of the event the index ends at ([`SearchIndex::end`]).
     end_hash: Option<String>,
+    max_blocks: usize,
+}
+
+impl Default for SearchIndex {
+    fn default() -> Self {
+        SearchIndex::with_cap(MAX_BLOCKS)
+    }
 }
 
 fn gram3(b: &[u8]) -> usize {
     let v = u32::from(b[0]) | u32::from(b[1]) << 8 | u32::from(b[2]) << 16;
-    (u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - 18)) as usize
+    (u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - LOG_BITS)) as usize
 }
 
 fn gram6(b: &[u8]) -> usize {
@@ -49,7 +62,7 @@ fn gram6(b: &[u8]) -> usize {
         .iter()
         .enumerate()
         .fold(0u64, |v, (i, &c)| v | u64::from(c) << (8 * i));
-    ((v ^ 0x5555).wrapping_mul(0xD6E8_FEB8_6659_FD93) >> (64 - 18)) as usize
+    ((v ^ 0x5555).wrapping_mul(0xD6E8_FEB8_6659_FD93) >> (64 - LOG_BITS)) as usize
 }
 
 /// Each n-gram of `text` (ASCII-lowercased) once per length.
@@ -64,12 +77,22 @@ fn grams(text: &[u8], mut f: impl FnMut(usize)) {
 }
 
 impl SearchIndex {
-    /// The last sequence number the blocks cover.
-    pub fn end(&self) -> i64 {
-        self.blocks.len() as i64 * BLOCK
+    /// An index keeping at most `max_blocks` blocks (the newest).
+    pub fn with_cap(max_blocks: usize) -> Self {
+        SearchIndex {
+            first: 0,
+            blocks: std::collections::VecDeque::new(),
+            end_hash: None,
+            max_blocks: max_blocks.max(1),
+        }
     }
 
-    /// Adds every block completed since the last call (all of them the first time).
+    /// The last sequence number the blocks cover.
+    pub fn end(&self) -> i64 {
+        (self.first + self.blocks.len() as i64) * BLOCK
+    }
+
+    /// Adds every block completed since the last call (all of them, up to the cap, the first time).
     pub fn extend(&mut self, db: &mut dyn Db) -> Result<()> {
         if !self.blocks.is_empty() {
             let hash = db.opt(
@@ -78,7 +101,7 @@ impl SearchIndex {
                 |r| r.text(0),
             )?;
             if hash != self.end_hash {
-                *self = SearchIndex::default();
+                *self = SearchIndex::with_cap(self.max_blocks);
             }
         }
         let head = db
@@ -86,16 +109,22 @@ impl SearchIndex {
             .flatten()
             .unwrap_or(0);
         let complete = head - head.rem_euclid(BLOCK);
+        if self.blocks.is_empty() {
+            // Start no further back than the cap reaches.
+            self.first = (complete / BLOCK - self.max_blocks as i64).max(0);
+        }
         if complete <= self.end() {
             return Ok(());
         }
         let mut bits = vec![0u64; WORDS];
-        let mut block_end = self.end() + BLOCK;
+        let start = self.end();
+        let mut block_end = start + BLOCK;
         let mut last_hash = None;
+        let blocks = &mut self.blocks;
         db.each(
             "SELECT seq, key, route, scope, reason, detail, operator, hash FROM events \
              WHERE seq > ?1 AND seq <= ?2 ORDER BY seq",
-            vals![self.end(), complete],
+            vals![start, complete],
             &mut |r| {
                 let seq = r.int(0)?;
                 for i in 1..=6 {
@@ -104,8 +133,7 @@ impl SearchIndex {
                     }
                 }
                 if seq == block_end {
-                    self.blocks
-                        .push(std::mem::replace(&mut bits, vec![0u64; WORDS]).into_boxed_slice());
+                    blocks.push_back(std::mem::replace(&mut bits, vec![0u64; WORDS]).into());
                     last_hash = Some(r.text(7)?);
                     block_end += BLOCK;
                 }
@@ -115,12 +143,17 @@ impl SearchIndex {
         if last_hash.is_some() {
             self.end_hash = last_hash;
         }
+        while self.blocks.len() > self.max_blocks {
+            self.blocks.pop_front();
+            self.first += 1;
+        }
         Ok(())
     }
 
-    /// The sequence ranges that may hold `term`, newest first, below `before`: first everything
-    /// after the last complete block, then each block whose set has all of the term's n-grams.
-    /// `None` when the index cannot narrow the search (a term under 3 bytes, or non-ASCII).
+    /// The sequence ranges that may hold `term`, newest first, below `before`: everything after
+    /// the last complete block, each block whose set has all of the term's n-grams, and everything
+    /// before the first block kept. `None` when the index cannot narrow the search (a term under 3
+    /// bytes, or non-ASCII).
     pub fn ranges(&self, term: &str, before: Option<i64>) -> Option<Vec<(i64, i64)>> {
         if term.len() < 3 || !term.is_ascii() {
             return None;
@@ -133,7 +166,7 @@ impl SearchIndex {
             out.push((self.end() + 1, top));
         }
         for (i, bits) in self.blocks.iter().enumerate().rev() {
-            let lo = i as i64 * BLOCK + 1;
+            let lo = (self.first + i as i64) * BLOCK + 1;
             let hi = (lo + BLOCK - 1).min(top);
             if lo > hi {
                 continue;
@@ -141,6 +174,10 @@ impl SearchIndex {
             if wanted.iter().all(|&g| bits[g / 64] & (1 << (g % 64)) != 0) {
                 out.push((lo, hi));
             }
+        }
+        let unindexed = (self.first * BLOCK).min(top);
+        if unindexed >= 1 {
+            out.push((1, unindexed));
         }
         Some(out)
     }
