@@ -5,6 +5,10 @@
 //!
 //! Usage: console-bench LEDGER [REPEATS]
 
+// The allocator of the shipped binaries (see crates/cli/src/main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::time::Instant;
 
 use idemgate_ledger::export::Format;
