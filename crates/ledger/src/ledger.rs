@@ -59,6 +59,16 @@ pub(crate) trait ReadPool: Send + Sync + std::fmt::Debug {
 /// The longest replay counts wait for a write to ride with before a job of their own writes them.
 const REPLAY_COUNTS_WAIT: Duration = Duration::from_millis(250);
 
+/// Replay counts waiting to be written, and what is arranged to write them.
+#[derive(Debug, Default)]
+struct PendingReplays {
+    counts: write::ReplayTally,
+    /// A job that will write `counts` is queued (it takes them when it runs).
+    queued: bool,
+    /// A thread will queue that job after [`REPLAY_COUNTS_WAIT`].
+    timer: bool,
+}
+
 /// A ledger. Cheap to share behind an `Arc`; dropping the last handle stops the writer after it has
 /// finished every queued job.
 #[derive(Debug)]
@@ -69,7 +79,7 @@ pub struct Ledger {
     readers: Box<dyn ReadPool>,
     writer: Writer,
     /// Replays answered off the writer, until a batch writes their counts.
-    replays: Arc<Mutex<write::ReplayTally>>,
+    replays: Arc<Mutex<PendingReplays>>,
     /// The log search's skip index, built by the first search.
     search: Mutex<search::SearchIndex>,
 }
@@ -97,7 +107,7 @@ impl Ledger {
         let Ok(mut t) = self.replays.lock() else {
             return;
         };
-        t.add(id, at);
+        t.counts.add(id, at);
         if t.queued || t.timer {
             return;
         }
@@ -123,7 +133,7 @@ impl Ledger {
             let Ok(mut t) = self.replays.lock() else {
                 return;
             };
-            if t.queued || t.is_empty() {
+            if t.queued || t.counts.is_empty() {
                 return;
             }
             t.queued = true;
@@ -132,8 +142,15 @@ impl Ledger {
         // Taken once, on the job's first run: a re-run (see `writer`) writes the same counts.
         let mut taken: Option<write::ReplayTally> = None;
         let _ticket = self.writer.submit(move |ctx| {
-            let tally = taken
-                .get_or_insert_with(|| replays.lock().map(|mut t| t.take()).unwrap_or_default());
+            let tally = taken.get_or_insert_with(|| {
+                replays
+                    .lock()
+                    .map(|mut t| {
+                        t.queued = false;
+                        std::mem::take(&mut t.counts)
+                    })
+                    .unwrap_or_default()
+            });
             write::count_replays(ctx, tally)
         });
     }

@@ -264,34 +264,14 @@ pub(crate) fn replayable(
 #[derive(Debug, Default)]
 pub(crate) struct ReplayTally {
     /// Entry id → (replays, the last one's time).
-    pub entries: std::collections::HashMap<i64, (i64, Millis)>,
+    entries: std::collections::HashMap<i64, (i64, Millis)>,
     /// (hour, replays).
-    pub hours: Vec<(i64, i64)>,
-    /// A job that will write the tally is queued.
-    pub queued: bool,
-    /// A thread will queue that job after a while.
-    pub timer: bool,
+    hours: Vec<(i64, i64)>,
 }
 
 impl ReplayTally {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
-    }
-
-    /// The counts, for the job that writes them (which is no longer queued once it has them).
-    pub fn take(&mut self) -> ReplayTally {
-        self.queued = false;
-        ReplayTally {
-            entries: std::mem::take(&mut self.entries),
-            hours: std::mem::take(&mut self.hours),
-            queued: false,
-            timer: false,
-        }
-    }
-
-    fn with(mut self, id: i64, at: Millis) -> Self {
-        self.add(id, at);
-        self
     }
 
     pub fn add(&mut self, id: i64, at: Millis) {
@@ -306,20 +286,25 @@ impl ReplayTally {
     }
 }
 
-/// Writes counted replays: the entries' replay counts (and last replay, which only moves forward)
-/// and the hourly series.
+/// Writes counted replays: the entries' replay counts and the hourly series.
 pub(crate) fn count_replays(ctx: &mut Ctx<'_>, tally: &ReplayTally) -> Result<()> {
     for (&id, &(n, last)) in &tally.entries {
-        ctx.db.exec(
-            "UPDATE entries SET replays = replays + ?2, last_replay_at = CASE \
-             WHEN last_replay_at IS NULL OR last_replay_at < ?3 THEN ?3 ELSE last_replay_at END \
-             WHERE id = ?1",
-            vals![id, n, last],
-        )?;
+        add_replays(ctx.db, id, n, last)?;
     }
     for &(hour, n) in &tally.hours {
         ctx.out.bump(hour, REPLAY_ABSORBED, n);
     }
+    Ok(())
+}
+
+/// Adds `n` replays to entry `id`, the last at `last` (the last replay time only moves forward).
+fn add_replays(db: &mut dyn Db, id: i64, n: i64, last: Millis) -> Result<()> {
+    db.exec(
+        "UPDATE entries SET replays = replays + ?2, last_replay_at = CASE \
+         WHEN last_replay_at IS NULL OR last_replay_at < ?3 THEN ?3 ELSE last_replay_at END \
+         WHERE id = ?1",
+        vals![id, n, last],
+    )?;
     Ok(())
 }
 
@@ -384,8 +369,8 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<ClaimOutcom
             let response = stored.ok_or_else(|| {
                 LedgerError::Corrupt(format!("entry {} is completed without a response", row.id))
             })?;
-            let tally = ReplayTally::default().with(row.id, at);
-            count_replays(ctx, &tally)?;
+            add_replays(ctx.db, row.id, 1, at)?;
+            bump_hourly(ctx, at, REPLAY_ABSORBED);
             Ok(ClaimOutcome::Replay {
                 entry_id: row.id,
                 response,
