@@ -6,6 +6,9 @@ use crate::error::{LedgerError, Result};
 use crate::model::*;
 use crate::store::EventRange;
 
+/// The most rows one page of entries or events holds.
+pub(crate) const MAX_PAGE: usize = 100_000;
+
 const ENTRY_COLS: &str =
     "id, route, scope, key, state, fingerprint, attempts, replays, created_at, \
     updated_at, expires_at, effect, lease_expires_at, outcome_unknown, last_error, collisions, \
@@ -239,7 +242,7 @@ pub(crate) fn entries(
     let sql = format!(
         "SELECT {ENTRY_COLS} FROM entries{} ORDER BY id DESC LIMIT {}",
         w.sql,
-        page.limit.clamp(1, 100_000)
+        page.limit.clamp(1, MAX_PAGE)
     );
     db.all(&sql, &w.params(), summary_row(now))
 }
@@ -322,7 +325,7 @@ pub(crate) fn events(
     let sql = format!(
         "SELECT {EVENT_COLS} FROM events{} ORDER BY seq DESC LIMIT {}",
         w.sql,
-        page.limit.clamp(1, 100_000)
+        page.limit.clamp(1, MAX_PAGE)
     );
     db.all(&sql, &w.params(), event_row)
 }

@@ -20,7 +20,7 @@
 //! Only SQLite uses it: its `LIKE` folds ASCII case only, as the n-grams do. PostgreSQL's `ILIKE`
 //! folds Unicode case, which byte n-grams cannot follow; there the search scans.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use crate::db::{vals, Db, Dialect};
 use crate::error::Result;
@@ -191,21 +191,14 @@ pub(crate) fn events(
     filter: &EventFilter,
     page: Page,
 ) -> Result<Vec<Event>> {
-    let term = filter.search.as_deref().filter(|q| !q.is_empty());
-    let ranges = match term {
-        Some(q) if db.dialect() == Dialect::Sqlite => {
-            let mut index = index
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            index.extend(db)?;
-            index.ranges(q, page.before)
-        }
-        _ => None,
+    let ranges = match filter.search.as_deref().filter(|q| !q.is_empty()) {
+        Some(q) => extended(db, index)?.and_then(|index| index.ranges(q, page.before)),
+        None => None,
     };
     let Some(ranges) = ranges else {
         return read::events(db, filter, page, None);
     };
-    let limit = page.limit.clamp(1, 100_000);
+    let limit = page.limit.clamp(1, read::MAX_PAGE);
     let mut out = Vec::new();
     for range in ranges {
         if out.len() >= limit {
@@ -222,13 +215,22 @@ pub(crate) fn events(
 
 /// Builds (or extends) `index` now, where it is used (SQLite).
 pub(crate) fn warm(db: &mut dyn Db, index: &Mutex<SearchIndex>) -> Result<()> {
+    extended(db, index).map(drop)
+}
+
+/// `index`, extended to the log's last complete block; `None` where it is not used (PostgreSQL).
+fn extended<'i>(
+    db: &mut dyn Db,
+    index: &'i Mutex<SearchIndex>,
+) -> Result<Option<MutexGuard<'i, SearchIndex>>> {
     if db.dialect() != Dialect::Sqlite {
-        return Ok(());
+        return Ok(None);
     }
     let mut index = index
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    index.extend(db)
+    index.extend(db)?;
+    Ok(Some(index))
 }
 
 #[cfg(test)]
