@@ -183,14 +183,6 @@ impl RequestRecord {
     }
 }
 
-impl ResponseRecord {
-    /// Drops secret headers; see [`ALWAYS_REDACTED_HEADERS`].
-    pub fn redacted(mut self) -> Self {
-        drop_secret_headers(&mut self.headers);
-        self
-    }
-}
-
 /// One row of an entry list, with the stable field names of the CLI's `--json`.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -811,32 +811,31 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: &ResolveRequest) -> Result<EntrySu
             response,
             external_ref: reference,
         } => {
-            let resp = response;
-            store_completion(ctx.db, row.id, resp, req.at, req.ttl_ms, None)?;
+            store_completion(ctx.db, row.id, response, req.at, req.ttl_ms, None)?;
             moved(ctx, Some(row.state), Some(State::Completed));
-            detail["status"] = json!(resp.status);
+            detail["status"] = json!(response.status);
             detail["external_ref"] = json!(reference);
-            digest = Some(sha256_hex(&resp.body));
+            digest = Some(sha256_hex(&response.body));
             external_ref = reference.clone();
         }
         Resolution::Failed { response } => {
             let resp = response.as_ref();
-            let headers = resp.as_ref().map(|r| headers_json(&r.headers));
+            let headers = resp.map(|r| headers_json(&r.headers));
             ctx.db.exec(
                 "UPDATE entries SET state = 'failed', resp_status = ?2, resp_headers = ?3, \
                  resp_body = ?4, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?5, \
                  expires_at = ?6, expiry_logged = 0 WHERE id = ?1",
                 vals![
                     row.id,
-                    resp.as_ref().map(|r| i64::from(r.status)),
+                    resp.map(|r| i64::from(r.status)),
                     headers.as_ref(),
-                    resp.as_ref().map(|r| &r.body),
+                    resp.map(|r| &r.body),
                     req.at,
                     req.at + req.ttl_ms
                 ],
             )?;
             moved(ctx, Some(row.state), Some(State::Failed));
-            if let Some(r) = &resp {
+            if let Some(r) = resp {
                 detail["status"] = json!(r.status);
                 digest = Some(sha256_hex(&r.body));
             }

@@ -262,8 +262,8 @@ fn begin(conn: &mut impl WriteConn) -> Result<Head> {
 }
 
 /// Runs every job of `batch` in the open transaction, merging what succeeded into `deferred`.
-/// Without savepoints it stops at the first failure and returns `None` (the caller rolls back);
-/// with them, a failed job is rolled back alone. `false` if it stopped.
+/// Without savepoints it stops at the first failure and returns `false` (the caller rolls back);
+/// with them, a failed job is rolled back alone.
 fn run_jobs(
     db: &mut dyn Db,
     batch: &mut [Box<dyn Job>],

@@ -68,8 +68,9 @@ impl Ledger {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        // Each job's savepoint copies the pages it changes to a statement journal; keep it in
-        // memory (a temp file meant a pwrite per page, ~15% of the writer's time).
+        // Savepoints (a batch run again after a failed job) and statements that may abort copy the
+        // pages they change to a statement journal; keep it in memory (a temp file meant a pwrite
+        // per page, ~15% of the writer's time when every job had a savepoint).
         conn.pragma_update(None, "temp_store", "MEMORY")?;
         // The writer touches index pages all over the ledger (keys are random); SQLite's default
         // 2 MiB cache re-read them from the OS on every batch. 64 MiB (only what is touched is
