@@ -264,10 +264,10 @@ pub fn validate_actor(operator: &str, reason: &str) -> OpsResult<Actor> {
     if reason.is_empty() {
         return Err(OpsError::MissingReason);
     }
-    if operator.len() > 200 {
+    if operator.chars().count() > 200 {
         return Err(OpsError::invalid("operator", "at most 200 characters"));
     }
-    if reason.len() > 4000 {
+    if reason.chars().count() > 4000 {
         return Err(OpsError::invalid("reason", "at most 4000 characters"));
     }
     Ok(Actor {
@@ -772,5 +772,29 @@ mod tests {
         );
         let raw = request_diff(&req("a=1"), &req("a=2"));
         assert_eq!(raw[0].field, "body");
+    }
+
+    #[test]
+    fn actor_limits_count_characters_after_trimming() {
+        let ok = validate_actor(&format!("  {}  ", "é".repeat(200)), &"ü".repeat(4000))
+            .expect("200 and 4000 two-byte characters are within the limits");
+        assert_eq!(ok.operator.chars().count(), 200);
+        for (op, why, field) in [
+            ("é".repeat(201), "x".to_owned(), "operator"),
+            ("o".to_owned(), "ü".repeat(4001), "reason"),
+        ] {
+            match validate_actor(&op, &why) {
+                Err(OpsError::Invalid { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: expected invalid, got {other:?}"),
+            }
+        }
+        assert!(matches!(
+            validate_actor(" \t\n", "r"),
+            Err(OpsError::MissingOperator)
+        ));
+        assert!(matches!(
+            validate_actor("o", "\u{3000}"),
+            Err(OpsError::MissingReason)
+        ));
     }
 }
