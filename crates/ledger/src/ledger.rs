@@ -352,6 +352,7 @@ impl Storage for Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::vals;
 
     /// A SQLite ledger with `n` claims (one event each), keys `key-00000-x`….
     fn ledger_with(dir: &tempfile::TempDir, n: usize) -> Arc<Ledger> {
@@ -389,6 +390,23 @@ mod tests {
             t.wait().expect("claim");
         }
         l
+    }
+
+    #[test]
+    fn the_expired_count_reads_the_expiry_index_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let l = ledger_with(&dir, 3);
+        let sql = format!("EXPLAIN QUERY PLAN {}", read::EXPIRED_COUNT);
+        let plan = l
+            .read(|db| db.all(&sql, vals![0], |r| r.text(3)))
+            .expect("plan")
+            .join("; ");
+        assert!(
+            plan.contains("COVERING INDEX entries_expires"),
+            "the expired count reads table rows: {plan}"
+        );
+        let stats = l.stats(2_000, 0).expect("stats");
+        assert_eq!(stats.expired, 0, "pending entries are not expired");
     }
 
     fn found(l: &Ledger, term: &str) -> Vec<i64> {

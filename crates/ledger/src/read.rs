@@ -432,6 +432,10 @@ pub(crate) fn incidents(db: &mut dyn Db, page: Page, now: Millis) -> Result<Vec<
     Ok(out)
 }
 
+/// The overview's count of expired entries: an index-only range (entries_expires holds `state`).
+pub(crate) const EXPIRED_COUNT: &str =
+    "SELECT COUNT(*) FROM entries WHERE expires_at <= ?1 AND state <> 'pending'";
+
 pub(crate) fn stats(db: &mut dyn Db, now: Millis, hours: u32) -> Result<Stats> {
     let entries_by_state = db.all(
         "SELECT state, n FROM entry_counts ORDER BY state",
@@ -449,10 +453,7 @@ pub(crate) fn stats(db: &mut dyn Db, now: Millis, hours: u32) -> Result<Stats> {
         vals![now],
     )?;
     let collisions = count("SELECT COUNT(*) FROM entries WHERE collisions > 0", &[])?;
-    let expired = count(
-        "SELECT COUNT(*) FROM entries WHERE expires_at <= ?1 AND state <> 'pending'",
-        vals![now],
-    )?;
+    let expired = count(EXPIRED_COUNT, vals![now])?;
     let duplicate_suspects = count(
         "SELECT COUNT(*) FROM entries WHERE duplicate_of IS NOT NULL",
         &[],

@@ -573,10 +573,15 @@ fn ttl_expiry_is_swept_and_an_expired_key_runs_again(b: Backend) {
             .len(),
         1
     );
+    // The overview counts it from the moment its TTL passes, before and after the sweep.
+    let expired = |at| f.l.stats(at, 0).expect("stats").expired;
+    assert_eq!(expired(T0 + 10 + TTL - 1), 0);
+    assert_eq!(expired(T0 + 10 + TTL), 1);
     assert_eq!(
         f.l.sweep(T0 + 10 + TTL).wait().expect("sweep").ttl_expired,
         1
     );
+    assert_eq!(expired(T0 + 10 + TTL), 1);
     // A new request with the expired key (even with another body) executes again.
     assert!(matches!(
         f.l.claim(req("k1", r#"{"new":true}"#, T0 + 20 + TTL)).wait().expect("claim"),
