@@ -424,11 +424,13 @@ impl Engine {
         );
         // The parsed body is not held across the claim and the upstream call.
         drop(json);
-        let claim = ClaimRequest {
+        // Built afresh for each try (a wait for an in-flight key tries again), so the first try,
+        // nearly always the only one, moves it into the ledger without a copy of the body.
+        let claim = || ClaimRequest {
             route: route.name.clone(),
-            scope,
+            scope: scope.clone(),
             key: key.clone(),
-            fingerprint,
+            fingerprint: fingerprint.clone(),
             effect: route.effect,
             request: Engine::stored_request(route, parts, &body),
             owner: self.owner.clone(),
@@ -442,7 +444,7 @@ impl Engine {
         let deadline = Instant::now() + self.cfg.wait;
         loop {
             let started = Instant::now();
-            let outcome = self.store.claim(claim.clone()).recv().await?;
+            let outcome = self.store.claim(claim()).recv().await?;
             histogram!("idemgate_claim_seconds").record(started.elapsed().as_secs_f64());
             // Names only: keys and scopes are not secret, header values and bodies may be.
             let label = match &outcome {
@@ -454,7 +456,7 @@ impl Engine {
                 ClaimOutcome::Failed { .. } => "failed",
                 ClaimOutcome::ProbableDuplicate { .. } => "probable_duplicate",
             };
-            tracing::debug!(route = %route.name, scope = %claim.scope, key = %key, outcome = label, "claim");
+            tracing::debug!(route = %route.name, scope = %scope, key = %key, outcome = label, "claim");
             let name = route.name.clone();
             let count = |outcome: &'static str| {
                 counter!("idemgate_requests_total", "route" => name.clone(), "outcome" => outcome)
