@@ -11,7 +11,7 @@ Environment:
   BENCH_EVENTS        demo ledger size for the console calls (default 1000000; smoke 20000)
   IDEMGATE_BIN        the idemgate binary (default target/release/idemgate)
   CONSOLE_BENCH_BIN   the console-bench binary (default target/release/console-bench)
-  IPS_BIN             idempotent-proxy-server (default target/bench-tools/bin/idempotent-proxy-server)
+  IPS_BIN             idempotent-proxy-server (bench/run.sh installs it in ~/.cargo/idemgate-bench-tools)
 """
 
 import asyncio
@@ -35,7 +35,8 @@ EVENTS = int(os.environ.get("BENCH_EVENTS", "20000" if SMOKE else "1000000"))
 RATE_SECONDS = 2 if SMOKE else 10
 IDEMGATE = os.path.abspath(os.environ.get("IDEMGATE_BIN", os.path.join(ROOT, "target/release/idemgate")))
 CONSOLE_BENCH = os.path.abspath(os.environ.get("CONSOLE_BENCH_BIN", os.path.join(ROOT, "target/release/console-bench")))
-IPS = os.path.abspath(os.environ.get("IPS_BIN", os.path.join(ROOT, "target/bench-tools/bin/idempotent-proxy-server")))
+IPS = os.path.abspath(os.environ.get("IPS_BIN", os.path.join(
+    os.environ.get("CARGO_HOME", os.path.expanduser("~/.cargo")), "idemgate-bench-tools/bin/idempotent-proxy-server")))
 OUT = os.path.join(ROOT, "target/bench")
 # Each key's body names its order, as real calls do (one identical body under every key would make
 # every call after the first a duplicate suspect, which idemgate flags and logs). A replay sends its

@@ -9,8 +9,11 @@ cd "$(dirname "$0")/.."
 mkdir -p target/bench
 
 IDEMGATE_DEPS="${IDEMGATE_DEPS:-} bench postgres" source .ci/deps   # nginx-light, wrk, redis-server, postgresql
-ips=target/bench-tools/bin/idempotent-proxy-server
-[ -x "$ips" ] || cargo install idempotent-proxy-server --version 1.2.2 --locked --root target/bench-tools
+# Outside the checkout, beside cargo's own tools, so a machine builds it once (3–4 min), not on
+# every clean clone.
+tools=${CARGO_HOME:-$HOME/.cargo}/idemgate-bench-tools
+ips=$tools/bin/idempotent-proxy-server
+[ -x "$ips" ] || cargo install idempotent-proxy-server --version 1.2.2 --locked --root "$tools"
 
 if [ "${BENCH_SMOKE:-}" = 1 ]; then
   # The test build's flags, so CI reuses its artifacts.
