@@ -11,6 +11,7 @@ import base64
 import http.client
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -260,6 +261,8 @@ def main():
         # tauri-driver does not always take its native driver and the app down with it.
         subprocess.run(["pkill", "-f", "WebKitWebDriver --port=4445"], check=False)
         subprocess.run(["pkill", "-f", CONSOLE], check=False)
+    # Reached only when every check passed: a failed run keeps its ledger and profile to look at.
+    shutil.rmtree(work, ignore_errors=True)
     print(f"e2e: {passed} passed, 0 failed")
 
 
