@@ -433,6 +433,11 @@ fn reject_duplicate(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<Option<Clai
     Ok(Some(ClaimOutcome::ProbableDuplicate { entry_id: id, key }))
 }
 
+pub(crate) const FIND_DUPLICATE: &str =
+    "SELECT id, key FROM entries WHERE route = ?1 AND scope = ?2 AND fingerprint = ?3 \
+     AND state = 'completed' AND completed_at >= ?4 AND key <> ?5 AND id <> ?6 \
+     ORDER BY completed_at LIMIT 1";
+
 /// The earliest entry (other than `exclude`) that completed the same effect — route, scope and
 /// fingerprint — under another key since `since`.
 fn find_duplicate(
@@ -445,9 +450,7 @@ fn find_duplicate(
     exclude: Option<i64>,
 ) -> Result<Option<(i64, String)>> {
     db.opt(
-        "SELECT id, key FROM entries WHERE route = ?1 AND scope = ?2 AND fingerprint = ?3 \
-         AND state = 'completed' AND completed_at >= ?4 AND key <> ?5 AND id <> ?6 \
-         ORDER BY completed_at LIMIT 1",
+        FIND_DUPLICATE,
         vals![route, scope, fingerprint, since, key, exclude.unwrap_or(-1)],
         |r| Ok((r.int(0)?, r.text(1)?)),
     )

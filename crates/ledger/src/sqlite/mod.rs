@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rusqlite::config::DbConfig;
 use rusqlite::types::{ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags};
 
@@ -55,14 +56,10 @@ impl Ledger {
                 std::fs::create_dir_all(dir)?;
             }
         }
-        let mut conn = Connection::open_with_flags(
+        let mut conn = open(
             &path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_CREATE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
         )?;
-        conn.busy_timeout(BUSY_TIMEOUT)?;
-        conn.set_prepared_statement_cache_capacity(64);
         migrate(&conn)?;
         // WAL: readers never block the writer; FULL: every commit is fsync'd.
         conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -137,11 +134,7 @@ impl Checkpointer {
 
 /// A write connection of its own on the (migrated) ledger at `path` (for `copy`).
 pub(crate) fn write_conn(path: &str) -> Result<impl WriteConn> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.busy_timeout(BUSY_TIMEOUT)?;
+    let conn = open(Path::new(path), OpenFlags::SQLITE_OPEN_READ_WRITE)?;
     Ok(SqliteWriter {
         conn,
         checkpointer: None,
@@ -188,15 +181,7 @@ impl ReadPool for Readers {
     fn with(&self, f: &mut dyn FnMut(&mut dyn Db)) -> Result<()> {
         let mut conn = match self.pool.lock().ok().and_then(|mut p| p.pop()) {
             Some(c) => c,
-            None => {
-                let c = Connection::open_with_flags(
-                    &self.path,
-                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                )?;
-                c.busy_timeout(BUSY_TIMEOUT)?;
-                c.set_prepared_statement_cache_capacity(64);
-                c
-            }
+            None => open(&self.path, OpenFlags::SQLITE_OPEN_READ_ONLY)?,
         };
         f(&mut conn);
         if let Ok(mut p) = self.pool.lock() {
@@ -272,6 +257,22 @@ impl Db for Connection {
     }
 }
 
+/// A connection that runs the ledger's statements (the writer's, a reader's), with its statement
+/// cache and a stable query plan.
+fn open(path: &Path, flags: OpenFlags) -> Result<Connection> {
+    let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    // One plan per statement, whatever its bound values (QPSG). Without it SQLite marks some
+    // statements to be compiled again when a parameter is re-bound (it let a bound value steer
+    // the plan), and rusqlite's statement cache clears the bindings of every statement it takes
+    // back, which expires such a statement outright: the duplicate check was compiled again on
+    // every run, a quarter of the writer's time per first call (BENCHMARKS.md). The ledger runs no
+    // ANALYZE and no LIKE on an indexed prefix, so none of its plans needs a bound value.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    Ok(conn)
+}
+
 fn migrate(conn: &Connection) -> Result<()> {
     let supported = schema::current_version();
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -309,5 +310,51 @@ fn migrate(conn: &Connection) -> Result<()> {
             let _ = conn.execute_batch("ROLLBACK");
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::vals;
+    use crate::write::FIND_DUPLICATE;
+    use rusqlite::StatementStatus;
+
+    /// How many times `FIND_DUPLICATE` was compiled again over five runs through the statement
+    /// cache, on a connection opened like the writer's, with or without a stable plan.
+    fn recompiles(path: &Path, stable_plan: bool) -> i32 {
+        let mut conn = open(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+        )
+        .unwrap();
+        migrate(&conn).unwrap();
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, stable_plan)
+            .unwrap();
+        for i in 0..5i64 {
+            let found = <dyn Db>::opt(
+                &mut conn,
+                FIND_DUPLICATE,
+                vals!["charges", "agent", "f00d", i, "k", i],
+                |r| r.int(0),
+            )
+            .unwrap();
+            assert_eq!(found, None);
+        }
+        let n = conn
+            .prepare_cached(FIND_DUPLICATE)
+            .unwrap()
+            .get_status(StatementStatus::RePrepare);
+        n
+    }
+
+    #[test]
+    fn the_writer_compiles_its_statements_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        assert_eq!(recompiles(&path, true), 0);
+        // What the stable plan prevents: the same runs without it compile the statement again
+        // (so this test can tell the two apart).
+        assert!(recompiles(&path, false) >= 4);
     }
 }
