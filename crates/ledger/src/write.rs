@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use crate::canon::sha256_hex;
-use crate::db::{vals, Db, PerDialect, Val};
+use crate::db::{vals, Db, Dialect, PerDialect, Val};
 use crate::error::{LedgerError, Result};
 use crate::model::*;
 use crate::read;
@@ -310,13 +310,18 @@ fn add_replays(db: &mut dyn Db, id: i64, n: i64, last: Millis) -> Result<()> {
 
 pub(crate) fn claim(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<ClaimOutcome> {
     let at = req.at;
-    let existing = lookup(ctx.db, req)?;
-
-    let Some((row, stored)) = existing else {
-        if let Some(o) = reject_duplicate(ctx, req)? {
-            return Ok(o);
+    let (row, stored) = match insert_or_lookup(ctx.db, req)? {
+        First::Inserted(id) => return claimed(ctx, req, id),
+        First::Existing(row, stored) => (row, stored),
+        First::Refused => {
+            // Only the reject policy refuses a new key: its duplicate is logged and answered.
+            return reject_duplicate(ctx, req)?.ok_or_else(|| {
+                LedgerError::Corrupt(format!(
+                    "the claim of key {:?} was refused as a duplicate, but no duplicate is found",
+                    req.key
+                ))
+            });
         }
-        return insert_claim(ctx, req);
     };
 
     if row.expired(at) {
@@ -456,41 +461,144 @@ fn find_duplicate(
     )
 }
 
-/// The new entry of a first claim.
-static INSERT_CLAIM: PerDialect<String> = PerDialect::new(|d| {
-    format!(
-        "{} INTO entries (route, scope, key, fingerprint, effect, state, attempts, lease_owner, \
-         lease_expires_at, req_method, req_path, req_headers, req_body, created_at, updated_at, \
-         expires_at) VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12, \
-         ?13) RETURNING id",
-        d.insert()
+/// What a claim's first statement found.
+enum First {
+    /// A new key: its entry, inserted.
+    Inserted(i64),
+    /// The key's entry, with its stored response.
+    Existing(Row, Option<ResponseRecord>),
+    /// Neither: a new key whose effect completed under another key within the reject window.
+    Refused,
+}
+
+/// A claim's first statement: inserts the entry unless its key exists or (with the reject policy)
+/// its effect completed under another key in the window; otherwise reads the key's entry. A new key
+/// (the common case) costs one statement instead of three (read the key, check for a duplicate,
+/// insert). On PostgreSQL the read rides in the same statement, so either answer is one round
+/// trip; on SQLite it is a second statement, run only for a key that exists.
+fn insert_or_lookup(db: &mut dyn Db, req: &ClaimRequest) -> Result<First> {
+    let request = &req.request;
+    let headers = headers_json(&request.headers);
+    let window = req.reject_duplicates_within_ms;
+    let sql = INSERT_OR_LOOKUP.get(db.dialect());
+    let mut params = vals![
+        &req.route,
+        &req.scope,
+        &req.key,
+        &req.fingerprint,
+        req.effect.as_str(),
+        &req.owner,
+        req.at + req.lease_ms,
+        &request.method,
+        &request.path,
+        &headers,
+        &request.body,
+        req.at,
+        req.at + req.ttl_ms,
+    ]
+    .to_vec();
+    let sql = match window {
+        Some(w) => {
+            params.push(Val::Int(req.at - w));
+            &sql.1
+        }
+        None => &sql.0,
+    };
+    match db.dialect() {
+        Dialect::Sqlite => {
+            if let Some(id) = db.opt(sql, &params, |r| r.int(0))? {
+                return Ok(First::Inserted(id));
+            }
+            Ok(match lookup(db, req)? {
+                Some((row, stored)) => First::Existing(row, stored),
+                None => First::Refused,
+            })
+        }
+        Dialect::Postgres => db.one(sql, &params, |r| {
+            if let Some(id) = r.opt_int(0)? {
+                return Ok(First::Inserted(id));
+            }
+            if r.opt_int(1)?.is_none() {
+                return Ok(First::Refused);
+            }
+            let r = Shifted(r, 1);
+            Ok(First::Existing(map_row(&r)?, read::response_cols(&r, 12)?))
+        }),
+    }
+}
+
+/// A row read from column `.1` on (a statement's leading columns are something else).
+struct Shifted<'a>(&'a dyn crate::db::Row, usize);
+
+impl crate::db::Row for Shifted<'_> {
+    fn opt_int(&self, i: usize) -> Result<Option<i64>> {
+        self.0.opt_int(i + self.1)
+    }
+
+    fn opt_text(&self, i: usize) -> Result<Option<String>> {
+        self.0.opt_text(i + self.1)
+    }
+
+    fn opt_blob(&self, i: usize) -> Result<Option<Vec<u8>>> {
+        self.0.opt_blob(i + self.1)
+    }
+}
+
+/// [`insert_or_lookup`]'s statement, without and with the reject policy's duplicate check.
+/// ?1–?13: the new entry's route, scope, key, fingerprint, effect, lease owner, lease expiry,
+/// request method, path, headers and body, claim time and expiry; ?14: the reject window's start.
+static INSERT_OR_LOOKUP: PerDialect<(String, String)> = PerDialect::new(|d| {
+    let build = |guard: &str| {
+        // PostgreSQL types a SELECT list's parameters on their own: they are cast to the columns'.
+        let (text, int, bytes) = match d {
+            Dialect::Sqlite => ("", "", ""),
+            Dialect::Postgres => ("::text", "::bigint", "::bytea"),
+        };
+        let insert = format!(
+            "{} INTO entries (route, scope, key, fingerprint, effect, state, attempts, lease_owner, \
+             lease_expires_at, req_method, req_path, req_headers, req_body, created_at, updated_at, \
+             expires_at) SELECT ?1{text}, ?2{text}, ?3{text}, ?4{text}, ?5{text}, 'pending', 1, \
+             ?6{text}, ?7{int}, ?8{text}, ?9{text}, ?10{text}, ?11{bytes}, ?12{int}, ?12{int}, \
+             ?13{int} WHERE {guard} ON CONFLICT (route, scope, key) DO NOTHING RETURNING id",
+            d.insert()
+        );
+        match d {
+            Dialect::Sqlite => insert,
+            // The key's entry as it was before this statement (a data-modifying WITH and the
+            // query around it see the same snapshot): the new id, or the existing entry.
+            Dialect::Postgres => {
+                let cols: Vec<String> = ROW_COLS
+                    .split(',')
+                    .chain(["resp_status", "resp_headers", "resp_body"])
+                    .map(|c| format!("e.{}", c.trim()))
+                    .collect();
+                format!(
+                    "WITH ins AS ({insert}) SELECT (SELECT id FROM ins), {} FROM (SELECT 1) AS one \
+                     LEFT JOIN entries e ON e.route = ?1 AND e.scope = ?2 AND e.key = ?3",
+                    cols.join(", ")
+                )
+            }
+        }
+    };
+    let cast = if d == Dialect::Postgres {
+        "::bigint"
+    } else {
+        ""
+    };
+    (
+        build("true"),
+        build(&format!(
+            "NOT EXISTS (SELECT 1 FROM entries WHERE route = ?1 AND scope = ?2 AND fingerprint = ?4 \
+             AND state = 'completed' AND completed_at >= ?14{cast} AND key <> ?3)"
+        )),
     )
 });
 
-fn insert_claim(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<ClaimOutcome> {
+/// Counts and logs the new entry `id` of a first claim.
+fn claimed(ctx: &mut Ctx<'_>, req: &ClaimRequest, id: i64) -> Result<ClaimOutcome> {
     let at = req.at;
     let request = &req.request;
     let digest = sha256_hex(&request.body);
-    let insert = INSERT_CLAIM.get(ctx.db.dialect());
-    let id = ctx.db.one(
-        insert,
-        vals![
-            &req.route,
-            &req.scope,
-            &req.key,
-            &req.fingerprint,
-            req.effect.as_str(),
-            &req.owner,
-            at + req.lease_ms,
-            &request.method,
-            &request.path,
-            &headers_json(&request.headers),
-            &request.body,
-            at,
-            at + req.ttl_ms,
-        ],
-        |r| r.int(0),
-    )?;
     moved(ctx, None, Some(State::Pending));
     append(
         ctx,

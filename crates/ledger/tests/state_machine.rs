@@ -649,6 +649,21 @@ fn same_effect_under_another_key_is_flagged_as_a_duplicate_suspect(b: Backend) {
         )
         .expect("list")
         .is_empty());
+    // The policy refuses other keys, not the key that did the effect: its retry is a replay.
+    let mut r = req("key-c", body, T0 + 3_000_200);
+    r.reject_duplicates_within_ms = Some(600_000);
+    assert!(matches!(
+        f.l.claim(r).wait().expect("claim"),
+        ClaimOutcome::Replay { entry_id, .. } if entry_id == c
+    ));
+    // Nor a new key with another effect.
+    let mut r = req(
+        "key-e",
+        r#"{"customer":"cus_2","amount":1}"#,
+        T0 + 3_000_300,
+    );
+    r.reject_duplicates_within_ms = Some(600_000);
+    claimed(f.l.claim(r).wait().expect("claim"));
     verify_ok(&f.l);
 }
 
