@@ -106,6 +106,15 @@ impl Dialect {
             Dialect::Postgres => "INSERT",
         }
     }
+
+    /// `UPDATE` for the writer's single-row updates on the hot path (a completion, the counters),
+    /// for the reason [`Dialect::insert`] gives: on SQLite, `OR FAIL` spares the statement journal.
+    pub fn update(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "UPDATE OR FAIL",
+            Dialect::Postgres => "UPDATE",
+        }
+    }
 }
 
 /// Something built once per dialect on first use (SQL text that names [`Dialect::insert`]).

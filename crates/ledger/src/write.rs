@@ -87,21 +87,35 @@ pub(crate) fn flush(db: &mut dyn Db, out: &Deferred) -> Result<()> {
     }
     for (hour, kind, n) in &out.bumps {
         stmts.push((
-            "INSERT INTO event_counts (hour, kind, n) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (hour, kind) DO UPDATE SET n = event_counts.n + ?3",
+            COUNTER_SQL.get(db.dialect()).0.as_str(),
             vals![*hour, kind, *n].to_vec(),
         ));
     }
     for (state, n) in State::ALL.iter().zip(out.counts) {
         if n != 0 {
             stmts.push((
-                "UPDATE entry_counts SET n = n + ?2 WHERE state = ?1",
+                COUNTER_SQL.get(db.dialect()).1.as_str(),
                 vals![state.as_str(), n].to_vec(),
             ));
         }
     }
     db.exec_all(&stmts)
 }
+
+/// The batch's counter writes: an hour's count of a kind, the count of entries in a state.
+static COUNTER_SQL: PerDialect<(String, String)> = PerDialect::new(|d| {
+    (
+        format!(
+            "{} INTO event_counts (hour, kind, n) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (hour, kind) DO UPDATE SET n = event_counts.n + ?3",
+            d.insert()
+        ),
+        format!(
+            "{} entry_counts SET n = n + ?2 WHERE state = ?1",
+            d.update()
+        ),
+    )
+});
 
 /// The batch's multi-row event inserts, by rows per statement (largest first).
 static EVENT_INSERTS: PerDialect<Vec<(usize, String)>> = PerDialect::new(|d| {
@@ -764,9 +778,10 @@ fn store_completion(
     ]
     .to_vec();
     params.extend(owner.map(Val::Text));
+    let update = db.dialect().update();
     db.opt(
         &format!(
-            "UPDATE entries SET state = 'completed', resp_status = ?2, resp_headers = ?3, resp_body = ?4, \
+            "{update} entries SET state = 'completed', resp_status = ?2, resp_headers = ?3, resp_body = ?4, \
              lease_owner = NULL, lease_expires_at = NULL, outcome_unknown = 0, updated_at = ?5, \
              completed_at = ?5, expires_at = ?6, expiry_logged = 0 WHERE id = ?1{guard} RETURNING {ROW_COLS}"
         ),
