@@ -70,9 +70,12 @@ impl Ledger {
         // per page, ~15% of the writer's time when every job had a savepoint).
         conn.pragma_update(None, "temp_store", "MEMORY")?;
         // The writer touches index pages all over the ledger (keys are random); SQLite's default
-        // 2 MiB cache re-read them from the OS on every batch. 64 MiB (only what is touched is
-        // held): durable claims in process 15k → 24k/s.
-        conn.pragma_update(None, "cache_size", -65_536)?;
+        // 2 MiB cache re-read them from the OS on every batch (in-process claims 15k/s; 24k/s with
+        // 64 MiB). But a bigger cache costs every commit: when a b-tree split has swapped page
+        // numbers through the lock-byte page's number, SQLite's commit walks the whole cache
+        // (`pcache1TruncateUnsafe`) — with 64 MiB filled, 15–20% of the writer's time under HTTP
+        // load. 16 MiB: the writer's CPU per first call 210–229 → 160–167 µs (BENCHMARKS.md).
+        conn.pragma_update(None, "cache_size", -16_384)?;
         let recorded = ledger::record_alg(&mut conn, &opts.hasher)?;
         let refusal = ledger::write_refusal(&opts.hasher, &recorded);
         conn.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT)?;
