@@ -31,7 +31,9 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the checkpointer moves the WAL into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 /// The writer checkpoints itself only when the WAL has grown past this many pages (~64 MiB): a
-/// backstop for a checkpointer that cannot keep up.
+/// backstop for a checkpointer that cannot keep up. Under continuous writes it is also where the
+/// WAL starts over: a PASSIVE checkpoint never finds the WAL fully copied when the writer's next
+/// transaction begins, which is what lets SQLite restart it (BENCHMARKS.md, "what is left").
 const WRITER_AUTOCHECKPOINT: i64 = 16_384;
 
 impl Ledger {
