@@ -1,6 +1,8 @@
 //! Every write, run by the writer thread inside the batch transaction. This file is the entry state
 //! machine: each function checks the entry's state, changes it, and appends the event(s) that say so.
 
+use std::sync::LazyLock;
+
 use serde_json::json;
 
 use crate::canon::sha256_hex;
@@ -241,15 +243,17 @@ fn headers_json(h: &[(String, String)]) -> String {
     serde_json::to_string(&kept).unwrap_or_else(|_| "[]".into())
 }
 
+/// The read of a claim's key (route ?1, scope ?2, key ?3): its row and stored response.
+static LOOKUP: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {ROW_COLS}, resp_status, resp_headers, resp_body FROM entries \
+         WHERE route = ?1 AND scope = ?2 AND key = ?3"
+    )
+});
+
 /// A claim's key, with its stored response: a replay needs no second read.
 fn lookup(db: &mut dyn Db, req: &ClaimRequest) -> Result<Option<(Row, Option<ResponseRecord>)>> {
-    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!(
-            "SELECT {ROW_COLS}, resp_status, resp_headers, resp_body FROM entries \
-             WHERE route = ?1 AND scope = ?2 AND key = ?3"
-        )
-    });
-    db.opt(&SQL, vals![&req.route, &req.scope, &req.key], |r| {
+    db.opt(&LOOKUP, vals![&req.route, &req.scope, &req.key], |r| {
         Ok((map_row(r)?, read::response_cols(r, 12)?))
     })
 }
@@ -452,10 +456,22 @@ fn reject_duplicate(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<Option<Clai
     Ok(Some(ClaimOutcome::ProbableDuplicate { entry_id: id, key }))
 }
 
-pub(crate) const FIND_DUPLICATE: &str =
-    "SELECT id, key FROM entries WHERE route = ?1 AND scope = ?2 AND fingerprint = ?3 \
-     AND state = 'completed' AND completed_at >= ?4 AND key <> ?5 AND id <> ?6 \
-     ORDER BY completed_at LIMIT 1";
+/// The condition "an entry under route ?1 and scope ?2 completed the effect `fingerprint` since
+/// `since`, under another key than `key`" (each argument a placeholder): the duplicate check's,
+/// shared by [`find_duplicate`] and the claim's first statement, which must agree.
+fn same_effect_elsewhere(fingerprint: &str, since: &str, key: &str) -> String {
+    format!(
+        "route = ?1 AND scope = ?2 AND fingerprint = {fingerprint} AND state = 'completed' \
+         AND completed_at >= {since} AND key <> {key}"
+    )
+}
+
+pub(crate) static FIND_DUPLICATE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT id, key FROM entries WHERE {} AND id <> ?6 ORDER BY completed_at LIMIT 1",
+        same_effect_elsewhere("?3", "?4", "?5")
+    )
+});
 
 /// The earliest entry (other than `exclude`) that completed the same effect — route, scope and
 /// fingerprint — under another key since `since`.
@@ -469,7 +485,7 @@ fn find_duplicate(
     exclude: Option<i64>,
 ) -> Result<Option<(i64, String)>> {
     db.opt(
-        FIND_DUPLICATE,
+        &FIND_DUPLICATE,
         vals![route, scope, fingerprint, since, key, exclude.unwrap_or(-1)],
         |r| Ok((r.int(0)?, r.text(1)?)),
     )
@@ -580,30 +596,18 @@ static INSERT_OR_LOOKUP: PerDialect<(String, String)> = PerDialect::new(|d| {
             Dialect::Sqlite => insert,
             // The key's entry as it was before this statement (a data-modifying WITH and the
             // query around it see the same snapshot): the new id, or the existing entry.
-            Dialect::Postgres => {
-                let cols: Vec<String> = ROW_COLS
-                    .split(',')
-                    .chain(["resp_status", "resp_headers", "resp_body"])
-                    .map(|c| format!("e.{}", c.trim()))
-                    .collect();
-                format!(
-                    "WITH ins AS ({insert}) SELECT (SELECT id FROM ins), {} FROM (SELECT 1) AS one \
-                     LEFT JOIN entries e ON e.route = ?1 AND e.scope = ?2 AND e.key = ?3",
-                    cols.join(", ")
-                )
-            }
+            Dialect::Postgres => format!(
+                "WITH ins AS ({insert}), old AS ({}) SELECT (SELECT id FROM ins), old.* \
+                 FROM (SELECT 1) AS one LEFT JOIN old ON true",
+                *LOOKUP
+            ),
         }
-    };
-    let cast = if d == Dialect::Postgres {
-        "::bigint"
-    } else {
-        ""
     };
     (
         build("true"),
         build(&format!(
-            "NOT EXISTS (SELECT 1 FROM entries WHERE route = ?1 AND scope = ?2 AND fingerprint = ?4 \
-             AND state = 'completed' AND completed_at >= ?14{cast} AND key <> ?3)"
+            "NOT EXISTS (SELECT 1 FROM entries WHERE {})",
+            same_effect_elsewhere("?4", "?14", "?3")
         )),
     )
 });

@@ -339,7 +339,7 @@ mod tests {
         for i in 0..5i64 {
             let found = <dyn Db>::opt(
                 &mut conn,
-                FIND_DUPLICATE,
+                &FIND_DUPLICATE,
                 vals!["charges", "agent", "f00d", i, "k", i],
                 |r| r.int(0),
             )
@@ -347,7 +347,7 @@ mod tests {
             assert_eq!(found, None);
         }
         let n = conn
-            .prepare_cached(FIND_DUPLICATE)
+            .prepare_cached(&FIND_DUPLICATE)
             .unwrap()
             .get_status(StatementStatus::RePrepare);
         n
