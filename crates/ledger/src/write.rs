@@ -856,21 +856,40 @@ pub(crate) fn release(ctx: &mut Ctx<'_>, rep: &OwnerReport) -> Result<()> {
     Ok(())
 }
 
-/// Appends a `kind` event for each entry matching `condition` (at most 1000) and sets `flag` on it,
-/// so each is logged once.
+/// How many lease passings, and how many expiries, one sweep logs at most (the rest wait for the
+/// next sweep, a second later).
+const SWEEP_LIMIT: usize = 1000;
+
+/// The entries whose lease has passed and which are not yet logged as stuck, in the order their
+/// leases passed: a range of `entries_lease_due`, which holds only those not yet logged.
+pub(crate) static LEASES_DUE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {ROW_COLS} FROM entries WHERE state = 'pending' AND stuck_logged = 0 \
+         AND lease_expires_at <= ?1 ORDER BY lease_expires_at, id LIMIT {SWEEP_LIMIT}"
+    )
+});
+
+/// The entries whose TTL has passed and whose expiry is not yet logged, in the order they expired:
+/// a range of `entries_expires` under `expiry_logged = 0`. The entries already logged (kept until
+/// purged) are outside it, so a sweep costs what is due, not what has expired so far.
+pub(crate) static EXPIRIES_DUE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {ROW_COLS} FROM entries WHERE expiry_logged = 0 AND expires_at <= ?1 \
+         AND state <> 'pending' ORDER BY expires_at, id LIMIT {SWEEP_LIMIT}"
+    )
+});
+
+/// Appends a `kind` event for each entry `due` (at `at`) selects and sets `flag` on it, so each is
+/// logged once.
 fn log_once(
     ctx: &mut Ctx<'_>,
     at: Millis,
-    condition: &str,
+    due: &str,
     flag: &str,
     kind: EventKind,
     detail: impl Fn(&Row) -> serde_json::Value,
 ) -> Result<u64> {
-    let rows: Vec<Row> = ctx.db.all(
-        &format!("SELECT {ROW_COLS} FROM entries WHERE {condition} ORDER BY id LIMIT 1000"),
-        vals![at],
-        map_row,
-    )?;
+    let rows: Vec<Row> = ctx.db.all(due, vals![at], map_row)?;
     for row in &rows {
         ctx.db.exec(
             &format!("UPDATE entries SET {flag} = 1 WHERE id = ?1"),
@@ -881,12 +900,12 @@ fn log_once(
     Ok(rows.len() as u64)
 }
 
-/// Logs lease expiries and TTL expiries once each; at most 1000 of each per call.
+/// Logs lease expiries and TTL expiries once each; at most [`SWEEP_LIMIT`] of each per call.
 pub(crate) fn sweep(ctx: &mut Ctx<'_>, at: Millis) -> Result<SweepReport> {
     let lease_expired = log_once(
         ctx,
         at,
-        "state = 'pending' AND lease_expires_at <= ?1 AND stuck_logged = 0",
+        &LEASES_DUE,
         "stuck_logged",
         EventKind::LeaseExpired,
         |row| json!({"owner": row.lease_owner, "lease_expires_at": row.lease_expires_at}),
@@ -894,7 +913,7 @@ pub(crate) fn sweep(ctx: &mut Ctx<'_>, at: Millis) -> Result<SweepReport> {
     let ttl_expired = log_once(
         ctx,
         at,
-        "expires_at <= ?1 AND state <> 'pending' AND expiry_logged = 0",
+        &EXPIRIES_DUE,
         "expiry_logged",
         EventKind::Expired,
         |row| json!({"state": row.state}),

@@ -126,6 +126,13 @@ CREATE TABLE event_counts (
 DROP INDEX entries_expires;
 CREATE INDEX entries_expires ON entries (expires_at, state) WHERE expires_at IS NOT NULL;
 "#,
+    // 3: the sweeper reads only what is due, as on SQLite (its migration 5).
+    r#"
+DROP INDEX entries_pending;
+CREATE INDEX entries_lease_due ON entries (lease_expires_at) WHERE state = 'pending' AND stuck_logged = 0;
+DROP INDEX entries_expires;
+CREATE INDEX entries_expires ON entries (expiry_logged, expires_at, state) WHERE expires_at IS NOT NULL;
+"#,
 ];
 
 pub fn current_version() -> i64 {
