@@ -327,6 +327,19 @@ def pct(sorted_vals, p):
     return sorted_vals[min(len(sorted_vals) - 1, int(len(sorted_vals) * p / 100))]
 
 
+def cpu_times():
+    """(steal, total) jiffies of all CPUs, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return v[7], sum(v)
+
+
+def steal_since(t0):
+    """The share of CPU time the hypervisor took from this VM since `t0` (cpu_times())."""
+    s1, t1 = cpu_times()
+    return (s1 - t0[0]) / max(1, t1 - t0[1])
+
+
 def machine():
     cpu = "?"
     try:
@@ -354,6 +367,7 @@ def main():
     stack = Stack(work)
     results = {"machine": machine(), "smoke": SMOKE, "seconds": SECONDS, "rounds": ROUNDS,
                "connections": CONNECTIONS, "scenarios": {}, "rate": {}, "console": {}}
+    proxies_t0 = cpu_times()
     try:
         stack.start()
         t = targets(stack)
@@ -393,13 +407,16 @@ def main():
         results["ips_peak_rss_mb"] = peak_rss_mb(stack.ips.pid)
     finally:
         stack.stop()
+    results["proxies_steal"] = steal_since(proxies_t0)
     # The console's data calls on a big demo ledger (release build of the same Ops calls).
     ledger = os.path.join(work, "demo.db")
     t0 = time.time()
     subprocess.run([IDEMGATE, "demo", "--ledger", ledger, "--events", str(EVENTS)], check=True,
                    stdout=subprocess.DEVNULL)
     results["console"]["demo_seconds"] = time.time() - t0
+    calls_t0 = cpu_times()
     out = subprocess.run([CONSOLE_BENCH, ledger, "5"], check=True, capture_output=True, text=True)
+    results["console"]["steal"] = steal_since(calls_t0)
     results["console"].update(json.loads(out.stdout))
     results["console"]["ledger_mb"] = os.path.getsize(ledger) / 1e6
     shutil.rmtree(work, ignore_errors=True)
@@ -420,7 +437,8 @@ def report(r):
     lines = []
     m = r["machine"]
     lines.append(f"Machine: {m['cpus']} CPUs ({m['cpu']}), Linux {m['kernel']}; {m['nginx']}; {m['wrk']}. "
-                 f"wrk -t2 -c{r['connections']} -d{r['seconds']}s, {r['rounds']} alternating round(s), medians."
+                 f"wrk -t2 -c{r['connections']} -d{r['seconds']}s, {r['rounds']} alternating round(s), medians. "
+                 f"The hypervisor took {r['proxies_steal']:.0%} of this VM's CPU time (steal) during the proxies' runs."
                  + (" **Smoke run: not a measurement.**" if r["smoke"] else ""))
     lines.append("")
     lines.append("| scenario | proxy | req/s | p50 ms | p99 ms | errors | req/s vs nginx | req/s vs idempotent-proxy-server |")
@@ -441,7 +459,7 @@ def report(r):
     lines.append("")
     c = r["console"]
     lines.append(f"Console data calls on a {c['events']:,}-event demo ledger ({c['ledger_mb']:.0f} MB, seeded in "
-                 f"{c['demo_seconds']:.0f} s), medians of 5:")
+                 f"{c['demo_seconds']:.0f} s), medians of 5; steal during these calls {c['steal']:.0%}:")
     lines.append("")
     lines.append("| call | time |")
     lines.append("|---|---:|")
