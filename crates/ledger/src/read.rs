@@ -433,7 +433,8 @@ pub(crate) fn incidents(db: &mut dyn Db, page: Page, now: Millis) -> Result<Vec<
 }
 
 /// The overview's count of expired entries: index-only ranges (entries_expires holds `state`), one
-/// for the expiries the sweeper has logged and one for those it has not (the index's first column).
+/// for the expiries the sweeper has logged and one for those it has not (the index's first column;
+/// `expiry_logged` is a flag the writer sets only to 0 or 1).
 pub(crate) const EXPIRED_COUNT: &str = "SELECT COUNT(*) FROM entries \
      WHERE expiry_logged IN (0, 1) AND expires_at <= ?1 AND state <> 'pending'";
 

@@ -890,11 +890,9 @@ fn log_once(
     detail: impl Fn(&Row) -> serde_json::Value,
 ) -> Result<u64> {
     let rows: Vec<Row> = ctx.db.all(due, vals![at], map_row)?;
+    let set_flag = format!("UPDATE entries SET {flag} = 1 WHERE id = ?1");
     for row in &rows {
-        ctx.db.exec(
-            &format!("UPDATE entries SET {flag} = 1 WHERE id = ?1"),
-            vals![row.id],
-        )?;
+        ctx.db.exec(&set_flag, vals![row.id])?;
         append(ctx, row.event(at, kind, detail(row)))?;
     }
     Ok(rows.len() as u64)

@@ -187,14 +187,13 @@ impl WriteConn for SqliteWriter {
         // transaction finds the WAL fully copied and starts it over (SQLite restarts a WAL only
         // then; under continuous commits it otherwise grows to the backstop, whose in-line
         // checkpoint copies up to 100 ms of frames: 6–18 ms with every claim waiting).
-        if let Some(c) = &self.checkpointer {
-            if c.copied.swap(false, Ordering::Relaxed) {
-                if let Err(e) =
-                    self.conn
-                        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-                {
-                    tracing::warn!(error = %e, "ledger checkpoint failed");
-                }
+        let restart = self.checkpointer.as_ref();
+        if restart.is_some_and(|c| c.copied.swap(false, Ordering::Relaxed)) {
+            if let Err(e) = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+            {
+                tracing::warn!(error = %e, "ledger checkpoint failed");
             }
         }
         Ok(self.conn.execute_batch("BEGIN IMMEDIATE")?)
