@@ -434,6 +434,41 @@ mod tests {
         );
     }
 
+    /// A key filter reads the key index and then rows by id, never a scan: no index orders the
+    /// entries by key, and the log's key index holds no completion (migration 6).
+    #[test]
+    fn key_lookups_read_the_key_index() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let l = ledger_with(&dir, 3);
+        let plan = |sql: String| {
+            let sql = format!("EXPLAIN QUERY PLAN {}", sql.replace('?', "?1"));
+            l.read(|db| db.all(&sql, vals!["k"], |r| r.text(3)))
+                .expect("plan")
+                .join("; ")
+        };
+        let entries = plan(format!(
+            "SELECT id FROM entries WHERE {} ORDER BY id DESC LIMIT 50",
+            crate::read::ENTRY_KEY
+        ));
+        assert!(
+            entries.contains("SEARCH entries USING INTEGER PRIMARY KEY")
+                && entries.contains("USING INDEX events_key (key=?)")
+                && !entries.contains("SCAN"),
+            "the entries of a key are not read through the log's key index: {entries}"
+        );
+        let events = plan(format!(
+            "SELECT seq FROM events WHERE {} ORDER BY seq DESC LIMIT 50",
+            crate::read::EVENT_KEY
+        ));
+        assert!(
+            events.contains("SEARCH events USING INTEGER PRIMARY KEY")
+                && events.contains("USING INDEX events_key (key=?)")
+                && events.contains("USING COVERING INDEX events_entry (entry_id=?)")
+                && !events.contains("SCAN"),
+            "the events of a key are not read through the key index and their entries: {events}"
+        );
+    }
+
     fn found(l: &Ledger, term: &str) -> Vec<i64> {
         let filter = EventFilter {
             search: Some(term.into()),

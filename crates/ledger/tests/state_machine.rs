@@ -711,6 +711,122 @@ fn purge_removes_entries_but_keeps_the_chain_verifiable(b: Backend) {
     verify_ok(&f.l);
 }
 
+/// A key filter finds exactly the events and entries under that key, though the key index holds
+/// no completion and no entry (migration 6): checked against every event read unfiltered, with a
+/// refused duplicate's event (it names another key's entry), a purged entry, one key in two
+/// scopes, and a key that ran twice.
+fn a_key_finds_exactly_its_entries_and_events(b: Backend) {
+    let f = fx!(b);
+    let a = claimed(
+        f.l.claim(req("k-a", r#"{"n":1}"#, T0))
+            .wait()
+            .expect("claim"),
+    );
+    complete(&f.l, a, T0 + 1, "{}");
+    let mut d = req("k-d", r#"{"n":1}"#, T0 + 2);
+    d.reject_duplicates_within_ms = Some(600_000);
+    assert!(matches!(
+        f.l.claim(d).wait().expect("claim"),
+        ClaimOutcome::ProbableDuplicate { entry_id, .. } if entry_id == a
+    ));
+    let purged = claimed(
+        f.l.claim(req("k-b", r#"{"n":2}"#, T0 + 3))
+            .wait()
+            .expect("claim"),
+    );
+    complete(&f.l, purged, T0 + 4, "{}");
+    let pr = PurgeRequest {
+        ids: vec![purged],
+        only_expired: false,
+        actor: actor(),
+        at: T0 + 5,
+    };
+    f.l.purge(pr).wait().expect("purge");
+    let mut other_scope = req("k-a", r#"{"n":3}"#, T0 + 6);
+    other_scope.scope = "agent-2".into();
+    let c = claimed(f.l.claim(other_scope).wait().expect("claim"));
+    complete(&f.l, c, T0 + 7, "{}");
+    let r = claimed(
+        f.l.claim(req("k-r", r#"{"n":4}"#, T0 + 8))
+            .wait()
+            .expect("claim"),
+    );
+    let report = OwnerReport {
+        entry_id: r,
+        owner: "proxy-a".into(),
+        error: "503".into(),
+        at: T0 + 9,
+    };
+    f.l.release(report).wait().expect("release");
+    claimed(
+        f.l.claim(req("k-r", r#"{"n":4}"#, T0 + 10))
+            .wait()
+            .expect("claim"),
+    );
+    complete(&f.l, r, T0 + 11, "{}");
+
+    let all =
+        f.l.events(
+            &EventFilter::default(),
+            Page {
+                limit: 10_000,
+                before: None,
+            },
+        )
+        .expect("events");
+    let page = |key: &str, kind: Option<&str>, limit: usize| {
+        let filter = EventFilter {
+            key: Some(key.into()),
+            kind: kind.map(Into::into),
+            ..Default::default()
+        };
+        let mut seqs = Vec::new();
+        let mut before = None;
+        loop {
+            let got = f.l.events(&filter, Page { limit, before }).expect("events");
+            let Some(last) = got.last() else { break };
+            before = Some(last.seq);
+            seqs.extend(got.iter().map(|e| e.seq));
+        }
+        seqs
+    };
+    for key in ["k-a", "k-b", "k-d", "k-r", "k-none"] {
+        for kind in [None, Some("complete"), Some("claim")] {
+            let truth: Vec<i64> = all
+                .iter()
+                .filter(|e| e.key == key && kind.is_none_or(|k| e.kind == k))
+                .map(|e| e.seq)
+                .collect();
+            assert_eq!(page(key, kind, 100), truth, "{key} {kind:?}");
+            assert_eq!(page(key, kind, 1), truth, "{key} {kind:?}, one a page");
+        }
+    }
+    assert_eq!(
+        all.iter()
+            .filter(|e| e.key == "k-a" && e.kind == "complete")
+            .count(),
+        2,
+        "both completions under k-a are in the truth the filter is checked against"
+    );
+    let entries = |key: &str| {
+        let filter = EntryFilter {
+            key: Some(key.into()),
+            ..Default::default()
+        };
+        let got = f.l.entries(&filter, Page::default(), T0).expect("entries");
+        got.iter().map(|e| e.id).collect::<Vec<_>>()
+    };
+    assert_eq!(entries("k-a"), [c, a]);
+    assert_eq!(
+        entries("k-d"),
+        Vec::<i64>::new(),
+        "the refused duplicate made no entry"
+    );
+    assert_eq!(entries("k-b"), Vec::<i64>::new(), "purged");
+    assert_eq!(entries("k-r"), [r]);
+    verify_ok(&f.l);
+}
+
 /// On SQLite a replay of a completed key is answered from a read, not by the writer: 200 replays
 /// from 8 threads take far fewer than 200 writer jobs (only the jobs that write their counts), and
 /// the counts still add up. A changed body, or an expired key, still goes to the writer.
@@ -1196,6 +1312,7 @@ suite!(
     ttl_expiry_is_swept_and_an_expired_key_runs_again,
     same_effect_under_another_key_is_flagged_as_a_duplicate_suspect,
     purge_removes_entries_but_keeps_the_chain_verifiable,
+    a_key_finds_exactly_its_entries_and_events,
     a_failing_job_is_undone_alone_and_its_batch_lands,
     replays_are_answered_without_waiting_for_the_writer,
     log_search_finds_exactly_the_matching_events,
