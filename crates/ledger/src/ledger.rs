@@ -392,15 +392,19 @@ mod tests {
         l
     }
 
+    /// SQLite's plan of `sql` (one parameter, `?1`), its steps joined by "; ".
+    fn plan(l: &Ledger, sql: &str, arg: &[crate::db::Val<'_>]) -> String {
+        let sql = format!("EXPLAIN QUERY PLAN {sql}");
+        l.read(|db| db.all(&sql, arg, |r| r.text(3)))
+            .expect("plan")
+            .join("; ")
+    }
+
     #[test]
     fn the_expired_count_reads_the_expiry_index_alone() {
         let dir = tempfile::tempdir().expect("tempdir");
         let l = ledger_with(&dir, 3);
-        let sql = format!("EXPLAIN QUERY PLAN {}", read::EXPIRED_COUNT);
-        let plan = l
-            .read(|db| db.all(&sql, vals![0], |r| r.text(3)))
-            .expect("plan")
-            .join("; ");
+        let plan = plan(&l, read::EXPIRED_COUNT, vals![0]);
         assert!(
             plan.contains("COVERING INDEX entries_expires"),
             "the expired count reads table rows: {plan}"
@@ -415,19 +419,13 @@ mod tests {
     fn the_sweeper_reads_only_what_is_due() {
         let dir = tempfile::tempdir().expect("tempdir");
         let l = ledger_with(&dir, 3);
-        let plan = |sql: &str| {
-            let sql = format!("EXPLAIN QUERY PLAN {sql}");
-            l.read(|db| db.all(&sql, vals![0], |r| r.text(3)))
-                .expect("plan")
-                .join("; ")
-        };
-        let leases = plan(&crate::write::LEASES_DUE);
+        let leases = plan(&l, &crate::write::LEASES_DUE, vals![0]);
         assert!(
             leases.contains("USING INDEX entries_lease_due (lease_expires_at<?)")
                 && !leases.contains("TEMP B-TREE"),
             "the lease sweep does not read its due range in order: {leases}"
         );
-        let expiries = plan(&crate::write::EXPIRIES_DUE);
+        let expiries = plan(&l, &crate::write::EXPIRIES_DUE, vals![0]);
         assert!(
             expiries.contains("USING INDEX entries_expires (expiry_logged=? AND expires_at<?)"),
             "the expiry sweep does not read its due range: {expiries}"
@@ -440,26 +438,19 @@ mod tests {
     fn key_lookups_read_the_key_index() {
         let dir = tempfile::tempdir().expect("tempdir");
         let l = ledger_with(&dir, 3);
-        let plan = |sql: String| {
-            let sql = format!("EXPLAIN QUERY PLAN {}", sql.replace('?', "?1"));
-            l.read(|db| db.all(&sql, vals!["k"], |r| r.text(3)))
-                .expect("plan")
-                .join("; ")
+        let key_plan = |table: &str, id: &str, cond: &str| {
+            let cond = cond.replace('?', "?1");
+            let sql = format!("SELECT {id} FROM {table} WHERE {cond} ORDER BY {id} DESC LIMIT 50");
+            plan(&l, &sql, vals!["k"])
         };
-        let entries = plan(format!(
-            "SELECT id FROM entries WHERE {} ORDER BY id DESC LIMIT 50",
-            crate::read::ENTRY_KEY
-        ));
+        let entries = key_plan("entries", "id", crate::read::ENTRY_KEY);
         assert!(
             entries.contains("SEARCH entries USING INTEGER PRIMARY KEY")
                 && entries.contains("USING INDEX events_key (key=?)")
                 && !entries.contains("SCAN"),
             "the entries of a key are not read through the log's key index: {entries}"
         );
-        let events = plan(format!(
-            "SELECT seq FROM events WHERE {} ORDER BY seq DESC LIMIT 50",
-            crate::read::EVENT_KEY
-        ));
+        let events = key_plan("events", "seq", crate::read::EVENT_KEY);
         assert!(
             events.contains("SEARCH events USING INTEGER PRIMARY KEY")
                 && events.contains("USING INDEX events_key (key=?)")
