@@ -157,13 +157,14 @@ DROP INDEX entries_expires;
 CREATE INDEX entries_expires ON entries (expiry_logged, expires_at, state) WHERE expires_at IS NOT NULL;
 "#,
     // 6: two fewer random-key index rows per first call: 7–9% less WAL per first call, and the
-    // 1M-event demo ledger writes in 82 s instead of 101–116 s (BENCHMARKS.md). Keys are random, so each key-ordered index row lands on its own page, and a
-    // commit writes that page whole. `entries_key` went: an entry is found by its key through the
-    // log, whose claim event carries the entry's key and id (`read::ENTRY_KEY`). `events_key` no
-    // longer holds the `complete` events: a completion is always logged under its entry, whose
-    // other events are in the index, so the log finds it through `events_entry`
-    // (`read::EVENT_KEY`). Every other event stays, including the ones that name another
-    // entry than their key's (a duplicate refused under the reject policy).
+    // 1M-event demo ledger writes in 82 s instead of 101–116 s (BENCHMARKS.md). Keys are random,
+    // so each key-ordered index row lands on its own page, and a commit writes that page whole.
+    // `entries_key` went: an entry is found by its key through the log, whose claim event carries
+    // the entry's key and id (`read::ENTRY_KEY`). `events_key` no longer holds the `complete`
+    // events: a completion is always logged under its entry, whose other events are in the index,
+    // so the log finds it through `events_entry` (`read::EVENT_KEY`). Every other event stays,
+    // including the ones that name another entry than their key's (a duplicate refused under the
+    // reject policy).
     r#"
 DROP INDEX entries_key;
 DROP INDEX events_key;
