@@ -160,6 +160,34 @@ fn kinds(l: &Ledger, id: i64) -> Vec<String> {
     evs.into_iter().map(|e| e.kind).collect()
 }
 
+/// Every event of the log, newest first.
+fn all_events(l: &Ledger) -> Vec<Event> {
+    l.events(
+        &EventFilter::default(),
+        Page {
+            before: None,
+            limit: 100_000,
+        },
+    )
+    .expect("events")
+}
+
+/// The sequence numbers `filter` finds, newest first, walked `limit` a page with the keyset cursor
+/// as the console walks them.
+fn walk_events(l: &Ledger, filter: &EventFilter, limit: usize) -> Vec<i64> {
+    let mut got = Vec::new();
+    let mut before = None;
+    loop {
+        let page = l.events(filter, Page { before, limit }).expect("events");
+        assert!(page.len() <= limit);
+        got.extend(page.iter().map(|e| e.seq));
+        match page.last() {
+            Some(e) if page.len() == limit => before = Some(e.seq),
+            _ => return got,
+        }
+    }
+}
+
 fn actor() -> Actor {
     Actor {
         operator: "alice".into(),
@@ -765,30 +793,14 @@ fn a_key_finds_exactly_its_entries_and_events(b: Backend) {
     );
     complete(&f.l, r, T0 + 11, "{}");
 
-    let all =
-        f.l.events(
-            &EventFilter::default(),
-            Page {
-                limit: 10_000,
-                before: None,
-            },
-        )
-        .expect("events");
+    let all = all_events(&f.l);
     let page = |key: &str, kind: Option<&str>, limit: usize| {
         let filter = EventFilter {
             key: Some(key.into()),
             kind: kind.map(Into::into),
             ..Default::default()
         };
-        let mut seqs = Vec::new();
-        let mut before = None;
-        loop {
-            let got = f.l.events(&filter, Page { limit, before }).expect("events");
-            let Some(last) = got.last() else { break };
-            before = Some(last.seq);
-            seqs.extend(got.iter().map(|e| e.seq));
-        }
-        seqs
+        walk_events(&f.l, &filter, limit)
     };
     for key in ["k-a", "k-b", "k-d", "k-r", "k-none"] {
         for kind in [None, Some("complete"), Some("claim")] {
@@ -912,18 +924,8 @@ fn log_search_finds_exactly_the_matching_events(b: Backend) {
         }
     };
     claim_all(0, 2_500);
-    let all = |l: &Ledger| {
-        l.events(
-            &EventFilter::default(),
-            Page {
-                before: None,
-                limit: 100_000,
-            },
-        )
-        .expect("events")
-    };
     let check = |term: &str, limit: usize| {
-        let want: Vec<i64> = all(&f.l)
+        let want: Vec<i64> = all_events(&f.l)
             .into_iter()
             .filter(|e| {
                 let t = term.to_ascii_lowercase();
@@ -941,21 +943,11 @@ fn log_search_finds_exactly_the_matching_events(b: Backend) {
             })
             .map(|e| e.seq)
             .collect();
-        let mut got = Vec::new();
-        let mut before = None;
-        loop {
-            let filter = EventFilter {
-                search: Some(term.into()),
-                ..Default::default()
-            };
-            let page = f.l.events(&filter, Page { before, limit }).expect("search");
-            assert!(page.len() <= limit);
-            got.extend(page.iter().map(|e| e.seq));
-            match page.last() {
-                Some(e) if page.len() == limit => before = Some(e.seq),
-                _ => break,
-            }
-        }
+        let filter = EventFilter {
+            search: Some(term.into()),
+            ..Default::default()
+        };
+        let got = walk_events(&f.l, &filter, limit);
         assert_eq!(got, want, "search {term:?}");
         got.len()
     };
