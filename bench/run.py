@@ -48,6 +48,13 @@ def body(key):
     return BODY.replace("KEY", key)
 CONNECTIONS = 64
 REPLAY_KEYS = 100
+# Reference rows, not contenders: what bounds the others on this machine. DIRECT is wrk against the
+# static upstream itself (one hop, the cheapest answer any server here can give: the ceiling of a
+# replay); PASS_THROUGH is idemgate forwarding without its ledger (the ceiling of a first call with
+# idemgate's HTTP path).
+DIRECT = "upstream, direct (one hop)"
+PASS_THROUGH = "idemgate, pass-through (no ledger)"
+REFERENCES = [DIRECT, PASS_THROUGH]
 
 
 def free_port():
@@ -80,6 +87,36 @@ def peak_rss_mb(pid):
     return None
 
 
+def process_tree(pid):
+    """`pid` and its descendants (from /proc/PID/task/*/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            pass
+    return out
+
+
+def cpu_seconds(roots):
+    """User + system CPU seconds used so far by the processes `roots` and their descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for root in roots:
+        for p in process_tree(root):
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+            except (OSError, IndexError, ValueError):
+                pass
+    return total / tick
+
+
 class Stack:
     """The upstream, nginx, redis, idempotent-proxy-server, idemgate on SQLite and idemgate on
     PostgreSQL (a throwaway cluster, tests/pg/cluster.sh), each on its own port."""
@@ -88,6 +125,8 @@ class Stack:
         self.work = work
         self.procs = []
         self.ports = {k: free_port() for k in ["upstream", "nginx", "redis", "ips", "idemgate", "idemgate_pg", "pg"]}
+        # name -> processes whose CPU time (with their children's) is that target's cost per request
+        self.roots = {}
         # Under /tmp, not in `work`: the postgres user must reach it.
         self.pg_env = dict(os.environ, IDEMGATE_PG_DIR=tempfile.mkdtemp(prefix="idemgate-bench-pg-"),
                            IDEMGATE_PG_PORT=str(self.ports["pg"]))
@@ -128,9 +167,11 @@ http {{
 }}""")
         wait_port(up, "upstream nginx")
         wait_port(ngx, "nginx proxy")
+        self.roots[DIRECT] = [self.nginx_masters["upstream"]]
+        self.roots["nginx"] = [self.nginx_masters["nginx"]]
         # idempotent-proxy-server keeps its idempotency records in Redis (Debian's redis-server,
         # default persistence: no fsync per write).
-        self.spawn("redis", ["redis-server", "--port", str(self.ports["redis"]), "--bind", "127.0.0.1",
+        redis = self.spawn("redis", ["redis-server", "--port", str(self.ports["redis"]), "--bind", "127.0.0.1",
                              "--save", "", "--appendonly", "no"])
         wait_port(self.ports["redis"], "redis-server")
         ips_dir = os.path.join(self.work, "ips")
@@ -145,12 +186,17 @@ http {{
                     "LOG_LEVEL=error\n")
         self.ips = self.spawn("ips", [IPS], cwd=ips_dir)
         wait_port(self.ports["ips"], "idempotent-proxy-server", self.ips)
+        self.roots["idempotent-proxy-server"] = [self.ips.pid, redis.pid]
         # idemgate: SQLite ledger on disk, every claim fsync'd (WAL, synchronous=FULL) before forwarding.
         self.idemgate = self.serve("idemgate", self.ports["idemgate"], f"{self.work}/idemgate.db")
+        self.roots["idemgate"] = self.roots[PASS_THROUGH] = [self.idemgate.pid]
         # idemgate on PostgreSQL 15 (Debian's defaults: fsync on, synchronous_commit on), same box.
         url = subprocess.run(["bash", os.path.join(ROOT, "tests/pg/cluster.sh"), "start"], env=self.pg_env,
                              check=True, capture_output=True, text=True).stdout.strip()
         self.idemgate_pg = self.serve("idemgate-pg", self.ports["idemgate_pg"], url)
+        # The PostgreSQL server's processes do that ledger's work: the postmaster and its backends.
+        with open(os.path.join(self.pg_env["IDEMGATE_PG_DIR"], "data", "postmaster.pid")) as f:
+            self.roots["idemgate (PostgreSQL)"] = [self.idemgate_pg.pid, int(f.readline())]
 
     def serve(self, name, port, ledger):
         up = self.ports["upstream"]
@@ -167,6 +213,16 @@ path = "/v1/charges"
 upstream = "http://127.0.0.1:{up}"
 effect = "write"
 timeout = "5s"
+
+# The reference row "{PASS_THROUGH}": the same upstream through idemgate's HTTP path without the
+# ledger (a read route without a cache), so the table shows what HTTP alone costs.
+[[routes]]
+name = "passthrough"
+method = "POST"
+path = "/v1/passthrough"
+upstream = "http://127.0.0.1:{up}"
+effect = "read"
+timeout = "5s"
 """)
         env = dict(os.environ, IDEMGATE_LOG="warn")
         p = self.spawn(name, [IDEMGATE, "serve", "--config", f"{name}.toml"], env=env)
@@ -178,7 +234,9 @@ timeout = "5s"
         os.makedirs(os.path.join(d, "logs"), exist_ok=True)
         with open(os.path.join(d, "nginx.conf"), "w") as f:
             f.write(f"pid {d}/nginx.pid;\nerror_log {d}/error.log warn;\ndaemon off;\n" + conf)
-        self.spawn(f"nginx-{name}", ["nginx", "-p", d, "-c", os.path.join(d, "nginx.conf")])
+        p = self.spawn(f"nginx-{name}", ["nginx", "-p", d, "-c", os.path.join(d, "nginx.conf")])
+        self.nginx_masters = getattr(self, "nginx_masters", {})
+        self.nginx_masters[name] = p.pid
 
     def stop(self):
         for p in self.procs:
@@ -193,8 +251,10 @@ timeout = "5s"
 
 
 def targets(stack):
-    """name -> (port, path): how each proxy is addressed."""
+    """name -> (port, path): how each proxy (and each reference row) is addressed."""
     return {
+        DIRECT: (stack.ports["upstream"], "/v1/charges"),
+        PASS_THROUGH: (stack.ports["idemgate"], "/v1/passthrough"),
         "nginx": (stack.ports["nginx"], "/v1/charges"),
         "idempotent-proxy-server": (stack.ports["ips"], "/URL_CHARGES"),
         "idemgate": (stack.ports["idemgate"], "/v1/charges"),
@@ -253,12 +313,17 @@ def parse_wrk(text):
     }
 
 
-def wrk(port, path, fresh, run_id, script):
+def wrk(port, path, fresh, run_id, script, roots):
+    """One wrk run; also the CPU time the target's processes (`roots`, with their children) spent
+    per request: what the proxy costs, whatever share of the 2 cores wrk and the upstream took."""
     env = dict(os.environ, BENCH_RUN=run_id, BENCH_FRESH=str(fresh), BENCH_REPLAY_KEYS=str(REPLAY_KEYS),
                BENCH_BODY=BODY, BENCH_PATH=path)
+    cpu0 = cpu_seconds(roots)
     out = subprocess.run(["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{SECONDS}s", "--latency", "-s", script,
                           f"http://127.0.0.1:{port}"], env=env, capture_output=True, text=True, check=True)
-    return parse_wrk(out.stdout)
+    r = parse_wrk(out.stdout)
+    r["cpu_us"] = (cpu_seconds(roots) - cpu0) * 1e6 / r["requests"] if r["requests"] else None
+    return r
 
 
 def http_post(port, path, key):
@@ -385,19 +450,22 @@ def main():
                 order = names if rnd % 2 == 0 else list(reversed(names))
                 for n in order:
                     port, path = t[n]
-                    r = wrk(port, path, fresh, f"r{rnd}-{scenario[:5]}-{n}", script)
-                    print(f"  {scenario:<18} round {rnd + 1} {n:<24} {r['rps']:>9.0f} req/s  "
-                          f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  errors {r['errors']}", flush=True)
+                    r = wrk(port, path, fresh, f"r{rnd}-{scenario[:5]}-{n}", script, stack.roots[n])
+                    print(f"  {scenario:<18} round {rnd + 1} {n:<34} {r['rps']:>9.0f} req/s  "
+                          f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  errors {r['errors']}  "
+                          f"CPU {r['cpu_us'] or 0:.0f} µs/req", flush=True)
                     runs[n].append(r)
             results["scenarios"][scenario] = {
                 n: {"rps": statistics.median(x["rps"] for x in rs),
                     "p50_ms": statistics.median(x["p50_ms"] for x in rs if x["p50_ms"] is not None),
                     "p99_ms": statistics.median(x["p99_ms"] for x in rs if x["p99_ms"] is not None),
                     "errors": sum(x["errors"] for x in rs),
+                    "cpu_us": statistics.median(x["cpu_us"] for x in rs if x["cpu_us"] is not None),
                     "runs": rs}
                 for n, rs in runs.items()}
         # Added latency at a fixed 1k req/s, against calling the upstream directly.
-        rate_targets = {"direct": (stack.ports["upstream"], "/v1/charges"), **t}
+        rate_targets = {"direct": (stack.ports["upstream"], "/v1/charges"),
+                        **{n: x for n, x in t.items() if n != DIRECT}}
         for n, (port, path) in rate_targets.items():
             lat, errors = asyncio.run(fixed_rate(port, path, 1000, RATE_SECONDS, f"rate-{n}-{time.time()}"))
             results["rate"][n] = {"p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "errors": errors}
@@ -441,13 +509,21 @@ def report(r):
                  f"The hypervisor took {r['proxies_steal']:.0%} of this VM's CPU time (steal) during the proxies' runs."
                  + (" **Smoke run: not a measurement.**" if r["smoke"] else ""))
     lines.append("")
-    lines.append("| scenario | proxy | req/s | p50 ms | p99 ms | errors | req/s vs nginx | req/s vs idempotent-proxy-server |")
-    lines.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    lines.append("CPU µs/req: the CPU time of the target's own processes per request (idempotent-proxy-server "
+                 "with its redis-server, idemgate on PostgreSQL with the PostgreSQL server, nginx with its workers), "
+                 "read from /proc over each run. The rows in italics are references, not contenders: "
+                 f"*{DIRECT}* is the ceiling of any answer on this machine, *{PASS_THROUGH}* the ceiling of "
+                 "idemgate's HTTP path.")
+    lines.append("")
+    lines.append("| scenario | proxy | req/s | p50 ms | p99 ms | errors | CPU µs/req | req/s vs nginx | req/s vs idempotent-proxy-server |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for sc, rows in r["scenarios"].items():
         ngx, ips = rows["nginx"]["rps"], rows["idempotent-proxy-server"]["rps"]
         for n, x in rows.items():
-            lines.append(f"| {sc} | {n} | {x['rps']:.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {x['errors']} | "
-                         f"{ratio(x['rps'], ngx)} | {ratio(x['rps'], ips)} |")
+            name = f"*{n}*" if n in REFERENCES else n
+            cpu = f"{x['cpu_us']:.0f}" if x.get("cpu_us") is not None else "–"
+            lines.append(f"| {sc} | {name} | {x['rps']:.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {x['errors']} | "
+                         f"{cpu} | {ratio(x['rps'], ngx)} | {ratio(x['rps'], ips)} |")
     lines.append("")
     lines.append("Fixed 1,000 req/s (open loop, fresh keys), latency from the scheduled send time:")
     lines.append("")
@@ -480,14 +556,17 @@ def report(r):
 
 
 def check(r):
-    """The harness must have measured something real: every target answered, and idemgate (and the
-    upstream) without errors. Errors of the others are reported in the table, not fatal."""
+    """The harness must have measured something real: every target answered and used CPU, and
+    idemgate (and the upstream) without errors. Errors of the others are reported in the table, not
+    fatal."""
     bad = []
     for sc, rows in r["scenarios"].items():
         for n, x in rows.items():
             if x["rps"] <= 0:
                 bad.append(f"{sc}/{n}: no requests")
-            if x["errors"] and n.startswith("idemgate"):
+            if not x.get("cpu_us"):
+                bad.append(f"{sc}/{n}: no CPU time measured for its processes")
+            if x["errors"] and (n.startswith("idemgate") or n == DIRECT):
                 bad.append(f"{sc}/{n}: {x['errors']} errors")
     for n, x in r["rate"].items():
         if x["errors"] and (n.startswith("idemgate") or n == "direct"):
