@@ -1,6 +1,7 @@
 //! In-process ledger throughput: durable claims per second with group commit (many claims per
-//! fsync'd transaction) against one transaction per claim, and request fingerprinting of 1 KiB and
-//! 64 KiB JSON bodies. `cargo bench -p idemgate-ledger --bench claims` (BENCHMARKS.md); under
+//! fsync'd transaction) against one transaction per claim; durable first calls per second (a claim,
+//! then its completion: what the ledger does for every first call through the proxy, without HTTP);
+//! and request fingerprinting of 1 KiB and 64 KiB JSON bodies. `cargo bench -p idemgate-ledger --bench claims` (BENCHMARKS.md); under
 //! `cargo test --benches` each runs once, as a smoke test.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,6 +86,67 @@ fn claims(c: &mut Criterion) {
     g.finish();
 }
 
+/// `n` first calls in flight at once: each claimed, then completed, both durable — the ledger's part
+/// of a first call through the proxy, with the upstream answering instantly.
+fn first_calls_in_flight(l: &Ledger, n: usize, body: &[u8]) {
+    let claims: Vec<_> = (0..n).map(|_| l.claim(claim(body))).collect();
+    let completions: Vec<_> = claims
+        .into_iter()
+        .map(|t| match t.wait() {
+            Ok(ClaimOutcome::Claimed { entry_id, .. }) => l.complete(CompleteRequest {
+                entry_id,
+                owner: "bench".into(),
+                response: ResponseRecord {
+                    status: 201,
+                    headers: vec![("content-type".into(), "application/json".into())],
+                    body: br#"{"id":"ch_1","status":"succeeded"}"#.to_vec(),
+                },
+                ttl_ms: 3_600_000,
+                duplicate_window_ms: Some(600_000),
+                at: now_millis(),
+            }),
+            other => panic!("claim: {other:?}"),
+        })
+        .collect();
+    for t in completions {
+        if let Err(e) = t.wait() {
+            panic!("complete: {e}");
+        }
+    }
+}
+
+fn first_calls(c: &mut Criterion) {
+    let body = br#"{"amount":4999,"currency":"usd","customer":"cus_123","description":"order 42"}"#;
+    let mut g = c.benchmark_group("durable_first_calls");
+    g.sample_size(10).measurement_time(Duration::from_secs(5));
+    let in_flight = 256usize;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let l = Ledger::sqlite(
+        dir.path().join("bench.db"),
+        OpenOptions {
+            create: true,
+            hasher: ChainHasher::unkeyed(),
+        },
+    )
+    .expect("open");
+    g.throughput(Throughput::Elements(in_flight as u64));
+    g.bench_function(BenchmarkId::new("group_commit", in_flight), |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                first_calls_in_flight(&l, in_flight, body);
+            }
+            start.elapsed()
+        })
+    });
+    let (commits, jobs) = l.writer_counters();
+    eprintln!(
+        "first calls: {jobs} claims and completions in {commits} commits ({:.1} per fsync)",
+        jobs as f64 / commits.max(1) as f64
+    );
+    g.finish();
+}
+
 /// A JSON body of about `size` bytes: an object of short records, like a batch tool call.
 fn body_of(size: usize) -> Vec<u8> {
     let mut items = Vec::new();
@@ -112,5 +174,5 @@ fn fingerprints(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, claims, fingerprints);
+criterion_group!(benches, claims, first_calls, fingerprints);
 criterion_main!(benches);
