@@ -149,6 +149,15 @@ impl Fx {
         self.proxy.send("POST", "/v1/charges", &h, body.as_bytes())
     }
 
+    /// How many claims this proxy has asked its ledger for so far (`/metrics`).
+    fn ledger_claims(&self) -> u64 {
+        let metrics = self.proxy.admin_get("/metrics").text();
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("idemgate_claim_seconds_count "))
+            .map_or(0, |n| n.trim().parse().expect("a count"))
+    }
+
     fn entries(&self, flags: &[&str]) -> Vec<serde_json::Value> {
         let l = self.ledger();
         let mut args = vec!["entries", "--ledger", &l, "--json"];
@@ -282,6 +291,8 @@ fn a_key_in_flight_gets_409_with_retry_after_and_the_upstream_runs_once() {
     eventually(5, "the first request upstream", || {
         (f.up.counts.requests("k-flight") == 1).then_some(())
     });
+    let claims = f.ledger_claims();
+    assert_eq!(claims, 1, "the first request's claim");
     let r = f.proxy.send(
         "POST",
         "/v1/charges",
@@ -290,6 +301,21 @@ fn a_key_in_flight_gets_409_with_retry_after_and_the_upstream_runs_once() {
     );
     assert_eq!(r.status, 409);
     assert_eq!(r.code(), "in-flight");
+    assert_eq!(
+        f.ledger_claims(),
+        claims,
+        "a duplicate of a request in flight here is answered without the ledger"
+    );
+    // Another request under the key while it is in flight is still the ledger's: a collision,
+    // recorded.
+    let other = f.proxy.send(
+        "POST",
+        "/v1/charges",
+        &[("idempotency-key", "k-flight")],
+        br#"{"amount":2}"#,
+    );
+    assert_eq!(other.status, 422, "{}", other.text());
+    assert_eq!(other.code(), "key-reuse");
     let ra: u64 = r
         .header("retry-after")
         .expect("Retry-After")
@@ -331,6 +357,13 @@ fn with_in_flight_wait_a_retry_waits_for_the_first_outcome() {
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
     assert_eq!(r.body, first.body);
     assert_eq!(f.up.counts.effects("k-wait"), 1);
+    // The duplicate waited to be woken by the first request's end, then asked the ledger once
+    // (its replay), instead of asking it every 25 ms meanwhile (~20 claims in 500 ms).
+    assert_eq!(
+        f.ledger_claims(),
+        2,
+        "the first request's claim and the replay's"
+    );
 }
 
 #[test]

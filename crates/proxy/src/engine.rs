@@ -46,6 +46,90 @@ pub struct Engine {
     /// This instance's lease-owner id.
     pub owner: String,
     read_cache: Mutex<HashMap<String, (Instant, ResponseRecord)>>,
+    flights: Flights,
+}
+
+/// The keys this process has claimed and is still driving upstream, so that a concurrent duplicate
+/// is answered without the ledger (DESIGN.md: "an in-memory map of keys in flight answers a
+/// concurrent duplicate without touching the disk"), and a duplicate that waits (`in_flight =
+/// "wait"`) is woken when the first request ends instead of asking the ledger every 25 ms.
+///
+/// It only ever answers what the ledger would: while this process holds a key's lease, the entry is
+/// PENDING and nobody else may change it (an operator can only act on a stuck entry, i.e. once the
+/// lease has passed, and purge refuses pending entries). A lookup past the lease, or with another
+/// fingerprint (a collision must be recorded), goes to the ledger.
+#[derive(Debug, Default)]
+struct Flights(Mutex<HashMap<String, Flight>>);
+
+#[derive(Debug)]
+struct Flight {
+    entry_id: i64,
+    fingerprint: String,
+    lease_expires_at: Millis,
+    /// Woken (all waiters) when the request ends, however it ends.
+    done: Arc<tokio::sync::Notify>,
+}
+
+/// What the map knows of a key.
+enum Seen {
+    /// Not in flight here (or past its lease, or another request: the ledger decides).
+    Unknown,
+    /// In flight here with this request's fingerprint; `ended` resolves when it ends (made while
+    /// the map was locked, so an end right after the lookup still wakes it).
+    InFlight {
+        entry_id: i64,
+        lease_expires_at: Millis,
+        ended: tokio::sync::futures::OwnedNotified,
+    },
+}
+
+fn flight_key(route: &str, scope: &str, key: &str) -> String {
+    let mut k = String::with_capacity(route.len() + scope.len() + key.len() + 2);
+    for part in [route, "\0", scope, "\0", key] {
+        k.push_str(part);
+    }
+    k
+}
+
+impl Flights {
+    fn seen(&self, k: &str, fingerprint: &str, now: Millis) -> Seen {
+        let Ok(map) = self.0.lock() else {
+            return Seen::Unknown;
+        };
+        match map.get(k) {
+            Some(f) if f.fingerprint == fingerprint && now < f.lease_expires_at => Seen::InFlight {
+                entry_id: f.entry_id,
+                lease_expires_at: f.lease_expires_at,
+                ended: f.done.clone().notified_owned(),
+            },
+            _ => Seen::Unknown,
+        }
+    }
+
+    /// Records a claimed key until the returned guard is dropped.
+    fn take_off(&self, k: String, f: Flight) -> Landing<'_> {
+        if let Ok(mut map) = self.0.lock() {
+            map.insert(k.clone(), f);
+        }
+        Landing { flights: self, k }
+    }
+}
+
+/// Removes its key from the map and wakes the waiters when the request ends — answered, failed, or
+/// dropped with its connection.
+struct Landing<'a> {
+    flights: &'a Flights,
+    k: String,
+}
+
+impl Drop for Landing<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut map) = self.flights.0.lock() {
+            if let Some(f) = map.remove(&self.k) {
+                f.done.notify_waiters();
+            }
+        }
+    }
 }
 
 type Answer = Result<Response<Body>, Problem>;
@@ -58,6 +142,7 @@ impl Engine {
             client: forward::client(),
             owner,
             read_cache: Mutex::new(HashMap::new()),
+            flights: Flights::default(),
         }
     }
 
@@ -107,6 +192,19 @@ pub async fn handle(State(engine): State<Arc<Engine>>, req: Request) -> Response
             p.into_response()
         }
     }
+}
+
+/// The answer to a duplicate of a request still in flight.
+fn in_flight(entry_id: i64, lease_expires_at: Millis) -> Problem {
+    let secs = ((lease_expires_at - now_millis()).max(0) as u64).div_ceil(1000);
+    Problem::new(
+        409,
+        "in-flight",
+        "Request in flight",
+        "a request with this key is being processed; retry later",
+    )
+    .retry_after(secs.min(5))
+    .with("entry_id", entry_id)
 }
 
 /// Refuses requests with more header fields or bytes than the proxy keeps (the listener's parser
@@ -442,7 +540,23 @@ impl Engine {
             at: now_millis(),
         };
         let deadline = Instant::now() + self.cfg.wait;
+        let waits = self.cfg.in_flight == InFlight::Wait;
+        let fk = flight_key(&route.name, &scope, &key);
         loop {
+            // A duplicate of a request this process is driving: answered here, or woken when it
+            // ends (the wait policy), without the ledger.
+            if let Seen::InFlight {
+                entry_id,
+                lease_expires_at,
+                ended,
+            } = self.flights.seen(&fk, &fingerprint, now_millis())
+            {
+                if waits && Instant::now() < deadline {
+                    let _ = tokio::time::timeout_at(deadline.into(), ended).await;
+                    continue;
+                }
+                return Err(in_flight(entry_id, lease_expires_at));
+            }
             let started = Instant::now();
             let outcome = self.store.claim(claim()).recv().await?;
             histogram!("idemgate_claim_seconds").record(started.elapsed().as_secs_f64());
@@ -463,7 +577,15 @@ impl Engine {
                     .increment(1)
             };
             return match outcome {
-                ClaimOutcome::Claimed { entry_id, attempt } => self.execute(route, parts, &key, body, entry_id, attempt).await,
+                ClaimOutcome::Claimed { entry_id, attempt } => {
+                    let _landing = self.flights.take_off(fk, Flight {
+                        entry_id,
+                        fingerprint: fingerprint.clone(),
+                        lease_expires_at: now_millis() + route.lease.as_millis() as i64,
+                        done: Arc::default(),
+                    });
+                    self.execute(route, parts, &key, body, entry_id, attempt).await
+                }
                 ClaimOutcome::Replay { response, .. } => {
                     count("replayed");
                     counter!("idemgate_replays_total", "route" => route.name.clone()).increment(1);
@@ -475,14 +597,13 @@ impl Engine {
                         .with("entry_id", entry_id))
                 }
                 ClaimOutcome::InFlight { entry_id, lease_expires_at } => {
-                    if self.cfg.in_flight == InFlight::Wait && Instant::now() < deadline {
+                    // Held by another process (or this one's claim is just being answered): ask
+                    // the ledger again shortly.
+                    if waits && Instant::now() < deadline {
                         tokio::time::sleep(Duration::from_millis(25)).await;
                         continue;
                     }
-                    let secs = ((lease_expires_at - now_millis()).max(0) as u64).div_ceil(1000);
-                    Err(Problem::new(409, "in-flight", "Request in flight", "a request with this key is being processed; retry later")
-                        .retry_after(secs.min(5))
-                        .with("entry_id", entry_id))
+                    Err(in_flight(entry_id, lease_expires_at))
                 }
                 ClaimOutcome::Stuck { entry_id } => Err(Problem::new(
                     409,
@@ -706,4 +827,46 @@ pub fn respond(
         h.insert("x-cache", HeaderValue::from_static(c));
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flight(fingerprint: &str, lease_expires_at: Millis) -> Flight {
+        Flight {
+            entry_id: 7,
+            fingerprint: fingerprint.into(),
+            lease_expires_at,
+            done: Arc::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flight_answers_its_own_request_until_it_lands_or_its_lease_passes() {
+        let flights = Flights::default();
+        let k = flight_key("charges", "agent-7", "k1");
+        assert!(matches!(flights.seen(&k, "fp", 100), Seen::Unknown));
+        let landing = flights.take_off(k.clone(), flight("fp", 1_000));
+        let Seen::InFlight {
+            entry_id, ended, ..
+        } = flights.seen(&k, "fp", 999)
+        else {
+            panic!("in flight");
+        };
+        assert_eq!(entry_id, 7);
+        // Another request under the key, or the same past its lease: the ledger decides.
+        assert!(matches!(flights.seen(&k, "other", 999), Seen::Unknown));
+        assert!(matches!(flights.seen(&k, "fp", 1_000), Seen::Unknown));
+        // Another scope's key of the same name is another key.
+        let k2 = flight_key("charges", "agent-8", "k1");
+        assert!(matches!(flights.seen(&k2, "fp", 999), Seen::Unknown));
+        // Landing (however the request ends) wakes the waiters — even one that looked it up before
+        // and has not waited yet — and forgets the key.
+        drop(landing);
+        tokio::time::timeout(Duration::from_secs(5), ended)
+            .await
+            .expect("woken when the request ends");
+        assert!(matches!(flights.seen(&k, "fp", 999), Seen::Unknown));
+    }
 }
