@@ -49,39 +49,58 @@ fn claims_in_flight(l: &Ledger, n: usize, body: &[u8]) {
     }
 }
 
-fn claims(c: &mut Criterion) {
+/// A new SQLite ledger with at most `max_batch` jobs per transaction, and its directory.
+fn ledger(max_batch: usize) -> (tempfile::TempDir, std::sync::Arc<Ledger>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let l = Ledger::sqlite_with_batch(
+        dir.path().join("bench.db"),
+        OpenOptions {
+            create: true,
+            hasher: ChainHasher::unkeyed(),
+        },
+        max_batch,
+    )
+    .expect("open");
+    (dir, l)
+}
+
+/// Times `round` (which puts `in_flight` operations through `l` at once and waits for all) as the
+/// benchmark `group/name/in_flight`, then prints how many writes each fsync'd commit carried.
+fn bench_rounds(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    group: &str,
+    name: &str,
+    l: &Ledger,
+    in_flight: usize,
+    round: fn(&Ledger, usize, &[u8]),
+) {
     let body = br#"{"amount":4999,"currency":"usd","customer":"cus_123","description":"order 42"}"#;
+    g.throughput(Throughput::Elements(in_flight as u64));
+    g.bench_function(BenchmarkId::new(name, in_flight), |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                round(l, in_flight, body);
+            }
+            start.elapsed()
+        })
+    });
+    let (commits, jobs) = l.writer_counters();
+    eprintln!(
+        "{group}/{name}: {jobs} writes in {commits} commits ({:.1} per fsync)",
+        jobs as f64 / commits.max(1) as f64
+    );
+}
+
+fn claims(c: &mut Criterion) {
     let mut g = c.benchmark_group("durable_claims");
     g.sample_size(10).measurement_time(Duration::from_secs(5));
-    for (name, batch, in_flight) in [
-        ("group_commit", MAX_BATCH, 256usize),
-        ("one_transaction_per_claim", 1, 256),
+    for (name, batch) in [
+        ("group_commit", MAX_BATCH),
+        ("one_transaction_per_claim", 1),
     ] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let l = Ledger::sqlite_with_batch(
-            dir.path().join("bench.db"),
-            OpenOptions {
-                create: true,
-                hasher: ChainHasher::unkeyed(),
-            },
-            batch,
-        )
-        .expect("open");
-        g.throughput(Throughput::Elements(in_flight as u64));
-        g.bench_function(BenchmarkId::new(name, in_flight), |b| {
-            b.iter_custom(|iters| {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    claims_in_flight(&l, in_flight, body);
-                }
-                start.elapsed()
-            })
-        });
-        let (commits, jobs) = l.writer_counters();
-        eprintln!(
-            "{name}: {jobs} claims in {commits} commits ({:.1} per fsync)",
-            jobs as f64 / commits.max(1) as f64
-        );
+        let (_dir, l) = ledger(batch);
+        bench_rounds(&mut g, "durable_claims", name, &l, 256, claims_in_flight);
     }
     g.finish();
 }
@@ -116,33 +135,16 @@ fn first_calls_in_flight(l: &Ledger, n: usize, body: &[u8]) {
 }
 
 fn first_calls(c: &mut Criterion) {
-    let body = br#"{"amount":4999,"currency":"usd","customer":"cus_123","description":"order 42"}"#;
     let mut g = c.benchmark_group("durable_first_calls");
     g.sample_size(10).measurement_time(Duration::from_secs(5));
-    let in_flight = 256usize;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let l = Ledger::sqlite(
-        dir.path().join("bench.db"),
-        OpenOptions {
-            create: true,
-            hasher: ChainHasher::unkeyed(),
-        },
-    )
-    .expect("open");
-    g.throughput(Throughput::Elements(in_flight as u64));
-    g.bench_function(BenchmarkId::new("group_commit", in_flight), |b| {
-        b.iter_custom(|iters| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                first_calls_in_flight(&l, in_flight, body);
-            }
-            start.elapsed()
-        })
-    });
-    let (commits, jobs) = l.writer_counters();
-    eprintln!(
-        "first calls: {jobs} claims and completions in {commits} commits ({:.1} per fsync)",
-        jobs as f64 / commits.max(1) as f64
+    let (_dir, l) = ledger(MAX_BATCH);
+    bench_rounds(
+        &mut g,
+        "durable_first_calls",
+        "group_commit",
+        &l,
+        256,
+        first_calls_in_flight,
     );
     g.finish();
 }
