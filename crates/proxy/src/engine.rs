@@ -22,7 +22,7 @@ use idemgate_ledger::*;
 use metrics::{counter, histogram};
 
 use crate::config::{Config, InFlight, Route};
-use crate::forward::{self, Attempt, HttpClient};
+use crate::forward::{self, Attempt, HttpClient, UpstreamResponse};
 use crate::keys;
 use crate::problem::Problem;
 use crate::signature;
@@ -339,7 +339,7 @@ impl Engine {
             });
             if let Some(r) = hit {
                 counter!("idemgate_requests_total", "route" => route.name.clone(), "outcome" => "cache_hit").increment(1);
-                return Ok(respond(&r, None, false, Some("HIT")));
+                return Ok(respond(r, None, false, Some("HIT")));
             }
         }
         let uri = forward::upstream_uri(&route.upstream, pq)
@@ -366,12 +366,12 @@ impl Engine {
                                 });
                             }
                             if c.len() < READ_CACHE_CAP {
-                                c.insert(cache_key.clone(), (Instant::now(), r.clone()));
+                                c.insert(cache_key.clone(), (Instant::now(), r.record()));
                             }
                         }
                     }
                     counter!("idemgate_requests_total", "route" => route.name.clone(), "outcome" => "forwarded").increment(1);
-                    return Ok(respond(&r, None, false, route.cache_ttl.map(|_| "MISS")));
+                    return Ok(respond_upstream(r, None, route.cache_ttl.map(|_| "MISS")));
                 }
                 Attempt::NotExecuted {
                     why,
@@ -589,7 +589,7 @@ impl Engine {
                 ClaimOutcome::Replay { response, .. } => {
                     count("replayed");
                     counter!("idemgate_replays_total", "route" => route.name.clone()).increment(1);
-                    Ok(respond(&response, Some(&key), true, None))
+                    Ok(respond(response, Some(&key), true, None))
                 }
                 ClaimOutcome::Collision { entry_id } => {
                     counter!("idemgate_collisions_total", "route" => route.name.clone()).increment(1);
@@ -615,7 +615,7 @@ impl Engine {
                 ClaimOutcome::Failed { entry_id, response } => match response {
                     Some(r) => {
                         count("replayed");
-                        Ok(respond(&r, Some(&key), true, None))
+                        Ok(respond(r, Some(&key), true, None))
                     }
                     None => Err(Problem::new(409, "entry-failed", "Marked failed", "an operator marked this operation as permanently failed").with("entry_id", entry_id)),
                 },
@@ -661,7 +661,7 @@ impl Engine {
             first_attempt,
         )
         .await?;
-        Ok(respond(&r, Some(key), false, None))
+        Ok(respond_upstream(r, Some(key), None))
     }
 
     pub(crate) fn report(&self, entry_id: i64, error: String) -> OwnerReport {
@@ -687,7 +687,7 @@ pub(crate) async fn drive(
     body: Bytes,
     entry_id: i64,
     first_attempt: i64,
-) -> Result<ResponseRecord, Problem> {
+) -> Result<UpstreamResponse, Problem> {
     let name = route.name.clone();
     let count = |outcome: &'static str| {
         counter!("idemgate_requests_total", "route" => name.clone(), "outcome" => outcome)
@@ -716,7 +716,8 @@ pub(crate) async fn drive(
                     .complete(CompleteRequest {
                         entry_id,
                         owner: e.owner.clone(),
-                        response: resp.clone(),
+                        // The ledger's copy of the body; the client's is the upstream's bytes.
+                        response: resp.record(),
                         ttl_ms: route.ttl.as_millis() as i64,
                         duplicate_window_ms: Some(e.cfg.duplicate_window.as_millis() as i64),
                         at: now_millis(),
@@ -799,17 +800,44 @@ pub(crate) async fn drive(
     }
 }
 
-/// A stored (or fresh) response to the client, with the key echoed and the replay marked.
+/// A stored response to the client (a replay, or the read cache's), with the key echoed and the
+/// replay marked. The record's body becomes the response's without a copy.
 pub fn respond(
-    r: &ResponseRecord,
+    r: ResponseRecord,
     key: Option<&str>,
     replayed: bool,
     cache: Option<&'static str>,
 ) -> Response<Body> {
-    let mut resp = Response::new(Body::from(r.body.clone()));
-    *resp.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let ResponseRecord {
+        status,
+        headers,
+        body,
+    } = r;
+    response(status, &headers, Body::from(body), key, replayed, cache)
+}
+
+/// An upstream's fresh response to the client, with the key echoed: the same status and headers a
+/// later replay of it gets, and the body as it arrived.
+pub fn respond_upstream(
+    r: UpstreamResponse,
+    key: Option<&str>,
+    cache: Option<&'static str>,
+) -> Response<Body> {
+    response(r.status, &r.headers, Body::from(r.body), key, false, cache)
+}
+
+fn response(
+    status: u16,
+    headers: &[(String, String)],
+    body: Body,
+    key: Option<&str>,
+    replayed: bool,
+    cache: Option<&'static str>,
+) -> Response<Body> {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     let h = resp.headers_mut();
-    for (n, v) in &r.headers {
+    for (n, v) in headers {
         if let (Ok(n), Ok(v)) = (
             axum::http::HeaderName::from_bytes(n.as_bytes()),
             HeaderValue::from_str(v),

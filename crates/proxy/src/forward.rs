@@ -66,12 +66,33 @@ pub fn upstream_uri(up: &Upstream, path_and_query: &str) -> Result<Uri, String> 
         .map_err(|e| e.to_string())
 }
 
+/// An upstream's final answer. `body` is the bytes as they arrived, shared and never copied for
+/// the client; the ledger's copy is made once, by [`UpstreamResponse::record`].
+#[derive(Debug, Clone)]
+pub struct UpstreamResponse {
+    pub status: u16,
+    /// The headers worth storing and replaying (the same ones a replay gets).
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+}
+
+impl UpstreamResponse {
+    /// The response as the ledger stores it.
+    pub fn record(&self) -> ResponseRecord {
+        ResponseRecord {
+            status: self.status,
+            headers: self.headers.clone(),
+            body: self.body.to_vec(),
+        }
+    }
+}
+
 /// The outcome of one attempt.
 #[derive(Debug)]
 pub enum Attempt {
     /// The upstream answered with a final status: the effect happened (2xx) or was refused for good
     /// (a permanent 4xx). Stored and replayed.
-    Executed(ResponseRecord),
+    Executed(UpstreamResponse),
     /// Definitely not executed: connection refused, 429 or 503. Safe to retry.
     NotExecuted {
         why: String,
@@ -96,7 +117,7 @@ fn keep_response_header(name: &str) -> bool {
         )
 }
 
-pub fn response_record(status: u16, headers: &HeaderMap, body: Bytes) -> ResponseRecord {
+pub fn upstream_response(status: u16, headers: &HeaderMap, body: Bytes) -> UpstreamResponse {
     let headers = headers
         .iter()
         .filter(|(n, _)| keep_response_header(n.as_str()))
@@ -106,10 +127,10 @@ pub fn response_record(status: u16, headers: &HeaderMap, body: Bytes) -> Respons
                 .map(|v| (n.as_str().to_owned(), v.to_owned()))
         })
         .collect();
-    ResponseRecord {
+    UpstreamResponse {
         status,
         headers,
-        body: body.to_vec(),
+        body,
     }
 }
 
@@ -185,7 +206,7 @@ pub async fn attempt(
                 why: format!("upstream {status}"),
                 timed_out: status == 504,
             },
-            _ => Attempt::Executed(response_record(status, &h, body)),
+            _ => Attempt::Executed(upstream_response(status, &h, body)),
         },
     }
 }

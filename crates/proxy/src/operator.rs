@@ -206,7 +206,7 @@ pub async fn reconcile(e: &Engine, id: i64, cmd: &ActionCmd) -> Result<Reconcile
                 Some(status),
                 "completed",
                 Some(Resolution::Completed {
-                    response: r,
+                    response: r.record(),
                     external_ref: Some(format!("reconcile probe {status}")),
                 }),
             )
