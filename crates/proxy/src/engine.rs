@@ -524,7 +524,7 @@ impl Engine {
         drop(json);
         // Built afresh for each try (a wait for an in-flight key tries again), so the first try,
         // nearly always the only one, moves it into the ledger without a copy of the body.
-        let claim = || ClaimRequest {
+        let claim = |at: Millis| ClaimRequest {
             route: route.name.clone(),
             scope: scope.clone(),
             key: key.clone(),
@@ -537,7 +537,7 @@ impl Engine {
             reject_duplicates_within_ms: route
                 .reject_duplicates
                 .then_some(self.cfg.duplicate_window.as_millis() as i64),
-            at: now_millis(),
+            at,
         };
         let deadline = Instant::now() + self.cfg.wait;
         let waits = self.cfg.in_flight == InFlight::Wait;
@@ -558,7 +558,8 @@ impl Engine {
                 return Err(in_flight(entry_id, lease_expires_at));
             }
             let started = Instant::now();
-            let outcome = self.store.claim(claim()).recv().await?;
+            let at = now_millis();
+            let outcome = self.store.claim(claim(at)).recv().await?;
             histogram!("idemgate_claim_seconds").record(started.elapsed().as_secs_f64());
             // Names only: keys and scopes are not secret, header values and bodies may be.
             let label = match &outcome {
@@ -581,7 +582,8 @@ impl Engine {
                     let _landing = self.flights.take_off(fk, Flight {
                         entry_id,
                         fingerprint: fingerprint.clone(),
-                        lease_expires_at: now_millis() + route.lease.as_millis() as i64,
+                        // The ledger's own lease: the claim's time plus the lease.
+                        lease_expires_at: at + route.lease.as_millis() as i64,
                         done: Arc::default(),
                     });
                     self.execute(route, parts, &key, body, entry_id, attempt).await
