@@ -47,6 +47,15 @@ BODY = '{"amount":4999,"currency":"usd","customer":"cus_123","description":"orde
 
 def body(key):
     return BODY.replace("KEY", key)
+
+
+def post(path, key, extra=""):
+    """The bytes of a POST of `key`'s body under `key` (`extra`: more header lines, CRLF-ended)."""
+    b = body(key)
+    return (f"POST {path} HTTP/1.1\r\nhost: x\r\n{extra}content-type: application/json\r\n"
+            f"idempotency-key: {key}\r\ncontent-length: {len(b)}\r\n\r\n{b}").encode()
+
+
 CONNECTIONS = 64
 REPLAY_KEYS = 100
 # Reference rows, not contenders: what bounds the others on this machine. DIRECT is wrk against the
@@ -128,6 +137,7 @@ class Stack:
         self.ports = {k: free_port() for k in ["upstream", "nginx", "redis", "ips", "idemgate", "idemgate_pg", "pg"]}
         # name -> processes whose CPU time (with their children's) is that target's cost per request
         self.roots = {}
+        self.nginx_masters = {}
         # Under /tmp, not in `work`: the postgres user must reach it.
         self.pg_env = dict(os.environ, IDEMGATE_PG_DIR=tempfile.mkdtemp(prefix="idemgate-bench-pg-"),
                            IDEMGATE_PG_PORT=str(self.ports["pg"]))
@@ -236,7 +246,6 @@ timeout = "5s"
         with open(os.path.join(d, "nginx.conf"), "w") as f:
             f.write(f"pid {d}/nginx.pid;\nerror_log {d}/error.log warn;\ndaemon off;\n" + conf)
         p = self.spawn(f"nginx-{name}", ["nginx", "-p", d, "-c", os.path.join(d, "nginx.conf")])
-        self.nginx_masters = getattr(self, "nginx_masters", {})
         self.nginx_masters[name] = p.pid
 
     def stop(self):
@@ -329,9 +338,7 @@ def wrk(port, path, fresh, run_id, script, roots):
 
 def http_post(port, path, key):
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        req = (f"POST {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\n"
-               f"idempotency-key: {key}\r\ncontent-length: {len(body(key))}\r\n\r\n{body(key)}")
-        s.sendall(req.encode())
+        s.sendall(post(path, key, "connection: close\r\n"))
         data = b""
         while chunk := s.recv(65536):
             data += chunk
@@ -356,9 +363,7 @@ async def fixed_rate(port, path, rate, seconds, run_id):
         nonlocal errors
         r, w = await free.get()
         try:
-            key = f"{run_id}-{i}"
-            w.write((f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                     f"idempotency-key: {key}\r\ncontent-length: {len(body(key))}\r\n\r\n{body(key)}").encode())
+            w.write(post(path, f"{run_id}-{i}"))
             await w.drain()
             head = await r.readuntil(b"\r\n\r\n")
             status = int(head.split(b" ", 2)[1])
@@ -395,9 +400,7 @@ def one_at_a_time(port, path, n, run_id):
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         f = s.makefile("rb")
         for i in range(n):
-            key = f"{run_id}-{i}"
-            req = (f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                   f"idempotency-key: {key}\r\ncontent-length: {len(body(key))}\r\n\r\n{body(key)}").encode()
+            req = post(path, f"{run_id}-{i}")
             t = time.perf_counter()
             s.sendall(req)
             status = int(f.readline().split(b" ", 2)[1])
