@@ -859,15 +859,20 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     assert_eq!(r.status, 400);
     assert_eq!(r.code(), "missing-reason");
     let metrics = f.proxy.admin_get("/metrics").text();
-    // Each proxied request is counted exactly once: this test made one, and it executed.
-    let lines: Vec<&str> = metrics
+    // Each proxied request is counted exactly once: this test made one, and it executed. (A
+    // route's outcomes are exported from the start, at 0, so that rates exist before traffic.)
+    let counted: Vec<&str> = metrics
         .lines()
-        .filter(|l| l.starts_with("idemgate_requests_total{"))
+        .filter(|l| l.starts_with("idemgate_requests_total{") && !l.ends_with(" 0"))
         .collect();
     assert_eq!(
-        lines,
+        counted,
         ["idemgate_requests_total{route=\"charges\",outcome=\"executed\"} 1"],
         "{metrics}"
+    );
+    assert!(
+        metrics.contains("idemgate_requests_total{route=\"charges\",outcome=\"replayed\"} 0"),
+        "a route's outcomes are not exported at 0 before they happen:\n{metrics}"
     );
     for m in [
         "idemgate_requests_total",

@@ -13,13 +13,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use bytes::Bytes;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
 use idemgate_ledger::*;
-use metrics::{counter, histogram};
+use metrics::{counter, histogram, Counter, Histogram};
 
 use crate::config::{Config, InFlight, Route};
 use crate::forward::{self, Attempt, HttpClient, UpstreamResponse};
@@ -33,9 +32,43 @@ pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 pub const MAX_HEADERS: usize = 128;
 const READ_CACHE_CAP: usize = 10_000;
 
-/// The peer address of a connection, put into each request's extensions by the accept loop.
-#[derive(Debug, Clone, Copy)]
-pub struct Peer(pub SocketAddr);
+/// The body of every answer the proxy gives: each is complete before it is sent (a stored
+/// response, an upstream's collected body, a problem).
+pub type ProxyBody = Full<Bytes>;
+
+/// The metric handles of one route, registered once: a `counter!` with labels looks its series up
+/// (hashing the labels, allocating the route's name) on every call.
+#[derive(Debug)]
+struct RouteMetrics {
+    executed: Counter,
+    replayed: Counter,
+    forwarded: Counter,
+    cache_hit: Counter,
+    not_executed: Counter,
+    unknown: Counter,
+    replays: Counter,
+    collisions: Counter,
+    duplicate_suspects: Counter,
+    upstream_seconds: Histogram,
+}
+
+impl RouteMetrics {
+    fn new(route: &str) -> RouteMetrics {
+        let requests = |outcome: &'static str| counter!("idemgate_requests_total", "route" => route.to_owned(), "outcome" => outcome);
+        RouteMetrics {
+            executed: requests("executed"),
+            replayed: requests("replayed"),
+            forwarded: requests("forwarded"),
+            cache_hit: requests("cache_hit"),
+            not_executed: requests("not_executed"),
+            unknown: requests("unknown"),
+            replays: counter!("idemgate_replays_total", "route" => route.to_owned()),
+            collisions: counter!("idemgate_collisions_total", "route" => route.to_owned()),
+            duplicate_suspects: counter!("idemgate_duplicate_suspects_total", "route" => route.to_owned()),
+            upstream_seconds: histogram!("idemgate_upstream_seconds", "route" => route.to_owned()),
+        }
+    }
+}
 
 /// Everything the request path needs; shared by all connections.
 #[derive(Debug)]
@@ -47,6 +80,9 @@ pub struct Engine {
     pub owner: String,
     read_cache: Mutex<HashMap<String, (Instant, ResponseRecord)>>,
     flights: Flights,
+    /// Per route, in the configuration's order.
+    metrics: Vec<RouteMetrics>,
+    claim_seconds: Histogram,
 }
 
 /// The keys this process has claimed and is still driving upstream, so that a concurrent duplicate
@@ -132,11 +168,19 @@ impl Drop for Landing<'_> {
     }
 }
 
-type Answer = Result<Response<Body>, Problem>;
+type Answer = Result<Response<ProxyBody>, Problem>;
 
 impl Engine {
     pub fn new(cfg: Arc<Config>, store: Arc<dyn Storage>, owner: String) -> Engine {
+        // The handles below bind to the recorder installed now: install it first.
+        crate::metrics_handle();
         Engine {
+            metrics: cfg
+                .routes
+                .iter()
+                .map(|r| RouteMetrics::new(&r.name))
+                .collect(),
+            claim_seconds: histogram!("idemgate_claim_seconds"),
             cfg,
             store,
             client: forward::client(),
@@ -149,7 +193,11 @@ impl Engine {
     /// The first route whose method matches and whose path is a prefix of the request path at a
     /// segment boundary.
     pub fn match_route(&self, method: &Method, path: &str) -> Option<&Route> {
-        self.cfg.routes.iter().find(|r| {
+        self.route_at(method, path).map(|i| &self.cfg.routes[i])
+    }
+
+    fn route_at(&self, method: &Method, path: &str) -> Option<usize> {
+        self.cfg.routes.iter().position(|r| {
             r.method == method.as_str()
                 && path.starts_with(&r.path)
                 && (path.len() == r.path.len()
@@ -157,41 +205,70 @@ impl Engine {
                     || path.as_bytes()[r.path.len()] == b'/')
         })
     }
+
+    /// `route`'s metric handles (`route` is one of this engine's configuration's).
+    fn metrics_of(&self, route: &Route) -> &RouteMetrics {
+        let i = self
+            .cfg
+            .routes
+            .iter()
+            .position(|r| std::ptr::eq(r, route) || r.name == route.name)
+            .unwrap_or(0);
+        &self.metrics[i]
+    }
 }
 
-/// The axum handler for every request on the proxy listener. Each request is counted once in
+/// Every request on the proxy listener, from `peer`. Each request is counted once in
 /// `idemgate_requests_total`: successes where they are answered, problems here by their code.
-pub async fn handle(State(engine): State<Arc<Engine>>, req: Request) -> Response<Body> {
-    let route_name;
-    let result = {
-        let (parts, body) = req.into_parts();
-        match engine.match_route(&parts.method, parts.uri.path()) {
-            None => {
-                route_name = "-".to_owned();
-                Err(Problem::new(
-                    404,
-                    "unknown-route",
-                    "No route",
-                    format!("no route for {} {}", parts.method, parts.uri.path()),
-                ))
-            }
-            Some(route) => {
-                route_name = route.name.clone();
-                match check_headers(&parts.headers) {
-                    Err(p) => Err(p),
-                    Ok(()) => engine.serve(route, parts, body).await,
+pub async fn handle(
+    engine: &Engine,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let (parts, body) = req.into_parts();
+    let (route_name, result) = match engine.route_at(&parts.method, parts.uri.path()) {
+        None => (
+            "-",
+            Err(Problem::new(
+                404,
+                "unknown-route",
+                "No route",
+                format!("no route for {} {}", parts.method, parts.uri.path()),
+            )),
+        ),
+        Some(i) => {
+            let route = &engine.cfg.routes[i];
+            let r = match check_headers(&parts.headers) {
+                Err(p) => Err(p),
+                Ok(()) => {
+                    let req = Req {
+                        route,
+                        metrics: &engine.metrics[i],
+                        parts: &parts,
+                        peer,
+                    };
+                    engine.serve(&req, body).await
                 }
-            }
+            };
+            (route.name.as_str(), r)
         }
     };
     match result {
         Ok(r) => r,
         Err(p) => {
-            counter!("idemgate_requests_total", "route" => route_name, "outcome" => p.code)
+            counter!("idemgate_requests_total", "route" => route_name.to_owned(), "outcome" => p.code)
                 .increment(1);
-            p.into_response()
+            p.into_response_with()
         }
     }
+}
+
+/// One request on its route, as the request path passes it along.
+struct Req<'a> {
+    route: &'a Route,
+    metrics: &'a RouteMetrics,
+    parts: &'a axum::http::request::Parts,
+    peer: SocketAddr,
 }
 
 /// The answer to a duplicate of a request still in flight.
@@ -264,7 +341,8 @@ fn too_large(limit: usize) -> Problem {
 }
 
 impl Engine {
-    async fn serve(&self, route: &Route, parts: axum::http::request::Parts, body: Body) -> Answer {
+    async fn serve(&self, req: &Req<'_>, body: Incoming) -> Answer {
+        let (route, parts) = (req.route, req.parts);
         if let Some(len) = parts
             .headers
             .get(header::CONTENT_LENGTH)
@@ -318,17 +396,13 @@ impl Engine {
             signature::verify(sig, h, &body, now_millis() / 1000)?;
         }
         if route.effect == Effect::Read {
-            return self.read_path(route, &parts, body).await;
+            return self.read_path(req, body).await;
         }
-        self.write_path(route, &parts, body).await
+        self.write_path(req, body).await
     }
 
-    async fn read_path(
-        &self,
-        route: &Route,
-        parts: &axum::http::request::Parts,
-        body: Bytes,
-    ) -> Answer {
+    async fn read_path(&self, req: &Req<'_>, body: Bytes) -> Answer {
+        let (route, parts) = (req.route, req.parts);
         let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let cache_key = format!("{}\n{}\n{}", route.name, parts.method, pq);
         if let Some(ttl) = route.cache_ttl {
@@ -338,13 +412,13 @@ impl Engine {
                     .map(|(_, r)| r.clone())
             });
             if let Some(r) = hit {
-                counter!("idemgate_requests_total", "route" => route.name.clone(), "outcome" => "cache_hit").increment(1);
+                req.metrics.cache_hit.increment(1);
                 return Ok(respond(r, None, false, Some("HIT")));
             }
         }
         let uri = forward::upstream_uri(&route.upstream, pq)
             .map_err(|e| Problem::new(400, "bad-request", "Bad request", e))?;
-        let headers = self.forward_headers(route, &parts.headers, None, parts);
+        let headers = self.forward_headers(req, None);
         let mut n = 1;
         loop {
             let a = forward::attempt(
@@ -370,7 +444,7 @@ impl Engine {
                             }
                         }
                     }
-                    counter!("idemgate_requests_total", "route" => route.name.clone(), "outcome" => "forwarded").increment(1);
+                    req.metrics.forwarded.increment(1);
                     return Ok(respond_upstream(r, None, route.cache_ttl.map(|_| "MISS")));
                 }
                 Attempt::NotExecuted {
@@ -407,14 +481,9 @@ impl Engine {
 
     /// Headers sent upstream: the client's minus hop-by-hop ones, with forwarding headers and,
     /// when the route says so, the idempotency key.
-    fn forward_headers(
-        &self,
-        route: &Route,
-        incoming: &HeaderMap,
-        key: Option<&str>,
-        parts: &axum::http::request::Parts,
-    ) -> HeaderMap {
-        let mut h = incoming.clone();
+    fn forward_headers(&self, req: &Req<'_>, key: Option<&str>) -> HeaderMap {
+        let route = req.route;
+        let mut h = req.parts.headers.clone();
         forward::strip_hop_by_hop(&mut h);
         h.remove(header::CONTENT_LENGTH);
         let original_host = h.remove(header::HOST);
@@ -425,15 +494,13 @@ impl Engine {
             h.insert("x-forwarded-host", host);
         }
         h.insert("x-forwarded-proto", HeaderValue::from_static("http"));
-        if let Some(Peer(addr)) = parts.extensions.get::<Peer>() {
-            let ip = addr.ip().to_string();
-            let xff = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-                Some(prev) => format!("{prev}, {ip}"),
-                None => ip,
-            };
-            if let Some(v) = forward::header_value(&xff) {
-                h.insert("x-forwarded-for", v);
-            }
+        let ip = req.peer.ip().to_string();
+        let xff = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+            Some(prev) => format!("{prev}, {ip}"),
+            None => ip,
+        };
+        if let Some(v) = forward::header_value(&xff) {
+            h.insert("x-forwarded-for", v);
         }
         if let Some(k) = key {
             if route.forward_key {
@@ -493,12 +560,8 @@ impl Engine {
         .redacted()
     }
 
-    async fn write_path(
-        &self,
-        route: &Route,
-        parts: &axum::http::request::Parts,
-        body: Bytes,
-    ) -> Answer {
+    async fn write_path(&self, req: &Req<'_>, body: Bytes) -> Answer {
+        let (route, parts) = (req.route, req.parts);
         let json = declared_json(&parts.headers, &body)?;
         let scope = keys::scope(route, &parts.headers)?;
         let key = keys::extract_parsed(route, &scope, &parts.headers, &body, json.as_ref())?;
@@ -560,7 +623,7 @@ impl Engine {
             let started = Instant::now();
             let at = now_millis();
             let outcome = self.store.claim(claim(at)).recv().await?;
-            histogram!("idemgate_claim_seconds").record(started.elapsed().as_secs_f64());
+            self.claim_seconds.record(started.elapsed().as_secs_f64());
             // Names only: keys and scopes are not secret, header values and bodies may be.
             let label = match &outcome {
                 ClaimOutcome::Claimed { .. } => "claimed",
@@ -572,11 +635,6 @@ impl Engine {
                 ClaimOutcome::ProbableDuplicate { .. } => "probable_duplicate",
             };
             tracing::debug!(route = %route.name, scope = %scope, key = %key, outcome = label, "claim");
-            let name = route.name.clone();
-            let count = |outcome: &'static str| {
-                counter!("idemgate_requests_total", "route" => name.clone(), "outcome" => outcome)
-                    .increment(1)
-            };
             return match outcome {
                 ClaimOutcome::Claimed { entry_id, attempt } => {
                     let _landing = self.flights.take_off(fk, Flight {
@@ -586,15 +644,15 @@ impl Engine {
                         lease_expires_at: at + route.lease.as_millis() as i64,
                         done: Arc::default(),
                     });
-                    self.execute(route, parts, &key, body, entry_id, attempt).await
+                    self.execute(req, &key, body, entry_id, attempt).await
                 }
                 ClaimOutcome::Replay { response, .. } => {
-                    count("replayed");
-                    counter!("idemgate_replays_total", "route" => route.name.clone()).increment(1);
+                    req.metrics.replayed.increment(1);
+                    req.metrics.replays.increment(1);
                     Ok(respond(response, Some(&key), true, None))
                 }
                 ClaimOutcome::Collision { entry_id } => {
-                    counter!("idemgate_collisions_total", "route" => route.name.clone()).increment(1);
+                    req.metrics.collisions.increment(1);
                     Err(Problem::new(422, "key-reuse", "Idempotency key reused", "this key was already used with a different request; use a new key for a new operation")
                         .with("entry_id", entry_id))
                 }
@@ -616,13 +674,13 @@ impl Engine {
                 .with("entry_id", entry_id)),
                 ClaimOutcome::Failed { entry_id, response } => match response {
                     Some(r) => {
-                        count("replayed");
+                        req.metrics.replayed.increment(1);
                         Ok(respond(r, Some(&key), true, None))
                     }
                     None => Err(Problem::new(409, "entry-failed", "Marked failed", "an operator marked this operation as permanently failed").with("entry_id", entry_id)),
                 },
                 ClaimOutcome::ProbableDuplicate { entry_id, key: other } => {
-                    counter!("idemgate_duplicate_suspects_total", "route" => route.name.clone()).increment(1);
+                    req.metrics.duplicate_suspects.increment(1);
                     Err(Problem::new(409, "probable-duplicate", "Probable duplicate", format!("the same request completed under another key ({other}) within the duplicate window"))
                         .with("duplicate_of", entry_id))
                 }
@@ -633,15 +691,15 @@ impl Engine {
     /// Forwards a claimed request, retrying what was not executed, and records the outcome.
     async fn execute(
         &self,
-        route: &Route,
-        parts: &axum::http::request::Parts,
+        req: &Req<'_>,
         key: &str,
         body: Bytes,
         entry_id: i64,
         first_attempt: i64,
     ) -> Answer {
+        let (route, parts) = (req.route, req.parts);
         let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let headers = self.forward_headers(route, &parts.headers, Some(key), parts);
+        let headers = self.forward_headers(req, Some(key));
         let uri = match forward::upstream_uri(&route.upstream, pq) {
             Ok(u) => u,
             Err(e) => {
@@ -690,11 +748,7 @@ pub(crate) async fn drive(
     entry_id: i64,
     first_attempt: i64,
 ) -> Result<UpstreamResponse, Problem> {
-    let name = route.name.clone();
-    let count = |outcome: &'static str| {
-        counter!("idemgate_requests_total", "route" => name.clone(), "outcome" => outcome)
-            .increment(1)
-    };
+    let m = e.metrics_of(route);
     let unknown_is_retryable = route.upstream_dedupes || route.effect == Effect::Idempotent;
     let mut attempt = first_attempt;
     let mut tries: u32 = 1;
@@ -709,8 +763,7 @@ pub(crate) async fn drive(
             route.timeout,
         )
         .await;
-        histogram!("idemgate_upstream_seconds", "route" => route.name.clone())
-            .record(started.elapsed().as_secs_f64());
+        m.upstream_seconds.record(started.elapsed().as_secs_f64());
         let (why, retry_after, class) = match a {
             Attempt::Executed(resp) => {
                 let done = e
@@ -728,9 +781,9 @@ pub(crate) async fn drive(
                     .await;
                 return match done {
                     Ok(c) => {
-                        count("executed");
+                        m.executed.increment(1);
                         if c.duplicate_of.is_some() {
-                            counter!("idemgate_duplicate_suspects_total", "route" => route.name.clone()).increment(1);
+                            m.duplicate_suspects.increment(1);
                         }
                         Ok(resp)
                     }
@@ -757,7 +810,7 @@ pub(crate) async fn drive(
                     .mark_unknown(e.report(entry_id, why.clone()))
                     .recv()
                     .await?;
-                count("unknown");
+                m.unknown.increment(1);
                 return Err(Problem::new(
                     if timed_out { 504 } else { 502 },
                     "outcome-unknown",
@@ -790,7 +843,7 @@ pub(crate) async fn drive(
             ))
             .recv()
             .await?;
-        count("not_executed");
+        m.not_executed.increment(1);
         return Err(Problem::new(
             503,
             "upstream-unavailable",
@@ -809,13 +862,13 @@ pub fn respond(
     key: Option<&str>,
     replayed: bool,
     cache: Option<&'static str>,
-) -> Response<Body> {
+) -> Response<ProxyBody> {
     let ResponseRecord {
         status,
         headers,
         body,
     } = r;
-    response(status, &headers, Body::from(body), key, replayed, cache)
+    response(status, &headers, Bytes::from(body), key, replayed, cache)
 }
 
 /// An upstream's fresh response to the client, with the key echoed: the same status and headers a
@@ -824,19 +877,19 @@ pub fn respond_upstream(
     r: UpstreamResponse,
     key: Option<&str>,
     cache: Option<&'static str>,
-) -> Response<Body> {
-    response(r.status, &r.headers, Body::from(r.body), key, false, cache)
+) -> Response<ProxyBody> {
+    response(r.status, &r.headers, r.body, key, false, cache)
 }
 
 fn response(
     status: u16,
     headers: &[(String, String)],
-    body: Body,
+    body: Bytes,
     key: Option<&str>,
     replayed: bool,
     cache: Option<&'static str>,
-) -> Response<Body> {
-    let mut resp = Response::new(body);
+) -> Response<ProxyBody> {
+    let mut resp = Response::new(Full::new(body));
     *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     let h = resp.headers_mut();
     for (n, v) in headers {

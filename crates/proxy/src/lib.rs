@@ -10,12 +10,12 @@ pub mod operator;
 pub mod problem;
 pub mod signature;
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use idemgate_ledger::{now_millis, Storage};
@@ -168,9 +168,6 @@ pub async fn serve(
         (Some(_), None) => return Err(ServeError::NoAdminToken),
         (None, _) => None,
     };
-    let proxy_router = Router::new()
-        .fallback(engine::handle)
-        .with_state(engine.clone());
     on_bound(Bound {
         proxy: proxy_addr,
         admin: admin.as_ref().map(|a| a.1),
@@ -178,13 +175,28 @@ pub async fn serve(
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let sweeper = tokio::spawn(sweep_loop(store.clone(), stop_rx.clone()));
+    // The proxy listener calls the engine directly: no router, no boxed body, no extensions.
+    let proxy_service = move |peer: SocketAddr| {
+        let engine = engine.clone();
+        hyper::service::service_fn(move |req| {
+            let engine = engine.clone();
+            async move { Ok::<_, Infallible>(engine::handle(&engine, peer, req).await) }
+        })
+    };
     let mut loops = vec![tokio::spawn(accept_loop(
         proxy_listener,
-        proxy_router,
+        proxy_service,
         stop_rx.clone(),
     ))];
-    if let Some((l, _, r)) = admin {
-        loops.push(tokio::spawn(accept_loop(l, r, stop_rx.clone())));
+    if let Some((l, _, router)) = admin {
+        let admin_service = move |_peer: SocketAddr| {
+            let router = router.clone();
+            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let mut r = router.clone();
+                async move { r.call(req.map(axum::body::Body::new)).await }
+            })
+        };
+        loops.push(tokio::spawn(accept_loop(l, admin_service, stop_rx.clone())));
     }
     shutdown.await;
     tracing::info!("shutting down: no new connections, draining requests in flight");
@@ -197,12 +209,24 @@ pub async fn serve(
 }
 
 /// Accepts connections until `stop`, then stops accepting and waits (up to [`DRAIN_TIMEOUT`]) for
-/// the requests in flight on this listener.
-async fn accept_loop(
+/// the requests in flight on this listener. `service` makes each connection's service from its
+/// peer's address.
+async fn accept_loop<S, B>(
     listener: TcpListener,
-    router: Router,
+    service: impl Fn(SocketAddr) -> S,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) {
+) where
+    S: hyper::service::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = hyper::Response<B>,
+            Error = Infallible,
+        > + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -226,15 +250,8 @@ async fn accept_loop(
             _ = stop.changed() => break,
         };
         let _ = stream.set_nodelay(true);
-        let router = router.clone();
-        let svc =
-            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(engine::Peer(peer));
-                let mut r = router.clone();
-                async move { r.call(req.map(axum::body::Body::new)).await }
-            });
         let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+            .serve_connection_with_upgrades(TokioIo::new(stream), service(peer))
             .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {

@@ -62,8 +62,13 @@ impl Problem {
     }
 
     pub fn into_response(self) -> Response<Body> {
+        self.into_response_with()
+    }
+
+    /// The problem as a response with a body of type `B` (the proxy's, or axum's).
+    pub fn into_response_with<B: From<bytes::Bytes>>(self) -> Response<B> {
         let body = serde_json::to_vec(&self.body()).unwrap_or_default();
-        let mut r = Response::new(Body::from(body));
+        let mut r = Response::new(B::from(bytes::Bytes::from(body)));
         *r.status_mut() =
             StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         r.headers_mut().insert(
