@@ -248,6 +248,47 @@ fn a_completed_key_is_replayed_without_executing_again() {
     assert_eq!(f.up.counts.effects("k-replay"), 2);
 }
 
+/// Replays of a key come from memory once read (the ledger's replay cache), but an operator's
+/// purge in another process — the CLI here — reaches the very next retry: it runs again.
+#[test]
+fn a_purge_by_another_process_reaches_the_next_retry() {
+    let f = Fx::new();
+    let body = r#"{"amount":300}"#;
+    assert_eq!(f.charge("k-purged", body, &[]).status, 201);
+    for _ in 0..3 {
+        let r = f.charge("k-purged", body, &[]);
+        assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    }
+    let id = f.entries(&["--key", "k-purged"])[0]["id"].to_string();
+    let l = f.ledger();
+    let out = idemgate(&[
+        "purge",
+        "--ledger",
+        &l,
+        &id,
+        "--reason",
+        "refund and re-run",
+        "--operator",
+        "ops",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = f.charge("k-purged", body, &[]);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(
+        r.header("idempotent-replayed"),
+        None,
+        "a purged key was replayed"
+    );
+    assert_eq!(f.up.counts.effects("k-purged"), 2);
+    let r = f.charge("k-purged", body, &[]);
+    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    assert_eq!(f.up.counts.effects("k-purged"), 2);
+}
+
 #[test]
 fn the_same_key_with_another_request_is_a_422_and_the_rejected_request_is_kept() {
     let f = Fx::new();

@@ -10,6 +10,7 @@ use crate::db::Db;
 use crate::error::{LedgerError, Result};
 use crate::model::*;
 use crate::read;
+use crate::replays::{cache_key, ReplayCache};
 use crate::search;
 use crate::store::*;
 use crate::write;
@@ -82,6 +83,8 @@ pub struct Ledger {
     replays: Arc<Mutex<PendingReplays>>,
     /// The log search's skip index, built by the first search.
     search: Mutex<search::SearchIndex>,
+    /// Completed entries' responses, for replays without a query (SQLite; see `replays`).
+    cache: Option<ReplayCache>,
 }
 
 impl Ledger {
@@ -89,6 +92,7 @@ impl Ledger {
         hasher: ChainHasher,
         readers: Box<dyn ReadPool>,
         writer: Writer,
+        cache: Option<ReplayCache>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Ledger {
             me: me.clone(),
@@ -97,7 +101,13 @@ impl Ledger {
             writer,
             replays: Arc::default(),
             search: Mutex::default(),
+            cache,
         })
+    }
+
+    /// Replays answered from the replay cache so far (SQLite; always 0 on PostgreSQL).
+    pub fn replay_cache_hits(&self) -> u64 {
+        self.cache.as_ref().map_or(0, ReplayCache::hits)
     }
 
     /// Counts a replay answered off the writer. The counts are written by a job queued with the
@@ -232,11 +242,37 @@ impl Storage for Ledger {
         })
     }
 
+    fn cached_replay(
+        &self,
+        route: &str,
+        scope: &str,
+        key: &str,
+        fingerprint: &str,
+        at: Millis,
+    ) -> Option<(i64, ResponseRecord)> {
+        if self.writer.refuses() {
+            return None;
+        }
+        let (entry_id, response) =
+            self.cache
+                .as_ref()?
+                .get(&cache_key(route, scope, key), fingerprint, at, |seen| {
+                    self.read(|db| write::log_since(db, seen)).ok()
+                })?;
+        self.tally_replay(entry_id, at);
+        Some((entry_id, response))
+    }
+
     fn claim(&self, req: ClaimRequest) -> Ticket<ClaimOutcome> {
         // A replay of a completed key changes nothing but counters: answer it from a read, without
-        // waiting for a commit. Everything else is decided by the writer, under the write lock.
+        // waiting for a commit (and keep its response for the next replay: `cached_replay`).
+        // Everything else is decided by the writer, under the write lock.
         if self.readers.inline() && !self.writer.refuses() {
-            if let Ok(Some((entry_id, response))) = self.read(|db| write::replayable(db, &req)) {
+            if let Ok(Some(entry)) = self.read(|db| write::replayable(db, &req)) {
+                let (entry_id, response) = (entry.entry_id, entry.response.clone());
+                if let Some(c) = &self.cache {
+                    c.fill(cache_key(&req.route, &req.scope, &req.key), entry);
+                }
                 self.tally_replay(entry_id, req.at);
                 return Ticket::ready(Ok(ClaimOutcome::Replay { entry_id, response }));
             }
@@ -353,6 +389,7 @@ impl Storage for Ledger {
 mod tests {
     use super::*;
     use crate::db::vals;
+    use crate::replays::CATCH_UP_MAX;
 
     /// A SQLite ledger with `n` claims (one event each), keys `key-00000-x`….
     fn ledger_with(dir: &tempfile::TempDir, n: usize) -> Arc<Ledger> {
@@ -492,5 +529,172 @@ mod tests {
         assert_eq!(found(&l, "key-03050-"), [3_051]);
         assert_eq!(found(&l, "key-0000").len(), 10);
         assert_eq!(l.search.lock().expect("index").end(), 3 * search::BLOCK);
+    }
+
+    fn opener(path: &std::path::Path) -> Arc<Ledger> {
+        Ledger::sqlite(
+            path,
+            OpenOptions {
+                create: true,
+                hasher: ChainHasher::unkeyed(),
+            },
+        )
+        .expect("open")
+    }
+
+    fn charge(key: &str, at: Millis) -> ClaimRequest {
+        ClaimRequest {
+            route: "charges".into(),
+            scope: "agent".into(),
+            key: key.into(),
+            fingerprint: format!("fp-{key}"),
+            effect: Effect::Write,
+            request: RequestRecord {
+                method: "POST".into(),
+                path: "/v1/charges".into(),
+                headers: vec![],
+                body: b"{}".to_vec(),
+            },
+            owner: "o".into(),
+            lease_ms: 60_000,
+            ttl_ms: 60_000,
+            reject_duplicates_within_ms: None,
+            at,
+        }
+    }
+
+    /// Claims and completes `key` at `at` (TTL 60 s); its entry id.
+    fn executed(l: &Ledger, key: &str, at: Millis) -> i64 {
+        let ClaimOutcome::Claimed { entry_id, .. } =
+            l.claim(charge(key, at)).wait().expect("claim")
+        else {
+            panic!("{key} is not new");
+        };
+        l.complete(CompleteRequest {
+            entry_id,
+            owner: "o".into(),
+            response: ResponseRecord {
+                status: 201,
+                headers: vec![("x-order".into(), key.into())],
+                body: format!("charged {key}").into_bytes(),
+            },
+            ttl_ms: 60_000,
+            duplicate_window_ms: None,
+            at,
+        })
+        .wait()
+        .expect("complete");
+        entry_id
+    }
+
+    /// What a retry of `key` at `at` gets: from the cache if it can, else by a claim.
+    fn retry(l: &Ledger, key: &str, at: Millis) -> ClaimOutcome {
+        let fp = format!("fp-{key}");
+        match l.cached_replay("charges", "agent", key, &fp, at) {
+            Some((entry_id, response)) => ClaimOutcome::Replay { entry_id, response },
+            None => l.claim(charge(key, at)).wait().expect("claim"),
+        }
+    }
+
+    fn replayed(o: &ClaimOutcome, key: &str) -> bool {
+        matches!(o, ClaimOutcome::Replay { response, .. } if response.body == format!("charged {key}").into_bytes())
+    }
+
+    #[test]
+    fn replays_are_answered_from_memory_once_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let l = opener(&dir.path().join("l.db"));
+        executed(&l, "k1", 1_000);
+        // The first replay reads the entry (and keeps it); the next ones need no query.
+        for _ in 0..4 {
+            assert!(replayed(&retry(&l, "k1", 2_000), "k1"));
+        }
+        assert_eq!(l.replay_cache_hits(), 3);
+        // Another request under the key is not a replay: the ledger decides (a collision).
+        assert!(l
+            .cached_replay("charges", "agent", "k1", "other", 2_000)
+            .is_none());
+        // Writes that name no cached entry leave it cached once the cache has caught up.
+        executed(&l, "k2", 2_000);
+        assert!(replayed(&retry(&l, "k1", 3_000), "k1"));
+        assert_eq!(l.replay_cache_hits(), 4);
+        // Its replays are counted like any other.
+        l.close();
+        let l = opener(&dir.path().join("l.db"));
+        let id = l
+            .entries(&EntryFilter::default(), Page::default(), 3_000)
+            .expect("entries")
+            .into_iter()
+            .find(|e| e.key == "k1")
+            .expect("k1");
+        assert_eq!(id.replays, 5);
+    }
+
+    #[test]
+    fn a_cached_replay_ends_with_its_ttl() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let l = opener(&dir.path().join("l.db"));
+        executed(&l, "k1", 1_000);
+        assert!(replayed(&retry(&l, "k1", 2_000), "k1"));
+        assert!(replayed(&retry(&l, "k1", 60_999), "k1"));
+        assert_eq!(l.replay_cache_hits(), 1);
+        // Expired at 61,000: the key runs again.
+        assert!(matches!(
+            retry(&l, "k1", 61_000),
+            ClaimOutcome::Claimed { .. }
+        ));
+    }
+
+    /// The cache must never replay an entry purged by anyone: this process, or another connection
+    /// (as another process: the CLI, the console) — then the key runs again. Also when the other
+    /// connection wrote more than a catch-up reads.
+    #[test]
+    fn a_purge_by_any_connection_ends_the_cached_replays_of_its_entry() {
+        for (by_other, extra_writes) in [(false, 0), (true, 0), (true, CATCH_UP_MAX + 10)] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("l.db");
+            let l = opener(&path);
+            let id = executed(&l, "k1", 1_000);
+            executed(&l, "k2", 1_000);
+            for _ in 0..2 {
+                assert!(replayed(&retry(&l, "k1", 2_000), "k1"));
+                assert!(replayed(&retry(&l, "k2", 2_000), "k2"));
+            }
+            assert_eq!(l.replay_cache_hits(), 2, "both keys are cached");
+            let other = by_other.then(|| opener(&path));
+            let writer: &Ledger = other.as_deref().unwrap_or(&l);
+            let tickets: Vec<_> = (0..extra_writes)
+                .map(|i| writer.claim(charge(&format!("x{i}"), 2_000)))
+                .collect();
+            for t in tickets {
+                t.wait().expect("claim");
+            }
+            let purged = writer
+                .purge(PurgeRequest {
+                    ids: vec![id],
+                    only_expired: false,
+                    actor: Actor {
+                        operator: "op".into(),
+                        reason: "test".into(),
+                    },
+                    at: 2_000,
+                })
+                .wait()
+                .expect("purge");
+            assert_eq!(purged, [id]);
+            let hits = l.replay_cache_hits();
+            assert!(
+                matches!(retry(&l, "k1", 3_000), ClaimOutcome::Claimed { .. }),
+                "a purged key was replayed (purged by another connection: {by_other}, \
+                 {extra_writes} other writes)"
+            );
+            // The other entry is still replayed, from memory unless the catch-up overflowed.
+            assert!(replayed(&retry(&l, "k2", 3_000), "k2"));
+            assert!(replayed(&retry(&l, "k2", 3_000), "k2"));
+            assert_eq!(
+                l.replay_cache_hits(),
+                hits + if extra_writes > 0 { 1 } else { 2 }
+            );
+        }
     }
 }

@@ -16,6 +16,7 @@ mod ledger;
 pub mod model;
 mod postgres;
 mod read;
+mod replays;
 mod search;
 mod sqlite;
 pub mod store;

@@ -215,6 +215,21 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn chain_alg(&self) -> Result<String>;
 
     // The proxy's path.
+    /// The answer [`Storage::claim`] would give a replay, from memory and before a claim is even
+    /// built (SQLite's replay cache): the stored response of the completed, unexpired entry of
+    /// `(route, scope, key)` when it was claimed with `fingerprint`, its replay counted. `None`:
+    /// claim.
+    fn cached_replay(
+        &self,
+        route: &str,
+        scope: &str,
+        key: &str,
+        fingerprint: &str,
+        at: Millis,
+    ) -> Option<(i64, ResponseRecord)> {
+        let _ = (route, scope, key, fingerprint, at);
+        None
+    }
     fn claim(&self, req: ClaimRequest) -> Ticket<ClaimOutcome>;
     /// A retry of a claimed entry (the last try was not executed); renews the lease by `lease_ms`.
     fn record_attempt(&self, report: OwnerReport, attempt: i64, lease_ms: i64) -> Ticket<()>;

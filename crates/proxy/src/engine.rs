@@ -585,6 +585,14 @@ impl Engine {
         );
         // The parsed body is not held across the claim and the upstream call.
         drop(json);
+        if let Some((_, response)) =
+            self.store
+                .cached_replay(&route.name, &scope, &key, &fingerprint, now_millis())
+        {
+            req.metrics.replayed.increment(1);
+            req.metrics.replays.increment(1);
+            return Ok(respond(response, Some(&key), true, None));
+        }
         // Built afresh for each try (a wait for an in-flight key tries again), so the first try,
         // nearly always the only one, moves it into the ledger without a copy of the body.
         let claim = |at: Millis| ClaimRequest {

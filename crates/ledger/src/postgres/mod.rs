@@ -63,7 +63,7 @@ impl Ledger {
             location,
             pool: Mutex::new(Vec::new()),
         });
-        Ok(Ledger::new(opts.hasher, readers, writer))
+        Ok(Ledger::new(opts.hasher, readers, writer, None))
     }
 }
 

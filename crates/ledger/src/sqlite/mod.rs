@@ -26,6 +26,7 @@ use rusqlite::{Connection, OpenFlags};
 use crate::db::{Db, Dialect, Row, Val};
 use crate::error::{LedgerError, Result};
 use crate::ledger::{self, Ledger, OpenOptions, ReadPool};
+use crate::replays::ReplayCache;
 use crate::writer::{WriteConn, Writer, MAX_BATCH};
 
 pub use schema::current_version as schema_version;
@@ -87,6 +88,8 @@ impl Ledger {
         // load. 16 MiB: the writer's CPU per first call 210–229 → 160–167 µs (BENCHMARKS.md).
         conn.pragma_update(None, "cache_size", -16_384)?;
         let recorded = ledger::record_alg(&mut conn, &opts.hasher)?;
+        let head = crate::read::head(&mut conn)?.map_or(0, |h| h.seq);
+        let cache = ReplayCache::open(&path, head);
         let refusal = ledger::write_refusal(&opts.hasher, &recorded);
         conn.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT)?;
         let checkpointer = Some(Checkpointer::spawn(&path)?);
@@ -100,7 +103,7 @@ impl Ledger {
             path,
             pool: Mutex::new(Vec::new()),
         });
-        Ok(Ledger::new(opts.hasher, readers, writer))
+        Ok(Ledger::new(opts.hasher, readers, writer, cache))
     }
 }
 

@@ -1,0 +1,219 @@
+//! The replay cache (SQLite): completed entries' stored responses in memory, so that a replay
+//! needs no query (DESIGN.md: "a bounded cache of recent completed responses serves replays
+//! without a query"). A replay's read cost a read transaction — two file locks, a statement, a row
+//! decoded — about a quarter of a replay's CPU (BENCHMARKS.md).
+//!
+//! It is exact, across connections and processes. A cached entry is served only while nothing has
+//! been committed to the ledger since the cache last caught up with the log:
+//!
+//! - **Any commit is seen.** Every write transaction, by any connection of any process, rewrites
+//!   the WAL-index header, the first 48 bytes of the `-shm` file, incrementing its change counter
+//!   (<https://www.sqlite.org/walformat.html>, "The WAL-Index Header"). A hit reads those bytes (one
+//!   `pread`) and compares them with the header it last caught up at.
+//! - **Catching up** reads the log since the last event it saw, in one statement (one snapshot,
+//!   taken after the header was read): every entry an event names is dropped from the cache. That
+//!   covers the one change a completed, unexpired entry can undergo — a purge, always logged — and
+//!   anything a later version adds, as long as it is logged (every state change is; ARCHITECTURE.md).
+//!   An expiry needs no event: a hit checks `expires_at` itself.
+//! - **A fill cannot undo a catch-up.** An entry enters the cache from a read whose snapshot also
+//!   gave the log's head; it is kept only if that head is not behind what the cache has caught up
+//!   to, so a purge the read did not see is one the next catch-up will.
+//!
+//! Under a steady stream of writes the header changes at every commit and the cache catches up
+//! before serving (or lets the read serve): it pays off when replays come while little is written —
+//! a client retrying in a loop, a retry storm after an outage.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::model::{Millis, ResponseRecord};
+
+/// The WAL-index header's length: its first copy (of two) in the `-shm` file.
+const HEADER: usize = 48;
+/// The most entries kept; past it the cache starts over.
+const MAX_ENTRIES: usize = 16_384;
+/// The most response bytes kept; past it the cache starts over.
+const MAX_BYTES: usize = 32 << 20;
+/// Larger responses are not kept (a replay of one is dominated by sending it anyway).
+const MAX_BODY: usize = 64 << 10;
+/// A catch-up that finds more events than this starts the cache over instead of reading them.
+pub(crate) const CATCH_UP_MAX: usize = 4_096;
+
+/// A completed entry as a replay needs it.
+#[derive(Debug, Clone)]
+pub(crate) struct Cached {
+    pub entry_id: i64,
+    pub fingerprint: String,
+    pub expires_at: Option<Millis>,
+    pub response: ResponseRecord,
+    /// The log's head in the snapshot it was read from: later events naming it drop it.
+    pub as_of: i64,
+}
+
+/// What a catch-up read, in one snapshot: the log's last sequence number, and the entries named by
+/// the events after the one it started from, each with the last such event — or `overflow` when
+/// there were more than [`CATCH_UP_MAX`] of those (the cache then starts over at `head`).
+#[derive(Debug, Default)]
+pub(crate) struct Caught {
+    pub head: i64,
+    pub entries: HashMap<i64, i64>,
+    pub overflow: bool,
+}
+
+#[derive(Debug)]
+struct State {
+    /// The WAL-index header when the cache last caught up; `None` before the first catch-up.
+    header: Option<[u8; HEADER]>,
+    /// The log's last sequence number at that catch-up.
+    seen: i64,
+    map: HashMap<String, Cached>,
+    bytes: usize,
+}
+
+#[derive(Debug)]
+pub(crate) struct ReplayCache {
+    shm: File,
+    state: Mutex<State>,
+    /// Held while catching up: one catch-up at a time; other hits meanwhile go to the ledger.
+    catching_up: Mutex<()>,
+    hits: AtomicU64,
+}
+
+/// The cache's key of `(route, scope, key)`.
+pub(crate) fn cache_key(route: &str, scope: &str, key: &str) -> String {
+    let mut k = String::with_capacity(route.len() + scope.len() + key.len() + 2);
+    for part in [route, "\0", scope, "\0", key] {
+        k.push_str(part);
+    }
+    k
+}
+
+impl ReplayCache {
+    /// A cache over the WAL-mode ledger at `db` whose log ends at `head`; `None` when its `-shm`
+    /// file cannot be read (then every replay is read from the ledger).
+    pub fn open(db: &Path, head: i64) -> Option<ReplayCache> {
+        let mut shm = db.as_os_str().to_owned();
+        shm.push("-shm");
+        let shm = File::open(shm).ok()?;
+        let cache = ReplayCache {
+            shm,
+            state: Mutex::new(State {
+                header: None,
+                seen: head,
+                map: HashMap::new(),
+                bytes: 0,
+            }),
+            catching_up: Mutex::new(()),
+            hits: AtomicU64::new(0),
+        };
+        cache.header()?;
+        Some(cache)
+    }
+
+    fn header(&self) -> Option<[u8; HEADER]> {
+        let mut h = [0u8; HEADER];
+        self.shm.read_exact_at(&mut h, 0).ok()?;
+        Some(h)
+    }
+
+    /// Replays served so far.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// The stored response of `key` when its entry is completed, unexpired at `at`, was claimed
+    /// with `fingerprint`, and nothing was committed since the cache last caught up — catching up
+    /// first (with `catch_up(seen)`) when something was. `None`: ask the ledger.
+    pub fn get(
+        &self,
+        key: &str,
+        fingerprint: &str,
+        at: Millis,
+        catch_up: impl FnOnce(i64) -> Option<Caught>,
+    ) -> Option<(i64, ResponseRecord)> {
+        let header = self.header()?;
+        let current = {
+            let s = self.state.lock().ok()?;
+            if s.map.is_empty() {
+                return None;
+            }
+            s.header == Some(header)
+        };
+        if !current {
+            // One catch-up at a time; a hit that would wait goes to the ledger instead.
+            let _one = self.catching_up.try_lock().ok()?;
+            let seen = self.state.lock().ok()?.seen;
+            // Read after the header: the catch-up's snapshot holds every commit the header counts.
+            let caught = catch_up(seen)?;
+            let mut s = self.state.lock().ok()?;
+            if caught.overflow {
+                s.map.clear();
+                s.bytes = 0;
+            } else if !caught.entries.is_empty() {
+                let mut freed = 0;
+                s.map.retain(|_, c| {
+                    // An event the entry's own read already saw changes nothing.
+                    let keep = caught
+                        .entries
+                        .get(&c.entry_id)
+                        .is_none_or(|&seq| seq <= c.as_of);
+                    if !keep {
+                        freed += size(c);
+                    }
+                    keep
+                });
+                s.bytes -= freed;
+            }
+            s.seen = caught.head.max(seen);
+            s.header = Some(header);
+        }
+        let s = self.state.lock().ok()?;
+        if s.header != Some(header) {
+            return None;
+        }
+        let c = s.map.get(key)?;
+        if c.fingerprint != fingerprint || c.expires_at.is_some_and(|e| e <= at) {
+            return None;
+        }
+        let hit = (c.entry_id, c.response.clone());
+        drop(s);
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        Some(hit)
+    }
+
+    /// Keeps `entry`, read in one snapshot with the log's head (`entry.as_of`), unless the cache has
+    /// caught up past that snapshot (then a purge the read missed may already be behind the cache).
+    pub fn fill(&self, key: String, entry: Cached) {
+        if entry.response.body.len() > MAX_BODY {
+            return;
+        }
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        if entry.as_of < s.seen {
+            return;
+        }
+        if s.map.len() >= MAX_ENTRIES || s.bytes + size(&entry) > MAX_BYTES {
+            s.map.clear();
+            s.bytes = 0;
+        }
+        s.bytes += size(&entry);
+        if let Some(old) = s.map.insert(key, entry) {
+            s.bytes -= size(&old);
+        }
+    }
+}
+
+fn size(c: &Cached) -> usize {
+    c.response.body.len()
+        + c.response
+            .headers
+            .iter()
+            .map(|(n, v)| n.len() + v.len())
+            .sum::<usize>()
+        + c.fingerprint.len()
+}
