@@ -155,6 +155,12 @@ pub(crate) trait Db {
         }
         Ok(())
     }
+    /// The rowid of the last row this connection inserted (SQLite; PostgreSQL uses `RETURNING`).
+    fn last_insert_id(&self) -> Result<i64> {
+        Err(crate::LedgerError::Corrupt(
+            "this backend has no last insert id".into(),
+        ))
+    }
     /// Calls `f` on each row until it returns `false`.
     fn each(
         &mut self,

@@ -581,8 +581,8 @@ fn insert_or_lookup(db: &mut dyn Db, req: &ClaimRequest) -> Result<First> {
     };
     match db.dialect() {
         Dialect::Sqlite => {
-            if let Some(id) = db.opt(sql, &params, |r| r.int(0))? {
-                return Ok(First::Inserted(id));
+            if db.exec(sql, &params)? == 1 {
+                return Ok(First::Inserted(db.last_insert_id()?));
             }
             Ok(match lookup(db, req)? {
                 Some((row, stored)) => First::Existing(row, stored),
@@ -634,8 +634,14 @@ static INSERT_OR_LOOKUP: PerDialect<(String, String)> = PerDialect::new(|d| {
              lease_expires_at, req_method, req_path, req_headers, req_body, created_at, updated_at, \
              expires_at) SELECT ?1{text}, ?2{text}, ?3{text}, ?4{text}, ?5{text}, 'pending', 1, \
              ?6{text}, ?7{int}, ?8{text}, ?9{text}, ?10{text}, ?11{bytes}, ?12{int}, ?12{int}, \
-             ?13{int} WHERE {guard} ON CONFLICT (route, scope, key) DO NOTHING RETURNING id",
-            d.insert()
+             ?13{int} WHERE {guard} ON CONFLICT (route, scope, key) DO NOTHING{}",
+            d.insert(),
+            // SQLite buffers a RETURNING clause's rows in an ephemeral table it opens and closes
+            // for each run; the new rowid is the connection's last insert instead.
+            match d {
+                Dialect::Sqlite => "",
+                Dialect::Postgres => " RETURNING id",
+            }
         );
         match d {
             Dialect::Sqlite => insert,
@@ -770,29 +776,37 @@ pub(crate) fn record_attempt(
 
 pub(crate) fn complete(ctx: &mut Ctx<'_>, req: &CompleteRequest) -> Result<CompleteOutcome> {
     let resp = &req.response;
-    // Checked and written in one statement: only a PENDING entry leased by `owner` completes.
-    let updated = store_completion(
-        ctx.db,
-        req.entry_id,
-        resp,
-        req.at,
-        req.ttl_ms,
-        Some(&req.owner),
-    )?;
-    let row = match updated {
-        Some(row) => {
-            moved(ctx, Some(State::Pending), Some(State::Completed));
+    // Only a PENDING entry leased by `owner` completes.
+    let row = match ctx.db.dialect() {
+        // Read, then written: a RETURNING clause would have SQLite buffer the row in an ephemeral
+        // table it opens and closes on every run (the writer holds the lock in between anyway).
+        Dialect::Sqlite => {
+            let row = owned(ctx.db, req.entry_id, &req.owner, "complete")?;
+            store_completion(ctx.db, row.id, resp, req.at, req.ttl_ms)?;
             row
         }
-        // Not updated: say why.
-        None => {
-            owned(ctx.db, req.entry_id, &req.owner, "complete")?;
-            return Err(LedgerError::Corrupt(format!(
-                "entry {} could not be completed",
-                req.entry_id
-            )));
+        // Checked and written in one statement: one round trip.
+        Dialect::Postgres => {
+            let headers = headers_json(&resp.headers);
+            let mut params = completion_params(req.entry_id, resp, &headers, req.at, req.ttl_ms);
+            params.push(Val::Text(&req.owner));
+            match ctx
+                .db
+                .opt(&COMPLETION.get(Dialect::Postgres).1, &params, map_row)?
+            {
+                Some(row) => row,
+                // Not updated: say why.
+                None => {
+                    owned(ctx.db, req.entry_id, &req.owner, "complete")?;
+                    return Err(LedgerError::Corrupt(format!(
+                        "entry {} could not be completed",
+                        req.entry_id
+                    )));
+                }
+            }
         }
     };
+    moved(ctx, Some(State::Pending), Some(State::Completed));
     let mut ev = row.event(req.at, EventKind::Complete, json!({"status": resp.status}));
     ev.payload_digest = Some(sha256_hex(&resp.body));
     append(ctx, ev)?;
@@ -803,40 +817,51 @@ pub(crate) fn complete(ctx: &mut Ctx<'_>, req: &CompleteRequest) -> Result<Compl
     Ok(CompleteOutcome { duplicate_of })
 }
 
+/// The completion of an entry (?1) with a response (status ?2, headers ?3, body ?4) at ?5, replayed
+/// until ?6: as is, and — with ?7 the lease owner — only if PENDING and leased by it, returning the
+/// entry's row.
+static COMPLETION: PerDialect<(String, String)> = PerDialect::new(|d| {
+    let update = format!(
+        "{} entries SET state = 'completed', resp_status = ?2, resp_headers = ?3, resp_body = ?4, \
+         lease_owner = NULL, lease_expires_at = NULL, outcome_unknown = 0, updated_at = ?5, \
+         completed_at = ?5, expires_at = ?6, expiry_logged = 0 WHERE id = ?1",
+        d.update()
+    );
+    let guarded =
+        format!("{update} AND state = 'pending' AND lease_owner = ?7 RETURNING {ROW_COLS}");
+    (update, guarded)
+});
+
+fn completion_params<'a>(
+    id: i64,
+    resp: &'a ResponseRecord,
+    headers: &'a str,
+    at: Millis,
+    ttl_ms: i64,
+) -> Vec<Val<'a>> {
+    vals![
+        id,
+        i64::from(resp.status),
+        headers,
+        &resp.body,
+        at,
+        at + ttl_ms
+    ]
+    .to_vec()
+}
+
+/// Stores `resp` as entry `id`'s outcome (the caller has checked the entry's state).
 fn store_completion(
     db: &mut dyn Db,
     id: i64,
     resp: &ResponseRecord,
     at: Millis,
     ttl_ms: i64,
-    owner: Option<&str>,
-) -> Result<Option<Row>> {
-    let guard = if owner.is_some() {
-        " AND state = 'pending' AND lease_owner = ?7"
-    } else {
-        ""
-    };
+) -> Result<()> {
     let headers = headers_json(&resp.headers);
-    let mut params = vals![
-        id,
-        i64::from(resp.status),
-        &headers,
-        &resp.body,
-        at,
-        at + ttl_ms
-    ]
-    .to_vec();
-    params.extend(owner.map(Val::Text));
-    let update = db.dialect().update();
-    db.opt(
-        &format!(
-            "{update} entries SET state = 'completed', resp_status = ?2, resp_headers = ?3, resp_body = ?4, \
-             lease_owner = NULL, lease_expires_at = NULL, outcome_unknown = 0, updated_at = ?5, \
-             completed_at = ?5, expires_at = ?6, expiry_logged = 0 WHERE id = ?1{guard} RETURNING {ROW_COLS}"
-        ),
-        &params,
-        map_row,
-    )
+    let params = completion_params(id, resp, &headers, at, ttl_ms);
+    db.exec(&COMPLETION.get(db.dialect()).0, &params)?;
+    Ok(())
 }
 
 /// Marks `row` a duplicate suspect when its effect completed under another key within `window`.
@@ -1003,7 +1028,7 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: &ResolveRequest) -> Result<EntrySu
             response,
             external_ref: reference,
         } => {
-            store_completion(ctx.db, row.id, response, req.at, req.ttl_ms, None)?;
+            store_completion(ctx.db, row.id, response, req.at, req.ttl_ms)?;
             moved(ctx, Some(row.state), Some(State::Completed));
             detail["status"] = json!(response.status);
             detail["external_ref"] = json!(reference);

@@ -296,6 +296,10 @@ impl Db for Connection {
         Ok(self.execute_batch(sql)?)
     }
 
+    fn last_insert_id(&self) -> Result<i64> {
+        Ok(self.last_insert_rowid())
+    }
+
     fn each(
         &mut self,
         sql: &str,
