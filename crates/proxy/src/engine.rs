@@ -38,7 +38,7 @@ pub type ProxyBody = Full<Bytes>;
 
 /// The metric handles of one route, registered once: a `counter!` with labels looks its series up
 /// (hashing the labels, allocating the route's name) on every call.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct RouteMetrics {
     executed: Counter,
     replayed: Counter,
@@ -206,15 +206,17 @@ impl Engine {
         })
     }
 
-    /// `route`'s metric handles (`route` is one of this engine's configuration's).
-    fn metrics_of(&self, route: &Route) -> &RouteMetrics {
-        let i = self
+    /// `route`'s metric handles (registered now if `route` is not one of this configuration's).
+    fn metrics_of(&self, route: &Route) -> std::borrow::Cow<'_, RouteMetrics> {
+        match self
             .cfg
             .routes
             .iter()
             .position(|r| std::ptr::eq(r, route) || r.name == route.name)
-            .unwrap_or(0);
-        &self.metrics[i]
+        {
+            Some(i) => std::borrow::Cow::Borrowed(&self.metrics[i]),
+            None => std::borrow::Cow::Owned(RouteMetrics::new(&route.name)),
+        }
     }
 }
 
