@@ -277,7 +277,8 @@ impl Storage for Ledger {
                 return Ticket::ready(Ok(ClaimOutcome::Replay { entry_id, response }));
             }
         }
-        self.submit(move |ctx| write::claim(ctx, &req))
+        let claim = write::Claim::new(req);
+        self.submit(move |ctx| write::claim(ctx, &claim))
     }
 
     fn record_attempt(&self, report: OwnerReport, attempt: i64, lease_ms: i64) -> Ticket<()> {
@@ -285,7 +286,8 @@ impl Storage for Ledger {
     }
 
     fn complete(&self, req: CompleteRequest) -> Ticket<CompleteOutcome> {
-        self.submit(move |ctx| write::complete(ctx, &req))
+        let completion = write::Completion::new(req);
+        self.submit(move |ctx| write::complete(ctx, &completion))
     }
 
     fn mark_unknown(&self, report: OwnerReport) -> Ticket<()> {

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use serde_json::json;
 
-use crate::canon::sha256_hex;
+use crate::canon::{canonical_string, sha256_hex};
 use crate::db::{vals, Db, Dialect, PerDialect, Val};
 use crate::error::{LedgerError, Result};
 use crate::model::*;
@@ -23,7 +23,8 @@ pub(crate) struct NewEvent<'a> {
     pub scope: &'a str,
     pub key: &'a str,
     pub actor: Option<&'a Actor>,
-    pub detail: serde_json::Value,
+    /// Canonical JSON ([`crate::canon::canonical_string`]).
+    pub detail: String,
     pub payload_digest: Option<String>,
 }
 
@@ -154,7 +155,7 @@ pub(crate) fn append(ctx: &mut Ctx<'_>, ne: NewEvent<'_>) -> Result<i64> {
         key: ne.key.to_owned(),
         operator: ne.actor.map(|a| a.operator.clone()),
         reason: ne.actor.map(|a| a.reason.clone()),
-        detail: crate::canon::canonical_string(&ne.detail),
+        detail: ne.detail,
         payload_digest: ne.payload_digest,
         prev_hash: std::mem::take(&mut ctx.head.hash),
         hash: String::new(),
@@ -195,6 +196,7 @@ impl Row {
     }
 
     fn event<'a>(&'a self, at: Millis, kind: EventKind, detail: serde_json::Value) -> NewEvent<'a> {
+        let detail = canonical_string(&detail);
         NewEvent {
             at,
             kind,
@@ -242,6 +244,49 @@ fn row_by_id(db: &mut dyn Db, id: i64) -> Result<Row> {
 fn headers_json(h: &[(String, String)]) -> String {
     let kept: Vec<&(String, String)> = h.iter().filter(|(n, _)| !is_secret_header(n)).collect();
     serde_json::to_string(&kept).unwrap_or_else(|_| "[]".into())
+}
+
+/// A claim, with what its writes need that does not depend on the ledger: computed on the caller's
+/// thread (the writer is one thread for every claim; the callers are many), before it is queued.
+pub(crate) struct Claim {
+    pub req: ClaimRequest,
+    /// The request's headers as stored ([`headers_json`]).
+    headers: String,
+    /// The request body's digest.
+    digest: String,
+    /// A first claim's event detail.
+    detail: String,
+}
+
+impl Claim {
+    pub fn new(req: ClaimRequest) -> Claim {
+        let r = &req.request;
+        Claim {
+            headers: headers_json(&r.headers),
+            digest: sha256_hex(&r.body),
+            detail: canonical_string(&json!({"attempt": 1, "fingerprint": req.fingerprint,
+                "owner": req.owner, "method": r.method, "path": r.path})),
+            req,
+        }
+    }
+}
+
+/// A completion, with its stored headers and its body's digest computed before it is queued (see
+/// [`Claim`]; a response body may be megabytes).
+pub(crate) struct Completion {
+    pub req: CompleteRequest,
+    headers: String,
+    digest: String,
+}
+
+impl Completion {
+    pub fn new(req: CompleteRequest) -> Completion {
+        Completion {
+            headers: headers_json(&req.response.headers),
+            digest: sha256_hex(&req.response.body),
+            req,
+        }
+    }
 }
 
 /// The read of a claim's key (route ?1, scope ?2, key ?3): its row and stored response.
@@ -371,14 +416,15 @@ fn add_replays(db: &mut dyn Db, id: i64, n: i64, last: Millis) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn claim(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<ClaimOutcome> {
+pub(crate) fn claim(ctx: &mut Ctx<'_>, c: &Claim) -> Result<ClaimOutcome> {
+    let req = &c.req;
     let at = req.at;
-    let (row, stored) = match insert_or_lookup(ctx.db, req)? {
-        First::Inserted(id) => return claimed(ctx, req, id),
+    let (row, stored) = match insert_or_lookup(ctx.db, c)? {
+        First::Inserted(id) => return claimed(ctx, c, id),
         First::Existing(row, stored) => (row, stored),
         First::Refused => {
             // Only the reject policy refuses a new key: its duplicate is logged and answered.
-            return reject_duplicate(ctx, req)?.ok_or_else(|| {
+            return reject_duplicate(ctx, c)?.ok_or_else(|| {
                 LedgerError::Corrupt(format!(
                     "the claim of key {:?} was refused as a duplicate, but no duplicate is found",
                     req.key
@@ -396,15 +442,14 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<ClaimOutcom
                 row.event(at, EventKind::Expired, json!({"state": row.state})),
             )?;
         }
-        if let Some(o) = reject_duplicate(ctx, req)? {
+        if let Some(o) = reject_duplicate(ctx, c)? {
             return Ok(o);
         }
-        return rearm(ctx, &row, req, 1, json!({"attempt": 1, "after": "expiry"}));
+        return rearm(ctx, &row, c, 1, json!({"attempt": 1, "after": "expiry"}));
     }
 
     if row.fingerprint != req.fingerprint {
         let request = &req.request;
-        let digest = sha256_hex(&request.body);
         ctx.db.exec(
             "INSERT INTO collisions (entry_id, at, fingerprint, req_method, req_path, req_headers, \
              req_body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -414,7 +459,7 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<ClaimOutcom
                 &req.fingerprint,
                 &request.method,
                 &request.path,
-                &headers_json(&request.headers),
+                &c.headers,
                 &request.body
             ],
         )?;
@@ -427,7 +472,7 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<ClaimOutcom
             EventKind::Collision,
             json!({"stored_fingerprint": row.fingerprint, "rejected_fingerprint": req.fingerprint}),
         );
-        ev.payload_digest = Some(digest);
+        ev.payload_digest = Some(c.digest.clone());
         append(ctx, ev)?;
         return Ok(ClaimOutcome::Collision { entry_id: row.id });
     }
@@ -453,7 +498,7 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<ClaimOutcom
             rearm(
                 ctx,
                 &row,
-                req,
+                c,
                 attempt,
                 json!({"attempt": attempt, "after": "release"}),
             )
@@ -467,7 +512,8 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<ClaimOutcom
 }
 
 /// With the reject policy: refuses a claim whose effect completed under another key in the window.
-fn reject_duplicate(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<Option<ClaimOutcome>> {
+fn reject_duplicate(ctx: &mut Ctx<'_>, c: &Claim) -> Result<Option<ClaimOutcome>> {
+    let req = &c.req;
     let Some(window) = req.reject_duplicates_within_ms else {
         return Ok(None);
     };
@@ -493,9 +539,9 @@ fn reject_duplicate(ctx: &mut Ctx<'_>, req: &ClaimRequest) -> Result<Option<Clai
             scope: &req.scope,
             key: &req.key,
             actor: None,
-            detail: json!({"rejected": true, "duplicate_of": id, "duplicate_of_key": key,
-                           "fingerprint": req.fingerprint}),
-            payload_digest: Some(sha256_hex(&req.request.body)),
+            detail: canonical_string(&json!({"rejected": true, "duplicate_of": id,
+                           "duplicate_of_key": key, "fingerprint": req.fingerprint})),
+            payload_digest: Some(c.digest.clone()),
         },
     )?;
     Ok(Some(ClaimOutcome::ProbableDuplicate { entry_id: id, key }))
@@ -551,9 +597,9 @@ enum First {
 /// (the common case) costs one statement instead of three (read the key, check for a duplicate,
 /// insert). On PostgreSQL the read rides in the same statement, so either answer is one round
 /// trip; on SQLite it is a second statement, run only for a key that exists.
-fn insert_or_lookup(db: &mut dyn Db, req: &ClaimRequest) -> Result<First> {
+fn insert_or_lookup(db: &mut dyn Db, c: &Claim) -> Result<First> {
+    let req = &c.req;
     let request = &req.request;
-    let headers = headers_json(&request.headers);
     let window = req.reject_duplicates_within_ms;
     let sql = INSERT_OR_LOOKUP.get(db.dialect());
     let mut params = vals![
@@ -566,7 +612,7 @@ fn insert_or_lookup(db: &mut dyn Db, req: &ClaimRequest) -> Result<First> {
         req.at + req.lease_ms,
         &request.method,
         &request.path,
-        &headers,
+        &c.headers,
         &request.body,
         req.at,
         req.at + req.ttl_ms,
@@ -664,24 +710,21 @@ static INSERT_OR_LOOKUP: PerDialect<(String, String)> = PerDialect::new(|d| {
 });
 
 /// Counts and logs the new entry `id` of a first claim.
-fn claimed(ctx: &mut Ctx<'_>, req: &ClaimRequest, id: i64) -> Result<ClaimOutcome> {
-    let at = req.at;
-    let request = &req.request;
-    let digest = sha256_hex(&request.body);
+fn claimed(ctx: &mut Ctx<'_>, c: &Claim, id: i64) -> Result<ClaimOutcome> {
+    let req = &c.req;
     moved(ctx, None, Some(State::Pending));
     append(
         ctx,
         NewEvent {
-            at,
+            at: req.at,
             kind: EventKind::Claim,
             entry_id: Some(id),
             route: &req.route,
             scope: &req.scope,
             key: &req.key,
             actor: None,
-            detail: json!({"attempt": 1, "fingerprint": req.fingerprint, "owner": req.owner,
-                           "method": request.method, "path": request.path}),
-            payload_digest: Some(digest),
+            detail: c.detail.clone(),
+            payload_digest: Some(c.digest.clone()),
         },
     )?;
     Ok(ClaimOutcome::Claimed {
@@ -694,13 +737,13 @@ fn claimed(ctx: &mut Ctx<'_>, req: &ClaimRequest, id: i64) -> Result<ClaimOutcom
 fn rearm(
     ctx: &mut Ctx<'_>,
     row: &Row,
-    req: &ClaimRequest,
+    c: &Claim,
     attempt: i64,
     detail: serde_json::Value,
 ) -> Result<ClaimOutcome> {
+    let req = &c.req;
     let at = req.at;
     let request = &req.request;
-    let digest = sha256_hex(&request.body);
     ctx.db.exec(
         "UPDATE entries SET fingerprint = ?2, effect = ?3, state = 'pending', attempts = ?4, \
          lease_owner = ?5, lease_expires_at = ?6, outcome_unknown = 0, last_error = NULL, \
@@ -717,7 +760,7 @@ fn rearm(
             at + req.lease_ms,
             &request.method,
             &request.path,
-            &headers_json(&request.headers),
+            &c.headers,
             &request.body,
             at,
             at + req.ttl_ms,
@@ -725,7 +768,7 @@ fn rearm(
     )?;
     moved(ctx, Some(row.state), Some(State::Pending));
     let mut ev = row.event(at, EventKind::Claim, detail);
-    ev.payload_digest = Some(digest);
+    ev.payload_digest = Some(c.digest.clone());
     append(ctx, ev)?;
     Ok(ClaimOutcome::Claimed {
         entry_id: row.id,
@@ -774,21 +817,22 @@ pub(crate) fn record_attempt(
     Ok(())
 }
 
-pub(crate) fn complete(ctx: &mut Ctx<'_>, req: &CompleteRequest) -> Result<CompleteOutcome> {
+pub(crate) fn complete(ctx: &mut Ctx<'_>, c: &Completion) -> Result<CompleteOutcome> {
+    let req = &c.req;
     let resp = &req.response;
+    let params = completion_params(req.entry_id, resp, &c.headers, req.at, req.ttl_ms);
     // Only a PENDING entry leased by `owner` completes.
     let row = match ctx.db.dialect() {
         // Read, then written: a RETURNING clause would have SQLite buffer the row in an ephemeral
         // table it opens and closes on every run (the writer holds the lock in between anyway).
         Dialect::Sqlite => {
             let row = owned(ctx.db, req.entry_id, &req.owner, "complete")?;
-            store_completion(ctx.db, row.id, resp, req.at, req.ttl_ms)?;
+            ctx.db.exec(&COMPLETION.get(Dialect::Sqlite).0, &params)?;
             row
         }
         // Checked and written in one statement: one round trip.
         Dialect::Postgres => {
-            let headers = headers_json(&resp.headers);
-            let mut params = completion_params(req.entry_id, resp, &headers, req.at, req.ttl_ms);
+            let mut params = params;
             params.push(Val::Text(&req.owner));
             match ctx
                 .db
@@ -808,7 +852,7 @@ pub(crate) fn complete(ctx: &mut Ctx<'_>, req: &CompleteRequest) -> Result<Compl
     };
     moved(ctx, Some(State::Pending), Some(State::Completed));
     let mut ev = row.event(req.at, EventKind::Complete, json!({"status": resp.status}));
-    ev.payload_digest = Some(sha256_hex(&resp.body));
+    ev.payload_digest = Some(c.digest.clone());
     append(ctx, ev)?;
     let duplicate_of = match req.duplicate_window_ms {
         Some(window) => flag_duplicate(ctx, &row, window, req.at)?,
