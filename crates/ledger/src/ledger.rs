@@ -110,6 +110,11 @@ impl Ledger {
         self.cache.as_ref().map_or(0, ReplayCache::hits)
     }
 
+    /// Times the replay cache has caught up with the log (SQLite; always 0 on PostgreSQL).
+    pub fn replay_cache_catch_ups(&self) -> u64 {
+        self.cache.as_ref().map_or(0, |c| c.catch_ups())
+    }
+
     /// Counts a replay answered off the writer. The counts are written by a job queued with the
     /// next write (so they ride along in its batch) or, when nothing else is written, after
     /// [`REPLAY_COUNTS_WAIT`] — a stream of replays costs a commit now and then, not one per batch.
@@ -630,6 +635,39 @@ mod tests {
             .find(|e| e.key == "k1")
             .expect("k1");
         assert_eq!(id.replays, 5);
+    }
+
+    /// Under first calls every commit changes the header; a request for a key the cache does not
+    /// hold must not pay a catch-up (a read of the log) for it.
+    #[test]
+    fn only_a_cached_key_makes_the_cache_catch_up() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let l = opener(&dir.path().join("l.db"));
+        executed(&l, "k1", 1_000);
+        for _ in 0..2 {
+            assert!(replayed(&retry(&l, "k1", 2_000), "k1"));
+        }
+        let caught = l.replay_cache_catch_ups();
+        for i in 0..5 {
+            let key = format!("n{i}");
+            assert!(matches!(
+                retry(&l, &key, 2_000),
+                ClaimOutcome::Claimed { .. }
+            ));
+            // Another request under a cached key, and a cached key past its TTL, neither.
+            assert!(l
+                .cached_replay("charges", "agent", "k1", "other", 2_000)
+                .is_none());
+            assert!(l
+                .cached_replay("charges", "agent", "k1", "fp-k1", 61_000)
+                .is_none());
+        }
+        assert_eq!(l.replay_cache_catch_ups(), caught, "a miss caught up");
+        // The next replay of the cached key does, once, and is served from memory.
+        let hits = l.replay_cache_hits();
+        assert!(replayed(&retry(&l, "k1", 3_000), "k1"));
+        assert_eq!(l.replay_cache_catch_ups(), caught + 1);
+        assert_eq!(l.replay_cache_hits(), hits + 1);
     }
 
     #[test]

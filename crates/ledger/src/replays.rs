@@ -81,6 +81,7 @@ pub(crate) struct ReplayCache {
     /// Held while catching up: one catch-up at a time; other hits meanwhile go to the ledger.
     catching_up: Mutex<()>,
     hits: AtomicU64,
+    catch_ups: AtomicU64,
 }
 
 /// The cache's key of `(route, scope, key)`.
@@ -109,6 +110,7 @@ impl ReplayCache {
             }),
             catching_up: Mutex::new(()),
             hits: AtomicU64::new(0),
+            catch_ups: AtomicU64::new(0),
         };
         cache.header()?;
         Some(cache)
@@ -125,6 +127,11 @@ impl ReplayCache {
         self.hits.load(Ordering::Relaxed)
     }
 
+    /// Catch-ups so far (each read the log since the last one).
+    pub fn catch_ups(&self) -> u64 {
+        self.catch_ups.load(Ordering::Relaxed)
+    }
+
     /// The stored response of `key` when its entry is completed, unexpired at `at`, was claimed
     /// with `fingerprint`, and nothing was committed since the cache last caught up — catching up
     /// first (with `catch_up(seen)`) when something was. `None`: ask the ledger.
@@ -135,20 +142,26 @@ impl ReplayCache {
         at: Millis,
         catch_up: impl FnOnce(i64) -> Option<Caught>,
     ) -> Option<(i64, ResponseRecord)> {
-        let header = self.header()?;
-        let current = {
-            let s = self.state.lock().ok()?;
-            if s.map.is_empty() {
-                return None;
-            }
-            s.header == Some(header)
+        // Only a hit needs the cache to be current: anything else (a first call, another request
+        // under the key, an expired entry) goes to the ledger without a catch-up, which reads the
+        // log — under first calls the header changes at every commit.
+        let servable = |s: &State| {
+            s.map.get(key).is_some_and(|c| {
+                c.fingerprint == fingerprint && c.expires_at.is_none_or(|e| e > at)
+            })
         };
+        if !servable(&*self.state.lock().ok()?) {
+            return None;
+        }
+        let header = self.header()?;
+        let current = self.state.lock().ok()?.header == Some(header);
         if !current {
             // One catch-up at a time; a hit that would wait goes to the ledger instead.
             let _one = self.catching_up.try_lock().ok()?;
             let seen = self.state.lock().ok()?.seen;
             // Read after the header: the catch-up's snapshot holds every commit the header counts.
             let caught = catch_up(seen)?;
+            self.catch_ups.fetch_add(1, Ordering::Relaxed);
             let mut s = self.state.lock().ok()?;
             if caught.overflow {
                 s.map.clear();
@@ -175,10 +188,10 @@ impl ReplayCache {
         if s.header != Some(header) {
             return None;
         }
-        let c = s.map.get(key)?;
-        if c.fingerprint != fingerprint || c.expires_at.is_some_and(|e| e <= at) {
+        if !servable(&s) {
             return None;
         }
+        let c = s.map.get(key)?;
         let hit = (c.entry_id, c.response.clone());
         drop(s);
         self.hits.fetch_add(1, Ordering::Relaxed);
