@@ -112,7 +112,7 @@ impl Ledger {
 
     /// Times the replay cache has caught up with the log (SQLite; always 0 on PostgreSQL).
     pub fn replay_cache_catch_ups(&self) -> u64 {
-        self.cache.as_ref().map_or(0, |c| c.catch_ups())
+        self.cache.as_ref().map_or(0, ReplayCache::catch_ups)
     }
 
     /// Counts a replay answered off the writer. The counts are written by a job queued with the

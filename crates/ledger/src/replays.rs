@@ -74,6 +74,15 @@ struct State {
     bytes: usize,
 }
 
+impl State {
+    /// The cached entry of `key` if a request with `fingerprint` at `at` may be answered from it.
+    fn servable(&self, key: &str, fingerprint: &str, at: Millis) -> Option<&Cached> {
+        self.map
+            .get(key)
+            .filter(|c| c.fingerprint == fingerprint && c.expires_at.is_none_or(|e| e > at))
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct ReplayCache {
     shm: File,
@@ -145,17 +154,13 @@ impl ReplayCache {
         // Only a hit needs the cache to be current: anything else (a first call, another request
         // under the key, an expired entry) goes to the ledger without a catch-up, which reads the
         // log — under first calls the header changes at every commit.
-        let servable = |s: &State| {
-            s.map.get(key).is_some_and(|c| {
-                c.fingerprint == fingerprint && c.expires_at.is_none_or(|e| e > at)
-            })
+        let known = {
+            let s = self.state.lock().ok()?;
+            s.servable(key, fingerprint, at)?;
+            s.header
         };
-        if !servable(&*self.state.lock().ok()?) {
-            return None;
-        }
         let header = self.header()?;
-        let current = self.state.lock().ok()?.header == Some(header);
-        if !current {
+        if known != Some(header) {
             // One catch-up at a time; a hit that would wait goes to the ledger instead.
             let _one = self.catching_up.try_lock().ok()?;
             let seen = self.state.lock().ok()?.seen;
@@ -188,10 +193,7 @@ impl ReplayCache {
         if s.header != Some(header) {
             return None;
         }
-        if !servable(&s) {
-            return None;
-        }
-        let c = s.map.get(key)?;
+        let c = s.servable(key, fingerprint, at)?;
         let hit = (c.entry_id, c.response.clone());
         drop(s);
         self.hits.fetch_add(1, Ordering::Relaxed);
