@@ -668,7 +668,7 @@ impl crate::db::Row for Shifted<'_> {
 /// [`insert_or_lookup`]'s statement, without and with the reject policy's duplicate check.
 /// ?1–?13: the new entry's route, scope, key, fingerprint, effect, lease owner, lease expiry,
 /// request method, path, headers and body, claim time and expiry; ?14: the reject window's start.
-static INSERT_OR_LOOKUP: PerDialect<(String, String)> = PerDialect::new(|d| {
+pub(crate) static INSERT_OR_LOOKUP: PerDialect<(String, String)> = PerDialect::new(|d| {
     let build = |guard: &str| {
         // PostgreSQL types a SELECT list's parameters on their own: they are cast to the columns'.
         let (text, int, bytes) = match d {
@@ -864,7 +864,7 @@ pub(crate) fn complete(ctx: &mut Ctx<'_>, c: &Completion) -> Result<CompleteOutc
 /// The completion of an entry (?1) with a response (status ?2, headers ?3, body ?4) at ?5, replayed
 /// until ?6: as is, and — with ?7 the lease owner — only if PENDING and leased by it, returning the
 /// entry's row.
-static COMPLETION: PerDialect<(String, String)> = PerDialect::new(|d| {
+pub(crate) static COMPLETION: PerDialect<(String, String)> = PerDialect::new(|d| {
     let update = format!(
         "{} entries SET state = 'completed', resp_status = ?2, resp_headers = ?3, resp_body = ?4, \
          lease_owner = NULL, lease_expires_at = NULL, outcome_unknown = 0, updated_at = ?5, \

@@ -334,7 +334,11 @@ fn open(path: &Path, flags: OpenFlags) -> Result<Connection> {
 }
 
 fn migrate(conn: &Connection) -> Result<()> {
-    let supported = schema::current_version();
+    migrate_to(conn, schema::current_version())
+}
+
+/// Runs the migrations up to version `supported` (tests stop before the last ones).
+fn migrate_to(conn: &Connection, supported: i64) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     if version > supported {
         return Err(LedgerError::TooNew {
@@ -355,8 +359,15 @@ fn migrate(conn: &Connection) -> Result<()> {
                 supported,
             });
         }
-        for (i, m) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
-            conn.execute_batch(m)?;
+        let pending = schema::MIGRATIONS
+            .iter()
+            .enumerate()
+            .take(supported as usize);
+        for (i, m) in pending.skip(version as usize) {
+            match m {
+                schema::Migration::Sql(sql) => conn.execute_batch(sql)?,
+                schema::Migration::Code(f) => f(conn)?,
+            }
             conn.pragma_update(None, "user_version", (i + 1) as i64)?;
         }
         Ok(())
@@ -406,6 +417,148 @@ mod tests {
             .unwrap()
             .get_status(StatementStatus::RePrepare);
         n
+    }
+
+    /// The opcodes of `sql` as `conn` compiles it.
+    fn opcodes(conn: &Connection, sql: &str) -> Vec<String> {
+        let mut stmt = conn.prepare(&format!("EXPLAIN {sql}")).unwrap();
+        let nulls = vec![rusqlite::types::Value::Null; stmt.parameter_count()];
+        let ops = stmt
+            .query_map(rusqlite::params_from_iter(nulls), |r| r.get::<_, String>(1))
+            .unwrap();
+        ops.map(|o| o.unwrap()).collect()
+    }
+
+    /// Whether `conn` builds a temporary b-tree to run the hot path's writes on SQLite: a first
+    /// claim's insert, a completion's update.
+    fn hot_path_builds_btrees(conn: &Connection) -> bool {
+        let (claim, _) = crate::write::INSERT_OR_LOOKUP.get(Dialect::Sqlite);
+        let (complete, _) = crate::write::COMPLETION.get(Dialect::Sqlite);
+        [claim, complete]
+            .iter()
+            .any(|sql| opcodes(conn, sql).iter().any(|o| o == "OpenEphemeral"))
+    }
+
+    fn writer_conn(path: &Path) -> Connection {
+        open(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+        )
+        .unwrap()
+    }
+
+    /// An entry in state `state`, inserted directly.
+    fn insert_entry(conn: &Connection, key: &str, state: &str) -> rusqlite::Result<usize> {
+        conn.execute(
+            "INSERT INTO entries (route, scope, key, fingerprint, effect, state, created_at, \
+             updated_at) VALUES ('charges', 'agent', ?1, 'f', 'write', ?2, 1, 1)",
+            [key, state],
+        )
+    }
+
+    /// Migration 7: the state check no longer builds a b-tree for every claim and completion, an
+    /// existing ledger keeps its rows, and every connection sees the new check — including one
+    /// opened before the migration ran (the schema version was bumped).
+    #[test]
+    fn the_state_check_is_rewritten_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let conn = writer_conn(&path);
+        migrate_to(&conn, 6).unwrap();
+        insert_entry(&conn, "before", "completed").unwrap();
+        // What migration 7 removes (so this test can tell the two schemas apart).
+        assert!(hot_path_builds_btrees(&conn));
+        let other = writer_conn(&path);
+        assert!(hot_path_builds_btrees(&other));
+
+        migrate(&conn).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, schema::current_version());
+        assert!(!hot_path_builds_btrees(&conn));
+        // The other connection compiles from its copy of the schema until a statement of its own
+        // finds the schema version changed.
+        let n: i64 = other
+            .query_row("SELECT count(*) FROM entries", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 1);
+        assert!(!hot_path_builds_btrees(&other));
+        let check: String = conn
+            .query_row(
+                "SELECT integrity_check FROM pragma_integrity_check",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(check, "ok");
+        let kept: String = conn
+            .query_row("SELECT state FROM entries WHERE key = 'before'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(kept, "completed");
+        // The same states pass, and no other.
+        for (i, state) in ["pending", "completed", "released", "failed"]
+            .iter()
+            .enumerate()
+        {
+            insert_entry(&other, &format!("k{i}"), state).unwrap();
+        }
+        for c in [&conn, &other] {
+            let refused = insert_entry(c, "bogus", "done").unwrap_err();
+            assert!(
+                refused.to_string().contains("CHECK constraint failed"),
+                "{refused}"
+            );
+        }
+        // A new ledger gets the same schema.
+        let fresh = writer_conn(&dir.path().join("fresh.db"));
+        migrate(&fresh).unwrap();
+        assert!(!hot_path_builds_btrees(&fresh));
+    }
+
+    /// Migration 7 changes a state check it recognises, or nothing: on an entries table whose
+    /// check is not migration 1's, opening fails and the ledger stays at version 6.
+    #[test]
+    fn the_state_check_rewrite_refuses_a_table_it_does_not_know() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let conn = writer_conn(&path);
+        migrate_to(&conn, 6).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "schema_version", |r| r.get(0))
+            .unwrap();
+        conn.execute_batch(&format!(
+            "PRAGMA writable_schema = ON; \
+             UPDATE sqlite_schema SET sql = replace(sql, \"{}\", \"CHECK (state <> '')\") \
+             WHERE name = 'entries'; PRAGMA schema_version = {}; PRAGMA writable_schema = OFF;",
+            schema::STATE_CHECK_IN.replace('"', "\"\""),
+            version + 1
+        ))
+        .unwrap();
+        let before: String = conn
+            .query_row(
+                "SELECT sql FROM sqlite_schema WHERE name = 'entries'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(!before.contains(schema::STATE_CHECK_IN));
+
+        assert!(matches!(migrate(&conn), Err(LedgerError::Corrupt(_))));
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 6);
+        let after: String = conn
+            .query_row(
+                "SELECT sql FROM sqlite_schema WHERE name = 'entries'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(after, before);
     }
 
     #[test]
