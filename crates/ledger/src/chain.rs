@@ -71,7 +71,18 @@ impl ChainHasher {
 
     /// The hash of `ev` given its `prev_hash` (the event's own `hash` field is ignored).
     pub fn hash(&self, ev: &Event) -> String {
-        let hex = self.hex_digest(ev, &mut Vec::new());
+        self.hash_with_tail(ev, None)
+    }
+
+    /// [`ChainHasher::hash`], given the event's [`canonical_tail`] if it was encoded beforehand.
+    pub(crate) fn hash_with_tail(&self, ev: &Event, tail: Option<&[u8]>) -> String {
+        let mut buf = Vec::with_capacity(512);
+        canonical_head_into(ev, &mut buf);
+        match tail {
+            Some(t) => buf.extend_from_slice(t),
+            None => canonical_tail_into(ev, &mut buf),
+        }
+        let hex = self.hex_digest_of(&ev.prev_hash, &buf);
         String::from_utf8_lossy(&hex).into_owned()
     }
 
@@ -80,19 +91,24 @@ impl ChainHasher {
     fn hex_digest(&self, ev: &Event, buf: &mut Vec<u8>) -> [u8; 64] {
         buf.clear();
         canonical_event_into(ev, buf);
+        self.hex_digest_of(&ev.prev_hash, buf)
+    }
+
+    /// The hex digest of `prev_hash` followed by an event's canonical encoding.
+    fn hex_digest_of(&self, prev_hash: &str, canonical: &[u8]) -> [u8; 64] {
         let digest: [u8; 32] = match &self.key {
             None => {
                 let mut h = Sha256::new();
-                h.update(ev.prev_hash.as_bytes());
-                h.update(&buf[..]);
+                h.update(prev_hash.as_bytes());
+                h.update(canonical);
                 h.finalize().into()
             }
             Some(k) => {
                 // HMAC accepts keys of any length; new_from_slice cannot fail for it.
                 let mut m = <HmacSha256 as KeyInit>::new_from_slice(k)
                     .unwrap_or_else(|_| unreachable!("hmac accepts any key length"));
-                m.update(ev.prev_hash.as_bytes());
-                m.update(&buf[..]);
+                m.update(prev_hash.as_bytes());
+                m.update(canonical);
                 m.finalize().into_bytes().into()
             }
         };
@@ -103,13 +119,20 @@ impl ChainHasher {
     }
 }
 
+/// The canonical event's fields up to `entry_id`: the ones a writer knows only once it has placed
+/// the event in the log.
 #[derive(Serialize)]
-struct CanonicalEvent<'a> {
+struct CanonicalHead<'a> {
     v: u8,
     seq: i64,
     at: i64,
     kind: &'a str,
     entry_id: Option<i64>,
+}
+
+/// The canonical event's other fields, which follow the head's.
+#[derive(Serialize)]
+struct CanonicalTail<'a> {
     route: &'a str,
     scope: &'a str,
     key: &'a str,
@@ -119,7 +142,8 @@ struct CanonicalEvent<'a> {
     payload_digest: Option<&'a str>,
 }
 
-/// The bytes an event's hash covers (besides `prev_hash`). Field order is fixed by the struct.
+/// The bytes an event's hash covers (besides `prev_hash`): compact JSON of the fields of
+/// [`CanonicalHead`] then of [`CanonicalTail`], in that order, as one object.
 pub fn canonical_event(ev: &Event) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     canonical_event_into(ev, &mut out);
@@ -127,22 +151,73 @@ pub fn canonical_event(ev: &Event) -> Vec<u8> {
 }
 
 fn canonical_event_into(ev: &Event, out: &mut Vec<u8>) {
-    let c = CanonicalEvent {
+    canonical_head_into(ev, out);
+    canonical_tail_into(ev, out);
+}
+
+/// `{"v":1,…,"entry_id":…` (the object left open).
+fn canonical_head_into(ev: &Event, out: &mut Vec<u8>) {
+    let h = CanonicalHead {
         v: 1,
         seq: ev.seq,
         at: ev.at,
         kind: &ev.kind,
         entry_id: ev.entry_id,
-        route: &ev.route,
-        scope: &ev.scope,
-        key: &ev.key,
-        operator: ev.operator.as_deref(),
-        reason: ev.reason.as_deref(),
-        detail: &ev.detail,
-        payload_digest: ev.payload_digest.as_deref(),
     };
     // Serializing plain strings and integers into a Vec cannot fail.
-    let _ = serde_json::to_writer(out, &c);
+    let _ = serde_json::to_writer(&mut *out, &h);
+    out.pop(); // its `}`
+}
+
+fn canonical_tail_into(ev: &Event, out: &mut Vec<u8>) {
+    write_tail(
+        &CanonicalTail {
+            route: &ev.route,
+            scope: &ev.scope,
+            key: &ev.key,
+            operator: ev.operator.as_deref(),
+            reason: ev.reason.as_deref(),
+            detail: &ev.detail,
+            payload_digest: ev.payload_digest.as_deref(),
+        },
+        out,
+    );
+}
+
+/// `,"route":…}`: the rest of the canonical encoding of an event with these fields. It does not
+/// depend on where the event lands in the log, so a claim's event encodes it on the caller's
+/// thread, before its job is queued (the writer is one thread for every caller).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn canonical_tail(
+    route: &str,
+    scope: &str,
+    key: &str,
+    operator: Option<&str>,
+    reason: Option<&str>,
+    detail: &str,
+    payload_digest: Option<&str>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + route.len() + scope.len() + key.len() + detail.len());
+    write_tail(
+        &CanonicalTail {
+            route,
+            scope,
+            key,
+            operator,
+            reason,
+            detail,
+            payload_digest,
+        },
+        &mut out,
+    );
+    out
+}
+
+fn write_tail(t: &CanonicalTail<'_>, out: &mut Vec<u8>) {
+    let start = out.len();
+    let _ = serde_json::to_writer(&mut *out, t);
+    // Its `{` becomes the `,` after the head's last field.
+    out[start] = b',';
 }
 
 /// What a verification found.
@@ -263,5 +338,138 @@ pub fn check_alg(hasher: &ChainHasher, alg: &str) -> Result<()> {
         (a, b) if a == b => Ok(()),
         (ALG_HMAC, _) => Err(LedgerError::ChainKeyRequired),
         _ => Err(LedgerError::ChainKeyUnexpected),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The canonical event as one struct: how every event was hashed before the encoding was
+    /// split in two (and so what the split must reproduce byte for byte).
+    #[derive(Serialize)]
+    struct Whole<'a> {
+        v: u8,
+        seq: i64,
+        at: i64,
+        kind: &'a str,
+        entry_id: Option<i64>,
+        route: &'a str,
+        scope: &'a str,
+        key: &'a str,
+        operator: Option<&'a str>,
+        reason: Option<&'a str>,
+        detail: &'a str,
+        payload_digest: Option<&'a str>,
+    }
+
+    fn whole(ev: &Event) -> Vec<u8> {
+        serde_json::to_vec(&Whole {
+            v: 1,
+            seq: ev.seq,
+            at: ev.at,
+            kind: &ev.kind,
+            entry_id: ev.entry_id,
+            route: &ev.route,
+            scope: &ev.scope,
+            key: &ev.key,
+            operator: ev.operator.as_deref(),
+            reason: ev.reason.as_deref(),
+            detail: &ev.detail,
+            payload_digest: ev.payload_digest.as_deref(),
+        })
+        .unwrap()
+    }
+
+    fn tail_of(ev: &Event) -> Vec<u8> {
+        canonical_tail(
+            &ev.route,
+            &ev.scope,
+            &ev.key,
+            ev.operator.as_deref(),
+            ev.reason.as_deref(),
+            &ev.detail,
+            ev.payload_digest.as_deref(),
+        )
+    }
+
+    fn sample() -> (Event, Event) {
+        let ev = Event {
+            seq: 42,
+            at: 1_764_000_000_123,
+            kind: "claim".into(),
+            entry_id: Some(7),
+            route: "charges".into(),
+            scope: "agent-\"q\"\u{e9}\n".into(),
+            key: "k-\u{1F600}\\/\u{1}".into(),
+            operator: None,
+            reason: None,
+            detail: r#"{"attempt":1,"owner":"o"}"#.into(),
+            payload_digest: Some("ab".repeat(32)),
+            prev_hash: "cd".repeat(32),
+            hash: String::new(),
+        };
+        let mut other = ev.clone();
+        other.kind = "resolve".into();
+        other.entry_id = None;
+        other.operator = Some("alice".into());
+        other.reason = Some("why \"not\"".into());
+        other.payload_digest = None;
+        (ev, other)
+    }
+
+    /// The chain's hashes are a stored format: ledgers and exports written by earlier versions
+    /// must verify. These were computed by the encoding as it was before this test existed.
+    #[test]
+    fn the_canonical_encoding_and_its_hashes_do_not_change() {
+        let (ev, other) = sample();
+        assert_eq!(
+            String::from_utf8(canonical_event(&ev)).unwrap(),
+            r#"{"v":1,"seq":42,"at":1764000000123,"kind":"claim","entry_id":7,"route":"charges","scope":"agent-\"q\"é\n","key":"k-😀\\/\u0001","operator":null,"reason":null,"detail":"{\"attempt\":1,\"owner\":\"o\"}","payload_digest":"abababababababababababababababababababababababababababababababab"}"#
+        );
+        let keyed = ChainHasher::keyed(b"k3y".to_vec());
+        for (e, plain, hmac) in [
+            (
+                &ev,
+                "8cbc6b0927dab9acc19a74b04c8bc092b3bc169c7221ccd2f1c6878158ea1c8a",
+                "0fb30781f55fb16556f34ad378b0a1e2b24e028c3c27f57ad4dfeeb039e75ad2",
+            ),
+            (
+                &other,
+                "c570f67497af525655699d378f386f2c5a22148668d1f99618af760382b92c2b",
+                "eb58ebe35661d77d2f5991ee65db72ef3f35d3ed1cbade3a6c5e971300979a83",
+            ),
+        ] {
+            assert_eq!(ChainHasher::unkeyed().hash(e), plain);
+            assert_eq!(keyed.hash(e), hmac);
+            let tail = tail_of(e);
+            assert_eq!(ChainHasher::unkeyed().hash_with_tail(e, Some(&tail)), plain);
+            assert_eq!(keyed.hash_with_tail(e, Some(&tail)), hmac);
+        }
+    }
+
+    fn opt_text() -> impl Strategy<Value = Option<String>> {
+        prop::option::of(any::<String>())
+    }
+
+    proptest! {
+        /// Head and tail, encoded apart, are the whole event's encoding; a tail encoded
+        /// beforehand gives the same hash.
+        #[test]
+        fn the_split_encoding_is_the_whole_one(
+            seq in any::<i64>(), at in any::<i64>(), kind in any::<String>(),
+            entry_id in prop::option::of(any::<i64>()), route in any::<String>(),
+            scope in any::<String>(), key in any::<String>(), operator in opt_text(),
+            reason in opt_text(), detail in any::<String>(), payload_digest in opt_text(),
+        ) {
+            let ev = Event {
+                seq, at, kind, entry_id, route, scope, key, operator, reason, detail,
+                payload_digest, prev_hash: "ef".repeat(32), hash: String::new(),
+            };
+            prop_assert_eq!(canonical_event(&ev), whole(&ev));
+            let h = ChainHasher::unkeyed();
+            prop_assert_eq!(h.hash_with_tail(&ev, Some(&tail_of(&ev))), h.hash(&ev));
+        }
     }
 }

@@ -26,6 +26,8 @@ pub(crate) struct NewEvent<'a> {
     /// Canonical JSON ([`crate::canon::canonical_string`]).
     pub detail: String,
     pub payload_digest: Option<String>,
+    /// The event's [`crate::chain::canonical_tail`] if it was encoded before the job was queued.
+    pub tail: Option<&'a [u8]>,
 }
 
 /// The hourly counter of replays answered from the ledger (not an event: replays are counters).
@@ -145,6 +147,7 @@ static EVENT_INSERTS: PerDialect<Vec<(usize, String)>> = PerDialect::new(|d| {
 
 /// Appends one event to the chain (written with the batch) and bumps its hourly counter.
 pub(crate) fn append(ctx: &mut Ctx<'_>, ne: NewEvent<'_>) -> Result<i64> {
+    let tail = ne.tail;
     let mut ev = Event {
         seq: ctx.head.seq + 1,
         at: ne.at,
@@ -160,7 +163,12 @@ pub(crate) fn append(ctx: &mut Ctx<'_>, ne: NewEvent<'_>) -> Result<i64> {
         prev_hash: std::mem::take(&mut ctx.head.hash),
         hash: String::new(),
     };
-    ev.hash = ctx.hasher.hash(&ev);
+    debug_assert!(tail.is_none_or(|t| {
+        let mut whole = crate::chain::canonical_event(&ev);
+        whole.drain(..whole.len() - t.len());
+        whole == t
+    }));
+    ev.hash = ctx.hasher.hash_with_tail(&ev, tail);
     bump_hourly(ctx, ev.at, &ev.kind);
     ctx.head.seq = ev.seq;
     ctx.head.hash.clone_from(&ev.hash);
@@ -207,6 +215,7 @@ impl Row {
             actor: None,
             detail,
             payload_digest: None,
+            tail: None,
         }
     }
 }
@@ -256,16 +265,30 @@ pub(crate) struct Claim {
     digest: String,
     /// A first claim's event detail.
     detail: String,
+    /// A first claim's event, encoded for its hash but for its place in the log and its entry.
+    tail: Vec<u8>,
 }
 
 impl Claim {
     pub fn new(req: ClaimRequest) -> Claim {
         let r = &req.request;
+        let digest = sha256_hex(&r.body);
+        let detail = canonical_string(&json!({"attempt": 1, "fingerprint": req.fingerprint,
+            "owner": req.owner, "method": r.method, "path": r.path}));
+        let tail = crate::chain::canonical_tail(
+            &req.route,
+            &req.scope,
+            &req.key,
+            None,
+            None,
+            &detail,
+            Some(&digest),
+        );
         Claim {
             headers: headers_json(&r.headers),
-            digest: sha256_hex(&r.body),
-            detail: canonical_string(&json!({"attempt": 1, "fingerprint": req.fingerprint,
-                "owner": req.owner, "method": r.method, "path": r.path})),
+            digest,
+            detail,
+            tail,
             req,
         }
     }
@@ -542,6 +565,7 @@ fn reject_duplicate(ctx: &mut Ctx<'_>, c: &Claim) -> Result<Option<ClaimOutcome>
             detail: canonical_string(&json!({"rejected": true, "duplicate_of": id,
                            "duplicate_of_key": key, "fingerprint": req.fingerprint})),
             payload_digest: Some(c.digest.clone()),
+            tail: None,
         },
     )?;
     Ok(Some(ClaimOutcome::ProbableDuplicate { entry_id: id, key }))
@@ -725,6 +749,7 @@ fn claimed(ctx: &mut Ctx<'_>, c: &Claim, id: i64) -> Result<ClaimOutcome> {
             actor: None,
             detail: c.detail.clone(),
             payload_digest: Some(c.digest.clone()),
+            tail: Some(&c.tail),
         },
     )?;
     Ok(ClaimOutcome::Claimed {
