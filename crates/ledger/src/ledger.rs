@@ -444,6 +444,46 @@ mod tests {
             .join("; ")
     }
 
+    /// On SQLite the batch's events take their seq from SQLite's next rowid; the writer checks
+    /// that it is the seq each event was hashed with. A row that lands in the log behind the
+    /// writer's back (here, a job's own insert) fails the batch, which then writes nothing.
+    #[test]
+    fn events_stored_out_of_place_fail_their_batch() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let l = ledger_with(&dir, 3);
+        let head = |l: &Ledger| l.read(|db| read::head(db)).expect("head").expect("a head");
+        let before = head(&l);
+        let stray = l.submit(|ctx| {
+            ctx.db.exec(
+                "INSERT INTO events (seq, at, kind, route, scope, key, detail, prev_hash, hash) \
+                 VALUES (?1, 1, 'claim', 'r', 's', 'k', '{}', 'x', 'y')",
+                vals![ctx.head.seq + 2],
+            )?;
+            let row = write::NewEvent {
+                at: 1,
+                kind: EventKind::Claim,
+                entry_id: None,
+                route: "r",
+                scope: "s",
+                key: "k",
+                actor: None,
+                detail: "{}".into(),
+                payload_digest: None,
+                tail: None,
+            };
+            write::append(ctx, row)
+        });
+        match stray.wait() {
+            Err(LedgerError::Unavailable(why)) => {
+                assert!(why.contains("was stored as seq"), "{why}")
+            }
+            other => panic!("the batch committed: {other:?}"),
+        }
+        let after = head(&l);
+        assert_eq!((after.seq, after.hash), (before.seq, before.hash));
+        assert!(l.verify(&mut |_| true).expect("verify").ok);
+    }
+
     #[test]
     fn the_expired_count_reads_the_expiry_index_alone() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -60,12 +60,15 @@ fn moved(ctx: &mut Ctx<'_>, from: Option<State>, to: Option<State>) {
 /// the log or the counters — and saves a statement (on PostgreSQL a round trip) per event and per
 /// counter, and a hot-row update per job.
 pub(crate) fn flush(db: &mut dyn Db, out: &Deferred) -> Result<()> {
+    let dialect = db.dialect();
+    // SQLite numbers the rows itself (see `EVENT_INSERTS`): each `seq` is then checked below.
+    let own_seq = dialect == Dialect::Postgres;
     let mut stmts: Vec<(&str, Vec<Val<'_>>)> = Vec::new();
     let mut rest = &out.events[..];
     while !rest.is_empty() {
         // A few fixed chunk sizes, so the statements are prepared (and written) once each.
         let (n, sql) = EVENT_INSERTS
-            .get(db.dialect())
+            .get(dialect)
             .iter()
             .find(|(n, _)| rest.len() >= *n)
             .map_or((1, ""), |(n, sql)| (*n, sql.as_str()));
@@ -73,8 +76,10 @@ pub(crate) fn flush(db: &mut dyn Db, out: &Deferred) -> Result<()> {
         rest = tail;
         let mut params = Vec::with_capacity(n * 13);
         for ev in chunk {
+            if own_seq {
+                params.push(Val::Int(ev.seq));
+            }
             params.extend_from_slice(vals![
-                ev.seq,
                 ev.at,
                 &ev.kind,
                 ev.entry_id,
@@ -90,6 +95,19 @@ pub(crate) fn flush(db: &mut dyn Db, out: &Deferred) -> Result<()> {
             ]);
         }
         stmts.push((sql, params));
+    }
+    if let (false, Some(last)) = (own_seq, out.events.last()) {
+        db.exec_all(&stmts)?;
+        stmts.clear();
+        // Each row took the next rowid, one past the log's last: the rows are where their hashes
+        // say they are only if the last one is.
+        let stored = db.last_insert_id()?;
+        if stored != last.seq {
+            return Err(LedgerError::Corrupt(format!(
+                "the log's event {} was stored as seq {stored} (the log changed under the writer)",
+                last.seq
+            )));
+        }
     }
     for (hour, kind, n) in &out.bumps {
         stmts.push((
@@ -124,20 +142,35 @@ static COUNTER_SQL: PerDialect<(String, String)> = PerDialect::new(|d| {
 });
 
 /// The batch's multi-row event inserts, by rows per statement (largest first).
+///
+/// On SQLite the rows leave out `seq`, the table's rowid, and SQLite numbers them one past the
+/// last: given a rowid, SQLite must be ready to refuse one that is not an integer halfway through
+/// the rows, and so keeps a statement journal for a multi-row insert (a copy of every page it
+/// touches first, 3% of the writer's time).
 static EVENT_INSERTS: PerDialect<Vec<(usize, String)>> = PerDialect::new(|d| {
+    let (cols, per_row) = match d {
+        Dialect::Sqlite => (
+            read::EVENT_COLS
+                .strip_prefix("seq, ")
+                .unwrap_or(read::EVENT_COLS),
+            12,
+        ),
+        Dialect::Postgres => (read::EVENT_COLS, 13),
+    };
     [256, 64, 8, 1]
         .into_iter()
         .map(|n| {
             let rows: Vec<String> = (0..n)
                 .map(|r| {
-                    let marks: Vec<String> = (1..=13).map(|c| format!("?{}", r * 13 + c)).collect();
+                    let marks: Vec<String> = (1..=per_row)
+                        .map(|c| format!("?{}", r * per_row + c))
+                        .collect();
                     format!("({})", marks.join(", "))
                 })
                 .collect();
             let sql = format!(
-                "{} INTO events ({}) VALUES {}",
+                "{} INTO events ({cols}) VALUES {}",
                 d.insert(),
-                read::EVENT_COLS,
                 rows.join(", ")
             );
             (n, sql)
