@@ -169,6 +169,13 @@ fn canonical_head_into(ev: &Event, out: &mut Vec<u8>) {
     out.pop(); // its `}`
 }
 
+/// [`canonical_tail`] of `ev`'s fields.
+pub(crate) fn event_tail(ev: &Event) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    canonical_tail_into(ev, &mut out);
+    out
+}
+
 fn canonical_tail_into(ev: &Event, out: &mut Vec<u8>) {
     write_tail(
         &CanonicalTail {
@@ -382,6 +389,7 @@ mod tests {
         .unwrap()
     }
 
+    /// The tail as a caller encodes it beforehand, from the fields alone.
     fn tail_of(ev: &Event) -> Vec<u8> {
         canonical_tail(
             &ev.route,
