@@ -516,8 +516,9 @@ mod tests {
         );
     }
 
-    /// A key filter reads the key index and then rows by id, never a scan: no index orders the
-    /// entries by key, and the log's key index holds no completion (migration 6).
+    /// A key filter reads key indexes and then rows by id, never a scan: the entries' unique
+    /// constraint leads with the key, and the log's key index holds no claim and no completion
+    /// (migration 8).
     #[test]
     fn key_lookups_read_the_key_index() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -529,18 +530,18 @@ mod tests {
         };
         let entries = key_plan("entries", "id", crate::read::ENTRY_KEY);
         assert!(
-            entries.contains("SEARCH entries USING INTEGER PRIMARY KEY")
-                && entries.contains("USING INDEX events_key (key=?)")
+            entries.contains("USING COVERING INDEX sqlite_autoindex_entries_1 (key=?)")
                 && !entries.contains("SCAN"),
-            "the entries of a key are not read through the log's key index: {entries}"
+            "the entries of a key are not read through the unique constraint's index: {entries}"
         );
         let events = key_plan("events", "seq", crate::read::EVENT_KEY);
         assert!(
             events.contains("SEARCH events USING INTEGER PRIMARY KEY")
                 && events.contains("USING INDEX events_key (key=?)")
+                && events.contains("USING COVERING INDEX sqlite_autoindex_entries_1 (key=?)")
                 && events.contains("USING COVERING INDEX events_entry (entry_id=?)")
                 && !events.contains("SCAN"),
-            "the events of a key are not read through the key index and their entries: {events}"
+            "the events of a key are not read through the key indexes and their entries: {events}"
         );
     }
 

@@ -192,21 +192,20 @@ impl Where {
     }
 }
 
-/// "The entry's key is `?`", through the log: no index orders the entries by key (a random-key
-/// index costs every claim a page; migration 6). An entry's claim event carries its key and its
-/// id, and `events_key` holds every event but the completions. The outer `key = ?` keeps out the
-/// entry that a refused duplicate's event names under another key.
-pub(crate) const ENTRY_KEY: &str = "key = ? AND id IN \
-     (SELECT entry_id FROM events WHERE key = ? AND kind <> 'complete')";
+/// "The entry's key is `?`": the entries' unique constraint leads with the key (migration 8).
+pub(crate) const ENTRY_KEY: &str = "key = ?";
 
-/// "The event's key is `?`": the events in `events_key` (all but the completions, migration 6),
-/// and the events of every entry one of them names — which brings each completion, logged under
-/// its entry's key. The outer `key = ?` keeps what is under another key. `kind <> 'complete'` is
-/// spelled as the partial index's condition is, so both planners use it.
+/// "The event's key is `?`". `events_key` holds every event but the claims and the completions
+/// (migration 8); those two are always logged under their entry, with its key and id. So: the
+/// events in `events_key`; the events of every entry of the key; and the events of every entry
+/// that one of the indexed events names — a purged entry's, through its purge's event (and, under
+/// another key, a refused duplicate's original). The outer `key = ?` keeps what is under another
+/// key. The kinds are spelled as the partial index's condition is, so both planners use it.
 pub(crate) const EVENT_KEY: &str = "key = ? AND seq IN \
-     (SELECT seq FROM events WHERE key = ? AND kind <> 'complete' \
+     (SELECT seq FROM events WHERE key = ? AND kind <> 'claim' AND kind <> 'complete' \
+      UNION SELECT e.seq FROM entries n CROSS JOIN events e WHERE n.key = ? AND e.entry_id = n.id \
       UNION SELECT e.seq FROM events k CROSS JOIN events e \
-      WHERE k.key = ? AND k.kind <> 'complete' AND e.entry_id = k.entry_id)";
+      WHERE k.key = ? AND k.kind <> 'claim' AND k.kind <> 'complete' AND e.entry_id = k.entry_id)";
 
 pub(crate) fn entries(
     db: &mut dyn Db,

@@ -739,10 +739,10 @@ fn purge_removes_entries_but_keeps_the_chain_verifiable(b: Backend) {
     verify_ok(&f.l);
 }
 
-/// A key filter finds exactly the events and entries under that key, though the key index holds
-/// no completion and no entry (migration 6): checked against every event read unfiltered, with a
-/// refused duplicate's event (it names another key's entry), a purged entry, one key in two
-/// scopes, and a key that ran twice.
+/// A key filter finds exactly the events and entries under that key, though the log's key index
+/// holds no claim and no completion (SQLite migration 8): checked against every event read
+/// unfiltered, with a refused duplicate's event (it names another key's entry), a purged entry,
+/// one key in two scopes, and a key that ran twice.
 fn a_key_finds_exactly_its_entries_and_events(b: Backend) {
     let f = fx!(b);
     let a = claimed(

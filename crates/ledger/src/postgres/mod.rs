@@ -3,9 +3,10 @@
 //! Each process runs the shared writer (`writer.rs`) on one connection. A batch is one transaction
 //! that first takes a transaction-scoped advisory lock ([`WRITE_LOCK`]): the writers of all
 //! instances take turns, so every claim reads its key's row and the chain head under the lock and
-//! exactly one claim wins (the `UNIQUE (route, scope, key)` constraint is the backstop), and the hash
-//! chain stays one chain. Commits are durable (`synchronous_commit` as the server has it, `on` by
-//! default); one commit carries the whole batch — group commit across the instance's requests.
+//! exactly one claim wins (the unique constraint on `(key, route, scope)` is the backstop), and
+//! the hash chain stays one chain. Commits are durable (`synchronous_commit` as the server has it,
+//! `on` by default); one commit carries the whole batch — group commit across the instance's
+//! requests.
 //!
 //! A lost connection (the server restarted, a network cut) fails the batch in flight — its writes
 //! are answered with an error, never acknowledged — and the next batch reconnects. Readers use a

@@ -139,6 +139,14 @@ DROP INDEX entries_key;
 DROP INDEX events_key;
 CREATE INDEX events_key ON events (key, seq) WHERE kind <> 'complete';
 "#,
+    // 5: one random-key index row per claim instead of two, as on SQLite (its migration 8): the
+    // unique constraint leads with the key, and the log's key index drops the claims.
+    r#"
+ALTER TABLE entries ADD CONSTRAINT entries_identity UNIQUE (key, route, scope);
+ALTER TABLE entries DROP CONSTRAINT entries_route_scope_key_key;
+DROP INDEX events_key;
+CREATE INDEX events_key ON events (key, seq) WHERE kind <> 'claim' AND kind <> 'complete';
+"#,
 ];
 
 pub fn current_version() -> i64 {

@@ -561,6 +561,145 @@ mod tests {
         assert_eq!(after, before);
     }
 
+    /// The columns of the entries' unique constraint's index, in order.
+    fn unique_columns(conn: &Connection) -> Vec<String> {
+        let mut st = conn
+            .prepare(
+                "SELECT name FROM pragma_index_info('sqlite_autoindex_entries_1') ORDER BY seqno",
+            )
+            .unwrap();
+        let names = st.query_map([], |r| r.get(0)).unwrap();
+        names.collect::<rusqlite::Result<_>>().unwrap()
+    }
+
+    fn integrity(conn: &Connection) -> Vec<String> {
+        let mut st = conn
+            .prepare("SELECT integrity_check FROM pragma_integrity_check")
+            .unwrap();
+        let rows = st.query_map([], |r| r.get(0)).unwrap();
+        rows.collect::<rusqlite::Result<_>>().unwrap()
+    }
+
+    /// Migration 8: the unique constraint's index leads with the key and holds every entry (it
+    /// was rebuilt in the new order: a ledger of many keys passes `integrity_check`), the
+    /// constraint still refuses a second `(route, scope, key)` on every connection, and the log's
+    /// key index no longer holds claims.
+    #[test]
+    fn the_unique_constraint_leads_with_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let conn = writer_conn(&path);
+        migrate_to(&conn, 7).unwrap();
+        assert_eq!(unique_columns(&conn), ["route", "scope", "key"]);
+        // Keys whose order differs from their (route, scope) order, so that an index left in the
+        // old order is out of order in the new one.
+        for i in 0..3_000 {
+            let key = format!("{:08x}", (i as u32).wrapping_mul(2_654_435_761));
+            conn.execute(
+                "INSERT INTO entries (route, scope, key, fingerprint, effect, state, created_at, \
+                 updated_at) VALUES (?1, ?2, ?3, 'f', 'write', 'completed', 1, 1)",
+                rusqlite::params![format!("r{}", i % 3), format!("s{}", i % 7), key],
+            )
+            .unwrap();
+        }
+        let other = writer_conn(&path);
+        assert_eq!(unique_columns(&other), ["route", "scope", "key"]);
+
+        migrate(&conn).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 8);
+        assert_eq!(integrity(&conn), ["ok"]);
+        let n: i64 = other
+            .query_row("SELECT count(*) FROM entries", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 3_000);
+        for c in [&conn, &other] {
+            assert_eq!(unique_columns(c), ["key", "route", "scope"]);
+            let key = format!("{:08x}", 17u32.wrapping_mul(2_654_435_761));
+            let found: i64 = c
+                .query_row(
+                    "SELECT count(*) FROM entries INDEXED BY sqlite_autoindex_entries_1 \
+                     WHERE key = ?1",
+                    [&key],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(found, 1);
+        }
+        insert_entry(&other, "twice", "completed").unwrap();
+        for c in [&conn, &other] {
+            let refused = insert_entry(c, "twice", "completed").unwrap_err();
+            assert!(
+                refused.to_string().contains("UNIQUE constraint failed"),
+                "{refused}"
+            );
+        }
+        conn.execute(
+            "INSERT INTO entries (route, scope, key, fingerprint, effect, state, created_at, \
+             updated_at) VALUES ('charges', 'agent-2', 'twice', 'f', 'write', 'completed', 1, 1)",
+            [],
+        )
+        .unwrap();
+        assert_eq!(integrity(&conn), ["ok"]);
+        let log_index: String = conn
+            .query_row(
+                "SELECT sql FROM sqlite_schema WHERE name = 'events_key'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(log_index.ends_with("WHERE kind <> 'claim' AND kind <> 'complete'"));
+        // A new ledger gets the same schema.
+        let fresh = writer_conn(&dir.path().join("fresh.db"));
+        migrate(&fresh).unwrap();
+        assert_eq!(unique_columns(&fresh), ["key", "route", "scope"]);
+    }
+
+    /// Migration 8 changes a unique constraint it recognises, or nothing.
+    #[test]
+    fn the_unique_constraint_rewrite_refuses_a_table_it_does_not_know() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let conn = writer_conn(&path);
+        migrate_to(&conn, 7).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "schema_version", |r| r.get(0))
+            .unwrap();
+        // The same index, its constraint spelled otherwise.
+        conn.execute_batch(&format!(
+            "PRAGMA writable_schema = ON; \
+             UPDATE sqlite_schema SET sql = replace(sql, '{}', 'UNIQUE (route,scope,key)') \
+             WHERE name = 'entries'; PRAGMA schema_version = {}; PRAGMA writable_schema = OFF;",
+            schema::UNIQUE_ROUTE_FIRST,
+            version + 1
+        ))
+        .unwrap();
+        let before: String = conn
+            .query_row(
+                "SELECT sql FROM sqlite_schema WHERE name = 'entries'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+
+        assert!(matches!(migrate(&conn), Err(LedgerError::Corrupt(_))));
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 7);
+        let after: String = conn
+            .query_row(
+                "SELECT sql FROM sqlite_schema WHERE name = 'entries'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(after, before);
+        assert_eq!(unique_columns(&conn), ["route", "scope", "key"]);
+    }
+
     #[test]
     fn the_writer_compiles_its_statements_once() {
         let dir = tempfile::tempdir().unwrap();

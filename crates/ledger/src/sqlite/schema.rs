@@ -198,6 +198,15 @@ CREATE INDEX events_key ON events (key, seq) WHERE kind <> 'complete';
     // ~6% of the writer's time per claim (BENCHMARKS.md). The four comparisons allow the same
     // states.
     Migration::Code(state_check_as_comparisons),
+    // 8: one random-key index row per claim instead of two. Keys are random (agents send UUIDs),
+    // so each key-ordered index row lands on a page of its own and every commit writes that page
+    // whole: with random keys, the log's key index was ~40% of a claim's WAL and of the writer's
+    // time (BENCHMARKS.md). The entries' unique constraint now leads with the key, so it finds the
+    // entries of a key by itself (`read::ENTRY_KEY`), and `events_key` keeps only the events that
+    // are not a claim or a completion: those two are always logged under their entry, with its key
+    // and id, and are found through the entries of the key, or through a purge's event when the
+    // entry is gone (`read::EVENT_KEY`).
+    Migration::Code(key_first),
 ];
 
 /// The entries' state check as written by migration 1, and as migration 7 rewrites it.
@@ -207,30 +216,66 @@ pub const STATE_CHECK_EQ: &str = "CHECK (state = 'pending' OR state = 'completed
 
 /// Migration 7. SQLite's ALTER TABLE cannot change a CHECK constraint, and rebuilding `entries`
 /// would copy every stored request and response at start-up. A CHECK constraint is not stored
-/// in the rows, so its text in `sqlite_schema` is changed in place, by the procedure SQLite
-/// documents for such changes (lang_altertable.html, "Making Other Kinds Of Table Schema
-/// Changes"): writable schema, the new text, the schema version bumped so that every other
-/// connection reads the schema again. It runs inside the migrations' transaction.
+/// in the rows, so its text in `sqlite_schema` is changed in place ([`rewrite_entries_sql`]),
+/// inside the migrations' transaction.
 fn state_check_as_comparisons(conn: &Connection) -> Result<()> {
+    rewrite_entries_sql(
+        conn,
+        STATE_CHECK_IN,
+        STATE_CHECK_EQ,
+        "the entries table does not have the state check that migration 1 created",
+    )
+}
+
+/// Replaces `from` with `to` in the `entries` table's text in `sqlite_schema`, by SQLite's
+/// procedure for schema changes its ALTER TABLE cannot make (lang_altertable.html, "Making Other
+/// Kinds Of Table Schema Changes"): writable schema, the new text, the schema version bumped so
+/// that every other connection reads the schema again. Refuses, changing nothing, a table whose
+/// text does not have `from` (`refusal`: why).
+fn rewrite_entries_sql(conn: &Connection, from: &str, to: &str, refusal: &str) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "schema_version", |r| r.get(0))?;
     conn.pragma_update(None, "writable_schema", "ON")?;
     let changed = conn
         .execute(
             "UPDATE sqlite_schema SET sql = replace(sql, ?1, ?2) \
              WHERE type = 'table' AND name = 'entries' AND instr(sql, ?1) > 0",
-            [STATE_CHECK_IN, STATE_CHECK_EQ],
+            [from, to],
         )
         .map_err(LedgerError::from)
         .and_then(|n| match n {
             1 => Ok(conn.pragma_update(None, "schema_version", version + 1)?),
             // Not the table migration 1 created: the caller rolls back, and nothing changes.
-            _ => Err(LedgerError::Corrupt(
-                "the entries table does not have the state check that migration 1 created".into(),
-            )),
+            _ => Err(LedgerError::Corrupt(refusal.into())),
         });
     // RESET: as OFF, and this connection reads the schema again too.
     conn.pragma_update(None, "writable_schema", "RESET")?;
     changed
+}
+
+/// The entries' unique constraint as written by migration 1, and as migration 8 rewrites it.
+pub const UNIQUE_ROUTE_FIRST: &str = "UNIQUE (route, scope, key)";
+pub const UNIQUE_KEY_FIRST: &str = "UNIQUE (key, route, scope)";
+
+/// Migration 8. As in migration 7, SQLite's ALTER TABLE cannot change a table's constraint, and
+/// rebuilding `entries` would copy every stored request and response. The constraint's columns
+/// are reordered in the table's text in `sqlite_schema`; its index (`sqlite_autoindex_entries_1`,
+/// whose own schema row has no text: SQLite derives it from the table's) is then ordered the old
+/// way, and `REINDEX` rebuilds it from the table's rows in the new order. Both run in the
+/// migrations' transaction, so no other connection sees the index between the two. Then the
+/// log's key index drops its claims.
+fn key_first(conn: &Connection) -> Result<()> {
+    rewrite_entries_sql(
+        conn,
+        UNIQUE_ROUTE_FIRST,
+        UNIQUE_KEY_FIRST,
+        "the entries table does not have the unique constraint that migration 1 created",
+    )?;
+    conn.execute_batch(
+        "REINDEX sqlite_autoindex_entries_1;
+         DROP INDEX events_key;
+         CREATE INDEX events_key ON events (key, seq) WHERE kind <> 'claim' AND kind <> 'complete';",
+    )?;
+    Ok(())
 }
 
 pub fn current_version() -> i64 {
