@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.environ.get("BENCH_SMOKE") == "1"
@@ -280,19 +281,31 @@ function setup(thread)
   thread:set("tid", thread_id)
 end
 function init(args)
-  math.randomseed(os.time() * 1000 + tid)
-  prefix = string.format("%s-%d-%d-%d", os.getenv("BENCH_RUN"), tid, os.time(), math.random(1, 1000000000))
+  -- Seeded by the run, the thread and the time, so no two runs draw the same keys.
+  local run, seed = os.getenv("BENCH_RUN"), 0
+  for i = 1, #run do seed = (seed * 31 + string.byte(run, i)) % 2147483647 end
+  math.randomseed(seed + tid * 1000003 + os.time() % 1000000 * 7919)
   n = 0
   fresh_share = tonumber(os.getenv("BENCH_FRESH"))
   replay_keys = tonumber(os.getenv("BENCH_REPLAY_KEYS"))
   body = os.getenv("BENCH_BODY")
   path = os.getenv("BENCH_PATH")
 end
+local function hex(digits)
+  local s = ""
+  for _ = 1, digits / 4 do s = s .. string.format("%04x", math.random(0, 0xffff)) end
+  return s
+end
+-- A random UUID v4, as agents send them (keys in order would flatter a b-tree ledger).
+local function uuid4()
+  return string.format("%s-%s-4%s-%x%s-%s", hex(8), hex(4), string.sub(hex(4), 2),
+                       math.random(8, 11), string.sub(hex(4), 2), hex(12))
+end
 function request()
   n = n + 1
   local key
   if math.random() < fresh_share then
-    key = prefix .. "-" .. n
+    key = uuid4()
   else
     key = "replay-" .. (n % replay_keys)
   end
@@ -346,7 +359,7 @@ def http_post(port, path, key):
     return int(data.split(b" ", 2)[1]) if data else 0
 
 
-async def fixed_rate(port, path, rate, seconds, run_id):
+async def fixed_rate(port, path, rate, seconds):
     """Open-loop load at `rate` req/s on keep-alive connections; latency from the scheduled send
     time (no coordinated omission). Returns sorted latencies in ms and the error count.
 
@@ -355,12 +368,12 @@ async def fixed_rate(port, path, rate, seconds, run_id):
     the target's latency (every run's max; session 11 in BENCHMARKS.md)."""
     gc.disable()
     try:
-        return await _fixed_rate(port, path, rate, seconds, run_id)
+        return await _fixed_rate(port, path, rate, seconds)
     finally:
         gc.enable()
 
 
-async def _fixed_rate(port, path, rate, seconds, run_id):
+async def _fixed_rate(port, path, rate, seconds):
     conns = []
     for _ in range(32):
         r, w = await asyncio.open_connection("127.0.0.1", port)
@@ -376,7 +389,7 @@ async def _fixed_rate(port, path, rate, seconds, run_id):
         nonlocal errors
         r, w = await free.get()
         try:
-            w.write(post(path, f"{run_id}-{i}"))
+            w.write(post(path, str(uuid.uuid4())))
             await w.drain()
             head = await r.readuntil(b"\r\n\r\n")
             status = int(head.split(b" ", 2)[1])
@@ -405,7 +418,7 @@ async def _fixed_rate(port, path, rate, seconds, run_id):
     return lat, errors
 
 
-def one_at_a_time(port, path, n, run_id):
+def one_at_a_time(port, path, n):
     """`n` fresh-key requests one after another on one keep-alive connection: each one's latency
     with nothing queued before it (sorted, ms), and the error count."""
     lat, errors = [], 0
@@ -413,7 +426,7 @@ def one_at_a_time(port, path, n, run_id):
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         f = s.makefile("rb")
         for i in range(n):
-            req = post(path, f"{run_id}-{i}")
+            req = post(path, str(uuid.uuid4()))
             t = time.perf_counter()
             s.sendall(req)
             status = int(f.readline().split(b" ", 2)[1])
@@ -512,12 +525,12 @@ def main():
                         **{n: x for n, x in t.items() if n != DIRECT}}
         for n, (port, path) in rate_targets.items():
             t0 = cpu_times()
-            lat, errors = asyncio.run(fixed_rate(port, path, 1000, RATE_SECONDS, f"rate-{n}-{time.time()}"))
+            lat, errors = asyncio.run(fixed_rate(port, path, 1000, RATE_SECONDS))
             # The hypervisor's share of these seconds: the 1k req/s tail follows it (BENCHMARKS.md,
             # session 11), and the whole phase's average hides one noisy run.
             steal = steal_since(t0)
             # The floor under that: one request at a time on one connection, no queueing at all.
-            one, one_errors = one_at_a_time(port, path, SEQUENTIAL, f"seq-{n}-{time.time()}")
+            one, one_errors = one_at_a_time(port, path, SEQUENTIAL)
             results["rate"][n] = {"p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "errors": errors + one_errors,
                                   "alone_p50_ms": pct(one, 50), "alone_p99_ms": pct(one, 99), "steal": steal}
             print(f"  1k req/s {n:<34} p50 {pct(lat, 50):.3f} ms  p99 {pct(lat, 99):.3f} ms  errors {errors}; "

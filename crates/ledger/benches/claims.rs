@@ -1,7 +1,8 @@
 //! In-process ledger throughput: durable claims per second with group commit (many claims per
-//! fsync'd transaction) against one transaction per claim; durable first calls per second (a claim,
-//! then its completion: what the ledger does for every first call through the proxy, without HTTP);
-//! and request fingerprinting of 1 KiB and 64 KiB JSON bodies. `cargo bench -p idemgate-ledger --bench claims` (BENCHMARKS.md); under
+//! fsync'd transaction), under keys in order and under random UUIDs, against one transaction per
+//! claim; durable first calls per second (a claim, then its completion: what the ledger does for
+//! every first call through the proxy, without HTTP); and request fingerprinting of 1 KiB and
+//! 64 KiB JSON bodies. `cargo bench -p idemgate-ledger --bench claims` (BENCHMARKS.md); under
 //! `cargo test --benches` each runs once, as a smoke test.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,12 +17,36 @@ use idemgate_ledger::*;
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
-fn claim(body: &[u8]) -> ClaimRequest {
+/// The next key: `bench-<n>`, in order, or (`random`) a random UUID v4, as agents send them. A
+/// new key's index rows land on the page of the one before when keys come in order, and on a
+/// page of their own when they are random, which every commit then writes whole.
+fn next_key(random: bool) -> String {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    if !random {
+        return format!("bench-{n}");
+    }
+    // splitmix64: a bijection, so the keys are distinct, and as good as random for a b-tree.
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let (a, b) = (mix(2 * n + 1), mix(2 * n + 2));
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        0x8000 | (b >> 48) & 0x3fff,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+fn claim(body: &[u8], random: bool) -> ClaimRequest {
     ClaimRequest {
         route: "charges".into(),
         scope: "agent".into(),
-        key: format!("bench-{n}"),
+        key: next_key(random),
         fingerprint: canon::fingerprint("POST", "charges", &[], body),
         effect: Effect::Write,
         request: RequestRecord {
@@ -40,7 +65,16 @@ fn claim(body: &[u8]) -> ClaimRequest {
 
 /// `n` claims in flight at once (as from `n` concurrent requests), all awaited.
 fn claims_in_flight(l: &Ledger, n: usize, body: &[u8]) {
-    let tickets: Vec<_> = (0..n).map(|_| l.claim(claim(body))).collect();
+    claims_with_keys(l, n, body, false)
+}
+
+/// As [`claims_in_flight`], each under a random UUID.
+fn random_key_claims_in_flight(l: &Ledger, n: usize, body: &[u8]) {
+    claims_with_keys(l, n, body, true)
+}
+
+fn claims_with_keys(l: &Ledger, n: usize, body: &[u8], random: bool) {
+    let tickets: Vec<_> = (0..n).map(|_| l.claim(claim(body, random))).collect();
     for t in tickets {
         match t.wait() {
             Ok(ClaimOutcome::Claimed { .. }) => {}
@@ -64,6 +98,9 @@ fn ledger(max_batch: usize) -> (tempfile::TempDir, std::sync::Arc<Ledger>) {
     (dir, l)
 }
 
+/// One round: `in_flight` operations put through the ledger at once, all awaited.
+type Round = fn(&Ledger, usize, &[u8]);
+
 /// Times `round` (which puts `in_flight` operations through `l` at once and waits for all) as the
 /// benchmark `group/name/in_flight`, then prints how many writes each fsync'd commit carried.
 fn bench_rounds(
@@ -72,7 +109,7 @@ fn bench_rounds(
     name: &str,
     l: &Ledger,
     in_flight: usize,
-    round: fn(&Ledger, usize, &[u8]),
+    round: Round,
 ) {
     let body = br#"{"amount":4999,"currency":"usd","customer":"cus_123","description":"order 42"}"#;
     g.throughput(Throughput::Elements(in_flight as u64));
@@ -95,12 +132,18 @@ fn bench_rounds(
 fn claims(c: &mut Criterion) {
     let mut g = c.benchmark_group("durable_claims");
     g.sample_size(10).measurement_time(Duration::from_secs(5));
-    for (name, batch) in [
-        ("group_commit", MAX_BATCH),
-        ("one_transaction_per_claim", 1),
-    ] {
+    let rounds: [(&str, usize, Round); 3] = [
+        ("group_commit", MAX_BATCH, claims_in_flight),
+        (
+            "group_commit_random_keys",
+            MAX_BATCH,
+            random_key_claims_in_flight,
+        ),
+        ("one_transaction_per_claim", 1, claims_in_flight),
+    ];
+    for (name, batch, round) in rounds {
         let (_dir, l) = ledger(batch);
-        bench_rounds(&mut g, "durable_claims", name, &l, 256, claims_in_flight);
+        bench_rounds(&mut g, "durable_claims", name, &l, 256, round);
     }
     g.finish();
 }
@@ -108,7 +151,16 @@ fn claims(c: &mut Criterion) {
 /// `n` first calls in flight at once: each claimed, then completed, both durable — the ledger's part
 /// of a first call through the proxy, with the upstream answering instantly.
 fn first_calls_in_flight(l: &Ledger, n: usize, body: &[u8]) {
-    let claims: Vec<_> = (0..n).map(|_| l.claim(claim(body))).collect();
+    first_calls_with_keys(l, n, body, false)
+}
+
+/// As [`first_calls_in_flight`], each under a random UUID.
+fn random_key_first_calls_in_flight(l: &Ledger, n: usize, body: &[u8]) {
+    first_calls_with_keys(l, n, body, true)
+}
+
+fn first_calls_with_keys(l: &Ledger, n: usize, body: &[u8], random: bool) {
+    let claims: Vec<_> = (0..n).map(|_| l.claim(claim(body, random))).collect();
     let completions: Vec<_> = claims
         .into_iter()
         .map(|t| match t.wait() {
@@ -137,15 +189,14 @@ fn first_calls_in_flight(l: &Ledger, n: usize, body: &[u8]) {
 fn first_calls(c: &mut Criterion) {
     let mut g = c.benchmark_group("durable_first_calls");
     g.sample_size(10).measurement_time(Duration::from_secs(5));
-    let (_dir, l) = ledger(MAX_BATCH);
-    bench_rounds(
-        &mut g,
-        "durable_first_calls",
-        "group_commit",
-        &l,
-        256,
-        first_calls_in_flight,
-    );
+    let rounds: [(&str, Round); 2] = [
+        ("group_commit", first_calls_in_flight),
+        ("group_commit_random_keys", random_key_first_calls_in_flight),
+    ];
+    for (name, round) in rounds {
+        let (_dir, l) = ledger(MAX_BATCH);
+        bench_rounds(&mut g, "durable_first_calls", name, &l, 256, round);
+    }
     g.finish();
 }
 
