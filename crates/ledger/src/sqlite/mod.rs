@@ -449,11 +449,66 @@ mod tests {
 
     /// An entry in state `state`, inserted directly.
     fn insert_entry(conn: &Connection, key: &str, state: &str) -> rusqlite::Result<usize> {
+        insert_entry_in(conn, "charges", "agent", key, state)
+    }
+
+    /// An entry of `route` and `scope` in state `state`, inserted directly.
+    fn insert_entry_in(
+        conn: &Connection,
+        route: &str,
+        scope: &str,
+        key: &str,
+        state: &str,
+    ) -> rusqlite::Result<usize> {
         conn.execute(
             "INSERT INTO entries (route, scope, key, fingerprint, effect, state, created_at, \
-             updated_at) VALUES ('charges', 'agent', ?1, 'f', 'write', ?2, 1, 1)",
-            [key, state],
+             updated_at) VALUES (?1, ?2, ?3, 'f', 'write', ?4, 1, 1)",
+            [route, scope, key, state],
         )
+    }
+
+    /// The text of the schema object `name`.
+    fn schema_sql(conn: &Connection, name: &str) -> String {
+        conn.query_row(
+            "SELECT sql FROM sqlite_schema WHERE name = ?1",
+            [name],
+            |r| r.get(0),
+        )
+        .unwrap()
+    }
+
+    fn user_version(conn: &Connection) -> i64 {
+        conn.pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap()
+    }
+
+    /// A ledger at `version` whose entries table has `to` where migration 1 wrote `from` (changed
+    /// the way the migrations change it): migrating must fail as corrupt, and change nothing.
+    /// Returns the connection, for what else the caller checks.
+    fn refused_after_tampering(dir: &Path, version: i64, from: &str, to: &str) -> Connection {
+        let conn = writer_conn(&dir.join("ledger.db"));
+        migrate_to(&conn, version).unwrap();
+        let schema_version: i64 = conn
+            .pragma_query_value(None, "schema_version", |r| r.get(0))
+            .unwrap();
+        conn.pragma_update(None, "writable_schema", "ON").unwrap();
+        let changed = conn
+            .execute(
+                "UPDATE sqlite_schema SET sql = replace(sql, ?1, ?2) WHERE name = 'entries'",
+                [from, to],
+            )
+            .unwrap();
+        assert_eq!(changed, 1);
+        conn.pragma_update(None, "schema_version", schema_version + 1)
+            .unwrap();
+        conn.pragma_update(None, "writable_schema", "OFF").unwrap();
+        let before = schema_sql(&conn, "entries");
+        assert!(!before.contains(from));
+
+        assert!(matches!(migrate(&conn), Err(LedgerError::Corrupt(_))));
+        assert_eq!(user_version(&conn), version);
+        assert_eq!(schema_sql(&conn, "entries"), before);
+        conn
     }
 
     /// Migration 7: the state check no longer builds a b-tree for every claim and completion, an
@@ -472,10 +527,7 @@ mod tests {
         assert!(hot_path_builds_btrees(&other));
 
         migrate(&conn).unwrap();
-        let version: i64 = conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .unwrap();
-        assert_eq!(version, schema::current_version());
+        assert_eq!(user_version(&conn), schema::current_version());
         assert!(!hot_path_builds_btrees(&conn));
         // The other connection compiles from its copy of the schema until a statement of its own
         // finds the schema version changed.
@@ -523,42 +575,7 @@ mod tests {
     #[test]
     fn the_state_check_rewrite_refuses_a_table_it_does_not_know() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.db");
-        let conn = writer_conn(&path);
-        migrate_to(&conn, 6).unwrap();
-        let version: i64 = conn
-            .pragma_query_value(None, "schema_version", |r| r.get(0))
-            .unwrap();
-        conn.execute_batch(&format!(
-            "PRAGMA writable_schema = ON; \
-             UPDATE sqlite_schema SET sql = replace(sql, \"{}\", \"CHECK (state <> '')\") \
-             WHERE name = 'entries'; PRAGMA schema_version = {}; PRAGMA writable_schema = OFF;",
-            schema::STATE_CHECK_IN.replace('"', "\"\""),
-            version + 1
-        ))
-        .unwrap();
-        let before: String = conn
-            .query_row(
-                "SELECT sql FROM sqlite_schema WHERE name = 'entries'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert!(!before.contains(schema::STATE_CHECK_IN));
-
-        assert!(matches!(migrate(&conn), Err(LedgerError::Corrupt(_))));
-        let version: i64 = conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .unwrap();
-        assert_eq!(version, 6);
-        let after: String = conn
-            .query_row(
-                "SELECT sql FROM sqlite_schema WHERE name = 'entries'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(after, before);
+        refused_after_tampering(dir.path(), 6, schema::STATE_CHECK_IN, "CHECK (state <> '')");
     }
 
     /// The columns of the entries' unique constraint's index, in order.
@@ -595,21 +612,14 @@ mod tests {
         // old order is out of order in the new one.
         for i in 0..3_000 {
             let key = format!("{:08x}", (i as u32).wrapping_mul(2_654_435_761));
-            conn.execute(
-                "INSERT INTO entries (route, scope, key, fingerprint, effect, state, created_at, \
-                 updated_at) VALUES (?1, ?2, ?3, 'f', 'write', 'completed', 1, 1)",
-                rusqlite::params![format!("r{}", i % 3), format!("s{}", i % 7), key],
-            )
-            .unwrap();
+            let (route, scope) = (format!("r{}", i % 3), format!("s{}", i % 7));
+            insert_entry_in(&conn, &route, &scope, &key, "completed").unwrap();
         }
         let other = writer_conn(&path);
         assert_eq!(unique_columns(&other), ["route", "scope", "key"]);
 
         migrate(&conn).unwrap();
-        let version: i64 = conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .unwrap();
-        assert_eq!(version, 8);
+        assert_eq!(user_version(&conn), 8);
         assert_eq!(integrity(&conn), ["ok"]);
         let n: i64 = other
             .query_row("SELECT count(*) FROM entries", [], |r| r.get(0))
@@ -636,20 +646,9 @@ mod tests {
                 "{refused}"
             );
         }
-        conn.execute(
-            "INSERT INTO entries (route, scope, key, fingerprint, effect, state, created_at, \
-             updated_at) VALUES ('charges', 'agent-2', 'twice', 'f', 'write', 'completed', 1, 1)",
-            [],
-        )
-        .unwrap();
+        insert_entry_in(&conn, "charges", "agent-2", "twice", "completed").unwrap();
         assert_eq!(integrity(&conn), ["ok"]);
-        let log_index: String = conn
-            .query_row(
-                "SELECT sql FROM sqlite_schema WHERE name = 'events_key'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
+        let log_index = schema_sql(&conn, "events_key");
         assert!(log_index.ends_with("WHERE kind <> 'claim' AND kind <> 'complete'"));
         // A new ledger gets the same schema.
         let fresh = writer_conn(&dir.path().join("fresh.db"));
@@ -661,42 +660,13 @@ mod tests {
     #[test]
     fn the_unique_constraint_rewrite_refuses_a_table_it_does_not_know() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.db");
-        let conn = writer_conn(&path);
-        migrate_to(&conn, 7).unwrap();
-        let version: i64 = conn
-            .pragma_query_value(None, "schema_version", |r| r.get(0))
-            .unwrap();
         // The same index, its constraint spelled otherwise.
-        conn.execute_batch(&format!(
-            "PRAGMA writable_schema = ON; \
-             UPDATE sqlite_schema SET sql = replace(sql, '{}', 'UNIQUE (route,scope,key)') \
-             WHERE name = 'entries'; PRAGMA schema_version = {}; PRAGMA writable_schema = OFF;",
+        let conn = refused_after_tampering(
+            dir.path(),
+            7,
             schema::UNIQUE_ROUTE_FIRST,
-            version + 1
-        ))
-        .unwrap();
-        let before: String = conn
-            .query_row(
-                "SELECT sql FROM sqlite_schema WHERE name = 'entries'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-
-        assert!(matches!(migrate(&conn), Err(LedgerError::Corrupt(_))));
-        let version: i64 = conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .unwrap();
-        assert_eq!(version, 7);
-        let after: String = conn
-            .query_row(
-                "SELECT sql FROM sqlite_schema WHERE name = 'entries'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(after, before);
+            "UNIQUE (route,scope,key)",
+        );
         assert_eq!(unique_columns(&conn), ["route", "scope", "key"]);
     }
 
