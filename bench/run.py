@@ -385,7 +385,7 @@ async def _fixed_rate(port, path, rate, seconds):
     start = time.perf_counter()
     total = rate * seconds
 
-    async def one(i, due):
+    async def one(due):
         nonlocal errors
         r, w = await free.get()
         try:
@@ -410,7 +410,7 @@ async def _fixed_rate(port, path, rate, seconds):
         delay = due - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(i, due)))
+        tasks.append(asyncio.create_task(one(due)))
     await asyncio.gather(*tasks)
     for _, w in conns:
         w.close()
@@ -425,7 +425,7 @@ def one_at_a_time(port, path, n):
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         f = s.makefile("rb")
-        for i in range(n):
+        for _ in range(n):
             req = post(path, str(uuid.uuid4()))
             t = time.perf_counter()
             s.sendall(req)
