@@ -140,9 +140,7 @@ class Stack:
         # name -> processes whose CPU time (with their children's) is that target's cost per request
         self.roots = {}
         self.nginx_masters = {}
-        # Under /tmp, not in `work`: the postgres user must reach it.
-        self.pg_env = dict(os.environ, IDEMGATE_PG_DIR=tempfile.mkdtemp(prefix="idemgate-bench-pg-"),
-                           IDEMGATE_PG_PORT=str(self.ports["pg"]))
+        self.pg_env = None
 
     def spawn(self, name, args, cwd=None, env=None):
         log = open(os.path.join(self.work, f"{name}.log"), "w")
@@ -152,18 +150,7 @@ class Stack:
 
     def start(self):
         up, ngx = self.ports["upstream"], self.ports["nginx"]
-        # The static upstream: one nginx worker answering every request with a small JSON 201.
-        self.nginx_conf("upstream", f"""
-worker_processes 1;
-events {{ worker_connections 4096; }}
-http {{
-  access_log off;
-  server {{
-    listen 127.0.0.1:{up} reuseport backlog=4096;
-    keepalive_requests 1000000;
-    location / {{ default_type application/json; return 201 '{{"id":"ch_1","status":"succeeded"}}'; }}
-  }}
-}}""")
+        self.start_upstream()
         # The plain reverse proxy users would otherwise put there: nginx proxy_pass, keep-alive
         # to the upstream, as many workers as cores.
         self.nginx_conf("nginx", f"""
@@ -178,9 +165,7 @@ http {{
     location / {{ proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }}
   }}
 }}""")
-        wait_port(up, "upstream nginx")
         wait_port(ngx, "nginx proxy")
-        self.roots[DIRECT] = [self.nginx_masters["upstream"]]
         self.roots["nginx"] = [self.nginx_masters["nginx"]]
         # idempotent-proxy-server keeps its idempotency records in Redis (Debian's redis-server,
         # default persistence: no fsync per write).
@@ -204,6 +189,9 @@ http {{
         self.idemgate = self.serve("idemgate", self.ports["idemgate"], f"{self.work}/idemgate.db")
         self.roots["idemgate"] = self.roots[PASS_THROUGH] = [self.idemgate.pid]
         # idemgate on PostgreSQL 15 (Debian's defaults: fsync on, synchronous_commit on), same box.
+        # Under /tmp, not in `work`: the postgres user must reach it.
+        self.pg_env = dict(os.environ, IDEMGATE_PG_DIR=tempfile.mkdtemp(prefix="idemgate-bench-pg-"),
+                           IDEMGATE_PG_PORT=str(self.ports["pg"]))
         url = subprocess.run(["bash", os.path.join(ROOT, "tests/pg/cluster.sh"), "start"], env=self.pg_env,
                              check=True, capture_output=True, text=True).stdout.strip()
         self.idemgate_pg = self.serve("idemgate-pg", self.ports["idemgate_pg"], url)
@@ -211,7 +199,25 @@ http {{
         with open(os.path.join(self.pg_env["IDEMGATE_PG_DIR"], "data", "postmaster.pid")) as f:
             self.roots["idemgate (PostgreSQL)"] = [self.idemgate_pg.pid, int(f.readline())]
 
-    def serve(self, name, port, ledger):
+    def start_upstream(self):
+        """The static upstream: one nginx worker answering every request with a small JSON 201."""
+        up = self.ports["upstream"]
+        self.nginx_conf("upstream", f"""
+worker_processes 1;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  server {{
+    listen 127.0.0.1:{up} reuseport backlog=4096;
+    keepalive_requests 1000000;
+    location / {{ default_type application/json; return 201 '{{"id":"ch_1","status":"succeeded"}}'; }}
+  }}
+}}""")
+        wait_port(up, "upstream nginx")
+        self.roots[DIRECT] = [self.nginx_masters["upstream"]]
+
+    def serve(self, name, port, ledger, binary=IDEMGATE, env=None):
+        """`idemgate serve` (`binary`, with `env` added to the environment) on `ledger`, on `port`."""
         up = self.ports["upstream"]
         with open(os.path.join(self.work, f"{name}.toml"), "w") as f:
             f.write(f"""[server]
@@ -237,8 +243,8 @@ upstream = "http://127.0.0.1:{up}"
 effect = "read"
 timeout = "5s"
 """)
-        env = dict(os.environ, IDEMGATE_LOG="warn")
-        p = self.spawn(name, [IDEMGATE, "serve", "--config", f"{name}.toml"], env=env)
+        env = {**os.environ, "IDEMGATE_LOG": "warn", **(env or {})}
+        p = self.spawn(name, [binary, "serve", "--config", f"{name}.toml"], env=env)
         wait_port(port, f"{name} serve", p)
         return p
 
@@ -250,6 +256,15 @@ timeout = "5s"
         p = self.spawn(f"nginx-{name}", ["nginx", "-p", d, "-c", os.path.join(d, "nginx.conf")])
         self.nginx_masters[name] = p.pid
 
+    def stop_one(self, p):
+        """Stops one process this stack started (SIGTERM, then SIGKILL after 10 s)."""
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
     def stop(self):
         for p in self.procs:
             if p.poll() is None:
@@ -259,7 +274,8 @@ timeout = "5s"
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
-        subprocess.run(["bash", os.path.join(ROOT, "tests/pg/cluster.sh"), "stop"], env=self.pg_env, check=False)
+        if self.pg_env:
+            subprocess.run(["bash", os.path.join(ROOT, "tests/pg/cluster.sh"), "stop"], env=self.pg_env, check=False)
 
 
 def targets(stack):
@@ -337,13 +353,13 @@ def parse_wrk(text):
     }
 
 
-def wrk(port, path, fresh, run_id, script, roots):
+def wrk(port, path, fresh, run_id, script, roots, seconds=SECONDS):
     """One wrk run; also the CPU time the target's processes (`roots`, with their children) spent
     per request: what the proxy costs, whatever share of the 2 cores wrk and the upstream took."""
     env = dict(os.environ, BENCH_RUN=run_id, BENCH_FRESH=str(fresh), BENCH_REPLAY_KEYS=str(REPLAY_KEYS),
                BENCH_BODY=BODY, BENCH_PATH=path)
     cpu0 = cpu_seconds(roots)
-    out = subprocess.run(["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{SECONDS}s", "--latency", "-s", script,
+    out = subprocess.run(["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency", "-s", script,
                           f"http://127.0.0.1:{port}"], env=env, capture_output=True, text=True, check=True)
     r = parse_wrk(out.stdout)
     r["cpu_us"] = (cpu_seconds(roots) - cpu0) * 1e6 / r["requests"] if r["requests"] else None
