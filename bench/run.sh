@@ -4,6 +4,8 @@
 # 1M-event demo ledger. Installs what it needs (Debian 12, as root). Results: target/bench/.
 #   bash bench/run.sh                 the full run (release builds; ~15 min on 2 cores)
 #   BENCH_SMOKE=1 bash bench/run.sh   a few seconds each, debug builds (CI: the harness cannot rot)
+# bench/ab.py compares two builds of `idemgate serve` alternated (run it after this has installed
+# what it needs; see its --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p target/bench
@@ -30,3 +32,9 @@ else
 fi
 echo "== proxies under wrk, fixed-rate latency, the console on a big ledger"
 IPS_BIN=$ips python3 bench/run.py
+if [ "${BENCH_SMOKE:-}" = 1 ]; then
+  # bench/ab.py, the A/B tool (BENCHMARKS.md), is not part of the full run: one short pair here so
+  # it cannot rot either.
+  echo "== A/B tool (smoke)"
+  python3 bench/ab.py --pairs 1 --rounds 1 --seconds 1 --wal-map --b-env IDEMGATE_LOG=info
+fi
