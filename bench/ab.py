@@ -48,13 +48,11 @@ import run  # noqa: E402  (bench/run.py: the upstream, serve, wrk and /proc help
 SCENARIOS = {"first": 1.0, "mix": 0.5, "replays": 0.0}
 # Thread names (/proc/PID/task/TID/comm, 15 characters at most) and the column each is summed in.
 THREADS = [("idemgate-writer", "writer"), ("idemgate-ckpt", "ckpt"), ("tokio", "workers")]
-
-
 GROUPS = ["writer", "ckpt", "workers"]
 
 
 def split(by_thread, scale=1):
-    """"writer/ckpt/workers/other" of one measure, divided by `scale`."""
+    """One measure as "writer/ckpt/workers/other", each divided by `scale`."""
     return "/".join(f"{by_thread[g] / scale:.{0 if scale == 1 else 1}f}" for g in GROUPS + ["other"])
 
 
