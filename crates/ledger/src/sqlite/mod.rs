@@ -483,25 +483,18 @@ mod tests {
     }
 
     /// A ledger at `version` whose entries table has `to` where migration 1 wrote `from` (changed
-    /// the way the migrations change it): migrating must fail as corrupt, and change nothing.
-    /// Returns the connection, for what else the caller checks.
+    /// by the migrations' own procedure, which fails unless it finds `from`): migrating must fail
+    /// as corrupt, and change nothing. Returns the connection, for what else the caller checks.
     fn refused_after_tampering(dir: &Path, version: i64, from: &str, to: &str) -> Connection {
         let conn = writer_conn(&dir.join("ledger.db"));
         migrate_to(&conn, version).unwrap();
-        let schema_version: i64 = conn
-            .pragma_query_value(None, "schema_version", |r| r.get(0))
-            .unwrap();
-        conn.pragma_update(None, "writable_schema", "ON").unwrap();
-        let changed = conn
-            .execute(
-                "UPDATE sqlite_schema SET sql = replace(sql, ?1, ?2) WHERE name = 'entries'",
-                [from, to],
-            )
-            .unwrap();
-        assert_eq!(changed, 1);
-        conn.pragma_update(None, "schema_version", schema_version + 1)
-            .unwrap();
-        conn.pragma_update(None, "writable_schema", "OFF").unwrap();
+        schema::rewrite_entries_sql(
+            &conn,
+            from,
+            to,
+            "the test's tampering found no text to change",
+        )
+        .unwrap();
         let before = schema_sql(&conn, "entries");
         assert!(!before.contains(from));
 

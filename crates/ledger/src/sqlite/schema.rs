@@ -232,7 +232,12 @@ fn state_check_as_comparisons(conn: &Connection) -> Result<()> {
 /// Kinds Of Table Schema Changes"): writable schema, the new text, the schema version bumped so
 /// that every other connection reads the schema again. Refuses, changing nothing, a table whose
 /// text does not have `from` (`refusal`: why).
-fn rewrite_entries_sql(conn: &Connection, from: &str, to: &str, refusal: &str) -> Result<()> {
+pub(super) fn rewrite_entries_sql(
+    conn: &Connection,
+    from: &str,
+    to: &str,
+    refusal: &str,
+) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "schema_version", |r| r.get(0))?;
     conn.pragma_update(None, "writable_schema", "ON")?;
     let changed = conn
