@@ -63,13 +63,11 @@ def sample(pid):
     tick = os.sysconf("SC_CLK_TCK")
 
     def read(path):
-        with open(f"{path}/stat") as f:
-            stat = f.read()
+        comm, fields = run.proc_stat(path)
         with open(f"{path}/io") as f:
             io = dict(line.split(": ") for line in f.read().splitlines())
-        fields = stat[stat.rindex(")") + 2:].split()
         cpu = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-        return stat[stat.index("(") + 1:stat.rindex(")")], (cpu, int(io["wchar"]), int(io["rchar"]))
+        return comm, (cpu, int(io["wchar"]), int(io["rchar"]))
 
     out = {g: (0.0, 0, 0) for g in GROUPS}
     for tid in os.listdir(f"/proc/{pid}/task"):
@@ -139,11 +137,16 @@ def pair_run(stack, sides, args, pair, script):
     finally:
         for serve, _, ledger in procs.values():
             stack.stop_one(serve)
-            for suffix in ["", "-wal", "-shm"]:
-                try:
-                    os.remove(ledger + suffix)
-                except FileNotFoundError:
-                    pass
+            remove_db(ledger)
+
+
+def remove_db(path):
+    """Removes the SQLite database at `path` with its WAL and shared-memory files, if there."""
+    for suffix in ["", "-wal", "-shm"]:
+        try:
+            os.remove(path + suffix)
+        except FileNotFoundError:
+            pass
 
 
 WAL_MAP_SECONDS = 5
@@ -178,11 +181,10 @@ def paused(pid):
     """Whether every thread of `pid` has stopped (SIGSTOP is delivered asynchronously)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] not in "Tt":
-                    return False
+            if run.proc_stat(f"/proc/{pid}/task/{tid}")[1][0] not in "Tt":
+                return False
         except OSError:
-            pass
+            pass  # the thread ended
     return True
 
 
@@ -220,11 +222,7 @@ def wal_map(serve, port, ledger, work, fresh, script, run_id):
         finally:
             db.close()
     finally:
-        for suffix in ["", "-wal", "-shm"]:
-            try:
-                os.remove(snap + suffix)
-            except FileNotFoundError:
-                pass
+        remove_db(snap)
     n = max(len(commits), 1)
     by = {}
     for pages in commits.values():

@@ -114,6 +114,14 @@ def process_tree(pid):
     return out
 
 
+def proc_stat(path):
+    """The name and the fields after it of the process or thread at `path` (/proc/PID or
+    /proc/PID/task/TID): fields[0] is its state, fields[11] and [12] its user and system ticks."""
+    with open(f"{path}/stat") as f:
+        stat = f.read()
+    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+
+
 def cpu_seconds(roots):
     """User + system CPU seconds used so far by the processes `roots` and their descendants."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -121,8 +129,7 @@ def cpu_seconds(roots):
     for root in roots:
         for p in process_tree(root):
             try:
-                with open(f"/proc/{p}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
+                fields = proc_stat(f"/proc/{p}")[1]
                 total += int(fields[11]) + int(fields[12])  # utime, stime
             except (OSError, IndexError, ValueError):
                 pass
