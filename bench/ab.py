@@ -48,7 +48,7 @@ import run  # noqa: E402  (bench/run.py: the upstream, serve, wrk and /proc help
 SCENARIOS = {"first": 1.0, "mix": 0.5, "replays": 0.0}
 # Thread names (/proc/PID/task/TID/comm, 15 characters at most) and the column each is summed in.
 THREADS = [("idemgate-writer", "writer"), ("idemgate-ckpt", "ckpt"), ("tokio", "workers")]
-GROUPS = ["writer", "ckpt", "workers"]
+GROUPS = [group for _, group in THREADS]
 
 
 def split(by_thread, scale=1):

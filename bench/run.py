@@ -136,6 +136,15 @@ def cpu_seconds(roots):
     return total / tick
 
 
+def reap(p):
+    """Waits up to 10 s for the signalled process `p` to end, then kills it."""
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
 class Stack:
     """The upstream, nginx, redis, idempotent-proxy-server, idemgate on SQLite and idemgate on
     PostgreSQL (a throwaway cluster, tests/pg/cluster.sh), each on its own port."""
@@ -266,21 +275,15 @@ timeout = "5s"
     def stop_one(self, p):
         """Stops one process this stack started (SIGTERM, then SIGKILL after 10 s)."""
         p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        reap(p)
 
     def stop(self):
+        """Stops every process at once (all signalled before any is waited for), then PostgreSQL."""
         for p in self.procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            reap(p)
         if self.pg_env:
             subprocess.run(["bash", os.path.join(ROOT, "tests/pg/cluster.sh"), "stop"], env=self.pg_env, check=False)
 

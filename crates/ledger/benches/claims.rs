@@ -75,7 +75,8 @@ fn claim(body: &[u8], keys: Keys) -> ClaimRequest {
 /// `total` claims, `in_flight` at a time: when the oldest is answered, the next one starts, as
 /// each of `in_flight` connections sends its next request once its last is answered. (Rounds of
 /// `in_flight` claims, all awaited before the next round, left the writer idle at every round's
-/// end and sent it small batches at every round's start: 11% fewer claims/s, BENCHMARKS.md.)
+/// end and sent it small batches at every round's start: fewer claims/s under either key order,
+/// BENCHMARKS.md, session 15.)
 fn claims(l: &Ledger, keys: Keys, in_flight: usize, total: usize, body: &[u8]) {
     let mut window = VecDeque::with_capacity(in_flight);
     for _ in 0..total {
@@ -122,7 +123,9 @@ fn bench_load(
     g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     group: &str,
     name: &str,
-    (l, keys, in_flight): (&Ledger, Keys, usize),
+    l: &Ledger,
+    keys: Keys,
+    in_flight: usize,
     load: Load,
 ) {
     let body = br#"{"amount":4999,"currency":"usd","customer":"cus_123","description":"order 42"}"#;
@@ -151,7 +154,7 @@ fn durable_claims(c: &mut Criterion) {
     ];
     for (name, batch, keys) in runs {
         let (_dir, l) = ledger(batch);
-        bench_load(&mut g, "durable_claims", name, (&l, keys, 256), claims);
+        bench_load(&mut g, "durable_claims", name, &l, keys, 256, claims);
     }
     g.finish();
 }
@@ -214,7 +217,9 @@ fn durable_first_calls(c: &mut Criterion) {
             &mut g,
             "durable_first_calls",
             name,
-            (&l, keys, 256),
+            &l,
+            keys,
+            256,
             first_calls,
         );
     }
