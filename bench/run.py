@@ -488,6 +488,44 @@ def steal_since(t0):
     return (s1 - t0[0]) / max(1, t1 - t0[1])
 
 
+def block_device(path):
+    """The /proc/diskstats name of the disk that holds `path` (a partition's parent disk, whose
+    flush counters the kernel keeps), or None if it is not on a block device (tmpfs, overlay)."""
+    st = os.stat(path)
+    sys_path = os.path.realpath(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    if not os.path.exists(sys_path):
+        return None
+    if os.path.exists(os.path.join(sys_path, "partition")):
+        sys_path = os.path.dirname(sys_path)
+    return os.path.basename(sys_path)
+
+
+def disk_counters(dev):
+    """`dev`'s (writes, ms writing, sectors written, flushes, ms flushing) so far, from
+    /proc/diskstats; None if unknown."""
+    if dev is None:
+        return None
+    with open("/proc/diskstats") as f:
+        for line in f:
+            p = line.split()
+            if p[2] == dev and len(p) >= 20:
+                return int(p[7]), int(p[10]), int(p[9]), int(p[18]), int(p[19])
+    return None
+
+
+def disk_since(dev, d0):
+    """What `dev` did since `d0` (disk_counters): MB written, and the mean time a write and a
+    flush (what an fsync waits for) took, queueing included. The 1k req/s tail follows the disk
+    as much as the CPU's steal (BENCHMARKS.md, session 16); None where unknown."""
+    d1 = disk_counters(dev)
+    if d0 is None or d1 is None:
+        return {"disk_mb": None, "disk_ms_per_write": None, "disk_ms_per_flush": None}
+    writes, flushes = d1[0] - d0[0], d1[3] - d0[3]
+    return {"disk_mb": (d1[2] - d0[2]) * 512 / 1e6,
+            "disk_ms_per_write": (d1[1] - d0[1]) / writes if writes else None,
+            "disk_ms_per_flush": (d1[4] - d0[4]) / flushes if flushes else None}
+
+
 def machine():
     cpu = "?"
     try:
@@ -549,18 +587,22 @@ def main():
         # Added latency at a fixed 1k req/s, against calling the upstream directly.
         rate_targets = {"direct": (stack.ports["upstream"], "/v1/charges"),
                         **{n: x for n, x in t.items() if n != DIRECT}}
+        dev = block_device(work)
         for n, (port, path) in rate_targets.items():
-            t0 = cpu_times()
+            t0, d0 = cpu_times(), disk_counters(dev)
             lat, errors = asyncio.run(fixed_rate(port, path, 1000, RATE_SECONDS))
-            # The hypervisor's share of these seconds: the 1k req/s tail follows it (BENCHMARKS.md,
-            # session 11), and the whole phase's average hides one noisy run.
-            steal = steal_since(t0)
+            # The hypervisor's share of these seconds, and what the disk did in them: the 1k req/s
+            # tail follows both (BENCHMARKS.md, sessions 11 and 16), and the whole phase's average
+            # hides one noisy run.
+            steal, disk = steal_since(t0), disk_since(dev, d0)
             # The floor under that: one request at a time on one connection, no queueing at all.
             one, one_errors = one_at_a_time(port, path, SEQUENTIAL)
             results["rate"][n] = {"p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "errors": errors + one_errors,
-                                  "alone_p50_ms": pct(one, 50), "alone_p99_ms": pct(one, 99), "steal": steal}
+                                  "alone_p50_ms": pct(one, 50), "alone_p99_ms": pct(one, 99), "steal": steal, **disk}
             print(f"  1k req/s {n:<34} p50 {pct(lat, 50):.3f} ms  p99 {pct(lat, 99):.3f} ms  errors {errors}; "
-                  f"one at a time p50 {pct(one, 50):.3f} ms  p99 {pct(one, 99):.3f} ms; steal {steal:.1%}", flush=True)
+                  f"one at a time p50 {pct(one, 50):.3f} ms  p99 {pct(one, 99):.3f} ms; steal {steal:.1%}; "
+                  f"disk {fmt(disk['disk_mb'], '.0f')} MB written, {fmt(disk['disk_ms_per_write'], '.2f')} ms a write, "
+                  f"{fmt(disk['disk_ms_per_flush'], '.2f')} ms a flush", flush=True)
         results["serve_peak_rss_mb"] = peak_rss_mb(stack.idemgate.pid)
         results["ips_peak_rss_mb"] = peak_rss_mb(stack.ips.pid)
     finally:
@@ -585,6 +627,10 @@ def main():
         f.write(md)
     print(md)
     check(results)
+
+
+def fmt(v, spec):
+    return "–" if v is None else format(v, spec)
 
 
 def ratio(a, b):
@@ -618,14 +664,19 @@ def report(r):
     lines.append("Fixed 1,000 req/s (open loop, fresh keys), latency from the scheduled send time; and, as the "
                  f"floor under it, {SEQUENTIAL:,} fresh-key requests one at a time on one connection (nothing "
                  "queued before any of them). Steal: the CPU time the hypervisor took from this VM during "
-                 "that target's fixed-rate run:")
+                 "that target's fixed-rate run. Disk: what the disk holding the ledgers did in that run "
+                 "(/proc/diskstats, every process's I/O): MB written, and the mean time a write and a flush "
+                 "(what an fsync waits for) took, queueing included:")
     lines.append("")
-    lines.append("| target | p50 ms | p99 ms | p99 added over direct | steal | one at a time: p50 ms | p99 ms | errors |")
-    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("| target | p50 ms | p99 ms | p99 added over direct | steal | disk: MB written | ms a write | "
+                 "ms a flush | one at a time: p50 ms | p99 ms | errors |")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     d = r["rate"]["direct"]["p99_ms"]
     for n, x in r["rate"].items():
         name = f"*{n}*" if n in REFERENCES else n
         lines.append(f"| {name} | {x['p50_ms']:.3f} | {x['p99_ms']:.3f} | {x['p99_ms'] - d:+.3f} | {x['steal']:.1%} | "
+                     f"{fmt(x['disk_mb'], '.0f')} | {fmt(x['disk_ms_per_write'], '.2f')} | "
+                     f"{fmt(x['disk_ms_per_flush'], '.2f')} | "
                      f"{x['alone_p50_ms']:.3f} | {x['alone_p99_ms']:.3f} | {x['errors']} |")
     lines.append("")
     c = r["console"]
