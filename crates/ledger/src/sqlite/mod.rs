@@ -13,6 +13,7 @@
 //! (a few commits' frames), or as a backstop.
 
 mod schema;
+mod walbuf;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,14 +68,10 @@ impl Ledger {
                 std::fs::create_dir_all(dir)?;
             }
         }
-        let mut conn = open(
-            &path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
-        )?;
+        let mut conn = open_writer(&path)?;
         migrate(&conn)?;
-        // WAL: readers never block the writer; FULL: every commit is fsync'd.
+        // WAL: readers never block the writer.
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         // Savepoints (a batch run again after a failed job) and statements that may abort copy the
         // pages they change to a statement journal; keep it in memory (a temp file meant a pwrite
@@ -321,6 +318,28 @@ impl Db for Connection {
 /// cache and a stable query plan.
 fn open(path: &Path, flags: OpenFlags) -> Result<Connection> {
     let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    setup(conn)
+}
+
+/// The writer's connection: through [`walbuf`], which writes each commit's WAL frames in a few
+/// `pwrite`s, and with `synchronous = FULL` (every commit fsync'd), which the shim requires and
+/// which is set before anything is written.
+fn open_writer(path: &Path) -> Result<Connection> {
+    walbuf::register().map_err(|rc| {
+        LedgerError::Db(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rc),
+            Some("cannot register the WAL write buffer's VFS".into()),
+        ))
+    })?;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags_and_vfs(path, flags, walbuf::NAME)?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    setup(conn)
+}
+
+fn setup(conn: Connection) -> Result<Connection> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.set_prepared_statement_cache_capacity(64);
     // One plan per statement, whatever its bound values (QPSG). Without it SQLite marks some
@@ -671,6 +690,99 @@ mod tests {
         // What the stable plan prevents: the same runs without it compile the statement again
         // (so this test can tell the two apart).
         assert!(recompiles(&path, false) >= 4);
+    }
+    /// The writer's `write` system calls (`/proc/self/task/TID/io`, `syscw`) over 100 claims, each
+    /// awaited, so each its own commit of ~15 WAL frames: through `walbuf`, one `pwrite` a commit
+    /// (and a few for the writer's in-line checkpoints); without it, two per frame. Runs in a
+    /// process of its own ([`the_writer_writes_each_commit_in_a_few_calls`]), so no other test's
+    /// writer thread is counted.
+    #[test]
+    #[ignore = "run by the_writer_writes_each_commit_in_a_few_calls in a process of its own"]
+    fn writer_writes_per_commit() {
+        use crate::chain::ChainHasher;
+        use crate::model::*;
+        use crate::store::{ClaimRequest, Storage};
+
+        let dir = tempfile::tempdir().unwrap();
+        let l = Ledger::sqlite(
+            dir.path().join("ledger.db"),
+            OpenOptions {
+                create: true,
+                hasher: ChainHasher::unkeyed(),
+            },
+        )
+        .unwrap();
+        let claim = |i: u64| {
+            l.claim(ClaimRequest {
+                route: "charges".into(),
+                scope: "agent".into(),
+                key: format!("key-{i}"),
+                fingerprint: format!("{i:064x}"),
+                effect: Effect::Write,
+                request: RequestRecord {
+                    method: "POST".into(),
+                    path: "/v1/charges".into(),
+                    headers: vec![],
+                    body: format!("{{\"order\":{i}}}").into_bytes(),
+                },
+                owner: "test".into(),
+                lease_ms: 60_000,
+                ttl_ms: 60_000,
+                reject_duplicates_within_ms: None,
+                at: 1,
+            })
+            .wait()
+            .unwrap()
+        };
+        claim(0);
+        let writes = || -> u64 {
+            let mut found = None;
+            for task in std::fs::read_dir("/proc/self/task").unwrap() {
+                let task = task.unwrap().path();
+                let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+                if comm.trim() == "idemgate-writer" {
+                    assert!(found.is_none(), "one writer thread in this process");
+                    let io = std::fs::read_to_string(task.join("io")).unwrap();
+                    let line = io.lines().find(|l| l.starts_with("syscw:")).unwrap();
+                    found = Some(line["syscw:".len()..].trim().parse().unwrap());
+                }
+            }
+            found.expect("the writer's thread")
+        };
+        let before = writes();
+        for i in 1..=100 {
+            claim(i);
+        }
+        println!("writes per commit: {}", (writes() - before) as f64 / 100.0);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_writer_writes_each_commit_in_a_few_calls() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "sqlite::tests::writer_writes_per_commit",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let per_commit: f64 = stdout
+            .lines()
+            .find_map(|l| l.split_once("writes per commit: ").map(|(_, n)| n))
+            .unwrap_or_else(|| panic!("no count in {stdout}"))
+            .parse()
+            .unwrap();
+        // ~15 frames a commit: 30 calls without the shim.
+        assert!(per_commit <= 3.0, "{per_commit} write calls per commit");
     }
 
     /// Under continuous writes the WAL starts over soon after it passes [`RESTART_FROM`] frames,
