@@ -458,6 +458,29 @@ mod tests {
             .any(|sql| opcodes(conn, sql).iter().any(|o| o == "OpenEphemeral"))
     }
 
+    /// Claim number `i` of a test's stream: its own key, fingerprint and body.
+    fn numbered_claim(i: u64) -> crate::store::ClaimRequest {
+        use crate::model::{Effect, RequestRecord};
+        crate::store::ClaimRequest {
+            route: "charges".into(),
+            scope: "agent".into(),
+            key: format!("key-{i:016x}"),
+            fingerprint: format!("{:064x}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            effect: Effect::Write,
+            request: RequestRecord {
+                method: "POST".into(),
+                path: "/v1/charges".into(),
+                headers: vec![],
+                body: format!("{{\"order\":{i}}}").into_bytes(),
+            },
+            owner: "test".into(),
+            lease_ms: 60_000,
+            ttl_ms: 60_000,
+            reject_duplicates_within_ms: None,
+            at: 1,
+        }
+    }
+
     fn writer_conn(path: &Path) -> Connection {
         open(
             path,
@@ -700,8 +723,7 @@ mod tests {
     #[ignore = "run by the_writer_writes_each_commit_in_a_few_calls in a process of its own"]
     fn writer_writes_per_commit() {
         use crate::chain::ChainHasher;
-        use crate::model::*;
-        use crate::store::{ClaimRequest, Storage};
+        use crate::store::Storage;
 
         let dir = tempfile::tempdir().unwrap();
         let l = Ledger::sqlite(
@@ -712,28 +734,7 @@ mod tests {
             },
         )
         .unwrap();
-        let claim = |i: u64| {
-            l.claim(ClaimRequest {
-                route: "charges".into(),
-                scope: "agent".into(),
-                key: format!("key-{i}"),
-                fingerprint: format!("{i:064x}"),
-                effect: Effect::Write,
-                request: RequestRecord {
-                    method: "POST".into(),
-                    path: "/v1/charges".into(),
-                    headers: vec![],
-                    body: format!("{{\"order\":{i}}}").into_bytes(),
-                },
-                owner: "test".into(),
-                lease_ms: 60_000,
-                ttl_ms: 60_000,
-                reject_duplicates_within_ms: None,
-                at: 1,
-            })
-            .wait()
-            .unwrap()
-        };
+        let claim = |i: u64| l.claim(numbered_claim(i)).wait().unwrap();
         claim(0);
         let writes = || -> u64 {
             let mut found = None;
@@ -791,8 +792,7 @@ mod tests {
     #[test]
     fn the_wal_starts_over_under_continuous_writes() {
         use crate::chain::ChainHasher;
-        use crate::model::*;
-        use crate::store::{ClaimRequest, Storage};
+        use crate::store::Storage;
         use std::collections::VecDeque;
         use std::io::Read;
         use std::time::{Duration, Instant};
@@ -810,26 +810,7 @@ mod tests {
         let wal = dir.path().join("ledger.db-wal");
         // The WAL's header (32 bytes), then frames of a 24-byte header and a 4 KiB page.
         let backstop = 32 + WRITER_AUTOCHECKPOINT as u64 * (24 + 4096);
-        let claim = |i: u64| {
-            l.claim(ClaimRequest {
-                route: "charges".into(),
-                scope: "agent".into(),
-                key: format!("key-{i:016x}"),
-                fingerprint: format!("{:064x}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
-                effect: Effect::Write,
-                request: RequestRecord {
-                    method: "POST".into(),
-                    path: "/v1/charges".into(),
-                    headers: vec![],
-                    body: format!("{{\"order\":{i}}}").into_bytes(),
-                },
-                owner: "test".into(),
-                lease_ms: 60_000,
-                ttl_ms: 60_000,
-                reject_duplicates_within_ms: None,
-                at: 1,
-            })
-        };
+        let claim = |i: u64| l.claim(numbered_claim(i));
         let deadline = Instant::now() + Duration::from_secs(120);
         let (mut in_flight, mut next) = (VecDeque::new(), 0u64);
         let (mut salt, mut restarts) = (None, 0);
