@@ -314,8 +314,7 @@ impl Db for Connection {
     }
 }
 
-/// A connection that runs the ledger's statements (the writer's, a reader's), with its statement
-/// cache and a stable query plan.
+/// A connection through the default VFS: a reader's, or `copy`'s writer.
 fn open(path: &Path, flags: OpenFlags) -> Result<Connection> {
     let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
     setup(conn)
@@ -339,6 +338,8 @@ fn open_writer(path: &Path) -> Result<Connection> {
     setup(conn)
 }
 
+/// What every connection that runs the ledger's statements gets: a busy timeout, its statement
+/// cache and a stable query plan.
 fn setup(conn: Connection) -> Result<Connection> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.set_prepared_statement_cache_capacity(64);
@@ -413,11 +414,7 @@ mod tests {
     /// How many times `FIND_DUPLICATE` was compiled again over five runs through the statement
     /// cache, on a connection opened like the writer's, with or without a stable plan.
     fn recompiles(path: &Path, stable_plan: bool) -> i32 {
-        let mut conn = open(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
-        )
-        .unwrap();
+        let mut conn = open_writer(path).unwrap();
         migrate(&conn).unwrap();
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, stable_plan)
             .unwrap();
@@ -482,11 +479,7 @@ mod tests {
     }
 
     fn writer_conn(path: &Path) -> Connection {
-        open(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
-        )
-        .unwrap()
+        open_writer(path).unwrap()
     }
 
     /// An entry in state `state`, inserted directly.
@@ -714,6 +707,7 @@ mod tests {
         // (so this test can tell the two apart).
         assert!(recompiles(&path, false) >= 4);
     }
+
     /// The writer's `write` system calls (`/proc/self/task/TID/io`, `syscw`) over 100 claims, each
     /// awaited, so each its own commit of ~15 WAL frames: through `walbuf`, one `pwrite` a commit
     /// (and a few for the writer's in-line checkpoints); without it, two per frame. Runs in a
