@@ -780,6 +780,48 @@ mod tests {
         assert!(per_commit <= 3.0, "{per_commit} write calls per commit");
     }
 
+    /// Every sync of the ledger's files is an `fdatasync`, never an `fsync`: SQLite calls `fsync`
+    /// unless it is built with `HAVE_FDATASYNC` (.cargo/config.toml), and on a journaled file
+    /// system `fsync` then waits for a journal commit whenever the file's timestamps changed
+    /// (BENCHMARKS.md, session 17). The 101 commits of [`writer_writes_per_commit`] in a process
+    /// of their own, under `strace`.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_ledger_syncs_with_fdatasync() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("syncs.txt");
+        let out = std::process::Command::new("strace")
+            .args(["-f", "-qq", "-y", "-e", "trace=fsync,fdatasync", "-o"])
+            .arg(&trace)
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "sqlite::tests::writer_writes_per_commit",
+                "--ignored",
+                "--test-threads=1",
+            ])
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("strace is needed for this test (apt-get install strace): {e}")
+            });
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let trace = std::fs::read_to_string(&trace).unwrap();
+        let calls = |name: &str, file: &str| {
+            trace
+                .lines()
+                .filter(|l| l.contains(&format!(" {name}(")) && l.contains(file))
+                .count()
+        };
+        assert_eq!(calls("fsync", ""), 0, "{trace}");
+        // One sync of the WAL per commit (and a few for checkpoints).
+        assert!(calls("fdatasync", "ledger.db-wal>") >= 101, "{trace}");
+    }
+
     /// Under continuous writes the WAL starts over soon after it passes [`RESTART_FROM`] frames,
     /// not at the writer's backstop (whose in-line checkpoint held every claim for 6–18 ms).
     /// Claims are kept in flight the whole time, so the writer commits back to back.
