@@ -130,11 +130,18 @@ fn bench_load(
 ) {
     let body = br#"{"amount":4999,"currency":"usd","customer":"cus_123","description":"order 42"}"#;
     g.throughput(Throughput::Elements(in_flight as u64));
+    // The writer thread's CPU time and the wall time inside the timed loads, and the writes made.
+    let (mut cpu, mut wall, mut writes) = (Duration::ZERO, Duration::ZERO, 0);
     g.bench_function(BenchmarkId::new(name, in_flight), |b| {
         b.iter_custom(|iters| {
+            let (cpu_before, (_, jobs_before)) = (writer_cpu(), l.writer_counters());
             let start = Instant::now();
             load(l, keys, in_flight, iters as usize * in_flight, body);
-            start.elapsed()
+            let elapsed = start.elapsed();
+            wall += elapsed;
+            cpu += writer_cpu().saturating_sub(cpu_before);
+            writes += l.writer_counters().1 - jobs_before;
+            elapsed
         })
     });
     let (commits, jobs) = l.writer_counters();
@@ -142,6 +149,37 @@ fn bench_load(
         "{group}/{name}: {jobs} writes in {commits} commits ({:.1} per fsync)",
         jobs as f64 / commits.max(1) as f64
     );
+    // What bounds the writer: its CPU per write, and the share of the time it was on a core. The
+    // rest it waits, mostly on its commit's fsync; a writer that never waited would make at most
+    // one write per CPU time per write (BENCHMARKS.md, session 17).
+    if writes > 0 && !cpu.is_zero() {
+        let per_write = cpu.as_secs_f64() / writes as f64;
+        eprintln!(
+            "{group}/{name}: the writer thread: {:.1} µs of CPU per write, on a core {:.0}% of \
+             the time; {:.0} writes/s at 100%",
+            per_write * 1e6,
+            100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
+            1.0 / per_write
+        );
+    }
+}
+
+/// The CPU time the ledger's writer threads (`idemgate-writer`) have used so far, from
+/// `/proc/self/task/*/schedstat` (nanoseconds on a core); zero where there is no such file.
+fn writer_cpu() -> Duration {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    let ns: u64 = tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|c| c.trim() == "idemgate-writer")
+        })
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(ns)
 }
 
 fn durable_claims(c: &mut Criterion) {
