@@ -174,6 +174,18 @@ unsafe fn flush(w: &mut WalFile, m: &ffi::sqlite3_io_methods) -> c_int {
     rc
 }
 
+/// [`parts`], once the buffer is written out: for every method that reads the file or hands it to
+/// the default VFS whole. `Err` is the write's error code.
+unsafe fn flushed<'a>(
+    f: *mut ffi::sqlite3_file,
+) -> Result<(&'a mut WalFile, &'a ffi::sqlite3_io_methods), c_int> {
+    let (w, m) = parts(f);
+    match flush(w, m) {
+        ffi::SQLITE_OK => Ok((w, m)),
+        rc => Err(rc),
+    }
+}
+
 unsafe extern "C" fn x_close(f: *mut ffi::sqlite3_file) -> c_int {
     let (w, m) = parts(f);
     let rc = flush(w, m);
@@ -193,13 +205,12 @@ unsafe extern "C" fn x_read(
     amt: c_int,
     off: ffi::sqlite3_int64,
 ) -> c_int {
-    let (w, m) = parts(f);
-    let rc = flush(w, m);
-    if rc != ffi::SQLITE_OK {
-        return rc;
+    match flushed(f) {
+        Ok((w, m)) => m
+            .xRead
+            .map_or(ffi::SQLITE_IOERR_READ, |read| read(w.real, p, amt, off)),
+        Err(rc) => rc,
     }
-    m.xRead
-        .map_or(ffi::SQLITE_IOERR_READ, |read| read(w.real, p, amt, off))
 }
 
 unsafe extern "C" fn x_write(
@@ -228,36 +239,33 @@ unsafe extern "C" fn x_write(
 }
 
 unsafe extern "C" fn x_truncate(f: *mut ffi::sqlite3_file, size: ffi::sqlite3_int64) -> c_int {
-    let (w, m) = parts(f);
-    let rc = flush(w, m);
-    if rc != ffi::SQLITE_OK {
-        return rc;
+    match flushed(f) {
+        Ok((w, m)) => m
+            .xTruncate
+            .map_or(ffi::SQLITE_IOERR_TRUNCATE, |t| t(w.real, size)),
+        Err(rc) => rc,
     }
-    m.xTruncate
-        .map_or(ffi::SQLITE_IOERR_TRUNCATE, |t| t(w.real, size))
 }
 
 unsafe extern "C" fn x_sync(f: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
-    let (w, m) = parts(f);
-    let rc = flush(w, m);
-    if rc != ffi::SQLITE_OK {
-        return rc;
+    match flushed(f) {
+        Ok((w, m)) => m
+            .xSync
+            .map_or(ffi::SQLITE_IOERR_FSYNC, |s| s(w.real, flags)),
+        Err(rc) => rc,
     }
-    m.xSync
-        .map_or(ffi::SQLITE_IOERR_FSYNC, |s| s(w.real, flags))
 }
 
 unsafe extern "C" fn x_file_size(
     f: *mut ffi::sqlite3_file,
     size: *mut ffi::sqlite3_int64,
 ) -> c_int {
-    let (w, m) = parts(f);
-    let rc = flush(w, m);
-    if rc != ffi::SQLITE_OK {
-        return rc;
+    match flushed(f) {
+        Ok((w, m)) => m
+            .xFileSize
+            .map_or(ffi::SQLITE_IOERR_FSTAT, |s| s(w.real, size)),
+        Err(rc) => rc,
     }
-    m.xFileSize
-        .map_or(ffi::SQLITE_IOERR_FSTAT, |s| s(w.real, size))
 }
 
 unsafe extern "C" fn x_lock(f: *mut ffi::sqlite3_file, level: c_int) -> c_int {
@@ -281,13 +289,12 @@ unsafe extern "C" fn x_file_control(
     op: c_int,
     arg: *mut c_void,
 ) -> c_int {
-    let (w, m) = parts(f);
-    let rc = flush(w, m);
-    if rc != ffi::SQLITE_OK {
-        return rc;
+    match flushed(f) {
+        Ok((w, m)) => m
+            .xFileControl
+            .map_or(ffi::SQLITE_NOTFOUND, |c| c(w.real, op, arg)),
+        Err(rc) => rc,
     }
-    m.xFileControl
-        .map_or(ffi::SQLITE_NOTFOUND, |c| c(w.real, op, arg))
 }
 
 unsafe extern "C" fn x_sector_size(f: *mut ffi::sqlite3_file) -> c_int {
@@ -342,11 +349,10 @@ unsafe extern "C" fn x_fetch(
     amt: c_int,
     pp: *mut *mut c_void,
 ) -> c_int {
-    let (w, m) = parts(f);
-    let rc = flush(w, m);
-    if rc != ffi::SQLITE_OK {
-        return rc;
-    }
+    let (w, m) = match flushed(f) {
+        Ok(parts) => parts,
+        Err(rc) => return rc,
+    };
     match m.xFetch {
         Some(fetch) if m.iVersion >= 3 => fetch(w.real, off, amt, pp),
         _ => {
