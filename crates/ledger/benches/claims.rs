@@ -164,19 +164,12 @@ fn bench_load(
     }
 }
 
-/// The CPU time the ledger's writer threads (`idemgate-writer`) have used so far, from
-/// `/proc/self/task/*/schedstat` (nanoseconds on a core); zero where there is no such file.
+/// The CPU time the ledger's writer threads have used so far, from their `schedstat`
+/// (nanoseconds on a core); zero where there is no `/proc`.
 fn writer_cpu() -> Duration {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Duration::ZERO;
-    };
-    let ns: u64 = tasks
-        .flatten()
-        .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm"))
-                .is_ok_and(|c| c.trim() == "idemgate-writer")
-        })
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+    let ns: u64 = testing::writer_threads()
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(t.join("schedstat")).ok())
         .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
         .sum();
     Duration::from_nanos(ns)

@@ -1,10 +1,26 @@
 //! For tests only (of this crate and of the workspace): fresh PostgreSQL databases on the test
-//! cluster `tests/pg/cluster.sh` starts.
+//! cluster `tests/pg/cluster.sh` starts, and where to read what the ledger's writer thread did.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::db::{Db, Row};
 use crate::postgres::PgConn;
+
+/// The `/proc/self/task/TID` directories of this process's ledger writer threads (none where
+/// there is no `/proc`): what the writer alone did is in their `io` and `schedstat`.
+pub fn writer_threads() -> Vec<std::path::PathBuf> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .map(|t| t.path())
+        .filter(|t| {
+            std::fs::read_to_string(t.join("comm"))
+                .is_ok_and(|c| c.trim() == crate::writer::THREAD_NAME)
+        })
+        .collect()
+}
 
 /// The variable naming the test cluster (`postgres://…/postgres`), or `skip`.
 pub const TEST_PG: &str = "IDEMGATE_TEST_PG";

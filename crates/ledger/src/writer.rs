@@ -157,6 +157,9 @@ pub(crate) struct Writer {
     pub counters: Arc<WriterCounters>,
 }
 
+/// The writer thread's name (`/proc/PID/task/TID/comm`, where tests and benches find it).
+pub(crate) const THREAD_NAME: &str = "idemgate-writer";
+
 impl Writer {
     pub fn spawn(
         conn: impl WriteConn,
@@ -169,7 +172,7 @@ impl Writer {
         let c = counters.clone();
         let max_batch = max_batch.clamp(1, MAX_BATCH);
         let handle = std::thread::Builder::new()
-            .name("idemgate-writer".into())
+            .name(THREAD_NAME.into())
             .spawn(move || writer_loop(conn, hasher, rx, &c, max_batch))?;
         Ok(Writer {
             refusal,

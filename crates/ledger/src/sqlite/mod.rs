@@ -731,18 +731,12 @@ mod tests {
         let claim = |i: u64| l.claim(numbered_claim(i)).wait().unwrap();
         claim(0);
         let writes = || -> u64 {
-            let mut found = None;
-            for task in std::fs::read_dir("/proc/self/task").unwrap() {
-                let task = task.unwrap().path();
-                let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
-                if comm.trim() == "idemgate-writer" {
-                    assert!(found.is_none(), "one writer thread in this process");
-                    let io = std::fs::read_to_string(task.join("io")).unwrap();
-                    let line = io.lines().find(|l| l.starts_with("syscw:")).unwrap();
-                    found = Some(line["syscw:".len()..].trim().parse().unwrap());
-                }
-            }
-            found.expect("the writer's thread")
+            let [task] = &crate::testing::writer_threads()[..] else {
+                panic!("one writer thread in this process");
+            };
+            let io = std::fs::read_to_string(task.join("io")).unwrap();
+            let line = io.lines().find(|l| l.starts_with("syscw:")).unwrap();
+            line["syscw:".len()..].trim().parse().unwrap()
         };
         let before = writes();
         for i in 1..=100 {
@@ -751,10 +745,12 @@ mod tests {
         println!("writes per commit: {}", (writes() - before) as f64 / 100.0);
     }
 
+    /// Runs [`writer_writes_per_commit`] in a process of its own, started by `cmd`: this test
+    /// binary, or a tracer whose last argument is this test binary. Its standard output; panics
+    /// if it cannot start or fails.
     #[cfg(target_os = "linux")]
-    #[test]
-    fn the_writer_writes_each_commit_in_a_few_calls() {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
+    fn writer_alone(mut cmd: std::process::Command) -> String {
+        let out = cmd
             .args([
                 "--exact",
                 "sqlite::tests::writer_writes_per_commit",
@@ -763,13 +759,25 @@ mod tests {
                 "--test-threads=1",
             ])
             .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start {:?} (is it installed?): {e}",
+                    cmd.get_program()
+                )
+            });
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),
             "{stdout}{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        stdout
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_writer_writes_each_commit_in_a_few_calls() {
+        let stdout = writer_alone(std::process::Command::new(std::env::current_exe().unwrap()));
         let per_commit: f64 = stdout
             .lines()
             .find_map(|l| l.split_once("writes per commit: ").map(|(_, n)| n))
@@ -790,26 +798,12 @@ mod tests {
     fn the_ledger_syncs_with_fdatasync() {
         let dir = tempfile::tempdir().unwrap();
         let trace = dir.path().join("syncs.txt");
-        let out = std::process::Command::new("strace")
+        let mut strace = std::process::Command::new("strace");
+        strace
             .args(["-f", "-qq", "-y", "-e", "trace=fsync,fdatasync", "-o"])
             .arg(&trace)
-            .arg(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "sqlite::tests::writer_writes_per_commit",
-                "--ignored",
-                "--test-threads=1",
-            ])
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("strace is needed for this test (apt-get install strace): {e}")
-            });
-        assert!(
-            out.status.success(),
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .arg(std::env::current_exe().unwrap());
+        writer_alone(strace);
         let trace = std::fs::read_to_string(&trace).unwrap();
         let calls = |name: &str, file: &str| {
             trace
