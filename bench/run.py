@@ -601,8 +601,7 @@ def main():
                                   "alone_p50_ms": pct(one, 50), "alone_p99_ms": pct(one, 99), "steal": steal, **disk}
             print(f"  1k req/s {n:<34} p50 {pct(lat, 50):.3f} ms  p99 {pct(lat, 99):.3f} ms  errors {errors}; "
                   f"one at a time p50 {pct(one, 50):.3f} ms  p99 {pct(one, 99):.3f} ms; steal {steal:.1%}; "
-                  f"disk {fmt(disk['disk_mb'], '.0f')} MB written, {fmt(disk['disk_ms_per_write'], '.2f')} ms a write, "
-                  f"{fmt(disk['disk_ms_per_flush'], '.2f')} ms a flush", flush=True)
+                  "disk {} MB written, {} ms a write, {} ms a flush".format(*disk_cells(disk)), flush=True)
         results["serve_peak_rss_mb"] = peak_rss_mb(stack.idemgate.pid)
         results["ips_peak_rss_mb"] = peak_rss_mb(stack.ips.pid)
     finally:
@@ -631,6 +630,11 @@ def main():
 
 def fmt(v, spec):
     return "–" if v is None else format(v, spec)
+
+
+def disk_cells(x):
+    """A fixed-rate run's disk columns (disk_since's), formatted: MB written, ms a write, ms a flush."""
+    return fmt(x["disk_mb"], ".0f"), fmt(x["disk_ms_per_write"], ".2f"), fmt(x["disk_ms_per_flush"], ".2f")
 
 
 def ratio(a, b):
@@ -675,8 +679,7 @@ def report(r):
     for n, x in r["rate"].items():
         name = f"*{n}*" if n in REFERENCES else n
         lines.append(f"| {name} | {x['p50_ms']:.3f} | {x['p99_ms']:.3f} | {x['p99_ms'] - d:+.3f} | {x['steal']:.1%} | "
-                     f"{fmt(x['disk_mb'], '.0f')} | {fmt(x['disk_ms_per_write'], '.2f')} | "
-                     f"{fmt(x['disk_ms_per_flush'], '.2f')} | "
+                     f"{' | '.join(disk_cells(x))} | "
                      f"{x['alone_p50_ms']:.3f} | {x['alone_p99_ms']:.3f} | {x['errors']} |")
     lines.append("")
     c = r["console"]
