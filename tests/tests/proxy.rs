@@ -922,6 +922,31 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     ] {
         assert!(metrics.contains(m), "{m} missing from /metrics:\n{metrics}");
     }
+    // The ledger writer's counters, read at each scrape. The request's claim and its completion
+    // are two writes in two commits (the claim commits before the upstream is called); the sweeper
+    // writes too, every second, so these are lower bounds.
+    let counter = |text: &str, name: &str| -> u64 {
+        let line = text.lines().find_map(|l| l.strip_prefix(name));
+        let n = line.and_then(|l| l.strip_prefix(' '));
+        n.map(|n| n.trim().parse().expect("a count"))
+            .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"))
+    };
+    let commits = counter(&metrics, "idemgate_ledger_commits_total");
+    let writes = counter(&metrics, "idemgate_ledger_writes_total");
+    assert!(
+        commits >= 2 && writes >= commits,
+        "{commits} commits, {writes} writes"
+    );
+    assert_eq!(f.charge("k-admin-2", r#"{"amount":1}"#, &[]).status, 201);
+    let after = f.proxy.admin_get("/metrics").text();
+    assert!(
+        counter(&after, "idemgate_ledger_commits_total") >= commits + 2,
+        "{after}"
+    );
+    assert!(
+        counter(&after, "idemgate_ledger_writes_total") >= writes + 2,
+        "{after}"
+    );
     let openapi = f.proxy.admin_get("/admin/v1/openapi.json").json();
     assert!(openapi["paths"]["/admin/v1/entries"].is_object());
 }

@@ -170,11 +170,6 @@ impl Ledger {
         });
     }
 
-    /// Commits and jobs so far (group commit: jobs / commits is the batching factor).
-    pub fn writer_counters(&self) -> (u64, u64) {
-        self.writer.counters()
-    }
-
     /// Stops accepting writes, lets the writer finish every queued job and waits for it.
     pub fn close(&self) {
         self.queue_replay_counts();
@@ -238,6 +233,10 @@ impl Storage for Ledger {
 
     fn location(&self) -> String {
         self.readers.location()
+    }
+
+    fn writer_counters(&self) -> (u64, u64) {
+        self.writer.counters()
     }
 
     fn chain_alg(&self) -> Result<String> {
