@@ -152,10 +152,7 @@ impl Fx {
     /// How many claims this proxy has asked its ledger for so far (`/metrics`).
     fn ledger_claims(&self) -> u64 {
         let metrics = self.proxy.admin_get("/metrics").text();
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix("idemgate_claim_seconds_count "))
-            .map_or(0, |n| n.trim().parse().expect("a count"))
+        metric(&metrics, "idemgate_claim_seconds_count").unwrap_or(0)
     }
 
     fn entries(&self, flags: &[&str]) -> Vec<serde_json::Value> {
@@ -164,6 +161,14 @@ impl Fx {
         args.extend_from_slice(flags);
         idemgate_json(&args).as_array().cloned().unwrap_or_default()
     }
+}
+
+/// The value of an unlabelled series `name` in Prometheus text, if it is there.
+fn metric(text: &str, name: &str) -> Option<u64> {
+    let value = text
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))?;
+    Some(value.trim().parse().expect("a count"))
 }
 
 #[test]
@@ -926,10 +931,7 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     // are two writes in two commits (the claim commits before the upstream is called); the sweeper
     // writes too, every second, so these are lower bounds.
     let counter = |text: &str, name: &str| -> u64 {
-        let line = text.lines().find_map(|l| l.strip_prefix(name));
-        let n = line.and_then(|l| l.strip_prefix(' '));
-        n.map(|n| n.trim().parse().expect("a count"))
-            .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"))
+        metric(text, name).unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"))
     };
     let commits = counter(&metrics, "idemgate_ledger_commits_total");
     let writes = counter(&metrics, "idemgate_ledger_writes_total");

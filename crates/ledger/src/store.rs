@@ -214,8 +214,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// The chain algorithm recorded in the ledger.
     fn chain_alg(&self) -> Result<String>;
     /// What this process's writer has done so far: transactions committed (on SQLite each one an
-    /// fsync) and the writes they carried (claims, completions, operator actions, sweeps). Group
-    /// commit: writes / commits is the batching factor.
+    /// fsync) and the writes they carried (claims, completions, replay counts, sweeps, operator
+    /// actions). Group commit: writes / commits is the batching factor.
     fn writer_counters(&self) -> (u64, u64);
 
     // The proxy's path.
