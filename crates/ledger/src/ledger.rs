@@ -170,6 +170,14 @@ impl Ledger {
         });
     }
 
+    /// What this process's writer has done so far: transactions committed (on SQLite each one an
+    /// fsync) and the writes they carried (claims, completions, replay counts, sweeps, operator
+    /// actions). Group commit: writes / commits is the batching factor. For tests and benches;
+    /// `/metrics` has the same counts (`telemetry.rs`).
+    pub fn writer_counters(&self) -> (u64, u64) {
+        self.writer.counters()
+    }
+
     /// Stops accepting writes, lets the writer finish every queued job and waits for it.
     pub fn close(&self) {
         self.queue_replay_counts();
@@ -233,10 +241,6 @@ impl Storage for Ledger {
 
     fn location(&self) -> String {
         self.readers.location()
-    }
-
-    fn writer_counters(&self) -> (u64, u64) {
-        self.writer.counters()
     }
 
     fn chain_alg(&self) -> Result<String> {

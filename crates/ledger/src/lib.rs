@@ -20,6 +20,7 @@ mod replays;
 mod search;
 mod sqlite;
 pub mod store;
+mod telemetry;
 #[doc(hidden)]
 pub mod testing;
 mod write;

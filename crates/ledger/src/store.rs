@@ -213,10 +213,6 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn location(&self) -> String;
     /// The chain algorithm recorded in the ledger.
     fn chain_alg(&self) -> Result<String>;
-    /// What this process's writer has done so far: transactions committed (on SQLite each one an
-    /// fsync) and the writes they carried (claims, completions, replay counts, sweeps, operator
-    /// actions). Group commit: writes / commits is the batching factor.
-    fn writer_counters(&self) -> (u64, u64);
 
     // The proxy's path.
     /// The answer [`Storage::claim`] would give a replay, from memory and before a claim is even

@@ -17,6 +17,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use crate::chain::{ChainHasher, GENESIS};
 use crate::db::Db;
@@ -24,6 +25,7 @@ use crate::error::{LedgerError, Result};
 use crate::model::Event;
 use crate::read;
 use crate::store::Ticket;
+use crate::telemetry::{self, Failures};
 use crate::write;
 
 /// The most jobs one transaction takes.
@@ -324,6 +326,7 @@ fn writer_loop(
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(64);
     let mut deferred = Deferred::default();
+    let mut failures = Failures::new("ledger commit");
     while let Ok(first) = rx.recv() {
         batch.push(first);
         while batch.len() < max_batch {
@@ -356,7 +359,8 @@ fn writer_loop(
             let _ = conn.db().batch("ROLLBACK");
         }
         if let Err(e) = begun {
-            tracing::error!(error = %e, "ledger writer could not begin a transaction");
+            failures.failed(&format_args!("could not begin a transaction: {e}"));
+            telemetry::commit_failed();
             for mut job in batch.drain(..) {
                 job.refuse(&e);
                 job.answer(None);
@@ -367,18 +371,24 @@ fn writer_loop(
         let flushed = write::flush(db, &deferred);
         deferred.clear();
         let committed = flushed
-            .and_then(|()| db.batch("COMMIT"))
+            .and_then(|()| {
+                let started = Instant::now();
+                db.batch("COMMIT").map(|()| started.elapsed())
+            })
             .map_err(|e| e.to_string());
         match &committed {
-            Ok(()) => {
+            Ok(took) => {
                 conn.committed();
                 counters.commits.fetch_add(1, Ordering::Relaxed);
                 counters
                     .jobs
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                telemetry::committed(batch.len(), *took);
+                failures.succeeded();
             }
             Err(e) => {
-                tracing::error!(error = %e, "ledger commit failed");
+                failures.failed(e);
+                telemetry::commit_failed();
                 let _ = db.batch("ROLLBACK");
             }
         }

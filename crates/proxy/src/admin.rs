@@ -378,10 +378,6 @@ async fn openapi() -> Response {
 }
 
 async fn render_metrics(State(s): State<AdminState>) -> Response {
-    // The writer's counters as of this scrape (they live in the ledger, which has no recorder).
-    let (commits, writes) = s.engine.store.writer_counters();
-    metrics::counter!("idemgate_ledger_commits_total").absolute(commits);
-    metrics::counter!("idemgate_ledger_writes_total").absolute(writes);
     let mut r = s.metrics.render().into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,

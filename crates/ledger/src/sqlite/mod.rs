@@ -28,6 +28,7 @@ use crate::db::{Db, Dialect, Row, Val};
 use crate::error::{LedgerError, Result};
 use crate::ledger::{self, Ledger, OpenOptions, ReadPool};
 use crate::replays::ReplayCache;
+use crate::telemetry::{self, Failures};
 use crate::writer::{WriteConn, Writer, MAX_BATCH};
 
 pub use schema::current_version as schema_version;
@@ -138,24 +139,33 @@ impl Checkpointer {
             .name("idemgate-ckpt".into())
             .spawn(move || {
                 let mut last_done = 0;
+                let mut failures = Failures::new("ledger checkpoint");
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                     stopped.recv_timeout(CHECKPOINT_EVERY)
                 {
-                    match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-                        Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-                    }) {
-                        Ok((log, done)) => {
+                    let pass = conn
+                        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+                        })
+                        .map_err(LedgerError::from)
+                        .and_then(|(log, done)| {
                             if done != last_done && done > 0 {
-                                if let Err(e) = db_file.sync_data() {
-                                    tracing::warn!(error = %e, "ledger sync failed");
-                                }
+                                db_file.sync_data()?;
                             }
+                            Ok((log, done))
+                        });
+                    match pass {
+                        Ok((log, done)) => {
+                            failures.succeeded();
                             last_done = done;
                             if log >= RESTART_FROM && done == log {
                                 flag.store(true, Ordering::Relaxed);
                             }
                         }
-                        Err(e) => tracing::warn!(error = %e, "ledger checkpoint failed"),
+                        Err(e) => {
+                            failures.failed(&e);
+                            telemetry::checkpoint_failed();
+                        }
                     }
                 }
             })?;
