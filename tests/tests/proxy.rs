@@ -149,6 +149,36 @@ impl Fx {
         self.proxy.send("POST", "/v1/charges", &h, body.as_bytes())
     }
 
+    /// A charge that the upstream performs and then holds for `ms` before answering: sent on a
+    /// thread of its own, returned once the effect has happened (join it for the answer).
+    fn charge_held_upstream(
+        &self,
+        key: &str,
+        body: &str,
+        ms: u64,
+    ) -> std::thread::JoinHandle<Resp> {
+        let (addr, k, b) = (self.proxy.addr, key.to_owned(), body.to_owned());
+        let client = std::thread::spawn(move || {
+            let fault = format!("delay:{ms}");
+            request(
+                addr,
+                "POST",
+                "/v1/charges",
+                &[
+                    ("idempotency-key", &k),
+                    ("x-agent-id", "agent-7"),
+                    ("content-type", "application/json"),
+                    ("x-fault", &fault),
+                ],
+                b.as_bytes(),
+            )
+        });
+        eventually(5, "the request upstream", || {
+            (self.up.counts.effects(key) == 1).then_some(())
+        });
+        client
+    }
+
     /// How many claims this proxy has asked its ledger for so far (`/metrics`).
     fn ledger_claims(&self) -> u64 {
         let metrics = self.proxy.admin_get("/metrics").text();
@@ -571,26 +601,129 @@ fn sixty_four_concurrent_requests_with_one_key_execute_once() {
     assert_eq!(f.up.counts.total(), 1);
 }
 
+/// Sets the soft file-size limit of the running process `pid` (`None`: unlimited), with
+/// util-linux's `prlimit`. On Linux a write at or past the limit fails (`EFBIG`) whatever the
+/// file's size, so a limit of 1 byte refuses every write the process makes to a file, as a full
+/// disk does; `idemgate serve` catches the SIGXFSZ that comes with it.
+fn limit_file_size(pid: u32, bytes: Option<u64>) {
+    let limit = bytes.map_or_else(|| "unlimited".to_owned(), |b| b.to_string());
+    let out = std::process::Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--fsize={limit}:"))
+        .output()
+        .expect("run prlimit (util-linux)");
+    assert!(
+        out.status.success(),
+        "prlimit: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The names of the threads of process `pid`.
+fn threads(pid: u32) -> Vec<String> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc");
+    dir.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_disk_that_refuses_writes_gets_nothing_forwarded_unclaimed_and_serve_recovers_without_a_restart(
+) {
+    let mut f = Fx::new();
+    let pid = f.proxy.pid();
+    let body = |i: usize| format!(r#"{{"amount":{i}}}"#);
+    let mut acked: Vec<(String, String, Vec<u8>)> = Vec::new();
+    for i in 0..5 {
+        let key = format!("k-disk-{i}");
+        let r = f.charge(&key, &body(i), &[]);
+        assert_eq!(r.status, 201, "{}", r.text());
+        acked.push((key, body(i), r.body));
+    }
+    // The disk fills while a request is upstream: its claim is durable, its effect happens, and
+    // its outcome cannot be recorded.
+    let upstream = f.charge_held_upstream("k-disk-mid", r#"{"amount":99}"#, 600);
+    limit_file_size(pid, Some(1));
+    let unrecorded = upstream.join().expect("client");
+    assert_eq!(unrecorded.status, 502, "{}", unrecorded.text());
+    assert_eq!(unrecorded.code(), "outcome-unrecorded");
+    assert_eq!(unrecorded.json()["upstream_status"], 201);
+    assert!(unrecorded.json()["entry_id"].as_i64().is_some());
+    // While nothing can be written: a new key is refused before it is forwarded, with a hint to
+    // retry; what was acknowledged still replays; the unrecorded key is never run again.
+    for i in 0..4 {
+        let key = format!("k-disk-new-{i}");
+        let r = f.charge(&key, &body(100 + i), &[]);
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert_eq!(r.code(), "ledger-unavailable");
+        assert_eq!(r.header("retry-after"), Some("1"));
+        assert_eq!(
+            f.up.counts.effects(&key),
+            0,
+            "{key} was forwarded unclaimed"
+        );
+    }
+    for (key, b, first) in &acked {
+        let r = f.charge(key, b, &[]);
+        assert_eq!(r.status, 201, "{}", r.text());
+        assert_eq!(r.header("idempotent-replayed"), Some("true"));
+        assert_eq!(&r.body, first);
+    }
+    // Its retry is in flight (409), or refused with the batch its claim shared (503): the claim
+    // finds the key without writing, but a batch with other writes in it cannot commit.
+    let again = f.charge("k-disk-mid", r#"{"amount":99}"#, &[]);
+    assert!(
+        [409, 503].contains(&again.status),
+        "{} {}",
+        again.status,
+        again.text()
+    );
+    assert_eq!(f.up.counts.effects("k-disk-mid"), 1);
+    // The failures are on /metrics (a scrape writes nothing), and the writer is still there: its
+    // error lines, to a log file on the same full disk, must not take it down.
+    let metrics = f.proxy.admin_get("/metrics").text();
+    let failures = metric(&metrics, "idemgate_ledger_commit_failures_total").unwrap_or(0);
+    assert!(failures >= 5, "{failures} commit failures:\n{metrics}");
+    assert!(
+        threads(pid).iter().any(|t| t == "idemgate-writer"),
+        "the writer thread died: {:?}",
+        threads(pid)
+    );
+    // Room again: the same process takes writes at once, and the refused keys run, once.
+    limit_file_size(pid, None);
+    for i in 0..4 {
+        let key = format!("k-disk-new-{i}");
+        let r = f.charge(&key, &body(100 + i), &[]);
+        assert_eq!(r.status, 201, "{}", r.text());
+        assert_eq!(f.up.counts.effects(&key), 1);
+        acked.push((key, body(100 + i), r.body));
+    }
+    let metrics = f.proxy.admin_get("/metrics").text();
+    assert!(metric(&metrics, "idemgate_ledger_commit_seconds_count").unwrap_or(0) >= 8);
+    // Nothing acknowledged was lost, and the chain holds, after a SIGKILL.
+    f.proxy.kill();
+    f.restart();
+    for (key, b, first) in &acked {
+        let r = f.charge(key, b, &[]);
+        assert_eq!(r.status, 201, "{key}: {}", r.text());
+        assert_eq!(&r.body, first, "{key}");
+    }
+    let held = f.charge("k-disk-mid", r#"{"amount":99}"#, &[]);
+    assert_eq!(held.status, 409, "{}", held.text());
+    assert_eq!(
+        f.up.counts.total(),
+        10,
+        "{:?}",
+        f.up.counts.keys_with_effects()
+    );
+    let verified = idemgate_json(&["verify", "--ledger", &f.ledger(), "--json"]);
+    assert_eq!(verified["ok"], true, "{verified}");
+}
+
 #[test]
 fn sigkill_mid_flight_then_restart_never_re_executes_and_the_entry_is_stuck() {
     let mut f = Fx::new();
-    let addr = f.proxy.addr;
-    let victim = std::thread::spawn(move || {
-        request(
-            addr,
-            "POST",
-            "/v1/charges",
-            &[
-                ("idempotency-key", "k-kill"),
-                ("x-agent-id", "agent-7"),
-                ("x-fault", "delay:900"),
-            ],
-            br#"{"amount":9}"#,
-        )
-    });
-    eventually(5, "the request upstream", || {
-        (f.up.counts.effects("k-kill") == 1).then_some(())
-    });
+    let victim = f.charge_held_upstream("k-kill", r#"{"amount":9}"#, 900);
     f.proxy.kill();
     let _ = victim.join(); // the client saw the connection die
     f.restart();
@@ -927,8 +1060,8 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     ] {
         assert!(metrics.contains(m), "{m} missing from /metrics:\n{metrics}");
     }
-    // The ledger writer's counters, read at each scrape. The request's claim and its completion
-    // are two writes in two commits (the claim commits before the upstream is called); the sweeper
+    // The ledger writer's counters. The request's claim and its completion are two writes in two
+    // commits (the claim commits before the upstream is called); the sweeper
     // writes too, every second, so these are lower bounds.
     let counter = |text: &str, name: &str| -> u64 {
         metric(text, name).unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"))

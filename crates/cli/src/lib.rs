@@ -290,9 +290,14 @@ enum Cmd {
 fn init_logging(default_level: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("IDEMGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // A line that cannot be written is dropped. By default tracing-subscriber reports it with
+    // `eprintln!`, which panics when stderr cannot be written either: with the log on a full disk,
+    // the ledger writer's first error line took the writer thread down, and every write after it
+    // failed as `ledger-closed` until a restart.
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     match format {
         LogFormat::Json => b.json().init(),
         LogFormat::Text => b.init(),

@@ -60,15 +60,30 @@ async fn shutdown_signal() {
     }
 }
 
+/// A write past the process's file-size limit (`ulimit -f`, systemd's `LimitFSIZE=`) raises
+/// SIGXFSZ, whose default action kills the process. Caught, the write fails with `EFBIG`, and the
+/// ledger treats it as it treats a full disk: the commit fails, its requests get `503` (or `502`
+/// `outcome-unrecorded` after the effect), and writes succeed again once there is room, without a
+/// restart. (PostgreSQL ignores the signal for the same reason.) Tokio's handler stays installed
+/// for the life of the process; nothing waits on it.
+fn survive_file_size_limit(rt: &tokio::runtime::Runtime) {
+    let _in = rt.enter();
+    let xfsz = tokio::signal::unix::SignalKind::from_raw(libc::SIGXFSZ);
+    if let Err(e) = tokio::signal::unix::signal(xfsz) {
+        tracing::warn!(error = %e, "could not catch SIGXFSZ");
+    }
+}
+
 pub fn serve(config: &Path) -> Result<ExitCode, CmdError> {
     let cfg = Arc::new(Config::load(&config.display().to_string())?);
     let token = match cfg.admin_listen {
         Some(_) => Some(idemgate_proxy::admin_token(&cfg)?),
         None => None,
     };
+    let rt = runtime()?;
+    survive_file_size_limit(&rt);
     let ops = Ops::open_or_create(&cfg.ledger)?;
     let store = ops.store().clone();
-    let rt = runtime()?;
     // Redacted: a PostgreSQL URL may carry a password.
     let ledger = store.location();
     rt.block_on(idemgate_proxy::serve(

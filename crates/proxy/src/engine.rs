@@ -632,7 +632,12 @@ impl Engine {
             }
             let started = Instant::now();
             let at = now_millis();
-            let outcome = self.store.claim(claim(at)).recv().await?;
+            let outcome = self
+                .store
+                .claim(claim(at))
+                .recv()
+                .await
+                .map_err(claim_failed)?;
             self.claim_seconds.record(started.elapsed().as_secs_f64());
             // Names only: keys and scopes are not secret, header values and bodies may be.
             let label = match &outcome {
@@ -744,6 +749,22 @@ impl Engine {
     }
 }
 
+/// The ledger could not take a claim. Nothing was forwarded, so when it is unavailable (a full
+/// disk, a lost database) the same key may be tried again shortly.
+fn claim_failed(e: LedgerError) -> Problem {
+    let unavailable = matches!(e, LedgerError::Unavailable(_) | LedgerError::Closed);
+    let p = Problem::from(e);
+    if unavailable {
+        let detail = format!(
+            "{}; nothing was forwarded, so the request may be retried with the same key",
+            p.detail
+        );
+        Problem { detail, ..p }.retry_after(1)
+    } else {
+        p
+    }
+}
+
 /// Drives one claimed entry upstream until it is executed, definitely not executed (then released)
 /// or of unknown outcome (then held), recording each step durably. Shared by the proxy path and the
 /// operator's replay.
@@ -806,7 +827,18 @@ pub(crate) async fn drive(
                         "an operator resolved this key while the request was in flight; retry to get the recorded outcome",
                     )
                     .with("entry_id", entry_id)),
-                    Err(err) => Err(err.into()),
+                    // The effect happened and the ledger could not record it (a full disk, a
+                    // lost database): the entry stays pending under this lease, so it is never run
+                    // again automatically, and is stuck for an operator once the lease passes. The
+                    // response is not given out, since no retry could be given it again.
+                    Err(err) => Err(Problem::new(
+                            502,
+                            "outcome-unrecorded",
+                            "Outcome not recorded",
+                            format!("the upstream executed the request (status {}), but the ledger could not record its outcome ({err}); it will not be run again: retries get 409 until an operator resolves the entry", resp.status),
+                        )
+                        .with("entry_id", entry_id)
+                        .with("upstream_status", resp.status)),
                 };
             }
             Attempt::NotExecuted {
