@@ -1037,16 +1037,36 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     );
     assert_eq!(r.status, 400);
     assert_eq!(r.code(), "missing-reason");
+    // One that the upstream performs and fails (502: outcome unknown), one that it never gets
+    // (connection refused: not executed, 503).
+    let unknown = f.charge(
+        "k-admin-502",
+        r#"{"amount":1}"#,
+        &[("x-fault", "status:502")],
+    );
+    assert_eq!(unknown.code(), "outcome-unknown");
+    let refused = f.proxy.send(
+        "POST",
+        "/refused",
+        &[("idempotency-key", "k-admin-r")],
+        b"{}",
+    );
+    assert_eq!(refused.code(), "upstream-unavailable");
     let metrics = f.proxy.admin_get("/metrics").text();
-    // Each proxied request is counted exactly once: this test made one, and it executed. (A
-    // route's outcomes are exported from the start, at 0, so that rates exist before traffic.)
-    let counted: Vec<&str> = metrics
+    // Each proxied request is counted exactly once, under one outcome. (A route's outcomes are
+    // exported from the start, at 0, so that rates exist before traffic.)
+    let mut counted: Vec<&str> = metrics
         .lines()
         .filter(|l| l.starts_with("idemgate_requests_total{") && !l.ends_with(" 0"))
         .collect();
+    counted.sort_unstable();
     assert_eq!(
         counted,
-        ["idemgate_requests_total{route=\"charges\",outcome=\"executed\"} 1"],
+        [
+            "idemgate_requests_total{route=\"charges\",outcome=\"executed\"} 1",
+            "idemgate_requests_total{route=\"charges\",outcome=\"unknown\"} 1",
+            "idemgate_requests_total{route=\"refused\",outcome=\"not_executed\"} 1",
+        ],
         "{metrics}"
     );
     assert!(

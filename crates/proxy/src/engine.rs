@@ -258,8 +258,10 @@ pub async fn handle(
     match result {
         Ok(r) => r,
         Err(p) => {
-            counter!("idemgate_requests_total", "route" => route_name.to_owned(), "outcome" => p.code)
-                .increment(1);
+            if !p.counted {
+                counter!("idemgate_requests_total", "route" => route_name.to_owned(), "outcome" => p.code)
+                    .increment(1);
+            }
             p.into_response_with()
         }
     }
@@ -848,10 +850,16 @@ pub(crate) async fn drive(
             } => (why, retry_after, class),
             Attempt::Unknown { why, .. } if unknown_is_retryable => (why, None, "unknown"),
             Attempt::Unknown { why, timed_out } => {
-                e.store
+                // Unrecorded, the entry is still held: pending under this lease, and stuck for an
+                // operator once it passes. The answer tells the caller what happened upstream.
+                if let Err(err) = e
+                    .store
                     .mark_unknown(e.report(entry_id, why.clone()))
                     .recv()
-                    .await?;
+                    .await
+                {
+                    tracing::warn!(entry_id, error = %err, "could not record an unknown outcome");
+                }
                 m.unknown.increment(1);
                 return Err(Problem::new(
                     if timed_out { 504 } else { 502 },
@@ -859,7 +867,8 @@ pub(crate) async fn drive(
                     "Outcome unknown",
                     format!("{why}; the request may have been executed upstream, so it will not be retried automatically — an operator must resolve it"),
                 )
-                .with("entry_id", entry_id));
+                .with("entry_id", entry_id)
+                .counted());
             }
         };
         if tries < route.retry.attempts {
@@ -893,7 +902,8 @@ pub(crate) async fn drive(
             format!("{why}; the request was not executed and may be retried with the same key"),
         )
         .retry_after(retry_after.unwrap_or(1))
-        .with("entry_id", entry_id));
+        .with("entry_id", entry_id)
+        .counted());
     }
 }
 

@@ -13,6 +13,9 @@ pub struct Problem {
     pub detail: String,
     pub retry_after: Option<u64>,
     pub extra: Value,
+    /// Already counted in `idemgate_requests_total` under an outcome of its own (`not_executed`,
+    /// `unknown`), so the proxy does not count it again under its code.
+    pub counted: bool,
 }
 
 impl Problem {
@@ -29,7 +32,14 @@ impl Problem {
             detail: detail.into(),
             retry_after: None,
             extra: Value::Null,
+            counted: false,
         }
+    }
+
+    /// Marks the problem as counted in `idemgate_requests_total` already.
+    pub fn counted(mut self) -> Problem {
+        self.counted = true;
+        self
     }
 
     pub fn retry_after(mut self, secs: u64) -> Problem {
