@@ -7,7 +7,7 @@
 //! - `status:NNN` — 500/502/504: perform the effect, then answer NNN; 429/503: no effect, answer NNN
 //!   with `Retry-After: 1`; other codes: no effect, answer NNN.
 //! - `drop` — perform the effect, then close the connection without a response.
-//! - `delay:MS` — perform the effect, wait MS milliseconds, then answer 201.
+//! - `delay:MS` — perform the effect, wait MS milliseconds, then answer 201 (`delay:MS:NNN`: NNN).
 //! - `fail-first:N:NNN` — the first N requests for this key get NNN (no effect), then normal.
 //!
 //! With [`Counts::set_chaos`], a request without `x-fault` gets a random fault instead (the chaos
@@ -309,14 +309,15 @@ async fn conn(mut s: TcpStream, c: Arc<Counts>) -> std::io::Result<()> {
                 c.effect(&key);
                 return Ok(()); // the connection closes without an answer
             }
-            ("delay", Some(ms), _) => {
+            ("delay", Some(ms), code) => {
                 c.effect(&key);
                 tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(1000))).await;
+                let code: u16 = code.and_then(|c| c.parse().ok()).unwrap_or(201);
                 write_resp(
                     &mut s,
-                    201,
+                    code,
                     &[],
-                    &format!(r#"{{"key":"{key}","delayed":true}}"#),
+                    &format!(r#"{{"key":"{key}","delayed":true,"status":{code}}}"#),
                 )
                 .await?;
                 continue;

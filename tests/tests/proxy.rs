@@ -149,17 +149,18 @@ impl Fx {
         self.proxy.send("POST", "/v1/charges", &h, body.as_bytes())
     }
 
-    /// A charge that the upstream performs and then holds for `ms` before answering: sent on a
-    /// thread of its own, returned once the effect has happened (join it for the answer).
+    /// A charge that the upstream performs and then holds before answering (`fault`:
+    /// `delay:MS` or `delay:MS:STATUS`): sent on a thread of its own, returned once the effect has
+    /// happened (join it for the answer).
     fn charge_held_upstream(
         &self,
         key: &str,
         body: &str,
-        ms: u64,
+        fault: &str,
     ) -> std::thread::JoinHandle<Resp> {
         let (addr, k, b) = (self.proxy.addr, key.to_owned(), body.to_owned());
+        let fault = fault.to_owned();
         let client = std::thread::spawn(move || {
-            let fault = format!("delay:{ms}");
             request(
                 addr,
                 "POST",
@@ -642,13 +643,18 @@ fn a_disk_that_refuses_writes_gets_nothing_forwarded_unclaimed_and_serve_recover
     }
     // The disk fills while a request is upstream: its claim is durable, its effect happens, and
     // its outcome cannot be recorded.
-    let upstream = f.charge_held_upstream("k-disk-mid", r#"{"amount":99}"#, 600);
+    // Another fails upstream after its effect: its unknown outcome cannot be recorded either.
+    let upstream = f.charge_held_upstream("k-disk-mid", r#"{"amount":99}"#, "delay:600");
+    let failing = f.charge_held_upstream("k-disk-502", r#"{"amount":98}"#, "delay:600:502");
     limit_file_size(pid, Some(1));
     let unrecorded = upstream.join().expect("client");
     assert_eq!(unrecorded.status, 502, "{}", unrecorded.text());
     assert_eq!(unrecorded.code(), "outcome-unrecorded");
     assert_eq!(unrecorded.json()["upstream_status"], 201);
     assert!(unrecorded.json()["entry_id"].as_i64().is_some());
+    let unknown = failing.join().expect("client");
+    assert_eq!(unknown.status, 502, "{}", unknown.text());
+    assert_eq!(unknown.code(), "outcome-unknown");
     // While nothing can be written: a new key is refused before it is forwarded, with a hint to
     // retry; what was acknowledged still replays; the unrecorded key is never run again.
     for i in 0..4 {
@@ -671,14 +677,19 @@ fn a_disk_that_refuses_writes_gets_nothing_forwarded_unclaimed_and_serve_recover
     }
     // Its retry is in flight (409), or refused with the batch its claim shared (503): the claim
     // finds the key without writing, but a batch with other writes in it cannot commit.
-    let again = f.charge("k-disk-mid", r#"{"amount":99}"#, &[]);
-    assert!(
-        [409, 503].contains(&again.status),
-        "{} {}",
-        again.status,
-        again.text()
-    );
-    assert_eq!(f.up.counts.effects("k-disk-mid"), 1);
+    for (key, b) in [
+        ("k-disk-mid", r#"{"amount":99}"#),
+        ("k-disk-502", r#"{"amount":98}"#),
+    ] {
+        let again = f.charge(key, b, &[]);
+        assert!(
+            [409, 503].contains(&again.status),
+            "{key}: {} {}",
+            again.status,
+            again.text()
+        );
+        assert_eq!(f.up.counts.effects(key), 1);
+    }
     // The failures are on /metrics (a scrape writes nothing), and the writer is still there: its
     // error lines, to a log file on the same full disk, must not take it down.
     let metrics = f.proxy.admin_get("/metrics").text();
@@ -708,11 +719,16 @@ fn a_disk_that_refuses_writes_gets_nothing_forwarded_unclaimed_and_serve_recover
         assert_eq!(r.status, 201, "{key}: {}", r.text());
         assert_eq!(&r.body, first, "{key}");
     }
-    let held = f.charge("k-disk-mid", r#"{"amount":99}"#, &[]);
-    assert_eq!(held.status, 409, "{}", held.text());
+    for (key, b) in [
+        ("k-disk-mid", r#"{"amount":99}"#),
+        ("k-disk-502", r#"{"amount":98}"#),
+    ] {
+        let held = f.charge(key, b, &[]);
+        assert_eq!(held.status, 409, "{key}: {}", held.text());
+    }
     assert_eq!(
         f.up.counts.total(),
-        10,
+        11,
         "{:?}",
         f.up.counts.keys_with_effects()
     );
@@ -723,7 +739,7 @@ fn a_disk_that_refuses_writes_gets_nothing_forwarded_unclaimed_and_serve_recover
 #[test]
 fn sigkill_mid_flight_then_restart_never_re_executes_and_the_entry_is_stuck() {
     let mut f = Fx::new();
-    let victim = f.charge_held_upstream("k-kill", r#"{"amount":9}"#, 900);
+    let victim = f.charge_held_upstream("k-kill", r#"{"amount":9}"#, "delay:900");
     f.proxy.kill();
     let _ = victim.join(); // the client saw the connection die
     f.restart();
