@@ -43,6 +43,9 @@ pub enum LedgerError {
     Corrupt(String),
     #[error("bad export: {0}")]
     BadExport(String),
+    /// A bug: a write panicked. Its job was rolled back alone, and the writer goes on.
+    #[error("internal error in the ledger: {0}")]
+    Internal(String),
 }
 
 impl LedgerError {
@@ -65,6 +68,7 @@ impl LedgerError {
             LedgerError::Io(_) => "io",
             LedgerError::Corrupt(_) => "corrupt",
             LedgerError::BadExport(_) => "bad-export",
+            LedgerError::Internal(_) => "internal",
         }
     }
 }

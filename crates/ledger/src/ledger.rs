@@ -447,6 +447,40 @@ mod tests {
             .join("; ")
     }
 
+    /// A write that panics (a bug) fails alone: what it wrote is rolled back, the writes queued
+    /// with it stand, and the writer takes writes after it. Before, the panic ended the writer
+    /// thread, and every later write failed as `ledger-closed` until the process restarted.
+    #[test]
+    fn a_write_that_panics_fails_alone_and_the_writer_goes_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let l = ledger_with(&dir, 2);
+        let count =
+            |l: &Ledger, sql: &str| l.read(|db| db.one(sql, &[], |r| r.int(0))).expect("count");
+        let entries = "SELECT count(*) FROM entries";
+        let before = count(&l, entries);
+        let mut tickets = vec![];
+        let panicking = l.submit(|ctx| -> Result<()> {
+            ctx.db
+                .exec("UPDATE entries SET key = key || '-changed'", vals![])?;
+            panic!("a bug in a write");
+        });
+        for i in 0..8 {
+            tickets.push(l.claim(charge(&format!("after-{i}"), 2)));
+        }
+        let err = panicking.wait().expect_err("the panicking job fails");
+        assert_eq!(err.code(), "internal", "{err}");
+        assert!(err.to_string().contains("a bug in a write"), "{err}");
+        for t in tickets {
+            t.wait().expect("a claim queued with it");
+        }
+        l.claim(charge("later", 3))
+            .wait()
+            .expect("a claim after it");
+        assert_eq!(count(&l, entries), before + 9);
+        let changed = "SELECT count(*) FROM entries WHERE key LIKE '%-changed'";
+        assert_eq!(count(&l, changed), 0, "the panicking job's write was kept");
+    }
+
     /// On SQLite the batch's events take their seq from SQLite's next rowid; the writer checks
     /// that it is the seq each event was hashed with. A row that lands in the log behind the
     /// writer's back (here, a job's own insert) fails the batch, which then writes nothing.

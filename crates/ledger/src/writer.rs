@@ -121,7 +121,23 @@ where
     F: FnMut(&mut Ctx<'_>) -> Result<T> + Send,
 {
     fn run(&mut self, ctx: &mut Ctx<'_>) -> bool {
-        let r = (self.f)(ctx);
+        // A job that panics fails alone (rolled back to its savepoint on the batch's second run),
+        // instead of ending the writer thread, after which every write in the process would be
+        // refused as `ledger-closed` until a restart. What it changed is undone with the batch
+        // or its savepoint, and its `Ctx` is dropped, so nothing half-done survives the unwind.
+        let f = &mut self.f;
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(ctx))).unwrap_or_else(
+            |panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(LedgerError::Internal(format!(
+                    "a ledger write panicked: {what}"
+                )))
+            },
+        );
         let failed = r.is_err();
         self.result = Some(r);
         failed
