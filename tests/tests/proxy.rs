@@ -700,6 +700,13 @@ fn a_disk_that_refuses_writes_gets_nothing_forwarded_unclaimed_and_serve_recover
         "the writer thread died: {:?}",
         threads(pid)
     );
+    // A balancer sees the proxy not ready (no token needed); a supervisor sees it alive, since a
+    // restart would not make room.
+    let admin = f.proxy.admin.expect("admin");
+    let ready = request(admin, "GET", "/readyz", &[], b"");
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    assert_eq!(ready.code(), "ledger-unavailable");
+    assert_eq!(request(admin, "GET", "/healthz", &[], b"").status, 200);
     // Room again: the same process takes writes at once, and the refused keys run, once.
     limit_file_size(pid, None);
     for i in 0..4 {
@@ -711,6 +718,9 @@ fn a_disk_that_refuses_writes_gets_nothing_forwarded_unclaimed_and_serve_recover
     }
     let metrics = f.proxy.admin_get("/metrics").text();
     assert!(metric(&metrics, "idemgate_ledger_commit_seconds_count").unwrap_or(0) >= 8);
+    eventually(10, "ready again, 5 s after the last failed commit", || {
+        (request(admin, "GET", "/readyz", &[], b"").status == 200).then_some(())
+    });
     // Nothing acknowledged was lost, and the chain holds, after a SIGKILL.
     f.proxy.kill();
     f.restart();

@@ -243,6 +243,10 @@ impl Storage for Ledger {
         self.readers.location()
     }
 
+    fn writer_health(&self) -> WriterHealth {
+        self.writer.health()
+    }
+
     fn chain_alg(&self) -> Result<String> {
         self.read(|db| {
             read::chain_alg(db)?
@@ -479,6 +483,14 @@ mod tests {
         assert_eq!(count(&l, entries), before + 9);
         let changed = "SELECT count(*) FROM entries WHERE key LIKE '%-changed'";
         assert_eq!(count(&l, changed), 0, "the panicking job's write was kept");
+        let health = l.writer_health();
+        assert!(health.running);
+        assert_eq!(
+            health.last_failure_at, None,
+            "a failed job is not a failed commit"
+        );
+        l.close();
+        assert!(!l.writer_health().running);
     }
 
     /// On SQLite the batch's events take their seq from SQLite's next rowid; the writer checks

@@ -201,6 +201,15 @@ pub struct EventRange {
     pub until: Option<Millis>,
 }
 
+/// Whether this process's ledger writer can take writes (for `/healthz` and `/readyz`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterHealth {
+    /// The writer thread is there. If it is not, no write in this process will succeed again.
+    pub running: bool,
+    /// When a batch last failed to begin or to commit (a full disk, a lost database), if ever.
+    pub last_failure_at: Option<Millis>,
+}
+
 /// Progress callback: told the count so far; returns `false` to cancel.
 pub type Progress<'a> = &'a mut dyn FnMut(u64) -> bool;
 
@@ -213,6 +222,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn location(&self) -> String;
     /// The chain algorithm recorded in the ledger.
     fn chain_alg(&self) -> Result<String>;
+    /// Whether this process's writer is running, and when a commit of its last failed.
+    fn writer_health(&self) -> WriterHealth;
 
     // The proxy's path.
     /// The answer [`Storage::claim`] would give a replay, from memory and before a claim is even

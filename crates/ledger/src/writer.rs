@@ -14,7 +14,7 @@
 //! and the batch runs again, each job inside its own savepoint. Jobs are therefore re-runnable:
 //! they change nothing outside the transaction and their `Ctx`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -22,9 +22,9 @@ use std::time::Instant;
 use crate::chain::{ChainHasher, GENESIS};
 use crate::db::Db;
 use crate::error::{LedgerError, Result};
-use crate::model::Event;
+use crate::model::{now_millis, Event};
 use crate::read;
-use crate::store::Ticket;
+use crate::store::{Ticket, WriterHealth};
 use crate::telemetry::{self, Failures};
 use crate::write;
 
@@ -162,6 +162,8 @@ where
 pub struct WriterCounters {
     pub commits: AtomicU64,
     pub jobs: AtomicU64,
+    /// When a batch last failed to begin or commit (Unix ms; 0: never).
+    pub failed_at: AtomicI64,
 }
 
 /// The handle on a writer thread.
@@ -211,6 +213,19 @@ impl Writer {
             self.counters.commits.load(Ordering::Relaxed),
             self.counters.jobs.load(Ordering::Relaxed),
         )
+    }
+
+    /// Whether the thread is there, and when a batch of its last failed.
+    pub fn health(&self) -> WriterHealth {
+        let running = self
+            .handle
+            .lock()
+            .is_ok_and(|h| h.as_ref().is_some_and(|h| !h.is_finished()));
+        let failed_at = self.counters.failed_at.load(Ordering::Relaxed);
+        WriterHealth {
+            running,
+            last_failure_at: (failed_at > 0).then_some(failed_at),
+        }
     }
 
     /// Stops accepting writes, lets the writer finish every queued job and waits for it.
@@ -377,6 +392,7 @@ fn writer_loop(
         if let Err(e) = begun {
             failures.failed(&format_args!("could not begin a transaction: {e}"));
             telemetry::commit_failed();
+            counters.failed_at.store(now_millis(), Ordering::Relaxed);
             for mut job in batch.drain(..) {
                 job.refuse(&e);
                 job.answer(None);
@@ -405,6 +421,7 @@ fn writer_loop(
             Err(e) => {
                 failures.failed(e);
                 telemetry::commit_failed();
+                counters.failed_at.store(now_millis(), Ordering::Relaxed);
                 let _ = db.batch("ROLLBACK");
             }
         }

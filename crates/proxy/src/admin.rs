@@ -1,6 +1,6 @@
 //! The admin listener: the `ops` operations as JSON under `/admin/v1/`, `/metrics` in Prometheus
-//! text, and `/healthz`. Everything but `/healthz` needs `Authorization: Bearer <token>`, compared in
-//! constant time. Errors are problem+json with the operation's stable code.
+//! text, `/healthz` and `/readyz`. Everything but the last two needs `Authorization: Bearer
+//! <token>`, compared in constant time. Errors are problem+json with the operation's stable code.
 
 use std::sync::Arc;
 
@@ -66,7 +66,8 @@ pub fn router(
         })
         .layer(middleware::from_fn(problems_only));
     let mut r = Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .merge(api);
     if let Some(dir) = &state.engine.cfg.console_dir {
         // The console for browsers: static files, no data, so no token; every API call it makes
@@ -375,6 +376,54 @@ async fn verify(State(s): State<AdminState>) -> Result<Response, Problem> {
 
 async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], crate::OPENAPI).into_response()
+}
+
+/// How long after a failed ledger commit `/readyz` still says not ready. Not at once on the next
+/// success: on a full disk, a commit that writes nothing (a sweep that found nothing) succeeds
+/// between the failures, and a readiness that flapped with it would be no use to a balancer.
+const NOT_READY_AFTER_FAILURE: i64 = 5_000;
+
+/// Liveness: `503` only when this process can never write again (its ledger writer has stopped),
+/// so that a supervisor restarts it. No token; it says nothing about the ledger's contents.
+async fn healthz(State(s): State<AdminState>) -> Response {
+    if s.engine.store.writer_health().running {
+        "ok\n".into_response()
+    } else {
+        writer_stopped().into_response()
+    }
+}
+
+fn writer_stopped() -> Problem {
+    Problem::new(
+        503,
+        "ledger-writer-stopped",
+        "Unavailable",
+        "the ledger writer has stopped: no write can succeed in this process; restart it",
+    )
+}
+
+/// Readiness: `503` while the ledger cannot take writes (a commit failed in the last 5 s, or the
+/// writer has stopped), so a balancer sends new calls to another proxy. No token, and no error
+/// text: the metrics and the log have the cause.
+async fn readyz(State(s): State<AdminState>) -> Response {
+    let h = s.engine.store.writer_health();
+    if !h.running {
+        return writer_stopped().into_response();
+    }
+    match h.last_failure_at {
+        Some(at) if now_millis() - at < NOT_READY_AFTER_FAILURE => Problem::new(
+            503,
+            "ledger-unavailable",
+            "Unavailable",
+            format!(
+                "a ledger commit failed {} ms ago; see idemgate_ledger_commit_failures_total and the log",
+                (now_millis() - at).max(0)
+            ),
+        )
+        .retry_after(1)
+        .into_response(),
+        _ => "ready\n".into_response(),
+    }
 }
 
 async fn render_metrics(State(s): State<AdminState>) -> Response {
