@@ -300,7 +300,15 @@ fn restarting_postgres_under_load_loses_nothing_acknowledged() {
                                 acked.lock().expect("acked").insert(key.clone(), r.body);
                                 break;
                             }
-                            Some(r) if r.code() == "outcome-unknown" => break,
+                            // Executed, or maybe, and held for an operator: retrying gets 409.
+                            Some(r)
+                                if matches!(
+                                    r.code().as_str(),
+                                    "outcome-unknown" | "outcome-unrecorded"
+                                ) =>
+                            {
+                                break
+                            }
                             Some(r) if r.status == 503 => {
                                 unavailable.fetch_add(1, Ordering::Relaxed);
                             }
