@@ -215,11 +215,12 @@ impl Writer {
         )
     }
 
-    /// Whether the thread is there, and when a batch of its last failed.
+    /// Whether the thread is there, and when a batch of its last failed. Never waits: while
+    /// [`Writer::close`] holds the handle to join the thread, the writer counts as stopped.
     pub fn health(&self) -> WriterHealth {
         let running = self
             .handle
-            .lock()
+            .try_lock()
             .is_ok_and(|h| h.as_ref().is_some_and(|h| !h.is_finished()));
         let failed_at = self.counters.failed_at.load(Ordering::Relaxed);
         WriterHealth {
