@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use idemgate_ledger::{now_millis, Storage};
+use idemgate_ledger::{now_millis, LedgerError, Storage};
 use idemgate_ops::Ops;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
@@ -286,6 +286,8 @@ async fn sweep_loop(store: Arc<dyn Storage>, mut stop: tokio::sync::watch::Recei
                 );
             }
             Ok(_) => {}
+            // A commit that failed is the writer's to log (once a minute while it lasts).
+            Err(LedgerError::Unavailable(_)) => {}
             Err(e) => tracing::warn!(error = %e, "sweep failed"),
         }
         n += 1;
