@@ -1112,6 +1112,17 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     let counter = |text: &str, name: &str| -> u64 {
         metric(text, name).unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"))
     };
+    // Failure counters are exported at 0 before any failure, so a first one shows in increase().
+    for name in [
+        "idemgate_ledger_commit_failures_total",
+        "idemgate_ledger_checkpoint_failures_total",
+    ] {
+        assert_eq!(counter(&metrics, name), 0, "{name}");
+    }
+    assert!(
+        metrics.contains("# HELP idemgate_ledger_commit_seconds "),
+        "{metrics}"
+    );
     let commits = counter(&metrics, "idemgate_ledger_commits_total");
     let writes = counter(&metrics, "idemgate_ledger_writes_total");
     assert!(

@@ -32,6 +32,7 @@ pub use ledger::{Ledger, OpenOptions};
 pub use model::*;
 pub use sqlite::schema_version;
 pub use store::*;
+pub use telemetry::register_metrics;
 pub use writer::{WriterCounters, MAX_BATCH};
 
 use std::sync::Arc;

@@ -12,6 +12,41 @@
 use std::fmt::Display;
 use std::time::{Duration, Instant};
 
+/// Describes the ledger's series to the recorder installed now, and exports its counters at 0
+/// from the start: a failure counter that first appears at 1 loses that first increase to
+/// `increase()` and `rate()`.
+pub fn register_metrics() {
+    metrics::describe_counter!(
+        "idemgate_ledger_commits_total",
+        "Ledger transactions committed by this process (on SQLite, each one fsync)"
+    );
+    metrics::describe_counter!(
+        "idemgate_ledger_writes_total",
+        "Writes (claims, completions, replay counts, sweeps, operator actions) in those commits"
+    );
+    metrics::describe_histogram!(
+        "idemgate_ledger_commit_seconds",
+        metrics::Unit::Seconds,
+        "The COMMIT alone: on SQLite the WAL's write and fsync"
+    );
+    metrics::describe_counter!(
+        "idemgate_ledger_commit_failures_total",
+        "Batches that could not begin or commit; every write in them was refused"
+    );
+    metrics::describe_counter!(
+        "idemgate_ledger_checkpoint_failures_total",
+        "SQLite checkpoint passes that failed; the WAL grows until one succeeds"
+    );
+    for name in [
+        "idemgate_ledger_commits_total",
+        "idemgate_ledger_writes_total",
+        "idemgate_ledger_commit_failures_total",
+        "idemgate_ledger_checkpoint_failures_total",
+    ] {
+        metrics::counter!(name).increment(0);
+    }
+}
+
 /// A transaction committed: `writes` jobs in it, `commit` the `COMMIT` statement alone (on
 /// SQLite the WAL's write and its fsync; on PostgreSQL the round trip and the server's flush).
 pub(crate) fn committed(writes: usize, commit: Duration) {

@@ -96,7 +96,9 @@ pub fn metrics_handle() -> PrometheusHandle {
                 .map(|b| b.build_recorder())
                 .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
             let handle = recorder.handle();
-            let _ = metrics::set_global_recorder(recorder);
+            if metrics::set_global_recorder(recorder).is_ok() {
+                idemgate_ledger::register_metrics();
+            }
             handle
         })
         .clone()
