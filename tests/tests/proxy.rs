@@ -644,8 +644,12 @@ fn a_disk_that_refuses_writes_gets_nothing_forwarded_unclaimed_and_serve_recover
     // The disk fills while a request is upstream: its claim is durable, its effect happens, and
     // its outcome cannot be recorded.
     // Another fails upstream after its effect: its unknown outcome cannot be recorded either.
-    let upstream = f.charge_held_upstream("k-disk-mid", r#"{"amount":99}"#, "delay:600");
-    let failing = f.charge_held_upstream("k-disk-502", r#"{"amount":98}"#, "delay:600:502");
+    let held = [
+        ("k-disk-mid", r#"{"amount":99}"#),
+        ("k-disk-502", r#"{"amount":98}"#),
+    ];
+    let upstream = f.charge_held_upstream(held[0].0, held[0].1, "delay:600");
+    let failing = f.charge_held_upstream(held[1].0, held[1].1, "delay:600:502");
     limit_file_size(pid, Some(1));
     let unrecorded = upstream.join().expect("client");
     assert_eq!(unrecorded.status, 502, "{}", unrecorded.text());
@@ -677,10 +681,7 @@ fn a_disk_that_refuses_writes_gets_nothing_forwarded_unclaimed_and_serve_recover
     }
     // Its retry is in flight (409), or refused with the batch its claim shared (503): the claim
     // finds the key without writing, but a batch with other writes in it cannot commit.
-    for (key, b) in [
-        ("k-disk-mid", r#"{"amount":99}"#),
-        ("k-disk-502", r#"{"amount":98}"#),
-    ] {
+    for (key, b) in held {
         let again = f.charge(key, b, &[]);
         assert!(
             [409, 503].contains(&again.status),
@@ -729,12 +730,9 @@ fn a_disk_that_refuses_writes_gets_nothing_forwarded_unclaimed_and_serve_recover
         assert_eq!(r.status, 201, "{key}: {}", r.text());
         assert_eq!(&r.body, first, "{key}");
     }
-    for (key, b) in [
-        ("k-disk-mid", r#"{"amount":99}"#),
-        ("k-disk-502", r#"{"amount":98}"#),
-    ] {
-        let held = f.charge(key, b, &[]);
-        assert_eq!(held.status, 409, "{key}: {}", held.text());
+    for (key, b) in held {
+        let r = f.charge(key, b, &[]);
+        assert_eq!(r.status, 409, "{key}: {}", r.text());
     }
     assert_eq!(
         f.up.counts.total(),
@@ -1106,9 +1104,9 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     ] {
         assert!(metrics.contains(m), "{m} missing from /metrics:\n{metrics}");
     }
-    // The ledger writer's counters. The request's claim and its completion are two writes in two
-    // commits (the claim commits before the upstream is called); the sweeper
-    // writes too, every second, so these are lower bounds.
+    // The ledger writer's counters. An executed request's claim and its completion are two writes
+    // in two commits (the claim commits before the upstream is called); the sweeper writes too,
+    // every second, so these are lower bounds.
     let counter = |text: &str, name: &str| -> u64 {
         metric(text, name).unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"))
     };

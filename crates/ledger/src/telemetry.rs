@@ -91,7 +91,7 @@ struct Run {
 
 /// What a failure or a success should log.
 #[derive(Debug, PartialEq)]
-pub(crate) enum Line {
+enum Line {
     /// The first failure of a run.
     First,
     /// The run goes on: `failures` since the last line.

@@ -349,6 +349,14 @@ fn run_jobs(
     true
 }
 
+/// A batch could not begin or commit: logged (without flooding), counted on `/metrics`, and
+/// its time kept for [`Writer::health`].
+fn batch_failed(failures: &mut Failures, counters: &WriterCounters, error: &dyn std::fmt::Display) {
+    failures.failed(error);
+    telemetry::commit_failed();
+    counters.failed_at.store(now_millis(), Ordering::Relaxed);
+}
+
 fn writer_loop(
     mut conn: impl WriteConn,
     hasher: ChainHasher,
@@ -391,9 +399,11 @@ fn writer_loop(
             let _ = conn.db().batch("ROLLBACK");
         }
         if let Err(e) = begun {
-            failures.failed(&format_args!("could not begin a transaction: {e}"));
-            telemetry::commit_failed();
-            counters.failed_at.store(now_millis(), Ordering::Relaxed);
+            batch_failed(
+                &mut failures,
+                counters,
+                &format_args!("could not begin a transaction: {e}"),
+            );
             for mut job in batch.drain(..) {
                 job.refuse(&e);
                 job.answer(None);
@@ -420,9 +430,7 @@ fn writer_loop(
                 failures.succeeded();
             }
             Err(e) => {
-                failures.failed(e);
-                telemetry::commit_failed();
-                counters.failed_at.store(now_millis(), Ordering::Relaxed);
+                batch_failed(&mut failures, counters, e);
                 let _ = db.batch("ROLLBACK");
             }
         }

@@ -754,9 +754,8 @@ impl Engine {
 /// The ledger could not take a claim. Nothing was forwarded, so when it is unavailable (a full
 /// disk, a lost database) the same key may be tried again shortly.
 fn claim_failed(e: LedgerError) -> Problem {
-    let unavailable = matches!(e, LedgerError::Unavailable(_) | LedgerError::Closed);
     let p = Problem::from(e);
-    if unavailable {
+    if p.status == 503 {
         let detail = format!(
             "{}; nothing was forwarded, so the request may be retried with the same key",
             p.detail
