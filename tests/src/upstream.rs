@@ -7,7 +7,8 @@
 //! - `status:NNN` — 500/502/504: perform the effect, then answer NNN; 429/503: no effect, answer NNN
 //!   with `Retry-After: 1`; other codes: no effect, answer NNN.
 //! - `drop` — perform the effect, then close the connection without a response.
-//! - `delay:MS` — perform the effect, wait MS milliseconds, then answer 201 (`delay:MS:NNN`: NNN).
+//! - `delay:MS` — perform the effect, wait MS milliseconds, then answer 201 (`delay:MS:NNN`: NNN;
+//!   with 429 or 503, wait and answer without the effect, as `status:` does).
 //! - `fail-first:N:NNN` — the first N requests for this key get NNN (no effect), then normal.
 //!
 //! With [`Counts::set_chaos`], a request without `x-fault` gets a random fault instead (the chaos
@@ -310,13 +311,21 @@ async fn conn(mut s: TcpStream, c: Arc<Counts>) -> std::io::Result<()> {
                 return Ok(()); // the connection closes without an answer
             }
             ("delay", Some(ms), code) => {
-                c.effect(&key);
-                tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(1000))).await;
                 let code: u16 = code.and_then(|c| c.parse().ok()).unwrap_or(201);
+                let refused = matches!(code, 429 | 503);
+                if !refused {
+                    c.effect(&key);
+                }
+                tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(1000))).await;
+                let extra = if refused {
+                    vec![("retry-after", "1".to_owned())]
+                } else {
+                    vec![]
+                };
                 write_resp(
                     &mut s,
                     code,
-                    &[],
+                    &extra,
                     &format!(r#"{{"key":"{key}","delayed":true,"status":{code}}}"#),
                 )
                 .await?;

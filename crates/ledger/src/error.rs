@@ -73,6 +73,36 @@ impl LedgerError {
     }
 }
 
+impl LedgerError {
+    /// Whether the write that failed with this may succeed if tried again later: the ledger could
+    /// not take it (a failed commit, a lost connection, a full disk, a busy database), as opposed to
+    /// a decision on the write itself (the entry is in another state, its lease is another's), bad
+    /// input, or a bug.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LedgerError::Unavailable(_) | LedgerError::Io(_) => true,
+            LedgerError::Db(rusqlite::Error::SqliteFailure(f, _)) => matches!(
+                f.code,
+                rusqlite::ErrorCode::DiskFull
+                    | rusqlite::ErrorCode::SystemIoFailure
+                    | rusqlite::ErrorCode::DatabaseBusy
+                    | rusqlite::ErrorCode::DatabaseLocked
+                    | rusqlite::ErrorCode::CannotOpen
+            ),
+            // No connection, or the server ended it (shutdown, restart: class 57P), could not
+            // make one (08), or ran out of resources (53).
+            LedgerError::Pg(p) => {
+                p.is_closed()
+                    || p.as_db_error().is_none_or(|d| {
+                        let code = d.code().code();
+                        ["08", "53", "57P"].iter().any(|c| code.starts_with(c))
+                    })
+            }
+            _ => false,
+        }
+    }
+}
+
 /// A PostgreSQL error with the server's message, when there is one (the driver's own `Display`
 /// says only "db error").
 fn pg_message(e: &tokio_postgres::Error) -> String {
@@ -83,3 +113,44 @@ fn pg_message(e: &tokio_postgres::Error) -> String {
 }
 
 pub type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sqlite(code: std::ffi::c_int) -> LedgerError {
+        LedgerError::Db(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(code),
+            None,
+        ))
+    }
+
+    #[test]
+    fn an_outage_is_transient_and_a_decision_or_a_bug_is_not() {
+        for e in [
+            LedgerError::Unavailable("commit failed: database or disk is full".into()),
+            LedgerError::Io(std::io::Error::other("EFBIG")),
+            sqlite(rusqlite::ffi::SQLITE_FULL),
+            sqlite(rusqlite::ffi::SQLITE_IOERR_WRITE),
+            sqlite(rusqlite::ffi::SQLITE_BUSY),
+        ] {
+            assert!(e.is_transient(), "{e}");
+        }
+        for e in [
+            LedgerError::LeaseLost(1),
+            LedgerError::InvalidTransition {
+                id: 1,
+                state: "completed".into(),
+                action: "release",
+                needed: "pending",
+            },
+            LedgerError::EntryNotFound(1),
+            LedgerError::Closed,
+            LedgerError::Internal("a write panicked".into()),
+            LedgerError::Corrupt("bad row".into()),
+            sqlite(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE),
+        ] {
+            assert!(!e.is_transient(), "{e}");
+        }
+    }
+}

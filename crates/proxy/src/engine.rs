@@ -24,6 +24,7 @@ use crate::config::{Config, InFlight, Route};
 use crate::forward::{self, Attempt, HttpClient, UpstreamResponse};
 use crate::keys;
 use crate::problem::Problem;
+use crate::settle::{Outcome, Unsettled};
 use crate::signature;
 
 /// The most header bytes (names and values) a proxied request may carry; more gets 431.
@@ -80,6 +81,8 @@ pub struct Engine {
     pub owner: String,
     read_cache: Mutex<HashMap<String, (Instant, ResponseRecord)>>,
     flights: Flights,
+    /// Outcomes known here that the ledger could not take yet.
+    pub unsettled: Unsettled,
     /// Per route, in the configuration's order.
     metrics: Vec<RouteMetrics>,
     claim_seconds: Histogram,
@@ -187,6 +190,7 @@ impl Engine {
             owner,
             read_cache: Mutex::new(HashMap::new()),
             flights: Flights::default(),
+            unsettled: Unsettled::default(),
         }
     }
 
@@ -720,10 +724,8 @@ impl Engine {
         let uri = match forward::upstream_uri(&route.upstream, pq) {
             Ok(u) => u,
             Err(e) => {
-                self.store
-                    .release(self.report(entry_id, format!("bad upstream uri: {e}")))
-                    .recv()
-                    .await?;
+                let rep = self.report(entry_id, format!("bad upstream uri: {e}"));
+                self.settle(Outcome::Release(rep)).await?;
                 return Err(Problem::new(400, "bad-request", "Bad request", e));
             }
         };
@@ -739,6 +741,21 @@ impl Engine {
         )
         .await?;
         Ok(respond_upstream(r, Some(key), None))
+    }
+
+    /// Records an outcome; if the ledger cannot take it now, keeps it to record later. `Ok(true)`
+    /// once recorded, `Ok(false)` when kept; the ledger's error when it was refused for good.
+    async fn settle(&self, o: Outcome) -> Result<bool, LedgerError> {
+        let r = match o.clone() {
+            Outcome::Release(r) => self.store.release(r).recv().await,
+            Outcome::Unknown(r) => self.store.mark_unknown(r).recv().await,
+            Outcome::Complete(c) => self.store.complete(c).recv().await.map(drop),
+        };
+        match r {
+            Ok(()) => Ok(true),
+            Err(e) if self.unsettled.keep(o, &e) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     pub(crate) fn report(&self, entry_id: i64, error: String) -> OwnerReport {
@@ -798,19 +815,16 @@ pub(crate) async fn drive(
         m.upstream_seconds.record(started.elapsed().as_secs_f64());
         let (why, retry_after, class) = match a {
             Attempt::Executed(resp) => {
-                let done = e
-                    .store
-                    .complete(CompleteRequest {
-                        entry_id,
-                        owner: e.owner.clone(),
-                        // The ledger's copy of the body; the client's is the upstream's bytes.
-                        response: resp.record(),
-                        ttl_ms: route.ttl.as_millis() as i64,
-                        duplicate_window_ms: Some(e.cfg.duplicate_window.as_millis() as i64),
-                        at: now_millis(),
-                    })
-                    .recv()
-                    .await;
+                let completion = |at| CompleteRequest {
+                    entry_id,
+                    owner: e.owner.clone(),
+                    // The ledger's copy of the body; the client's is the upstream's bytes.
+                    response: resp.record(),
+                    ttl_ms: route.ttl.as_millis() as i64,
+                    duplicate_window_ms: Some(e.cfg.duplicate_window.as_millis() as i64),
+                    at,
+                };
+                let done = e.store.complete(completion(now_millis())).recv().await;
                 return match done {
                     Ok(c) => {
                         m.executed.increment(1);
@@ -830,16 +844,30 @@ pub(crate) async fn drive(
                     .with("entry_id", entry_id)),
                     // The effect happened and the ledger could not record it (a full disk, a
                     // lost database): the entry stays pending under this lease, so it is never run
-                    // again automatically, and is stuck for an operator once the lease passes. The
-                    // response is not given out, since no retry could be given it again.
-                    Err(err) => Err(Problem::new(
-                            502,
-                            "outcome-unrecorded",
-                            "Outcome not recorded",
-                            format!("the upstream executed the request (status {}), but the ledger could not record its outcome ({err}); it will not be run again: retries get 409 until an operator resolves the entry", resp.status),
-                        )
-                        .with("entry_id", entry_id)
-                        .with("upstream_status", resp.status)),
+                    // again. The response is not given out, since a retry could not be given it
+                    // again if this process ended before the ledger took it. It is kept, to be
+                    // recorded once the ledger takes writes again (then retries replay it), or,
+                    // if it cannot be kept, the entry is stuck for an operator once the lease
+                    // passes.
+                    Err(err) => {
+                        let p = if e.unsettled.keep(Outcome::Complete(completion(now_millis())), &err) {
+                            Problem::new(
+                                502,
+                                "outcome-unrecorded",
+                                "Outcome not recorded yet",
+                                format!("the upstream executed the request (status {}), but the ledger could not record its outcome yet ({err}); it will not be run again, and this process records the outcome as soon as the ledger takes writes: a retry with the same key gets 409 until then, and this response after", resp.status),
+                            )
+                            .retry_after(1)
+                        } else {
+                            Problem::new(
+                                502,
+                                "outcome-unrecorded",
+                                "Outcome not recorded",
+                                format!("the upstream executed the request (status {}), but the ledger could not record its outcome ({err}); it will not be run again: retries get 409 until an operator resolves the entry", resp.status),
+                            )
+                        };
+                        Err(p.with("entry_id", entry_id).with("upstream_status", resp.status))
+                    }
                 };
             }
             Attempt::NotExecuted {
@@ -849,16 +877,12 @@ pub(crate) async fn drive(
             } => (why, retry_after, class),
             Attempt::Unknown { why, .. } if unknown_is_retryable => (why, None, "unknown"),
             Attempt::Unknown { why, timed_out } => {
-                // Unrecorded, the entry is still held: pending under this lease, and stuck for an
-                // operator once it passes. The answer tells the caller what happened upstream.
-                if let Err(err) = e
-                    .store
-                    .mark_unknown(e.report(entry_id, why.clone()))
-                    .recv()
-                    .await
-                {
-                    tracing::warn!(entry_id, error = %err, "could not record an unknown outcome");
-                }
+                // Even unrecorded (kept to record later, or not: `settle` logs it), the entry is
+                // held: pending under this lease, and stuck for an operator once it passes. The
+                // answer tells the caller what happened upstream.
+                let _ = e
+                    .settle(Outcome::Unknown(e.report(entry_id, why.clone())))
+                    .await;
                 m.unknown.increment(1);
                 return Err(Problem::new(
                     if timed_out { 504 } else { 502 },
@@ -873,36 +897,43 @@ pub(crate) async fn drive(
         if tries < route.retry.attempts {
             counter!("idemgate_retries_total", "route" => route.name.clone(), "class" => class)
                 .increment(1);
-            attempt += 1;
-            e.store
+            let recorded = e
+                .store
                 .record_attempt(
-                    e.report(entry_id, why),
-                    attempt,
+                    e.report(entry_id, why.clone()),
+                    attempt + 1,
                     route.lease.as_millis() as i64,
                 )
                 .recv()
-                .await?;
-            tokio::time::sleep(forward::backoff(route.retry.base, route.retry.max, tries)).await;
-            tries += 1;
-            continue;
+                .await;
+            // Tried again only once the ledger has the attempt; if it cannot take it, the key is
+            // released (now, or once the ledger takes writes again) for the caller to retry.
+            if recorded.is_ok() {
+                attempt += 1;
+                tokio::time::sleep(forward::backoff(route.retry.base, route.retry.max, tries))
+                    .await;
+                tries += 1;
+                continue;
+            }
         }
-        e.store
-            .release(e.report(
+        let released = e
+            .settle(Outcome::Release(e.report(
                 entry_id,
                 format!("not executed after {tries} attempt(s): {why}"),
-            ))
-            .recv()
+            )))
             .await?;
         m.not_executed.increment(1);
-        return Err(Problem::new(
-            503,
-            "upstream-unavailable",
-            "Upstream unavailable",
-            format!("{why}; the request was not executed and may be retried with the same key"),
-        )
-        .retry_after(retry_after.unwrap_or(1))
-        .with("entry_id", entry_id)
-        .counted());
+        let detail = if released {
+            format!("{why}; the request was not executed and may be retried with the same key")
+        } else {
+            format!("{why}; the request was not executed and may be retried with the same key once the ledger, which cannot take writes right now, records that (until then a retry gets 409)")
+        };
+        return Err(
+            Problem::new(503, "upstream-unavailable", "Upstream unavailable", detail)
+                .retry_after(retry_after.unwrap_or(1))
+                .with("entry_id", entry_id)
+                .counted(),
+        );
     }
 }
 

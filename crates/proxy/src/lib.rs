@@ -8,6 +8,7 @@ pub mod forward;
 pub mod keys;
 pub mod operator;
 pub mod problem;
+pub mod settle;
 pub mod signature;
 
 use std::convert::Infallible;
@@ -176,7 +177,8 @@ pub async fn serve(
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let sweeper = tokio::spawn(sweep_loop(store.clone(), stop_rx.clone()));
+    let sweeper = tokio::spawn(sweep_loop(engine.clone(), stop_rx.clone()));
+    let settler = engine.clone();
     // The proxy listener calls the engine directly: no router, no boxed body, no extensions.
     let proxy_service = move |peer: SocketAddr| {
         let engine = engine.clone();
@@ -207,6 +209,13 @@ pub async fn serve(
         let _ = l.await;
     }
     let _ = sweeper.await;
+    // The last chance for outcomes the ledger could not take: after this they live only in the
+    // entries' leases, stuck for an operator once they pass.
+    settler.unsettled.record(&*settler.store).await;
+    let left = settler.unsettled.entry_ids();
+    if !left.is_empty() {
+        tracing::warn!(entries = ?left, "stopping with outcomes the ledger could not take; these entries are left for an operator");
+    }
     Ok(())
 }
 
@@ -269,8 +278,10 @@ async fn accept_loop<S, B>(
     }
 }
 
-/// Marks lease and TTL expiries in the log, every second.
-async fn sweep_loop(store: Arc<dyn Storage>, mut stop: tokio::sync::watch::Receiver<bool>) {
+/// Every second: records the outcomes the ledger could not take when they were known, and marks
+/// lease and TTL expiries in the log.
+async fn sweep_loop(engine: Arc<Engine>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let store = engine.store.clone();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut n: u64 = 0;
@@ -278,6 +289,10 @@ async fn sweep_loop(store: Arc<dyn Storage>, mut stop: tokio::sync::watch::Recei
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
+        }
+        // First, so that an entry whose outcome is in hand is not logged as stuck.
+        if !engine.unsettled.is_empty() {
+            engine.unsettled.record(&*store).await;
         }
         match store.sweep(now_millis()).recv().await {
             Ok(r) if r.lease_expired + r.ttl_expired > 0 => {
