@@ -854,8 +854,8 @@ pub(crate) async fn drive(
                             Problem::new(
                                 502,
                                 "outcome-unrecorded",
-                                "Outcome not recorded yet",
-                                format!("the upstream executed the request (status {}), but the ledger could not record its outcome yet ({err}); it will not be run again, and this process records the outcome as soon as the ledger takes writes: a retry with the same key gets 409 until then, and this response after", resp.status),
+                                "Outcome not recorded",
+                                format!("the upstream executed the request (status {}), but the ledger could not record its outcome yet ({err}); it will not be run again, and this process records the outcome as soon as the ledger takes writes: a retry with the same key gets 409 (or 503) until then, and this response after", resp.status),
                             )
                             .retry_after(1)
                         } else {
@@ -926,7 +926,7 @@ pub(crate) async fn drive(
         let detail = if released {
             format!("{why}; the request was not executed and may be retried with the same key")
         } else {
-            format!("{why}; the request was not executed and may be retried with the same key once the ledger, which cannot take writes right now, records that (until then a retry gets 409)")
+            format!("{why}; the request was not executed and may be retried with the same key once the ledger, which cannot take writes right now, records that (until then a retry gets 409 or 503)")
         };
         return Err(
             Problem::new(503, "upstream-unavailable", "Upstream unavailable", detail)
