@@ -195,7 +195,7 @@ impl Unsettled {
                 }
                 Err(e) => {
                     self.dropped.increment(1);
-                    tracing::warn!(entry_id = id, error = %e, "the kept {} was not recorded: the entry was decided meanwhile", k.outcome.kind());
+                    tracing::warn!(entry_id = id, error = %e, "the kept {} was refused for good (an operator decided the entry meanwhile, or the ledger cannot take it); what the ledger holds stands", k.outcome.kind());
                 }
             }
         }
