@@ -71,9 +71,7 @@ impl LedgerError {
             LedgerError::Internal(_) => "internal",
         }
     }
-}
 
-impl LedgerError {
     /// Whether the write that failed with this may succeed if tried again later: the ledger could
     /// not take it (a failed commit, a lost connection, a full disk, a busy database), as opposed to
     /// a decision on the write itself (the entry is in another state, its lease is another's), bad

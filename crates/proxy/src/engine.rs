@@ -746,12 +746,7 @@ impl Engine {
     /// Records an outcome; if the ledger cannot take it now, keeps it to record later. `Ok(true)`
     /// once recorded, `Ok(false)` when kept; the ledger's error when it was refused for good.
     async fn settle(&self, o: Outcome) -> Result<bool, LedgerError> {
-        let r = match o.clone() {
-            Outcome::Release(r) => self.store.release(r).recv().await,
-            Outcome::Unknown(r) => self.store.mark_unknown(r).recv().await,
-            Outcome::Complete(c) => self.store.complete(c).recv().await.map(drop),
-        };
-        match r {
+        match o.clone().write(&*self.store).await {
             Ok(()) => Ok(true),
             Err(e) if self.unsettled.keep(o, &e) => Ok(false),
             Err(e) => Err(e),

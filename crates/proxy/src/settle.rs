@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use idemgate_ledger::{now_millis, CompleteRequest, LedgerError, OwnerReport, Storage};
+use idemgate_ledger::{now_millis, CompleteRequest, LedgerError, Millis, OwnerReport, Storage};
 use metrics::{counter, gauge, Counter, Gauge};
 
 /// The most outcomes kept at once; beyond it a new one is not kept (its entry waits for an
@@ -62,18 +62,28 @@ impl Outcome {
         }
     }
 
-    /// Writes it to the ledger, stamped `at`.
-    async fn write(mut self, store: &dyn Storage, at: i64) -> Result<(), LedgerError> {
+    /// It, as learnt at `at`.
+    fn stamped(mut self, at: Millis) -> Outcome {
         match &mut self {
             Outcome::Complete(c) => c.at = at,
             Outcome::Release(r) | Outcome::Unknown(r) => r.at = at,
         }
+        self
+    }
+
+    /// Writes it to the ledger.
+    pub async fn write(self, store: &dyn Storage) -> Result<(), LedgerError> {
         match self {
             Outcome::Complete(c) => store.complete(c).recv().await.map(drop),
             Outcome::Release(r) => store.release(r).recv().await,
             Outcome::Unknown(r) => store.mark_unknown(r).recv().await,
         }
     }
+}
+
+/// Logs an outcome the ledger refused with `e`, which no retry changes.
+fn refused_for_good(o: &Outcome, e: &LedgerError) {
+    tracing::warn!(entry_id = o.entry_id(), error = %e, "the ledger refused the {} for good (an operator decided the entry meanwhile, or the ledger cannot take it); what the ledger holds stands, and a pending entry is left for an operator", o.kind());
 }
 
 #[derive(Debug)]
@@ -126,7 +136,7 @@ impl Unsettled {
     pub fn keep(&self, outcome: Outcome, e: &LedgerError) -> bool {
         let id = outcome.entry_id();
         if !e.is_transient() {
-            tracing::warn!(entry_id = id, error = %e, "could not record the {}; the entry is left for an operator", outcome.kind());
+            refused_for_good(&outcome, e);
             return false;
         }
         let Ok(mut q) = self.queue.lock() else {
@@ -179,7 +189,7 @@ impl Unsettled {
     pub async fn record(&self, store: &dyn Storage) {
         while let Some(k) = self.pop() {
             let id = k.outcome.entry_id();
-            match k.outcome.clone().write(store, now_millis()).await {
+            match k.outcome.clone().stamped(now_millis()).write(store).await {
                 Ok(()) => {
                     self.recorded.increment(1);
                     tracing::info!(
@@ -195,7 +205,7 @@ impl Unsettled {
                 }
                 Err(e) => {
                     self.dropped.increment(1);
-                    tracing::warn!(entry_id = id, error = %e, "the kept {} was refused for good (an operator decided the entry meanwhile, or the ledger cannot take it); what the ledger holds stands", k.outcome.kind());
+                    refused_for_good(&k.outcome, &e);
                 }
             }
         }
