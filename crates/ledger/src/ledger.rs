@@ -404,6 +404,7 @@ mod tests {
     use super::*;
     use crate::db::vals;
     use crate::replays::CATCH_UP_MAX;
+    use crate::testing::charge;
 
     /// A SQLite ledger with `n` claims (one event each), keys `key-00000-x`….
     fn ledger_with(dir: &tempfile::TempDir, n: usize) -> Arc<Ledger> {
@@ -637,27 +638,6 @@ mod tests {
             },
         )
         .expect("open")
-    }
-
-    fn charge(key: &str, at: Millis) -> ClaimRequest {
-        ClaimRequest {
-            route: "charges".into(),
-            scope: "agent".into(),
-            key: key.into(),
-            fingerprint: format!("fp-{key}"),
-            effect: Effect::Write,
-            request: RequestRecord {
-                method: "POST".into(),
-                path: "/v1/charges".into(),
-                headers: vec![],
-                body: b"{}".to_vec(),
-            },
-            owner: "o".into(),
-            lease_ms: 60_000,
-            ttl_ms: 60_000,
-            reject_duplicates_within_ms: None,
-            at,
-        }
     }
 
     /// Claims and completes `key` at `at` (TTL 60 s); its entry id.

@@ -1,10 +1,35 @@
-//! For tests only (of this crate and of the workspace): fresh PostgreSQL databases on the test
-//! cluster `tests/pg/cluster.sh` starts, and where to read what the ledger's writer thread did.
+//! For tests only (of this crate and of the workspace): a claim to make, fresh PostgreSQL databases
+//! on the test cluster `tests/pg/cluster.sh` starts, and where to read what the ledger's writer
+//! thread did.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::db::{Db, Row};
+use crate::model::{Effect, Millis, RequestRecord};
 use crate::postgres::PgConn;
+use crate::store::ClaimRequest;
+
+/// A claim of `key` on a `charges` route at `at`, by owner `o`, leased and kept for 60 s.
+pub fn charge(key: &str, at: Millis) -> ClaimRequest {
+    ClaimRequest {
+        route: "charges".into(),
+        scope: "agent".into(),
+        key: key.into(),
+        fingerprint: format!("fp-{key}"),
+        effect: Effect::Write,
+        request: RequestRecord {
+            method: "POST".into(),
+            path: "/v1/charges".into(),
+            headers: vec![],
+            body: b"{}".to_vec(),
+        },
+        owner: "o".into(),
+        lease_ms: 60_000,
+        ttl_ms: 60_000,
+        reject_duplicates_within_ms: None,
+        at,
+    }
+}
 
 /// The `/proc/self/task/TID` directories of this process's ledger writer threads (none where
 /// there is no `/proc`): what the writer alone did is in their `io` and `schedstat`.

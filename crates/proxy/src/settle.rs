@@ -240,25 +240,11 @@ mod tests {
         .expect("open")
     }
 
-    /// Claims `key` for owner "me", leased for `lease_ms`; its entry id.
+    /// Claims `key` for owner "o", leased for `lease_ms`; its entry id.
     async fn claimed(store: &dyn Storage, key: &str, lease_ms: i64) -> i64 {
         let c = ClaimRequest {
-            route: "charges".into(),
-            scope: "agent".into(),
-            key: key.into(),
-            fingerprint: format!("fp-{key}"),
-            effect: Effect::Write,
-            request: RequestRecord {
-                method: "POST".into(),
-                path: "/v1/charges".into(),
-                headers: vec![],
-                body: b"{}".to_vec(),
-            },
-            owner: "me".into(),
             lease_ms,
-            ttl_ms: 60_000,
-            reject_duplicates_within_ms: None,
-            at: now_millis(),
+            ..testing::charge(key, now_millis())
         };
         match store.claim(c).recv().await.expect("claim") {
             ClaimOutcome::Claimed { entry_id, .. } => entry_id,
@@ -269,7 +255,7 @@ mod tests {
     fn completion(entry_id: i64, body: &[u8]) -> Outcome {
         Outcome::Complete(CompleteRequest {
             entry_id,
-            owner: "me".into(),
+            owner: "o".into(),
             response: ResponseRecord {
                 status: 201,
                 headers: vec![],
@@ -284,7 +270,7 @@ mod tests {
     fn report(entry_id: i64) -> OwnerReport {
         OwnerReport {
             entry_id,
-            owner: "me".into(),
+            owner: "o".into(),
             error: "upstream 503".into(),
             at: 1,
         }
