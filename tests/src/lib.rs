@@ -21,6 +21,7 @@ pub fn charge_claim(key: &str, owner: &str, lease_ms: i64) -> idemgate_ledger::C
         scope: "agent".into(),
         key: key.into(),
         fingerprint: canon::fingerprint("POST", "charges", &[], &body),
+        legacy_fingerprint: None,
         effect: Effect::Write,
         request: RequestRecord {
             method: "POST".into(),

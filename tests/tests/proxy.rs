@@ -349,6 +349,154 @@ fn the_same_key_with_another_request_is_a_422_and_the_rejected_request_is_kept()
     assert_eq!(shown["request"]["body"], r#"{"amount":100}"#);
 }
 
+/// A POST to `target` on the charges route, as agent-7, with an empty JSON body.
+fn post_at(proxy: &Proxy, target: &str, key: &str) -> Resp {
+    proxy.send(
+        "POST",
+        target,
+        &[
+            ("idempotency-key", key),
+            ("content-type", "application/json"),
+            ("x-agent-id", "agent-7"),
+        ],
+        b"{}",
+    )
+}
+
+/// Routes match by path prefix, so one route carries many operations: the refunds of different
+/// charges, a dry run and a real one. A key names one of them, and so does a fingerprint.
+#[test]
+fn a_path_beyond_the_route_and_the_query_are_part_of_the_request() {
+    let f = Fx::new();
+    let first = post_at(&f.proxy, "/v1/charges/ch_1/refund?b=2&a=1", "k-refund");
+    assert_eq!(first.status, 201, "{}", first.text());
+    let again = post_at(&f.proxy, "/v1/charges/ch_1/refund?a=1&b=2", "k-refund");
+    assert_eq!(
+        (again.status, again.header("idempotent-replayed")),
+        (201, Some("true")),
+        "the query's names in another order are the same request"
+    );
+    assert_eq!(again.body, first.body);
+    for other in [
+        "/v1/charges/ch_2/refund?a=1&b=2",
+        "/v1/charges/ch_1/refund?a=1&b=3",
+        "/v1/charges/ch_1/refund",
+        "/v1/charges",
+    ] {
+        let r = post_at(&f.proxy, other, "k-refund");
+        assert_eq!(r.status, 422, "{other}: {}", r.text());
+        assert_eq!(r.code(), "key-reuse");
+    }
+    assert_eq!(f.up.counts.effects("k-refund"), 1);
+    // Under keys of their own, two charges' refunds are not duplicates of each other; the same
+    // refund again is.
+    for (target, key) in [
+        ("/v1/charges/ch_3/refund", "k-refund-3"),
+        ("/v1/charges/ch_4/refund", "k-refund-4"),
+        ("/v1/charges/ch_3/refund", "k-refund-3-again"),
+    ] {
+        assert_eq!(post_at(&f.proxy, target, key).status, 201, "{key}");
+    }
+    let mut pair: Vec<String> = f
+        .entries(&["--duplicates"])
+        .iter()
+        .map(|e| e["key"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    pair.sort();
+    assert_eq!(pair, ["k-refund-3", "k-refund-3-again"]);
+    let collided = f.entries(&["--collisions"]);
+    let id = collided[0]["id"].to_string();
+    let shown = idemgate_json(&["show", "--ledger", &f.ledger(), &id, "--json"]);
+    let mut rejected: Vec<&str> = shown["collision_requests"]
+        .as_array()
+        .expect("collisions")
+        .iter()
+        .filter_map(|c| c["request"]["path"].as_str())
+        .collect();
+    rejected.sort_unstable();
+    assert_eq!(
+        rejected,
+        [
+            "/v1/charges",
+            "/v1/charges/ch_1/refund",
+            "/v1/charges/ch_1/refund?a=1&b=3",
+            "/v1/charges/ch_2/refund?a=1&b=2",
+        ],
+        "each rejected request is kept with its path"
+    );
+}
+
+/// A ledger written before fingerprints covered the path and the query: an entry claimed then
+/// beyond its route's path is replayed to the same request after the upgrade, and another
+/// request under its key is still refused.
+#[test]
+fn an_entry_fingerprinted_before_the_path_counted_is_replayed_to_its_own_request() {
+    use idemgate_ledger::{
+        canon, ChainHasher, ClaimOutcome, ClaimRequest, CompleteRequest, Ledger, OpenOptions,
+        RequestRecord, ResponseRecord, Storage,
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let up = Upstream::start();
+    let ledger = dir.path().join("ledger.db");
+    let target = "/v1/charges/ch_9/refund?reason=duplicate";
+    {
+        let l = Ledger::sqlite(
+            &ledger,
+            OpenOptions {
+                create: true,
+                hasher: ChainHasher::unkeyed(),
+            },
+        )
+        .expect("open");
+        let claim = ClaimRequest {
+            scope: "agent-7".into(),
+            fingerprint: canon::fingerprint("POST", "charges", &[], b"{}"),
+            request: RequestRecord {
+                method: "POST".into(),
+                path: target.into(),
+                headers: vec![],
+                body: b"{}".to_vec(),
+            },
+            ..charge_claim("k-before", "an-older-instance", 30_000)
+        };
+        let ClaimOutcome::Claimed { entry_id, .. } = l.claim(claim).wait().expect("claim") else {
+            panic!("not claimed")
+        };
+        l.complete(CompleteRequest {
+            entry_id,
+            owner: "an-older-instance".into(),
+            response: ResponseRecord {
+                status: 201,
+                headers: vec![],
+                body: br#"{"refund":"re_9"}"#.to_vec(),
+            },
+            ttl_ms: 3_600_000,
+            duplicate_window_ms: None,
+            at: idemgate_ledger::now_millis(),
+        })
+        .wait()
+        .expect("complete");
+        l.close();
+    }
+    let proxy = Proxy::start_with_env(
+        dir.path(),
+        &Fx::render(CONFIG, &up, &ledger),
+        &ledger,
+        &[("TEST_WEBHOOK_SECRET", SECRET)],
+    );
+    let r = post_at(&proxy, target, "k-before");
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    assert_eq!(r.body, br#"{"refund":"re_9"}"#);
+    let r = post_at(
+        &proxy,
+        "/v1/charges/ch_8/refund?reason=duplicate",
+        "k-before",
+    );
+    assert_eq!((r.status, r.code()), (422, "key-reuse".to_owned()));
+    assert_eq!(up.counts.total(), 0);
+}
+
 #[test]
 fn a_key_in_flight_gets_409_with_retry_after_and_the_upstream_runs_once() {
     let f = Fx::new();

@@ -57,6 +57,7 @@ fn claim(body: &[u8], keys: Keys) -> ClaimRequest {
         scope: "agent".into(),
         key: next_key(matches!(keys, Keys::Random)),
         fingerprint: canon::fingerprint("POST", "charges", &[], body),
+        legacy_fingerprint: None,
         effect: Effect::Write,
         request: RequestRecord {
             method: "POST".into(),

@@ -423,6 +423,7 @@ mod tests {
                     scope: "s".into(),
                     key: format!("key-{i:05}-x"),
                     fingerprint: format!("f{i}"),
+                    legacy_fingerprint: None,
                     effect: Effect::Write,
                     request: RequestRecord {
                         method: "POST".into(),

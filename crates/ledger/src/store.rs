@@ -42,6 +42,12 @@ pub struct ClaimRequest {
     pub scope: String,
     pub key: String,
     pub fingerprint: String,
+    /// The request's fingerprint without its target ([`crate::canon::fingerprint`]), when
+    /// `fingerprint` covers a target ([`crate::canon::with_target`]). An entry claimed before
+    /// fingerprints covered the target has that one: it matches this request if it was also
+    /// claimed at this very path and query (`request.path`), so a retry across the upgrade is
+    /// replayed, not refused as a collision.
+    pub legacy_fingerprint: Option<String>,
     pub effect: Effect,
     /// Redacted by the caller; the ledger redacts [`ALWAYS_REDACTED_HEADERS`] again.
     pub request: RequestRecord,

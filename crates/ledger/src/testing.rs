@@ -16,6 +16,7 @@ pub fn charge(key: &str, at: Millis) -> ClaimRequest {
         scope: "agent".into(),
         key: key.into(),
         fingerprint: format!("fp-{key}"),
+        legacy_fingerprint: None,
         effect: Effect::Write,
         request: RequestRecord {
             method: "POST".into(),

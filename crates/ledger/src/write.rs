@@ -500,7 +500,7 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, c: &Claim) -> Result<ClaimOutcome> {
         return rearm(ctx, &row, c, 1, json!({"attempt": 1, "after": "expiry"}));
     }
 
-    if row.fingerprint != req.fingerprint {
+    if row.fingerprint != req.fingerprint && !claimed_before_targets_counted(ctx.db, &row, req)? {
         let request = &req.request;
         ctx.db.exec(
             "INSERT INTO collisions (entry_id, at, fingerprint, req_method, req_path, req_headers, \
@@ -598,6 +598,23 @@ fn reject_duplicate(ctx: &mut Ctx<'_>, c: &Claim) -> Result<Option<ClaimOutcome>
         },
     )?;
     Ok(Some(ClaimOutcome::ProbableDuplicate { entry_id: id, key }))
+}
+
+/// Whether `row`, whose fingerprint is not the request's, was claimed with this very request
+/// before fingerprints covered the request target ([`crate::canon::with_target`]): its
+/// fingerprint is the request's without the target, and it was claimed at the same path and
+/// query. The target must be compared here: the fingerprint without it is also what a request
+/// at exactly the route's path has today.
+fn claimed_before_targets_counted(db: &mut dyn Db, row: &Row, req: &ClaimRequest) -> Result<bool> {
+    if req.legacy_fingerprint.as_deref() != Some(row.fingerprint.as_str()) {
+        return Ok(false);
+    }
+    let path = db.opt(
+        "SELECT req_path FROM entries WHERE id = ?1",
+        vals![row.id],
+        |r| r.opt_text(0),
+    )?;
+    Ok(path.flatten().as_deref() == Some(req.request.path.as_str()))
 }
 
 /// The condition "an entry under route ?1 and scope ?2 completed the effect `fingerprint` since

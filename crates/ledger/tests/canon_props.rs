@@ -131,4 +131,27 @@ proptest! {
             canon::fingerprint("POST", "r", &[], &garbage)
         );
     }
+
+    #[test]
+    fn a_query_is_its_named_values_in_any_order_of_the_names(
+        params in prop::collection::btree_map("[a-z_]{1,6}", prop::collection::vec("[a-z0-9%]{0,4}", 1..3), 1..6),
+        path in "/[a-z0-9/_]{0,16}",
+        shift in any::<prop::sample::Index>(),
+    ) {
+        let base = canon::fingerprint("POST", "r", &[], b"{}");
+        let query = |names: &[&String]| names.iter()
+            .flat_map(|n| params[*n].iter().map(move |v| format!("{n}={v}")))
+            .collect::<Vec<_>>()
+            .join("&");
+        let mut names: Vec<&String> = params.keys().collect();
+        let sent = canon::with_target(&base, &path, Some(&query(&names)));
+        prop_assert_ne!(&sent, &base);
+        let by = shift.index(names.len());
+        names.rotate_left(by);
+        prop_assert_eq!(&sent, &canon::with_target(&base, &path, Some(&query(&names))));
+        prop_assert_ne!(&sent, &canon::with_target(&base, &format!("{path}/x"), Some(&query(&names))));
+        let mut other = query(&names);
+        other.push('z');
+        prop_assert_ne!(&sent, &canon::with_target(&base, &path, Some(&other)));
+    }
 }

@@ -100,6 +100,7 @@ fn req(key: &str, body: &str, at: Millis) -> ClaimRequest {
         scope: "agent-1".into(),
         key: key.into(),
         fingerprint: canon::fingerprint("POST", "charges", &[], body.as_bytes()),
+        legacy_fingerprint: None,
         effect: Effect::Write,
         request: RequestRecord {
             method: "POST".into(),
@@ -315,6 +316,71 @@ fn different_fingerprint_is_a_collision_and_keeps_the_rejected_request(b: Backen
         .expect("list");
     assert_eq!(listed.iter().map(|e| e.id).collect::<Vec<_>>(), [id]);
     assert_eq!(kinds(&f.l, id), ["claim", "complete", "collision"]);
+    verify_ok(&f.l);
+}
+
+/// A claim under a route at `path` (beyond the route's own), as the proxy fingerprints it since
+/// the target counts: the fingerprint with the target, and the one without as the legacy one.
+fn req_at(key: &str, path: &str, at: Millis) -> ClaimRequest {
+    let r = req(key, "{}", at);
+    ClaimRequest {
+        fingerprint: canon::with_target(&r.fingerprint, path, None),
+        legacy_fingerprint: Some(r.fingerprint.clone()),
+        request: RequestRecord {
+            path: path.into(),
+            ..r.request.clone()
+        },
+        ..r
+    }
+}
+
+/// Entries claimed before fingerprints covered the request target have the fingerprint without
+/// it: the very request they were claimed with still matches them (a retry across the upgrade is
+/// replayed), a request at another path does not, and neither does a request beyond the path of
+/// an entry claimed at its route's own path (which has that fingerprint today).
+fn an_entry_fingerprinted_without_its_target_matches_only_its_own_target(b: Backend) {
+    let f = fx!(b);
+    let refund = "/v1/charges/ch_1/refund";
+    // As the proxy fingerprinted it then: without the target.
+    let before = ClaimRequest {
+        fingerprint: canon::fingerprint("POST", "charges", &[], b"{}"),
+        legacy_fingerprint: None,
+        ..req_at("k-old", refund, T0)
+    };
+    let old = claimed(f.l.claim(before).wait().expect("claim"));
+    complete(&f.l, old, T0 + 10, r#"{"refund":"re_1"}"#);
+    match f
+        .l
+        .claim(req_at("k-old", refund, T0 + 20))
+        .wait()
+        .expect("claim")
+    {
+        ClaimOutcome::Replay { entry_id, response } => {
+            assert_eq!(
+                (entry_id, response.body),
+                (old, br#"{"refund":"re_1"}"#.to_vec())
+            );
+        }
+        other => panic!("the same request across the upgrade: {other:?}"),
+    }
+    let elsewhere = req_at("k-old", "/v1/charges/ch_2/refund", T0 + 30);
+    assert_eq!(
+        f.l.claim(elsewhere).wait().expect("claim"),
+        ClaimOutcome::Collision { entry_id: old }
+    );
+
+    let at_route = claimed(f.l.claim(req("k-route", "{}", T0)).wait().expect("claim"));
+    complete(&f.l, at_route, T0 + 10, "{}");
+    assert_eq!(
+        f.l.claim(req_at("k-route", refund, T0 + 20))
+            .wait()
+            .expect("claim"),
+        ClaimOutcome::Collision { entry_id: at_route }
+    );
+
+    let e = f.l.entry(old, T0 + 40).expect("entry");
+    assert_eq!((e.summary.replays, e.summary.collisions), (1, 1));
+    assert_eq!(kinds(&f.l, old), ["claim", "complete", "collision"]);
     verify_ok(&f.l);
 }
 
@@ -1294,6 +1360,7 @@ fn sqlite_checkpoints_off_the_writer() {
 suite!(
     new_key_is_claimed_durably_then_in_flight_then_replayed,
     different_fingerprint_is_a_collision_and_keeps_the_rejected_request,
+    an_entry_fingerprinted_without_its_target_matches_only_its_own_target,
     lease_passing_makes_an_entry_stuck_and_the_sweeper_logs_it_once,
     outcome_unknown_is_stuck_immediately_until_an_operator_resolves_it,
     release_lets_the_key_run_again_with_the_next_attempt,

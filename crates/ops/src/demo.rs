@@ -225,6 +225,7 @@ impl Call {
             scope: self.scope.into(),
             key: self.key.clone(),
             fingerprint: self.fp.clone(),
+            legacy_fingerprint: None,
             effect: self.route.effect,
             request: RequestRecord {
                 method: self.route.method.into(),

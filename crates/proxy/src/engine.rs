@@ -584,13 +584,23 @@ impl Engine {
                     .map(|v| (n.as_str(), v))
             })
             .collect();
-        let fingerprint = canon::fingerprint_parsed(
+        let mut fingerprint = canon::fingerprint_parsed(
             parts.method.as_str(),
             &route.name,
             &fp_headers,
             &body,
             json.as_ref(),
         );
+        // Under a route's path, a longer path or a query names another operation
+        // (`/v1/charges/ch_1/refund`, `?dry_run=true`): the fingerprint covers it.
+        let (path, query) = (
+            parts.uri.path(),
+            parts.uri.query().filter(|q| !q.is_empty()),
+        );
+        let legacy_fingerprint = (path != route.path || query.is_some()).then(|| {
+            let target = canon::with_target(&fingerprint, path, query);
+            std::mem::replace(&mut fingerprint, target)
+        });
         // The parsed body is not held across the claim and the upstream call.
         drop(json);
         if let Some((_, response)) =
@@ -608,6 +618,7 @@ impl Engine {
             scope: scope.clone(),
             key: key.clone(),
             fingerprint: fingerprint.clone(),
+            legacy_fingerprint: legacy_fingerprint.clone(),
             effect: route.effect,
             request: Engine::stored_request(route, parts, &body),
             owner: self.owner.clone(),

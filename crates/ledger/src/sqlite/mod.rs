@@ -473,6 +473,7 @@ mod tests {
             scope: "agent".into(),
             key: format!("key-{i:016x}"),
             fingerprint: format!("{:064x}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            legacy_fingerprint: None,
             effect: Effect::Write,
             request: RequestRecord {
                 method: "POST".into(),
