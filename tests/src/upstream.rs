@@ -36,6 +36,8 @@ pub struct Counts {
     pub reads: AtomicU64,
     /// Headers of the last request, lower-cased names.
     pub last_headers: Mutex<Vec<(String, String)>>,
+    /// The request target (path and query) of the last request.
+    pub last_target: Mutex<String>,
     chaos: Mutex<Option<Chaos>>,
     dice: AtomicU64,
     /// Faults injected by chaos: dropped, unavailable, stalled.
@@ -262,6 +264,9 @@ async fn conn(mut s: TcpStream, c: Arc<Counts>) -> std::io::Result<()> {
     while let Some(req) = read_req(&mut s, &mut buf).await? {
         if let Ok(mut h) = c.last_headers.lock() {
             *h = req.headers.clone();
+        }
+        if let Ok(mut t) = c.last_target.lock() {
+            t.clone_from(&req.target);
         }
         let key = req.header("idempotency-key").unwrap_or("").to_owned();
         let n_req = {

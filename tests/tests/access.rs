@@ -23,6 +23,7 @@ upstream = "{upstream}"
 effect = "write"
 scope.header = "X-Agent-Id"
 secret_headers = ["X-Processor-Key"]
+secret_query = ["sig"]
 timeout = "500ms"
 
 [[routes]]
@@ -37,13 +38,19 @@ timeout = "500ms"
 "#;
 
 /// Every secret this test sends or configures; none may be found anywhere idemgate writes.
-const SECRETS: [&str; 5] = [
+const SECRETS: [&str; 7] = [
     "sk_live_AUTHZSECRET",
     "pk_PROCESSORSECRET",
     "COOKIESECRET",
     "whsec_SIGNINGSECRET",
     "PROXYAUTHSECRET",
+    "QUERYAPIKEYSECRET",
+    "QUERYSIGSECRET",
 ];
+
+/// Charges carry credentials in the query too: one the ledger always leaves out (`api_key`), one
+/// the route names (`sig`).
+const CHARGES: &str = "/v1/charges?api_key=QUERYAPIKEYSECRET&mode=live&sig=QUERYSIGSECRET";
 
 fn contains(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
@@ -86,7 +93,7 @@ fn secrets_never_reach_the_ledger_the_log_an_export_or_the_process_log() {
         if let Some(f) = fault {
             h.push(("x-fault", f));
         }
-        proxy.send("POST", "/v1/charges", &h, body.as_bytes())
+        proxy.send("POST", CHARGES, &h, body.as_bytes())
     };
     // Every path that stores a request or a response: executed, replayed, rejected as key reuse
     // (the rejected request is kept), outcome unknown (stuck), signed webhooks good and bad.
@@ -96,6 +103,7 @@ fn secrets_never_reach_the_ledger_the_log_an_export_or_the_process_log() {
     assert!(seen
         .iter()
         .any(|(n, v)| n == "x-processor-key" && v == SECRETS[1]));
+    assert_eq!(*up.counts.last_target.lock().expect("lock"), CHARGES);
     assert_eq!(charge("k-1", r#"{"amount":1}"#, None).status, 201);
     assert_eq!(charge("k-1", r#"{"amount":2}"#, None).status, 422);
     assert_eq!(charge("k-2", r#"{"amount":3}"#, Some("drop")).status, 502);

@@ -31,6 +31,7 @@ scope.header = "X-Agent-Id"
 timeout = "1s"
 retry = { attempts = 3, base = "10ms", max = "50ms" }
 secret_headers = ["x-processor-key"]
+secret_query = ["Sig"]
 reconcile = { url = "{upstream}/v1/charges?idempotency_key={key}" }
 
 [[routes]]
@@ -1199,6 +1200,55 @@ fn secrets_are_forwarded_but_never_stored() {
     let text = String::from_utf8_lossy(&shown.stdout);
     assert!(text.contains("k-secret"));
     assert!(!text.contains("TOPSECRET"), "{text}");
+
+    // Credentials in the query: the ledger's own names and the route's `secret_query`.
+    let with_secrets = "/v1/charges/ch_5/capture?api_key=sk_TOPSECRET&mode=live&sig=TOPSECRET";
+    let send = |target: &str| {
+        f.proxy.send(
+            "POST",
+            target,
+            &[
+                ("idempotency-key", "k-secret-query"),
+                ("x-agent-id", "agent-7"),
+            ],
+            b"{}",
+        )
+    };
+    assert_eq!(send(with_secrets).status, 201);
+    assert_eq!(
+        *f.up.counts.last_target.lock().expect("lock"),
+        with_secrets,
+        "forwarded upstream as sent"
+    );
+    // A retry whose credentials changed (rotated, re-signed) is the same request.
+    let again = send("/v1/charges/ch_5/capture?SIG=s2&mode=live&API_KEY=sk_rotated");
+    assert_eq!(
+        again.header("idempotent-replayed"),
+        Some("true"),
+        "{}",
+        again.text()
+    );
+    let other = send("/v1/charges/ch_5/capture?api_key=sk_TOPSECRET&mode=test");
+    assert_eq!(other.status, 422, "the other parameters still count");
+    assert_eq!(f.up.counts.effects("k-secret-query"), 1);
+    let id = f.entries(&["--key", "k-secret-query"])[0]["id"].to_string();
+    let shown = idemgate_json(&["show", "--ledger", &f.ledger(), &id, "--json"]);
+    assert_eq!(
+        shown["request"]["path"],
+        "/v1/charges/ch_5/capture?mode=live"
+    );
+    assert_eq!(
+        shown["collision_requests"][0]["request"]["path"],
+        "/v1/charges/ch_5/capture?mode=test"
+    );
+    let log = idemgate(&["log", "--ledger", &f.ledger(), "--json"]);
+    assert!(log.status.success());
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(
+        log.contains("capture?mode=live"),
+        "the claim logs the target"
+    );
+
     let raw = std::fs::read(&f.proxy.ledger).expect("read ledger");
     let wal = std::fs::read(PathBuf::from(format!("{}-wal", f.ledger()))).unwrap_or_default();
     for bytes in [raw, wal] {
@@ -1207,6 +1257,7 @@ fn secrets_are_forwarded_but_never_stored() {
             "a secret reached the database file"
         );
     }
+    assert!(!log.contains("TOPSECRET") && !log.contains("sk_rotated"));
 }
 
 #[test]

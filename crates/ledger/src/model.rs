@@ -3,6 +3,8 @@
 //! Times are milliseconds since the Unix epoch (UTC) everywhere inside the ledger; the edges (CLI,
 //! admin API, console) render them as RFC 3339.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 /// Milliseconds since the Unix epoch, UTC.
@@ -175,10 +177,53 @@ fn drop_secret_headers(headers: &mut Vec<(String, String)>) {
     headers.retain(|(n, _)| !is_secret_header(n));
 }
 
+/// Query parameters that are never stored, whatever a caller passes in (their names compared
+/// without regard to ASCII case): credentials that some APIs take in the query. A route names
+/// more with `secret_query`.
+pub const ALWAYS_REDACTED_QUERY: &[&str] = &[
+    "access_token",
+    "api_key",
+    "apikey",
+    "client_secret",
+    "password",
+    "token",
+];
+
+/// `path_and_query` without the query parameters named in [`ALWAYS_REDACTED_QUERY`] or in `also`
+/// (lower case): a request target as it may be stored, fingerprinted and logged. Borrowed when
+/// nothing is left out (the common case costs no copy).
+pub fn without_secret_params<'a>(path_and_query: &'a str, also: &[String]) -> Cow<'a, str> {
+    let Some((path, query)) = path_and_query.split_once('?') else {
+        return Cow::Borrowed(path_and_query);
+    };
+    let secret = |param: &&str| {
+        let name = param.split_once('=').map_or(*param, |(n, _)| n);
+        ALWAYS_REDACTED_QUERY
+            .iter()
+            .copied()
+            .chain(also.iter().map(String::as_str))
+            .any(|s| s.eq_ignore_ascii_case(name))
+    };
+    if !query.split('&').any(|p| secret(&p)) {
+        return Cow::Borrowed(path_and_query);
+    }
+    let kept: Vec<&str> = query.split('&').filter(|p| !secret(p)).collect();
+    let kept = kept.join("&");
+    Cow::Owned(if kept.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{kept}")
+    })
+}
+
 impl RequestRecord {
-    /// Drops secret headers; see [`ALWAYS_REDACTED_HEADERS`].
+    /// Drops secret headers and query parameters; see [`ALWAYS_REDACTED_HEADERS`] and
+    /// [`ALWAYS_REDACTED_QUERY`].
     pub fn redacted(mut self) -> Self {
         drop_secret_headers(&mut self.headers);
+        if let Cow::Owned(path) = without_secret_params(&self.path, &[]) {
+            self.path = path;
+        }
         self
     }
 }
@@ -409,4 +454,42 @@ pub struct Incident {
     pub scope: String,
     pub fingerprint: String,
     pub entries: Vec<EntrySummary>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_query_parameters_are_left_out_and_the_rest_kept_in_order() {
+        let kept = |t: &str, also: &[&str]| {
+            let also: Vec<String> = also.iter().map(|s| (*s).to_owned()).collect();
+            without_secret_params(t, &also).into_owned()
+        };
+        assert_eq!(
+            kept("/v1/x?b=2&API_KEY=sk_live&a=1&token&sig=s1", &["sig"]),
+            "/v1/x?b=2&a=1"
+        );
+        assert_eq!(kept("/v1/x?access_token=t", &[]), "/v1/x");
+        assert_eq!(
+            kept("/v1/x?tokens=1&my_api_key=2", &[]),
+            "/v1/x?tokens=1&my_api_key=2"
+        );
+        assert!(matches!(
+            without_secret_params("/v1/x?a=1&b=2", &[]),
+            Cow::Borrowed("/v1/x?a=1&b=2")
+        ));
+        assert!(matches!(
+            without_secret_params("/v1/token", &[]),
+            Cow::Borrowed(_)
+        ));
+        let r = RequestRecord {
+            method: "POST".into(),
+            path: "/v1/x?password=hunter2&a=1".into(),
+            headers: vec![("authorization".into(), "Bearer t".into())],
+            body: vec![],
+        }
+        .redacted();
+        assert_eq!((r.path.as_str(), r.headers.len()), ("/v1/x?a=1", 0));
+    }
 }

@@ -1,6 +1,7 @@
 //! Every write, run by the writer thread inside the batch transaction. This file is the entry state
 //! machine: each function checks the entry's state, changes it, and appends the event(s) that say so.
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use serde_json::json;
@@ -299,7 +300,12 @@ pub(crate) struct Claim {
 }
 
 impl Claim {
-    pub fn new(req: ClaimRequest) -> Claim {
+    pub fn new(mut req: ClaimRequest) -> Claim {
+        // Redacted by the caller; secret query parameters are left out again here, as secret
+        // headers are by `headers_json`: the target is stored, and logged in the claim's event.
+        if let Cow::Owned(path) = without_secret_params(&req.request.path, &[]) {
+            req.request.path = path;
+        }
         let r = &req.request;
         let digest = sha256_hex(&r.body);
         let detail = canonical_string(&json!({"attempt": 1, "fingerprint": req.fingerprint,
@@ -614,7 +620,10 @@ fn claimed_before_targets_counted(db: &mut dyn Db, row: &Row, req: &ClaimRequest
         vals![row.id],
         |r| r.opt_text(0),
     )?;
-    Ok(path.flatten().as_deref() == Some(req.request.path.as_str()))
+    // Stored before secret query parameters were left out of targets (stored ones had them).
+    Ok(path
+        .flatten()
+        .is_some_and(|p| without_secret_params(&p, &[]) == req.request.path))
 }
 
 /// The condition "an entry under route ?1 and scope ?2 completed the effect `fingerprint` since

@@ -140,6 +140,9 @@ struct RawRoute {
     fingerprint_headers: Option<Vec<String>>,
     /// Request headers that carry secrets: forwarded upstream, never stored.
     secret_headers: Option<Vec<String>>,
+    /// Query parameters that carry secrets (besides the ledger's own list): forwarded upstream,
+    /// never stored, not part of the fingerprint.
+    secret_query: Option<Vec<String>>,
 }
 
 // ---- validated ----------------------------------------------------------------------------------
@@ -219,6 +222,8 @@ pub struct Route {
     pub max_body: usize,
     pub fingerprint_headers: Vec<String>,
     pub secret_headers: Vec<String>,
+    /// Lower case.
+    pub secret_query: Vec<String>,
 }
 
 /// An upstream base URL: `http://host:port[/prefix]`.
@@ -311,6 +316,19 @@ fn parse_upstream(field: &str, s: &str) -> Result<Upstream, ConfigError> {
 
 fn is_header_name(s: &str) -> bool {
     http::HeaderName::from_bytes(s.as_bytes()).is_ok()
+}
+
+/// Query parameter names, as sent (no `&`, `=`, `?`, `#` or space), in lower case.
+fn query_names(field: &str, v: &Option<Vec<String>>) -> Result<Vec<String>, ConfigError> {
+    let v = v.clone().unwrap_or_default();
+    let bad = |n: &String| n.is_empty() || n.contains(['&', '=', '?', '#', ' ']);
+    if let Some(n) = v.iter().find(|n| bad(n)) {
+        return Err(invalid(
+            field,
+            format!("{n:?} is not a query parameter name"),
+        ));
+    }
+    Ok(v.into_iter().map(|n| n.to_ascii_lowercase()).collect())
 }
 
 fn read_secret(field: &str, env: Option<&str>, file: Option<&str>) -> Result<Secret, ConfigError> {
@@ -681,6 +699,7 @@ impl Config {
                 },
                 fingerprint_headers: headers("fingerprint_headers", &r.fingerprint_headers)?,
                 secret_headers: headers("secret_headers", &r.secret_headers)?,
+                secret_query: query_names(&f("secret_query"), &r.secret_query)?,
             });
         }
         Ok(Config {
@@ -735,6 +754,10 @@ mod tests {
         ))
         .contains("IDEMGATE_TEST_UNSET_VAR"));
         assert!(err(&route("cache_ttl = \"5m\"")).contains("only read routes"));
+        assert!(
+            err(&route("secret_query = [\"sig=1\"]")).contains("routes[0] (charges).secret_query")
+        );
+        assert!(err(&route("secret_query = [\"\"]")).contains("not a query parameter name"));
         assert!(err(&format!("{BASE}[defaults]\nmax_body = \"1 parsec\""))
             .contains("defaults.max_body"));
         assert!(

@@ -522,10 +522,12 @@ impl Engine {
         h
     }
 
-    /// The request as stored: method, path and query, an allowlist of headers (never secrets), body.
+    /// The request as stored: method, `target` (its path and query without secret parameters),
+    /// an allowlist of headers (never secrets), body.
     fn stored_request(
         route: &Route,
         parts: &axum::http::request::Parts,
+        target: &str,
         body: &Bytes,
     ) -> RequestRecord {
         let mut keep: Vec<&str> = vec![
@@ -557,11 +559,7 @@ impl Engine {
             .collect();
         RequestRecord {
             method: parts.method.to_string(),
-            path: parts
-                .uri
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .to_owned(),
+            path: target.to_owned(),
             headers,
             body: body.to_vec(),
         }
@@ -592,11 +590,16 @@ impl Engine {
             json.as_ref(),
         );
         // Under a route's path, a longer path or a query names another operation
-        // (`/v1/charges/ch_1/refund`, `?dry_run=true`): the fingerprint covers it.
-        let (path, query) = (
-            parts.uri.path(),
-            parts.uri.query().filter(|q| !q.is_empty()),
+        // (`/v1/charges/ch_1/refund`, `?dry_run=true`): the fingerprint covers it. Secret query
+        // parameters (credentials) are not part of the operation, and are never stored.
+        let target = without_secret_params(
+            parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+            &route.secret_query,
         );
+        let (path, query) = match target.split_once('?') {
+            Some((path, query)) => (path, Some(query).filter(|q| !q.is_empty())),
+            None => (target.as_ref(), None),
+        };
         let legacy_fingerprint = (path != route.path || query.is_some()).then(|| {
             let target = canon::with_target(&fingerprint, path, query);
             std::mem::replace(&mut fingerprint, target)
@@ -620,7 +623,7 @@ impl Engine {
             fingerprint: fingerprint.clone(),
             legacy_fingerprint: legacy_fingerprint.clone(),
             effect: route.effect,
-            request: Engine::stored_request(route, parts, &body),
+            request: Engine::stored_request(route, parts, &target, &body),
             owner: self.owner.clone(),
             lease_ms: route.lease.as_millis() as i64,
             ttl_ms: route.ttl.as_millis() as i64,
