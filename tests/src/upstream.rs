@@ -292,7 +292,14 @@ async fn conn(mut s: TcpStream, c: Arc<Counts>) -> std::io::Result<()> {
                 .await?;
             } else {
                 let n = c.reads.fetch_add(1, Ordering::SeqCst) + 1;
-                write_resp(&mut s, 200, &[], &format!(r#"{{"read":{n}}}"#)).await?;
+                // `x-answer-header: NAME: VALUE` asks for that header on the answer.
+                let extra: Vec<(&str, String)> = req
+                    .header("x-answer-header")
+                    .and_then(|h| h.split_once(':'))
+                    .map(|(n, v)| (n.trim(), v.trim().to_owned()))
+                    .into_iter()
+                    .collect();
+                write_resp(&mut s, 200, &extra, &format!(r#"{{"read":{n}}}"#)).await?;
             }
             continue;
         }

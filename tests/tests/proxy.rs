@@ -88,6 +88,8 @@ path = "/v1/customers"
 upstream = "{upstream}"
 effect = "read"
 cache_ttl = "1m"
+scope.header = "X-Agent-Id"
+secret_headers = ["x-processor-key"]
 "#;
 
 const SECRET: &str = "whsec_test_secret";
@@ -1133,6 +1135,84 @@ fn read_routes_need_no_key_and_are_cached() {
     assert_eq!(
         f.up.counts.reads.load(std::sync::atomic::Ordering::SeqCst),
         1
+    );
+    assert!(f.entries(&[]).is_empty(), "reads are not ledgered");
+}
+
+/// The read cache is shared by every caller of the proxy: it must never answer one caller with
+/// what another was allowed to see, nor keep what the upstream says a shared cache may not.
+#[test]
+fn the_read_cache_keeps_callers_apart_and_obeys_the_upstream() {
+    let f = Fx::new();
+    let get = |path: &str, headers: &[(&str, &str)]| {
+        let r = f.proxy.send("GET", path, headers, b"");
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.header("x-cache").unwrap_or_default().to_owned()
+    };
+    let alice = [
+        ("authorization", "Bearer sk_alice"),
+        ("x-agent-id", "agent-7"),
+    ];
+    assert_eq!(get("/v1/customers/cus_9", &alice), "MISS");
+    assert_eq!(get("/v1/customers/cus_9", &alice), "HIT");
+    for other in [
+        &[
+            ("authorization", "Bearer sk_bob"),
+            ("x-agent-id", "agent-7"),
+        ][..],
+        &[("x-agent-id", "agent-7")],
+        &[
+            ("authorization", "Bearer sk_alice"),
+            ("x-agent-id", "agent-8"),
+        ],
+        &[
+            ("authorization", "Bearer sk_alice"),
+            ("x-agent-id", "agent-7"),
+            ("x-processor-key", "pk_2"),
+        ],
+    ] {
+        assert_eq!(get("/v1/customers/cus_9", other), "MISS", "{other:?}");
+    }
+    assert_eq!(get("/v1/customers/cus_9", &alice), "HIT");
+    assert_eq!(
+        get(
+            "/v1/customers/cus_9",
+            &[alice[0], alice[1], ("cache-control", "no-cache")]
+        ),
+        "MISS",
+        "the caller asked for a fresh answer"
+    );
+
+    // What the upstream forbids a shared cache to keep is never kept.
+    for said in [
+        "cache-control: private",
+        "cache-control: no-store",
+        "cache-control: max-age=0",
+        "vary: *",
+    ] {
+        let path = format!("/v1/customers/{}", said.replace([':', ' ', '*', '='], "_"));
+        let h = [("x-answer-header", said)];
+        assert_eq!(get(&path, &h), "MISS", "{said}");
+        assert_eq!(get(&path, &h), "MISS", "{said} was kept");
+    }
+    // A response that varies on a header answers only requests with its value.
+    let varies = |lang: &str| {
+        get(
+            "/v1/customers/cus_lang",
+            &[
+                ("x-answer-header", "vary: Accept-Language"),
+                ("accept-language", lang),
+            ],
+        )
+    };
+    assert_eq!(varies("en"), "MISS");
+    assert_eq!(varies("en"), "HIT");
+    assert_eq!(varies("fr"), "MISS");
+    assert_eq!(varies("fr"), "HIT");
+    assert_eq!(
+        varies("en"),
+        "MISS",
+        "the French answer replaced the English one"
     );
     assert!(f.entries(&[]).is_empty(), "reads are not ledgered");
 }

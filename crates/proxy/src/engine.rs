@@ -24,6 +24,7 @@ use crate::config::{Config, InFlight, Route};
 use crate::forward::{self, Attempt, HttpClient, UpstreamResponse};
 use crate::keys;
 use crate::problem::Problem;
+use crate::read_cache::ReadCache;
 use crate::settle::{Outcome, Unsettled};
 use crate::signature;
 
@@ -31,7 +32,6 @@ use crate::signature;
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 /// The most header fields a proxied request may carry; more gets 431.
 pub const MAX_HEADERS: usize = 128;
-const READ_CACHE_CAP: usize = 10_000;
 
 /// The body of every answer the proxy gives: each is complete before it is sent (a stored
 /// response, an upstream's collected body, a problem).
@@ -79,7 +79,7 @@ pub struct Engine {
     pub client: HttpClient,
     /// This instance's lease-owner id.
     pub owner: String,
-    read_cache: Mutex<HashMap<String, (Instant, ResponseRecord)>>,
+    read_cache: ReadCache,
     flights: Flights,
     /// Outcomes known here that the ledger could not take yet.
     pub unsettled: Unsettled,
@@ -188,7 +188,7 @@ impl Engine {
             store,
             client: forward::client(),
             owner,
-            read_cache: Mutex::new(HashMap::new()),
+            read_cache: ReadCache::default(),
             flights: Flights::default(),
             unsettled: Unsettled::default(),
         }
@@ -412,14 +412,11 @@ impl Engine {
     async fn read_path(&self, req: &Req<'_>, body: Bytes) -> Answer {
         let (route, parts) = (req.route, req.parts);
         let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let cache_key = format!("{}\n{}\n{}", route.name, parts.method, pq);
-        if let Some(ttl) = route.cache_ttl {
-            let hit = self.read_cache.lock().ok().and_then(|c| {
-                c.get(&cache_key)
-                    .filter(|(t, _)| t.elapsed() < ttl)
-                    .map(|(_, r)| r.clone())
-            });
-            if let Some(r) = hit {
+        let mut cached = route
+            .cache_ttl
+            .and_then(|ttl| Some((ttl, ReadCache::lookup(route, parts)?)));
+        if let Some((_, place)) = &cached {
+            if let Some(r) = self.read_cache.get(place, &parts.headers) {
                 req.metrics.cache_hit.increment(1);
                 return Ok(respond(r, None, false, Some("HIT")));
             }
@@ -440,17 +437,8 @@ impl Engine {
             .await;
             match a {
                 Attempt::Executed(r) => {
-                    if let (Some(_), 200) = (route.cache_ttl, r.status) {
-                        if let Ok(mut c) = self.read_cache.lock() {
-                            if c.len() >= READ_CACHE_CAP {
-                                c.retain(|_, (t, _)| {
-                                    route.cache_ttl.is_some_and(|ttl| t.elapsed() < ttl)
-                                });
-                            }
-                            if c.len() < READ_CACHE_CAP {
-                                c.insert(cache_key.clone(), (Instant::now(), r.record()));
-                            }
-                        }
+                    if let Some((ttl, place)) = cached.take() {
+                        self.read_cache.put(place, &parts.headers, &r.record(), ttl);
                     }
                     req.metrics.forwarded.increment(1);
                     return Ok(respond_upstream(r, None, route.cache_ttl.map(|_| "MISS")));

@@ -8,6 +8,7 @@ pub mod forward;
 pub mod keys;
 pub mod operator;
 pub mod problem;
+pub mod read_cache;
 pub mod settle;
 pub mod signature;
 
