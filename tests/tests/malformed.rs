@@ -153,6 +153,36 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
             b"not json at all",
         )
     });
+    for coding in ["gzip", "identity, br"] {
+        case(
+            &format!("content encoding {coding}"),
+            415,
+            "unsupported-encoding",
+            &|f| {
+                f.proxy.send(
+                    "POST",
+                    "/v1/charges",
+                    &[
+                        ("idempotency-key", "k-gzip"),
+                        ("content-type", "application/json"),
+                        ("content-encoding", coding),
+                    ],
+                    b"\x1f\x8b\x08\x00",
+                )
+            },
+        );
+    }
+    let gzipped = f.proxy.send(
+        "POST",
+        "/v1/charges",
+        &[("idempotency-key", "k-gzip"), ("content-encoding", "gzip")],
+        b"\x1f\x8b\x08\x00",
+    );
+    assert_eq!(
+        gzipped.header("accept-encoding"),
+        Some("identity"),
+        "RFC 7694: what a body may be coded with"
+    );
     case("key not visible ASCII", 400, "invalid-header", &|f| {
         f.raw(
             &post_head(b"idempotency-key: k\xff\xfe\n", body.len()),

@@ -316,6 +316,7 @@ fn check_headers(headers: &HeaderMap) -> Result<(), Problem> {
 /// A body the client declared as JSON must be JSON: it is fingerprinted and stored as such. Its
 /// value, parsed once here, serves the key extraction and the fingerprint.
 fn declared_json(headers: &HeaderMap, body: &[u8]) -> Result<Option<serde_json::Value>, Problem> {
+    sent_as_is(headers)?;
     let declared = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -337,6 +338,34 @@ fn declared_json(headers: &HeaderMap, body: &[u8]) -> Result<Option<serde_json::
             format!("the body is declared as JSON but is not: {e}"),
         )
     })
+}
+
+/// A write's body is fingerprinted and stored as it is sent, so it must be sent without a content
+/// coding: compressed, the same request's bytes differ between retries (gzip stamps a time), its
+/// JSON is hidden from the fingerprint and the key, and `max_body` would bound the compressed
+/// size. RFC 7694: `415`, with `Accept-Encoding` naming what is accepted.
+fn sent_as_is(headers: &HeaderMap) -> Result<(), Problem> {
+    let coded = headers
+        .get_all(header::CONTENT_ENCODING)
+        .iter()
+        .flat_map(|v| v.to_str().unwrap_or("?").split(','))
+        .map(str::trim)
+        .find(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"));
+    match coded {
+        None => Ok(()),
+        Some(c) => Err(Problem {
+            identity_only: true,
+            ..Problem::new(
+                415,
+                "unsupported-encoding",
+                "Unsupported content encoding",
+                format!(
+                    "a write's body is fingerprinted and stored as sent: send it without \
+                     Content-Encoding (got {c:?})"
+                ),
+            )
+        }),
+    }
 }
 
 fn too_large(limit: usize) -> Problem {

@@ -12,6 +12,9 @@ pub struct Problem {
     pub title: &'static str,
     pub detail: String,
     pub retry_after: Option<u64>,
+    /// The answer says `Accept-Encoding: identity`: a request body may have no content coding
+    /// (RFC 7694).
+    pub identity_only: bool,
     pub extra: Value,
     /// Already counted in `idemgate_requests_total` under an outcome of its own (`not_executed`,
     /// `unknown`), so the proxy does not count it again under its code.
@@ -31,6 +34,7 @@ impl Problem {
             title,
             detail: detail.into(),
             retry_after: None,
+            identity_only: false,
             extra: Value::Null,
             counted: false,
         }
@@ -88,6 +92,12 @@ impl Problem {
         if let Some(s) = self.retry_after {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        if self.identity_only {
+            r.headers_mut().insert(
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
+            );
         }
         r
     }
