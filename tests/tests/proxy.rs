@@ -687,6 +687,48 @@ fn not_executed_outcomes_are_retried_with_backoff() {
     );
 }
 
+/// What the upstream did not do is never replayed. A refusal of the caller's credentials or
+/// permissions (401, 403, 407) reaches the caller at once, is not stored, and releases the key:
+/// once the caller is allowed, the same key runs. 408 and 425 are retried, as 429 and 503 are.
+#[test]
+fn refusals_and_request_timeouts_release_the_key_instead_of_being_replayed() {
+    let f = Fx::new();
+    for code in [401u16, 403, 407] {
+        let key = format!("k-{code}");
+        let fault = format!("status:{code}");
+        let r = f.charge(&key, r#"{"amount":9}"#, &[("x-fault", &fault)]);
+        assert_eq!(r.status, code, "{}", r.text());
+        assert_eq!(r.json()["error"], code, "the upstream's own answer");
+        assert_eq!(r.header("idempotency-key"), Some(key.as_str()));
+        assert_eq!(f.up.counts.requests(&key), 1, "{code} is not retried");
+        assert_eq!(f.entries(&["--key", &key])[0]["state"], "released");
+        let again = f.charge(&key, r#"{"amount":9}"#, &[]);
+        assert_eq!(
+            (again.status, again.header("idempotent-replayed")),
+            (201, None),
+            "after {code}, the same key runs"
+        );
+        assert_eq!(f.up.counts.effects(&key), 1);
+    }
+    for code in [408u16, 425] {
+        let key = format!("k-{code}");
+        let fault = format!("status:{code}");
+        let r = f.charge(&key, r#"{"amount":9}"#, &[("x-fault", &fault)]);
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert_eq!(r.code(), "upstream-unavailable");
+        assert_eq!(f.up.counts.requests(&key), 3, "{code} is retried");
+        assert_eq!(f.entries(&["--key", &key])[0]["state"], "released");
+    }
+    let metrics = f.proxy.admin_get("/metrics").text();
+    for series in [
+        "idemgate_requests_total{route=\"charges\",outcome=\"not_executed\"} 5",
+        "idemgate_retries_total{route=\"charges\",class=\"status_408\"} 2",
+        "idemgate_retries_total{route=\"charges\",class=\"status_425\"} 2",
+    ] {
+        assert!(metrics.contains(series), "{series}\n{metrics}");
+    }
+}
+
 #[test]
 fn exhausted_retries_release_the_key_with_503_and_the_key_may_run_again() {
     let f = Fx::new();

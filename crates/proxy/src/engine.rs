@@ -465,7 +465,8 @@ impl Engine {
             )
             .await;
             match a {
-                Attempt::Executed(r) => {
+                // A read does nothing upstream: a refusal is an answer like any other.
+                Attempt::Executed(r) | Attempt::Refused(r) => {
                     if let Some((ttl, place)) = cached.take() {
                         self.read_cache.put(place, &parts.headers, &r.record(), ttl);
                     }
@@ -895,6 +896,19 @@ pub(crate) async fn drive(
                         Err(p.with("entry_id", entry_id).with("upstream_status", resp.status))
                     }
                 };
+            }
+            Attempt::Refused(resp) => {
+                // Nothing was done, and trying again would be refused again: the caller gets the
+                // upstream's answer (its credentials or permissions are what to fix), and the key
+                // is released (now, or once the ledger takes writes again), so that the same
+                // request runs once the caller may make it, instead of replaying this refusal.
+                e.settle(Outcome::Release(e.report(
+                    entry_id,
+                    format!("refused by the upstream ({})", resp.status),
+                )))
+                .await?;
+                m.not_executed.increment(1);
+                return Ok(resp);
             }
             Attempt::NotExecuted {
                 why,

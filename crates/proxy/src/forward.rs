@@ -93,7 +93,12 @@ pub enum Attempt {
     /// The upstream answered with a final status: the effect happened (2xx) or was refused for good
     /// (a permanent 4xx). Stored and replayed.
     Executed(UpstreamResponse),
-    /// Definitely not executed: connection refused, 429 or 503. Safe to retry.
+    /// The upstream did not act on the request, and says a retry would not change that until the
+    /// caller does something (401, 403, 407: its credentials or permissions). Passed to the
+    /// caller as it is, not stored: the key is released, so the same request runs once the
+    /// caller may make it.
+    Refused(UpstreamResponse),
+    /// Definitely not executed: connection refused, 408, 425, 429 or 503. Safe to retry.
     NotExecuted {
         why: String,
         retry_after: Option<u64>,
@@ -193,15 +198,17 @@ pub async fn attempt(
             timed_out: false,
         },
         Ok(Ok((status, h, body))) => match status {
-            429 | 503 => Attempt::NotExecuted {
+            408 | 425 | 429 | 503 => Attempt::NotExecuted {
                 why: format!("upstream {status}"),
                 retry_after: retry_after_secs(&h),
-                class: if status == 429 {
-                    "status_429"
-                } else {
-                    "status_503"
+                class: match status {
+                    408 => "status_408",
+                    425 => "status_425",
+                    429 => "status_429",
+                    _ => "status_503",
                 },
             },
+            401 | 403 | 407 => Attempt::Refused(upstream_response(status, &h, body)),
             500 | 502 | 504 => Attempt::Unknown {
                 why: format!("upstream {status}"),
                 timed_out: status == 504,

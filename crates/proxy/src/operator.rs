@@ -214,7 +214,7 @@ pub async fn reconcile(e: &Engine, id: i64, cmd: &ActionCmd) -> Result<Reconcile
         Attempt::Executed(r) if r.status == 404 => {
             (Some(404), "released", Some(Resolution::Released))
         }
-        Attempt::Executed(r) => (Some(r.status), "inconclusive", None),
+        Attempt::Executed(r) | Attempt::Refused(r) => (Some(r.status), "inconclusive", None),
         Attempt::NotExecuted { .. } | Attempt::Unknown { .. } => (None, "inconclusive", None),
     };
     e.store
