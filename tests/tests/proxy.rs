@@ -1216,14 +1216,16 @@ fn the_read_cache_keeps_callers_apart_and_obeys_the_upstream() {
         assert_eq!(get("/v1/customers/cus_9", other), "MISS", "{other:?}");
     }
     assert_eq!(get("/v1/customers/cus_9", &alice), "HIT");
-    assert_eq!(
-        get(
-            "/v1/customers/cus_9",
-            &[alice[0], alice[1], ("cache-control", "no-cache")]
-        ),
-        "MISS",
-        "the caller asked for a fresh answer"
-    );
+    for asks in ["no-cache", "no-store"] {
+        assert_eq!(
+            get(
+                "/v1/customers/cus_9",
+                &[alice[0], alice[1], ("cache-control", asks)]
+            ),
+            "MISS",
+            "the caller asked for a fresh answer ({asks})"
+        );
+    }
 
     // What the upstream forbids a shared cache to keep is never kept.
     for said in [

@@ -8,7 +8,7 @@
 //! - **Only what the upstream lets a shared cache keep.** A `200` without `Cache-Control:
 //!   no-store`, `private` or `no-cache` and without `Vary: *`; kept for `cache_ttl`, or less when
 //!   the response's `s-maxage` (else `max-age`) says less. A request with `Cache-Control:
-//!   no-cache` or `no-store` is forwarded (and `no-store` keeps nothing).
+//!   no-cache` or `no-store` is forwarded, and its response is not kept.
 //! - **`Vary`.** A response answers a later request only when the request headers it names have
 //!   the values they had.
 
@@ -49,8 +49,6 @@ impl std::fmt::Debug for ReadCache {
 #[derive(Debug)]
 pub struct Lookup {
     key: String,
-    /// `Cache-Control: no-store` on the request: keep nothing either.
-    store: bool,
 }
 
 impl ReadCache {
@@ -58,7 +56,10 @@ impl ReadCache {
     /// answered from a cache.
     pub fn lookup(route: &Route, parts: &Parts) -> Option<Lookup> {
         let asks = directives(&parts.headers, "cache-control");
-        if asks.iter().any(|(d, _)| d == "no-cache") {
+        if asks
+            .iter()
+            .any(|(d, _)| matches!(d.as_str(), "no-cache" | "no-store"))
+        {
             return None;
         }
         let scope = route
@@ -88,10 +89,7 @@ impl ReadCache {
             hex::encode(scope),
             hex::encode(who.finalize())
         );
-        Some(Lookup {
-            key,
-            store: !asks.iter().any(|(d, _)| d == "no-store"),
-        })
+        Some(Lookup { key })
     }
 
     /// The response kept at `place` for a request with `headers`, if it is fresh and was made for
@@ -112,7 +110,7 @@ impl ReadCache {
         response: &ResponseRecord,
         ttl: Duration,
     ) {
-        if !place.store || response.status != 200 {
+        if response.status != 200 {
             return;
         }
         let mut ttl = ttl;
