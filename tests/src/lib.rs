@@ -16,24 +16,14 @@ pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 pub fn charge_claim(key: &str, owner: &str, lease_ms: i64) -> idemgate_ledger::ClaimRequest {
     use idemgate_ledger::*;
     let body = br#"{"amount":100}"#.to_vec();
+    let c = testing::charge(key, now_millis());
     ClaimRequest {
-        route: "charges".into(),
-        scope: "agent".into(),
-        key: key.into(),
         fingerprint: canon::fingerprint("POST", "charges", &[], &body),
-        legacy_fingerprint: None,
-        effect: Effect::Write,
-        request: RequestRecord {
-            method: "POST".into(),
-            path: "/v1/charges".into(),
-            headers: vec![],
-            body,
-        },
+        request: RequestRecord { body, ..c.request },
         owner: owner.into(),
         lease_ms,
         ttl_ms: 3_600_000,
-        reject_duplicates_within_ms: None,
-        at: now_millis(),
+        ..c
     }
 }
 

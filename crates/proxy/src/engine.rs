@@ -877,23 +877,16 @@ pub(crate) async fn drive(
                     // if it cannot be kept, the entry is stuck for an operator once the lease
                     // passes.
                     Err(err) => {
-                        let p = if e.unsettled.keep(Outcome::Complete(completion(now_millis())), &err) {
-                            Problem::new(
-                                502,
-                                "outcome-unrecorded",
-                                "Outcome not recorded",
-                                format!("the upstream executed the request (status {}), but the ledger could not record its outcome yet ({err}); it will not be run again, and this process records the outcome as soon as the ledger takes writes: a retry with the same key gets 409 (or 503) until then, and this response after", resp.status),
-                            )
-                            .retry_after(1)
+                        let kept = e.unsettled.keep(Outcome::Complete(completion(now_millis())), &err);
+                        let detail = if kept {
+                            format!("the upstream executed the request (status {}), but the ledger could not record its outcome yet ({err}); it will not be run again, and this process records the outcome as soon as the ledger takes writes: a retry with the same key gets 409 (or 503) until then, and this response after", resp.status)
                         } else {
-                            Problem::new(
-                                502,
-                                "outcome-unrecorded",
-                                "Outcome not recorded",
-                                format!("the upstream executed the request (status {}), but the ledger could not record its outcome ({err}); it will not be run again: retries get 409 until an operator resolves the entry", resp.status),
-                            )
+                            format!("the upstream executed the request (status {}), but the ledger could not record its outcome ({err}); it will not be run again: retries get 409 until an operator resolves the entry", resp.status)
                         };
-                        Err(p.with("entry_id", entry_id).with("upstream_status", resp.status))
+                        let p = Problem::new(502, "outcome-unrecorded", "Outcome not recorded", detail)
+                            .with("entry_id", entry_id)
+                            .with("upstream_status", resp.status);
+                        Err(if kept { p.retry_after(1) } else { p })
                     }
                 };
             }

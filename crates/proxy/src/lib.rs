@@ -292,9 +292,7 @@ async fn sweep_loop(engine: Arc<Engine>, mut stop: tokio::sync::watch::Receiver<
             _ = stop.changed() => return,
         }
         // First, so that an entry whose outcome is in hand is not logged as stuck.
-        if !engine.unsettled.is_empty() {
-            engine.unsettled.record(&*store).await;
-        }
+        engine.unsettled.record(&*store).await;
         match store.sweep(now_millis()).recv().await {
             Ok(r) if r.lease_expired + r.ttl_expired > 0 => {
                 tracing::info!(

@@ -467,25 +467,15 @@ mod tests {
 
     /// Claim number `i` of a test's stream: its own key, fingerprint and body.
     fn numbered_claim(i: u64) -> crate::store::ClaimRequest {
-        use crate::model::{Effect, RequestRecord};
+        let c = crate::testing::charge(&format!("key-{i:016x}"), 1);
         crate::store::ClaimRequest {
-            route: "charges".into(),
-            scope: "agent".into(),
-            key: format!("key-{i:016x}"),
             fingerprint: format!("{:064x}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
-            legacy_fingerprint: None,
-            effect: Effect::Write,
-            request: RequestRecord {
-                method: "POST".into(),
-                path: "/v1/charges".into(),
-                headers: vec![],
+            request: crate::model::RequestRecord {
                 body: format!("{{\"order\":{i}}}").into_bytes(),
+                ..c.request
             },
             owner: "test".into(),
-            lease_ms: 60_000,
-            ttl_ms: 60_000,
-            reject_duplicates_within_ms: None,
-            at: 1,
+            ..c
         }
     }
 
