@@ -15,9 +15,10 @@
 //! harness): dropped after the effect, 503 without the effect, or stalled after the effect.
 //!
 //! Paths: `POST /dedupe/...` dedupes by key itself (effect once per key); `GET /v1/customers...`
-//! counts reads; `GET /v1/charges?idempotency_key=K` is a reconcile probe (200 if K's effect
-//! happened, 404 if not); anything else performs the effect and answers 201 with a JSON body naming
-//! the key, the effect number and whether an `authorization` header arrived.
+//! counts reads (a `HEAD` too, answered with the `GET`'s head and no body);
+//! `GET /v1/charges?idempotency_key=K` is a reconcile probe (200 if K's effect happened, 404 if
+//! not); anything else performs the effect and answers 201 with a JSON body naming the key, the
+//! effect number and whether an `authorization` header arrived.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -38,6 +39,8 @@ pub struct Counts {
     pub last_headers: Mutex<Vec<(String, String)>>,
     /// The request target (path and query) of the last request.
     pub last_target: Mutex<String>,
+    /// The method of the last request.
+    pub last_method: Mutex<String>,
     chaos: Mutex<Option<Chaos>>,
     dice: AtomicU64,
     /// Faults injected by chaos: dropped, unavailable, stalled.
@@ -247,6 +250,22 @@ async fn write_resp(
     extra: &[(&str, String)],
     body: &str,
 ) -> std::io::Result<()> {
+    let mut out = head(status, extra, body);
+    out.push_str(body);
+    s.write_all(out.as_bytes()).await
+}
+
+/// The head of the response [`write_resp`] writes, without the body: the answer to a `HEAD`.
+async fn write_head(
+    s: &mut TcpStream,
+    status: u16,
+    extra: &[(&str, String)],
+    body: &str,
+) -> std::io::Result<()> {
+    s.write_all(head(status, extra, body).as_bytes()).await
+}
+
+fn head(status: u16, extra: &[(&str, String)], body: &str) -> String {
     let mut out = format!(
         "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
         body.len()
@@ -255,8 +274,7 @@ async fn write_resp(
         out.push_str(&format!("{n}: {v}\r\n"));
     }
     out.push_str("\r\n");
-    out.push_str(body);
-    s.write_all(out.as_bytes()).await
+    out
 }
 
 async fn conn(mut s: TcpStream, c: Arc<Counts>) -> std::io::Result<()> {
@@ -267,6 +285,9 @@ async fn conn(mut s: TcpStream, c: Arc<Counts>) -> std::io::Result<()> {
         }
         if let Ok(mut t) = c.last_target.lock() {
             t.clone_from(&req.target);
+        }
+        if let Ok(mut m) = c.last_method.lock() {
+            m.clone_from(&req.method);
         }
         let key = req.header("idempotency-key").unwrap_or("").to_owned();
         let n_req = {
@@ -280,7 +301,7 @@ async fn conn(mut s: TcpStream, c: Arc<Counts>) -> std::io::Result<()> {
             None if req.method == "POST" => c.roll(),
             None => String::new(),
         };
-        if req.method == "GET" {
+        if req.method == "GET" || req.method == "HEAD" {
             if let Some(q) = req.target.strip_prefix("/v1/charges?idempotency_key=") {
                 let found = c.effects(q) > 0;
                 write_resp(
@@ -299,7 +320,12 @@ async fn conn(mut s: TcpStream, c: Arc<Counts>) -> std::io::Result<()> {
                     .map(|(n, v)| (n.trim(), v.trim().to_owned()))
                     .into_iter()
                     .collect();
-                write_resp(&mut s, 200, &extra, &format!(r#"{{"read":{n}}}"#)).await?;
+                let body = format!(r#"{{"read":{n}}}"#);
+                if req.method == "HEAD" {
+                    write_head(&mut s, 200, &extra, &body).await?;
+                } else {
+                    write_resp(&mut s, 200, &extra, &body).await?;
+                }
             }
             continue;
         }

@@ -1181,6 +1181,58 @@ fn read_routes_need_no_key_and_are_cached() {
     assert!(f.entries(&[]).is_empty(), "reads are not ledgered");
 }
 
+/// A `HEAD` is a `GET` without the body (RFC 9110 §9.3.2): a read route serves it, and its
+/// cache answers it from a kept `GET` response but never keeps a body-less answer for a `GET`. A
+/// method no route takes at a path that routes do take is a `405` naming the methods they take.
+#[test]
+fn head_is_a_get_without_the_body_and_other_methods_are_not_allowed() {
+    let f = Fx::new();
+    let reads = || f.up.counts.reads.load(std::sync::atomic::Ordering::SeqCst);
+    let last_method = || f.up.counts.last_method.lock().expect("lock").clone();
+    let h = f.proxy.send("HEAD", "/v1/customers/cus_h", &[], b"");
+    assert_eq!(h.status, 200, "{}", h.text());
+    assert!(h.body.is_empty());
+    assert_eq!(h.header("x-cache"), Some("MISS"));
+    assert_eq!((reads(), last_method().as_str()), (1, "HEAD"));
+    let g = f.proxy.send("GET", "/v1/customers/cus_h", &[], b"");
+    assert_eq!(
+        g.header("x-cache"),
+        Some("MISS"),
+        "a HEAD's answer was kept"
+    );
+    assert_eq!(g.text(), r#"{"read":2}"#);
+    let h = f.proxy.send("HEAD", "/v1/customers/cus_h", &[], b"");
+    assert_eq!(h.status, 200);
+    assert_eq!(h.header("x-cache"), Some("HIT"));
+    assert!(h.body.is_empty());
+    assert_eq!(h.header("content-length"), Some("10"), "the GET's length");
+    assert_eq!(reads(), 2);
+
+    for (method, path, allow) in [
+        ("GET", "/v1/charges", "POST"),
+        ("PUT", "/v1/charges/ch_1", "POST"),
+        ("DELETE", "/v1/customers/cus_h", "GET, HEAD"),
+        ("HEAD", "/v1/charges", "POST"),
+    ] {
+        let r = f
+            .proxy
+            .send(method, path, &[("idempotency-key", "k-405")], b"");
+        assert_eq!(r.status, 405, "{method} {path}");
+        assert_eq!(r.header("allow"), Some(allow), "{method} {path}");
+        if method != "HEAD" {
+            assert_eq!(r.code(), "method-not-allowed");
+        }
+    }
+    assert_eq!(
+        f.proxy.send("GET", "/v2/unknown", &[], b"").status,
+        404,
+        "no route takes the path"
+    );
+    assert_eq!(f.up.counts.total(), 0);
+    assert_eq!(reads(), 2, "only the reads reached the upstream");
+    assert!(f.entries(&[]).is_empty());
+}
+
 /// The read cache is shared by every caller of the proxy: it must never answer one caller with
 /// what another was allowed to see, nor keep what the upstream says a shared cache may not.
 #[test]

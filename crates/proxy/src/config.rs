@@ -226,6 +226,16 @@ pub struct Route {
     pub secret_query: Vec<String>,
 }
 
+impl Route {
+    /// Whether the route's path is a prefix of `path` at a segment boundary.
+    pub fn takes(&self, path: &str) -> bool {
+        path.starts_with(&self.path)
+            && (path.len() == self.path.len()
+                || self.path.ends_with('/')
+                || path.as_bytes()[self.path.len()] == b'/')
+    }
+}
+
 /// An upstream base URL: `http://host:port[/prefix]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {

@@ -195,19 +195,47 @@ impl Engine {
     }
 
     /// The first route whose method matches and whose path is a prefix of the request path at a
-    /// segment boundary.
-    pub fn match_route(&self, method: &Method, path: &str) -> Option<&Route> {
-        self.route_at(method, path).map(|i| &self.cfg.routes[i])
-    }
-
+    /// segment boundary. A `HEAD` is served by the `GET` read route of its path (RFC 9110
+    /// §9.3.2: a `GET` without the body).
     fn route_at(&self, method: &Method, path: &str) -> Option<usize> {
         self.cfg.routes.iter().position(|r| {
-            r.method == method.as_str()
-                && path.starts_with(&r.path)
-                && (path.len() == r.path.len()
-                    || r.path.ends_with('/')
-                    || path.as_bytes()[r.path.len()] == b'/')
+            (r.method == method.as_str()
+                || method == Method::HEAD && r.method == "GET" && r.effect == Effect::Read)
+                && r.takes(path)
         })
+    }
+
+    /// The problem for a request no route takes: `405` with `Allow` when routes take its path
+    /// with other methods, else `404`.
+    fn no_route(&self, method: &Method, path: &str) -> Problem {
+        let mut allow: Vec<&str> = Vec::new();
+        for r in self.cfg.routes.iter().filter(|r| r.takes(path)) {
+            let head = (r.method == "GET" && r.effect == Effect::Read).then_some("HEAD");
+            for m in std::iter::once(r.method.as_str()).chain(head) {
+                if !allow.contains(&m) {
+                    allow.push(m);
+                }
+            }
+        }
+        if allow.is_empty() {
+            return Problem::new(
+                404,
+                "unknown-route",
+                "No route",
+                format!("no route for {method} {path}"),
+            );
+        }
+        let allow = allow.join(", ");
+        let p = Problem::new(
+            405,
+            "method-not-allowed",
+            "Method not allowed",
+            format!("no route for {method} {path}; its routes take {allow}"),
+        );
+        match HeaderValue::from_str(&allow) {
+            Ok(v) => p.header(header::ALLOW, v),
+            Err(_) => p,
+        }
     }
 
     /// `route`'s metric handles (registered now if `route` is not one of this configuration's).
@@ -233,15 +261,7 @@ pub async fn handle(
 ) -> Response<ProxyBody> {
     let (parts, body) = req.into_parts();
     let (route_name, result) = match engine.route_at(&parts.method, parts.uri.path()) {
-        None => (
-            "-",
-            Err(Problem::new(
-                404,
-                "unknown-route",
-                "No route",
-                format!("no route for {} {}", parts.method, parts.uri.path()),
-            )),
-        ),
+        None => ("-", Err(engine.no_route(&parts.method, parts.uri.path()))),
         Some(i) => {
             let route = &engine.cfg.routes[i];
             let r = match check_headers(&parts.headers) {
@@ -353,18 +373,19 @@ fn sent_as_is(headers: &HeaderMap) -> Result<(), Problem> {
         .find(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"));
     match coded {
         None => Ok(()),
-        Some(c) => Err(Problem {
-            identity_only: true,
-            ..Problem::new(
-                415,
-                "unsupported-encoding",
-                "Unsupported content encoding",
-                format!(
-                    "a write's body is fingerprinted and stored as sent: send it without \
-                     Content-Encoding (got {c:?})"
-                ),
-            )
-        }),
+        Some(c) => Err(Problem::new(
+            415,
+            "unsupported-encoding",
+            "Unsupported content encoding",
+            format!(
+                "a write's body is fingerprinted and stored as sent: send it without \
+                 Content-Encoding (got {c:?})"
+            ),
+        )
+        .header(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        )),
     }
 }
 
@@ -467,7 +488,9 @@ impl Engine {
             match a {
                 // A read does nothing upstream: a refusal is an answer like any other.
                 Attempt::Executed(r) | Attempt::Refused(r) => {
-                    if let Some((ttl, place)) = cached.take() {
+                    if let Some((ttl, place)) =
+                        cached.take().filter(|_| parts.method != Method::HEAD)
+                    {
                         self.read_cache.put(place, &parts.headers, &r.record(), ttl);
                     }
                     req.metrics.forwarded.increment(1);

@@ -2,7 +2,7 @@
 //! with a stable `code` (also the last part of `type`).
 
 use axum::body::Body;
-use axum::http::{header, HeaderValue, Response, StatusCode};
+use axum::http::{header, HeaderName, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone)]
@@ -12,9 +12,9 @@ pub struct Problem {
     pub title: &'static str,
     pub detail: String,
     pub retry_after: Option<u64>,
-    /// The answer says `Accept-Encoding: identity`: a request body may have no content coding
-    /// (RFC 7694).
-    pub identity_only: bool,
+    /// One more header field the answer needs, such as `Allow` on a `405` or `Accept-Encoding`
+    /// on a `415` (boxed: problems travel in `Result`s, which stay small).
+    pub header: Option<Box<(HeaderName, HeaderValue)>>,
     pub extra: Value,
     /// Already counted in `idemgate_requests_total` under an outcome of its own (`not_executed`,
     /// `unknown`), so the proxy does not count it again under its code.
@@ -34,7 +34,7 @@ impl Problem {
             title,
             detail: detail.into(),
             retry_after: None,
-            identity_only: false,
+            header: None,
             extra: Value::Null,
             counted: false,
         }
@@ -48,6 +48,11 @@ impl Problem {
 
     pub fn retry_after(mut self, secs: u64) -> Problem {
         self.retry_after = Some(secs.max(1));
+        self
+    }
+
+    pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Problem {
+        self.header = Some(Box::new((name, value)));
         self
     }
 
@@ -93,11 +98,9 @@ impl Problem {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
-        if self.identity_only {
-            r.headers_mut().insert(
-                header::ACCEPT_ENCODING,
-                HeaderValue::from_static("identity"),
-            );
+        if let Some(h) = self.header {
+            let (name, value) = *h;
+            r.headers_mut().insert(name, value);
         }
         r
     }

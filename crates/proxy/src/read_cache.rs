@@ -9,6 +9,7 @@
 //!   no-store`, `private` or `no-cache` and without `Vary: *`; kept for `cache_ttl`, or less when
 //!   the response's `s-maxage` (else `max-age`) says less. A request with `Cache-Control:
 //!   no-cache` or `no-store` is forwarded, and its response is not kept.
+//! - **`HEAD`** is answered from a kept `GET` response, and its own responses are not kept.
 //! - **`Vary`.** A response answers a later request only when the request headers it names have
 //!   the values they had.
 
@@ -16,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use axum::http::{request::Parts, HeaderMap};
+use axum::http::{request::Parts, HeaderMap, Method};
 use idemgate_ledger::{ResponseRecord, ALWAYS_REDACTED_HEADERS};
 use sha2::{Digest, Sha256};
 
@@ -82,10 +83,15 @@ impl ReadCache {
             }
         }
         let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        // A kept `GET` response answers a `HEAD` (RFC 9111 §4), whose answer has no body.
+        let method = if parts.method == Method::HEAD {
+            &Method::GET
+        } else {
+            &parts.method
+        };
         let key = format!(
-            "{}\n{}\n{pq}\n{}\n{}",
+            "{}\n{method}\n{pq}\n{}\n{}",
             route.name,
-            parts.method,
             hex::encode(scope),
             hex::encode(who.finalize())
         );
