@@ -1464,6 +1464,24 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     let shown = f.proxy.admin_get(&format!("/admin/v1/entries/{id}")).json();
     assert_eq!(shown["timeline"][0]["kind"], "claim");
     assert_eq!(f.proxy.admin_get("/admin/v1/entries/999999").status, 404);
+    // The log's times take the CLI's forms, and refuse what would silently mean 1970.
+    let n_events = |query: &str| {
+        let r = f.proxy.admin_get(&format!("/admin/v1/events?{query}"));
+        assert_eq!(r.status, 200, "{query}: {}", r.text());
+        r.json()["events"].as_array().expect("events").len()
+    };
+    let all = n_events("");
+    assert!(all > 0);
+    let hour_ago = idemgate_ledger::now_millis() - 3_600_000;
+    assert_eq!(n_events("since=1h"), all);
+    assert_eq!(n_events(&format!("since={hour_ago}")), all);
+    assert_eq!(n_events("since=2100-01-01T00:00:00Z"), 0);
+    assert_eq!(n_events("until=2001-09-09"), 0);
+    for bad in ["since=1795168800", "until=last%20tuesday"] {
+        let r = f.proxy.admin_get(&format!("/admin/v1/events?{bad}"));
+        assert_eq!(r.status, 400, "{bad}");
+        assert_eq!(r.code(), "invalid-argument", "{bad}");
+    }
     // Mutations need an operator and a reason.
     let r = f.proxy.admin_post(
         &format!("/admin/v1/entries/{id}/replay"),

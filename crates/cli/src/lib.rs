@@ -6,7 +6,6 @@
 
 mod output;
 mod serve;
-mod timearg;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -170,10 +169,10 @@ enum Cmd {
         ledger: LedgerArg,
         #[arg(long, value_name = "ENTRY_ID")]
         entry: Option<i64>,
-        /// RFC 3339 time, a date (2026-11-20) or a duration ago (90m, 2h, 7d).
-        #[arg(long, value_parser = timearg::parse)]
+        /// RFC 3339 time, a date (2026-11-20), a duration ago (90m, 2h, 7d) or Unix ms.
+        #[arg(long, value_parser = idemgate_ops::parse_time)]
         since: Option<i64>,
-        #[arg(long, value_parser = timearg::parse)]
+        #[arg(long, value_parser = idemgate_ops::parse_time)]
         until: Option<i64>,
         #[arg(long)]
         route: Option<String>,
@@ -245,9 +244,10 @@ enum Cmd {
         ledger: LedgerArg,
         #[arg(long, value_enum)]
         format: FormatArg,
-        #[arg(long, value_parser = timearg::parse)]
+        /// RFC 3339 time, a date (2026-11-20), a duration ago (90m, 2h, 7d) or Unix ms.
+        #[arg(long, value_parser = idemgate_ops::parse_time)]
         since: Option<i64>,
-        #[arg(long, value_parser = timearg::parse)]
+        #[arg(long, value_parser = idemgate_ops::parse_time)]
         until: Option<i64>,
         /// Output file; FILE.manifest.json is written beside it.
         #[arg(short = 'o', long = "output")]

@@ -5,6 +5,7 @@
 
 mod demo;
 mod error;
+mod time;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 pub use demo::{seed as seed_demo, DemoOptions, DemoReport};
 pub use error::{ErrorBody, OpsError};
+pub use time::{parse_time, BadTime};
 
 pub type OpsResult<T> = std::result::Result<T, OpsError>;
 

@@ -311,8 +311,9 @@ struct EventsQuery {
     key: Option<String>,
     kind: Option<String>,
     operator: Option<String>,
-    since: Option<i64>,
-    until: Option<i64>,
+    /// As the CLI takes it ([`idemgate_ops::parse_time`]).
+    since: Option<String>,
+    until: Option<String>,
     search: Option<String>,
     before: Option<i64>,
     limit: Option<usize>,
@@ -323,6 +324,11 @@ async fn events(
     q: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Response, Problem> {
     let Query(q) = q.map_err(bad_query)?;
+    let time = |field: &str, t: Option<&str>| {
+        t.map(idemgate_ops::parse_time)
+            .transpose()
+            .map_err(|e| Problem::from(idemgate_ops::OpsError::invalid(field, &e.to_string())))
+    };
     let filter = EventFilter {
         entry_id: q.entry_id,
         route: q.route,
@@ -330,8 +336,8 @@ async fn events(
         key: q.key,
         kind: q.kind,
         operator: q.operator,
-        since: q.since,
-        until: q.until,
+        since: time("since", q.since.as_deref())?,
+        until: time("until", q.until.as_deref())?,
         search: q.search,
     };
     let limit = q.limit.unwrap_or(100);
