@@ -1464,7 +1464,8 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     let shown = f.proxy.admin_get(&format!("/admin/v1/entries/{id}")).json();
     assert_eq!(shown["timeline"][0]["kind"], "claim");
     assert_eq!(f.proxy.admin_get("/admin/v1/entries/999999").status, 404);
-    // The log's times take the CLI's forms, and refuse what would silently mean 1970.
+    // The log's filters are checked as the CLI's are; its times take the CLI's forms, and refuse
+    // what would silently mean 1970.
     let n_events = |query: &str| {
         let r = f.proxy.admin_get(&format!("/admin/v1/events?{query}"));
         assert_eq!(r.status, 200, "{query}: {}", r.text());
@@ -1477,7 +1478,7 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     assert_eq!(n_events(&format!("since={hour_ago}")), all);
     assert_eq!(n_events("since=2100-01-01T00:00:00Z"), 0);
     assert_eq!(n_events("until=2001-09-09"), 0);
-    for bad in ["since=1795168800", "until=last%20tuesday"] {
+    for bad in ["since=1795168800", "until=last%20tuesday", "kind=nonsense"] {
         let r = f.proxy.admin_get(&format!("/admin/v1/events?{bad}"));
         assert_eq!(r.status, 400, "{bad}");
         assert_eq!(r.code(), "invalid-argument", "{bad}");
@@ -1573,6 +1574,18 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     );
     let openapi = f.proxy.admin_get("/admin/v1/openapi.json").json();
     assert!(openapi["paths"]["/admin/v1/entries"].is_object());
+    let kind = openapi["paths"]["/admin/v1/events"]["get"]["parameters"]
+        .as_array()
+        .expect("parameters")
+        .iter()
+        .find(|p| p["name"] == "kind")
+        .expect("kind")
+        .clone();
+    let kinds: Vec<&str> = idemgate_ledger::EventKind::ALL
+        .iter()
+        .map(|k| k.as_str())
+        .collect();
+    assert_eq!(kind["schema"]["enum"], json!(kinds), "the document's kinds");
 }
 
 #[test]

@@ -436,18 +436,6 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             limit,
             json,
         } => {
-            if let Some(k) = &kind {
-                if idemgate_ledger::EventKind::parse(k).is_none() {
-                    let kinds: Vec<_> = idemgate_ledger::EventKind::ALL
-                        .iter()
-                        .map(|k| k.as_str())
-                        .collect();
-                    return Err(OpsError::invalid(
-                        "kind",
-                        &format!("one of {}", kinds.join(", ")),
-                    ));
-                }
-            }
             let filter = EventFilter {
                 entry_id: entry,
                 route,

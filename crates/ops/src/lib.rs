@@ -417,6 +417,15 @@ impl Ops {
         before: Option<i64>,
         limit: usize,
     ) -> OpsResult<EventPage> {
+        if let Some(k) = &filter.kind {
+            if EventKind::parse(k).is_none() {
+                let kinds: Vec<_> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+                return Err(OpsError::invalid(
+                    "kind",
+                    &format!("{k:?} is not an event kind: one of {}", kinds.join(", ")),
+                ));
+            }
+        }
         let limit = limit.clamp(1, MAX_PAGE);
         let events = self.store.events(filter, page(before, limit))?;
         let next_before = (events.len() == limit)
