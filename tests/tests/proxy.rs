@@ -1593,24 +1593,59 @@ fn serve_refuses_to_start_without_an_admin_token_or_with_a_bad_config() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ledger = dir.path().join("l.db");
     let cfg = dir.path().join("c.toml");
-    std::fs::write(
-        &cfg,
-        config(CONFIG, "http://127.0.0.1:1", &ledger).replace("{closed}", "http://127.0.0.1:1"),
-    )
-    .expect("write");
-    let out = std::process::Command::new(idemgate_bin())
-        .args(["serve", "--config", cfg.to_str().expect("utf8")])
-        .env_remove("IDEMGATE_ADMIN_TOKEN")
-        .env("TEST_WEBHOOK_SECRET", SECRET)
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no-admin-token"));
+    let good =
+        config(CONFIG, "http://127.0.0.1:1", &ledger).replace("{closed}", "http://127.0.0.1:1");
+    std::fs::write(&cfg, &good).expect("write");
+    let cfg_arg = cfg.to_str().expect("utf8");
+    let run = |args: &[&str], token: bool| {
+        let mut c = std::process::Command::new(idemgate_bin());
+        c.args(args).env("TEST_WEBHOOK_SECRET", SECRET);
+        if token {
+            c.env("IDEMGATE_ADMIN_TOKEN", ADMIN_TOKEN);
+        } else {
+            c.env_remove("IDEMGATE_ADMIN_TOKEN");
+        }
+        let out = c.output().expect("run");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    for args in [
+        &["serve", "--config", cfg_arg][..],
+        &["serve", "--config", cfg_arg, "--check"],
+    ] {
+        let (code, _, err) = run(args, false);
+        assert_eq!(code, Some(1), "{args:?}");
+        assert!(err.contains("no-admin-token"), "{args:?}: {err}");
+    }
+    // `--check` says what `serve` would refuse, and what it would serve, without serving.
+    let (code, out, err) = run(&["serve", "--config", cfg_arg, "--check"], true);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("ok, 7 routes"), "{out}");
+    assert!(out.contains("customers") && out.contains("read"), "{out}");
+    assert!(!ledger.exists(), "--check opened the ledger");
+    let shadowed = good.replace("path = \"/v1/cancel\"", "path = \"/v1/charges/cancel\"");
+    std::fs::write(&cfg, shadowed).expect("write");
+    for args in [
+        &["serve", "--config", cfg_arg][..],
+        &["serve", "--config", cfg_arg, "--check"],
+    ] {
+        let (code, _, err) = run(args, true);
+        assert_eq!(code, Some(1), "{args:?}");
+        assert!(err.contains("routes[5] (cancel).path: never used"), "{err}");
+    }
+    assert!(
+        !ledger.exists(),
+        "a refused configuration opened the ledger"
+    );
     std::fs::write(&cfg, "[server]\nledger = \"x.db\"\n[[routes]]\nname = \"a\"\nmethod = \"POST\"\npath = \"/a\"\nupstream = \"http://127.0.0.1:1\"\neffect = \"write\"\ntimeout = \"forever\"\n").expect("write");
-    let out = idemgate(&["serve", "--config", cfg.to_str().expect("utf8")]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("routes[0] (a).timeout"), "{err}");
+    for args in [
+        &["serve", "--config", cfg_arg][..],
+        &["serve", "--config", cfg_arg, "--check"],
+    ] {
+        let (code, _, err) = run(args, true);
+        assert_eq!(code, Some(1), "{args:?}");
+        assert!(err.contains("routes[0] (a).timeout"), "{err}");
+    }
 }
 
 #[test]

@@ -108,6 +108,11 @@ enum Cmd {
         /// Log format on stderr (level: IDEMGATE_LOG, default info).
         #[arg(long, value_enum, default_value = "text", env = "IDEMGATE_LOG_FORMAT")]
         log_format: LogFormat,
+        /// Check the configuration and exit without serving: every field, the secrets it names,
+        /// the admin token. Exit 0 and the routes in the order they match, or the first error.
+        /// The ledger is not opened.
+        #[arg(long)]
+        check: bool,
     },
     /// Re-drive a stuck, released or failed entry's stored request upstream (logged).
     Replay(ProxyActionArgs),
@@ -312,6 +317,11 @@ pub fn main() -> ExitCode {
         _ => init_logging("warn", LogFormat::Text),
     }
     let result = match cli.cmd {
+        Cmd::Serve {
+            config,
+            check: true,
+            ..
+        } => serve::check(&config),
         Cmd::Serve { config, .. } => serve::serve(&config),
         Cmd::Replay(a) => serve::operator_action(serve::Action::Replay, a),
         Cmd::Reconcile(a) => serve::operator_action(serve::Action::Reconcile, a),

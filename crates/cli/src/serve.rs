@@ -74,6 +74,34 @@ fn survive_file_size_limit(rt: &tokio::runtime::Runtime) {
     }
 }
 
+/// `serve --check`: everything `serve` checks before it opens the ledger and binds.
+pub fn check(config: &Path) -> Result<ExitCode, CmdError> {
+    let cfg = Config::load(&config.display().to_string())?;
+    if cfg.admin_listen.is_some() {
+        idemgate_proxy::admin_token(&cfg)?;
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "{}: ok, {} routes (the first that takes a request serves it)",
+        config.display(),
+        cfg.routes.len()
+    );
+    for r in &cfg.routes {
+        let _ = writeln!(
+            out,
+            "  {:<24} {:<7} {:<32} {:<11} -> http://{}{}",
+            r.name,
+            r.method,
+            r.path,
+            r.effect.as_str(),
+            r.upstream.authority,
+            r.upstream.prefix
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn serve(config: &Path) -> Result<ExitCode, CmdError> {
     let cfg = Arc::new(Config::load(&config.display().to_string())?);
     let token = match cfg.admin_listen {

@@ -227,6 +227,13 @@ pub struct Route {
 }
 
 impl Route {
+    /// Whether the route serves requests with `method`: its own, and `HEAD` on a `GET` read route
+    /// (RFC 9110 §9.3.2: a `GET` without the body).
+    pub fn serves(&self, method: &str) -> bool {
+        self.method == method
+            || method == "HEAD" && self.method == "GET" && self.effect == Effect::Read
+    }
+
     /// Whether the route's path is a prefix of `path` at a segment boundary.
     pub fn takes(&self, path: &str) -> bool {
         path.starts_with(&self.path)
@@ -712,6 +719,24 @@ impl Config {
                 secret_query: query_names(&f("secret_query"), &r.secret_query)?,
             });
         }
+        // The first route that takes a request serves it: a route an earlier one takes every
+        // request of would never apply its own settings (its effect, key, retries).
+        for (j, r) in routes.iter().enumerate() {
+            if let Some((i, e)) = routes[..j]
+                .iter()
+                .enumerate()
+                .find(|(_, e)| e.serves(&r.method) && e.takes(&r.path))
+            {
+                return Err(invalid(
+                    format!("routes[{j}] ({}).path", r.name),
+                    format!(
+                        "never used: routes[{i}] ({}) takes every {} {}; list the more specific \
+                         route first",
+                        e.name, r.method, r.path
+                    ),
+                ));
+            }
+        }
         Ok(Config {
             listen,
             admin_listen,
@@ -758,6 +783,29 @@ mod tests {
         assert!(err(&route("effect2 = 1")).contains("unknown field"));
         assert!(err(&route("retry = { attempts = 0 }")).contains("retry.attempts"));
         assert!(err(&route("timeout = \"60s\"")).contains("shorter than the lease"));
+        // A route an earlier one takes every request of is refused; listed first, it is used.
+        let two = |first: (&str, &str), second: (&str, &str)| {
+            let r = |name: &str, (method, path): (&str, &str)| {
+                format!("[[routes]]\nname = \"{name}\"\nmethod = \"{method}\"\npath = \"{path}\"\nupstream = \"http://127.0.0.1:9000\"\neffect = \"read\"\n")
+            };
+            format!("{BASE}{}{}", r("a", first), r("b", second))
+        };
+        let e = err(&two(("GET", "/v1/x"), ("get", "/v1/x/y")));
+        assert!(
+            e.contains("routes[1] (b).path") && e.contains("routes[0] (a)"),
+            "{e}"
+        );
+        assert!(err(&two(("GET", "/v1/"), ("GET", "/v1/x"))).contains("never used"));
+        assert!(err(&two(("GET", "/v1"), ("HEAD", "/v1"))).contains("never used"));
+        for fine in [
+            (("GET", "/v1/x/y"), ("GET", "/v1/x")),
+            (("GET", "/v1/x"), ("POST", "/v1/x/y")),
+            (("GET", "/v1/x"), ("GET", "/v1/xy")),
+            (("HEAD", "/v1"), ("GET", "/v1")),
+        ] {
+            let (first, second) = fine;
+            Config::parse(&two(first, second)).expect("both routes are used");
+        }
         assert!(err(&route("key.json = \"args\"")).contains("key.json"));
         assert!(err(&route(
             "signature = { secret_env = \"IDEMGATE_TEST_UNSET_VAR\" }"

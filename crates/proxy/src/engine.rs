@@ -194,15 +194,13 @@ impl Engine {
         }
     }
 
-    /// The first route whose method matches and whose path is a prefix of the request path at a
-    /// segment boundary. A `HEAD` is served by the `GET` read route of its path (RFC 9110
-    /// §9.3.2: a `GET` without the body).
+    /// The first route that serves the method and whose path is a prefix of the request path at a
+    /// segment boundary.
     fn route_at(&self, method: &Method, path: &str) -> Option<usize> {
-        self.cfg.routes.iter().position(|r| {
-            (r.method == method.as_str()
-                || method == Method::HEAD && r.method == "GET" && r.effect == Effect::Read)
-                && r.takes(path)
-        })
+        self.cfg
+            .routes
+            .iter()
+            .position(|r| r.serves(method.as_str()) && r.takes(path))
     }
 
     /// The problem for a request no route takes: `405` with `Allow` when routes take its path
@@ -210,7 +208,7 @@ impl Engine {
     fn no_route(&self, method: &Method, path: &str) -> Problem {
         let mut allow: Vec<&str> = Vec::new();
         for r in self.cfg.routes.iter().filter(|r| r.takes(path)) {
-            let head = (r.method == "GET" && r.effect == Effect::Read).then_some("HEAD");
+            let head = r.serves("HEAD").then_some("HEAD");
             for m in std::iter::once(r.method.as_str()).chain(head) {
                 if !allow.contains(&m) {
                     allow.push(m);
