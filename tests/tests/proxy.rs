@@ -1072,6 +1072,47 @@ fn sigterm_drains_requests_in_flight_before_exiting() {
     assert!(std::net::TcpStream::connect(addr).is_err());
 }
 
+/// The commonest lost response: the agent's own timeout closes the connection while the upstream
+/// is still answering. The request is finished all the same (forwarded, its outcome recorded), so
+/// the agent's retry is a replay, and a SIGTERM right after waits for it too.
+#[test]
+fn a_write_whose_client_goes_away_is_finished_and_its_retry_replayed() {
+    let mut f = Fx::new();
+    let gone = |key: &str| {
+        let raw = format!(
+            "POST /v1/charges HTTP/1.1\r\nhost: x\r\nidempotency-key: {key}\r\n\
+             content-type: application/json\r\nx-agent-id: agent-7\r\nx-fault: delay:800\r\n\
+             content-length: 12\r\n\r\n{{\"amount\":9}}"
+        );
+        let mut s = std::net::TcpStream::connect(f.proxy.addr).expect("connect");
+        std::io::Write::write_all(&mut s, raw.as_bytes()).expect("send");
+        eventually(5, "the request upstream", || {
+            (f.up.counts.effects(key) == 1).then_some(())
+        });
+        // The agent gives up: its socket closes with the request upstream, unanswered.
+        drop(s);
+    };
+    gone("k-gone");
+    let r = eventually(10, "the retry answered from the ledger", || {
+        let r = f.charge("k-gone", r#"{"amount":9}"#, &[]);
+        (r.status != 409).then_some(r)
+    });
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    assert_eq!(f.up.counts.effects("k-gone"), 1);
+
+    // Gone, then SIGTERM before the upstream answers: the drain waits for it.
+    gone("k-gone-term");
+    let status = f.proxy.terminate();
+    assert!(status.success(), "clean exit: {status:?}");
+    assert_eq!(
+        f.entries(&["--key", "k-gone-term"])[0]["state"],
+        "completed",
+        "the outcome was recorded before the proxy exited"
+    );
+    assert_eq!(f.up.counts.effects("k-gone-term"), 1);
+}
+
 #[test]
 fn signatures_good_bad_and_stale() {
     let f = Fx::new();

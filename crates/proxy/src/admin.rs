@@ -170,6 +170,20 @@ async fn blocking<T: Send + 'static>(
         .map_err(Problem::from)
 }
 
+/// Runs an operator action that talks to an upstream on a task of its own, as the proxy runs a
+/// write: an operator's client that goes away does not cancel a replay between the upstream's
+/// effect and the ledger's record of it, and shutdown waits for it.
+async fn to_the_end<T: Send + 'static>(
+    engine: &Arc<Engine>,
+    action: impl std::future::Future<Output = Result<T, Problem>> + Send + 'static,
+) -> Result<T, Problem> {
+    engine
+        .requests
+        .spawn(action)
+        .await
+        .map_err(|e| Problem::new(500, "internal", "Internal error", e.to_string()))?
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EntriesQuery {
@@ -274,7 +288,9 @@ async fn replay(
     b: Result<Json<ActionCmd>, JsonRejection>,
 ) -> Result<Response, Problem> {
     let Json(b) = b.map_err(bad_json)?;
-    Ok(Json(operator::replay(&s.engine, id, &b).await?).into_response())
+    let e = Arc::clone(&s.engine);
+    let report = to_the_end(&s.engine, async move { operator::replay(&e, id, &b).await }).await?;
+    Ok(Json(report).into_response())
 }
 
 async fn reconcile(
@@ -283,7 +299,13 @@ async fn reconcile(
     b: Result<Json<ActionCmd>, JsonRejection>,
 ) -> Result<Response, Problem> {
     let Json(b) = b.map_err(bad_json)?;
-    Ok(Json(operator::reconcile(&s.engine, id, &b).await?).into_response())
+    let e = Arc::clone(&s.engine);
+    let report = to_the_end(
+        &s.engine,
+        async move { operator::reconcile(&e, id, &b).await },
+    )
+    .await?;
+    Ok(Json(report).into_response())
 }
 
 async fn purge(

@@ -86,6 +86,9 @@ pub struct Engine {
     /// Per route, in the configuration's order.
     metrics: Vec<RouteMetrics>,
     claim_seconds: Histogram,
+    /// The write requests being served, each on a task of its own: a client that goes away does
+    /// not cancel its request, and shutdown waits for them.
+    pub requests: tokio_util::task::TaskTracker,
 }
 
 /// The keys this process has claimed and is still driving upstream, so that a concurrent duplicate
@@ -191,6 +194,7 @@ impl Engine {
             read_cache: ReadCache::default(),
             flights: Flights::default(),
             unsettled: Unsettled::default(),
+            requests: tokio_util::task::TaskTracker::new(),
         }
     }
 
@@ -252,8 +256,13 @@ impl Engine {
 
 /// Every request on the proxy listener, from `peer`. Each request is counted once in
 /// `idemgate_requests_total`: successes where they are answered, problems here by their code.
+///
+/// A write is served on a task of its own ([`Engine::requests`]): once its body is read, it is
+/// claimed, forwarded and its outcome recorded even if the client goes away meanwhile (an agent's
+/// own timeout is the commonest way a response is lost), so that the client's retry is answered
+/// from the ledger instead of finding a claim nobody finished.
 pub async fn handle(
-    engine: &Engine,
+    engine: &Arc<Engine>,
     peer: SocketAddr,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
@@ -264,14 +273,20 @@ pub async fn handle(
             let route = &engine.cfg.routes[i];
             let r = match check_headers(&parts.headers) {
                 Err(p) => Err(p),
+                Ok(()) if route.effect == Effect::Read => engine.serve(i, &parts, peer, body).await,
                 Ok(()) => {
-                    let req = Req {
-                        route,
-                        metrics: &engine.metrics[i],
-                        parts: &parts,
-                        peer,
-                    };
-                    engine.serve(&req, body).await
+                    let e = Arc::clone(engine);
+                    let task = engine
+                        .requests
+                        .spawn(async move { e.serve(i, &parts, peer, body).await });
+                    task.await.unwrap_or_else(|j| {
+                        Err(Problem::new(
+                            500,
+                            "internal",
+                            "Internal error",
+                            j.to_string(),
+                        ))
+                    })
                 }
             };
             (route.name.as_str(), r)
@@ -397,8 +412,20 @@ fn too_large(limit: usize) -> Problem {
 }
 
 impl Engine {
-    async fn serve(&self, req: &Req<'_>, body: Incoming) -> Answer {
-        let (route, parts) = (req.route, req.parts);
+    async fn serve(
+        &self,
+        route_at: usize,
+        parts: &axum::http::request::Parts,
+        peer: SocketAddr,
+        body: Incoming,
+    ) -> Answer {
+        let req = &Req {
+            route: &self.cfg.routes[route_at],
+            metrics: &self.metrics[route_at],
+            parts,
+            peer,
+        };
+        let route = req.route;
         if let Some(len) = parts
             .headers
             .get(header::CONTENT_LENGTH)

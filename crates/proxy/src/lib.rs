@@ -206,8 +206,20 @@ pub async fn serve(
     shutdown.await;
     tracing::info!("shutting down: no new connections, draining requests in flight");
     let _ = stop_tx.send(true);
+    let drained_by = tokio::time::Instant::now() + DRAIN_TIMEOUT;
     for l in loops {
         let _ = l.await;
+    }
+    // Writes whose clients went away are still being driven: their outcomes are recorded too.
+    settler.requests.close();
+    if tokio::time::timeout_at(drained_by, settler.requests.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            requests = settler.requests.len(),
+            "writes still in flight after {DRAIN_TIMEOUT:?}; their claims stay pending and will show as stuck"
+        );
     }
     let _ = sweeper.await;
     // The last chance for outcomes the ledger could not take: after this they live only in the
