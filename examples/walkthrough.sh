@@ -27,7 +27,9 @@ grep -q '^HTTP/1.1 201' <<<"$out" || fail "first charge"
 step "the agent retries: replayed from the ledger, the tool is not called again"
 out=$(charge -H 'Idempotency-Key: order-42' -d '{"customer": "cus_1", "amount": 4999}'); echo "$out"
 grep -qi '^idempotent-replayed: true' <<<"$out" || fail "replay"
-[ "$(curl -s localhost:9000/_charges)" = '{"order-42": 1}' ] || fail "charged twice"
+# The tool is sent agent-1's order-42 as a UUID of the two (scoped keys stay apart upstream).
+charges() { curl -s localhost:9000/_charges | python3 -c 'import json, sys; print(sorted(json.load(sys.stdin).values()))'; }
+[ "$(charges)" = '[1]' ] || fail "charged twice"
 
 step "same key, different arguments: 422 key-reuse"
 out=$(charge -H 'Idempotency-Key: order-42' -d '{"amount": 100, "customer": "cus_1"}'); echo "$out"
@@ -54,7 +56,7 @@ grep -q 'completed' rec.txt || fail "reconcile"
 step "the agent's retry now gets the recorded outcome; the tool was charged once"
 out=$(charge -H 'Idempotency-Key: order-43' -d '{"amount": 2500, "customer": "cus_2"}'); echo "$out"
 grep -qi '^idempotent-replayed: true' <<<"$out" || fail "replay after reconcile"
-[ "$(curl -s localhost:9000/_charges)" = '{"order-42": 1, "order-43": 1}' ] || fail "counts"
+[ "$(charges)" = '[1, 1]' ] || fail "counts"
 
 step "the admin API and metrics need the token"
 curl -s -o /dev/null -w '%{http_code}\n' localhost:8701/admin/v1/entries | grep -q 401 || fail "admin without token"

@@ -194,7 +194,7 @@ fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
     );
     for (i, _) in acked.iter() {
         assert_eq!(
-            up.counts.effects(&key(*i)),
+            up.counts.effects(&upstream_key(&key(*i))),
             1,
             "op {i} was acknowledged, so its effect happened exactly once"
         );
@@ -212,7 +212,7 @@ fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
     let (mut unacked_effects, mut unacked_stuck, mut unacked_completed) = (0, 0, 0);
     for (i, o) in &outcomes {
         let k = key(*i);
-        if o.acked.is_some() || up.counts.effects(&k) == 0 {
+        if o.acked.is_some() || up.counts.effects(&upstream_key(&k)) == 0 {
             continue;
         }
         unacked_effects += 1;
@@ -269,6 +269,12 @@ fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
 
 fn key(i: usize) -> String {
     format!("chaos-{i}")
+}
+
+/// The key the upstream is sent for `key`: the agents' scope makes it a UUID of its own
+/// (`keys::upstream_key`).
+fn upstream_key(key: &str) -> String {
+    idemgate_proxy::keys::scoped("agent-chaos", key)
 }
 
 fn send(addr: SocketAddr, i: usize) -> Option<Resp> {

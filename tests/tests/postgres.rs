@@ -91,6 +91,12 @@ macro_rules! pair {
     };
 }
 
+/// The key the upstream is sent for `key` (`charge` sends as agent-1: a scoped key goes upstream
+/// as a UUID of its own, `keys::upstream_key`).
+fn upstream_key(key: &str) -> String {
+    idemgate_proxy::keys::scoped("agent-1", key)
+}
+
 fn charge(addr: std::net::SocketAddr, key: &str, extra: &[(&str, &str)]) -> Option<Resp> {
     let mut headers = vec![
         ("Idempotency-Key", key),
@@ -143,7 +149,11 @@ fn one_key_sent_32_times_at_once_to_two_instances_runs_once() {
             .collect();
         hs.into_iter().map(|h| h.join().expect("client")).collect()
     });
-    assert_eq!(p.up.counts.effects("order-1"), 1, "one key, one effect");
+    assert_eq!(
+        p.up.counts.effects(&upstream_key("order-1")),
+        1,
+        "one key, one effect"
+    );
     let ok: Vec<&Resp> = answers
         .iter()
         .flatten()
@@ -164,7 +174,7 @@ fn one_key_sent_32_times_at_once_to_two_instances_runs_once() {
         assert_eq!(r.status, 201);
         assert_eq!(r.body, ok[0].body);
     }
-    assert_eq!(p.up.counts.effects("order-1"), 1);
+    assert_eq!(p.up.counts.effects(&upstream_key("order-1")), 1);
     verify_passes(&p.url);
 }
 
@@ -191,7 +201,11 @@ fn a_hundred_keys_from_several_clients_to_both_instances_run_once_each() {
         }
     });
     for k in 0..100 {
-        assert_eq!(p.up.counts.effects(&format!("k{k}")), 1, "key k{k}");
+        assert_eq!(
+            p.up.counts.effects(&upstream_key(&format!("k{k}"))),
+            1,
+            "key k{k}"
+        );
     }
     assert_eq!(p.up.counts.total(), 100);
     let l = ledger(&p.url);
@@ -220,7 +234,7 @@ fn an_instance_killed_mid_flight_leaves_a_stuck_entry_the_other_never_reruns() {
     // A forwards; the upstream performs the effect and holds the answer 5 s; A dies meanwhile.
     let pending = std::thread::spawn(move || charge(a, "order-9", &[("X-Fault", "delay:5000")]));
     eventually(10, "the upstream to perform the effect", || {
-        (p.up.counts.effects("order-9") == 1).then_some(())
+        (p.up.counts.effects(&upstream_key("order-9")) == 1).then_some(())
     });
     p.a.kill();
     assert!(
@@ -240,7 +254,11 @@ fn an_instance_killed_mid_flight_leaves_a_stuck_entry_the_other_never_reruns() {
         (r.code() == "outcome-unknown").then_some(r)
     });
     assert_eq!(r.status, 409);
-    assert_eq!(p.up.counts.effects("order-9"), 1, "never re-executed");
+    assert_eq!(
+        p.up.counts.effects(&upstream_key("order-9")),
+        1,
+        "never re-executed"
+    );
     // B's sweeper logs the lease expiry of A's claim, once.
     let l = ledger(&p.url);
     let expired = eventually(10, "the sweeper to log the expired lease", || {
@@ -269,7 +287,7 @@ fn an_instance_killed_mid_flight_leaves_a_stuck_entry_the_other_never_reruns() {
         .expect("stuck entries");
     assert_eq!(entry.len(), 1);
     assert_eq!(entry[0].key, "order-9");
-    assert_eq!(p.up.counts.effects("order-9"), 1);
+    assert_eq!(p.up.counts.effects(&upstream_key("order-9")), 1);
     verify_passes(&p.url);
 }
 
@@ -281,15 +299,19 @@ fn restarting_postgres_under_load_loses_nothing_acknowledged() {
     let stop = AtomicBool::new(false);
     // key → the acknowledged answer's body.
     let acked: Mutex<HashMap<String, Vec<u8>>> = Mutex::new(HashMap::new());
+    // Every key sent.
+    let sent: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let unavailable = std::sync::atomic::AtomicU64::new(0);
     let unrecorded = std::sync::atomic::AtomicU64::new(0);
     std::thread::scope(|s| {
         for c in 0..8usize {
-            let (stop, acked, unavailable, unrecorded) = (&stop, &acked, &unavailable, &unrecorded);
+            let (stop, acked, sent, unavailable, unrecorded) =
+                (&stop, &acked, &sent, &unavailable, &unrecorded);
             s.spawn(move || {
                 let mut n = 0usize;
                 while !stop.load(Ordering::Relaxed) {
                     let key = format!("c{c}-{n}");
+                    sent.lock().expect("sent").push(key.clone());
                     n += 1;
                     // An agent: retries its key (on either instance) until it gets an answer.
                     let deadline = Instant::now() + Duration::from_secs(20);
@@ -357,7 +379,16 @@ fn restarting_postgres_under_load_loses_nothing_acknowledged() {
     // kept by its instance and recorded once it was back.
     let l = ledger(&p.url);
     let mut unacked = 0;
+    let sent: HashMap<String, String> = sent
+        .into_inner()
+        .expect("sent")
+        .into_iter()
+        .map(|k| (upstream_key(&k), k))
+        .collect();
     for k in p.up.counts.keys_with_effects().keys() {
+        let k = sent
+            .get(k)
+            .unwrap_or_else(|| panic!("an effect under {k}, a key no agent sent"));
         if acked.contains_key(k) {
             continue;
         }
@@ -473,7 +504,7 @@ fn a_sqlite_ledger_copied_to_postgres_keeps_its_chain_and_replays_its_keys() {
     assert_eq!(replay.status, 201);
     assert_eq!(replay.body, first.body);
     assert_eq!(
-        up.counts.effects("before-the-move"),
+        up.counts.effects(&upstream_key("before-the-move")),
         1,
         "not run again after the move"
     );

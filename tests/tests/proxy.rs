@@ -178,7 +178,7 @@ impl Fx {
             )
         });
         eventually(5, "the request upstream", || {
-            (self.up.counts.requests(key) == 1).then_some(())
+            (self.requests(key) == 1).then_some(())
         });
         client
     }
@@ -189,12 +189,37 @@ impl Fx {
         metric(&metrics, "idemgate_claim_seconds_count").unwrap_or(0)
     }
 
+    /// The upstream's effects for `key`, sent unscoped or (as `charge` sends) by agent-7, whose
+    /// key the upstream is sent as a UUID of its own (`keys::upstream_key`).
+    fn effects(&self, key: &str) -> u64 {
+        let c = &self.up.counts;
+        c.effects(key) + c.effects(&idemgate_proxy::keys::scoped("agent-7", key))
+    }
+
+    /// The requests the upstream got for `key`, as [`Fx::effects`] counts.
+    fn requests(&self, key: &str) -> u64 {
+        let c = &self.up.counts;
+        c.requests(key) + c.requests(&idemgate_proxy::keys::scoped("agent-7", key))
+    }
+
     fn entries(&self, flags: &[&str]) -> Vec<serde_json::Value> {
         let l = self.ledger();
         let mut args = vec!["entries", "--ledger", &l, "--json"];
         args.extend_from_slice(flags);
         idemgate_json(&args).as_array().cloned().unwrap_or_default()
     }
+}
+
+/// A new ledger at `path`, to seed as an older instance left it.
+fn new_ledger(path: &std::path::Path) -> Arc<idemgate_ledger::Ledger> {
+    idemgate_ledger::Ledger::sqlite(
+        path,
+        idemgate_ledger::OpenOptions {
+            create: true,
+            hasher: idemgate_ledger::ChainHasher::unkeyed(),
+        },
+    )
+    .expect("open")
 }
 
 /// The value of an unlabelled series `name` in Prometheus text, if it is there.
@@ -233,7 +258,7 @@ fn a_new_key_executes_once_and_echoes_the_key() {
         "upstream headers are relayed"
     );
     assert_eq!(r.json()["effect"], 1);
-    assert_eq!(f.up.counts.effects("k-new"), 1);
+    assert_eq!(f.effects("k-new"), 1);
     let e = f.entries(&["--key", "k-new"]);
     assert_eq!(e.len(), 1);
     assert_eq!(e[0]["state"], "completed");
@@ -258,9 +283,9 @@ fn a_completed_key_is_replayed_without_executing_again() {
             "stored headers are replayed"
         );
     }
-    assert_eq!(f.up.counts.effects("k-replay"), 1);
+    assert_eq!(f.effects("k-replay"), 1);
     assert_eq!(
-        f.up.counts.requests("k-replay"),
+        f.requests("k-replay"),
         1,
         "replays never reach the upstream"
     );
@@ -275,7 +300,19 @@ fn a_completed_key_is_replayed_without_executing_again() {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    // Keys of different scopes never collide.
+    // Keys of different scopes never collide: not in the ledger, and not upstream, which is sent
+    // each scope's key as a UUID of its own (an upstream that dedupes by key, as payment APIs do,
+    // would otherwise answer agent-8 with agent-7's charge). The client gets its key back.
+    let sent_key = || {
+        let h = f.up.counts.last_headers.lock().expect("lock").clone();
+        h.into_iter()
+            .find(|(n, _)| n == "idempotency-key")
+            .map(|(_, v)| v)
+    };
+    let agent_7 = idemgate_proxy::keys::scoped("agent-7", "k-replay");
+    let agent_8 = idemgate_proxy::keys::scoped("agent-8", "k-replay");
+    assert_ne!(agent_7, agent_8);
+    assert_eq!(f.up.counts.effects(&agent_7), 1);
     let other = f.proxy.send(
         "POST",
         "/v1/charges",
@@ -284,7 +321,28 @@ fn a_completed_key_is_replayed_without_executing_again() {
     );
     assert_eq!(other.status, 201);
     assert_eq!(other.header("idempotent-replayed"), None);
-    assert_eq!(f.up.counts.effects("k-replay"), 2);
+    assert_eq!(other.header("idempotency-key"), Some("k-replay"));
+    assert_eq!(sent_key().as_deref(), Some(agent_8.as_str()));
+    assert_eq!(f.up.counts.effects(&agent_8), 1);
+    assert_eq!(f.up.counts.effects(&agent_7), 1);
+    assert_eq!(
+        f.up.counts.effects("k-replay"),
+        0,
+        "no scope's key went as it came"
+    );
+    // Unscoped, a key goes upstream as it came.
+    let unscoped = f.proxy.send(
+        "POST",
+        "/v1/charges",
+        &[
+            ("idempotency-key", "k-replay"),
+            ("content-type", "application/json"),
+        ],
+        br#"{"amount":100,"currency":"usd"}"#,
+    );
+    assert_eq!(unscoped.status, 201, "{}", unscoped.text());
+    assert_eq!(sent_key().as_deref(), Some("k-replay"));
+    assert_eq!(f.up.counts.effects("k-replay"), 1);
 }
 
 /// Replays of a key come from memory once read (the ledger's replay cache), but an operator's
@@ -322,10 +380,10 @@ fn a_purge_by_another_process_reaches_the_next_retry() {
         None,
         "a purged key was replayed"
     );
-    assert_eq!(f.up.counts.effects("k-purged"), 2);
+    assert_eq!(f.effects("k-purged"), 2);
     let r = f.charge("k-purged", body, &[]);
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
-    assert_eq!(f.up.counts.effects("k-purged"), 2);
+    assert_eq!(f.effects("k-purged"), 2);
 }
 
 #[test]
@@ -335,7 +393,7 @@ fn the_same_key_with_another_request_is_a_422_and_the_rejected_request_is_kept()
     let r = f.charge("k-reuse", r#"{"amount":999}"#, &[]);
     assert_eq!(r.status, 422);
     assert_eq!(r.code(), "key-reuse");
-    assert_eq!(f.up.counts.effects("k-reuse"), 1);
+    assert_eq!(f.effects("k-reuse"), 1);
     let e = f.entries(&["--collisions"]);
     assert_eq!(e.len(), 1);
     let shown = idemgate_json(&[
@@ -390,7 +448,7 @@ fn a_path_beyond_the_route_and_the_query_are_part_of_the_request() {
         assert_eq!(r.status, 422, "{other}: {}", r.text());
         assert_eq!(r.code(), "key-reuse");
     }
-    assert_eq!(f.up.counts.effects("k-refund"), 1);
+    assert_eq!(f.effects("k-refund"), 1);
     // Under keys of their own, two charges' refunds are not duplicates of each other; the same
     // refund again is.
     for (target, key) in [
@@ -435,22 +493,14 @@ fn a_path_beyond_the_route_and_the_query_are_part_of_the_request() {
 #[test]
 fn an_entry_fingerprinted_before_the_path_counted_is_replayed_to_its_own_request() {
     use idemgate_ledger::{
-        canon, ChainHasher, ClaimOutcome, ClaimRequest, CompleteRequest, Ledger, OpenOptions,
-        RequestRecord, ResponseRecord, Storage,
+        canon, ClaimOutcome, ClaimRequest, CompleteRequest, RequestRecord, ResponseRecord, Storage,
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let up = Upstream::start();
     let ledger = dir.path().join("ledger.db");
     let target = "/v1/charges/ch_9/refund?reason=duplicate";
     {
-        let l = Ledger::sqlite(
-            &ledger,
-            OpenOptions {
-                create: true,
-                hasher: ChainHasher::unkeyed(),
-            },
-        )
-        .expect("open");
+        let l = new_ledger(&ledger);
         let claim = ClaimRequest {
             scope: "agent-7".into(),
             fingerprint: canon::fingerprint("POST", "charges", &[], b"{}"),
@@ -517,7 +567,7 @@ fn a_key_in_flight_gets_409_with_retry_after_and_the_upstream_runs_once() {
     };
     // Wait until the upstream has the first request, then retry.
     eventually(5, "the first request upstream", || {
-        (f.up.counts.requests("k-flight") == 1).then_some(())
+        (f.requests("k-flight") == 1).then_some(())
     });
     let claims = f.ledger_claims();
     assert_eq!(claims, 1, "the first request's claim");
@@ -551,7 +601,7 @@ fn a_key_in_flight_gets_409_with_retry_after_and_the_upstream_runs_once() {
         .expect("seconds");
     assert!((1..=5).contains(&ra));
     assert_eq!(slow.join().expect("join").status, 201);
-    assert_eq!(f.up.counts.effects("k-flight"), 1);
+    assert_eq!(f.effects("k-flight"), 1);
 }
 
 #[test]
@@ -571,7 +621,7 @@ fn with_in_flight_wait_a_retry_waits_for_the_first_outcome() {
         )
     });
     eventually(5, "the first request upstream", || {
-        (f.up.counts.requests("k-wait") == 1).then_some(())
+        (f.requests("k-wait") == 1).then_some(())
     });
     let r = f.proxy.send(
         "POST",
@@ -584,7 +634,7 @@ fn with_in_flight_wait_a_retry_waits_for_the_first_outcome() {
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
     assert_eq!(r.body, first.body);
-    assert_eq!(f.up.counts.effects("k-wait"), 1);
+    assert_eq!(f.effects("k-wait"), 1);
     // The duplicate waited to be woken by the first request's end, then asked the ledger once
     // (its replay), instead of asking it every 25 ms meanwhile (~20 claims in 500 ms).
     assert_eq!(
@@ -613,9 +663,9 @@ fn an_unknown_outcome_is_held_as_stuck_and_never_run_again() {
             assert_eq!(again.status, 409, "{key}");
             assert_eq!(again.code(), "outcome-unknown");
         }
-        assert_eq!(f.up.counts.effects(key), 1, "{key}");
+        assert_eq!(f.effects(key), 1, "{key}");
         assert_eq!(
-            f.up.counts.requests(key),
+            f.requests(key),
             1,
             "{key}: no automatic retry of an unknown outcome"
         );
@@ -637,9 +687,9 @@ fn an_unknown_outcome_is_retried_when_the_upstream_dedupes_the_forwarded_key() {
         br#"{"a":1}"#,
     );
     assert_eq!(r.status, 201, "{}", r.text());
-    assert_eq!(f.up.counts.requests("k-dd"), 2, "retried once");
+    assert_eq!(f.requests("k-dd"), 2, "retried once");
     assert_eq!(
-        f.up.counts.effects("k-dd"),
+        f.effects("k-dd"),
         1,
         "the upstream deduped the forwarded key"
     );
@@ -660,8 +710,8 @@ fn not_executed_outcomes_are_retried_with_backoff() {
         &[("x-fault", "fail-first:2:503")],
     );
     assert_eq!(r.status, 201, "{}", r.text());
-    assert_eq!(f.up.counts.requests("k-503s"), 3);
-    assert_eq!(f.up.counts.effects("k-503s"), 1);
+    assert_eq!(f.requests("k-503s"), 3);
+    assert_eq!(f.effects("k-503s"), 1);
     let e = &f.entries(&["--key", "k-503s"])[0];
     assert_eq!(e["attempts"], 3);
     let log = idemgate_json(&[
@@ -700,7 +750,7 @@ fn refusals_and_request_timeouts_release_the_key_instead_of_being_replayed() {
         assert_eq!(r.status, code, "{}", r.text());
         assert_eq!(r.json()["error"], code, "the upstream's own answer");
         assert_eq!(r.header("idempotency-key"), Some(key.as_str()));
-        assert_eq!(f.up.counts.requests(&key), 1, "{code} is not retried");
+        assert_eq!(f.requests(&key), 1, "{code} is not retried");
         assert_eq!(f.entries(&["--key", &key])[0]["state"], "released");
         let again = f.charge(&key, r#"{"amount":9}"#, &[]);
         assert_eq!(
@@ -708,7 +758,7 @@ fn refusals_and_request_timeouts_release_the_key_instead_of_being_replayed() {
             (201, None),
             "after {code}, the same key runs"
         );
-        assert_eq!(f.up.counts.effects(&key), 1);
+        assert_eq!(f.effects(&key), 1);
     }
     for code in [408u16, 425] {
         let key = format!("k-{code}");
@@ -716,7 +766,7 @@ fn refusals_and_request_timeouts_release_the_key_instead_of_being_replayed() {
         let r = f.charge(&key, r#"{"amount":9}"#, &[("x-fault", &fault)]);
         assert_eq!(r.status, 503, "{}", r.text());
         assert_eq!(r.code(), "upstream-unavailable");
-        assert_eq!(f.up.counts.requests(&key), 3, "{code} is retried");
+        assert_eq!(f.requests(&key), 3, "{code} is retried");
         assert_eq!(f.entries(&["--key", &key])[0]["state"], "released");
     }
     let metrics = f.proxy.admin_get("/metrics").text();
@@ -736,13 +786,13 @@ fn exhausted_retries_release_the_key_with_503_and_the_key_may_run_again() {
     assert_eq!(r.status, 503);
     assert_eq!(r.code(), "upstream-unavailable");
     assert!(r.header("retry-after").is_some());
-    assert_eq!(f.up.counts.requests("k-429"), 3);
-    assert_eq!(f.up.counts.effects("k-429"), 0);
+    assert_eq!(f.requests("k-429"), 3);
+    assert_eq!(f.effects("k-429"), 0);
     assert_eq!(f.entries(&["--key", "k-429"])[0]["state"], "released");
     // The client retries later with the same key: it runs now.
     let again = f.charge("k-429", r#"{"amount":8}"#, &[]);
     assert_eq!(again.status, 201);
-    assert_eq!(f.up.counts.effects("k-429"), 1);
+    assert_eq!(f.effects("k-429"), 1);
     // Connection refused is "not executed" too.
     let refused = f.proxy.send(
         "POST",
@@ -791,7 +841,7 @@ fn sixty_four_concurrent_requests_with_one_key_execute_once() {
         "{:?}",
         resps.iter().map(|r| r.status).collect::<Vec<_>>()
     );
-    assert_eq!(f.up.counts.effects("k-64"), 1);
+    assert_eq!(f.effects("k-64"), 1);
     assert_eq!(f.up.counts.total(), 1);
 }
 
@@ -860,8 +910,8 @@ fn a_disk_that_refuses_writes_gets_nothing_forwarded_unclaimed_and_serve_recover
     let not_run = not_run.join().expect("client");
     assert_eq!(not_run.status, 503, "{}", not_run.text());
     assert_eq!(not_run.code(), "upstream-unavailable");
-    assert_eq!(f.up.counts.requests(refused.0), 1, "tried again unrecorded");
-    assert_eq!(f.up.counts.effects(refused.0), 0);
+    assert_eq!(f.requests(refused.0), 1, "tried again unrecorded");
+    assert_eq!(f.effects(refused.0), 0);
     // While nothing can be written: a new key is refused before it is forwarded, with a hint to
     // retry; what was acknowledged still replays; the unrecorded key is never run again.
     for i in 0..4 {
@@ -870,11 +920,7 @@ fn a_disk_that_refuses_writes_gets_nothing_forwarded_unclaimed_and_serve_recover
         assert_eq!(r.status, 503, "{}", r.text());
         assert_eq!(r.code(), "ledger-unavailable");
         assert_eq!(r.header("retry-after"), Some("1"));
-        assert_eq!(
-            f.up.counts.effects(&key),
-            0,
-            "{key} was forwarded unclaimed"
-        );
+        assert_eq!(f.effects(&key), 0, "{key} was forwarded unclaimed");
     }
     for (key, b, first) in &acked {
         let r = f.charge(key, b, &[]);
@@ -893,7 +939,7 @@ fn a_disk_that_refuses_writes_gets_nothing_forwarded_unclaimed_and_serve_recover
             again.status,
             again.text()
         );
-        assert_eq!(f.up.counts.requests(key), 1, "{key} forwarded again");
+        assert_eq!(f.requests(key), 1, "{key} forwarded again");
     }
     // The failures are on /metrics (a scrape writes nothing), and the writer is still there: its
     // error lines, to a log file on the same full disk, must not take it down.
@@ -919,7 +965,7 @@ fn a_disk_that_refuses_writes_gets_nothing_forwarded_unclaimed_and_serve_recover
         let key = format!("k-disk-new-{i}");
         let r = f.charge(&key, &body(100 + i), &[]);
         assert_eq!(r.status, 201, "{}", r.text());
-        assert_eq!(f.up.counts.effects(&key), 1);
+        assert_eq!(f.effects(&key), 1);
         acked.push((key, body(100 + i), r.body));
     }
     // The outcomes kept in memory are recorded: the executed request's response is replayed (the
@@ -942,7 +988,7 @@ fn a_disk_that_refuses_writes_gets_nothing_forwarded_unclaimed_and_serve_recover
         let r = f.charge(refused.0, refused.1, &[]);
         (r.status == 201).then_some(r)
     });
-    assert_eq!(f.up.counts.effects(refused.0), 1);
+    assert_eq!(f.effects(refused.0), 1);
     acked.push((refused.0.to_owned(), refused.1.to_owned(), again.body));
     let metrics = f.proxy.admin_get("/metrics").text();
     assert!(metric(&metrics, "idemgate_ledger_commit_seconds_count").unwrap_or(0) >= 8);
@@ -994,7 +1040,7 @@ fn sigkill_mid_flight_then_restart_never_re_executes_and_the_entry_is_stuck() {
         (r.code() == "outcome-unknown").then_some(r)
     });
     assert!(stuck.json()["entry_id"].as_i64().is_some());
-    assert_eq!(f.up.counts.effects("k-kill"), 1);
+    assert_eq!(f.effects("k-kill"), 1);
     // The restarted instance's sweeper logs the lapsed lease, once.
     eventually(5, "the sweeper's lease_expired event", || {
         let log = idemgate_json(&[
@@ -1039,7 +1085,7 @@ fn sigkill_mid_flight_then_restart_never_re_executes_and_the_entry_is_stuck() {
     assert_eq!(r.status, 201);
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
     assert_eq!(r.json()["id"], "ch_found");
-    assert_eq!(f.up.counts.effects("k-kill"), 1);
+    assert_eq!(f.effects("k-kill"), 1);
 }
 
 #[test]
@@ -1056,7 +1102,7 @@ fn sigterm_drains_requests_in_flight_before_exiting() {
         )
     });
     eventually(5, "the request upstream", || {
-        (f.up.counts.effects("k-term") == 1).then_some(())
+        (f.effects("k-term") == 1).then_some(())
     });
     let status = f.proxy.terminate();
     assert!(status.success(), "clean exit: {status:?}");
@@ -1087,7 +1133,7 @@ fn a_write_whose_client_goes_away_is_finished_and_its_retry_replayed() {
         let mut s = std::net::TcpStream::connect(f.proxy.addr).expect("connect");
         std::io::Write::write_all(&mut s, raw.as_bytes()).expect("send");
         eventually(5, "the request upstream", || {
-            (f.up.counts.effects(key) == 1).then_some(())
+            (f.effects(key) == 1).then_some(())
         });
         // The agent gives up: its socket closes with the request upstream, unanswered.
         drop(s);
@@ -1099,7 +1145,7 @@ fn a_write_whose_client_goes_away_is_finished_and_its_retry_replayed() {
     });
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
-    assert_eq!(f.up.counts.effects("k-gone"), 1);
+    assert_eq!(f.effects("k-gone"), 1);
 
     // Gone, then SIGTERM before the upstream answers: the drain waits for it.
     gone("k-gone-term");
@@ -1110,7 +1156,7 @@ fn a_write_whose_client_goes_away_is_finished_and_its_retry_replayed() {
         "completed",
         "the outcome was recorded before the proxy exited"
     );
-    assert_eq!(f.up.counts.effects("k-gone-term"), 1);
+    assert_eq!(f.effects("k-gone-term"), 1);
 }
 
 #[test]
@@ -1447,7 +1493,7 @@ fn secrets_are_forwarded_but_never_stored() {
     );
     let other = send("/v1/charges/ch_5/capture?api_key=sk_TOPSECRET&mode=test");
     assert_eq!(other.status, 422, "the other parameters still count");
-    assert_eq!(f.up.counts.effects("k-secret-query"), 1);
+    assert_eq!(f.effects("k-secret-query"), 1);
     let id = f.entries(&["--key", "k-secret-query"])[0]["id"].to_string();
     let shown = idemgate_json(&["show", "--ledger", &f.ledger(), &id, "--json"]);
     assert_eq!(
@@ -1697,7 +1743,7 @@ fn operator_replay_re_drives_a_stuck_entry_and_destructive_routes_need_confirmat
             .status,
         502
     );
-    assert_eq!(f.up.counts.effects("k-rd"), 1);
+    assert_eq!(f.effects("k-rd"), 1);
     let id = f.entries(&["--key", "k-rd"])[0]["id"].to_string();
     let cfg = f.proxy.config.display().to_string();
     let refused = idemgate(&[
@@ -1730,10 +1776,12 @@ fn operator_replay_re_drives_a_stuck_entry_and_destructive_routes_need_confirmat
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["status"], 201);
     assert_eq!(v["entry"]["state"], "completed");
+    assert_eq!(f.effects("k-rd"), 2, "the operator chose to run it again");
     assert_eq!(
-        f.up.counts.effects("k-rd"),
+        f.up.counts
+            .effects(&idemgate_proxy::keys::scoped("agent-7", "k-rd")),
         2,
-        "the operator chose to run it again"
+        "a replay sends the key the first attempt sent"
     );
     let r = f.charge("k-rd", r#"{"amount":4}"#, &[]);
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
@@ -1769,13 +1817,86 @@ fn operator_replay_re_drives_a_stuck_entry_and_destructive_routes_need_confirmat
     );
     assert_eq!(r.status, 409);
     assert_eq!(r.code(), "confirmation-required");
-    assert_eq!(f.up.counts.effects("k-cancel"), 1);
+    assert_eq!(f.effects("k-cancel"), 1);
     let r = f.proxy.admin_post(
         &format!("/admin/v1/entries/{cid}/replay"),
         &json!({"operator": "o", "reason": "customer asked twice", "confirm_destructive": true}),
     );
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(f.up.counts.effects("k-cancel"), 2);
+    assert_eq!(f.effects("k-cancel"), 2);
+}
+
+/// An entry claimed before scoped keys went upstream as UUIDs was sent its own key: its probe asks
+/// for that key and its replay sends it (a probe for the UUID would find nothing and release an
+/// effect that happened, for a second execution).
+#[test]
+fn an_entry_claimed_before_keys_were_scoped_upstream_keeps_its_own_key() {
+    use idemgate_ledger::{ClaimOutcome, ClaimRequest, Storage};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let up = Upstream::start();
+    let ledger = dir.path().join("ledger.db");
+    let mut ids = Vec::new();
+    {
+        let l = new_ledger(&ledger);
+        for key in ["k-old-done", "k-old-lost"] {
+            let mut claim = ClaimRequest {
+                scope: "agent-7".into(),
+                ..charge_claim(key, "an-older-instance", 1)
+            };
+            claim.request.headers = vec![
+                ("content-type".into(), "application/json".into()),
+                ("idempotency-key".into(), key.into()),
+                ("x-agent-id".into(), "agent-7".into()),
+            ];
+            let ClaimOutcome::Claimed { entry_id, .. } = l.claim(claim).wait().expect("claim")
+            else {
+                panic!("not claimed")
+            };
+            ids.push(entry_id.to_string());
+        }
+        l.close();
+    }
+    // The older instance sent the first upstream under its own key, then died.
+    let sent = request(
+        up.addr,
+        "POST",
+        "/v1/charges",
+        &[("idempotency-key", "k-old-done")],
+        b"{}",
+    );
+    assert_eq!(sent.status, 201);
+    std::thread::sleep(std::time::Duration::from_millis(50)); // the leases pass: stuck
+    let proxy = Proxy::start_with_env(
+        dir.path(),
+        &Fx::render(CONFIG, &up, &ledger),
+        &ledger,
+        &[("TEST_WEBHOOK_SECRET", SECRET)],
+    );
+    let cfg = proxy.config.display().to_string();
+    let act = |what: &str, id: &str| {
+        idemgate_json(&[
+            what,
+            "--config",
+            &cfg,
+            id,
+            "--operator",
+            "oncall",
+            "--reason",
+            "after the upgrade",
+            "--json",
+        ])
+    };
+    let v = act("reconcile", &ids[0]);
+    assert_eq!(v["decision"], "completed", "{v}");
+    assert_eq!(up.counts.effects("k-old-done"), 1, "never run again");
+    let v = act("replay", &ids[1]);
+    assert_eq!(v["status"], 201, "{v}");
+    assert_eq!(up.counts.effects("k-old-lost"), 1, "sent under its own key");
+    assert_eq!(
+        up.counts
+            .effects(&idemgate_proxy::keys::scoped("agent-7", "k-old-lost")),
+        0
+    );
 }
 
 #[test]
@@ -1803,11 +1924,7 @@ fn reconcile_resolves_a_stuck_entry_from_the_upstream_probe() {
     assert_eq!(v["decision"], "completed");
     assert_eq!(v["probe_status"], 200);
     assert_eq!(v["entry"]["state"], "completed");
-    assert_eq!(
-        f.up.counts.effects("k-rc1"),
-        1,
-        "reconcile never re-executes"
-    );
+    assert_eq!(f.effects("k-rc1"), 1, "reconcile never re-executes");
     let r = f.charge("k-rc1", r#"{"amount":1}"#, &[]);
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
     let log = idemgate_json(&[
@@ -1846,7 +1963,7 @@ fn reconcile_resolves_a_stuck_entry_from_the_upstream_probe() {
     assert_eq!(v["decision"], "released");
     assert_eq!(v["probe_status"], 404);
     assert_eq!(f.charge("k-rc2", r#"{"amount":2}"#, &[]).status, 201);
-    assert_eq!(f.up.counts.effects("k-rc2"), 1);
+    assert_eq!(f.effects("k-rc2"), 1);
 }
 
 #[test]

@@ -196,7 +196,8 @@ impl std::fmt::Debug for Secret {
 #[derive(Debug, Clone)]
 pub struct Reconcile {
     pub method: String,
-    /// With `{key}` (and optionally `{scope}`) placeholders.
+    /// With `{key}` (and optionally `{scope}`) placeholders; `{key}` is the key the upstream was
+    /// sent ([`crate::keys::upstream_key`]: for a scoped request, a UUID of the scope and key).
     pub url: String,
 }
 

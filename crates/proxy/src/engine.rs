@@ -33,6 +33,11 @@ pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 /// The most header fields a proxied request may carry; more gets 431.
 pub const MAX_HEADERS: usize = 128;
 
+/// Where a stored request keeps the key its upstream was sent (`forward_key`) when that is not the
+/// entry's own key ([`keys::upstream_key`]: a scoped key). Never sent under this name: a replay
+/// sends it as `Idempotency-Key`. An entry stored without it was sent its own key.
+pub const UPSTREAM_KEY_HEADER: &str = "idemgate-upstream-key";
+
 /// The body of every answer the proxy gives: each is complete before it is sent (a stored
 /// response, an upstream's collected body, a problem).
 pub type ProxyBody = Full<Bytes>;
@@ -589,12 +594,14 @@ impl Engine {
     }
 
     /// The request as stored: method, `target` (its path and query without secret parameters),
-    /// an allowlist of headers (never secrets), body.
+    /// an allowlist of headers (never secrets), body; and the key the upstream is sent, as
+    /// [`UPSTREAM_KEY_HEADER`], so that a replay or a reconcile probe uses the same one.
     fn stored_request(
         route: &Route,
         parts: &axum::http::request::Parts,
         target: &str,
         body: &Bytes,
+        upstream_key: Option<&str>,
     ) -> RequestRecord {
         let mut keep: Vec<&str> = vec![
             "content-type",
@@ -622,6 +629,7 @@ impl Engine {
                     .ok()
                     .map(|v| (n.as_str().to_owned(), v.to_owned()))
             })
+            .chain(upstream_key.map(|k| (UPSTREAM_KEY_HEADER.to_owned(), k.to_owned())))
             .collect();
         RequestRecord {
             method: parts.method.to_string(),
@@ -672,6 +680,7 @@ impl Engine {
         });
         // The parsed body is not held across the claim and the upstream call.
         drop(json);
+        let upstream_key = keys::upstream_key(route, &scope, &key);
         if let Some((_, response)) =
             self.store
                 .cached_replay(&route.name, &scope, &key, &fingerprint, now_millis())
@@ -689,7 +698,13 @@ impl Engine {
             fingerprint: fingerprint.clone(),
             legacy_fingerprint: legacy_fingerprint.clone(),
             effect: route.effect,
-            request: Engine::stored_request(route, parts, &target, &body),
+            request: Engine::stored_request(
+                route,
+                parts,
+                &target,
+                &body,
+                (route.forward_key && upstream_key != key).then_some(upstream_key.as_ref()),
+            ),
             owner: self.owner.clone(),
             lease_ms: route.lease.as_millis() as i64,
             ttl_ms: route.ttl.as_millis() as i64,
@@ -745,7 +760,8 @@ impl Engine {
                         lease_expires_at: at + route.lease.as_millis() as i64,
                         done: Arc::default(),
                     });
-                    self.execute(req, &key, body, entry_id, attempt).await
+                    self.execute(req, &key, &upstream_key, body, entry_id, attempt)
+                        .await
                 }
                 ClaimOutcome::Replay { response, .. } => {
                     req.metrics.replayed.increment(1);
@@ -789,18 +805,20 @@ impl Engine {
         }
     }
 
-    /// Forwards a claimed request, retrying what was not executed, and records the outcome.
+    /// Forwards a claimed request, retrying what was not executed, and records the outcome. The
+    /// upstream is sent `upstream_key` ([`keys::upstream_key`]); the client gets its `key` back.
     async fn execute(
         &self,
         req: &Req<'_>,
         key: &str,
+        upstream_key: &str,
         body: Bytes,
         entry_id: i64,
         first_attempt: i64,
     ) -> Answer {
         let (route, parts) = (req.route, req.parts);
         let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let headers = self.forward_headers(req, Some(key));
+        let headers = self.forward_headers(req, Some(upstream_key));
         let uri = match forward::upstream_uri(&route.upstream, pq) {
             Ok(u) => u,
             Err(e) => {

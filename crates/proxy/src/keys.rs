@@ -79,6 +79,43 @@ fn missing(detail: String) -> Problem {
     Problem::new(400, "missing-key", "Idempotency key required", detail)
 }
 
+/// The key an upstream is sent (`forward_key`) for `key` in `scope`.
+///
+/// Scopes keep two agents' (or tenants') equal keys apart in the ledger. Sent as they came, those
+/// keys would be one key to an upstream that dedupes by key or keeps an idempotency cache, as
+/// payment APIs do: it would answer one agent's request with another's result (or refuse it as a
+/// reuse). So a scoped key is sent as a UUID (RFC 9562, version 8) made from sha256 of the scope
+/// and the key: one per (scope, key), the same on every retry and replay, and of a form every
+/// idempotency-key header takes (Stripe's 255 characters, Square's 45, APIs that ask for a UUID).
+/// An unscoped key, and a derived one (which covers its scope already), is sent as it is.
+pub fn upstream_key<'k>(route: &Route, scope: &str, key: &'k str) -> std::borrow::Cow<'k, str> {
+    if scope.is_empty() || matches!(route.key, Some(KeySource::Derive(_))) {
+        return std::borrow::Cow::Borrowed(key);
+    }
+    std::borrow::Cow::Owned(scoped(scope, key))
+}
+
+/// The UUID [`upstream_key`] sends for `key` in (non-empty) `scope`.
+pub fn scoped(scope: &str, key: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"idemgate-upstream-key-v1\n");
+    h.update(scope.as_bytes());
+    h.update(b"\n");
+    h.update(key.as_bytes());
+    let mut b: [u8; 16] = h.finalize()[..16].try_into().unwrap_or_default();
+    b[6] = (b[6] & 0x0f) | 0x80; // version 8: custom
+    b[8] = (b[8] & 0x3f) | 0x80; // the RFC 9562 variant
+    let x = hex::encode(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &x[..8],
+        &x[8..12],
+        &x[12..16],
+        &x[16..20],
+        &x[20..]
+    )
+}
+
 fn parse_json(body: &[u8]) -> Result<Value, Problem> {
     serde_json::from_slice(body).map_err(|e| {
         Problem::new(
@@ -149,4 +186,43 @@ pub fn extract_parsed(
     };
     check_key(&key)?;
     Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(key: &str) -> Route {
+        let toml = format!(
+            "[server]\nledger = \"x.db\"\n[[routes]]\nname = \"r\"\nmethod = \"POST\"\n\
+             path = \"/r\"\nupstream = \"http://127.0.0.1:9\"\neffect = \"write\"\n{key}\n"
+        );
+        let mut cfg = crate::Config::parse(&toml).expect("config");
+        cfg.routes.remove(0)
+    }
+
+    #[test]
+    fn a_scoped_key_goes_upstream_as_a_uuid_of_its_own() {
+        let r = route("key.header = \"Idempotency-Key\"");
+        let a = upstream_key(&r, "agent-7", "order-1");
+        let b = upstream_key(&r, "agent-8", "order-1");
+        assert_ne!(a, b, "two scopes' equal keys are two keys upstream");
+        assert_eq!(a, upstream_key(&r, "agent-7", "order-1"), "stable");
+        assert_ne!(a, upstream_key(&r, "agent-7", "order-2"));
+        // A UUID, version 8, RFC 9562 variant.
+        let parts: Vec<&str> = a.split('-').collect();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12]
+        );
+        assert!(a.bytes().all(|c| c == b'-' || c.is_ascii_hexdigit()));
+        assert!(parts[2].starts_with('8'), "{a}");
+        assert!(matches!(&parts[3][..1], "8" | "9" | "a" | "b"), "{a}");
+        // Unscoped, and derived keys (which cover their scope), go as they are.
+        assert_eq!(upstream_key(&r, "", "order-1"), "order-1");
+        let d = route("key.derive = [\"/to\"]");
+        assert_eq!(upstream_key(&d, "agent-7", "derived:ab"), "derived:ab");
+        // A header key that only looks derived is still scoped.
+        assert_ne!(upstream_key(&r, "agent-7", "derived:ab"), "derived:ab");
+    }
 }

@@ -8,7 +8,7 @@ use idemgate_ledger::*;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::engine::{drive, Engine};
+use crate::engine::{drive, Engine, UPSTREAM_KEY_HEADER};
 use crate::forward::{self, Attempt};
 use crate::problem::Problem;
 
@@ -100,10 +100,14 @@ pub async fn replay(e: &Engine, id: i64, cmd: &ActionCmd) -> Result<ReplayReport
     if let Ok(v) = HeaderValue::from_str(&route.upstream.authority) {
         headers.insert(axum::http::header::HOST, v);
     }
+    // The key the first attempt sent, as the proxy does: a replay is the same request.
+    headers.remove(UPSTREAM_KEY_HEADER);
     if route.forward_key {
-        if let Some(v) = forward::header_value(&d.summary.key) {
+        if let Some(v) = forward::header_value(&upstream_key(&d)) {
             headers.insert("idempotency-key", v);
         }
+    } else if let Some(crate::config::KeySource::Header(name)) = &route.key {
+        headers.remove(name.as_str());
     }
     let method = Method::from_bytes(rd.request.method.as_bytes()).unwrap_or(Method::POST);
     let uri = forward::upstream_uri(&route.upstream, &rd.request.path)
@@ -132,6 +136,15 @@ pub async fn replay(e: &Engine, id: i64, cmd: &ActionCmd) -> Result<ReplayReport
             problem: Some(p.body()),
         },
     })
+}
+
+/// The key `d`'s upstream was sent: kept with its request when it is not the entry's own
+/// ([`crate::keys::upstream_key`]), else the entry's key.
+fn upstream_key(d: &EntryDetail) -> String {
+    d.request
+        .as_ref()
+        .and_then(|r| r.headers.iter().find(|(n, _)| n == UPSTREAM_KEY_HEADER))
+        .map_or_else(|| d.summary.key.clone(), |(_, v)| v.clone())
 }
 
 fn encode(s: &str) -> String {
@@ -178,7 +191,7 @@ pub async fn reconcile(e: &Engine, id: i64, cmd: &ActionCmd) -> Result<Reconcile
     }
     let url = probe
         .url
-        .replace("{key}", &encode(&d.summary.key))
+        .replace("{key}", &encode(&upstream_key(&d)))
         .replace("{scope}", &encode(&d.summary.scope));
     let uri: axum::http::Uri = url
         .parse()
