@@ -1735,6 +1735,44 @@ fn serve_refuses_to_start_without_an_admin_token_or_with_a_bad_config() {
     }
 }
 
+/// `forward_key = false`: the upstream never gets the key, on the first attempt or an operator's
+/// replay (which sends the stored request).
+#[test]
+fn a_route_that_does_not_forward_the_key_never_sends_it() {
+    let f = Fx::with(&format!(
+        "{CONFIG}\n[[routes]]\nname = \"quiet\"\nmethod = \"POST\"\npath = \"/v1/quiet\"\n\
+         upstream = \"{{upstream}}\"\neffect = \"write\"\nforward_key = false\ntimeout = \"1s\"\n"
+    ));
+    let key_sent = || {
+        let h = f.up.counts.last_headers.lock().expect("lock").clone();
+        h.into_iter().find(|(n, _)| n == "idempotency-key")
+    };
+    let r = f.proxy.send(
+        "POST",
+        "/v1/quiet",
+        &[("idempotency-key", "k-quiet"), ("x-fault", "status:502")],
+        b"{}",
+    );
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(key_sent(), None);
+    let id = f.entries(&["--key", "k-quiet"])[0]["id"].to_string();
+    let cfg = f.proxy.config.display().to_string();
+    let v = idemgate_json(&[
+        "replay",
+        "--config",
+        &cfg,
+        &id,
+        "--operator",
+        "oncall",
+        "--reason",
+        "r",
+        "--json",
+    ]);
+    assert_eq!(v["status"], 201, "{v}");
+    assert_eq!(f.up.counts.total(), 2, "both reached the upstream");
+    assert_eq!(key_sent(), None, "the replay sent the key");
+}
+
 #[test]
 fn operator_replay_re_drives_a_stuck_entry_and_destructive_routes_need_confirmation() {
     let f = Fx::new();
