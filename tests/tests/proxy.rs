@@ -1159,6 +1159,40 @@ fn a_write_whose_client_goes_away_is_finished_and_its_retry_replayed() {
     assert_eq!(f.effects("k-gone-term"), 1);
 }
 
+/// An operator's replay over the admin API is finished like a proxied write when the operator's
+/// client goes away while it is upstream: its outcome is recorded, not left pending.
+#[test]
+fn an_admin_replay_whose_client_goes_away_is_finished() {
+    let f = Fx::new();
+    let r = f.charge("k-op", r#"{"amount":5}"#, &[("x-fault", "status:502")]);
+    assert_eq!(r.status, 502);
+    let id = f.entries(&["--key", "k-op"])[0]["id"].to_string();
+    // The replay's request (stored without the fault) is held upstream after its effect.
+    f.up.counts.set_chaos(Some(idemgate_tests::upstream::Chaos {
+        drop_pct: 0,
+        unavailable_pct: 0,
+        stall_pct: 100,
+        stall_ms: 800,
+    }));
+    let body = r#"{"operator":"oncall","reason":"the processor says it failed"}"#;
+    let raw = format!(
+        "POST /admin/v1/entries/{id}/replay HTTP/1.1\r\nhost: x\r\n\
+         authorization: Bearer {ADMIN_TOKEN}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = std::net::TcpStream::connect(f.proxy.admin.expect("admin")).expect("connect");
+    std::io::Write::write_all(&mut s, raw.as_bytes()).expect("send");
+    eventually(5, "the replay upstream", || {
+        (f.effects("k-op") == 2).then_some(())
+    });
+    drop(s);
+    eventually(10, "the replay's outcome recorded", || {
+        (f.entries(&["--key", "k-op"])[0]["state"] == "completed").then_some(())
+    });
+    assert_eq!(f.effects("k-op"), 2);
+}
+
 #[test]
 fn signatures_good_bad_and_stale() {
     let f = Fx::new();
