@@ -1193,6 +1193,37 @@ fn an_admin_replay_whose_client_goes_away_is_finished() {
     assert_eq!(f.effects("k-op"), 2);
 }
 
+/// SIGHUP (`systemctl reload`, a closed terminal) ended `serve` at once, dropping the requests in
+/// flight. It cannot reload, so it keeps serving and says so.
+#[test]
+fn sighup_neither_stops_the_proxy_nor_drops_a_request() {
+    let f = Fx::new();
+    let addr = f.proxy.addr;
+    let inflight = std::thread::spawn(move || {
+        request(
+            addr,
+            "POST",
+            "/v1/charges",
+            &[("idempotency-key", "k-hup"), ("x-fault", "delay:600")],
+            br#"{"amount":3}"#,
+        )
+    });
+    eventually(5, "the request upstream", || {
+        (f.effects("k-hup") == 1).then_some(())
+    });
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &f.proxy.pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(hup.success());
+    let r = inflight.join().expect("join");
+    assert_eq!(r.status, 201, "the request in flight: {}", r.text());
+    assert_eq!(f.charge("k-hup-after", r#"{"amount":1}"#, &[]).status, 201);
+    eventually(5, "the warning", || {
+        f.proxy.logs().contains("SIGHUP ignored").then_some(())
+    });
+}
+
 #[test]
 fn signatures_good_bad_and_stale() {
     let f = Fx::new();

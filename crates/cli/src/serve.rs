@@ -74,6 +74,28 @@ fn survive_file_size_limit(rt: &tokio::runtime::Runtime) {
     }
 }
 
+/// SIGHUP's default action ends the process at once, dropping the requests in flight (their
+/// claims left pending, stuck for an operator once their leases pass). It is what `systemctl
+/// reload`, a proxy operator's habit (`nginx -s reload`) and a closed terminal send. `serve` cannot
+/// reload its configuration in place, so it keeps serving and says so; SIGTERM stops it gracefully.
+fn survive_hangup(rt: &tokio::runtime::Runtime) {
+    let _in = rt.enter();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(mut hup) => {
+            rt.spawn(async move {
+                while hup.recv().await.is_some() {
+                    tracing::warn!(
+                        "SIGHUP ignored: the configuration is read at start only; to apply a new \
+                         one, check it (serve --check) and restart (SIGTERM drains requests in \
+                         flight)"
+                    );
+                }
+            });
+        }
+        Err(e) => tracing::warn!(error = %e, "could not catch SIGHUP"),
+    }
+}
+
 /// `serve --check`: everything `serve` checks before it opens the ledger and binds.
 pub fn check(config: &Path) -> Result<ExitCode, CmdError> {
     let cfg = Config::load(&config.display().to_string())?;
@@ -110,6 +132,7 @@ pub fn serve(config: &Path) -> Result<ExitCode, CmdError> {
     };
     let rt = runtime()?;
     survive_file_size_limit(&rt);
+    survive_hangup(&rt);
     let ops = Ops::open_or_create(&cfg.ledger)?;
     let store = ops.store().clone();
     // Redacted: a PostgreSQL URL may carry a password.
