@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 #[derive(Debug, Default)]
 pub struct Counts {
@@ -131,12 +131,46 @@ impl Counts {
 pub struct Upstream {
     pub addr: SocketAddr,
     pub counts: Arc<Counts>,
+    /// For [`Upstream::start_tls`]: the PEM of the certificate authority that signed its
+    /// certificate (for `127.0.0.1`), for a client to trust (`SSL_CERT_FILE`).
+    pub ca_pem: Option<String>,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 impl Upstream {
     /// Starts on 127.0.0.1 with an ephemeral port, on its own thread and runtime.
     pub fn start() -> Upstream {
+        Upstream::serve(None)
+    }
+
+    /// Like [`Upstream::start`], speaking HTTPS with a certificate for `127.0.0.1` signed by a new
+    /// certificate authority ([`Upstream::ca_pem`]).
+    pub fn start_tls() -> Upstream {
+        let ca_key = rcgen::KeyPair::generate().expect("ca key");
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).expect("ca cert");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .expect("params")
+            .signed_by(&key, &ca_cert, &ca_key)
+            .expect("cert");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .expect("server config");
+        let mut up = Upstream::serve(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))));
+        up.ca_pem = Some(ca_cert.pem());
+        up
+    }
+
+    fn serve(tls: Option<tokio_rustls::TlsAcceptor>) -> Upstream {
         let counts = Arc::new(Counts::default());
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -160,8 +194,15 @@ impl Upstream {
                             continue;
                         };
                         let c = c.clone();
+                        let tls = tls.clone();
                         tokio::spawn(async move {
-                            let _ = conn(s, c).await;
+                            let _ = match tls {
+                                None => conn(s, c).await,
+                                Some(tls) => match tls.accept(s).await {
+                                    Ok(s) => conn(s, c).await,
+                                    Err(e) => Err(e),
+                                },
+                            };
                         });
                     }
                 };
@@ -175,12 +216,18 @@ impl Upstream {
         Upstream {
             addr,
             counts,
+            ca_pem: None,
             _stop: stop_tx,
         }
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.ca_pem.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
     }
 }
 
@@ -200,7 +247,10 @@ impl Req {
     }
 }
 
-async fn read_req(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Option<Req>> {
+async fn read_req<S: AsyncRead + Unpin>(
+    s: &mut S,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<Req>> {
     loop {
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&buf[..end]).into_owned();
@@ -244,8 +294,8 @@ async fn read_req(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Optio
     }
 }
 
-async fn write_resp(
-    s: &mut TcpStream,
+async fn write_resp<S: AsyncWrite + Unpin>(
+    s: &mut S,
     status: u16,
     extra: &[(&str, String)],
     body: &str,
@@ -256,8 +306,8 @@ async fn write_resp(
 }
 
 /// The head of the response [`write_resp`] writes, without the body: the answer to a `HEAD`.
-async fn write_head(
-    s: &mut TcpStream,
+async fn write_head<S: AsyncWrite + Unpin>(
+    s: &mut S,
     status: u16,
     extra: &[(&str, String)],
     body: &str,
@@ -277,7 +327,7 @@ fn head(status: u16, extra: &[(&str, String)], body: &str) -> String {
     out
 }
 
-async fn conn(mut s: TcpStream, c: Arc<Counts>) -> std::io::Result<()> {
+async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, c: Arc<Counts>) -> std::io::Result<()> {
     let mut buf = Vec::new();
     while let Some(req) = read_req(&mut s, &mut buf).await? {
         if let Ok(mut h) = c.last_headers.lock() {

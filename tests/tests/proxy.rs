@@ -1224,6 +1224,46 @@ fn sighup_neither_stops_the_proxy_nor_drops_a_request() {
     });
 }
 
+/// `https://` upstreams (a payment API is one): the proxy speaks TLS to them, verified against
+/// the CAs it trusts (the system's; here `SSL_CERT_FILE`). One whose certificate it does not trust
+/// is never sent the request: not executed, so the key is released.
+#[test]
+fn an_https_upstream_is_verified_and_served_once_per_key() {
+    let fx = |up: Upstream, trusted: &str| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, trusted).expect("write ca");
+        let ledger = dir.path().join("ledger.db");
+        let ca = ca.display().to_string();
+        let proxy = Proxy::start_with_env(
+            dir.path(),
+            &Fx::render(CONFIG, &up, &ledger),
+            &ledger,
+            &[("TEST_WEBHOOK_SECRET", SECRET), ("SSL_CERT_FILE", &ca)],
+        );
+        Fx { dir, up, proxy }
+    };
+    let up = Upstream::start_tls();
+    assert!(up.url().starts_with("https://"));
+    let ca = up.ca_pem.clone().expect("ca");
+    let f = fx(up, &ca);
+    let r = f.charge("k-tls", r#"{"amount":7}"#, &[]);
+    assert_eq!(r.status, 201, "{}", r.text());
+    let again = f.charge("k-tls", r#"{"amount":7}"#, &[]);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.body, r.body);
+    assert_eq!(f.effects("k-tls"), 1);
+
+    // Trusting another CA only: the handshake fails, nothing is sent, the key is released.
+    let stranger = Upstream::start_tls().ca_pem.expect("ca");
+    let f = fx(Upstream::start_tls(), &stranger);
+    let r = f.charge("k-untrusted", r#"{"amount":7}"#, &[]);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.code(), "upstream-unavailable");
+    assert_eq!(f.up.counts.total(), 0);
+    assert_eq!(f.entries(&["--key", "k-untrusted"])[0]["state"], "released");
+}
+
 #[test]
 fn signatures_good_bad_and_stale() {
     let f = Fx::new();

@@ -244,9 +244,11 @@ impl Route {
     }
 }
 
-/// An upstream base URL: `http://host:port[/prefix]`.
+/// An upstream base URL: `http[s]://host:port[/prefix]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
+    /// `https://`: TLS, verified against the system's CA certificates.
+    pub https: bool,
     pub authority: String,
     pub prefix: String,
 }
@@ -310,9 +312,16 @@ pub fn parse_size(field: &str, s: &str) -> Result<usize, ConfigError> {
 }
 
 fn parse_upstream(field: &str, s: &str) -> Result<Upstream, ConfigError> {
-    let rest = s.strip_prefix("http://").ok_or_else(|| {
-        invalid(field, format!("{s:?}: only http:// upstreams are supported (terminate TLS in front of idemgate or the tool)"))
-    })?;
+    let (https, rest) = match (s.strip_prefix("https://"), s.strip_prefix("http://")) {
+        (Some(rest), _) => (true, rest),
+        (None, Some(rest)) => (false, rest),
+        (None, None) => {
+            return Err(invalid(
+                field,
+                format!("{s:?}: an upstream is http:// or https://"),
+            ))
+        }
+    };
     let (authority, prefix) = match rest.find('/') {
         Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
         None => (rest, ""),
@@ -327,6 +336,7 @@ fn parse_upstream(field: &str, s: &str) -> Result<Upstream, ConfigError> {
         .parse::<http::uri::Authority>()
         .map_err(|e| invalid(field, format!("{s:?}: {e}")))?;
     Ok(Upstream {
+        https,
         authority: authority.to_owned(),
         prefix: prefix.to_owned(),
     })
@@ -823,8 +833,19 @@ mod tests {
             err(&format!("{BASE}[defaults]\nin_flight = \"queue\"")).contains("defaults.in_flight")
         );
         assert!(err("[server]\nledger = \"x\"\nlisten = \"localhost\"").contains("server.listen"));
-        let https = format!("{BASE}[[routes]]\nname = \"a\"\nmethod = \"POST\"\npath = \"/a\"\nupstream = \"https://x\"\neffect = \"write\"\n");
-        assert!(err(&https).contains("only http://"));
+        let upstream = |u: &str| {
+            format!("{BASE}[[routes]]\nname = \"a\"\nmethod = \"POST\"\npath = \"/a\"\nupstream = \"{u}\"\neffect = \"write\"\n")
+        };
+        assert!(err(&upstream("ftp://x")).contains("http:// or https://"));
+        let tls = Config::parse(&upstream("https://api.example.com:8443/v2/")).expect("https");
+        assert_eq!(
+            tls.routes[0].upstream,
+            Upstream {
+                https: true,
+                authority: "api.example.com:8443".into(),
+                prefix: "/v2".into()
+            }
+        );
     }
 
     #[test]

@@ -13,20 +13,43 @@ use idemgate_ledger::ResponseRecord;
 
 use crate::config::Upstream;
 
-pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// The largest upstream response body stored and relayed.
 pub const MAX_RESPONSE_BODY: usize = 16 << 20;
 
+/// The upstream client: `http://`, and `https://` with rustls, verified against the system's CA
+/// certificates (`SSL_CERT_FILE` or `SSL_CERT_DIR` name others). A failed TLS handshake is a
+/// failed connect: nothing was sent, so the attempt was not executed.
 pub fn client() -> HttpClient {
     let mut c = HttpConnector::new();
     c.set_nodelay(true);
     c.set_connect_timeout(Some(Duration::from_secs(2)));
-    c.enforce_http(true);
+    c.enforce_http(false);
+    let provider = || rustls::crypto::ring::default_provider();
+    let tls = match hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_native_roots(provider())
+    {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "no CA certificates: https:// upstreams will be refused (install ca-certificates, or set SSL_CERT_FILE)");
+            let none = rustls::ClientConfig::builder_with_provider(provider().into())
+                .with_safe_default_protocol_versions()
+                .map(|b| {
+                    b.with_root_certificates(rustls::RootCertStore::empty())
+                        .with_no_client_auth()
+                });
+            match none {
+                Ok(cfg) => hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(cfg),
+                // ring offers the default versions; this cannot fail.
+                Err(e) => unreachable!("rustls with ring: {e}"),
+            }
+        }
+    };
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
         .pool_max_idle_per_host(64)
-        .build(c)
+        .build(tls.https_or_http().enable_http1().wrap_connector(c))
 }
 
 /// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1).
@@ -61,7 +84,8 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
 
 /// The upstream URI for a request path and query.
 pub fn upstream_uri(up: &Upstream, path_and_query: &str) -> Result<Uri, String> {
-    format!("http://{}{}{}", up.authority, up.prefix, path_and_query)
+    let scheme = if up.https { "https" } else { "http" };
+    format!("{scheme}://{}{}{}", up.authority, up.prefix, path_and_query)
         .parse::<Uri>()
         .map_err(|e| e.to_string())
 }
