@@ -106,14 +106,21 @@ impl Fx {
     }
 
     fn with(template: &str) -> Fx {
+        Fx::with_env(template, &[])
+    }
+
+    /// [`Fx::with`], `serve` getting `env` too.
+    fn with_env(template: &str, env: &[(&str, &str)]) -> Fx {
         let dir = tempfile::tempdir().expect("tempdir");
         let up = Upstream::start();
         let ledger = dir.path().join("ledger.db");
+        let mut env = env.to_vec();
+        env.push(("TEST_WEBHOOK_SECRET", SECRET));
         let proxy = Proxy::start_with_env(
             dir.path(),
             &Fx::render(template, &up, &ledger),
             &ledger,
-            &[("TEST_WEBHOOK_SECRET", SECRET)],
+            &env,
         );
         Fx { dir, up, proxy }
     }
@@ -220,6 +227,21 @@ fn new_ledger(path: &std::path::Path) -> Arc<idemgate_ledger::Ledger> {
         },
     )
     .expect("open")
+}
+
+/// The arguments of an operator action (`replay`, `reconcile`) on entry `id`, as JSON.
+fn action_args<'a>(what: &'a str, cfg: &'a str, id: &'a str) -> [&'a str; 9] {
+    [
+        what,
+        "--config",
+        cfg,
+        id,
+        "--operator",
+        "oncall",
+        "--reason",
+        "r",
+        "--json",
+    ]
 }
 
 /// The value of an unlabelled series `name` in Prometheus text, if it is there.
@@ -1264,6 +1286,79 @@ fn an_https_upstream_is_verified_and_served_once_per_key() {
     assert_eq!(f.entries(&["--key", "k-untrusted"])[0]["state"], "released");
 }
 
+/// `upstream_auth`: the proxy holds the upstream's credential and sends it on every request of the
+/// route, in place of the client's, and on an operator's replay and reconcile probe, which have no
+/// client; the credential is never stored.
+#[test]
+fn a_route_credential_is_sent_upstream_on_every_request_and_never_stored() {
+    const AUTH: &str = "Bearer sk_live_held_by_the_proxy";
+    let f = Fx::with_env(
+        &CONFIG.replace(
+            "secret_query = [\"Sig\"]",
+            "secret_query = [\"Sig\"]\nupstream_auth = { secret_env = \"TEST_UPSTREAM_AUTH\" }",
+        ),
+        &[("TEST_UPSTREAM_AUTH", AUTH)],
+    );
+    let sent_auth = || {
+        let h = f.up.counts.last_headers.lock().expect("lock").clone();
+        h.into_iter()
+            .find(|(n, _)| n == "authorization")
+            .map(|(_, v)| v)
+    };
+    let r = f.charge(
+        "k-auth",
+        r#"{"amount":1}"#,
+        &[("authorization", "Bearer the-agents-own-token")],
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(sent_auth().as_deref(), Some(AUTH));
+    // An operator's replay and probe, from the CLI (which needs the credential too).
+    let r = f.charge("k-auth-2", r#"{"amount":2}"#, &[("x-fault", "drop")]);
+    assert_eq!(r.status, 502);
+    let id = f.entries(&["--key", "k-auth-2"])[0]["id"].to_string();
+    let cfg = f.proxy.config.display().to_string();
+    let act = |what: &str, id: &str, with_auth: bool| {
+        let mut c = std::process::Command::new(idemgate_bin());
+        c.args(action_args(what, &cfg, id))
+            .env("TEST_WEBHOOK_SECRET", SECRET);
+        if with_auth {
+            c.env("TEST_UPSTREAM_AUTH", AUTH);
+        } else {
+            c.env_remove("TEST_UPSTREAM_AUTH");
+        }
+        c.output().expect("run")
+    };
+    let refused = act("reconcile", &id, false);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("TEST_UPSTREAM_AUTH is not set"));
+    *f.up.counts.last_headers.lock().expect("lock") = Vec::new();
+    let out = act("reconcile", &id, true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(sent_auth().as_deref(), Some(AUTH), "the probe");
+    let r = f.charge("k-auth-3", r#"{"amount":3}"#, &[("x-fault", "status:502")]);
+    assert_eq!(r.status, 502);
+    let id3 = f.entries(&["--key", "k-auth-3"])[0]["id"].to_string();
+    *f.up.counts.last_headers.lock().expect("lock") = Vec::new();
+    let out = act("replay", &id3, true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(sent_auth().as_deref(), Some(AUTH), "the replay");
+    // Never stored: not the proxy's credential, not the agent's.
+    for file in ["ledger.db", "ledger.db-wal"] {
+        let bytes = std::fs::read(f.dir.path().join(file)).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains("sk_live_held_by_the_proxy"), "{file}");
+        assert!(!text.contains("the-agents-own-token"), "{file}");
+    }
+}
+
 #[test]
 fn signatures_good_bad_and_stale() {
     let f = Fx::new();
@@ -1862,17 +1957,7 @@ fn a_route_that_does_not_forward_the_key_never_sends_it() {
     assert_eq!(key_sent(), None);
     let id = f.entries(&["--key", "k-quiet"])[0]["id"].to_string();
     let cfg = f.proxy.config.display().to_string();
-    let v = idemgate_json(&[
-        "replay",
-        "--config",
-        &cfg,
-        &id,
-        "--operator",
-        "oncall",
-        "--reason",
-        "r",
-        "--json",
-    ]);
+    let v = idemgate_json(&action_args("replay", &cfg, &id));
     assert_eq!(v["status"], 201, "{v}");
     assert_eq!(f.up.counts.total(), 2, "both reached the upstream");
     assert_eq!(key_sent(), None, "the replay sent the key");

@@ -110,6 +110,14 @@ struct RawSignature {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawUpstreamAuth {
+    header: Option<String>,
+    secret_env: Option<String>,
+    secret_file: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawReconcile {
     method: Option<String>,
     url: String,
@@ -131,6 +139,9 @@ struct RawRoute {
     retry: Option<RawRetry>,
     on_duplicate_suspect: Option<String>,
     signature: Option<RawSignature>,
+    /// A credential the proxy sends the upstream on every request of the route, replays and
+    /// probes included.
+    upstream_auth: Option<RawUpstreamAuth>,
     reconcile: Option<RawReconcile>,
     cache_ttl: Option<String>,
     ttl: Option<String>,
@@ -183,6 +194,14 @@ pub struct Signature {
     pub tolerance: Duration,
 }
 
+/// The credential a route sends its upstream (`upstream_auth`): one header, its value a secret.
+#[derive(Debug, Clone)]
+pub struct UpstreamAuth {
+    pub header: http::HeaderName,
+    /// Marked sensitive (HTTP/2 never indexes it).
+    pub value: http::HeaderValue,
+}
+
 /// A secret value whose Debug output is redacted.
 #[derive(Clone)]
 pub struct Secret(pub Vec<u8>);
@@ -216,6 +235,9 @@ pub struct Route {
     pub retry: Retry,
     pub reject_duplicates: bool,
     pub signature: Option<Signature>,
+    /// Sent upstream on every request of the route (the client's header of that name replaced),
+    /// operator replays and reconcile probes included; never stored.
+    pub upstream_auth: Option<UpstreamAuth>,
     pub reconcile: Option<Reconcile>,
     pub cache_ttl: Option<Duration>,
     pub ttl: Duration,
@@ -658,6 +680,30 @@ impl Config {
                     })
                 }
             };
+            // Read in every mode: operator replays and probes send it too.
+            let upstream_auth = match &r.upstream_auth {
+                None => None,
+                Some(a) => {
+                    let name = a.header.as_deref().unwrap_or("authorization");
+                    let header = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                        invalid(
+                            f("upstream_auth.header"),
+                            format!("{name:?} is not a header name"),
+                        )
+                    })?;
+                    let secret = read_secret(
+                        &f("upstream_auth"),
+                        a.secret_env.as_deref(),
+                        a.secret_file.as_deref(),
+                    )?;
+                    let mut value = http::HeaderValue::from_bytes(&secret.0).map_err(|_| {
+                        // Never the value itself: it is a secret.
+                        invalid(f("upstream_auth"), "the secret is not a valid header value")
+                    })?;
+                    value.set_sensitive(true);
+                    Some(UpstreamAuth { header, value })
+                }
+            };
             let reconcile = match &r.reconcile {
                 None => None,
                 Some(rc) => {
@@ -700,6 +746,14 @@ impl Config {
                     }
                     Ok(v.into_iter().map(|h| h.to_ascii_lowercase()).collect())
                 };
+            // The credential's header is a secret header too: a client's value of it is never
+            // stored.
+            let mut secret_headers = headers("secret_headers", &r.secret_headers)?;
+            if let Some(a) = &upstream_auth {
+                if !secret_headers.iter().any(|n| n == a.header.as_str()) {
+                    secret_headers.push(a.header.as_str().to_owned());
+                }
+            }
             routes.push(Route {
                 name: r.name.clone(),
                 method,
@@ -714,6 +768,7 @@ impl Config {
                 retry,
                 reject_duplicates,
                 signature,
+                upstream_auth,
                 reconcile,
                 cache_ttl,
                 ttl: match &r.ttl {
@@ -726,7 +781,7 @@ impl Config {
                     None => max_body,
                 },
                 fingerprint_headers: headers("fingerprint_headers", &r.fingerprint_headers)?,
-                secret_headers: headers("secret_headers", &r.secret_headers)?,
+                secret_headers,
                 secret_query: query_names(&f("secret_query"), &r.secret_query)?,
             });
         }
@@ -837,6 +892,42 @@ mod tests {
             format!("{BASE}[[routes]]\nname = \"a\"\nmethod = \"POST\"\npath = \"/a\"\nupstream = \"{u}\"\neffect = \"write\"\n")
         };
         assert!(err(&upstream("ftp://x")).contains("http:// or https://"));
+        // The proxy's own upstream credential: named by its field, never echoed.
+        let auth = |a: &str| format!("{}upstream_auth = {a}\n", upstream("https://x"));
+        let e = err(&auth("{ secret_env = \"IDEMGATE_TEST_NO_SUCH_VAR\" }"));
+        assert!(
+            e.contains("routes[0] (a).upstream_auth") && e.contains("not set"),
+            "{e}"
+        );
+        assert!(err(&auth("{ header = \"a b\", secret_env = \"PATH\" }"))
+            .contains("upstream_auth.header"));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bad = dir.path().join("auth");
+        std::fs::write(&bad, "Bearer sk_1\r\nX-Injected: 1\n").expect("write");
+        let e = err(&auth(&format!(
+            "{{ secret_file = {:?} }}",
+            bad.display().to_string()
+        )));
+        assert!(
+            e.contains("not a valid header value") && !e.contains("sk_1"),
+            "{e}"
+        );
+        let good = dir.path().join("good");
+        std::fs::write(&good, "Bearer sk_1\n").expect("write");
+        let c = Config::parse(&auth(&format!(
+            "{{ secret_file = {:?} }}",
+            good.display().to_string()
+        )))
+        .expect("upstream_auth");
+        let a = c.routes[0].upstream_auth.as_ref().expect("auth");
+        assert_eq!(
+            (a.header.as_str(), a.value.as_bytes()),
+            ("authorization", &b"Bearer sk_1"[..])
+        );
+        assert!(a.value.is_sensitive());
+        assert!(c.routes[0]
+            .secret_headers
+            .contains(&"authorization".to_owned()));
         let tls = Config::parse(&upstream("https://api.example.com:8443/v2/")).expect("https");
         assert_eq!(
             tls.routes[0].upstream,

@@ -573,6 +573,9 @@ impl Engine {
             h.insert("x-forwarded-host", host);
         }
         h.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+        if let Some(a) = &route.upstream_auth {
+            h.insert(a.header.clone(), a.value.clone());
+        }
         let ip = req.peer.ip().to_string();
         let xff = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
             Some(prev) => format!("{prev}, {ip}"),

@@ -100,6 +100,9 @@ pub async fn replay(e: &Engine, id: i64, cmd: &ActionCmd) -> Result<ReplayReport
     if let Ok(v) = HeaderValue::from_str(&route.upstream.authority) {
         headers.insert(axum::http::header::HOST, v);
     }
+    if let Some(a) = &route.upstream_auth {
+        headers.insert(a.header.clone(), a.value.clone());
+    }
     // The key the first attempt sent, as the proxy does: a replay is the same request.
     headers.remove(UPSTREAM_KEY_HEADER);
     if route.forward_key {
@@ -201,6 +204,9 @@ pub async fn reconcile(e: &Engine, id: i64, cmd: &ActionCmd) -> Result<Reconcile
         if let Ok(v) = HeaderValue::from_str(a.as_str()) {
             headers.insert(axum::http::header::HOST, v);
         }
+    }
+    if let Some(a) = &route.upstream_auth {
+        headers.insert(a.header.clone(), a.value.clone());
     }
     let method = Method::from_bytes(probe.method.as_bytes()).unwrap_or(Method::GET);
     let a = forward::attempt(
