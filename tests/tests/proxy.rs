@@ -1350,6 +1350,45 @@ fn a_route_credential_is_sent_upstream_on_every_request_and_never_stored() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(sent_auth().as_deref(), Some(AUTH), "the replay");
+    // A probe naming another host (here the same server under another name) is not sent it.
+    let r = f.charge("k-auth-4", r#"{"amount":4}"#, &[("x-fault", "drop")]);
+    assert_eq!(r.status, 502);
+    let id4 = f.entries(&["--key", "k-auth-4"])[0]["id"].to_string();
+    let elsewhere = f.dir.path().join("elsewhere.toml");
+    let text = std::fs::read_to_string(&cfg).expect("config");
+    let probe = format!("url = \"http://127.0.0.1:{}/v1/charges", f.up.addr.port());
+    assert!(text.contains(&probe), "{text}");
+    std::fs::write(
+        &elsewhere,
+        text.replace(&probe, &probe.replace("127.0.0.1", "localhost")),
+    )
+    .expect("write");
+    *f.up.counts.last_headers.lock().expect("lock") = Vec::new();
+    f.up.counts.last_target.lock().expect("lock").clear();
+    let out = std::process::Command::new(idemgate_bin())
+        .args(action_args(
+            "reconcile",
+            &elsewhere.display().to_string(),
+            &id4,
+        ))
+        .env("TEST_WEBHOOK_SECRET", SECRET)
+        .env("TEST_UPSTREAM_AUTH", AUTH)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        f.up.counts
+            .last_target
+            .lock()
+            .expect("lock")
+            .starts_with("/v1/charges?idempotency_key="),
+        "the probe arrived"
+    );
+    assert_eq!(sent_auth(), None, "the credential went to another host");
     // Never stored: not the proxy's credential, not the agent's.
     for file in ["ledger.db", "ledger.db-wal"] {
         let bytes = std::fs::read(f.dir.path().join(file)).unwrap_or_default();

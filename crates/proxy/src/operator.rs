@@ -205,7 +205,11 @@ pub async fn reconcile(e: &Engine, id: i64, cmd: &ActionCmd) -> Result<Reconcile
             headers.insert(axum::http::header::HOST, v);
         }
     }
-    if let Some(a) = &route.upstream_auth {
+    // The route's credential goes only to the route's own upstream, never to another host a
+    // probe may name.
+    let same_upstream = uri.authority().map(|a| a.as_str()) == Some(&route.upstream.authority)
+        && (uri.scheme_str() == Some("https")) == route.upstream.https;
+    if let Some(a) = route.upstream_auth.as_ref().filter(|_| same_upstream) {
         headers.insert(a.header.clone(), a.value.clone());
     }
     let method = Method::from_bytes(probe.method.as_bytes()).unwrap_or(Method::GET);
