@@ -1220,19 +1220,7 @@ fn an_admin_replay_whose_client_goes_away_is_finished() {
 #[test]
 fn sighup_neither_stops_the_proxy_nor_drops_a_request() {
     let f = Fx::new();
-    let addr = f.proxy.addr;
-    let inflight = std::thread::spawn(move || {
-        request(
-            addr,
-            "POST",
-            "/v1/charges",
-            &[("idempotency-key", "k-hup"), ("x-fault", "delay:600")],
-            br#"{"amount":3}"#,
-        )
-    });
-    eventually(5, "the request upstream", || {
-        (f.effects("k-hup") == 1).then_some(())
-    });
+    let inflight = f.charge_held_upstream("k-hup", r#"{"amount":3}"#, "delay:600");
     let hup = std::process::Command::new("kill")
         .args(["-HUP", &f.proxy.pid().to_string()])
         .status()
