@@ -112,13 +112,12 @@ pub fn check(config: &Path) -> Result<ExitCode, CmdError> {
     for r in &cfg.routes {
         let _ = writeln!(
             out,
-            "  {:<24} {:<7} {:<32} {:<11} -> http://{}{}",
+            "  {:<24} {:<7} {:<32} {:<11} -> {}",
             r.name,
             r.method,
             r.path,
             r.effect.as_str(),
-            r.upstream.authority,
-            r.upstream.prefix
+            r.upstream
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -170,20 +170,6 @@ async fn blocking<T: Send + 'static>(
         .map_err(Problem::from)
 }
 
-/// Runs an operator action that talks to an upstream on a task of its own, as the proxy runs a
-/// write: an operator's client that goes away does not cancel a replay between the upstream's
-/// effect and the ledger's record of it, and shutdown waits for it.
-async fn to_the_end<T: Send + 'static>(
-    engine: &Arc<Engine>,
-    action: impl std::future::Future<Output = Result<T, Problem>> + Send + 'static,
-) -> Result<T, Problem> {
-    engine
-        .requests
-        .spawn(action)
-        .await
-        .map_err(|e| Problem::new(500, "internal", "Internal error", e.to_string()))?
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EntriesQuery {
@@ -288,8 +274,13 @@ async fn replay(
     b: Result<Json<ActionCmd>, JsonRejection>,
 ) -> Result<Response, Problem> {
     let Json(b) = b.map_err(bad_json)?;
+    // On a task of its own, as the proxy runs a write: an operator's client that goes away does
+    // not cancel a replay between the upstream's effect and the ledger's record of it.
     let e = Arc::clone(&s.engine);
-    let report = to_the_end(&s.engine, async move { operator::replay(&e, id, &b).await }).await?;
+    let report = s
+        .engine
+        .to_the_end(async move { operator::replay(&e, id, &b).await })
+        .await?;
     Ok(Json(report).into_response())
 }
 
@@ -300,11 +291,10 @@ async fn reconcile(
 ) -> Result<Response, Problem> {
     let Json(b) = b.map_err(bad_json)?;
     let e = Arc::clone(&s.engine);
-    let report = to_the_end(
-        &s.engine,
-        async move { operator::reconcile(&e, id, &b).await },
-    )
-    .await?;
+    let report = s
+        .engine
+        .to_the_end(async move { operator::reconcile(&e, id, &b).await })
+        .await?;
     Ok(Json(report).into_response())
 }
 

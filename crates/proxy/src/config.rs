@@ -202,6 +202,13 @@ pub struct UpstreamAuth {
     pub value: http::HeaderValue,
 }
 
+impl UpstreamAuth {
+    /// Sets the credential in `headers`, in place of any value of its header there.
+    pub fn set_in(&self, headers: &mut http::HeaderMap) {
+        headers.insert(self.header.clone(), self.value.clone());
+    }
+}
+
 /// A secret value whose Debug output is redacted.
 #[derive(Clone)]
 pub struct Secret(pub Vec<u8>);
@@ -273,6 +280,13 @@ pub struct Upstream {
     pub https: bool,
     pub authority: String,
     pub prefix: String,
+}
+
+impl std::fmt::Display for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.https { "https" } else { "http" };
+        write!(f, "{scheme}://{}{}", self.authority, self.prefix)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -936,6 +950,11 @@ mod tests {
                 authority: "api.example.com:8443".into(),
                 prefix: "/v2".into()
             }
+        );
+        // As `serve --check` lists it, and as requests are sent.
+        assert_eq!(
+            tls.routes[0].upstream.to_string(),
+            "https://api.example.com:8443/v2"
         );
     }
 

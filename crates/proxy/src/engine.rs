@@ -212,6 +212,18 @@ impl Engine {
             .position(|r| r.serves(method.as_str()) && r.takes(path))
     }
 
+    /// Runs `work` on a task of its own ([`Engine::requests`]) and waits for it: if the caller
+    /// goes away (its future dropped with its connection), `work` still runs to the end.
+    pub async fn to_the_end<T: Send + 'static>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, Problem>> + Send + 'static,
+    ) -> Result<T, Problem> {
+        self.requests
+            .spawn(work)
+            .await
+            .map_err(|j| Problem::new(500, "internal", "Internal error", j.to_string()))?
+    }
+
     /// The problem for a request no route takes: `405` with `Allow` when routes take its path
     /// with other methods, else `404`.
     fn no_route(&self, method: &Method, path: &str) -> Problem {
@@ -281,17 +293,9 @@ pub async fn handle(
                 Ok(()) if route.effect == Effect::Read => engine.serve(i, &parts, peer, body).await,
                 Ok(()) => {
                     let e = Arc::clone(engine);
-                    let task = engine
-                        .requests
-                        .spawn(async move { e.serve(i, &parts, peer, body).await });
-                    task.await.unwrap_or_else(|j| {
-                        Err(Problem::new(
-                            500,
-                            "internal",
-                            "Internal error",
-                            j.to_string(),
-                        ))
-                    })
+                    engine
+                        .to_the_end(async move { e.serve(i, &parts, peer, body).await })
+                        .await
                 }
             };
             (route.name.as_str(), r)
@@ -574,7 +578,7 @@ impl Engine {
         }
         h.insert("x-forwarded-proto", HeaderValue::from_static("http"));
         if let Some(a) = &route.upstream_auth {
-            h.insert(a.header.clone(), a.value.clone());
+            a.set_in(&mut h);
         }
         let ip = req.peer.ip().to_string();
         let xff = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
@@ -683,7 +687,6 @@ impl Engine {
         });
         // The parsed body is not held across the claim and the upstream call.
         drop(json);
-        let upstream_key = keys::upstream_key(route, &scope, &key);
         if let Some((_, response)) =
             self.store
                 .cached_replay(&route.name, &scope, &key, &fingerprint, now_millis())
@@ -692,6 +695,8 @@ impl Engine {
             req.metrics.replays.increment(1);
             return Ok(respond(response, Some(&key), true, None));
         }
+        // Past the replay cache: a replay answered there sends nothing upstream.
+        let upstream_key = keys::upstream_key(route, &scope, &key);
         // Built afresh for each try (a wait for an in-flight key tries again), so the first try,
         // nearly always the only one, moves it into the ledger without a copy of the body.
         let claim = |at: Millis| ClaimRequest {

@@ -84,8 +84,7 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
 
 /// The upstream URI for a request path and query.
 pub fn upstream_uri(up: &Upstream, path_and_query: &str) -> Result<Uri, String> {
-    let scheme = if up.https { "https" } else { "http" };
-    format!("{scheme}://{}{}{}", up.authority, up.prefix, path_and_query)
+    format!("{up}{path_and_query}")
         .parse::<Uri>()
         .map_err(|e| e.to_string())
 }

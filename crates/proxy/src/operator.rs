@@ -101,7 +101,7 @@ pub async fn replay(e: &Engine, id: i64, cmd: &ActionCmd) -> Result<ReplayReport
         headers.insert(axum::http::header::HOST, v);
     }
     if let Some(a) = &route.upstream_auth {
-        headers.insert(a.header.clone(), a.value.clone());
+        a.set_in(&mut headers);
     }
     // The key the first attempt sent, as the proxy does: a replay is the same request.
     headers.remove(UPSTREAM_KEY_HEADER);
@@ -210,7 +210,7 @@ pub async fn reconcile(e: &Engine, id: i64, cmd: &ActionCmd) -> Result<Reconcile
     let same_upstream = uri.authority().map(|a| a.as_str()) == Some(&route.upstream.authority)
         && (uri.scheme_str() == Some("https")) == route.upstream.https;
     if let Some(a) = route.upstream_auth.as_ref().filter(|_| same_upstream) {
-        headers.insert(a.header.clone(), a.value.clone());
+        a.set_in(&mut headers);
     }
     let method = Method::from_bytes(probe.method.as_bytes()).unwrap_or(Method::GET);
     let a = forward::attempt(
