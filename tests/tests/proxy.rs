@@ -1305,9 +1305,9 @@ fn a_route_credential_is_sent_upstream_on_every_request_and_never_stored() {
     assert_eq!(r.status, 502);
     let id = f.entries(&["--key", "k-auth-2"])[0]["id"].to_string();
     let cfg = f.proxy.config.display().to_string();
-    let act = |what: &str, id: &str, with_auth: bool| {
+    let act = |what: &str, cfg: &str, id: &str, with_auth: bool| {
         let mut c = std::process::Command::new(idemgate_bin());
-        c.args(action_args(what, &cfg, id))
+        c.args(action_args(what, cfg, id))
             .env("TEST_WEBHOOK_SECRET", SECRET);
         if with_auth {
             c.env("TEST_UPSTREAM_AUTH", AUTH);
@@ -1316,28 +1316,34 @@ fn a_route_credential_is_sent_upstream_on_every_request_and_never_stored() {
         }
         c.output().expect("run")
     };
-    let refused = act("reconcile", &id, false);
+    // The action, with the credential at hand; the authorization the upstream got from it.
+    let sent_by = |what: &str, cfg: &str, id: &str| {
+        *f.up.counts.last_headers.lock().expect("lock") = Vec::new();
+        f.up.counts.last_target.lock().expect("lock").clear();
+        let out = act(what, cfg, id, true);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        sent_auth()
+    };
+    let refused = act("reconcile", &cfg, &id, false);
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("TEST_UPSTREAM_AUTH is not set"));
-    *f.up.counts.last_headers.lock().expect("lock") = Vec::new();
-    let out = act("reconcile", &id, true);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    assert_eq!(
+        sent_by("reconcile", &cfg, &id).as_deref(),
+        Some(AUTH),
+        "the probe"
     );
-    assert_eq!(sent_auth().as_deref(), Some(AUTH), "the probe");
     let r = f.charge("k-auth-3", r#"{"amount":3}"#, &[("x-fault", "status:502")]);
     assert_eq!(r.status, 502);
     let id3 = f.entries(&["--key", "k-auth-3"])[0]["id"].to_string();
-    *f.up.counts.last_headers.lock().expect("lock") = Vec::new();
-    let out = act("replay", &id3, true);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    assert_eq!(
+        sent_by("replay", &cfg, &id3).as_deref(),
+        Some(AUTH),
+        "the replay"
     );
-    assert_eq!(sent_auth().as_deref(), Some(AUTH), "the replay");
     // A probe naming another host (here the same server under another name) is not sent it.
     let r = f.charge("k-auth-4", r#"{"amount":4}"#, &[("x-fault", "drop")]);
     assert_eq!(r.status, 502);
@@ -1351,23 +1357,7 @@ fn a_route_credential_is_sent_upstream_on_every_request_and_never_stored() {
         text.replace(&probe, &probe.replace("127.0.0.1", "localhost")),
     )
     .expect("write");
-    *f.up.counts.last_headers.lock().expect("lock") = Vec::new();
-    f.up.counts.last_target.lock().expect("lock").clear();
-    let out = std::process::Command::new(idemgate_bin())
-        .args(action_args(
-            "reconcile",
-            &elsewhere.display().to_string(),
-            &id4,
-        ))
-        .env("TEST_WEBHOOK_SECRET", SECRET)
-        .env("TEST_UPSTREAM_AUTH", AUTH)
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let sent = sent_by("reconcile", &elsewhere.display().to_string(), &id4);
     assert!(
         f.up.counts
             .last_target
@@ -1376,7 +1366,7 @@ fn a_route_credential_is_sent_upstream_on_every_request_and_never_stored() {
             .starts_with("/v1/charges?idempotency_key="),
         "the probe arrived"
     );
-    assert_eq!(sent_auth(), None, "the credential went to another host");
+    assert_eq!(sent, None, "the credential went to another host");
     // Never stored: not the proxy's credential, not the agent's.
     for file in ["ledger.db", "ledger.db-wal"] {
         let bytes = std::fs::read(f.dir.path().join(file)).unwrap_or_default();
