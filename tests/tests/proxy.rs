@@ -1110,6 +1110,88 @@ fn sigkill_mid_flight_then_restart_never_re_executes_and_the_entry_is_stuck() {
     assert_eq!(f.effects("k-kill"), 1);
 }
 
+/// The response an operator records is what every retry gets, so it is checked first: one that a
+/// replay could not send (framing headers that contradict the body broke the connection of every
+/// retry), or that would read as a success of a failed entry, is refused and changes nothing; a
+/// body without a content type gets one.
+#[test]
+fn an_operators_response_is_refused_when_a_replay_could_not_send_it() {
+    let f = Fx::new();
+    let r = f.charge("k-op", r#"{"amount":5}"#, &[("x-fault", "drop")]);
+    assert_eq!(r.status, 502, "{}", r.text());
+    let id = r.json()["entry_id"].as_i64().expect("entry_id");
+    let resolve = |as_: &str, response: serde_json::Value| {
+        f.proxy.admin_post(
+            &format!("/admin/v1/entries/{id}/resolve"),
+            &json!({"as": as_, "response": response, "operator": "oncall", "reason": "found it"}),
+        )
+    };
+    for (as_, response) in [
+        (
+            "completed",
+            json!({"status": 201, "headers": [["content-length", "2"]], "body": "{\"id\":\"ch_9\"}"}),
+        ),
+        (
+            "completed",
+            json!({"status": 201, "headers": [["transfer-encoding", "chunked"]], "body": "{}"}),
+        ),
+        (
+            "completed",
+            json!({"status": 999, "headers": [], "body": "{}"}),
+        ),
+        (
+            "failed",
+            json!({"status": 200, "headers": [], "body": "{\"ok\":true}"}),
+        ),
+    ] {
+        let r = resolve(as_, response.clone());
+        assert_eq!(r.status, 400, "{as_} {response}: {}", r.text());
+        assert_eq!(r.code(), "invalid-argument");
+        assert_eq!(
+            f.entries(&["--stuck"]).len(),
+            1,
+            "{response} changed nothing"
+        );
+    }
+    let l = f.ledger();
+    let cli = idemgate(&[
+        "resolve",
+        "--ledger",
+        &l,
+        &id.to_string(),
+        "--as",
+        "failed",
+        "--response-file",
+        "/dev/null",
+        "--reason",
+        "declined",
+        "--operator",
+        "oncall",
+    ]);
+    assert_eq!(
+        cli.status.code(),
+        Some(1),
+        "a failed entry's default 200 is refused"
+    );
+    assert_eq!(f.entries(&["--stuck"]).len(), 1);
+
+    let r = resolve(
+        "failed",
+        json!({"status": 402, "headers": [["X-Decline-Code", "insufficient_funds"]], "body": "card declined"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let retry = f.charge("k-op", r#"{"amount":5}"#, &[]);
+    assert_eq!(retry.status, 402, "{}", retry.text());
+    assert_eq!(retry.text(), "card declined");
+    assert_eq!(
+        retry.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    assert_eq!(retry.header("x-decline-code"), Some("insufficient_funds"));
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(f.effects("k-op"), 1);
+}
+
 #[test]
 fn sigterm_drains_requests_in_flight_before_exiting() {
     let mut f = Fx::new();

@@ -397,7 +397,8 @@ export class App {
       await this.t.resolve({ entry_id: id, as: "released", response: null, external_ref: null, ...cmd });
     } else if (action === "resolve") {
       const o = outcome ?? { as: "completed" as ResolveAs, external_ref: null, body: null, status: 200 };
-      const response = o.body ? { status: o.status, headers: [["content-type", "application/json"]] as [string, string][], body: o.body } : null;
+      // The content type is ops's to choose (JSON when the body is, else plain text).
+      const response = o.body ? { status: o.status, headers: [] as [string, string][], body: o.body } : null;
       await this.t.resolve({ entry_id: id, as: o.as, response, external_ref: o.external_ref, ...cmd });
     } else if (action === "replay") {
       const r = await this.t.replay(id, cmd);
@@ -413,7 +414,7 @@ export class App {
   private resolveFields(): { el: HTMLElement; value: () => { as: ResolveAs; external_ref: string | null; body: string | null; status: number } } {
     const as = h("select", { testid: "resolve-as" }, h("option", { attrs: { value: "completed" } }, "completed — it happened"), h("option", { attrs: { value: "failed" } }, "failed — permanent failure"), h("option", { attrs: { value: "released" } }, "released — it did not happen; may run again"));
     const ext = h("input", { testid: "external-ref-input", attrs: { placeholder: "external reference (e.g. ch_123 found upstream)" } });
-    const status = h("input", { testid: "response-status", attrs: { type: "number", value: 200, min: 100, max: 599 } });
+    const status = h("input", { testid: "response-status", attrs: { type: "number", value: 200, min: 200, max: 599 } });
     const body = h("textarea", { testid: "response-body", attrs: { rows: 3, placeholder: "response body retries will get (optional if an external reference is given)" } });
     return {
       el: h("div", { class: "fields" }, h("label", null, "Outcome ", as), ext, h("label", null, "Status ", status), body),

@@ -208,10 +208,11 @@ enum Cmd {
         /// Body of the response retries will get (completed or failed).
         #[arg(long)]
         response_file: Option<PathBuf>,
-        /// Status of that response.
+        /// Status of that response (200-599; a failed entry's is an error, 400-599).
         #[arg(long, default_value_t = 200)]
         status: u16,
-        /// Content type of that response (default: application/json when the body is JSON).
+        /// Content type of that response (default: application/json when the body is JSON, else
+        /// text/plain; charset=utf-8).
         #[arg(long)]
         content_type: Option<String>,
         /// A reference to the effect upstream (e.g. the charge id you found).
@@ -477,16 +478,11 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
                     let body = std::fs::read(&f).map_err(|e| {
                         OpsError::invalid("response-file", &format!("{}: {e}", f.display()))
                     })?;
-                    let ct = content_type.unwrap_or_else(|| {
-                        if serde_json::from_slice::<serde_json::Value>(&body).is_ok() {
-                            "application/json".into()
-                        } else {
-                            "text/plain; charset=utf-8".into()
-                        }
-                    });
                     Some(ResponseRecord {
                         status,
-                        headers: vec![("content-type".into(), ct)],
+                        headers: content_type
+                            .map(|ct| vec![("content-type".into(), ct)])
+                            .unwrap_or_default(),
                         body,
                     })
                 }
@@ -505,7 +501,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
                 reason: actor.reason,
                 confirm_destructive: actor.confirm_destructive,
             };
-            idemgate_ops::validate_actor(&cmd.operator, &cmd.reason)?;
+            cmd.check()?;
             let ops = Ops::open_existing(&ledger.ledger)?;
             let e = ops.resolve(&cmd)?;
             output::resolved(&mut out, &e, json)?;

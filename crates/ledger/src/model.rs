@@ -155,6 +155,24 @@ mod body_serde {
     }
 }
 
+/// Response headers the proxy sets itself whenever it answers, replays included: the message's
+/// framing and connection handling (hop-by-hop), and idemgate's own. A stored response never
+/// carries them: the proxy leaves an upstream's out, and an operator's response is refused with
+/// one (replayed, a `content-length` that does not match the body breaks the answer).
+pub const ANSWER_HEADERS: &[&str] = &[
+    "connection",
+    "content-length",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "idempotency-key",
+    "idempotent-replayed",
+];
+
 /// Header names that are never stored, whatever a caller passes in (defence in depth: the proxy
 /// already drops them and any configured secret headers).
 pub const ALWAYS_REDACTED_HEADERS: &[&str] = &[
@@ -167,7 +185,7 @@ pub const ALWAYS_REDACTED_HEADERS: &[&str] = &[
 ];
 
 /// Whether a header named `name` is one of [`ALWAYS_REDACTED_HEADERS`].
-pub(crate) fn is_secret_header(name: &str) -> bool {
+pub fn is_secret_header(name: &str) -> bool {
     ALWAYS_REDACTED_HEADERS
         .iter()
         .any(|r| r.eq_ignore_ascii_case(name))

@@ -13,10 +13,18 @@ pub enum OpsError {
     MissingReason,
     #[error("{0}")]
     Conflict(String),
-    #[error("this touches {} entries, some on a destructive route (keys: {}); confirm it explicitly", .0.len(), first_keys(.0))]
+    #[error("this touches {} (keys: {}); confirm it explicitly", touched(.0.len()), first_keys(.0))]
     ConfirmationRequired(Vec<String>),
     #[error(transparent)]
     Ledger(#[from] LedgerError),
+}
+
+fn touched(n: usize) -> String {
+    if n == 1 {
+        "1 entry, on a destructive route".into()
+    } else {
+        format!("{n} entries, some on a destructive route")
+    }
 }
 
 fn first_keys(keys: &[String]) -> String {

@@ -131,17 +131,13 @@ pub enum Attempt {
     Unknown { why: String, timed_out: bool },
 }
 
-/// Response headers worth storing and replaying.
+/// Response headers worth storing and replaying: not those the proxy sets when it answers, nor a
+/// stale date and server, nor credentials.
 fn keep_response_header(name: &str) -> bool {
-    !HOP_BY_HOP.contains(&name)
+    !idemgate_ledger::ANSWER_HEADERS.contains(&name)
         && !matches!(
             name,
-            "content-length"
-                | "date"
-                | "set-cookie"
-                | "server"
-                | "idempotency-key"
-                | "idempotent-replayed"
+            "date" | "server" | "set-cookie" | "proxy-authorization"
         )
 }
 
