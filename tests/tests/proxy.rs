@@ -1192,6 +1192,62 @@ fn an_operators_response_is_refused_when_a_replay_could_not_send_it() {
     assert_eq!(f.effects("k-op"), 1);
 }
 
+/// A ledger may hold an operator's response recorded before they were checked: the framing headers
+/// it carries are left out of its replays, which the body's own length frames.
+#[test]
+fn a_stored_response_is_replayed_without_framing_headers_it_holds() {
+    use idemgate_ledger::{Actor, Resolution, ResolveRequest, ResponseRecord, Storage};
+    let f = Fx::new();
+    let r = f.charge("k-old", r#"{"amount":6}"#, &[("x-fault", "drop")]);
+    let id = r.json()["entry_id"].as_i64().expect("entry_id");
+    let l = idemgate_ledger::Ledger::sqlite(
+        &f.proxy.ledger,
+        idemgate_ledger::OpenOptions {
+            create: false,
+            hasher: idemgate_ledger::ChainHasher::unkeyed(),
+        },
+    )
+    .expect("open");
+    let headers = [
+        ("Content-Length", "2"),
+        ("transfer-encoding", "chunked"),
+        ("connection", "close"),
+        ("x-charge", "ch_old"),
+    ];
+    l.resolve(ResolveRequest {
+        entry_id: id,
+        resolution: Resolution::Completed {
+            response: ResponseRecord {
+                status: 201,
+                headers: headers
+                    .iter()
+                    .map(|(n, v)| ((*n).into(), (*v).into()))
+                    .collect(),
+                body: br#"{"id":"ch_old"}"#.to_vec(),
+            },
+            external_ref: None,
+        },
+        actor: Actor {
+            operator: "an-older-console".into(),
+            reason: "found it".into(),
+        },
+        ttl_ms: 3_600_000,
+        at: idemgate_ledger::now_millis(),
+    })
+    .wait()
+    .expect("resolve");
+    l.close();
+    for _ in 0..2 {
+        let r = f.charge("k-old", r#"{"amount":6}"#, &[]);
+        assert_eq!(r.status, 201, "{}", r.text());
+        assert_eq!(r.body, br#"{"id":"ch_old"}"#);
+        assert_eq!(r.header("content-length"), Some("15"));
+        assert_eq!(r.header("x-charge"), Some("ch_old"));
+        assert_eq!(r.header("transfer-encoding"), None);
+    }
+    assert_eq!(f.effects("k-old"), 1);
+}
+
 #[test]
 fn sigterm_drains_requests_in_flight_before_exiting() {
     let mut f = Fx::new();

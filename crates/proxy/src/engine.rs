@@ -1054,9 +1054,16 @@ pub fn respond(
 ) -> Response<ProxyBody> {
     let ResponseRecord {
         status,
-        headers,
+        mut headers,
         body,
     } = r;
+    // An operator's response recorded before ops checked them may hold one (a `content-length`
+    // that contradicts the body would break every replay).
+    headers.retain(|(n, _)| {
+        !idemgate_ledger::ANSWER_HEADERS
+            .iter()
+            .any(|a| a.eq_ignore_ascii_case(n))
+    });
     response(status, &headers, Bytes::from(body), key, replayed, cache)
 }
 
