@@ -193,6 +193,7 @@ enum Cmd {
         /// Substring search over key, route, scope, operator, reason and detail.
         #[arg(long)]
         search: Option<String>,
+        /// At most this many events, the newest (stderr says when older ones match too).
         #[arg(long, default_value_t = 100)]
         limit: usize,
         #[arg(long)]

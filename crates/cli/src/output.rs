@@ -276,6 +276,7 @@ pub fn log(out: &mut Out<'_>, ops: &Ops, filter: &EventFilter, limit: usize, jso
     let mut remaining = limit;
     let mut before = None;
     let mut all = Vec::new();
+    let mut more = false;
     while remaining > 0 {
         let page = ops.log(filter, before, remaining.min(1000))?;
         remaining -= page.events.len();
@@ -290,9 +291,17 @@ pub fn log(out: &mut Out<'_>, ops: &Ops, filter: &EventFilter, limit: usize, jso
             Some(b) => before = Some(b),
             None => break,
         }
+        more = remaining == 0;
     }
     if json {
-        pretty(out, &all)?;
+        return pretty(out, &all);
+    }
+    // Said on stderr, so that the lines on stdout are events only.
+    let shown = limit - remaining;
+    if shown == 0 {
+        eprintln!("(no events)");
+    } else if more && !ops.log(filter, before, 1)?.events.is_empty() {
+        eprintln!("(the newest {shown} events; older ones with a larger --limit, or --until)");
     }
     Ok(())
 }

@@ -211,6 +211,42 @@ fn resolving_a_stuck_entry_is_logged_with_operator_and_reason() {
     assert_eq!(log[0]["kind"], "resolve");
     assert_eq!(log[0]["operator"], "erin");
     assert_eq!(log[0]["reason"], "found in processor dashboard");
+    // In text, a log cut off by --limit says so on stderr (only then), as does an empty one.
+    let said = |args: &[&str]| {
+        let out = idemgate(args);
+        assert!(out.status.success(), "{args:?}");
+        let lines = String::from_utf8_lossy(&out.stdout).lines().count();
+        (
+            lines,
+            String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        )
+    };
+    let timeline = log.as_array().expect("array").len();
+    assert!(timeline >= 2, "{log}");
+    let n = timeline.to_string();
+    let one_less = (timeline - 1).to_string();
+    let cut =
+        format!("(the newest {one_less} events; older ones with a larger --limit, or --until)");
+    assert_eq!(
+        said(&[
+            "log",
+            "--ledger",
+            s(&db),
+            "--entry",
+            &id,
+            "--limit",
+            &one_less
+        ]),
+        (timeline - 1, cut)
+    );
+    assert_eq!(
+        said(&["log", "--ledger", s(&db), "--entry", &id, "--limit", &n]),
+        (timeline, String::new())
+    );
+    assert_eq!(
+        said(&["log", "--ledger", s(&db), "--key", "no-such-key"]),
+        (0, "(no events)".to_owned())
+    );
     let shown = json(&["show", "--ledger", s(&db), &id, "--json"]);
     assert_eq!(shown["response"]["status"], 201);
     assert_eq!(shown["external_ref"], "ch_found_upstream");
@@ -824,6 +860,19 @@ fn refused_operator_actions_leave_the_ledger_byte_for_byte_unchanged() {
             vec!["log", "--ledger", l, "--since", "last tuesday"],
             2,
             "not a time",
+        ),
+        (
+            vec![
+                "log",
+                "--ledger",
+                l,
+                "--since",
+                "2026-11-20",
+                "--until",
+                "2026-11-19",
+            ],
+            1,
+            "before until",
         ),
         (
             vec![

@@ -399,6 +399,15 @@ pub fn validate_actor(operator: &str, reason: &str) -> OpsResult<Actor> {
     })
 }
 
+/// A time range, `since` before `until` when both are given (an empty range is a mistake, not a
+/// question with no answer).
+fn check_range(since: Option<Millis>, until: Option<Millis>) -> OpsResult<()> {
+    match (since, until) {
+        (Some(s), Some(u)) if s >= u => Err(OpsError::invalid("since", "must be before until")),
+        _ => Ok(()),
+    }
+}
+
 fn page(before: Option<i64>, limit: usize) -> Page {
     Page {
         before,
@@ -547,6 +556,7 @@ impl Ops {
                 ));
             }
         }
+        check_range(filter.since, filter.until)?;
         let limit = limit.clamp(1, MAX_PAGE);
         let events = self.store.events(filter, page(before, limit))?;
         let next_before = (events.len() == limit)
@@ -709,11 +719,7 @@ impl Ops {
 
     /// Exports a range of the log; `Ok(None)` when cancelled through `progress`.
     pub fn export(&self, cmd: &ExportCmd, progress: Progress<'_>) -> OpsResult<Option<Manifest>> {
-        if let (Some(s), Some(u)) = (cmd.range.since, cmd.range.until) {
-            if s >= u {
-                return Err(OpsError::invalid("since", "must be before until"));
-            }
-        }
+        check_range(cmd.range.since, cmd.range.until)?;
         let path = Path::new(&cmd.path);
         if cmd.path.trim().is_empty() {
             return Err(OpsError::invalid("path", "name an output file"));
