@@ -347,6 +347,39 @@ fn purging_expired_entries_previews_then_purges_and_logs() {
         "--json",
     ]);
     assert_eq!(purges.as_array().expect("array").len(), n);
+    // Entries named by id: one named twice is purged once (it was refused as not found).
+    let done = json(&[
+        "entries",
+        "--ledger",
+        s(&db),
+        "--status",
+        "completed",
+        "--json",
+    ]);
+    let id = done[0]["id"].to_string();
+    let args = |dry: bool| {
+        let mut a = vec![
+            "purge",
+            "--ledger",
+            s(&db),
+            &id,
+            &id,
+            "--reason",
+            "r",
+            "--operator",
+            "o",
+            "--json",
+        ];
+        if dry {
+            a.push("--dry-run");
+        }
+        a
+    };
+    assert_eq!(json(&args(true))["count"].as_u64(), Some(1));
+    assert_eq!(
+        json(&args(false))["purged"],
+        serde_json::json!([done[0]["id"]])
+    );
     assert_eq!(
         verify_json(&["--ledger", s(&db)]).0,
         0,

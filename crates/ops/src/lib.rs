@@ -651,7 +651,9 @@ impl Ops {
                 if ids.is_empty() {
                     return Err(OpsError::invalid("ids", "name at least one entry"));
                 }
-                for &id in ids {
+                let mut seen = std::collections::HashSet::with_capacity(ids.len());
+                // An entry named twice is purged once.
+                for &id in ids.iter().filter(|&&id| seen.insert(id)) {
                     let e = self.store.entry(id, now)?.summary;
                     if e.state == State::Pending {
                         skipped.push((id, "pending: resolve it first".to_owned()));
