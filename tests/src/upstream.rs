@@ -5,7 +5,8 @@
 //!
 //! Faults are chosen per request by the `x-fault` header (the proxy forwards it):
 //! - `status:NNN` — 500/502/504: perform the effect, then answer NNN; 429/503: no effect, answer NNN
-//!   with `Retry-After: 1`; other codes: no effect, answer NNN.
+//!   with `Retry-After: 1`; other codes: no effect, answer NNN. A read (`GET /v1/customers...`)
+//!   is answered NNN with the count of reads and an error (429/503: `Retry-After: 7`).
 //! - `drop` — perform the effect, then close the connection without a response.
 //! - `delay:MS` — perform the effect, wait MS milliseconds, then answer 201 (`delay:MS:NNN`: NNN;
 //!   with 429 or 503, wait and answer without the effect, as `status:` does).
@@ -361,8 +362,21 @@ async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, c: Arc<Counts>) -> st
                     .map(|(n, v)| (n.trim(), v.trim().to_owned()))
                     .into_iter()
                     .collect();
-                let body = format!(r#"{{"read":{n}}}"#);
-                let mut out = head(200, &extra, &body);
+                // `x-fault: status:NNN` answers a read NNN, in the upstream's own words.
+                let code = fault
+                    .strip_prefix("status:")
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(200);
+                let body = if code == 200 {
+                    format!(r#"{{"read":{n}}}"#)
+                } else {
+                    format!(r#"{{"read":{n},"error":"the upstream's own words on {code}"}}"#)
+                };
+                let mut extra = extra;
+                if matches!(code, 429 | 503) {
+                    extra.push(("retry-after", "7".to_owned()));
+                }
+                let mut out = head(code, &extra, &body);
                 if req.method != "HEAD" {
                     out.push_str(&body);
                 }

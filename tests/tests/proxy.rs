@@ -1623,6 +1623,38 @@ fn read_routes_need_no_key_and_are_cached() {
     assert!(f.entries(&[]).is_empty(), "reads are not ledgered");
 }
 
+/// A read does nothing upstream, so the upstream's answer is the caller's, whatever its status: a
+/// 500 reaches the agent in the upstream's own words (it was a `502 upstream-error` saying only
+/// "upstream 500"), and a 503 after the route's retries with the upstream's Retry-After. Neither
+/// is kept by the read cache.
+#[test]
+fn a_read_passes_on_the_upstreams_error_answer() {
+    let f = Fx::new();
+    let reads = || f.up.counts.reads.load(std::sync::atomic::Ordering::SeqCst);
+    for (code, tries) in [(500, 1), (502, 1), (504, 1), (404, 1), (503, 3), (429, 3)] {
+        let before = reads();
+        let fault = format!("status:{code}");
+        let path = format!("/v1/customers/cus_{code}");
+        for _ in 0..2 {
+            let r = f.proxy.send("GET", &path, &[("x-fault", &fault)], b"");
+            assert_eq!(r.status, code, "{}", r.text());
+            let said = r.json();
+            assert_eq!(
+                said["error"],
+                format!("the upstream's own words on {code}"),
+                "{said}"
+            );
+            assert_eq!(r.header("x-cache"), Some("MISS"), "{code} is not kept");
+            if matches!(code, 429 | 503) {
+                assert_eq!(r.header("retry-after"), Some("7"));
+            }
+        }
+        assert_eq!(reads() - before, 2 * tries, "{code}: tries per read");
+    }
+    assert_eq!(f.up.counts.total(), 0);
+    assert!(f.entries(&[]).is_empty());
+}
+
 /// A `HEAD` is a `GET` without the body (RFC 9110 §9.3.2): a read route serves it, and its
 /// cache answers it from a kept `GET` response but never keeps a body-less answer for a `GET`. A
 /// method no route takes at a path that routes do take is a `405` naming the methods they take.

@@ -21,7 +21,7 @@ use idemgate_ledger::*;
 use metrics::{counter, histogram, Counter, Histogram};
 
 use crate::config::{Config, InFlight, Route};
-use crate::forward::{self, Attempt, HttpClient, UpstreamResponse};
+use crate::forward::{self, Attempt, HttpClient, NoAnswer, UpstreamResponse};
 use crate::keys;
 use crate::problem::Problem;
 use crate::read_cache::ReadCache;
@@ -510,7 +510,7 @@ impl Engine {
         let headers = self.forward_headers(req, None);
         let mut n = 1;
         loop {
-            let a = forward::attempt(
+            let a = forward::exchange(
                 &self.client,
                 &parts.method,
                 uri.clone(),
@@ -519,46 +519,45 @@ impl Engine {
                 route.timeout,
             )
             .await;
-            match a {
-                // A read does nothing upstream: a refusal is an answer like any other.
-                Attempt::Executed(r) | Attempt::Refused(r) => {
-                    if let Some((ttl, place)) =
-                        cached.take().filter(|_| parts.method != Method::HEAD)
-                    {
+            // A read does nothing upstream: what the upstream answers is passed on, whatever its
+            // status (a 500 with the upstream's own words in it too), once those that say "not
+            // now" (408, 425, 429, 503) have had the route's retries.
+            let class = match &a {
+                Ok(r) if forward::not_executed(r.status) => Some(forward::retry_class(r.status)),
+                Err(NoAnswer::Connect(_)) => Some("connect"),
+                _ => None,
+            };
+            if let Some(class) = class.filter(|_| n < route.retry.attempts) {
+                counter!("idemgate_retries_total", "route" => route.name.clone(), "class" => class)
+                    .increment(1);
+                tokio::time::sleep(forward::backoff(route.retry.base, route.retry.max, n)).await;
+                n += 1;
+                continue;
+            }
+            return match a {
+                Ok(r) => {
+                    let keep = !forward::not_executed(r.status)
+                        && !matches!(r.status, 500 | 502 | 504)
+                        && parts.method != Method::HEAD;
+                    if let Some((ttl, place)) = cached.take().filter(|_| keep) {
                         self.read_cache.put(place, &parts.headers, &r.record(), ttl);
                     }
                     req.metrics.forwarded.increment(1);
-                    return Ok(respond_upstream(r, None, route.cache_ttl.map(|_| "MISS")));
+                    Ok(respond_upstream(r, None, route.cache_ttl.map(|_| "MISS")))
                 }
-                Attempt::NotExecuted {
-                    why,
-                    retry_after,
-                    class,
-                } => {
-                    if n < route.retry.attempts {
-                        counter!("idemgate_retries_total", "route" => route.name.clone(), "class" => class).increment(1);
-                        tokio::time::sleep(forward::backoff(route.retry.base, route.retry.max, n))
-                            .await;
-                        n += 1;
-                        continue;
-                    }
-                    return Err(Problem::new(
-                        503,
-                        "upstream-unavailable",
-                        "Upstream unavailable",
-                        why,
+                Err(NoAnswer::Connect(why)) => {
+                    Err(
+                        Problem::new(503, "upstream-unavailable", "Upstream unavailable", why)
+                            .retry_after(1),
                     )
-                    .retry_after(retry_after.unwrap_or(1)));
                 }
-                Attempt::Unknown { why, timed_out } => {
-                    return Err(Problem::new(
-                        if timed_out { 504 } else { 502 },
-                        "upstream-error",
-                        "Upstream error",
-                        why,
-                    ));
+                Err(NoAnswer::Timeout(why)) => {
+                    Err(Problem::new(504, "upstream-error", "Upstream error", why))
                 }
-            }
+                Err(NoAnswer::Broken(why)) => {
+                    Err(Problem::new(502, "upstream-error", "Upstream error", why))
+                }
+            };
         }
     }
 

@@ -158,13 +158,89 @@ pub fn upstream_response(status: u16, headers: &HeaderMap, body: Bytes) -> Upstr
     }
 }
 
-fn retry_after_secs(h: &HeaderMap) -> Option<u64> {
-    h.get(header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
+fn retry_after_secs(r: &UpstreamResponse) -> Option<u64> {
+    r.headers
+        .iter()
+        .find(|(n, _)| n == "retry-after")?
+        .1
         .trim()
         .parse()
         .ok()
+}
+
+/// Why an exchange brought no answer to pass on.
+#[derive(Debug)]
+pub enum NoAnswer {
+    /// The connection (or its TLS) could not be made: nothing was sent.
+    Connect(String),
+    /// No answer within the route's timeout, after the request was sent.
+    Timeout(String),
+    /// The connection failed after the request was sent, or the answer's body did.
+    Broken(String),
+}
+
+/// Sends one request and returns the upstream's answer, whatever its status. `timeout` covers the
+/// whole exchange. [`attempt`] says what the answer means for a write.
+pub async fn exchange(
+    client: &HttpClient,
+    method: &Method,
+    uri: Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+    timeout: Duration,
+) -> Result<UpstreamResponse, NoAnswer> {
+    let mut req = Request::new(Full::new(body));
+    *req.method_mut() = method.clone();
+    *req.uri_mut() = uri;
+    *req.headers_mut() = headers.clone();
+    let exchange = async {
+        let resp = client.request(req).await?;
+        let (parts, body) = resp.into_parts();
+        let status = parts.status.as_u16();
+        match Limited::new(body, MAX_RESPONSE_BODY).collect().await {
+            Ok(b) => Ok(Ok(upstream_response(status, &parts.headers, b.to_bytes()))),
+            Err(e) => Ok(Err((status, e.to_string()))),
+        }
+    };
+    let r: Result<Result<_, _>, hyper_util::client::legacy::Error> =
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(r) => r,
+            Err(_) => {
+                return Err(NoAnswer::Timeout(format!(
+                    "upstream timeout after {timeout:?}"
+                )))
+            }
+        };
+    match r {
+        Err(e) if e.is_connect() => Err(NoAnswer::Connect(format!(
+            "connect failed: {}",
+            root_cause(&e)
+        ))),
+        Err(e) => Err(NoAnswer::Broken(format!(
+            "connection failed after the request was sent: {}",
+            root_cause(&e)
+        ))),
+        Ok(Err((status, e))) => Err(NoAnswer::Broken(format!(
+            "upstream {status}, then its body failed: {e}"
+        ))),
+        Ok(Ok(r)) => Ok(r),
+    }
+}
+
+/// Whether an upstream that answered `status` says it did not act and a retry may succeed
+/// (408, 425, 429, 503).
+pub fn not_executed(status: u16) -> bool {
+    matches!(status, 408 | 425 | 429 | 503)
+}
+
+/// The `class` label of a retry after a [`not_executed`] status.
+pub fn retry_class(status: u16) -> &'static str {
+    match status {
+        408 => "status_408",
+        425 => "status_425",
+        429 => "status_429",
+        _ => "status_503",
+    }
 }
 
 /// Sends one request and classifies what happened. `timeout` covers the whole exchange.
@@ -176,63 +252,36 @@ pub async fn attempt(
     body: Bytes,
     timeout: Duration,
 ) -> Attempt {
-    let mut req = Request::new(Full::new(body));
-    *req.method_mut() = method.clone();
-    *req.uri_mut() = uri;
-    *req.headers_mut() = headers.clone();
-    let exchange = async {
-        let resp = client.request(req).await?;
-        let (parts, body) = resp.into_parts();
-        let status = parts.status.as_u16();
-        match Limited::new(body, MAX_RESPONSE_BODY).collect().await {
-            Ok(b) => Ok(Ok((status, parts.headers, b.to_bytes()))),
-            Err(e) => Ok(Err((status, e.to_string()))),
-        }
-    };
-    let r: Result<Result<_, _>, hyper_util::client::legacy::Error> =
-        match tokio::time::timeout(timeout, exchange).await {
-            Ok(r) => r,
-            Err(_) => {
-                return Attempt::Unknown {
-                    why: format!("upstream timeout after {timeout:?}"),
-                    timed_out: true,
-                };
-            }
-        };
+    classify(exchange(client, method, uri, headers, body, timeout).await)
+}
+
+fn classify(r: Result<UpstreamResponse, NoAnswer>) -> Attempt {
     match r {
-        Err(e) if e.is_connect() => Attempt::NotExecuted {
-            why: format!("connect failed: {}", root_cause(&e)),
+        Err(NoAnswer::Connect(why)) => Attempt::NotExecuted {
+            why,
             retry_after: None,
             class: "connect",
         },
-        Err(e) => Attempt::Unknown {
-            why: format!(
-                "connection failed after the request was sent: {}",
-                root_cause(&e)
-            ),
+        Err(NoAnswer::Timeout(why)) => Attempt::Unknown {
+            why,
+            timed_out: true,
+        },
+        Err(NoAnswer::Broken(why)) => Attempt::Unknown {
+            why,
             timed_out: false,
         },
-        Ok(Err((status, e))) => Attempt::Unknown {
-            why: format!("upstream {status}, then its body failed: {e}"),
-            timed_out: false,
+        Ok(r) if not_executed(r.status) => Attempt::NotExecuted {
+            why: format!("upstream {}", r.status),
+            retry_after: retry_after_secs(&r),
+            class: retry_class(r.status),
         },
-        Ok(Ok((status, h, body))) => match status {
-            408 | 425 | 429 | 503 => Attempt::NotExecuted {
-                why: format!("upstream {status}"),
-                retry_after: retry_after_secs(&h),
-                class: match status {
-                    408 => "status_408",
-                    425 => "status_425",
-                    429 => "status_429",
-                    _ => "status_503",
-                },
-            },
-            401 | 403 | 407 => Attempt::Refused(upstream_response(status, &h, body)),
+        Ok(r) => match r.status {
+            401 | 403 | 407 => Attempt::Refused(r),
             500 | 502 | 504 => Attempt::Unknown {
-                why: format!("upstream {status}"),
-                timed_out: status == 504,
+                why: format!("upstream {}", r.status),
+                timed_out: r.status == 504,
             },
-            _ => Attempt::Executed(upstream_response(status, &h, body)),
+            _ => Attempt::Executed(r),
         },
     }
 }
