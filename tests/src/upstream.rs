@@ -367,7 +367,11 @@ async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, c: Arc<Counts>) -> st
                     .strip_prefix("status:")
                     .and_then(|c| c.parse().ok())
                     .unwrap_or(200);
-                let body = if code == 200 {
+                // `x-answer-bytes: N` asks for a body of N bytes.
+                let size = req.header("x-answer-bytes").and_then(|b| b.parse().ok());
+                let body = if let Some(size) = size {
+                    "x".repeat(size)
+                } else if code == 200 {
                     format!(r#"{{"read":{n}}}"#)
                 } else {
                     format!(r#"{{"read":{n},"error":"the upstream's own words on {code}"}}"#)

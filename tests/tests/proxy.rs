@@ -1655,6 +1655,36 @@ fn a_read_passes_on_the_upstreams_error_answer() {
     assert!(f.entries(&[]).is_empty());
 }
 
+/// A read is streamed from its upstream: a body larger than the proxy keeps whole (16 MiB, the
+/// most a write's response may be) reaches the caller all the same (it was a `502`), and is not
+/// kept by the read cache.
+#[test]
+fn a_read_larger_than_the_proxy_keeps_is_streamed_to_the_caller() {
+    let f = Fx::new();
+    let size = (idemgate_proxy::forward::MAX_RESPONSE_BODY + 1).to_string();
+    for _ in 0..2 {
+        let r = f.proxy.send(
+            "GET",
+            "/v1/customers/cus_large/export",
+            &[("x-answer-bytes", &size)],
+            b"",
+        );
+        assert_eq!(
+            r.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&r.body[..200.min(r.body.len())])
+        );
+        assert_eq!(r.body.len().to_string(), size);
+        assert!(r.body.iter().all(|&b| b == b'x'));
+        assert_eq!(r.header("x-cache"), Some("MISS"));
+    }
+    assert_eq!(
+        f.up.counts.reads.load(std::sync::atomic::Ordering::SeqCst),
+        2
+    );
+}
+
 /// A `HEAD` is a `GET` without the body (RFC 9110 §9.3.2): a read route serves it, and its
 /// cache answers it from a kept `GET` response but never keeps a body-less answer for a `GET`. A
 /// method no route takes at a path that routes do take is a `405` naming the methods they take.

@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use idemgate_ledger::*;
 use metrics::{counter, histogram, Counter, Histogram};
 
 use crate::config::{Config, InFlight, Route};
-use crate::forward::{self, Attempt, HttpClient, NoAnswer, UpstreamResponse};
+use crate::forward::{self, Attempt, HttpClient, NoAnswer, ReadAnswer, UpstreamResponse};
 use crate::keys;
 use crate::problem::Problem;
 use crate::read_cache::ReadCache;
@@ -38,9 +38,9 @@ pub const MAX_HEADERS: usize = 128;
 /// sends it as `Idempotency-Key`. An entry stored without it was sent its own key.
 pub const UPSTREAM_KEY_HEADER: &str = "idemgate-upstream-key";
 
-/// The body of every answer the proxy gives: each is complete before it is sent (a stored
-/// response, an upstream's collected body, a problem).
-pub type ProxyBody = Full<Bytes>;
+/// The body of every answer the proxy gives: complete before it is sent (a stored response, an
+/// upstream's collected body, a problem), or a read's, streamed from its upstream as it comes.
+pub type ProxyBody = Either<Full<Bytes>, Incoming>;
 
 /// The metric handles of one route, registered once: a `counter!` with labels looks its series up
 /// (hashing the labels, allocating the route's name) on every call.
@@ -308,7 +308,7 @@ pub async fn handle(
                 counter!("idemgate_requests_total", "route" => route_name.to_owned(), "outcome" => p.code)
                     .increment(1);
             }
-            p.into_response_with()
+            p.into_response_with::<Full<Bytes>>().map(Either::Left)
         }
     }
 }
@@ -510,20 +510,25 @@ impl Engine {
         let headers = self.forward_headers(req, None);
         let mut n = 1;
         loop {
-            let a = forward::exchange(
+            // Kept whole to cache it (or, for a HEAD, to answer with its length); else streamed.
+            let whole = cached.is_some() || parts.method == Method::HEAD;
+            let a = forward::read(
                 &self.client,
                 &parts.method,
                 uri.clone(),
                 &headers,
                 body.clone(),
                 route.timeout,
+                whole,
             )
             .await;
             // A read does nothing upstream: what the upstream answers is passed on, whatever its
             // status (a 500 with the upstream's own words in it too), once those that say "not
             // now" (408, 425, 429, 503) have had the route's retries.
             let class = match &a {
-                Ok(r) if forward::not_executed(r.status) => Some(forward::retry_class(r.status)),
+                Ok(r) if forward::not_executed(r.status()) => {
+                    Some(forward::retry_class(r.status()))
+                }
                 Err(NoAnswer::Connect(_)) => Some("connect"),
                 _ => None,
             };
@@ -535,7 +540,7 @@ impl Engine {
                 continue;
             }
             return match a {
-                Ok(r) => {
+                Ok(ReadAnswer::Whole(r)) => {
                     let keep = !forward::not_executed(r.status)
                         && !matches!(r.status, 500 | 502 | 504)
                         && parts.method != Method::HEAD;
@@ -544,6 +549,22 @@ impl Engine {
                     }
                     req.metrics.forwarded.increment(1);
                     Ok(respond_upstream(r, None, route.cache_ttl.map(|_| "MISS")))
+                }
+                Ok(ReadAnswer::Streamed {
+                    status,
+                    headers,
+                    body,
+                }) => {
+                    req.metrics.forwarded.increment(1);
+                    let cache = route.cache_ttl.map(|_| "MISS");
+                    Ok(response(
+                        status,
+                        &headers,
+                        Either::Right(body),
+                        None,
+                        false,
+                        cache,
+                    ))
                 }
                 Err(NoAnswer::Connect(why)) => {
                     Err(
@@ -1063,7 +1084,8 @@ pub fn respond(
             .iter()
             .any(|a| a.eq_ignore_ascii_case(n))
     });
-    response(status, &headers, Bytes::from(body), key, replayed, cache)
+    let body = Either::Left(Full::new(Bytes::from(body)));
+    response(status, &headers, body, key, replayed, cache)
 }
 
 /// An upstream's fresh response to the client, with the key echoed: the same status and headers a
@@ -1073,18 +1095,19 @@ pub fn respond_upstream(
     key: Option<&str>,
     cache: Option<&'static str>,
 ) -> Response<ProxyBody> {
-    response(r.status, &r.headers, r.body, key, false, cache)
+    let body = Either::Left(Full::new(r.body));
+    response(r.status, &r.headers, body, key, false, cache)
 }
 
 fn response(
     status: u16,
     headers: &[(String, String)],
-    body: Bytes,
+    body: ProxyBody,
     key: Option<&str>,
     replayed: bool,
     cache: Option<&'static str>,
 ) -> Response<ProxyBody> {
-    let mut resp = Response::new(Full::new(body));
+    let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     let h = resp.headers_mut();
     for (n, v) in headers {

@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Body, Incoming};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -142,7 +143,15 @@ fn keep_response_header(name: &str) -> bool {
 }
 
 pub fn upstream_response(status: u16, headers: &HeaderMap, body: Bytes) -> UpstreamResponse {
-    let headers = headers
+    UpstreamResponse {
+        status,
+        headers: kept_headers(headers),
+        body,
+    }
+}
+
+fn kept_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
         .iter()
         .filter(|(n, _)| keep_response_header(n.as_str()))
         .filter_map(|(n, v)| {
@@ -150,12 +159,7 @@ pub fn upstream_response(status: u16, headers: &HeaderMap, body: Bytes) -> Upstr
                 .ok()
                 .map(|v| (n.as_str().to_owned(), v.to_owned()))
         })
-        .collect();
-    UpstreamResponse {
-        status,
-        headers,
-        body,
-    }
+        .collect()
 }
 
 fn retry_after_secs(r: &UpstreamResponse) -> Option<u64> {
@@ -189,41 +193,125 @@ pub async fn exchange(
     body: Bytes,
     timeout: Duration,
 ) -> Result<UpstreamResponse, NoAnswer> {
+    let deadline = Deadline::after(timeout);
+    let resp = send(client, method, uri, headers, body, deadline).await?;
+    collect(resp, deadline).await
+}
+
+/// A read's answer: whole, or its head with the body still on its way, to stream to the caller.
+#[derive(Debug)]
+pub enum ReadAnswer {
+    Whole(UpstreamResponse),
+    Streamed {
+        status: u16,
+        /// As [`UpstreamResponse::headers`].
+        headers: Vec<(String, String)>,
+        body: Incoming,
+    },
+}
+
+impl ReadAnswer {
+    pub fn status(&self) -> u16 {
+        match self {
+            ReadAnswer::Whole(r) => r.status,
+            ReadAnswer::Streamed { status, .. } => *status,
+        }
+    }
+}
+
+/// Sends a read and returns the upstream's answer, whatever its status. With `whole` (to keep it
+/// in the read cache), its body is collected as [`exchange`] does, unless its length says it is
+/// over [`MAX_RESPONSE_BODY`]; otherwise the body is streamed, however large: `timeout` covers the
+/// head, and the caller's connection the rest.
+pub async fn read(
+    client: &HttpClient,
+    method: &Method,
+    uri: Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+    timeout: Duration,
+    whole: bool,
+) -> Result<ReadAnswer, NoAnswer> {
+    let deadline = Deadline::after(timeout);
+    let resp = send(client, method, uri, headers, body, deadline).await?;
+    let fits = resp
+        .body()
+        .size_hint()
+        .upper()
+        .is_none_or(|n| n <= MAX_RESPONSE_BODY as u64);
+    if whole && fits {
+        return collect(resp, deadline).await.map(ReadAnswer::Whole);
+    }
+    let (parts, body) = resp.into_parts();
+    Ok(ReadAnswer::Streamed {
+        status: parts.status.as_u16(),
+        headers: kept_headers(&parts.headers),
+        body,
+    })
+}
+
+/// Sends one request and waits, until `deadline`, for the head of its answer.
+async fn send(
+    client: &HttpClient,
+    method: &Method,
+    uri: Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+    deadline: Deadline,
+) -> Result<Response<Incoming>, NoAnswer> {
     let mut req = Request::new(Full::new(body));
     *req.method_mut() = method.clone();
     *req.uri_mut() = uri;
     *req.headers_mut() = headers.clone();
-    let exchange = async {
-        let resp = client.request(req).await?;
-        let (parts, body) = resp.into_parts();
-        let status = parts.status.as_u16();
-        match Limited::new(body, MAX_RESPONSE_BODY).collect().await {
-            Ok(b) => Ok(Ok(upstream_response(status, &parts.headers, b.to_bytes()))),
-            Err(e) => Ok(Err((status, e.to_string()))),
-        }
-    };
-    let r: Result<Result<_, _>, hyper_util::client::legacy::Error> =
-        match tokio::time::timeout(timeout, exchange).await {
-            Ok(r) => r,
-            Err(_) => {
-                return Err(NoAnswer::Timeout(format!(
-                    "upstream timeout after {timeout:?}"
-                )))
-            }
-        };
-    match r {
-        Err(e) if e.is_connect() => Err(NoAnswer::Connect(format!(
+    match tokio::time::timeout_at(deadline.at, client.request(req)).await {
+        Err(_) => Err(deadline.passed()),
+        Ok(Err(e)) if e.is_connect() => Err(NoAnswer::Connect(format!(
             "connect failed: {}",
             root_cause(&e)
         ))),
-        Err(e) => Err(NoAnswer::Broken(format!(
+        Ok(Err(e)) => Err(NoAnswer::Broken(format!(
             "connection failed after the request was sent: {}",
             root_cause(&e)
         ))),
-        Ok(Err((status, e))) => Err(NoAnswer::Broken(format!(
+        Ok(Ok(resp)) => Ok(resp),
+    }
+}
+
+/// Reads an answer's body, within [`MAX_RESPONSE_BODY`] and until `deadline`.
+async fn collect(
+    resp: Response<Incoming>,
+    deadline: Deadline,
+) -> Result<UpstreamResponse, NoAnswer> {
+    let (parts, body) = resp.into_parts();
+    let status = parts.status.as_u16();
+    match tokio::time::timeout_at(deadline.at, Limited::new(body, MAX_RESPONSE_BODY).collect())
+        .await
+    {
+        Err(_) => Err(deadline.passed()),
+        Ok(Ok(b)) => Ok(upstream_response(status, &parts.headers, b.to_bytes())),
+        Ok(Err(e)) => Err(NoAnswer::Broken(format!(
             "upstream {status}, then its body failed: {e}"
         ))),
-        Ok(Ok(r)) => Ok(r),
+    }
+}
+
+/// When an exchange must be over: its route's `timeout` from when it began.
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: tokio::time::Instant,
+    timeout: Duration,
+}
+
+impl Deadline {
+    fn after(timeout: Duration) -> Deadline {
+        Deadline {
+            at: tokio::time::Instant::now() + timeout,
+            timeout,
+        }
+    }
+
+    fn passed(self) -> NoAnswer {
+        NoAnswer::Timeout(format!("upstream timeout after {:?}", self.timeout))
     }
 }
 
