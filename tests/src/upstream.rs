@@ -9,8 +9,9 @@
 //!   is answered NNN with the count of reads and an error (429/503: `Retry-After: 7`).
 //! - `drop` — perform the effect, then close the connection without a response.
 //! - `delay:MS` — perform the effect, wait MS milliseconds, then answer 201 (`delay:MS:NNN`: NNN;
-//!   with 429 or 503, wait and answer without the effect, as `status:` does).
-//! - `fail-first:N:NNN` — the first N requests for this key get NNN (no effect), then normal.
+//!   with 429 or 503, wait and answer without the effect and without `Retry-After`).
+//! - `fail-first:N:NNN` — the first N requests for this key get NNN (no effect), then normal
+//!   (`fail-first:N:NNN:SECS`: with `Retry-After: SECS`).
 //!
 //! With [`Counts::set_chaos`], a request without `x-fault` gets a random fault instead (the chaos
 //! harness): dropped after the effect, 503 without the effect, or stalled after the effect.
@@ -409,20 +410,14 @@ async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, c: Arc<Counts>) -> st
             }
             ("delay", Some(ms), code) => {
                 let code: u16 = code.and_then(|c| c.parse().ok()).unwrap_or(201);
-                let refused = matches!(code, 429 | 503);
-                if !refused {
+                if !matches!(code, 429 | 503) {
                     c.effect(&key);
                 }
                 tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(1000))).await;
-                let extra = if refused {
-                    vec![("retry-after", "1".to_owned())]
-                } else {
-                    vec![]
-                };
                 write_resp(
                     &mut s,
                     code,
-                    &extra,
+                    &[],
                     &format!(r#"{{"key":"{key}","delayed":true,"status":{code}}}"#),
                 )
                 .await?;
@@ -430,11 +425,11 @@ async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, c: Arc<Counts>) -> st
             }
             ("fail-first", Some(n), Some(code)) if n_req <= n.parse().unwrap_or(0) => {
                 let code: u16 = code.parse().unwrap_or(503);
-                let extra = if matches!(code, 429 | 503) {
-                    vec![("retry-after", "1".to_owned())]
-                } else {
-                    vec![]
-                };
+                let extra: Vec<(&str, String)> = parts
+                    .next()
+                    .map(|secs| ("retry-after", secs.to_owned()))
+                    .into_iter()
+                    .collect();
                 write_resp(&mut s, code, &extra, r#"{"error":"try again"}"#).await?;
                 continue;
             }

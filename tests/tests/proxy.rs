@@ -804,7 +804,11 @@ fn refusals_and_request_timeouts_release_the_key_instead_of_being_replayed() {
 #[test]
 fn exhausted_retries_release_the_key_with_503_and_the_key_may_run_again() {
     let f = Fx::new();
-    let r = f.charge("k-429", r#"{"amount":8}"#, &[("x-fault", "status:429")]);
+    let r = f.charge(
+        "k-429",
+        r#"{"amount":8}"#,
+        &[("x-fault", "fail-first:9:429")],
+    );
     assert_eq!(r.status, 503);
     assert_eq!(r.code(), "upstream-unavailable");
     assert!(r.header("retry-after").is_some());
@@ -824,6 +828,59 @@ fn exhausted_retries_release_the_key_with_503_and_the_key_may_run_again() {
     );
     assert_eq!(refused.status, 503);
     assert_eq!(f.entries(&["--key", "k-refused"])[0]["state"], "released");
+}
+
+/// An upstream that says when to come back (`Retry-After`) is not asked sooner: the proxy waits
+/// that long before its retry when the route waits that long (`retry.max`), and otherwise tells
+/// the caller to wait instead of retrying (it retried after its own backoff, sooner than asked).
+#[test]
+fn an_upstreams_retry_after_is_waited_out_or_handed_to_the_caller() {
+    let f = Fx::with(&CONFIG.replacen(
+        r#"retry = { attempts = 3, base = "10ms", max = "50ms" }"#,
+        r#"retry = { attempts = 3, base = "10ms", max = "1500ms" }"#,
+        1,
+    ));
+    let log = |key: &str| {
+        let id = f.entries(&["--key", key])[0]["id"].to_string();
+        let events = idemgate_json(&["log", "--ledger", &f.ledger(), "--entry", &id, "--json"]);
+        let mut events = events.as_array().expect("array").clone();
+        events.reverse();
+        events
+    };
+    // Within retry.max: waited out, then retried.
+    let r = f.charge(
+        "k-ra-1",
+        r#"{"amount":1}"#,
+        &[("x-fault", "fail-first:1:503:1")],
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(f.requests("k-ra-1"), 2);
+    let events = log("k-ra-1");
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(kinds, ["claim", "attempt", "complete"]);
+    let at = |e: &serde_json::Value| {
+        idemgate_ops::parse_time(e["at"].as_str().expect("at")).expect("an RFC 3339 time")
+    };
+    let waited = at(&events[2]) - at(&events[1]);
+    assert!(
+        waited >= 1000,
+        "retried {waited} ms after a Retry-After of 1 s"
+    );
+    // Longer than retry.max: not retried; the caller gets the upstream's wait, the key released.
+    let r = f.charge(
+        "k-ra-2",
+        r#"{"amount":2}"#,
+        &[("x-fault", "fail-first:1:429:2")],
+    );
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.code(), "upstream-unavailable");
+    assert_eq!(r.header("retry-after"), Some("2"));
+    assert_eq!(f.requests("k-ra-2"), 1);
+    assert_eq!(f.entries(&["--key", "k-ra-2"])[0]["state"], "released");
+    assert_eq!(f.effects("k-ra-2"), 0);
 }
 
 #[test]
@@ -1625,13 +1682,13 @@ fn read_routes_need_no_key_and_are_cached() {
 
 /// A read does nothing upstream, so the upstream's answer is the caller's, whatever its status: a
 /// 500 reaches the agent in the upstream's own words (it was a `502 upstream-error` saying only
-/// "upstream 500"), and a 503 after the route's retries with the upstream's Retry-After. Neither
-/// is kept by the read cache.
+/// "upstream 500"), and a 503 with the upstream's Retry-After. Neither is kept by the read cache.
 #[test]
 fn a_read_passes_on_the_upstreams_error_answer() {
     let f = Fx::new();
     let reads = || f.up.counts.reads.load(std::sync::atomic::Ordering::SeqCst);
-    for (code, tries) in [(500, 1), (502, 1), (504, 1), (404, 1), (503, 3), (429, 3)] {
+    // 429 and 503 come with a Retry-After of 7 s, longer than the route waits: not retried.
+    for (code, tries) in [(500, 1), (502, 1), (504, 1), (404, 1), (503, 1), (429, 1)] {
         let before = reads();
         let fault = format!("status:{code}");
         let path = format!("/v1/customers/cus_{code}");

@@ -526,16 +526,25 @@ impl Engine {
             // status (a 500 with the upstream's own words in it too), once those that say "not
             // now" (408, 425, 429, 503) have had the route's retries.
             let class = match &a {
-                Ok(r) if forward::not_executed(r.status()) => {
-                    Some(forward::retry_class(r.status()))
-                }
-                Err(NoAnswer::Connect(_)) => Some("connect"),
+                Ok(r) if forward::not_executed(r.status()) => Some((
+                    forward::retry_class(r.status()),
+                    forward::retry_after_secs(r.headers()),
+                )),
+                Err(NoAnswer::Connect(_)) => Some(("connect", None)),
                 _ => None,
             };
-            if let Some(class) = class.filter(|_| n < route.retry.attempts) {
+            let retry = class
+                .filter(|_| n < route.retry.attempts)
+                .and_then(|(c, after)| {
+                    Some((
+                        c,
+                        forward::retry_wait(route.retry.base, route.retry.max, n, after)?,
+                    ))
+                });
+            if let Some((class, wait)) = retry {
                 counter!("idemgate_retries_total", "route" => route.name.clone(), "class" => class)
                     .increment(1);
-                tokio::time::sleep(forward::backoff(route.retry.base, route.retry.max, n)).await;
+                tokio::time::sleep(wait).await;
                 n += 1;
                 continue;
             }
@@ -1021,7 +1030,12 @@ pub(crate) async fn drive(
                 .counted());
             }
         };
-        if tries < route.retry.attempts {
+        // The upstream's Retry-After is waited out when the route waits that long; when it asks
+        // for longer, the caller is told to wait instead.
+        let wait = (tries < route.retry.attempts)
+            .then(|| forward::retry_wait(route.retry.base, route.retry.max, tries, retry_after))
+            .flatten();
+        if let Some(wait) = wait {
             counter!("idemgate_retries_total", "route" => route.name.clone(), "class" => class)
                 .increment(1);
             let recorded = e
@@ -1037,8 +1051,7 @@ pub(crate) async fn drive(
             // released (now, or once the ledger takes writes again) for the caller to retry.
             if recorded.is_ok() {
                 attempt += 1;
-                tokio::time::sleep(forward::backoff(route.retry.base, route.retry.max, tries))
-                    .await;
+                tokio::time::sleep(wait).await;
                 tries += 1;
                 continue;
             }

@@ -162,8 +162,9 @@ fn kept_headers(headers: &HeaderMap) -> Vec<(String, String)> {
         .collect()
 }
 
-fn retry_after_secs(r: &UpstreamResponse) -> Option<u64> {
-    r.headers
+/// The upstream's `Retry-After`, when it gives one in seconds.
+pub fn retry_after_secs(headers: &[(String, String)]) -> Option<u64> {
+    headers
         .iter()
         .find(|(n, _)| n == "retry-after")?
         .1
@@ -215,6 +216,13 @@ impl ReadAnswer {
         match self {
             ReadAnswer::Whole(r) => r.status,
             ReadAnswer::Streamed { status, .. } => *status,
+        }
+    }
+
+    pub fn headers(&self) -> &[(String, String)] {
+        match self {
+            ReadAnswer::Whole(r) => &r.headers,
+            ReadAnswer::Streamed { headers, .. } => headers,
         }
     }
 }
@@ -360,7 +368,7 @@ fn classify(r: Result<UpstreamResponse, NoAnswer>) -> Attempt {
         },
         Ok(r) if not_executed(r.status) => Attempt::NotExecuted {
             why: format!("upstream {}", r.status),
-            retry_after: retry_after_secs(&r),
+            retry_after: retry_after_secs(&r.headers),
             class: retry_class(r.status),
         },
         Ok(r) => match r.status {
@@ -380,6 +388,23 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
         cur = next;
     }
     cur.to_string()
+}
+
+/// How long to wait before retry `n` (1-based) of a request the upstream did not act on: as long as
+/// its `Retry-After` asks, when that is within `max` (sooner would only be refused again), else
+/// [`backoff`]. `None` when it asks for longer than `max`: the route does not wait that long, so
+/// the caller is told to wait instead.
+pub fn retry_wait(
+    base: Duration,
+    max: Duration,
+    n: u32,
+    retry_after: Option<u64>,
+) -> Option<Duration> {
+    match retry_after.map(Duration::from_secs) {
+        Some(asked) if asked > max => None,
+        Some(asked) => Some(asked),
+        None => Some(backoff(base, max, n)),
+    }
 }
 
 /// Full-jitter exponential backoff for retry `n` (1-based): uniform in `[0, min(max, base·2^(n-1))]`.
@@ -416,6 +441,18 @@ mod tests {
         let spread: std::collections::BTreeSet<_> =
             (0..50).map(|_| backoff(base, max, 5)).collect();
         assert!(spread.len() > 5, "full jitter spreads retries");
+    }
+
+    #[test]
+    fn a_retry_waits_as_long_as_the_upstream_asks_within_max() {
+        let (base, max) = (Duration::from_millis(100), Duration::from_secs(2));
+        assert_eq!(
+            retry_wait(base, max, 1, Some(2)),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(retry_wait(base, max, 3, Some(0)), Some(Duration::ZERO));
+        assert_eq!(retry_wait(base, max, 1, Some(3)), None, "longer than max");
+        assert!(retry_wait(base, max, 1, None).is_some_and(|w| w <= base));
     }
 
     #[test]
