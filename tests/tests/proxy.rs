@@ -367,6 +367,54 @@ fn a_completed_key_is_replayed_without_executing_again() {
     assert_eq!(f.up.counts.effects("k-replay"), 1);
 }
 
+/// A route that takes its key from a header of its own sends the upstream's key in that header
+/// too: the upstream may read it there, and the client's own key in it (sent on as it came) was
+/// one key for two agents upstream. An operator's replay sends the same.
+#[test]
+fn a_key_header_of_the_routes_own_carries_the_upstream_key() {
+    let f = Fx::with(&format!(
+        "{CONFIG}
+[[routes]]
+name = \"payouts\"
+method = \"POST\"
+path = \"/v1/payouts\"
+upstream = \"{{upstream}}\"
+effect = \"write\"
+key.header = \"X-Request-Key\"
+scope.header = \"X-Agent-Id\"
+timeout = \"1s\"
+"
+    ));
+    let sent = || {
+        let h = f.up.counts.last_headers.lock().expect("lock").clone();
+        let get = |name: &str| h.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+        (get("x-request-key"), get("idempotency-key"))
+    };
+    let payout = |agent: &str, fault: Option<&str>| {
+        let mut h = vec![("x-request-key", "po-1"), ("x-agent-id", agent)];
+        h.extend(fault.map(|f| ("x-fault", f)));
+        f.proxy.send("POST", "/v1/payouts", &h, br#"{"amount":5}"#)
+    };
+    for agent in ["agent-1", "agent-2"] {
+        let r = payout(agent, None);
+        assert_eq!(r.status, 201, "{}", r.text());
+        let key = idemgate_proxy::keys::scoped(agent, "po-1");
+        assert_eq!(sent(), (Some(key.clone()), Some(key.clone())), "{agent}");
+        assert_eq!(f.up.counts.effects(&key), 1);
+    }
+    // An operator's replay of a lost response sends it the same way.
+    let lost = payout("agent-3", Some("drop"));
+    assert_eq!(lost.status, 502, "{}", lost.text());
+    let id = lost.json()["entry_id"].as_i64().expect("entry_id");
+    let r = f.proxy.admin_post(
+        &format!("/admin/v1/entries/{id}/replay"),
+        &json!({"operator": "oncall", "reason": "the processor says it did not run"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let key = idemgate_proxy::keys::scoped("agent-3", "po-1");
+    assert_eq!(sent(), (Some(key.clone()), Some(key)));
+}
+
 /// Replays of a key come from memory once read (the ledger's replay cache), but an operator's
 /// purge in another process — the CLI here — reaches the very next retry: it runs again.
 #[test]

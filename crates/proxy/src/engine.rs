@@ -618,13 +618,7 @@ impl Engine {
             h.insert("x-forwarded-for", v);
         }
         if let Some(k) = key {
-            if route.forward_key {
-                if let Some(v) = forward::header_value(k) {
-                    h.insert("idempotency-key", v);
-                }
-            } else if let Some(crate::config::KeySource::Header(name)) = &route.key {
-                h.remove(name.as_str());
-            }
+            keys::send_key(route, &mut h, k);
         }
         h
     }

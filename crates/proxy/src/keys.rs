@@ -1,7 +1,7 @@
 //! Idempotency keys and scopes: from a header, a JSON pointer into the body, or derived from the
 //! canonical arguments. Keys are 1–255 visible ASCII characters (RFC 9110 field-value safe).
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use idemgate_ledger::canon;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -93,6 +93,33 @@ pub fn upstream_key<'k>(route: &Route, scope: &str, key: &'k str) -> std::borrow
         return std::borrow::Cow::Borrowed(key);
     }
     std::borrow::Cow::Owned(scoped(scope, key))
+}
+
+/// Puts the key an upstream is sent ([`upstream_key`]) into `h`, as the route says. With
+/// `forward_key`: as `Idempotency-Key`, and, when the route takes its key from another header, in
+/// that header too, in place of the client's own key (which, scoped, could be another agent's key
+/// to an upstream that reads that header). Without it: the route's key header is left out.
+pub fn send_key(route: &Route, h: &mut HeaderMap, upstream_key: &str) {
+    let own = match &route.key {
+        Some(KeySource::Header(name)) => Some(name.as_str()),
+        _ => None,
+    };
+    if !route.forward_key {
+        if let Some(name) = own {
+            h.remove(name);
+        }
+        return;
+    }
+    let Ok(v) = HeaderValue::from_str(upstream_key) else {
+        return;
+    };
+    if let Some(name) = own.and_then(|n| HeaderName::from_bytes(n.as_bytes()).ok()) {
+        h.insert(name, v.clone());
+    }
+    h.insert(
+        axum::http::header::HeaderName::from_static("idempotency-key"),
+        v,
+    );
 }
 
 /// The UUID [`upstream_key`] sends for `key` in (non-empty) `scope`.

@@ -105,13 +105,7 @@ pub async fn replay(e: &Engine, id: i64, cmd: &ActionCmd) -> Result<ReplayReport
     }
     // The key the first attempt sent, as the proxy does: a replay is the same request.
     headers.remove(UPSTREAM_KEY_HEADER);
-    if route.forward_key {
-        if let Some(v) = forward::header_value(&upstream_key(&d)) {
-            headers.insert("idempotency-key", v);
-        }
-    } else if let Some(crate::config::KeySource::Header(name)) = &route.key {
-        headers.remove(name.as_str());
-    }
+    crate::keys::send_key(route, &mut headers, &upstream_key(&d));
     let method = Method::from_bytes(rd.request.method.as_bytes()).unwrap_or(Method::POST);
     let uri = forward::upstream_uri(&route.upstream, &rd.request.path)
         .map_err(|err| Problem::new(409, "bad-request", "Stored request unusable", err))?;
