@@ -1802,6 +1802,11 @@ fn head_is_a_get_without_the_body_and_other_methods_are_not_allowed() {
     assert_eq!(h.status, 200, "{}", h.text());
     assert!(h.body.is_empty());
     assert_eq!(h.header("x-cache"), Some("MISS"));
+    assert_eq!(
+        h.header("content-length"),
+        Some("10"),
+        "the upstream's GET length"
+    );
     assert_eq!((reads(), last_method().as_str()), (1, "HEAD"));
     let g = f.proxy.send("GET", "/v1/customers/cus_h", &[], b"");
     assert_eq!(

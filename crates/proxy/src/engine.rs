@@ -510,8 +510,8 @@ impl Engine {
         let headers = self.forward_headers(req, None);
         let mut n = 1;
         loop {
-            // Kept whole to cache it (or, for a HEAD, to answer with its length); else streamed.
-            let whole = cached.is_some() || parts.method == Method::HEAD;
+            // Kept whole to cache it; else streamed.
+            let whole = cached.is_some();
             let a = forward::read(
                 &self.client,
                 &parts.method,

@@ -227,8 +227,9 @@ impl ReadAnswer {
     }
 }
 
-/// Sends a read and returns the upstream's answer, whatever its status. With `whole` (to keep it
-/// in the read cache), its body is collected as [`exchange`] does, unless its length says it is
+/// Sends a read and returns the upstream's answer, whatever its status. A `HEAD`'s comes whole,
+/// with the upstream's `content-length`. With `whole` (to keep it in the read cache), its body is
+/// collected as [`exchange`] does, unless its length says it is
 /// over [`MAX_RESPONSE_BODY`]; otherwise the body is streamed, however large: `timeout` covers the
 /// head, and the caller's connection the rest.
 pub async fn read(
@@ -242,6 +243,16 @@ pub async fn read(
 ) -> Result<ReadAnswer, NoAnswer> {
     let deadline = Deadline::after(timeout);
     let resp = send(client, method, uri, headers, body, deadline).await?;
+    if method == Method::HEAD {
+        // No body, and the length a GET's would have, which the caller is told as it is.
+        let length = resp.headers().get(header::CONTENT_LENGTH).cloned();
+        let mut r = collect(resp, deadline).await?;
+        if let Some(l) = length.as_ref().and_then(|l| l.to_str().ok()) {
+            r.headers
+                .push((header::CONTENT_LENGTH.as_str().to_owned(), l.to_owned()));
+        }
+        return Ok(ReadAnswer::Whole(r));
+    }
     let fits = resp
         .body()
         .size_hint()
