@@ -508,10 +508,10 @@ impl Engine {
         let uri = forward::upstream_uri(&route.upstream, pq)
             .map_err(|e| Problem::new(400, "bad-request", "Bad request", e))?;
         let headers = self.forward_headers(req, None);
+        // Kept whole to cache it; else streamed.
+        let whole = cached.is_some();
         let mut n = 1;
         loop {
-            // Kept whole to cache it; else streamed.
-            let whole = cached.is_some();
             let a = forward::read(
                 &self.client,
                 &parts.method,

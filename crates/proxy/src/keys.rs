@@ -100,6 +100,7 @@ pub fn upstream_key<'k>(route: &Route, scope: &str, key: &'k str) -> std::borrow
 /// that header too, in place of the client's own key (which, scoped, could be another agent's key
 /// to an upstream that reads that header). Without it: the route's key header is left out.
 pub fn send_key(route: &Route, h: &mut HeaderMap, upstream_key: &str) {
+    const IDEMPOTENCY_KEY: &str = "idempotency-key";
     let own = match &route.key {
         Some(KeySource::Header(name)) => Some(name.as_str()),
         _ => None,
@@ -113,13 +114,14 @@ pub fn send_key(route: &Route, h: &mut HeaderMap, upstream_key: &str) {
     let Ok(v) = HeaderValue::from_str(upstream_key) else {
         return;
     };
-    if let Some(name) = own.and_then(|n| HeaderName::from_bytes(n.as_bytes()).ok()) {
+    // Named (lower case) by the configuration; the usual one, Idempotency-Key, costs nothing more.
+    let other = own
+        .filter(|n| *n != IDEMPOTENCY_KEY)
+        .and_then(|n| HeaderName::from_bytes(n.as_bytes()).ok());
+    if let Some(name) = other {
         h.insert(name, v.clone());
     }
-    h.insert(
-        axum::http::header::HeaderName::from_static("idempotency-key"),
-        v,
-    );
+    h.insert(HeaderName::from_static(IDEMPOTENCY_KEY), v);
 }
 
 /// The UUID [`upstream_key`] sends for `key` in (non-empty) `scope`.
