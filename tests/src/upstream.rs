@@ -7,6 +7,8 @@
 //! - `status:NNN` — 500/502/504: perform the effect, then answer NNN; 429/503: no effect, answer NNN
 //!   with `Retry-After: 1`; other codes: no effect, answer NNN. A read (`GET /v1/customers...`)
 //!   is answered NNN with the count of reads and an error (429/503: `Retry-After: 7`).
+//! - `stall:MS` — a read's answer stops halfway for MS milliseconds (with `x-answer-bytes: N`,
+//!   the body is N bytes).
 //! - `drop` — perform the effect, then close the connection without a response.
 //! - `delay:MS` — perform the effect, wait MS milliseconds, then answer 201 (`delay:MS:NNN`: NNN;
 //!   with 429 or 503, wait and answer without the effect and without `Retry-After`).
@@ -384,6 +386,14 @@ async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, c: Arc<Counts>) -> st
                 let mut out = head(code, &extra, &body);
                 if req.method != "HEAD" {
                     out.push_str(&body);
+                }
+                if let Some(ms) = fault.strip_prefix("stall:") {
+                    // Half the body, then nothing for MS milliseconds, then the rest.
+                    let (first, rest) = out.split_at(out.len() - body.len() / 2);
+                    s.write_all(first.as_bytes()).await?;
+                    tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(30_000))).await;
+                    s.write_all(rest.as_bytes()).await?;
+                    continue;
                 }
                 s.write_all(out.as_bytes()).await?;
             }

@@ -1762,7 +1762,7 @@ fn a_read_passes_on_the_upstreams_error_answer() {
 
 /// A read is streamed from its upstream: a body larger than the proxy keeps whole (16 MiB, the
 /// most a write's response may be) reaches the caller all the same (it was a `502`), and is not
-/// kept by the read cache.
+/// kept by the read cache; an upstream that stalls mid-body is cut off.
 #[test]
 fn a_read_larger_than_the_proxy_keeps_is_streamed_to_the_caller() {
     let f = Fx::new();
@@ -1787,6 +1787,22 @@ fn a_read_larger_than_the_proxy_keeps_is_streamed_to_the_caller() {
     assert_eq!(
         f.up.counts.reads.load(std::sync::atomic::Ordering::SeqCst),
         2
+    );
+    // An upstream that stops sending halfway is cut off after the route's timeout (1 s) without
+    // a byte: the caller's answer ends short, and does not wait for the upstream (30 s).
+    let started = std::time::Instant::now();
+    let cut = try_request(
+        f.proxy.addr,
+        "GET",
+        "/v1/customers/cus_stalled/export",
+        &[("x-answer-bytes", &size), ("x-fault", "stall:30000")],
+        b"",
+    );
+    assert!(cut.is_none(), "a whole answer from a stalled upstream");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "waited {:?} on a stalled upstream",
+        started.elapsed()
     );
 }
 

@@ -19,6 +19,7 @@ use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use idemgate_ledger::*;
 use metrics::{counter, histogram, Counter, Histogram};
+use tower_http::timeout::TimeoutBody;
 
 use crate::config::{Config, InFlight, Route};
 use crate::forward::{self, Attempt, HttpClient, NoAnswer, ReadAnswer, UpstreamResponse};
@@ -40,7 +41,7 @@ pub const UPSTREAM_KEY_HEADER: &str = "idemgate-upstream-key";
 
 /// The body of every answer the proxy gives: complete before it is sent (a stored response, an
 /// upstream's collected body, a problem), or a read's, streamed from its upstream as it comes.
-pub type ProxyBody = Either<Full<Bytes>, Incoming>;
+pub type ProxyBody = Either<Full<Bytes>, TimeoutBody<Incoming>>;
 
 /// The metric handles of one route, registered once: a `counter!` with labels looks its series up
 /// (hashing the labels, allocating the route's name) on every call.

@@ -11,6 +11,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use idemgate_ledger::ResponseRecord;
+use tower_http::timeout::TimeoutBody;
 
 use crate::config::Upstream;
 
@@ -200,15 +201,31 @@ pub async fn exchange(
 }
 
 /// A read's answer: whole, or its head with the body still on its way, to stream to the caller.
-#[derive(Debug)]
 pub enum ReadAnswer {
     Whole(UpstreamResponse),
     Streamed {
         status: u16,
         /// As [`UpstreamResponse::headers`].
         headers: Vec<(String, String)>,
-        body: Incoming,
+        /// Cut off (an error, so the caller's connection ends short) when the upstream sends
+        /// nothing for the route's `timeout`.
+        body: TimeoutBody<Incoming>,
     },
+}
+
+impl std::fmt::Debug for ReadAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadAnswer::Whole(r) => f.debug_tuple("Whole").field(r).finish(),
+            ReadAnswer::Streamed {
+                status, headers, ..
+            } => f
+                .debug_struct("Streamed")
+                .field("status", status)
+                .field("headers", headers)
+                .finish_non_exhaustive(),
+        }
+    }
 }
 
 impl ReadAnswer {
@@ -231,7 +248,7 @@ impl ReadAnswer {
 /// with the upstream's `content-length`. With `whole` (to keep it in the read cache), its body is
 /// collected as [`exchange`] does, unless its length says it is
 /// over [`MAX_RESPONSE_BODY`]; otherwise the body is streamed, however large: `timeout` covers the
-/// head, and the caller's connection the rest.
+/// head, and then each wait for more of the body.
 pub async fn read(
     client: &HttpClient,
     method: &Method,
@@ -243,14 +260,16 @@ pub async fn read(
 ) -> Result<ReadAnswer, NoAnswer> {
     let deadline = Deadline::after(timeout);
     let resp = send(client, method, uri, headers, body, deadline).await?;
+    // The caller is told the upstream's length: for a HEAD, the length a GET's body would have;
+    // for a streamed body, its own (which the body's timeout hides from hyper).
+    let length = resp
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|l| l.to_str().ok())
+        .map(|l| (header::CONTENT_LENGTH.as_str().to_owned(), l.to_owned()));
     if method == Method::HEAD {
-        // No body, and the length a GET's would have, which the caller is told as it is.
-        let length = resp.headers().get(header::CONTENT_LENGTH).cloned();
         let mut r = collect(resp, deadline).await?;
-        if let Some(l) = length.as_ref().and_then(|l| l.to_str().ok()) {
-            r.headers
-                .push((header::CONTENT_LENGTH.as_str().to_owned(), l.to_owned()));
-        }
+        r.headers.extend(length);
         return Ok(ReadAnswer::Whole(r));
     }
     let fits = resp
@@ -262,10 +281,12 @@ pub async fn read(
         return collect(resp, deadline).await.map(ReadAnswer::Whole);
     }
     let (parts, body) = resp.into_parts();
+    let mut headers = kept_headers(&parts.headers);
+    headers.extend(length);
     Ok(ReadAnswer::Streamed {
         status: parts.status.as_u16(),
-        headers: kept_headers(&parts.headers),
-        body,
+        headers,
+        body: TimeoutBody::new(timeout, body),
     })
 }
 
