@@ -513,16 +513,14 @@ impl Engine {
         let whole = cached.is_some();
         let mut n = 1;
         loop {
-            let a = forward::read(
-                &self.client,
-                &parts.method,
-                uri.clone(),
-                &headers,
-                body.clone(),
-                route.timeout,
-                whole,
-            )
-            .await;
+            let out = forward::Outgoing {
+                method: &parts.method,
+                uri: uri.clone(),
+                headers: &headers,
+                body: body.clone(),
+                timeout: route.timeout,
+            };
+            let a = forward::read(&self.client, out, whole).await;
             // A read does nothing upstream: what the upstream answers is passed on, whatever its
             // status (a 500 with the upstream's own words in it too), once those that say "not
             // now" (408, 425, 429, 503) have had the route's retries.
@@ -928,15 +926,14 @@ pub(crate) async fn drive(
     let mut tries: u32 = 1;
     loop {
         let started = Instant::now();
-        let a = forward::attempt(
-            &e.client,
+        let out = forward::Outgoing {
             method,
-            uri.clone(),
+            uri: uri.clone(),
             headers,
-            body.clone(),
-            route.timeout,
-        )
-        .await;
+            body: body.clone(),
+            timeout: route.timeout,
+        };
+        let a = forward::attempt(&e.client, out).await;
         m.upstream_seconds.record(started.elapsed().as_secs_f64());
         let (why, retry_after, class) = match a {
             Attempt::Executed(resp) => {

@@ -185,18 +185,25 @@ pub enum NoAnswer {
     Broken(String),
 }
 
-/// Sends one request and returns the upstream's answer, whatever its status. `timeout` covers the
-/// whole exchange. [`attempt`] says what the answer means for a write.
+/// One request to an upstream, and how long it may take (`timeout`: the whole exchange for a
+/// write; for a read, its head and then each wait for more of its body).
+#[derive(Debug)]
+pub struct Outgoing<'a> {
+    pub method: &'a Method,
+    pub uri: Uri,
+    pub headers: &'a HeaderMap,
+    pub body: Bytes,
+    pub timeout: Duration,
+}
+
+/// Sends one request and returns the upstream's answer, whatever its status, within the
+/// request's `timeout`. [`attempt`] says what the answer means for a write.
 pub async fn exchange(
     client: &HttpClient,
-    method: &Method,
-    uri: Uri,
-    headers: &HeaderMap,
-    body: Bytes,
-    timeout: Duration,
+    out: Outgoing<'_>,
 ) -> Result<UpstreamResponse, NoAnswer> {
-    let deadline = Deadline::after(timeout);
-    let resp = send(client, method, uri, headers, body, deadline).await?;
+    let deadline = Deadline::after(out.timeout);
+    let resp = send(client, out, deadline).await?;
     collect(resp, deadline).await
 }
 
@@ -251,15 +258,12 @@ impl ReadAnswer {
 /// head, and then each wait for more of the body.
 pub async fn read(
     client: &HttpClient,
-    method: &Method,
-    uri: Uri,
-    headers: &HeaderMap,
-    body: Bytes,
-    timeout: Duration,
+    out: Outgoing<'_>,
     whole: bool,
 ) -> Result<ReadAnswer, NoAnswer> {
+    let (timeout, head) = (out.timeout, out.method == Method::HEAD);
     let deadline = Deadline::after(timeout);
-    let resp = send(client, method, uri, headers, body, deadline).await?;
+    let resp = send(client, out, deadline).await?;
     // The caller is told the upstream's length: for a HEAD, the length a GET's body would have;
     // for a streamed body, its own (which the body's timeout hides from hyper).
     let length = resp
@@ -267,7 +271,7 @@ pub async fn read(
         .get(header::CONTENT_LENGTH)
         .and_then(|l| l.to_str().ok())
         .map(|l| (header::CONTENT_LENGTH.as_str().to_owned(), l.to_owned()));
-    if method == Method::HEAD {
+    if head {
         let mut r = collect(resp, deadline).await?;
         r.headers.extend(length);
         return Ok(ReadAnswer::Whole(r));
@@ -293,16 +297,13 @@ pub async fn read(
 /// Sends one request and waits, until `deadline`, for the head of its answer.
 async fn send(
     client: &HttpClient,
-    method: &Method,
-    uri: Uri,
-    headers: &HeaderMap,
-    body: Bytes,
+    out: Outgoing<'_>,
     deadline: Deadline,
 ) -> Result<Response<Incoming>, NoAnswer> {
-    let mut req = Request::new(Full::new(body));
-    *req.method_mut() = method.clone();
-    *req.uri_mut() = uri;
-    *req.headers_mut() = headers.clone();
+    let mut req = Request::new(Full::new(out.body));
+    *req.method_mut() = out.method.clone();
+    *req.uri_mut() = out.uri;
+    *req.headers_mut() = out.headers.clone();
     match tokio::time::timeout_at(deadline.at, client.request(req)).await {
         Err(_) => Err(deadline.passed()),
         Ok(Err(e)) if e.is_connect() => Err(NoAnswer::Connect(format!(
@@ -371,16 +372,9 @@ pub fn retry_class(status: u16) -> &'static str {
     }
 }
 
-/// Sends one request and classifies what happened. `timeout` covers the whole exchange.
-pub async fn attempt(
-    client: &HttpClient,
-    method: &Method,
-    uri: Uri,
-    headers: &HeaderMap,
-    body: Bytes,
-    timeout: Duration,
-) -> Attempt {
-    classify(exchange(client, method, uri, headers, body, timeout).await)
+/// Sends one request and classifies what happened, within the request's `timeout`.
+pub async fn attempt(client: &HttpClient, out: Outgoing<'_>) -> Attempt {
+    classify(exchange(client, out).await)
 }
 
 fn classify(r: Result<UpstreamResponse, NoAnswer>) -> Attempt {

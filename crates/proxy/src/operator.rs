@@ -207,15 +207,14 @@ pub async fn reconcile(e: &Engine, id: i64, cmd: &ActionCmd) -> Result<Reconcile
         a.set_in(&mut headers);
     }
     let method = Method::from_bytes(probe.method.as_bytes()).unwrap_or(Method::GET);
-    let a = forward::attempt(
-        &e.client,
-        &method,
+    let out = forward::Outgoing {
+        method: &method,
         uri,
-        &headers,
-        Bytes::new(),
-        route.timeout,
-    )
-    .await;
+        headers: &headers,
+        body: Bytes::new(),
+        timeout: route.timeout,
+    };
+    let a = forward::attempt(&e.client, out).await;
     let (status, decision, resolution) = match a {
         Attempt::Executed(r) if (200..300).contains(&r.status) => {
             let status = r.status;
