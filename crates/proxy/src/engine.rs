@@ -550,7 +550,7 @@ impl Engine {
             return match a {
                 Ok(ReadAnswer::Whole(r)) => {
                     let keep = !forward::not_executed(r.status)
-                        && !matches!(r.status, 500 | 502 | 504)
+                        && !forward::outcome_unknown(r.status)
                         && parts.method != Method::HEAD;
                     if let Some((ttl, place)) = cached.take().filter(|_| keep) {
                         self.read_cache.put(place, &parts.headers, &r.record(), ttl);

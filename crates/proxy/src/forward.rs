@@ -362,6 +362,12 @@ pub fn not_executed(status: u16) -> bool {
     matches!(status, 408 | 425 | 429 | 503)
 }
 
+/// Whether an upstream that answered `status` may or may not have acted (500, 502, 504): a
+/// gateway or server failure, after the request reached it.
+pub fn outcome_unknown(status: u16) -> bool {
+    matches!(status, 500 | 502 | 504)
+}
+
 /// The `class` label of a retry after a [`not_executed`] status.
 pub fn retry_class(status: u16) -> &'static str {
     match status {
@@ -397,12 +403,12 @@ fn classify(r: Result<UpstreamResponse, NoAnswer>) -> Attempt {
             retry_after: retry_after_secs(&r.headers),
             class: retry_class(r.status),
         },
+        Ok(r) if outcome_unknown(r.status) => Attempt::Unknown {
+            why: format!("upstream {}", r.status),
+            timed_out: r.status == 504,
+        },
         Ok(r) => match r.status {
             401 | 403 | 407 => Attempt::Refused(r),
-            500 | 502 | 504 => Attempt::Unknown {
-                why: format!("upstream {}", r.status),
-                timed_out: r.status == 504,
-            },
             _ => Attempt::Executed(r),
         },
     }
