@@ -359,7 +359,7 @@ async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, c: Arc<Counts>) -> st
             } else {
                 let n = c.reads.fetch_add(1, Ordering::SeqCst) + 1;
                 // `x-answer-header: NAME: VALUE` asks for that header on the answer.
-                let extra: Vec<(&str, String)> = req
+                let mut extra: Vec<(&str, String)> = req
                     .header("x-answer-header")
                     .and_then(|h| h.split_once(':'))
                     .map(|(n, v)| (n.trim(), v.trim().to_owned()))
@@ -379,7 +379,6 @@ async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, c: Arc<Counts>) -> st
                 } else {
                     format!(r#"{{"read":{n},"error":"the upstream's own words on {code}"}}"#)
                 };
-                let mut extra = extra;
                 if matches!(code, 429 | 503) {
                     extra.push(("retry-after", "7".to_owned()));
                 }
