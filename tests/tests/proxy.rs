@@ -2087,9 +2087,27 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     assert_eq!(request(admin, "GET", "/healthz", &[], b"").status, 200);
     let page = f.proxy.admin_get("/admin/v1/entries?limit=10").json();
     assert_eq!(page["entries"][0]["key"], "k-admin");
-    let bad = f.proxy.admin_get("/admin/v1/entries?limit=notanumber");
-    assert_eq!(bad.status, 400);
-    assert_eq!(bad.code(), "invalid-argument");
+    // A limit out of its range is refused, not quietly changed: 0 had answered one entry.
+    for bad in [
+        "entries?limit=notanumber",
+        "entries?limit=0",
+        "entries?limit=10001",
+        "events?limit=0",
+        "incidents?limit=0",
+        "incidents?limit=1001",
+    ] {
+        let r = f.proxy.admin_get(&format!("/admin/v1/{bad}"));
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert_eq!(r.code(), "invalid-argument", "{bad}");
+    }
+    assert_eq!(
+        f.proxy.admin_get("/admin/v1/entries?limit=10000").status,
+        200
+    );
+    assert_eq!(
+        f.proxy.admin_get("/admin/v1/incidents?limit=1000").status,
+        200
+    );
     let id = page["entries"][0]["id"].as_i64().expect("id");
     let shown = f.proxy.admin_get(&format!("/admin/v1/entries/{id}")).json();
     assert_eq!(shown["timeline"][0]["kind"], "claim");

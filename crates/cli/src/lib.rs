@@ -154,7 +154,8 @@ enum Cmd {
         scope: Option<String>,
         #[arg(long)]
         key: Option<String>,
-        #[arg(long)]
+        /// At most this many entries, the newest.
+        #[arg(long, value_parser = at_least_one)]
         limit: Option<usize>,
         /// One JSON array on stdout.
         #[arg(long)]
@@ -194,7 +195,7 @@ enum Cmd {
         #[arg(long)]
         search: Option<String>,
         /// At most this many events, the newest (stderr says when older ones match too).
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, default_value_t = 100, value_parser = at_least_one)]
         limit: usize,
         #[arg(long)]
         json: bool,
@@ -292,6 +293,15 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// A count of rows: 1 or more (0 would show nothing and say that nothing matched).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 fn init_logging(default_level: &str, format: LogFormat) {

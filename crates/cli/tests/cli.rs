@@ -247,6 +247,16 @@ fn resolving_a_stuck_entry_is_logged_with_operator_and_reason() {
         said(&["log", "--ledger", s(&db), "--key", "no-such-key"]),
         (0, "(no events)".to_owned())
     );
+    // --limit 0 is refused (it had said "(no events)" of a log that has them).
+    for cmd in ["log", "entries"] {
+        let out = idemgate(&[cmd, "--ledger", s(&db), "--limit", "0"]);
+        assert_eq!(out.status.code(), Some(2), "{cmd} --limit 0");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("must be at least 1"),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let shown = json(&["show", "--ledger", s(&db), &id, "--json"]);
     assert_eq!(shown["response"]["status"], 201);
     assert_eq!(shown["external_ref"], "ch_found_upstream");

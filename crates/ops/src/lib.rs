@@ -23,8 +23,10 @@ pub type OpsResult<T> = std::result::Result<T, OpsError>;
 
 /// How long an operator-resolved entry is replayed (when no route config says otherwise).
 pub const DEFAULT_RESOLUTION_TTL_MS: i64 = 24 * 3_600_000;
-/// Hard cap on one page.
+/// The most entries or events one page holds.
 pub const MAX_PAGE: usize = 10_000;
+/// The most incidents one call returns.
+pub const MAX_INCIDENTS: usize = 1_000;
 
 /// The operations, over one ledger.
 #[derive(Debug, Clone)]
@@ -408,11 +410,17 @@ fn check_range(since: Option<Millis>, until: Option<Millis>) -> OpsResult<()> {
     }
 }
 
-fn page(before: Option<i64>, limit: usize) -> Page {
-    Page {
-        before,
-        limit: limit.clamp(1, MAX_PAGE),
+/// A page of at most `limit` rows. A limit of 0, or over `max`, is refused rather than quietly
+/// turned into another one: a caller that asked for 0 rows and got 1, or for 50,000 and got 10,000,
+/// would page wrongly.
+fn page(before: Option<i64>, limit: usize, max: usize) -> OpsResult<Page> {
+    if !(1..=max).contains(&limit) {
+        return Err(OpsError::invalid(
+            "limit",
+            &format!("{limit} is not between 1 and {max}"),
+        ));
     }
+    Ok(Page { before, limit })
 }
 
 impl Ops {
@@ -463,10 +471,9 @@ impl Ops {
         before: Option<i64>,
         limit: usize,
     ) -> OpsResult<EntryPage> {
-        let limit = limit.clamp(1, MAX_PAGE);
         let entries = self
             .store
-            .entries(filter, page(before, limit), now_millis())?;
+            .entries(filter, page(before, limit, MAX_PAGE)?, now_millis())?;
         let next_before = (entries.len() == limit)
             .then(|| entries.last().map(|e| e.id))
             .flatten();
@@ -512,7 +519,10 @@ impl Ops {
                     entry_id: Some(id),
                     ..Default::default()
                 },
-                page(before, 1000),
+                Page {
+                    before,
+                    limit: 1000,
+                },
             )?;
             let done = evs.len() < 1000;
             before = evs.last().map(|e| e.seq);
@@ -557,8 +567,7 @@ impl Ops {
             }
         }
         check_range(filter.since, filter.until)?;
-        let limit = limit.clamp(1, MAX_PAGE);
-        let events = self.store.events(filter, page(before, limit))?;
+        let events = self.store.events(filter, page(before, limit, MAX_PAGE)?)?;
         let next_before = (events.len() == limit)
             .then(|| events.last().map(|e| e.seq))
             .flatten();
@@ -571,7 +580,7 @@ impl Ops {
     pub fn incidents(&self, before: Option<i64>, limit: usize) -> OpsResult<Vec<Incident>> {
         Ok(self
             .store
-            .incidents(page(before, limit.min(1000)), now_millis())?)
+            .incidents(page(before, limit, MAX_INCIDENTS)?, now_millis())?)
     }
 
     pub fn stats(&self, hours: u32) -> OpsResult<Stats> {
