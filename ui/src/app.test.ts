@@ -85,6 +85,38 @@ describe("console UI", () => {
     expect(r?.[1]).toMatchObject({ cmd: { entry_id: 7, as: "completed", external_ref: "ch_9", operator: "dana", reason: "found it upstream", confirm_destructive: false } });
   });
 
+  it("asks a failed entry's response for its error status instead of sending 200", async () => {
+    const show = () => ({ entry: { ...entry(7), lease_owner: "p", request: null, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [] });
+    const { app, calls, prefs } = setup({
+      ...base, show,
+      preview_resolve: () => ({ action: "resolve", count: 1, ids: [7], keys: ["key-7"], destructive: false, skipped: [] }),
+      resolve: () => entry(7, { state: "failed", stuck: false }),
+    });
+    prefs.set("operator", "dana");
+    await app.start();
+    await app.go("entry", 7);
+    q("action-resolve").click();
+    await tick();
+    const as = q("resolve-as") as HTMLSelectElement;
+    const status = q("response-status") as HTMLInputElement;
+    expect(status.value).toBe("200");
+    as.value = "failed";
+    as.dispatchEvent(new Event("change"));
+    expect(status.value).toBe("");
+    expect(status.min).toBe("400");
+    status.value = "402";
+    (q("response-body") as HTMLTextAreaElement).value = '{"error":"card_declined"}';
+    (q("reason-input") as HTMLTextAreaElement).value = "declined upstream";
+    q("confirm-button").click();
+    await tick();
+    const r = calls.find(([c]) => c === "resolve");
+    expect(r?.[1]).toMatchObject({ cmd: { entry_id: 7, as: "failed", response: { status: 402, headers: [], body: '{"error":"card_declined"}' } } });
+    // Back to completed, an emptied status is a success again.
+    as.value = "completed";
+    as.dispatchEvent(new Event("change"));
+    expect(status.value).toBe("402");
+  });
+
   it("needs a second confirmation on a destructive route", async () => {
     const { app, calls, prefs } = setup({
       ...base,

@@ -412,13 +412,22 @@ export class App {
 
   /** The inputs of a resolve: as what, with which response or external reference. */
   private resolveFields(): { el: HTMLElement; value: () => { as: ResolveAs; external_ref: string | null; body: string | null; status: number } } {
-    const as = h("select", { testid: "resolve-as" }, h("option", { attrs: { value: "completed" } }, "completed — it happened"), h("option", { attrs: { value: "failed" } }, "failed — permanent failure"), h("option", { attrs: { value: "released" } }, "released — it did not happen; may run again"));
+    // A failed entry's response carries the upstream's error (400-599), which is not guessed: the
+    // status empties when "failed" is chosen over a success status.
+    const asChanged = (): void => {
+      const failed = as.value === "failed";
+      status.min = failed ? "400" : "200";
+      status.placeholder = failed ? "400-599" : "";
+      if (failed && Number(status.value) < 400) status.value = "";
+      if (!failed && !status.value) status.value = "200";
+    };
+    const as = h("select", { testid: "resolve-as", on: { change: asChanged } }, h("option", { attrs: { value: "completed" } }, "completed — it happened"), h("option", { attrs: { value: "failed" } }, "failed — permanent failure"), h("option", { attrs: { value: "released" } }, "released — it did not happen; may run again"));
     const ext = h("input", { testid: "external-ref-input", attrs: { placeholder: "external reference (e.g. ch_123 found upstream)" } });
     const status = h("input", { testid: "response-status", attrs: { type: "number", value: 200, min: 200, max: 599 } });
     const body = h("textarea", { testid: "response-body", attrs: { rows: 3, placeholder: "response body retries will get (optional if an external reference is given)" } });
     return {
       el: h("div", { class: "fields" }, h("label", null, "Outcome ", as), ext, h("label", null, "Status ", status), body),
-      value: () => ({ as: as.value as ResolveAs, external_ref: ext.value.trim() || null, body: body.value.trim() || null, status: Number(status.value) || 200 }),
+      value: () => ({ as: as.value as ResolveAs, external_ref: ext.value.trim() || null, body: body.value.trim() || null, status: Number(status.value) || (as.value === "failed" ? 0 : 200) }),
     };
   }
 

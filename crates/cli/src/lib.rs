@@ -210,12 +210,13 @@ enum Cmd {
         /// Body of the response retries will get (completed or failed).
         #[arg(long)]
         response_file: Option<PathBuf>,
-        /// Status of that response (200-599; a failed entry's is an error, 400-599).
-        #[arg(long, default_value_t = 200)]
-        status: u16,
+        /// Status of that response: 200-599, 200 when not given; a failed entry's is the
+        /// upstream's error, 400-599, and must be given.
+        #[arg(long, requires = "response_file")]
+        status: Option<u16>,
         /// Content type of that response (default: application/json when the body is JSON, else
         /// text/plain; charset=utf-8).
-        #[arg(long)]
+        #[arg(long, requires = "response_file")]
         content_type: Option<String>,
         /// A reference to the effect upstream (e.g. the charge id you found).
         #[arg(long)]
@@ -485,12 +486,18 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
         } => {
             // Everything is read and checked before the ledger is opened.
             let response = match response_file {
+                Some(_) if status.is_none() && matches!(as_, AsArg::Failed) => {
+                    return Err(OpsError::invalid(
+                        "status",
+                        "a failed entry's response needs --status, the upstream's error (400-599)",
+                    ));
+                }
                 Some(f) => {
                     let body = std::fs::read(&f).map_err(|e| {
                         OpsError::invalid("response-file", &format!("{}: {e}", f.display()))
                     })?;
                     Some(ResponseRecord {
-                        status,
+                        status: status.unwrap_or(200),
                         headers: content_type
                             .map(|ct| vec![("content-type".into(), ct)])
                             .unwrap_or_default(),

@@ -690,6 +690,8 @@ fn refused_operator_actions_leave_the_ledger_byte_for_byte_unchanged() {
     ]);
     let completed_id = completed[0]["id"].to_string();
     let missing_file = dir.path().join("nope.json");
+    let declined = dir.path().join("declined.json");
+    std::fs::write(&declined, br#"{"error":"card_declined"}"#).expect("write");
     let before = ledger_fingerprint(&db);
     assert!(!before.1, "the WAL is checkpointed when the CLI exits");
 
@@ -838,6 +840,46 @@ fn refused_operator_actions_leave_the_ledger_byte_for_byte_unchanged() {
             ],
             1,
             "invalid-argument",
+        ),
+        // A failed entry's response has the upstream's error status, which is not guessed (the
+        // default, 200, is refused for it).
+        (
+            vec![
+                "resolve",
+                "--ledger",
+                l,
+                &stuck_id,
+                "--as",
+                "failed",
+                "--response-file",
+                s(&declined),
+                "--reason",
+                "r",
+                "--operator",
+                "o",
+            ],
+            1,
+            "needs --status",
+        ),
+        // --status and --content-type describe the response file's response; alone, they would
+        // be ignored.
+        (
+            vec![
+                "resolve",
+                "--ledger",
+                l,
+                &stuck_id,
+                "--as",
+                "failed",
+                "--status",
+                "402",
+                "--reason",
+                "r",
+                "--operator",
+                "o",
+            ],
+            2,
+            "--response-file",
         ),
         (
             vec![
