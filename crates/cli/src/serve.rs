@@ -105,9 +105,14 @@ pub fn check(config: &Path) -> Result<ExitCode, CmdError> {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "{}: ok, {} routes (the first that takes a request serves it)",
+        "{}: ok, {} {} (the first that takes a request serves it)",
         config.display(),
-        cfg.routes.len()
+        cfg.routes.len(),
+        if cfg.routes.len() == 1 {
+            "route"
+        } else {
+            "routes"
+        }
     );
     for r in &cfg.routes {
         let _ = writeln!(
