@@ -25,6 +25,7 @@ scope.header = "X-Agent-Id"
 secret_headers = ["X-Processor-Key"]
 secret_query = ["sig"]
 timeout = "500ms"
+retry = { attempts = 3, base = "10ms", max = "100ms" }
 
 [[routes]]
 name = "webhooks"
@@ -35,6 +36,7 @@ effect = "idempotent"
 key.json = "/event_id"
 signature = { secret_env = "ACCESS_WEBHOOK_SECRET", tolerance = "5m" }
 timeout = "500ms"
+retry = { attempts = 3, base = "10ms", max = "100ms" }
 "#;
 
 /// Every secret this test sends or configures; none may be found anywhere idemgate writes.

@@ -41,6 +41,7 @@ effect = "write"
 scope.header = "X-Agent-Id"
 forward_key = true
 timeout = "2500ms"
+retry = { attempts = 3, base = "10ms", max = "200ms" }
 "#;
 
 static SERIAL: Mutex<()> = Mutex::new(());

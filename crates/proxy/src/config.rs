@@ -312,6 +312,9 @@ impl Config {
     }
 }
 
+const NO_TTL: &str =
+    "must be more than zero: a completed call would not be replayed, and its retry would run again";
+
 pub fn parse_duration(field: &str, s: &str) -> Result<Duration, ConfigError> {
     humantime::parse_duration(s.trim()).map_err(|e| {
         invalid(
@@ -474,6 +477,9 @@ impl Config {
         if lease.is_zero() {
             return Err(invalid("defaults.lease", "must be more than zero"));
         }
+        if ttl.is_zero() {
+            return Err(invalid("defaults.ttl", NO_TTL));
+        }
         let listen: SocketAddr = raw.server.listen.parse().map_err(|e| {
             invalid(
                 "server.listen",
@@ -623,11 +629,8 @@ impl Config {
                     "the upstream can only dedupe a key it is sent: needs forward_key = true",
                 ));
             }
-            if timeout >= route_lease {
-                return Err(invalid(
-                    f("timeout"),
-                    format!("{timeout:?} must be shorter than the lease ({route_lease:?}), or a live call would look stuck"),
-                ));
+            if route_lease.is_zero() {
+                return Err(invalid(f("lease"), "must be more than zero"));
             }
             let retry = match &r.retry {
                 None => Retry {
@@ -656,6 +659,25 @@ impl Config {
             } else {
                 retry
             };
+            // A claim's lease covers its first attempt; a retry renews it, then waits (up to
+            // retry.max, as long as the upstream's Retry-After asks) and tries (up to timeout).
+            // A call still running past its lease would look stuck, and an operator could
+            // release it and have it run twice.
+            let retry_wait = if retry.attempts > 1 && effect != Effect::Read {
+                retry.max
+            } else {
+                Duration::ZERO
+            };
+            if timeout + retry_wait >= route_lease {
+                return Err(invalid(
+                    f("timeout"),
+                    if retry_wait.is_zero() {
+                        format!("{timeout:?} must be shorter than the lease ({route_lease:?}), or a live call would look stuck")
+                    } else {
+                        format!("{timeout:?}, plus a retry's wait of up to retry.max ({retry_wait:?}), must be shorter than the lease ({route_lease:?}), or a live call would look stuck")
+                    },
+                ));
+            }
             let reject_duplicates = match r.on_duplicate_suspect.as_deref().unwrap_or("flag") {
                 "flag" => false,
                 "reject" => true,
@@ -786,7 +808,10 @@ impl Config {
                 reconcile,
                 cache_ttl,
                 ttl: match &r.ttl {
-                    Some(t) => parse_duration(&f("ttl"), t)?,
+                    Some(t) => match parse_duration(&f("ttl"), t)? {
+                        t if t.is_zero() => return Err(invalid(f("ttl"), NO_TTL)),
+                        t => t,
+                    },
                     None => ttl,
                 },
                 lease: route_lease,
@@ -863,6 +888,15 @@ mod tests {
         assert!(err(&route("effect2 = 1")).contains("unknown field"));
         assert!(err(&route("retry = { attempts = 0 }")).contains("retry.attempts"));
         assert!(err(&route("timeout = \"60s\"")).contains("shorter than the lease"));
+        // A retry's wait counts: 25s plus 10s passes a 30s lease, though each alone does not.
+        let long_wait = "timeout = \"25s\"\nretry = { attempts = 2, max = \"10s\" }";
+        assert!(err(&route(long_wait)).contains("plus a retry's wait of up to retry.max (10s)"));
+        let one_try = "timeout = \"25s\"\nretry = { attempts = 1, max = \"10s\" }";
+        assert!(Config::parse(&route(one_try)).is_ok(), "no retry, no wait");
+        assert!(err(&route("lease = \"0s\"")).contains(".lease: must be more than zero"));
+        assert!(err(&route("ttl = \"0s\"")).contains(".ttl: must be more than zero"));
+        assert!(err(&format!("{BASE}[defaults]\nttl = \"0ms\""))
+            .contains("defaults.ttl: must be more than zero"));
         // A route an earlier one takes every request of is refused; listed first, it is used.
         let two = |first: (&str, &str), second: (&str, &str)| {
             let r = |name: &str, (method, path): (&str, &str)| {
