@@ -8,7 +8,7 @@
 //!   with `Retry-After: 1`; other codes: no effect, answer NNN. A read (`GET /v1/customers...`)
 //!   is answered NNN with the count of reads and an error (429/503: `Retry-After: 7`).
 //! - `stall:MS` — a read's answer stops halfway for MS milliseconds (with `x-answer-bytes: N`,
-//!   the body is N bytes).
+//!   the body is N bytes; with `x-answer-chunked: 1`, a read's body is chunked).
 //! - `drop` — perform the effect, then close the connection without a response.
 //! - `delay:MS` — perform the effect, wait MS milliseconds, then answer 201 (`delay:MS:NNN`: NNN;
 //!   with 429 or 503, wait and answer without the effect and without `Retry-After`).
@@ -22,7 +22,8 @@
 //! counts reads (a `HEAD` too, answered with the `GET`'s head and no body);
 //! `GET /v1/charges?idempotency_key=K` is a reconcile probe (200 if K's effect happened, 404 if
 //! not); anything else performs the effect and answers 201 with a JSON body naming the key, the
-//! effect number and whether an `authorization` header arrived.
+//! effect number and whether an `authorization` header arrived (with `x-answer-bytes: N`, an
+//! answer of N bytes).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -382,6 +383,21 @@ async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, c: Arc<Counts>) -> st
                 if matches!(code, 429 | 503) {
                     extra.push(("retry-after", "7".to_owned()));
                 }
+                // `x-answer-chunked: 1`: the body comes chunked, its length not told up front.
+                if req.header("x-answer-chunked").is_some() {
+                    let mut out = format!(
+                        "HTTP/1.1 {code} X\r\ncontent-type: text/plain\r\n\
+                         transfer-encoding: chunked\r\n\r\n"
+                    );
+                    for piece in body.as_bytes().chunks(64 << 10) {
+                        out.push_str(&format!("{:x}\r\n", piece.len()));
+                        out.push_str(std::str::from_utf8(piece).unwrap_or_default());
+                        out.push_str("\r\n");
+                    }
+                    out.push_str("0\r\n\r\n");
+                    s.write_all(out.as_bytes()).await?;
+                    continue;
+                }
                 let mut out = head(code, &extra, &body);
                 if req.method != "HEAD" {
                     out.push_str(&body);
@@ -450,6 +466,11 @@ async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, c: Arc<Counts>) -> st
             c.effect(&key)
         };
         let auth = req.header("authorization").is_some();
+        // `x-answer-bytes: N` asks for an answer of N bytes.
+        if let Some(size) = req.header("x-answer-bytes").and_then(|b| b.parse().ok()) {
+            write_resp(&mut s, 201, &[], &"x".repeat(size)).await?;
+            continue;
+        }
         let body = format!(
             r#"{{"id":"ch_{}","key":"{key}","effect":{effect_no},"saw_authorization":{auth},"bytes":{}}}"#,
             c.total(),

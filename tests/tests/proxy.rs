@@ -62,6 +62,7 @@ upstream = "{upstream}"
 effect = "idempotent"
 key.json = "/event_id"
 signature = { secret_env = "TEST_WEBHOOK_SECRET", tolerance = "5m" }
+retry = { attempts = 3, base = "10ms", max = "50ms" }
 
 [[routes]]
 name = "emails"
@@ -71,6 +72,7 @@ path = "/v1/emails"
 upstream = "{upstream}"
 effect = "write"
 key.derive = ["/to", "/template"]
+retry = { attempts = 3, base = "10ms", max = "50ms" }
 
 [[routes]]
 name = "cancel"
@@ -383,6 +385,7 @@ effect = \"write\"
 key.header = \"X-Request-Key\"
 scope.header = \"X-Agent-Id\"
 timeout = \"1s\"
+retry = {{ attempts = 3, base = \"10ms\", max = \"50ms\" }}
 "
     ));
     let sent = || {
@@ -740,8 +743,21 @@ fn an_unknown_outcome_is_held_as_stuck_and_never_run_again() {
             "{key}: no automatic retry of an unknown outcome"
         );
     }
+    // A success whose answer is too long to keep for retries is held too, and says that the
+    // upstream acted (it had said only that the body "failed").
+    let size = (idemgate_proxy::forward::MAX_RESPONSE_BODY + 1).to_string();
+    let r = f.charge("k-huge", r#"{"amount":5}"#, &[("x-answer-bytes", &size)]);
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.code(), "outcome-unknown");
+    let detail = r.json()["detail"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        detail.contains("answered 201 (so it acted), with a body over the 16 MiB"),
+        "{detail}"
+    );
+    assert_eq!(f.charge("k-huge", r#"{"amount":5}"#, &[]).status, 409);
+    assert_eq!((f.effects("k-huge"), f.requests("k-huge")), (1, 1));
     let stuck = f.entries(&["--stuck"]);
-    assert_eq!(stuck.len(), 3);
+    assert_eq!(stuck.len(), 4);
     assert!(stuck
         .iter()
         .all(|e| e["outcome_unknown"] == true && e["state"] == "pending"));
@@ -1788,6 +1804,29 @@ fn a_read_larger_than_the_proxy_keeps_is_streamed_to_the_caller() {
         f.up.counts.reads.load(std::sync::atomic::Ordering::SeqCst),
         2
     );
+    // A chunked body does not tell its length: the cache reads it until it passes the limit, and
+    // the caller gets what was read and the rest (it was a `502`). One that fits is kept.
+    for (size, cache) in [(size.as_str(), "MISS"), ("100000", "HIT")] {
+        for _ in 0..2 {
+            let r = f.proxy.send(
+                "GET",
+                &format!("/v1/customers/cus_chunked_{size}"),
+                &[("x-answer-bytes", size), ("x-answer-chunked", "1")],
+                b"",
+            );
+            let shown = String::from_utf8_lossy(&r.body[..200.min(r.body.len())]).into_owned();
+            assert_eq!(r.status, 200, "{shown}");
+            assert_eq!(r.body.len().to_string(), size, "{shown}");
+            assert!(r.body.iter().all(|&b| b == b'x'));
+        }
+        let again = f.proxy.send(
+            "GET",
+            &format!("/v1/customers/cus_chunked_{size}"),
+            &[("x-answer-bytes", size), ("x-answer-chunked", "1")],
+            b"",
+        );
+        assert_eq!(again.header("x-cache"), Some(cache), "{size} bytes");
+    }
     // An upstream that stops sending halfway is cut off after the route's timeout (1 s) without
     // a byte: the caller's answer ends short, and does not wait for the upstream (30 s).
     let started = std::time::Instant::now();
@@ -2307,7 +2346,7 @@ fn serve_refuses_to_start_without_an_admin_token_or_with_a_bad_config() {
 fn a_route_that_does_not_forward_the_key_never_sends_it() {
     let f = Fx::with(&format!(
         "{CONFIG}\n[[routes]]\nname = \"quiet\"\nmethod = \"POST\"\npath = \"/v1/quiet\"\n\
-         upstream = \"{{upstream}}\"\neffect = \"write\"\nforward_key = false\ntimeout = \"1s\"\n"
+         upstream = \"{{upstream}}\"\neffect = \"write\"\nforward_key = false\ntimeout = \"1s\"\nretry = {{ attempts = 1 }}\n"
     ));
     let key_sent = || {
         let h = f.up.counts.last_headers.lock().expect("lock").clone();

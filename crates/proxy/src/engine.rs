@@ -19,7 +19,6 @@ use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use idemgate_ledger::*;
 use metrics::{counter, histogram, Counter, Histogram};
-use tower_http::timeout::TimeoutBody;
 
 use crate::config::{Config, InFlight, Route};
 use crate::forward::{self, Attempt, HttpClient, NoAnswer, ReadAnswer, UpstreamResponse};
@@ -41,7 +40,7 @@ pub const UPSTREAM_KEY_HEADER: &str = "idemgate-upstream-key";
 
 /// The body of every answer the proxy gives: complete before it is sent (a stored response, an
 /// upstream's collected body, a problem), or a read's, streamed from its upstream as it comes.
-pub type ProxyBody = Either<Full<Bytes>, TimeoutBody<Incoming>>;
+pub type ProxyBody = Either<Full<Bytes>, forward::StreamedBody>;
 
 /// The metric handles of one route, registered once: a `counter!` with labels looks its series up
 /// (hashing the labels, allocating the route's name) on every call.
@@ -586,6 +585,13 @@ impl Engine {
                 Err(NoAnswer::Broken(why)) => {
                     Err(Problem::new(502, "upstream-error", "Upstream error", why))
                 }
+                // Only a HEAD's answer is read whole without a way to stream the rest.
+                Err(NoAnswer::TooLarge { status }) => Err(Problem::new(
+                    502,
+                    "upstream-error",
+                    "Upstream error",
+                    forward::too_large(status),
+                )),
             };
         }
     }

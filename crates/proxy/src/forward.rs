@@ -1,12 +1,14 @@
 //! Talking to upstreams: header hygiene (hop-by-hop, secrets), one attempt with a timeout, and the
 //! classification of its outcome — the heart of "was it executed?".
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Body, Incoming};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -183,6 +185,8 @@ pub enum NoAnswer {
     Timeout(String),
     /// The connection failed after the request was sent, or the answer's body did.
     Broken(String),
+    /// The answer's body is longer than [`MAX_RESPONSE_BODY`], so it could not be kept.
+    TooLarge { status: u16 },
 }
 
 /// One request to an upstream, and how long it may take (`timeout`: the whole exchange for a
@@ -214,10 +218,51 @@ pub enum ReadAnswer {
         status: u16,
         /// As [`UpstreamResponse::headers`].
         headers: Vec<(String, String)>,
-        /// Cut off (an error, so the caller's connection ends short) when the upstream sends
-        /// nothing for the route's `timeout`.
-        body: TimeoutBody<Incoming>,
+        body: StreamedBody,
     },
+}
+
+pin_project_lite::pin_project! {
+    /// A read's body, streamed to the caller as it arrives from the upstream: first what was
+    /// already read of it (a body meant for the read cache that turned out longer than
+    /// [`MAX_RESPONSE_BODY`]), then the rest. Cut off (an error, so the caller's connection ends
+    /// short) when the upstream sends nothing for the route's `timeout`.
+    pub struct StreamedBody {
+        read: std::vec::IntoIter<Bytes>,
+        #[pin]
+        rest: TimeoutBody<Incoming>,
+    }
+}
+
+impl Body for StreamedBody {
+    type Data = Bytes;
+    type Error = <TimeoutBody<Incoming> as Body>::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.project();
+        match this.read.next() {
+            Some(b) => Poll::Ready(Some(Ok(Frame::data(b)))),
+            None => this.rest.poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.read.len() == 0 && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let read: usize = self.read.as_slice().iter().map(Bytes::len).sum();
+        let rest = self.rest.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower() + read as u64);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + read as u64);
+        }
+        hint
+    }
 }
 
 impl std::fmt::Debug for ReadAnswer {
@@ -281,16 +326,32 @@ pub async fn read(
         .size_hint()
         .upper()
         .is_none_or(|n| n <= MAX_RESPONSE_BODY as u64);
-    if whole && fits {
-        return collect(resp, deadline).await.map(ReadAnswer::Whole);
-    }
     let (parts, body) = resp.into_parts();
+    let status = parts.status.as_u16();
+    // A body of unknown length is read for the cache until it passes the limit; then what was
+    // read, and the rest, are streamed.
+    let (read, rest) = match whole && fits {
+        true => match gather(status, body, deadline).await? {
+            Gathered::Whole(b) => {
+                return Ok(ReadAnswer::Whole(upstream_response(
+                    status,
+                    &parts.headers,
+                    b,
+                )))
+            }
+            Gathered::Over { read, rest } => (read, rest),
+        },
+        false => (Vec::new(), body),
+    };
     let mut headers = kept_headers(&parts.headers);
     headers.extend(length);
     Ok(ReadAnswer::Streamed {
-        status: parts.status.as_u16(),
+        status,
         headers,
-        body: TimeoutBody::new(timeout, body),
+        body: StreamedBody {
+            read: read.into_iter(),
+            rest: TimeoutBody::new(timeout, rest),
+        },
     })
 }
 
@@ -325,15 +386,58 @@ async fn collect(
 ) -> Result<UpstreamResponse, NoAnswer> {
     let (parts, body) = resp.into_parts();
     let status = parts.status.as_u16();
-    match tokio::time::timeout_at(deadline.at, Limited::new(body, MAX_RESPONSE_BODY).collect())
-        .await
-    {
-        Err(_) => Err(deadline.passed()),
-        Ok(Ok(b)) => Ok(upstream_response(status, &parts.headers, b.to_bytes())),
-        Ok(Err(e)) => Err(NoAnswer::Broken(format!(
-            "upstream {status}, then its body failed: {e}"
-        ))),
+    match gather(status, body, deadline).await? {
+        Gathered::Whole(b) => Ok(upstream_response(status, &parts.headers, b)),
+        Gathered::Over { .. } => Err(NoAnswer::TooLarge { status }),
     }
+}
+
+/// A body read whole, or read until it passed [`MAX_RESPONSE_BODY`]: what was read, and the rest.
+enum Gathered {
+    Whole(Bytes),
+    Over { read: Vec<Bytes>, rest: Incoming },
+}
+
+/// Reads a body until its end or until it passes [`MAX_RESPONSE_BODY`], by `deadline`. A body
+/// that comes in one piece (most do) is kept as it came, not copied.
+async fn gather(status: u16, mut body: Incoming, deadline: Deadline) -> Result<Gathered, NoAnswer> {
+    let mut read: Vec<Bytes> = Vec::new();
+    let mut len = 0usize;
+    loop {
+        let frame = match tokio::time::timeout_at(deadline.at, body.frame()).await {
+            Err(_) => return Err(deadline.passed()),
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
+                return Err(NoAnswer::Broken(format!(
+                    "upstream {status}, then its body failed: {e}"
+                )))
+            }
+            Ok(Some(Ok(f))) => f,
+        };
+        // Trailers are not kept: a stored answer has none.
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if data.is_empty() {
+            continue;
+        }
+        len += data.len();
+        read.push(data);
+        if len > MAX_RESPONSE_BODY {
+            return Ok(Gathered::Over { read, rest: body });
+        }
+    }
+    Ok(Gathered::Whole(match read.len() {
+        0 => Bytes::new(),
+        1 => read.pop().unwrap_or_default(),
+        _ => {
+            let mut all = bytes::BytesMut::with_capacity(len);
+            for b in read {
+                all.extend_from_slice(&b);
+            }
+            all.freeze()
+        }
+    }))
 }
 
 /// When an exchange must be over: its route's `timeout` from when it began.
@@ -398,6 +502,16 @@ fn classify(r: Result<UpstreamResponse, NoAnswer>) -> Attempt {
             why,
             timed_out: false,
         },
+        // The status says what happened; the body cannot be kept, so it cannot be replayed.
+        Err(NoAnswer::TooLarge { status }) if not_executed(status) => Attempt::NotExecuted {
+            why: format!("upstream {status}"),
+            retry_after: None,
+            class: retry_class(status),
+        },
+        Err(NoAnswer::TooLarge { status }) => Attempt::Unknown {
+            why: too_large(status),
+            timed_out: false,
+        },
         Ok(r) if not_executed(r.status) => Attempt::NotExecuted {
             why: format!("upstream {}", r.status),
             retry_after: retry_after_secs(&r.headers),
@@ -412,6 +526,21 @@ fn classify(r: Result<UpstreamResponse, NoAnswer>) -> Attempt {
             _ => Attempt::Executed(r),
         },
     }
+}
+
+/// Why an answer too long to keep is held: for a success, the effect happened, yet no retry could
+/// be given the answer.
+pub fn too_large(status: u16) -> String {
+    let acted = if (200..300).contains(&status) {
+        " (so it acted)"
+    } else {
+        ""
+    };
+    format!(
+        "the upstream answered {status}{acted}, with a body over the {} MiB idemgate keeps to \
+         answer retries",
+        MAX_RESPONSE_BODY >> 20
+    )
 }
 
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
