@@ -590,6 +590,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_answer_too_long_to_keep_is_classified_by_its_status() {
+        match classify(Err(NoAnswer::TooLarge { status: 503 })) {
+            Attempt::NotExecuted { class, .. } => assert_eq!(class, "status_503"),
+            other => panic!("a 503 is not executed, whatever its body: {other:?}"),
+        }
+        match classify(Err(NoAnswer::TooLarge { status: 201 })) {
+            Attempt::Unknown { why, timed_out } => {
+                assert!(why.contains("201 (so it acted)"), "{why}");
+                assert!(!timed_out);
+            }
+            other => panic!("a success that cannot be replayed is held: {other:?}"),
+        }
+    }
+
+    #[test]
     fn backoff_is_capped_and_jittered() {
         let base = Duration::from_millis(100);
         let max = Duration::from_secs(2);
