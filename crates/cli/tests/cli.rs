@@ -1027,4 +1027,20 @@ fn reading_a_missing_ledger_is_an_error_and_creates_nothing() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("ledger-not-found"));
     assert!(!p.exists());
+    // A PostgreSQL ledger that cannot be reached says why (it said only "error connecting to
+    // server"), and that the ledger is unavailable (it said it "cannot take writes" of a read).
+    let out = idemgate(&[
+        "entries",
+        "--ledger",
+        "postgres://nobody@127.0.0.1:1/absent",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("ledger-unavailable")
+            && err.contains("the ledger is unavailable right now")
+            && err.contains("error connecting to server: ")
+            && err.to_lowercase().contains("refused"),
+        "{err}"
+    );
 }

@@ -29,7 +29,7 @@ pub enum LedgerError {
     Unsupported(String),
     #[error("operator actions need a non-empty operator name and reason")]
     MissingActor,
-    #[error("the ledger cannot take writes right now: {0}")]
+    #[error("the ledger is unavailable right now: {0}")]
     Unavailable(String),
     #[error("the ledger is closed")]
     Closed,
@@ -103,11 +103,20 @@ impl LedgerError {
 
 /// A PostgreSQL error with the server's message, when there is one (the driver's own `Display`
 /// says only "db error").
-fn pg_message(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{}: {}", db.severity(), db.message()),
-        None => e.to_string(),
+/// What PostgreSQL said, or what failed on the way to it, with its cause ("error connecting to
+/// server: Connection refused (os error 111)", not only "error connecting to server").
+pub(crate) fn pg_message(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{}: {}", db.severity(), db.message());
     }
+    let mut said = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        said.push_str(": ");
+        said.push_str(&c.to_string());
+        cause = c.source();
+    }
+    said
 }
 
 pub type Result<T, E = LedgerError> = std::result::Result<T, E>;

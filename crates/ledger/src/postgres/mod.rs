@@ -190,8 +190,11 @@ pub(crate) struct PgConn {
 
 impl PgConn {
     pub(crate) fn connect(config: &Config) -> Result<PgConn> {
-        let unavailable = |e: &dyn std::fmt::Display| {
-            LedgerError::Unavailable(format!("cannot connect to PostgreSQL: {e}"))
+        let unavailable = |e: &tokio_postgres::Error| {
+            LedgerError::Unavailable(format!(
+                "cannot connect to PostgreSQL: {}",
+                crate::error::pg_message(e)
+            ))
         };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
