@@ -650,6 +650,23 @@ fn export_ranges_are_contiguous_and_verify() {
     assert!(first > 1 && last > first);
     assert_eq!(m["count"].as_i64(), Some(last - first + 1));
     assert_eq!(verify_json(&["--export", s(&file)]).0, 0);
+    // An export is a file and a manifest: "-" (it wrote a file named "-") and a directory (an
+    // i/o error naming nothing) are refused, and nothing is written.
+    let cwd = tempfile::tempdir().expect("tempdir");
+    for (out, said) in [
+        ("-", "name a file, not -"),
+        (s(dir.path()), "is a directory"),
+    ] {
+        let r = Command::new(BIN)
+            .args(["export", "--ledger", s(&db), "--format", "csv", "-o", out])
+            .current_dir(cwd.path())
+            .output()
+            .expect("run idemgate");
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(1), "{out}: {err}");
+        assert!(err.contains(said), "{out}: {err}");
+    }
+    assert_eq!(std::fs::read_dir(cwd.path()).expect("dir").count(), 0);
 }
 
 fn ledger_fingerprint(db: &Path) -> (String, bool) {

@@ -735,6 +735,19 @@ impl Ops {
         if cmd.path.trim().is_empty() {
             return Err(OpsError::invalid("path", "name an output file"));
         }
+        // An export is a file with its manifest beside it: neither goes to standard output.
+        if cmd.path == "-" {
+            return Err(OpsError::invalid(
+                "path",
+                "an export is a file with its manifest beside it: name a file, not -",
+            ));
+        }
+        if path.is_dir() {
+            return Err(OpsError::invalid(
+                "path",
+                &format!("{} is a directory: name a file in it", path.display()),
+            ));
+        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             if !dir.is_dir() {
                 return Err(OpsError::invalid(
