@@ -138,7 +138,7 @@ pub fn entries(
         )?;
         Ok(())
     })?;
-    writeln!(out, "({n} entries)")?;
+    writeln!(out, "({})", counted(n as u64, "entry", "entries"))?;
     Ok(())
 }
 
@@ -324,9 +324,9 @@ pub fn preview(out: &mut Out<'_>, p: &Preview, json: bool) -> R {
     }
     writeln!(
         out,
-        "{} would touch {} entries{}",
+        "{} would touch {}{}",
         p.action,
-        p.count,
+        counted(p.count as u64, "entry", "entries"),
         if p.destructive {
             " (destructive route: needs --confirm-destructive)"
         } else {
@@ -348,8 +348,8 @@ pub fn purged(out: &mut Out<'_>, r: &PurgeReport, json: bool) -> R {
     }
     writeln!(
         out,
-        "purged {} entries{}",
-        r.purged.len(),
+        "purged {}{}",
+        counted(r.purged.len() as u64, "entry", "entries"),
         if r.purged.is_empty() { "" } else { ":" }
     )?;
     for id in &r.purged {
@@ -414,8 +414,10 @@ pub fn copied(out: &mut Out<'_>, r: &idemgate_ledger::copy::CopyReport, json: bo
     }
     writeln!(
         out,
-        "copied {} entries, {} collisions, {} events",
-        r.entries, r.collisions, r.events
+        "copied {}, {}, {}",
+        counted(r.entries as u64, "entry", "entries"),
+        counted(r.collisions as u64, "collision", "collisions"),
+        counted(r.events as u64, "event", "events")
     )?;
     match &r.head {
         Some(h) => writeln!(out, "chain head seq {} {}", h.seq, h.hash)?,
@@ -475,4 +477,9 @@ pub fn demo(out: &mut Out<'_>, path: &str, r: &DemoReport) -> R {
     )?;
     writeln!(out, "try: idemgate entries --ledger {path} --stuck")?;
     Ok(())
+}
+
+/// "1 entry", "2 entries".
+fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }

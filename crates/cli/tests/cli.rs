@@ -168,6 +168,14 @@ fn entries_json_has_the_stable_fields_and_respects_limit() {
         "--json",
     ]);
     assert_eq!(by_key.as_array().expect("array").len(), 1);
+    let text = ok(&[
+        "entries",
+        "--ledger",
+        s(&db),
+        "--key",
+        one["key"].as_str().expect("key"),
+    ]);
+    assert!(text.trim_end().ends_with("(1 entry)"), "{text}");
 }
 
 #[test]
