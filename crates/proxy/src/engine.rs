@@ -502,7 +502,7 @@ impl Engine {
         if let Some((_, place)) = &cached {
             if let Some(r) = self.read_cache.get(place, &parts.headers) {
                 req.metrics.cache_hit.increment(1);
-                return Ok(respond(r, None, false, Some("HIT")));
+                return Ok(respond_upstream(r, None, Some("HIT")));
             }
         }
         let uri = forward::upstream_uri(&route.upstream, pq)
@@ -552,7 +552,7 @@ impl Engine {
                         && !forward::outcome_unknown(r.status)
                         && parts.method != Method::HEAD;
                     if let Some((ttl, place)) = cached.take().filter(|_| keep) {
-                        self.read_cache.put(place, &parts.headers, &r.record(), ttl);
+                        self.read_cache.put(place, &parts.headers, &r, ttl);
                     }
                     req.metrics.forwarded.increment(1);
                     Ok(respond_upstream(r, None, route.cache_ttl.map(|_| "MISS")))

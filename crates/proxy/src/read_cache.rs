@@ -12,38 +12,73 @@
 //! - **`HEAD`** is answered from a kept `GET` response, and its own responses are not kept.
 //! - **`Vary`.** A response answers a later request only when the request headers it names have
 //!   the values they had.
+//! - **Bounded.** At most [`CAP`] responses and [`CAP_BYTES`] of them; a response that does not
+//!   fit is not kept until expired ones make room. A hit shares the kept body, never copies it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::http::{request::Parts, HeaderMap, Method};
-use idemgate_ledger::{ResponseRecord, ALWAYS_REDACTED_HEADERS};
+use idemgate_ledger::ALWAYS_REDACTED_HEADERS;
 use sha2::{Digest, Sha256};
 
 use crate::config::Route;
+use crate::forward::UpstreamResponse;
 
 /// The most responses kept.
 const CAP: usize = 10_000;
+/// The most bytes of responses (bodies, header names and values) kept: without it, 10,000
+/// responses of up to 16 MiB each could hold 160 GiB.
+pub const CAP_BYTES: usize = 64 << 20;
 
 struct Kept {
     until: Instant,
     /// The request headers the response varies on (lower case), with the values they had.
     vary: Vec<(String, Option<String>)>,
-    response: ResponseRecord,
+    response: UpstreamResponse,
+    bytes: usize,
+}
+
+#[derive(Default)]
+struct Store {
+    map: HashMap<String, Kept>,
+    /// The sum of the kept responses' `bytes`.
+    bytes: usize,
 }
 
 /// See the module's comment.
 #[derive(Default)]
 pub struct ReadCache {
-    kept: Mutex<HashMap<String, Kept>>,
+    kept: Mutex<Store>,
 }
 
 impl std::fmt::Debug for ReadCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = self.kept.lock().map_or(0, |k| k.len());
-        f.debug_struct("ReadCache").field("kept", &n).finish()
+        let (n, bytes) = self.kept.lock().map_or((0, 0), |k| (k.map.len(), k.bytes));
+        f.debug_struct("ReadCache")
+            .field("kept", &n)
+            .field("bytes", &bytes)
+            .finish()
     }
+}
+
+impl Store {
+    /// Whether a response of `bytes` may be kept at `key`, in place of what is kept there.
+    fn has_room(&self, key: &str, bytes: usize) -> bool {
+        let replaced = self.map.get(key).map(|k| k.bytes);
+        (replaced.is_some() || self.map.len() < CAP)
+            && self.bytes - replaced.unwrap_or(0) + bytes <= CAP_BYTES
+    }
+}
+
+/// What a response costs the cache.
+fn size_of(r: &UpstreamResponse) -> usize {
+    r.body.len()
+        + r.headers
+            .iter()
+            .map(|(n, v)| n.len() + v.len())
+            .sum::<usize>()
 }
 
 /// A request's place in the cache.
@@ -100,9 +135,9 @@ impl ReadCache {
 
     /// The response kept at `place` for a request with `headers`, if it is fresh and was made for
     /// these values of the headers it varies on.
-    pub fn get(&self, place: &Lookup, headers: &HeaderMap) -> Option<ResponseRecord> {
+    pub fn get(&self, place: &Lookup, headers: &HeaderMap) -> Option<UpstreamResponse> {
         let kept = self.kept.lock().ok()?;
-        let k = kept.get(&place.key)?;
+        let k = kept.map.get(&place.key)?;
         let same = k.vary.iter().all(|(n, v)| joined(headers, n) == *v);
         (Instant::now() < k.until && same).then(|| k.response.clone())
     }
@@ -113,7 +148,7 @@ impl ReadCache {
         &self,
         place: Lookup,
         headers: &HeaderMap,
-        response: &ResponseRecord,
+        response: &UpstreamResponse,
         ttl: Duration,
     ) {
         if response.status != 200 {
@@ -149,23 +184,26 @@ impl ReadCache {
                 (n, v)
             })
             .collect();
+        let bytes = size_of(response);
         let Ok(mut kept) = self.kept.lock() else {
             return;
         };
         let now = Instant::now();
-        if kept.len() >= CAP {
-            kept.retain(|_, k| now < k.until);
+        if !kept.has_room(&place.key, bytes) {
+            kept.map.retain(|_, k| now < k.until);
+            kept.bytes = kept.map.values().map(|k| k.bytes).sum();
+            if !kept.has_room(&place.key, bytes) {
+                return;
+            }
         }
-        if kept.len() < CAP || kept.contains_key(&place.key) {
-            kept.insert(
-                place.key,
-                Kept {
-                    until: now + ttl,
-                    vary,
-                    response: response.clone(),
-                },
-            );
-        }
+        let k = Kept {
+            until: now + ttl,
+            vary,
+            response: response.clone(),
+            bytes,
+        };
+        let replaced = kept.map.insert(place.key, k).map_or(0, |old| old.bytes);
+        kept.bytes = kept.bytes + bytes - replaced;
     }
 }
 
@@ -206,4 +244,55 @@ fn split<'a>(values: impl Iterator<Item = &'a str>) -> Vec<(String, Option<Strin
             None => (d.to_ascii_lowercase(), None),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn ok(body: usize) -> UpstreamResponse {
+        UpstreamResponse {
+            status: 200,
+            headers: vec![("content-type".into(), "text/plain".into())],
+            body: Bytes::from(vec![b'x'; body]),
+        }
+    }
+
+    fn at(key: &str) -> Lookup {
+        Lookup { key: key.into() }
+    }
+
+    #[test]
+    fn the_cache_keeps_at_most_its_bytes_and_shares_what_it_keeps() {
+        let c = ReadCache::default();
+        let h = HeaderMap::new();
+        let ttl = Duration::from_secs(60);
+        let big = CAP_BYTES / 4;
+        for i in 0..8 {
+            c.put(at(&format!("k{i}")), &h, &ok(big), ttl);
+        }
+        let kept: Vec<bool> = (0..8)
+            .map(|i| c.get(&at(&format!("k{i}")), &h).is_some())
+            .collect();
+        assert_eq!(kept, [true, true, true, false, false, false, false, false]);
+        let bytes = c.kept.lock().expect("lock").bytes;
+        assert!(bytes <= CAP_BYTES, "{bytes}");
+        // A response in place of a kept one replaces its bytes, not adds to them.
+        c.put(at("k0"), &h, &ok(big), ttl);
+        assert_eq!(c.kept.lock().expect("lock").bytes, bytes);
+        // A hit shares the kept body.
+        let (a, b) = (c.get(&at("k1"), &h), c.get(&at("k1"), &h));
+        let (a, b) = (a.expect("kept"), b.expect("kept"));
+        assert_eq!(a.body.as_ptr(), b.body.as_ptr());
+        // Expired responses make room.
+        c.put(at("short"), &h, &ok(1), Duration::from_millis(1));
+        for i in 0..3 {
+            c.put(at(&format!("k{i}")), &h, &ok(big), Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        c.put(at("k7"), &h, &ok(big), ttl);
+        assert!(c.get(&at("k7"), &h).is_some());
+        assert_eq!(c.kept.lock().expect("lock").bytes, size_of(&ok(big)));
+    }
 }
