@@ -1723,6 +1723,30 @@ fn oversized_bodies_and_unknown_routes_write_nothing() {
             .status,
         404
     );
+    // A path with a dot segment is refused: the upstream would resolve it to another route's
+    // path (here a destructive one, never retried, through a retried route) than the one that
+    // took it, which had forwarded it as it came.
+    let reads = f.up.counts.reads.load(std::sync::atomic::Ordering::SeqCst);
+    for path in [
+        "/v1/charges/../cancel",
+        "/v1/charges/%2E%2e/cancel",
+        "/v1/customers/./cus_1",
+    ] {
+        let method = if path.contains("customers") {
+            "GET"
+        } else {
+            "POST"
+        };
+        let r = f
+            .proxy
+            .send(method, path, &[("idempotency-key", "k-dots")], b"{}");
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert_eq!(r.code(), "invalid-path", "{path}");
+    }
+    assert_eq!(
+        f.up.counts.reads.load(std::sync::atomic::Ordering::SeqCst),
+        reads
+    );
     assert_eq!(f.up.counts.total(), 0);
     assert!(f.entries(&[]).is_empty());
 }

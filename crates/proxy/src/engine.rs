@@ -284,8 +284,10 @@ pub async fn handle(
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let (parts, body) = req.into_parts();
-    let (route_name, result) = match engine.route_at(&parts.method, parts.uri.path()) {
-        None => ("-", Err(engine.no_route(&parts.method, parts.uri.path()))),
+    let path = parts.uri.path();
+    let (route_name, result) = match engine.route_at(&parts.method, path) {
+        _ if has_dot_segment(path) => ("-", Err(dot_segment(path))),
+        None => ("-", Err(engine.no_route(&parts.method, path))),
         Some(i) => {
             let route = &engine.cfg.routes[i];
             let r = match check_headers(&parts.headers) {
@@ -311,6 +313,27 @@ pub async fn handle(
             p.into_response_with::<Full<Bytes>>().map(Either::Left)
         }
     }
+}
+
+/// Whether `path` has a `.` or `..` segment, plain or percent-encoded. An upstream that resolves
+/// it (RFC 3986 §5.2.4) would act on another path than the one the route was chosen by: a write
+/// sent through a read route's prefix, or a destructive call through a retried one.
+fn has_dot_segment(path: &str) -> bool {
+    path.split('/').any(|seg| {
+        seg.len() <= 6 && {
+            let s = seg.to_ascii_lowercase().replace("%2e", ".");
+            s == "." || s == ".."
+        }
+    })
+}
+
+fn dot_segment(path: &str) -> Problem {
+    Problem::new(
+        400,
+        "invalid-path",
+        "Invalid path",
+        format!("{path} has a . or .. segment: send the path it stands for"),
+    )
 }
 
 /// One request on its route, as the request path passes it along.
@@ -1144,6 +1167,30 @@ fn response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dot_segments_are_found_plain_and_percent_encoded() {
+        for p in [
+            "/v1/customers/../charges",
+            "/v1/customers/%2e%2E/charges",
+            "/v1/./charges",
+            "/v1/charges/.%2e",
+            "/v1/charges/%2E.",
+            "/..",
+            "/v1/charges/%2e",
+        ] {
+            assert!(has_dot_segment(p), "{p}");
+        }
+        for p in [
+            "/v1/charges",
+            "/v1/charges/ch_1.json",
+            "/v1/...",
+            "/v1/.well-known",
+            "/",
+        ] {
+            assert!(!has_dot_segment(p), "{p}");
+        }
+    }
 
     fn flight(fingerprint: &str, lease_expires_at: Millis) -> Flight {
         Flight {
