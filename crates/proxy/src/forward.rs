@@ -330,18 +330,16 @@ pub async fn read(
     let status = parts.status.as_u16();
     // A body of unknown length is read for the cache until it passes the limit; then what was
     // read, and the rest, are streamed.
-    let (read, rest) = match whole && fits {
-        true => match gather(status, body, deadline).await? {
+    let (read, rest) = if whole && fits {
+        match gather(status, body, deadline).await? {
             Gathered::Whole(b) => {
-                return Ok(ReadAnswer::Whole(upstream_response(
-                    status,
-                    &parts.headers,
-                    b,
-                )))
+                let r = upstream_response(status, &parts.headers, b);
+                return Ok(ReadAnswer::Whole(r));
             }
             Gathered::Over { read, rest } => (read, rest),
-        },
-        false => (Vec::new(), body),
+        }
+    } else {
+        (Vec::new(), body)
     };
     let mut headers = kept_headers(&parts.headers);
     headers.extend(length);
@@ -400,20 +398,20 @@ enum Gathered {
 
 /// Reads a body until its end or until it passes [`MAX_RESPONSE_BODY`], by `deadline`. A body
 /// that comes in one piece (most do) is kept as it came, not copied.
-async fn gather(status: u16, mut body: Incoming, deadline: Deadline) -> Result<Gathered, NoAnswer> {
+async fn gather(status: u16, body: Incoming, deadline: Deadline) -> Result<Gathered, NoAnswer> {
+    match tokio::time::timeout_at(deadline.at, gather_all(status, body)).await {
+        Err(_) => Err(deadline.passed()),
+        Ok(r) => r,
+    }
+}
+
+async fn gather_all(status: u16, mut body: Incoming) -> Result<Gathered, NoAnswer> {
     let mut read: Vec<Bytes> = Vec::new();
     let mut len = 0usize;
-    loop {
-        let frame = match tokio::time::timeout_at(deadline.at, body.frame()).await {
-            Err(_) => return Err(deadline.passed()),
-            Ok(None) => break,
-            Ok(Some(Err(e))) => {
-                return Err(NoAnswer::Broken(format!(
-                    "upstream {status}, then its body failed: {e}"
-                )))
-            }
-            Ok(Some(Ok(f))) => f,
-        };
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            NoAnswer::Broken(format!("upstream {status}, then its body failed: {e}"))
+        })?;
         // Trailers are not kept: a stored answer has none.
         let Ok(data) = frame.into_data() else {
             continue;
