@@ -415,9 +415,9 @@ pub fn copied(out: &mut Out<'_>, r: &idemgate_ledger::copy::CopyReport, json: bo
     writeln!(
         out,
         "copied {}, {}, {}",
-        counted(r.entries as u64, "entry", "entries"),
-        counted(r.collisions as u64, "collision", "collisions"),
-        counted(r.events as u64, "event", "events")
+        counted(r.entries, "entry", "entries"),
+        counted(r.collisions, "collision", "collisions"),
+        counted(r.events, "event", "events")
     )?;
     match &r.head {
         Some(h) => writeln!(out, "chain head seq {} {}", h.seq, h.hash)?,
