@@ -1751,6 +1751,51 @@ fn oversized_bodies_and_unknown_routes_write_nothing() {
     assert!(f.entries(&[]).is_empty());
 }
 
+/// `scope.required`: a caller that does not say who it is is refused before anything is claimed
+/// or forwarded, instead of sharing the empty scope (and its keys) with every other such caller.
+#[test]
+fn a_required_scope_is_asked_for_before_anything_is_claimed() {
+    // On the charges route and the customers (read) route, both scoped by X-Agent-Id.
+    let cfg = CONFIG.replace(
+        "scope.header = \"X-Agent-Id\"\n",
+        "scope.header = \"X-Agent-Id\"\nscope.required = true\n",
+    );
+    assert_eq!(cfg.matches("scope.required").count(), 2);
+    let f = Fx::with(&cfg);
+    let json = ("content-type", "application/json");
+    for agent in [None, Some(""), Some("  ")] {
+        let mut h = vec![("idempotency-key", "k-anon"), json];
+        if let Some(a) = agent {
+            h.push(("x-agent-id", a));
+        }
+        let r = f.proxy.send("POST", "/v1/charges", &h, br#"{"amount":1}"#);
+        // (Whitespace around a header's value is not part of it.)
+        assert_eq!(r.status, 400, "{agent:?}: {}", r.text());
+        assert_eq!(r.code(), "missing-scope", "{agent:?}");
+        assert!(r.text().contains("x-agent-id"), "{}", r.text());
+    }
+    let r = f.proxy.send("GET", "/v1/customers/cus_1", &[], b"");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.code(), "missing-scope");
+    assert_eq!(f.up.counts.total(), 0);
+    assert_eq!(
+        f.up.counts.reads.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    assert!(f.entries(&[]).is_empty());
+    // Named, the same calls go through.
+    assert_eq!(f.charge("k-anon", r#"{"amount":1}"#, &[]).status, 201);
+    let r = f.proxy.send(
+        "GET",
+        "/v1/customers/cus_1",
+        &[("x-agent-id", "agent-7")],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(f.effects("k-anon"), 1);
+    assert_eq!(f.entries(&[]).len(), 1);
+}
+
 #[test]
 fn read_routes_need_no_key_and_are_cached() {
     let f = Fx::new();

@@ -89,6 +89,7 @@ struct RawKey {
 #[serde(deny_unknown_fields)]
 struct RawScope {
     header: Option<String>,
+    required: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -236,6 +237,9 @@ pub struct Route {
     pub effect: Effect,
     pub key: Option<KeySource>,
     pub scope_header: Option<String>,
+    /// A request without a (non-empty) scope header is refused, instead of sharing the empty
+    /// scope with every other caller that sends none.
+    pub scope_required: bool,
     pub forward_key: bool,
     pub upstream_dedupes: bool,
     pub timeout: Duration,
@@ -615,6 +619,13 @@ impl Config {
                 }
                 h => h.map(|h| h.to_ascii_lowercase()),
             };
+            let scope_required = r.scope.as_ref().and_then(|s| s.required) == Some(true);
+            if scope_required && scope_header.is_none() {
+                return Err(invalid(
+                    f("scope.required"),
+                    "needs scope.header, the header that must name the caller",
+                ));
+            }
             let timeout = parse_duration(&f("timeout"), r.timeout.as_deref().unwrap_or("10s"))?;
             let route_lease = match &r.lease {
                 Some(l) => parse_duration(&f("lease"), l)?,
@@ -798,6 +809,7 @@ impl Config {
                 effect,
                 key,
                 scope_header,
+                scope_required,
                 forward_key: r.forward_key.unwrap_or(true),
                 upstream_dedupes: r.upstream_dedupes.unwrap_or(false),
                 timeout,
@@ -895,6 +907,9 @@ mod tests {
         assert!(Config::parse(&route(one_try)).is_ok(), "no retry, no wait");
         assert!(err(&route("lease = \"0s\"")).contains(".lease: must be more than zero"));
         assert!(err(&route("ttl = \"0s\"")).contains(".ttl: must be more than zero"));
+        assert!(
+            err(&route("scope.required = true")).contains(".scope.required: needs scope.header")
+        );
         assert!(err(&format!("{BASE}[defaults]\nttl = \"0ms\""))
             .contains("defaults.ttl: must be more than zero"));
         // A route an earlier one takes every request of is refused; listed first, it is used.

@@ -518,6 +518,9 @@ impl Engine {
 
     async fn read_path(&self, req: &Req<'_>, body: Bytes) -> Answer {
         let (route, parts) = (req.route, req.parts);
+        if route.scope_required {
+            keys::scope(route, &parts.headers)?;
+        }
         let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let mut cached = route
             .cache_ttl

@@ -49,6 +49,14 @@ pub fn scope(route: &Route, headers: &HeaderMap) -> Result<String, Problem> {
         return Ok(String::new());
     };
     let v = single_header(headers, h, "scope")?.unwrap_or("");
+    if v.is_empty() && route.scope_required {
+        return Err(Problem::new(
+            400,
+            "missing-scope",
+            "Scope required",
+            format!("send {h}: on this route it names the caller, whose keys are kept apart from every other caller's"),
+        ));
+    }
     if v.len() > MAX_SCOPE_LEN || !visible_ascii(v) {
         return Err(Problem::new(
             400,
