@@ -317,14 +317,40 @@ pub async fn handle(
 
 /// Whether `path` has a `.` or `..` segment, plain or percent-encoded. An upstream that resolves
 /// it (RFC 3986 §5.2.4) would act on another path than the one the route was chosen by: a write
-/// sent through a read route's prefix, or a destructive call through a retried one.
+/// sent through a read route's prefix, or a destructive call through a retried one. Segments are
+/// split at `/` and at what an upstream may decode or read as one (`%2F`, `\`, `%5C`), so that
+/// `/v1/customers/x%2F..%2F..%2Fcharges` is found; a `%2F` inside a segment that holds no dot
+/// segment (`group%2Fproject`) passes. Allocates nothing: every request is asked.
 fn has_dot_segment(path: &str) -> bool {
-    path.split('/').any(|seg| {
-        seg.len() <= 6 && {
-            let s = seg.to_ascii_lowercase().replace("%2e", ".");
-            s == "." || s == ".."
+    let b = path.as_bytes();
+    // Dots in the segment so far, and whether it holds anything else.
+    let (mut i, mut dots, mut other) = (0, 0u8, false);
+    loop {
+        let (sep, dot, len) = match b.get(i) {
+            None | Some(b'/' | b'\\') => (true, false, 1),
+            Some(b'.') => (false, true, 1),
+            Some(b'%') => match b.get(i + 1..i + 3) {
+                Some([b'2', b'e' | b'E']) => (false, true, 3),
+                Some([b'2', b'f' | b'F'] | [b'5', b'c' | b'C']) => (true, false, 3),
+                _ => (false, false, 1),
+            },
+            Some(_) => (false, false, 1),
+        };
+        if sep {
+            if !other && (dots == 1 || dots == 2) {
+                return true;
+            }
+            if i >= b.len() {
+                return false;
+            }
+            (dots, other) = (0, false);
+        } else if dot {
+            dots = dots.saturating_add(1);
+        } else {
+            other = true;
         }
-    })
+        i += len;
+    }
 }
 
 fn dot_segment(path: &str) -> Problem {
@@ -1181,6 +1207,10 @@ mod tests {
             "/v1/charges/%2E.",
             "/..",
             "/v1/charges/%2e",
+            "/v1/customers/x%2F..%2F..%2Fcharges",
+            "/v1/customers/x%2f%2e%2e%2fcharges",
+            "/v1/customers\\..\\charges",
+            "/v1/customers/x%5C..%5ccharges",
         ] {
             assert!(has_dot_segment(p), "{p}");
         }
@@ -1190,6 +1220,11 @@ mod tests {
             "/v1/...",
             "/v1/.well-known",
             "/",
+            "",
+            "/v1/projects/group%2Fproject",
+            "/v1/a..b/%2e%2e%2e/.x/x.",
+            "/v1/100%",
+            "/v1/%2",
         ] {
             assert!(!has_dot_segment(p), "{p}");
         }
