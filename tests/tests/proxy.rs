@@ -2204,6 +2204,7 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
         "events?limit=0",
         "incidents?limit=0",
         "incidents?limit=1001",
+        "stats?hours=2161",
     ] {
         let r = f.proxy.admin_get(&format!("/admin/v1/{bad}"));
         assert_eq!(r.status, 400, "{bad}: {}", r.text());
@@ -2213,6 +2214,7 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
         f.proxy.admin_get("/admin/v1/entries?limit=10000").status,
         200
     );
+    assert_eq!(f.proxy.admin_get("/admin/v1/stats?hours=2160").status, 200);
     assert_eq!(
         f.proxy.admin_get("/admin/v1/incidents?limit=1000").status,
         200

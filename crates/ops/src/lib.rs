@@ -27,6 +27,8 @@ pub const DEFAULT_RESOLUTION_TTL_MS: i64 = 24 * 3_600_000;
 pub const MAX_PAGE: usize = 10_000;
 /// The most incidents one call returns.
 pub const MAX_INCIDENTS: usize = 1_000;
+/// The longest hourly series `stats` gives: 90 days.
+pub const MAX_HOURS: u32 = 24 * 90;
 
 /// The operations, over one ledger.
 #[derive(Debug, Clone)]
@@ -583,8 +585,15 @@ impl Ops {
             .incidents(page(before, limit, MAX_INCIDENTS)?, now_millis())?)
     }
 
+    /// The counts, and an hourly series of the last `hours` (0: none, at most [`MAX_HOURS`]).
     pub fn stats(&self, hours: u32) -> OpsResult<Stats> {
-        Ok(self.store.stats(now_millis(), hours.min(24 * 90))?)
+        if hours > MAX_HOURS {
+            return Err(OpsError::invalid(
+                "hours",
+                &format!("{hours} is more than {MAX_HOURS} (90 days)"),
+            ));
+        }
+        Ok(self.store.stats(now_millis(), hours)?)
     }
 
     // ---- actions -----------------------------------------------------------------------------
