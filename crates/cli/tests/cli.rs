@@ -717,10 +717,16 @@ fn refused_operator_actions_leave_the_ledger_byte_for_byte_unchanged() {
     let missing_file = dir.path().join("nope.json");
     let declined = dir.path().join("declined.json");
     std::fs::write(&declined, br#"{"error":"card_declined"}"#).expect("write");
+    let same_db = dir.path().join(".").join(db.file_name().expect("name"));
     let before = ledger_fingerprint(&db);
     assert!(!before.1, "the WAL is checkpointed when the CLI exits");
 
     let refused: Vec<(Vec<&str>, i32, &str)> = vec![
+        (
+            vec!["copy", "--ledger", l, "--to", s(&same_db)],
+            1,
+            "is the source ledger itself",
+        ),
         (
             vec![
                 "resolve",

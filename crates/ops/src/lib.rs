@@ -838,7 +838,12 @@ impl Ops {
 /// Copies the ledger at `from` into a new, empty one at `to` (SQLite → PostgreSQL, or back), with
 /// the chain key from the environment; see `idemgate_ledger::copy`.
 pub fn copy_ledger(from: &str, to: &str, progress: Progress<'_>) -> OpsResult<CopyReport> {
-    if from == to {
+    // The same file by another name (`./x.db`, a link) too: it was refused only as "not empty".
+    let same_file = || {
+        let canon = |p| std::fs::canonicalize(p).ok();
+        !idemgate_ledger::is_postgres(from) && canon(from).is_some_and(|a| canon(to) == Some(a))
+    };
+    if from == to || same_file() {
         return Err(OpsError::invalid("to", "is the source ledger itself"));
     }
     let hasher = ChainHasher::from_env()?;
