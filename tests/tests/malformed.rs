@@ -183,7 +183,7 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
         Some("identity"),
         "RFC 7694: what a body may be coded with"
     );
-    case("key not visible ASCII", 400, "invalid-header", &|f| {
+    case("key not ASCII", 400, "invalid-key", &|f| {
         f.raw(
             &post_head(b"idempotency-key: k\xff\xfe\n", body.len()),
             body,
@@ -192,6 +192,15 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
     case("scope not visible ASCII", 400, "invalid-scope", &|f| {
         f.raw(
             &post_head(b"idempotency-key: k-scope\nx-agent-id: a\tb\n", body.len()),
+            body,
+        )
+    });
+    case("scope not ASCII", 400, "invalid-scope", &|f| {
+        f.raw(
+            &post_head(
+                b"idempotency-key: k-scope\nx-agent-id: a\xffb\n",
+                body.len(),
+            ),
             body,
         )
     });

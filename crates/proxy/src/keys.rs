@@ -16,11 +16,13 @@ fn visible_ascii(s: &str) -> bool {
     s.bytes().all(|b| (0x20..0x7f).contains(&b)) && !s.starts_with(' ') && !s.ends_with(' ')
 }
 
-/// The single value of header `name`: `Ok(None)` when absent, an error when repeated or not text.
+/// The single value of header `name`: `Ok(None)` when absent, an error when repeated, and
+/// `invalid` (the problem of a bad value of its kind) when not text.
 fn single_header<'h>(
     headers: &'h HeaderMap,
     name: &str,
     what: &'static str,
+    invalid: impl FnOnce() -> Problem,
 ) -> Result<Option<&'h str>, Problem> {
     let mut values = headers.get_all(name).iter();
     let Some(first) = values.next() else {
@@ -34,21 +36,22 @@ fn single_header<'h>(
             format!("the {what} header {name} must appear once"),
         ));
     }
-    first.to_str().map(Some).map_err(|_| {
-        Problem::new(
-            400,
-            "invalid-header",
-            "Invalid header",
-            format!("the {what} header {name} is not visible ASCII"),
-        )
-    })
+    first.to_str().map(Some).map_err(|_| invalid())
 }
 
 pub fn scope(route: &Route, headers: &HeaderMap) -> Result<String, Problem> {
     let Some(h) = &route.scope_header else {
         return Ok(String::new());
     };
-    let v = single_header(headers, h, "scope")?.unwrap_or("");
+    let invalid = || {
+        Problem::new(
+            400,
+            "invalid-scope",
+            "Invalid scope",
+            format!("{h} must be at most {MAX_SCOPE_LEN} printable ASCII characters, not starting or ending with a space"),
+        )
+    };
+    let v = single_header(headers, h, "scope", invalid)?.unwrap_or("");
     if v.is_empty() && route.scope_required {
         return Err(Problem::new(
             400,
@@ -58,29 +61,27 @@ pub fn scope(route: &Route, headers: &HeaderMap) -> Result<String, Problem> {
         ));
     }
     if v.len() > MAX_SCOPE_LEN || !visible_ascii(v) {
-        return Err(Problem::new(
-            400,
-            "invalid-scope",
-            "Invalid scope",
-            format!("{h} must be at most {MAX_SCOPE_LEN} visible ASCII characters"),
-        ));
+        return Err(invalid());
     }
     Ok(v.to_owned())
 }
 
 fn check_key(k: &str) -> Result<(), Problem> {
     if k.is_empty() || k.len() > MAX_KEY_LEN || !visible_ascii(k) {
-        return Err(Problem::new(
-            400,
-            "invalid-key",
-            "Invalid idempotency key",
-            format!(
-                "an idempotency key is 1 to {MAX_KEY_LEN} visible ASCII characters (got {} bytes)",
-                k.len()
-            ),
-        ));
+        return Err(invalid_key(&format!("got {} bytes", k.len())));
     }
     Ok(())
+}
+
+fn invalid_key(got: &str) -> Problem {
+    Problem::new(
+        400,
+        "invalid-key",
+        "Invalid idempotency key",
+        format!(
+            "an idempotency key is 1 to {MAX_KEY_LEN} printable ASCII characters, not starting or ending with a space ({got})"
+        ),
+    )
 }
 
 fn missing(detail: String) -> Problem {
@@ -193,15 +194,28 @@ pub fn extract_parsed(
         return Err(missing("this route has no key source".into()));
     };
     let key = match src {
-        KeySource::Header(h) => single_header(headers, h, "idempotency key")?
-            .ok_or_else(|| missing(format!("send an {h} header: a unique value per logical operation, the same on every retry")))?
-            .to_owned(),
+        KeySource::Header(h) => single_header(headers, h, "idempotency key", || {
+            invalid_key("got bytes that are not ASCII")
+        })?
+        .ok_or_else(|| {
+            missing(format!(
+                "send an {h} header: a unique value per logical operation, the same on every retry"
+            ))
+        })?
+        .to_owned(),
         KeySource::Json(ptr) => {
             let v = json()?;
             match v.pointer(ptr) {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Number(n)) => n.to_string(),
-                Some(_) => return Err(Problem::new(400, "invalid-key", "Invalid idempotency key", format!("{ptr} must be a string or a number"))),
+                Some(_) => {
+                    return Err(Problem::new(
+                        400,
+                        "invalid-key",
+                        "Invalid idempotency key",
+                        format!("{ptr} must be a string or a number"),
+                    ))
+                }
                 None => return Err(missing(format!("the JSON body has no {ptr}"))),
             }
         }
@@ -209,7 +223,9 @@ pub fn extract_parsed(
             let v = json()?;
             let mut parts = Vec::with_capacity(ptrs.len());
             for p in ptrs {
-                parts.push(v.pointer(p).cloned().ok_or_else(|| missing(format!("the key is derived from {p}, which the body lacks")))?);
+                parts.push(v.pointer(p).cloned().ok_or_else(|| {
+                    missing(format!("the key is derived from {p}, which the body lacks"))
+                })?);
             }
             let mut h = Sha256::new();
             h.update(b"idemgate-derived-key-v1\n");
