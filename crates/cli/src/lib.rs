@@ -29,8 +29,9 @@ use idemgate_ops::{ExportCmd, Ops, OpsError, PurgeCmd, PurgeTarget, ResolveAs, R
                   hash-chained log, resolve, replay or reconcile stuck entries, purge, export audit \
                   trails and verify them.\n\n\
                   Exit codes: 0 ok, 1 the operation failed (ledger unchanged), 2 bad usage, 3 verification failed.",
-    after_help = "The ledger is a SQLite file: --ledger PATH or IDEMGATE_LEDGER. A keyed log needs \
-                  IDEMGATE_CHAIN_KEY or IDEMGATE_CHAIN_KEY_FILE."
+    after_help = "The ledger is a SQLite file or a PostgreSQL URL (postgres://user@host/db): \
+                  --ledger PATH|URL or IDEMGATE_LEDGER. A keyed log needs IDEMGATE_CHAIN_KEY or \
+                  IDEMGATE_CHAIN_KEY_FILE."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -84,7 +85,7 @@ struct ProxyActionArgs {
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
     /// The ledger, when not the one the configuration names.
-    #[arg(long, env = "IDEMGATE_LEDGER", value_name = "PATH")]
+    #[arg(long, env = "IDEMGATE_LEDGER", value_name = "PATH|URL")]
     ledger: Option<String>,
     entry_id: i64,
     #[command(flatten)]
@@ -281,6 +282,7 @@ enum Cmd {
         #[arg(
             long,
             env = "IDEMGATE_LEDGER",
+            value_name = "PATH|URL",
             conflicts_with = "export",
             required_unless_present = "export"
         )]
