@@ -13,7 +13,8 @@
 //! - `delay:MS` — perform the effect, wait MS milliseconds, then answer 201 (`delay:MS:NNN`: NNN;
 //!   with 429 or 503, wait and answer without the effect and without `Retry-After`).
 //! - `fail-first:N:NNN` — the first N requests for this key get NNN (no effect), then normal
-//!   (`fail-first:N:NNN:SECS`: with `Retry-After: SECS`).
+//!   (`fail-first:N:NNN:SECS`: with `Retry-After: SECS`; `…:date+SECS`: as the HTTP-date SECS
+//!   from now).
 //!
 //! With [`Counts::set_chaos`], a request without `x-fault` gets a random fault instead (the chaos
 //! harness): dropped after the effect, 503 without the effect, or stalled after the effect.
@@ -452,7 +453,15 @@ async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, c: Arc<Counts>) -> st
                 let code: u16 = code.parse().unwrap_or(503);
                 let extra: Vec<(&str, String)> = parts
                     .next()
-                    .map(|secs| ("retry-after", secs.to_owned()))
+                    .map(|secs| match secs.strip_prefix("date+") {
+                        // As an HTTP-date, SECS from now.
+                        Some(s) => {
+                            let after = Duration::from_secs(s.parse().unwrap_or(0));
+                            let at = std::time::SystemTime::now() + after;
+                            ("retry-after", httpdate::fmt_http_date(at))
+                        }
+                        None => ("retry-after", secs.to_owned()),
+                    })
                     .into_iter()
                     .collect();
                 write_resp(&mut s, code, &extra, r#"{"error":"try again"}"#).await?;

@@ -945,6 +945,20 @@ fn an_upstreams_retry_after_is_waited_out_or_handed_to_the_caller() {
     assert_eq!(f.requests("k-ra-2"), 1);
     assert_eq!(f.entries(&["--key", "k-ra-2"])[0]["state"], "released");
     assert_eq!(f.effects("k-ra-2"), 0);
+    // As an HTTP-date (which had been ignored: retried after the route's own backoff, so run).
+    let r = f.charge(
+        "k-ra-3",
+        r#"{"amount":3}"#,
+        &[("x-fault", "fail-first:1:503:date+5")],
+    );
+    assert_eq!(r.status, 503, "{}", r.text());
+    let secs: u64 = r
+        .header("retry-after")
+        .and_then(|s| s.parse().ok())
+        .expect("Retry-After in seconds");
+    assert!((3..=5).contains(&secs), "{secs}");
+    assert_eq!(f.requests("k-ra-3"), 1);
+    assert_eq!(f.effects("k-ra-3"), 0);
 }
 
 #[test]

@@ -165,15 +165,18 @@ fn kept_headers(headers: &HeaderMap) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The upstream's `Retry-After`, when it gives one in seconds.
+/// The upstream's `Retry-After` in seconds from now (RFC 9110 §10.2.3): as it gives it, or until
+/// the HTTP-date it gives (rounded up; a date already past is 0).
 pub fn retry_after_secs(headers: &[(String, String)]) -> Option<u64> {
-    headers
-        .iter()
-        .find(|(n, _)| n == "retry-after")?
-        .1
-        .trim()
-        .parse()
-        .ok()
+    let v = headers.iter().find(|(n, _)| n == "retry-after")?.1.trim();
+    if let Ok(secs) = v.parse() {
+        return Some(secs);
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    let left = at
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    Some(left.as_secs() + u64::from(left.subsec_nanos() > 0))
 }
 
 /// Why an exchange brought no answer to pass on.
@@ -600,6 +603,20 @@ mod tests {
             }
             other => panic!("a success that cannot be replayed is held: {other:?}"),
         }
+    }
+
+    #[test]
+    fn retry_after_is_seconds_or_an_http_date() {
+        let ra = |v: &str| retry_after_secs(&[("retry-after".into(), v.into())]);
+        assert_eq!(ra("7"), Some(7));
+        assert_eq!(ra(" 0 "), Some(0));
+        assert_eq!(ra("soon"), None);
+        assert_eq!(ra("-1"), None);
+        let in_10s = std::time::SystemTime::now() + Duration::from_secs(10);
+        let secs = ra(&httpdate::fmt_http_date(in_10s)).expect("an HTTP-date");
+        assert!((9..=10).contains(&secs), "{secs}");
+        assert_eq!(ra("Sun, 06 Nov 1994 08:49:37 GMT"), Some(0), "past");
+        assert_eq!(retry_after_secs(&[]), None);
     }
 
     #[test]
