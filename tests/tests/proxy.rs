@@ -2274,6 +2274,24 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     );
     assert_eq!(r.status, 400);
     assert_eq!(r.code(), "missing-reason");
+    // A body that is not JSON is told what it must be, by its status too.
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let admin = f.proxy.admin.expect("admin");
+    let url = format!("/admin/v1/entries/{id}/resolve");
+    let json_ct = ("content-type", "application/json");
+    let huge = format!("{{\"reason\": \"{}\"}}", "x".repeat(3 << 20));
+    for (headers, body, status, code) in [
+        (vec![], &b"{}"[..], 415, "unsupported-media-type"),
+        (vec![json_ct], &b"{"[..], 400, "invalid-argument"),
+        (vec![json_ct], &b"{\"as\": 7}"[..], 400, "invalid-argument"),
+        (vec![json_ct], huge.as_bytes(), 413, "body-too-large"),
+    ] {
+        let mut h = vec![("authorization", auth.as_str())];
+        h.extend(headers);
+        let r = request(admin, "POST", &url, &h, body);
+        assert_eq!(r.status, status, "{}", r.text());
+        assert_eq!(r.code(), code);
+    }
     // One that the upstream performs and fails (502: outcome unknown), one that it never gets
     // (connection refused: not executed, 503).
     let unknown = f.charge(

@@ -157,7 +157,21 @@ fn bad_query(e: QueryRejection) -> Problem {
 }
 
 fn bad_json(e: JsonRejection) -> Problem {
-    Problem::new(400, "invalid-argument", "Invalid JSON body", e.body_text())
+    match e {
+        JsonRejection::MissingJsonContentType(_) => Problem::new(
+            415,
+            "unsupported-media-type",
+            "Unsupported media type",
+            "send the body as JSON, with Content-Type: application/json",
+        ),
+        _ if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Problem::new(
+            413,
+            "body-too-large",
+            "Request body too large",
+            e.body_text(),
+        ),
+        _ => Problem::new(400, "invalid-argument", "Invalid JSON body", e.body_text()),
+    }
 }
 
 /// Runs a blocking ledger operation off the async threads.
