@@ -1278,8 +1278,14 @@ fn an_operators_response_is_refused_when_a_replay_could_not_send_it() {
             "failed",
             json!({"status": 200, "headers": [], "body": "{\"ok\":true}"}),
         ),
+        // Over what a stored response holds (and a replay must send whole).
+        (
+            "completed",
+            json!({"status": 201, "headers": [], "body": "x".repeat(idemgate_ledger::MAX_RESPONSE_BODY + 1)}),
+        ),
     ] {
         let r = resolve(as_, response.clone());
+        let response = &response.to_string()[..80.min(response.to_string().len())];
         assert_eq!(r.status, 400, "{as_} {response}: {}", r.text());
         assert_eq!(r.code(), "invalid-argument");
         assert_eq!(
@@ -1309,15 +1315,37 @@ fn an_operators_response_is_refused_when_a_replay_could_not_send_it() {
         "a failed entry's default 200 is refused"
     );
     assert_eq!(f.entries(&["--stuck"]).len(), 1);
+    let big = f.dir.path().join("big.json");
+    std::fs::write(&big, vec![b'x'; idemgate_ledger::MAX_RESPONSE_BODY + 1]).expect("write");
+    let cli = idemgate(&[
+        "resolve",
+        "--ledger",
+        &l,
+        &id.to_string(),
+        "--as",
+        "completed",
+        "--response-file",
+        big.to_str().expect("path"),
+        "--reason",
+        "found it",
+        "--operator",
+        "oncall",
+    ]);
+    let err = String::from_utf8_lossy(&cli.stderr);
+    assert_eq!(cli.status.code(), Some(1), "{err}");
+    assert!(err.contains("16 MiB"), "{err}");
+    assert_eq!(f.entries(&["--stuck"]).len(), 1);
 
+    // A response of several MiB (over the 2 MiB other admin bodies may have) is taken.
+    let declined = format!("card declined{}", " ".repeat(3 << 20));
     let r = resolve(
         "failed",
-        json!({"status": 402, "headers": [["X-Decline-Code", "insufficient_funds"]], "body": "card declined"}),
+        json!({"status": 402, "headers": [["X-Decline-Code", "insufficient_funds"]], "body": declined}),
     );
     assert_eq!(r.status, 200, "{}", r.text());
     let retry = f.charge("k-op", r#"{"amount":5}"#, &[]);
-    assert_eq!(retry.status, 402, "{}", retry.text());
-    assert_eq!(retry.text(), "card declined");
+    assert_eq!(retry.status, 402, "{}", &retry.text()[..100]);
+    assert!(retry.text() == declined, "the stored response, whole");
     assert_eq!(
         retry.header("content-type"),
         Some("text/plain; charset=utf-8")
@@ -2277,7 +2305,7 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     // A body that is not JSON is told what it must be, by its status too.
     let auth = format!("Bearer {ADMIN_TOKEN}");
     let admin = f.proxy.admin.expect("admin");
-    let url = format!("/admin/v1/entries/{id}/resolve");
+    let url = format!("/admin/v1/entries/{id}/replay");
     let json_ct = ("content-type", "application/json");
     let huge = format!("{{\"reason\": \"{}\"}}", "x".repeat(3 << 20));
     for (headers, body, status, code) in [

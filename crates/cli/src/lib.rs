@@ -495,9 +495,19 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
                     ));
                 }
                 Some(f) => {
-                    let body = std::fs::read(&f).map_err(|e| {
-                        OpsError::invalid("response-file", &format!("{}: {e}", f.display()))
-                    })?;
+                    // No more than one byte over what a response may hold: the check refuses it.
+                    let limit = idemgate_ledger::MAX_RESPONSE_BODY as u64 + 1;
+                    let mut body = Vec::new();
+                    std::fs::File::open(&f)
+                        .and_then(|file| {
+                            std::io::Read::read_to_end(
+                                &mut std::io::Read::take(file, limit),
+                                &mut body,
+                            )
+                        })
+                        .map_err(|e| {
+                            OpsError::invalid("response-file", &format!("{}: {e}", f.display()))
+                        })?;
                     Some(ResponseRecord {
                         status: status.unwrap_or(200),
                         headers: content_type

@@ -155,6 +155,10 @@ mod body_serde {
     }
 }
 
+/// The largest response body the ledger keeps, an upstream's or an operator's: what a replay
+/// must be able to send whole.
+pub const MAX_RESPONSE_BODY: usize = 16 << 20;
+
 /// Response headers the proxy sets itself whenever it answers, replays included: the message's
 /// framing and connection handling (hop-by-hop), and idemgate's own. A stored response never
 /// carries them: the proxy leaves an upstream's out, and an operator's response is refused with

@@ -252,7 +252,8 @@ impl ResolveCmd {
     }
 }
 
-/// An operator's response, as retries of the entry will get it, checked: a final status (a
+/// An operator's response, as retries of the entry will get it, checked: at most
+/// [`MAX_RESPONSE_BODY`], a final status (a
 /// failed entry's an error, 400-599, so that no retry reads it as a success), no body where the
 /// status allows none, and headers that are valid HTTP, not ones the proxy sets when it answers
 /// ([`ANSWER_HEADERS`]) and not credentials (never stored). Without a `content-type`, a body
@@ -264,6 +265,15 @@ pub fn check_response(as_: ResolveAs, r: &ResponseRecord) -> OpsResult<ResponseR
     };
     if !statuses.contains(&r.status) {
         return Err(OpsError::invalid("response.status", what));
+    }
+    if r.body.len() > MAX_RESPONSE_BODY {
+        return Err(OpsError::invalid(
+            "response.body",
+            &format!(
+                "is more than {} MiB, the most a stored response holds",
+                MAX_RESPONSE_BODY >> 20
+            ),
+        ));
     }
     if matches!(r.status, 204 | 205 | 304) && !r.body.is_empty() {
         return Err(OpsError::invalid(

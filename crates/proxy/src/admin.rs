@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -45,7 +45,10 @@ pub fn router(
     let api = Router::new()
         .route("/admin/v1/entries", get(entries))
         .route("/admin/v1/entries/{id}", get(show))
-        .route("/admin/v1/entries/{id}/resolve", post(resolve))
+        .route(
+            "/admin/v1/entries/{id}/resolve",
+            post(resolve).layer(DefaultBodyLimit::max(RESOLVE_BODY_LIMIT)),
+        )
         .route(
             "/admin/v1/entries/{id}/resolve/preview",
             get(preview_resolve),
@@ -155,6 +158,10 @@ async fn auth(State(s): State<AdminState>, req: Request, next: Next) -> Response
 fn bad_query(e: QueryRejection) -> Problem {
     Problem::new(400, "invalid-argument", "Invalid query", e.body_text())
 }
+
+/// A resolve's JSON body: room for the largest response the ledger keeps, in hex (twice its
+/// size), and the rest. Other bodies have axum's 2 MiB.
+const RESOLVE_BODY_LIMIT: usize = 2 * idemgate_ledger::MAX_RESPONSE_BODY + (1 << 20);
 
 fn bad_json(e: JsonRejection) -> Problem {
     match e {

@@ -19,8 +19,8 @@ use crate::config::Upstream;
 
 pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-/// The largest upstream response body stored and relayed.
-pub const MAX_RESPONSE_BODY: usize = 16 << 20;
+/// The largest upstream response body stored and relayed (the ledger's limit).
+pub const MAX_RESPONSE_BODY: usize = idemgate_ledger::MAX_RESPONSE_BODY;
 
 /// The upstream client: `http://`, and `https://` with rustls, verified against the system's CA
 /// certificates (`SSL_CERT_FILE` or `SSL_CERT_DIR` name others). A failed TLS handshake is a
