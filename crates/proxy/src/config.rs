@@ -19,11 +19,29 @@ pub enum ConfigError {
     Parse(String),
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
+    /// More than one route is in error: each one's first.
+    #[error("{} routes are in error:{}", .0.len(), .0.iter().map(|e| format!("\n  {e}")).collect::<String>())]
+    Several(Vec<ConfigError>),
 }
 
 impl ConfigError {
     pub fn code(&self) -> &'static str {
         "bad-config"
+    }
+
+    /// The error, saying which file it is in.
+    fn in_file(self, path: &str) -> ConfigError {
+        match self {
+            ConfigError::Parse(m) => ConfigError::Parse(format!("{path}: {m}")),
+            ConfigError::Invalid { field, message } => ConfigError::Invalid {
+                field: format!("{path}: {field}"),
+                message,
+            },
+            ConfigError::Several(errors) => {
+                ConfigError::Several(errors.into_iter().map(|e| e.in_file(path)).collect())
+            }
+            e @ ConfigError::Read { .. } => e,
+        }
     }
 }
 
@@ -443,14 +461,7 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        Config::parse_with(&text, secrets).map_err(|e| match e {
-            ConfigError::Parse(m) => ConfigError::Parse(format!("{path}: {m}")),
-            ConfigError::Invalid { field, message } => ConfigError::Invalid {
-                field: format!("{path}: {field}"),
-                message,
-            },
-            e => e,
-        })
+        Config::parse_with(&text, secrets).map_err(|e| e.in_file(path))
     }
 
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
@@ -527,314 +538,338 @@ impl Config {
         }
 
         let mut routes = Vec::with_capacity(raw.routes.len());
+        // Every route is checked, so that one run (`serve --check`) names each route's first error.
+        let mut errors = Vec::new();
         for (i, r) in raw.routes.iter().enumerate() {
-            let f = |name: &str| format!("routes[{i}] ({}).{name}", r.name);
-            if r.name.trim().is_empty()
-                || !r
-                    .name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            {
-                return Err(invalid(
-                    format!("routes[{i}].name"),
-                    format!("{:?}: use letters, digits, - _ .", r.name),
-                ));
-            }
-            if routes.iter().any(|x: &Route| x.name == r.name) {
-                return Err(invalid(f("name"), "used by an earlier route"));
-            }
-            let method = r.method.to_ascii_uppercase();
-            if http::Method::from_bytes(method.as_bytes()).is_err() || method.is_empty() {
-                return Err(invalid(
-                    f("method"),
-                    format!("{:?} is not an HTTP method", r.method),
-                ));
-            }
-            if !r.path.starts_with('/') {
-                return Err(invalid(
-                    f("path"),
-                    format!("{:?} must start with /", r.path),
-                ));
-            }
-            let upstream = parse_upstream(&f("upstream"), &r.upstream)?;
-            let effect = Effect::parse(&r.effect).ok_or_else(|| {
-                invalid(
-                    f("effect"),
-                    format!("{:?}: use read, write, idempotent or destructive", r.effect),
-                )
-            })?;
-            let key = match &r.key {
-                None => None,
-                Some(k) => Some(match (&k.header, &k.json, &k.derive) {
-                    (Some(h), None, None) => {
-                        if !is_header_name(h) {
+            let route = (|| -> Result<Route, ConfigError> {
+                let f = |name: &str| format!("routes[{i}] ({}).{name}", r.name);
+                if r.name.trim().is_empty()
+                    || !r
+                        .name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                {
+                    return Err(invalid(
+                        format!("routes[{i}].name"),
+                        format!("{:?}: use letters, digits, - _ .", r.name),
+                    ));
+                }
+                if routes.iter().any(|x: &Route| x.name == r.name) {
+                    return Err(invalid(f("name"), "used by an earlier route"));
+                }
+                let method = r.method.to_ascii_uppercase();
+                if http::Method::from_bytes(method.as_bytes()).is_err() || method.is_empty() {
+                    return Err(invalid(
+                        f("method"),
+                        format!("{:?} is not an HTTP method", r.method),
+                    ));
+                }
+                if !r.path.starts_with('/') {
+                    return Err(invalid(
+                        f("path"),
+                        format!("{:?} must start with /", r.path),
+                    ));
+                }
+                let upstream = parse_upstream(&f("upstream"), &r.upstream)?;
+                let effect = Effect::parse(&r.effect).ok_or_else(|| {
+                    invalid(
+                        f("effect"),
+                        format!("{:?}: use read, write, idempotent or destructive", r.effect),
+                    )
+                })?;
+                let key = match &r.key {
+                    None => None,
+                    Some(k) => Some(match (&k.header, &k.json, &k.derive) {
+                        (Some(h), None, None) => {
+                            if !is_header_name(h) {
+                                return Err(invalid(
+                                    f("key.header"),
+                                    format!("{h:?} is not a header name"),
+                                ));
+                            }
+                            KeySource::Header(h.to_ascii_lowercase())
+                        }
+                        (None, Some(p), None) => {
+                            if !p.starts_with('/') {
+                                return Err(invalid(
+                                    f("key.json"),
+                                    format!("{p:?}: a JSON pointer starts with /"),
+                                ));
+                            }
+                            KeySource::Json(p.clone())
+                        }
+                        (None, None, Some(ps)) => {
+                            if ps.is_empty() {
+                                return Err(invalid(
+                                    f("key.derive"),
+                                    "name at least one JSON pointer",
+                                ));
+                            }
+                            if let Some(p) = ps.iter().find(|p| !p.starts_with('/')) {
+                                return Err(invalid(
+                                    f("key.derive"),
+                                    format!("{p:?}: a JSON pointer starts with /"),
+                                ));
+                            }
+                            KeySource::Derive(ps.clone())
+                        }
+                        _ => {
                             return Err(invalid(
-                                f("key.header"),
-                                format!("{h:?} is not a header name"),
-                            ));
+                                f("key"),
+                                "give exactly one of header, json or derive",
+                            ))
                         }
-                        KeySource::Header(h.to_ascii_lowercase())
-                    }
-                    (None, Some(p), None) => {
-                        if !p.starts_with('/') {
-                            return Err(invalid(
-                                f("key.json"),
-                                format!("{p:?}: a JSON pointer starts with /"),
-                            ));
-                        }
-                        KeySource::Json(p.clone())
-                    }
-                    (None, None, Some(ps)) => {
-                        if ps.is_empty() {
-                            return Err(invalid(f("key.derive"), "name at least one JSON pointer"));
-                        }
-                        if let Some(p) = ps.iter().find(|p| !p.starts_with('/')) {
-                            return Err(invalid(
-                                f("key.derive"),
-                                format!("{p:?}: a JSON pointer starts with /"),
-                            ));
-                        }
-                        KeySource::Derive(ps.clone())
-                    }
-                    _ => {
+                    }),
+                };
+                let key = match (effect, key) {
+                    (Effect::Read, k) => k,
+                    (_, Some(k)) => Some(k),
+                    // Write routes default to the standard header.
+                    (_, None) => Some(KeySource::Header("idempotency-key".into())),
+                };
+                let scope_header = match r.scope.as_ref().and_then(|s| s.header.clone()) {
+                    Some(h) if !is_header_name(&h) => {
                         return Err(invalid(
-                            f("key"),
-                            "give exactly one of header, json or derive",
+                            f("scope.header"),
+                            format!("{h:?} is not a header name"),
                         ))
                     }
-                }),
-            };
-            let key = match (effect, key) {
-                (Effect::Read, k) => k,
-                (_, Some(k)) => Some(k),
-                // Write routes default to the standard header.
-                (_, None) => Some(KeySource::Header("idempotency-key".into())),
-            };
-            let scope_header = match r.scope.as_ref().and_then(|s| s.header.clone()) {
-                Some(h) if !is_header_name(&h) => {
-                    return Err(invalid(
-                        f("scope.header"),
-                        format!("{h:?} is not a header name"),
-                    ))
-                }
-                h => h.map(|h| h.to_ascii_lowercase()),
-            };
-            let scope_required = r.scope.as_ref().and_then(|s| s.required) == Some(true);
-            if scope_required && scope_header.is_none() {
-                return Err(invalid(
-                    f("scope.required"),
-                    "needs scope.header, the header that must name the caller",
-                ));
-            }
-            let timeout = parse_duration(&f("timeout"), r.timeout.as_deref().unwrap_or("10s"))?;
-            let route_lease = match &r.lease {
-                Some(l) => parse_duration(&f("lease"), l)?,
-                None => lease,
-            };
-            if timeout.is_zero() {
-                return Err(invalid(f("timeout"), "must be more than zero"));
-            }
-            if r.upstream_dedupes == Some(true) && r.forward_key == Some(false) {
-                return Err(invalid(
-                    f("upstream_dedupes"),
-                    "the upstream can only dedupe a key it is sent: needs forward_key = true",
-                ));
-            }
-            if route_lease.is_zero() {
-                return Err(invalid(f("lease"), "must be more than zero"));
-            }
-            let retry = match &r.retry {
-                None => Retry {
-                    attempts: 3,
-                    base: Duration::from_millis(100),
-                    max: Duration::from_secs(2),
-                },
-                Some(rt) => Retry {
-                    attempts: rt.attempts.unwrap_or(3),
-                    base: parse_duration(&f("retry.base"), rt.base.as_deref().unwrap_or("100ms"))?,
-                    max: parse_duration(&f("retry.max"), rt.max.as_deref().unwrap_or("2s"))?,
-                },
-            };
-            if retry.attempts == 0 || retry.attempts > 20 {
-                return Err(invalid(f("retry.attempts"), "between 1 and 20"));
-            }
-            if retry.max < retry.base {
-                return Err(invalid(f("retry.max"), "must not be less than retry.base"));
-            }
-            // Destructive calls are never retried automatically.
-            let retry = if effect == Effect::Destructive {
-                Retry {
-                    attempts: 1,
-                    ..retry
-                }
-            } else {
-                retry
-            };
-            // A claim's lease covers its first attempt; a retry renews it, then waits (up to
-            // retry.max, as long as the upstream's Retry-After asks) and tries (up to timeout).
-            // A call still running past its lease would look stuck, and an operator could
-            // release it and have it run twice.
-            let retry_wait = if retry.attempts > 1 && effect != Effect::Read {
-                retry.max
-            } else {
-                Duration::ZERO
-            };
-            if timeout + retry_wait >= route_lease {
-                return Err(invalid(
-                    f("timeout"),
-                    if retry_wait.is_zero() {
-                        format!("{timeout:?} must be shorter than the lease ({route_lease:?}), or a live call would look stuck")
-                    } else {
-                        format!("{timeout:?}, plus a retry's wait of up to retry.max ({retry_wait:?}), must be shorter than the lease ({route_lease:?}), or a live call would look stuck")
-                    },
-                ));
-            }
-            let reject_duplicates = match r.on_duplicate_suspect.as_deref().unwrap_or("flag") {
-                "flag" => false,
-                "reject" => true,
-                other => {
-                    return Err(invalid(
-                        f("on_duplicate_suspect"),
-                        format!("{other:?}: use \"flag\" or \"reject\""),
-                    ))
-                }
-            };
-            let signature = match &r.signature {
-                None => None,
-                Some(_) if secrets == Secrets::Skip => None,
-                Some(s) => {
-                    let header = s
-                        .header
-                        .clone()
-                        .unwrap_or_else(|| "x-idemgate-signature".into());
-                    if !is_header_name(&header) {
-                        return Err(invalid(
-                            f("signature.header"),
-                            format!("{header:?} is not a header name"),
-                        ));
-                    }
-                    Some(Signature {
-                        header: header.to_ascii_lowercase(),
-                        secret: read_secret(
-                            &f("signature"),
-                            s.secret_env.as_deref(),
-                            s.secret_file.as_deref(),
-                        )?,
-                        tolerance: parse_duration(
-                            &f("signature.tolerance"),
-                            s.tolerance.as_deref().unwrap_or("5m"),
-                        )?,
-                    })
-                }
-            };
-            // Read in every mode: operator replays and probes send it too.
-            let upstream_auth = match &r.upstream_auth {
-                None => None,
-                Some(a) => {
-                    let name = a.header.as_deref().unwrap_or("authorization");
-                    let header = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                        invalid(
-                            f("upstream_auth.header"),
-                            format!("{name:?} is not a header name"),
-                        )
-                    })?;
-                    let secret = read_secret(
-                        &f("upstream_auth"),
-                        a.secret_env.as_deref(),
-                        a.secret_file.as_deref(),
-                    )?;
-                    let mut value = http::HeaderValue::from_bytes(&secret.0).map_err(|_| {
-                        // Never the value itself: it is a secret.
-                        invalid(f("upstream_auth"), "the secret is not a valid header value")
-                    })?;
-                    value.set_sensitive(true);
-                    Some(UpstreamAuth { header, value })
-                }
-            };
-            let reconcile = match &r.reconcile {
-                None => None,
-                Some(rc) => {
-                    let m = rc
-                        .method
-                        .clone()
-                        .unwrap_or_else(|| "GET".into())
-                        .to_ascii_uppercase();
-                    if m != "GET" && m != "HEAD" {
-                        return Err(invalid(
-                            f("reconcile.method"),
-                            "a probe must be GET or HEAD: it must not have side effects",
-                        ));
-                    }
-                    parse_upstream(&f("reconcile.url"), rc.url.split('?').next().unwrap_or(""))?;
-                    if !rc.url.contains("{key}") {
-                        return Err(invalid(f("reconcile.url"), "must contain {key}"));
-                    }
-                    Some(Reconcile {
-                        method: m,
-                        url: rc.url.clone(),
-                    })
-                }
-            };
-            let cache_ttl = match &r.cache_ttl {
-                Some(c) if effect != Effect::Read => {
-                    return Err(invalid(
-                        f("cache_ttl"),
-                        format!("{c:?}: only read routes are cached"),
-                    ))
-                }
-                Some(c) => Some(parse_duration(&f("cache_ttl"), c)?),
-                None => None,
-            };
-            let headers =
-                |field: &str, v: &Option<Vec<String>>| -> Result<Vec<String>, ConfigError> {
-                    let v = v.clone().unwrap_or_default();
-                    if let Some(h) = v.iter().find(|h| !is_header_name(h)) {
-                        return Err(invalid(f(field), format!("{h:?} is not a header name")));
-                    }
-                    Ok(v.into_iter().map(|h| h.to_ascii_lowercase()).collect())
+                    h => h.map(|h| h.to_ascii_lowercase()),
                 };
-            // The credential's header is a secret header too: a client's value of it is never
-            // stored.
-            let mut secret_headers = headers("secret_headers", &r.secret_headers)?;
-            if let Some(a) = &upstream_auth {
-                if !secret_headers.iter().any(|n| n == a.header.as_str()) {
-                    secret_headers.push(a.header.as_str().to_owned());
+                let scope_required = r.scope.as_ref().and_then(|s| s.required) == Some(true);
+                if scope_required && scope_header.is_none() {
+                    return Err(invalid(
+                        f("scope.required"),
+                        "needs scope.header, the header that must name the caller",
+                    ));
                 }
-            }
-            routes.push(Route {
-                name: r.name.clone(),
-                method,
-                path: r.path.clone(),
-                upstream,
-                effect,
-                key,
-                scope_header,
-                scope_required,
-                forward_key: r.forward_key.unwrap_or(true),
-                upstream_dedupes: r.upstream_dedupes.unwrap_or(false),
-                timeout,
-                retry,
-                reject_duplicates,
-                signature,
-                upstream_auth,
-                reconcile,
-                cache_ttl,
-                ttl: match &r.ttl {
-                    Some(t) => match parse_duration(&f("ttl"), t)? {
-                        t if t.is_zero() => return Err(invalid(f("ttl"), NO_TTL)),
-                        t => t,
+                let timeout = parse_duration(&f("timeout"), r.timeout.as_deref().unwrap_or("10s"))?;
+                let route_lease = match &r.lease {
+                    Some(l) => parse_duration(&f("lease"), l)?,
+                    None => lease,
+                };
+                if timeout.is_zero() {
+                    return Err(invalid(f("timeout"), "must be more than zero"));
+                }
+                if r.upstream_dedupes == Some(true) && r.forward_key == Some(false) {
+                    return Err(invalid(
+                        f("upstream_dedupes"),
+                        "the upstream can only dedupe a key it is sent: needs forward_key = true",
+                    ));
+                }
+                if route_lease.is_zero() {
+                    return Err(invalid(f("lease"), "must be more than zero"));
+                }
+                let retry = match &r.retry {
+                    None => Retry {
+                        attempts: 3,
+                        base: Duration::from_millis(100),
+                        max: Duration::from_secs(2),
                     },
-                    None => ttl,
-                },
-                lease: route_lease,
-                max_body: match &r.max_body {
-                    Some(m) => parse_size(&f("max_body"), m)?,
-                    None => max_body,
-                },
-                fingerprint_headers: headers("fingerprint_headers", &r.fingerprint_headers)?,
-                secret_headers,
-                secret_query: query_names(&f("secret_query"), &r.secret_query)?,
-            });
+                    Some(rt) => Retry {
+                        attempts: rt.attempts.unwrap_or(3),
+                        base: parse_duration(
+                            &f("retry.base"),
+                            rt.base.as_deref().unwrap_or("100ms"),
+                        )?,
+                        max: parse_duration(&f("retry.max"), rt.max.as_deref().unwrap_or("2s"))?,
+                    },
+                };
+                if retry.attempts == 0 || retry.attempts > 20 {
+                    return Err(invalid(f("retry.attempts"), "between 1 and 20"));
+                }
+                if retry.max < retry.base {
+                    return Err(invalid(f("retry.max"), "must not be less than retry.base"));
+                }
+                // Destructive calls are never retried automatically.
+                let retry = if effect == Effect::Destructive {
+                    Retry {
+                        attempts: 1,
+                        ..retry
+                    }
+                } else {
+                    retry
+                };
+                // A claim's lease covers its first attempt; a retry renews it, then waits (up to
+                // retry.max, as long as the upstream's Retry-After asks) and tries (up to timeout).
+                // A call still running past its lease would look stuck, and an operator could
+                // release it and have it run twice.
+                let retry_wait = if retry.attempts > 1 && effect != Effect::Read {
+                    retry.max
+                } else {
+                    Duration::ZERO
+                };
+                if timeout + retry_wait >= route_lease {
+                    return Err(invalid(
+                        f("timeout"),
+                        if retry_wait.is_zero() {
+                            format!("{timeout:?} must be shorter than the lease ({route_lease:?}), or a live call would look stuck")
+                        } else {
+                            format!("{timeout:?}, plus a retry's wait of up to retry.max ({retry_wait:?}), must be shorter than the lease ({route_lease:?}), or a live call would look stuck")
+                        },
+                    ));
+                }
+                let reject_duplicates = match r.on_duplicate_suspect.as_deref().unwrap_or("flag") {
+                    "flag" => false,
+                    "reject" => true,
+                    other => {
+                        return Err(invalid(
+                            f("on_duplicate_suspect"),
+                            format!("{other:?}: use \"flag\" or \"reject\""),
+                        ))
+                    }
+                };
+                let signature = match &r.signature {
+                    None => None,
+                    Some(_) if secrets == Secrets::Skip => None,
+                    Some(s) => {
+                        let header = s
+                            .header
+                            .clone()
+                            .unwrap_or_else(|| "x-idemgate-signature".into());
+                        if !is_header_name(&header) {
+                            return Err(invalid(
+                                f("signature.header"),
+                                format!("{header:?} is not a header name"),
+                            ));
+                        }
+                        Some(Signature {
+                            header: header.to_ascii_lowercase(),
+                            secret: read_secret(
+                                &f("signature"),
+                                s.secret_env.as_deref(),
+                                s.secret_file.as_deref(),
+                            )?,
+                            tolerance: parse_duration(
+                                &f("signature.tolerance"),
+                                s.tolerance.as_deref().unwrap_or("5m"),
+                            )?,
+                        })
+                    }
+                };
+                // Read in every mode: operator replays and probes send it too.
+                let upstream_auth = match &r.upstream_auth {
+                    None => None,
+                    Some(a) => {
+                        let name = a.header.as_deref().unwrap_or("authorization");
+                        let header =
+                            http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                                invalid(
+                                    f("upstream_auth.header"),
+                                    format!("{name:?} is not a header name"),
+                                )
+                            })?;
+                        let secret = read_secret(
+                            &f("upstream_auth"),
+                            a.secret_env.as_deref(),
+                            a.secret_file.as_deref(),
+                        )?;
+                        let mut value = http::HeaderValue::from_bytes(&secret.0).map_err(|_| {
+                            // Never the value itself: it is a secret.
+                            invalid(f("upstream_auth"), "the secret is not a valid header value")
+                        })?;
+                        value.set_sensitive(true);
+                        Some(UpstreamAuth { header, value })
+                    }
+                };
+                let reconcile = match &r.reconcile {
+                    None => None,
+                    Some(rc) => {
+                        let m = rc
+                            .method
+                            .clone()
+                            .unwrap_or_else(|| "GET".into())
+                            .to_ascii_uppercase();
+                        if m != "GET" && m != "HEAD" {
+                            return Err(invalid(
+                                f("reconcile.method"),
+                                "a probe must be GET or HEAD: it must not have side effects",
+                            ));
+                        }
+                        parse_upstream(
+                            &f("reconcile.url"),
+                            rc.url.split('?').next().unwrap_or(""),
+                        )?;
+                        if !rc.url.contains("{key}") {
+                            return Err(invalid(f("reconcile.url"), "must contain {key}"));
+                        }
+                        Some(Reconcile {
+                            method: m,
+                            url: rc.url.clone(),
+                        })
+                    }
+                };
+                let cache_ttl = match &r.cache_ttl {
+                    Some(c) if effect != Effect::Read => {
+                        return Err(invalid(
+                            f("cache_ttl"),
+                            format!("{c:?}: only read routes are cached"),
+                        ))
+                    }
+                    Some(c) => Some(parse_duration(&f("cache_ttl"), c)?),
+                    None => None,
+                };
+                let headers =
+                    |field: &str, v: &Option<Vec<String>>| -> Result<Vec<String>, ConfigError> {
+                        let v = v.clone().unwrap_or_default();
+                        if let Some(h) = v.iter().find(|h| !is_header_name(h)) {
+                            return Err(invalid(f(field), format!("{h:?} is not a header name")));
+                        }
+                        Ok(v.into_iter().map(|h| h.to_ascii_lowercase()).collect())
+                    };
+                // The credential's header is a secret header too: a client's value of it is never
+                // stored.
+                let mut secret_headers = headers("secret_headers", &r.secret_headers)?;
+                if let Some(a) = &upstream_auth {
+                    if !secret_headers.iter().any(|n| n == a.header.as_str()) {
+                        secret_headers.push(a.header.as_str().to_owned());
+                    }
+                }
+                Ok(Route {
+                    name: r.name.clone(),
+                    method,
+                    path: r.path.clone(),
+                    upstream,
+                    effect,
+                    key,
+                    scope_header,
+                    scope_required,
+                    forward_key: r.forward_key.unwrap_or(true),
+                    upstream_dedupes: r.upstream_dedupes.unwrap_or(false),
+                    timeout,
+                    retry,
+                    reject_duplicates,
+                    signature,
+                    upstream_auth,
+                    reconcile,
+                    cache_ttl,
+                    ttl: match &r.ttl {
+                        Some(t) => match parse_duration(&f("ttl"), t)? {
+                            t if t.is_zero() => return Err(invalid(f("ttl"), NO_TTL)),
+                            t => t,
+                        },
+                        None => ttl,
+                    },
+                    lease: route_lease,
+                    max_body: match &r.max_body {
+                        Some(m) => parse_size(&f("max_body"), m)?,
+                        None => max_body,
+                    },
+                    fingerprint_headers: headers("fingerprint_headers", &r.fingerprint_headers)?,
+                    secret_headers,
+                    secret_query: query_names(&f("secret_query"), &r.secret_query)?,
+                })
+            })();
+            match route {
+                Ok(route) => routes.push(route),
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.len() > 1 {
+            return Err(ConfigError::Several(errors));
+        }
+        if let Some(e) = errors.pop() {
+            return Err(e);
         }
         // The first route that takes a request serves it: a route an earlier one takes every
         // request of would never apply its own settings (its effect, key, retries).
@@ -897,6 +932,22 @@ mod tests {
             format!("{BASE}[[routes]]\nname = \"charges\"\nmethod = \"POST\"\npath = \"/v1/charges\"\nupstream = \"http://127.0.0.1:9000\"\neffect = \"write\"\n{extra}")
         };
         assert!(err(&route("timeout = \"soon\"")).contains("routes[0] (charges).timeout"));
+        // Every route in error is named at once, each by its first error; a good one is not.
+        let three = format!(
+            "{}\n[[routes]]\nname = \"ok\"\nmethod = \"GET\"\npath = \"/ok\"\n\
+             upstream = \"http://127.0.0.1:9000\"\neffect = \"read\"\n\
+             [[routes]]\nname = \"emails\"\nmethod = \"POST\"\npath = \"v1/emails\"\n\
+             upstream = \"http://127.0.0.1:9000\"\neffect = \"writ\"\n",
+            route("timeout = \"soon\"\nlease = \"0s\"")
+        );
+        let e = err(&three);
+        assert!(e.starts_with("2 routes are in error:"), "{e}");
+        assert!(e.contains("\n  routes[0] (charges).timeout"), "{e}");
+        assert!(e.contains("\n  routes[2] (emails).path"), "{e}");
+        assert!(
+            !e.contains("lease") && !e.contains("effect") && !e.contains("(ok)"),
+            "{e}"
+        );
         assert!(err(&route("effect2 = 1")).contains("unknown field"));
         assert!(err(&route("retry = { attempts = 0 }")).contains("retry.attempts"));
         assert!(err(&route("timeout = \"60s\"")).contains("shorter than the lease"));

@@ -165,6 +165,8 @@ proptest! {
             Err(e) => {
                 let msg = e.to_string();
                 prop_assert!(!msg.is_empty());
+                // One mutated line puts one route in error at most.
+                prop_assert!(!matches!(e, idemgate_proxy::ConfigError::Several(_)), "{msg}");
                 if let idemgate_proxy::ConfigError::Invalid { field, .. } = &e {
                     prop_assert!(!field.is_empty());
                 }
