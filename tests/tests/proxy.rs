@@ -1295,20 +1295,23 @@ fn an_operators_response_is_refused_when_a_replay_could_not_send_it() {
         );
     }
     let l = f.ledger();
-    let cli = idemgate(&[
-        "resolve",
-        "--ledger",
-        &l,
-        &id.to_string(),
-        "--as",
-        "failed",
-        "--response-file",
-        "/dev/null",
-        "--reason",
-        "declined",
-        "--operator",
-        "oncall",
-    ]);
+    let cli_resolve = |as_: &str, file: &str| {
+        idemgate(&[
+            "resolve",
+            "--ledger",
+            &l,
+            &id.to_string(),
+            "--as",
+            as_,
+            "--response-file",
+            file,
+            "--reason",
+            "found it",
+            "--operator",
+            "oncall",
+        ])
+    };
+    let cli = cli_resolve("failed", "/dev/null");
     assert_eq!(
         cli.status.code(),
         Some(1),
@@ -1317,20 +1320,7 @@ fn an_operators_response_is_refused_when_a_replay_could_not_send_it() {
     assert_eq!(f.entries(&["--stuck"]).len(), 1);
     let big = f.dir.path().join("big.json");
     std::fs::write(&big, vec![b'x'; idemgate_ledger::MAX_RESPONSE_BODY + 1]).expect("write");
-    let cli = idemgate(&[
-        "resolve",
-        "--ledger",
-        &l,
-        &id.to_string(),
-        "--as",
-        "completed",
-        "--response-file",
-        big.to_str().expect("path"),
-        "--reason",
-        "found it",
-        "--operator",
-        "oncall",
-    ]);
+    let cli = cli_resolve("completed", big.to_str().expect("path"));
     let err = String::from_utf8_lossy(&cli.stderr);
     assert_eq!(cli.status.code(), Some(1), "{err}");
     assert!(err.contains("16 MiB"), "{err}");
