@@ -334,8 +334,8 @@ impl Config {
     }
 }
 
-const NO_TTL: &str =
-    "must be more than zero: a completed call would not be replayed, and its retry would run again";
+/// What a ttl of zero would do.
+const NO_TTL: &str = ": a completed call would not be replayed, and its retry would run again";
 
 pub fn parse_duration(field: &str, s: &str) -> Result<Duration, ConfigError> {
     humantime::parse_duration(s.trim()).map_err(|e| {
@@ -347,6 +347,15 @@ pub fn parse_duration(field: &str, s: &str) -> Result<Duration, ConfigError> {
 }
 
 /// Sizes: `1048576`, `512KiB`, `1MiB`, `2MB`, `64kb` (KB/MB are powers of ten, KiB/MiB of two).
+/// [`parse_duration`] of a duration that must be more than zero; `why` (after a `:`, or empty)
+/// says what zero would do.
+fn parse_positive(field: &str, s: &str, why: &str) -> Result<Duration, ConfigError> {
+    match parse_duration(field, s)? {
+        d if d.is_zero() => Err(invalid(field, format!("must be more than zero{why}"))),
+        d => Ok(d),
+    }
+}
+
 pub fn parse_size(field: &str, s: &str) -> Result<usize, ConfigError> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
@@ -474,8 +483,8 @@ impl Config {
         let dur = |field: &str, v: &Option<String>, default: &str| {
             parse_duration(field, v.as_deref().unwrap_or(default))
         };
-        let ttl = dur("defaults.ttl", &d.ttl, "24h")?;
-        let lease = dur("defaults.lease", &d.lease, "30s")?;
+        let ttl = parse_positive("defaults.ttl", d.ttl.as_deref().unwrap_or("24h"), NO_TTL)?;
+        let lease = parse_positive("defaults.lease", d.lease.as_deref().unwrap_or("30s"), "")?;
         let wait = dur("defaults.wait", &d.wait, "5s")?;
         let duplicate_window = dur("defaults.duplicate_window", &d.duplicate_window, "10m")?;
         let max_body = parse_size("defaults.max_body", d.max_body.as_deref().unwrap_or("1MiB"))?;
@@ -489,12 +498,6 @@ impl Config {
                 ))
             }
         };
-        if lease.is_zero() {
-            return Err(invalid("defaults.lease", "must be more than zero"));
-        }
-        if ttl.is_zero() {
-            return Err(invalid("defaults.ttl", NO_TTL));
-        }
         let listen: SocketAddr = raw.server.listen.parse().map_err(|e| {
             invalid(
                 "server.listen",
@@ -525,11 +528,8 @@ impl Config {
         };
         let body_timeout = match &raw.server.body_timeout {
             None => Duration::from_secs(30),
-            Some(s) => parse_duration("server.body_timeout", s)?,
+            Some(s) => parse_positive("server.body_timeout", s, "")?,
         };
-        if body_timeout.is_zero() {
-            return Err(invalid("server.body_timeout", "must be more than zero"));
-        }
         if raw.server.ledger.trim().is_empty() {
             return Err(invalid(
                 "server.ledger",
@@ -643,22 +643,17 @@ impl Config {
                         "needs scope.header, the header that must name the caller",
                     ));
                 }
-                let timeout = parse_duration(&f("timeout"), r.timeout.as_deref().unwrap_or("10s"))?;
+                let timeout =
+                    parse_positive(&f("timeout"), r.timeout.as_deref().unwrap_or("10s"), "")?;
                 let route_lease = match &r.lease {
-                    Some(l) => parse_duration(&f("lease"), l)?,
+                    Some(l) => parse_positive(&f("lease"), l, "")?,
                     None => lease,
                 };
-                if timeout.is_zero() {
-                    return Err(invalid(f("timeout"), "must be more than zero"));
-                }
                 if r.upstream_dedupes == Some(true) && r.forward_key == Some(false) {
                     return Err(invalid(
                         f("upstream_dedupes"),
                         "the upstream can only dedupe a key it is sent: needs forward_key = true",
                     ));
-                }
-                if route_lease.is_zero() {
-                    return Err(invalid(f("lease"), "must be more than zero"));
                 }
                 let retry = match &r.retry {
                     None => Retry {
@@ -844,10 +839,7 @@ impl Config {
                     reconcile,
                     cache_ttl,
                     ttl: match &r.ttl {
-                        Some(t) => match parse_duration(&f("ttl"), t)? {
-                            t if t.is_zero() => return Err(invalid(f("ttl"), NO_TTL)),
-                            t => t,
-                        },
+                        Some(t) => parse_positive(&f("ttl"), t, NO_TTL)?,
                         None => ttl,
                     },
                     lease: route_lease,
