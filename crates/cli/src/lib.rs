@@ -7,7 +7,7 @@
 mod output;
 mod serve;
 
-use std::io::{IsTerminal, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -499,12 +499,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
                     let limit = idemgate_ledger::MAX_RESPONSE_BODY as u64 + 1;
                     let mut body = Vec::new();
                     std::fs::File::open(&f)
-                        .and_then(|file| {
-                            std::io::Read::read_to_end(
-                                &mut std::io::Read::take(file, limit),
-                                &mut body,
-                            )
-                        })
+                        .and_then(|file| file.take(limit).read_to_end(&mut body))
                         .map_err(|e| {
                             OpsError::invalid("response-file", &format!("{}: {e}", f.display()))
                         })?;

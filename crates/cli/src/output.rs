@@ -480,6 +480,6 @@ pub fn demo(out: &mut Out<'_>, path: &str, r: &DemoReport) -> R {
 }
 
 /// "1 entry", "2 entries".
-fn counted(n: u64, one: &str, many: &str) -> String {
+pub(crate) fn counted(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }

@@ -105,14 +105,9 @@ pub fn check(config: &Path) -> Result<ExitCode, CmdError> {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "{}: ok, {} {} (the first that takes a request serves it)",
+        "{}: ok, {} (the first that takes a request serves it)",
         config.display(),
-        cfg.routes.len(),
-        if cfg.routes.len() == 1 {
-            "route"
-        } else {
-            "routes"
-        }
+        crate::output::counted(cfg.routes.len() as u64, "route", "routes")
     );
     for r in &cfg.routes {
         let _ = writeln!(
