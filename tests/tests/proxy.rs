@@ -2292,6 +2292,77 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     );
     assert_eq!(r.status, 400);
     assert_eq!(r.code(), "missing-reason");
+    // A member or query parameter an action does not know is refused, not acted without:
+    // `dry_run` is the CLI's flag, and a misspelt filter member would widen a purge.
+    let timeline = |id: i64| {
+        let e = f.proxy.admin_get(&format!("/admin/v1/entries/{id}"));
+        assert_eq!(e.status, 200, "entry {id} is still there: {}", e.text());
+        e.json()["timeline"].as_array().expect("timeline").len()
+    };
+    let events_before = timeline(id);
+    let act = json!({"operator": "o", "reason": "r", "confirm_destructive": true});
+    let with = |v: &serde_json::Value, k: &str, x: serde_json::Value| {
+        let mut v = v.clone();
+        v[k] = x;
+        v
+    };
+    let ids = with(&with(&act, "target", "ids".into()), "ids", json!([id]));
+    let expired = with(
+        &with(&act, "target", "expired".into()),
+        "filter",
+        json!({"expired": true, "rout": "no-such-route"}),
+    );
+    let response = json!({"status": 200, "headers": [], "body": "ok", "content_type": "x"});
+    for (path, body) in [
+        (
+            "/admin/v1/purge".to_owned(),
+            with(&ids, "dry_run", true.into()),
+        ),
+        ("/admin/v1/purge?dry_run=true".to_owned(), ids.clone()),
+        ("/admin/v1/purge".to_owned(), expired.clone()),
+        ("/admin/v1/purge/preview".to_owned(), expired),
+        (
+            format!("/admin/v1/entries/{id}/replay"),
+            with(&act, "dry_run", true.into()),
+        ),
+        (
+            format!("/admin/v1/entries/{id}/replay?dry_run=1"),
+            act.clone(),
+        ),
+        (
+            format!("/admin/v1/entries/{id}/reconcile"),
+            with(&act, "preview", true.into()),
+        ),
+        (
+            format!("/admin/v1/entries/{id}/resolve"),
+            with(&with(&act, "as", "completed".into()), "response", response),
+        ),
+    ] {
+        let r = f.proxy.admin_post(&path, &body);
+        assert_eq!(r.status, 400, "{path} {body}: {}", r.text());
+        assert_eq!(r.code(), "invalid-argument", "{path} {body}");
+    }
+    for path in [
+        format!("/admin/v1/entries/{id}?full=1"),
+        format!("/admin/v1/entries/{id}/resolve/preview?as=failed"),
+        "/admin/v1/verify?against=manifest.json".to_owned(),
+        "/admin/v1/entries/x/resolve/preview".to_owned(),
+    ] {
+        let r = f.proxy.admin_get(&path);
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert_eq!(r.code(), "invalid-argument", "{path}");
+    }
+    assert_eq!(timeline(id), events_before, "nothing was done to the entry");
+    // The scheme's name is case-insensitive.
+    let lower = format!("bearer {ADMIN_TOKEN}");
+    let r = request(
+        admin,
+        "GET",
+        "/admin/v1/stats",
+        &[("authorization", &lower)],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
     // A body that is not JSON is told what it must be, by its status too.
     let auth = format!("Bearer {ADMIN_TOKEN}");
     let admin = f.proxy.admin.expect("admin");

@@ -117,6 +117,7 @@ pub struct RequestRecord {
 /// A stored response, replayed verbatim (status, selected headers, body).
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 pub struct ResponseRecord {
     pub status: u16,
     pub headers: Vec<(String, String)>,
@@ -388,6 +389,7 @@ pub struct Event {
 /// Filters for entry lists; all conditions must hold.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct EntryFilter {
     pub state: Option<State>,
     #[serde(default)]
@@ -408,6 +410,7 @@ pub struct EntryFilter {
 /// Filters for the log.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct EventFilter {
     pub entry_id: Option<i64>,
     pub route: Option<String>,

@@ -180,6 +180,7 @@ impl ResolveAs {
 
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ResolveCmd {
     pub entry_id: i64,
     #[serde(rename = "as")]
@@ -327,7 +328,7 @@ pub fn check_response(as_: ResolveAs, r: &ResponseRecord) -> OpsResult<ResponseR
 
 /// What a purge acts on.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "target", rename_all = "lowercase")]
 pub enum PurgeTarget {
     /// These entries (each must exist and not be pending).
@@ -337,7 +338,7 @@ pub enum PurgeTarget {
 }
 
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PurgeCmd {
     #[serde(flatten)]
     pub target: PurgeTarget,
@@ -345,6 +346,84 @@ pub struct PurgeCmd {
     pub reason: String,
     #[serde(default)]
     pub confirm_destructive: bool,
+}
+
+/// A purge read from JSON refuses a member it does not know, as every command does, rather
+/// than purge without it: `"dry_run": true` (the CLI's flag) or a misspelt filter member
+/// (`"rout"`) would otherwise widen or run the purge. serde cannot refuse unknown members of a
+/// flattened or internally tagged type, so both read through one flat form.
+mod purge_wire {
+    use serde::de::{Deserializer, Error};
+    use serde::Deserialize;
+
+    use super::{EntryFilter, PurgeCmd, PurgeTarget};
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    enum Kind {
+        Ids,
+        Expired,
+    }
+
+    impl Kind {
+        fn target<E: Error>(
+            self,
+            ids: Option<Vec<i64>>,
+            filter: Option<EntryFilter>,
+        ) -> Result<PurgeTarget, E> {
+            match (self, ids, filter) {
+                (Kind::Ids, Some(ids), None) => Ok(PurgeTarget::Ids { ids }),
+                (Kind::Expired, None, Some(filter)) => Ok(PurgeTarget::Expired { filter }),
+                (Kind::Ids, _, Some(_)) => Err(E::custom(
+                    "`filter` goes with target \"expired\"; target \"ids\" takes `ids`",
+                )),
+                (Kind::Expired, Some(_), _) => Err(E::custom(
+                    "`ids` goes with target \"ids\"; target \"expired\" takes `filter`",
+                )),
+                (Kind::Ids, None, None) => Err(E::missing_field("ids")),
+                (Kind::Expired, None, None) => Err(E::missing_field("filter")),
+            }
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Target {
+        target: Kind,
+        ids: Option<Vec<i64>>,
+        filter: Option<EntryFilter>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Cmd {
+        target: Kind,
+        ids: Option<Vec<i64>>,
+        filter: Option<EntryFilter>,
+        operator: String,
+        reason: String,
+        #[serde(default)]
+        confirm_destructive: bool,
+    }
+
+    impl<'de> Deserialize<'de> for PurgeTarget {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let t = Target::deserialize(d)?;
+            t.target.target(t.ids, t.filter)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for PurgeCmd {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let c = Cmd::deserialize(d)?;
+            Ok(PurgeCmd {
+                target: c.target.target(c.ids, c.filter)?,
+                operator: c.operator,
+                reason: c.reason,
+                confirm_destructive: c.confirm_destructive,
+            })
+        }
+    }
 }
 
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
@@ -355,6 +434,7 @@ pub struct PurgeReport {
 
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ExportCmd {
     pub format: Format,
     #[serde(default)]
@@ -883,6 +963,92 @@ mod tests {
             ],
             body: body.as_bytes().to_vec(),
         }
+    }
+
+    #[test]
+    fn a_command_with_a_member_it_does_not_know_is_refused_not_run_without_it() {
+        let expired = PurgeCmd {
+            target: PurgeTarget::Expired {
+                filter: EntryFilter {
+                    expired: true,
+                    route: Some("charges".into()),
+                    ..EntryFilter::default()
+                },
+            },
+            operator: "o".into(),
+            reason: "r".into(),
+            confirm_destructive: true,
+        };
+        let ids = PurgeCmd {
+            target: PurgeTarget::Ids { ids: vec![1, 2] },
+            ..expired.clone()
+        };
+        // What is written reads back as it was, flattened target and all.
+        for cmd in [&expired, &ids] {
+            let json = serde_json::to_value(cmd).expect("json");
+            assert_eq!(
+                &serde_json::from_value::<PurgeCmd>(json).expect("reads"),
+                cmd
+            );
+            let target = serde_json::to_value(&cmd.target).expect("json");
+            assert_eq!(
+                serde_json::from_value::<PurgeTarget>(target).expect("reads"),
+                cmd.target
+            );
+        }
+        let purge = |v: serde_json::Value| serde_json::from_value::<PurgeCmd>(v).map(|_| ());
+        let with = |mut v: serde_json::Value, k: &str, x: serde_json::Value| {
+            v[k] = x;
+            v
+        };
+        let base = serde_json::json!({"target": "ids", "ids": [1], "operator": "o", "reason": "r"});
+        assert!(purge(base.clone()).is_ok());
+        for (bad, why) in [
+            (with(base.clone(), "dry_run", true.into()), "dry_run"),
+            (
+                with(base.clone(), "filter", serde_json::json!({})),
+                "filter",
+            ),
+            (with(base.clone(), "target", "expired".into()), "ids"),
+            (with(base.clone(), "target", "all".into()), "all"),
+            (
+                serde_json::json!({"target": "ids", "operator": "o", "reason": "r"}),
+                "ids",
+            ),
+            (
+                serde_json::json!({"target": "expired", "filter": {"rout": "charges"},
+                                   "operator": "o", "reason": "r"}),
+                "rout",
+            ),
+            (
+                serde_json::json!({"target": "expired", "operator": "o", "reason": "r"}),
+                "filter",
+            ),
+        ] {
+            let e = purge(bad.clone()).expect_err(&bad.to_string()).to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        for bad in [
+            serde_json::json!({"target": "ids", "ids": [1], "dry_run": true}),
+            serde_json::json!({"target": "expired", "filter": {"expired": true, "scopes": "a"}}),
+        ] {
+            assert!(
+                serde_json::from_value::<PurgeTarget>(bad.clone()).is_err(),
+                "{bad}"
+            );
+        }
+        let resolve = serde_json::json!({"entry_id": 1, "as": "completed", "operator": "o",
+            "reason": "r", "response": {"status": 200, "headers": [], "body": "x"}});
+        assert!(serde_json::from_value::<ResolveCmd>(resolve.clone()).is_ok());
+        let mut typo = resolve.clone();
+        typo["response"]["content_type"] = "text/plain".into();
+        assert!(serde_json::from_value::<ResolveCmd>(typo).is_err());
+        assert!(
+            serde_json::from_value::<ResolveCmd>(with(resolve, "dry_run", true.into())).is_err()
+        );
+        assert!(
+            serde_json::from_value::<EventFilter>(serde_json::json!({"kinds": "claim"})).is_err()
+        );
     }
 
     #[test]

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, Request, State};
+use axum::http::{header, request, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -136,8 +136,8 @@ async fn auth(State(s): State<AdminState>, req: Request, next: Next) -> Response
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|t| Sha256::digest(t.trim().as_bytes()));
+        .and_then(bearer)
+        .map(|t| Sha256::digest(t.as_bytes()));
     // Both sides are 32-byte digests: the comparison takes the same time whatever the token.
     let ok = given.is_some_and(|g| bool::from(g.as_slice().ct_eq(&s.token_digest)));
     if !ok {
@@ -153,6 +153,60 @@ async fn auth(State(s): State<AdminState>, req: Request, next: Next) -> Response
         return r;
     }
     next.run(req).await
+}
+
+/// The token of an `Authorization: Bearer <token>` value. The scheme's name is
+/// case-insensitive (RFC 9110 §11.1): `bearer` is as good as `Bearer`.
+fn bearer(v: &str) -> Option<&str> {
+    let (scheme, token) = v.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// An endpoint that takes no query parameters refuses any, as the others refuse one they do not
+/// know, rather than act without it: `POST /admin/v1/purge?dry_run=true` would purge.
+struct NoQuery;
+
+impl<S: Send + Sync> FromRequestParts<S> for NoQuery {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut request::Parts, _: &S) -> Result<Self, Problem> {
+        match parts.uri.query() {
+            None | Some("") => Ok(NoQuery),
+            Some(q) => {
+                let names: Vec<&str> = q
+                    .split('&')
+                    .filter_map(|p| p.split('=').next())
+                    .filter(|n| !n.is_empty())
+                    .collect();
+                Err(Problem::new(
+                    400,
+                    "invalid-argument",
+                    "Invalid query",
+                    format!(
+                        "{} takes no query parameters: {}",
+                        parts.uri.path(),
+                        names.join(", ")
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+/// An entry's id in the path, refused as the other arguments are when it is not a number.
+struct EntryId(i64);
+
+impl<S: Send + Sync> FromRequestParts<S> for EntryId {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut request::Parts, s: &S) -> Result<Self, Problem> {
+        let Path(id) = Path::<i64>::from_request_parts(parts, s)
+            .await
+            .map_err(|e| {
+                Problem::new(400, "invalid-argument", "Invalid entry id", e.body_text())
+            })?;
+        Ok(EntryId(id))
+    }
 }
 
 fn bad_query(e: QueryRejection) -> Problem {
@@ -244,16 +298,16 @@ async fn entries(
 
 async fn show(
     State(s): State<AdminState>,
-    id: Result<Path<i64>, axum::extract::rejection::PathRejection>,
+    EntryId(id): EntryId,
+    _: NoQuery,
 ) -> Result<Response, Problem> {
-    let Path(id) =
-        id.map_err(|e| Problem::new(400, "invalid-argument", "Invalid entry id", e.body_text()))?;
     Ok(Json(blocking(move || s.ops.show(id)).await?).into_response())
 }
 
 async fn preview_resolve(
     State(s): State<AdminState>,
-    Path(id): Path<i64>,
+    EntryId(id): EntryId,
+    _: NoQuery,
 ) -> Result<Response, Problem> {
     Ok(Json(blocking(move || s.ops.preview_resolve(id)).await?).into_response())
 }
@@ -273,7 +327,8 @@ struct ResolveBody {
 
 async fn resolve(
     State(s): State<AdminState>,
-    Path(id): Path<i64>,
+    EntryId(id): EntryId,
+    _: NoQuery,
     b: Result<Json<ResolveBody>, JsonRejection>,
 ) -> Result<Response, Problem> {
     let Json(b) = b.map_err(bad_json)?;
@@ -291,7 +346,8 @@ async fn resolve(
 
 async fn replay(
     State(s): State<AdminState>,
-    Path(id): Path<i64>,
+    EntryId(id): EntryId,
+    _: NoQuery,
     b: Result<Json<ActionCmd>, JsonRejection>,
 ) -> Result<Response, Problem> {
     let Json(b) = b.map_err(bad_json)?;
@@ -307,7 +363,8 @@ async fn replay(
 
 async fn reconcile(
     State(s): State<AdminState>,
-    Path(id): Path<i64>,
+    EntryId(id): EntryId,
+    _: NoQuery,
     b: Result<Json<ActionCmd>, JsonRejection>,
 ) -> Result<Response, Problem> {
     let Json(b) = b.map_err(bad_json)?;
@@ -321,6 +378,7 @@ async fn reconcile(
 
 async fn purge(
     State(s): State<AdminState>,
+    _: NoQuery,
     b: Result<Json<PurgeCmd>, JsonRejection>,
 ) -> Result<Response, Problem> {
     let Json(cmd) = b.map_err(bad_json)?;
@@ -329,6 +387,7 @@ async fn purge(
 
 async fn preview_purge(
     State(s): State<AdminState>,
+    _: NoQuery,
     b: Result<Json<PurgeTarget>, JsonRejection>,
 ) -> Result<Response, Problem> {
     let Json(t) = b.map_err(bad_json)?;
@@ -409,7 +468,7 @@ async fn incidents(
     )
 }
 
-async fn verify(State(s): State<AdminState>) -> Result<Response, Problem> {
+async fn verify(State(s): State<AdminState>, _: NoQuery) -> Result<Response, Problem> {
     Ok(Json(blocking(move || s.ops.verify(&mut |_| true)).await?).into_response())
 }
 

@@ -14,6 +14,7 @@ use crate::problem::Problem;
 
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ActionCmd {
     pub operator: String,
     pub reason: String,
