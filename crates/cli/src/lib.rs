@@ -385,7 +385,7 @@ fn progress_bar(what: &str, total: Option<u64>) -> Option<indicatif::ProgressBar
 }
 
 fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
-    let mut out = std::io::stdout().lock();
+    let mut out = output::Out::stdout();
     match cmd {
         Cmd::Demo {
             ledger,

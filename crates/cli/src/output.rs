@@ -8,7 +8,54 @@ use idemgate_ledger::{rfc3339, EntryFilter, EntrySummary, Event, EventFilter, Ve
 use idemgate_ops::{AgainstReport, DemoReport, EntryView, Ops, OpsError, Preview, PurgeReport};
 use serde_json::{json, Value};
 
-type Out<'a> = std::io::StdoutLock<'a>;
+/// Standard output, which its reader may close before the end (`idemgate log | head`). What
+/// nobody reads any more is dropped, and the command ends as it would have, with its own exit
+/// code: not `error[io]: Broken pipe` and exit 1, which also hid a verification's 3.
+pub struct Out {
+    inner: std::io::StdoutLock<'static>,
+    closed: bool,
+}
+
+impl Out {
+    pub fn stdout() -> Out {
+        Out {
+            inner: std::io::stdout().lock(),
+            closed: false,
+        }
+    }
+
+    fn closed_on_broken_pipe<T>(
+        &mut self,
+        r: std::io::Result<T>,
+        dropped: T,
+    ) -> std::io::Result<T> {
+        match r {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(dropped)
+            }
+            r => r,
+        }
+    }
+}
+
+impl Write for Out {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.closed {
+            return Ok(buf.len());
+        }
+        let r = self.inner.write(buf);
+        self.closed_on_broken_pipe(r, buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        let r = self.inner.flush();
+        self.closed_on_broken_pipe(r, ())
+    }
+}
 type R = Result<(), OpsError>;
 
 fn opt_time(t: Option<i64>) -> Value {
@@ -58,7 +105,7 @@ fn event_json(e: &Event) -> Value {
     })
 }
 
-fn pretty(out: &mut Out<'_>, v: &impl serde::Serialize) -> R {
+fn pretty(out: &mut Out, v: &impl serde::Serialize) -> R {
     serde_json::to_writer_pretty(&mut *out, v).map_err(std::io::Error::other)?;
     writeln!(out)?;
     Ok(())
@@ -83,7 +130,7 @@ fn state_label(e: &EntrySummary) -> String {
 }
 
 pub fn entries(
-    out: &mut Out<'_>,
+    out: &mut Out,
     ops: &Ops,
     filter: &EntryFilter,
     limit: Option<usize>,
@@ -152,7 +199,7 @@ fn body_text(b: &[u8]) -> String {
     }
 }
 
-pub fn show(out: &mut Out<'_>, v: &EntryView, json: bool) -> R {
+pub fn show(out: &mut Out, v: &EntryView, json: bool) -> R {
     if json {
         let mut entry = entry_json(&v.entry.summary);
         let d = &v.entry;
@@ -251,7 +298,7 @@ pub fn show(out: &mut Out<'_>, v: &EntryView, json: bool) -> R {
     Ok(())
 }
 
-fn event_line(out: &mut Out<'_>, ev: &Event) -> R {
+fn event_line(out: &mut Out, ev: &Event) -> R {
     let who = match (&ev.operator, &ev.reason) {
         (Some(o), Some(r)) => format!("  by {o}: {r}"),
         _ => String::new(),
@@ -272,7 +319,7 @@ fn event_line(out: &mut Out<'_>, ev: &Event) -> R {
     Ok(())
 }
 
-pub fn log(out: &mut Out<'_>, ops: &Ops, filter: &EventFilter, limit: usize, json: bool) -> R {
+pub fn log(out: &mut Out, ops: &Ops, filter: &EventFilter, limit: usize, json: bool) -> R {
     let mut remaining = limit;
     let mut before = None;
     let mut all = Vec::new();
@@ -306,7 +353,7 @@ pub fn log(out: &mut Out<'_>, ops: &Ops, filter: &EventFilter, limit: usize, jso
     Ok(())
 }
 
-pub fn resolved(out: &mut Out<'_>, e: &EntrySummary, json: bool) -> R {
+pub fn resolved(out: &mut Out, e: &EntrySummary, json: bool) -> R {
     if json {
         return pretty(out, &entry_json(e));
     }
@@ -318,7 +365,7 @@ pub fn resolved(out: &mut Out<'_>, e: &EntrySummary, json: bool) -> R {
     Ok(())
 }
 
-pub fn preview(out: &mut Out<'_>, p: &Preview, json: bool) -> R {
+pub fn preview(out: &mut Out, p: &Preview, json: bool) -> R {
     if json {
         return pretty(out, p);
     }
@@ -342,7 +389,7 @@ pub fn preview(out: &mut Out<'_>, p: &Preview, json: bool) -> R {
     Ok(())
 }
 
-pub fn purged(out: &mut Out<'_>, r: &PurgeReport, json: bool) -> R {
+pub fn purged(out: &mut Out, r: &PurgeReport, json: bool) -> R {
     if json {
         return pretty(out, r);
     }
@@ -358,7 +405,7 @@ pub fn purged(out: &mut Out<'_>, r: &PurgeReport, json: bool) -> R {
     Ok(())
 }
 
-pub fn exported(out: &mut Out<'_>, path: &Path, m: &Manifest, json: bool) -> R {
+pub fn exported(out: &mut Out, path: &Path, m: &Manifest, json: bool) -> R {
     if json {
         return pretty(out, m);
     }
@@ -382,7 +429,7 @@ pub fn exported(out: &mut Out<'_>, path: &Path, m: &Manifest, json: bool) -> R {
     Ok(())
 }
 
-fn chain_lines(out: &mut Out<'_>, r: &VerifyReport) -> R {
+fn chain_lines(out: &mut Out, r: &VerifyReport) -> R {
     if r.ok {
         writeln!(
             out,
@@ -408,7 +455,7 @@ fn chain_lines(out: &mut Out<'_>, r: &VerifyReport) -> R {
     Ok(())
 }
 
-pub fn copied(out: &mut Out<'_>, r: &idemgate_ledger::copy::CopyReport, json: bool) -> R {
+pub fn copied(out: &mut Out, r: &idemgate_ledger::copy::CopyReport, json: bool) -> R {
     if json {
         return pretty(out, r);
     }
@@ -426,14 +473,14 @@ pub fn copied(out: &mut Out<'_>, r: &idemgate_ledger::copy::CopyReport, json: bo
     Ok(())
 }
 
-pub fn verified(out: &mut Out<'_>, r: &VerifyReport, json: bool) -> R {
+pub fn verified(out: &mut Out, r: &VerifyReport, json: bool) -> R {
     if json {
         return pretty(out, r);
     }
     chain_lines(out, r)
 }
 
-pub fn verified_against(out: &mut Out<'_>, r: &AgainstReport, json: bool) -> R {
+pub fn verified_against(out: &mut Out, r: &AgainstReport, json: bool) -> R {
     if json {
         return pretty(out, r);
     }
@@ -451,7 +498,7 @@ pub fn verified_against(out: &mut Out<'_>, r: &AgainstReport, json: bool) -> R {
     Ok(())
 }
 
-pub fn verified_export(out: &mut Out<'_>, r: &ExportVerifyReport, json: bool) -> R {
+pub fn verified_export(out: &mut Out, r: &ExportVerifyReport, json: bool) -> R {
     if json {
         return pretty(out, r);
     }
@@ -464,7 +511,7 @@ pub fn verified_export(out: &mut Out<'_>, r: &ExportVerifyReport, json: bool) ->
     Ok(())
 }
 
-pub fn demo(out: &mut Out<'_>, path: &str, r: &DemoReport) -> R {
+pub fn demo(out: &mut Out, path: &str, r: &DemoReport) -> R {
     let s = &r.stats;
     writeln!(out, "seeded {path}: {} events", r.events)?;
     for (state, n) in &s.entries_by_state {

@@ -1075,3 +1075,48 @@ fn reading_a_missing_ledger_is_an_error_and_creates_nothing() {
         "{err}"
     );
 }
+
+#[test]
+fn a_reader_that_stops_early_ends_no_command_in_error() {
+    // `idemgate log | head`: the reader goes away. The command ends as it would have, with its
+    // own exit code, and says nothing of a broken pipe.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = demo(dir.path(), 2_000);
+    let gone = |args: &[&str]| {
+        // A socket whose other end is already closed: every write to it fails with EPIPE.
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("socket pair");
+        drop(theirs);
+        Command::new(BIN)
+            .args(args)
+            .env_remove("IDEMGATE_LEDGER")
+            .env_remove("IDEMGATE_CHAIN_KEY")
+            .env_remove("IDEMGATE_CHAIN_KEY_FILE")
+            .stdout(std::process::Stdio::from(std::os::fd::OwnedFd::from(ours)))
+            .output()
+            .expect("run idemgate")
+    };
+    let db = s(&db);
+    for args in [
+        &["log", "--ledger", db, "--limit", "1000"][..],
+        &["log", "--ledger", db, "--json"],
+        &["entries", "--ledger", db, "--json"],
+        &["show", "--ledger", db, "1"],
+        &["verify", "--ledger", db],
+    ] {
+        let out = gone(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("error"), "{args:?}: {stderr}");
+    }
+    tamper(
+        Path::new(db),
+        "UPDATE events SET detail = 'rewritten' WHERE seq = 7",
+    );
+    let out = gone(&["verify", "--ledger", db]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the verification's own code: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
