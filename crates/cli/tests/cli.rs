@@ -1120,3 +1120,34 @@ fn a_reader_that_stops_early_ends_no_command_in_error() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_relative_ledger_path_is_shown_as_the_file_it_is() {
+    // `./idemgate.db` is the working directory's: under systemd that is `/`. What idemgate says
+    // of the ledger names the file itself.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("IDEMGATE_LEDGER")
+            .output()
+            .expect("run idemgate");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).expect("utf8")
+    };
+    let abs = dir.path().canonicalize().expect("canonical").join("rel.db");
+    let seeded = run(&["demo", "--ledger", "./rel.db", "--events", "50"]);
+    assert!(
+        seeded.contains(&format!("--ledger {}", abs.display())),
+        "{seeded}"
+    );
+    run(&[
+        "export", "--ledger", "rel.db", "--format", "ndjson", "-o", "e.ndjson",
+    ]);
+    let manifest: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("e.ndjson.manifest.json")).expect("manifest"),
+    )
+    .expect("json");
+    assert_eq!(manifest["ledger"], abs.display().to_string());
+}

@@ -237,8 +237,13 @@ impl ReadPool for Readers {
         true
     }
 
+    /// The file's absolute path: a relative one is the working directory's, which the start
+    /// line, a log or a manifest would not say (`./idemgate.db` under systemd is `/idemgate.db`).
     fn location(&self) -> String {
-        self.path.display().to_string()
+        std::path::absolute(&self.path)
+            .unwrap_or_else(|_| self.path.clone())
+            .display()
+            .to_string()
     }
 
     fn with(&self, f: &mut dyn FnMut(&mut dyn Db)) -> Result<()> {
