@@ -1764,6 +1764,9 @@ fn oversized_bodies_and_unknown_routes_write_nothing() {
         "/v1/charges/%2E%2e/cancel",
         "/v1/charges/x%2F..%2F..%2Fcancel",
         "/v1/customers/./cus_1",
+        // Tomcat and Jetty drop a segment's parameters before they resolve its dots.
+        "/v1/charges/..;/cancel",
+        "/v1/customers/.;x=1/cus_1",
     ] {
         let method = if path.contains("customers") {
             "GET"

@@ -320,21 +320,27 @@ pub async fn handle(
 /// sent through a read route's prefix, or a destructive call through a retried one. Segments are
 /// split at `/` and at what an upstream may decode or read as one (`%2F`, `\`, `%5C`), so that
 /// `/v1/customers/x%2F..%2F..%2Fcharges` is found; a `%2F` inside a segment that holds no dot
-/// segment (`group%2Fproject`) passes. Allocates nothing: every request is asked.
+/// segment (`group%2Fproject`) passes. A segment's parameters (`;` or `%3B` and what follows, up
+/// to the next separator) are not part of its name: Tomcat and Jetty drop them before they
+/// resolve dots, so `/v1/charges/..;/cancel` is `/v1/cancel` to them. Allocates nothing: every
+/// request is asked.
 fn has_dot_segment(path: &str) -> bool {
     let b = path.as_bytes();
-    // Dots in the segment so far, and whether it holds anything else.
-    let (mut i, mut dots, mut other) = (0, 0u8, false);
+    // Dots in the segment's name so far, whether the name holds anything else, and whether its
+    // parameters have begun.
+    let (mut i, mut dots, mut other, mut params) = (0, 0u8, false, false);
     loop {
-        let (sep, dot, len) = match b.get(i) {
-            None | Some(b'/' | b'\\') => (true, false, 1),
-            Some(b'.') => (false, true, 1),
+        let (sep, dot, param, len) = match b.get(i) {
+            None | Some(b'/' | b'\\') => (true, false, false, 1),
+            Some(b'.') => (false, true, false, 1),
+            Some(b';') => (false, false, true, 1),
             Some(b'%') => match b.get(i + 1..i + 3) {
-                Some([b'2', b'e' | b'E']) => (false, true, 3),
-                Some([b'2', b'f' | b'F'] | [b'5', b'c' | b'C']) => (true, false, 3),
-                _ => (false, false, 1),
+                Some([b'2', b'e' | b'E']) => (false, true, false, 3),
+                Some([b'2', b'f' | b'F'] | [b'5', b'c' | b'C']) => (true, false, false, 3),
+                Some([b'3', b'b' | b'B']) => (false, false, true, 3),
+                _ => (false, false, false, 1),
             },
-            Some(_) => (false, false, 1),
+            Some(_) => (false, false, false, 1),
         };
         if sep {
             if !other && (dots == 1 || dots == 2) {
@@ -343,11 +349,15 @@ fn has_dot_segment(path: &str) -> bool {
             if i >= b.len() {
                 return false;
             }
-            (dots, other) = (0, false);
-        } else if dot {
-            dots = dots.saturating_add(1);
-        } else {
-            other = true;
+            (dots, other, params) = (0, false, false);
+        } else if param {
+            params = true;
+        } else if !params {
+            if dot {
+                dots = dots.saturating_add(1);
+            } else {
+                other = true;
+            }
         }
         i += len;
     }
@@ -1211,6 +1221,11 @@ mod tests {
             "/v1/customers/x%2f%2e%2e%2fcharges",
             "/v1/customers\\..\\charges",
             "/v1/customers/x%5C..%5ccharges",
+            "/v1/charges/..;/cancel",
+            "/v1/charges/.;jsessionid=1/x",
+            "/v1/charges/..%3B/cancel",
+            "/v1/charges/%2e%2e%3bx=1%2Fcancel",
+            "/v1/charges/..;a.b;c/cancel",
         ] {
             assert!(has_dot_segment(p), "{p}");
         }
@@ -1225,6 +1240,10 @@ mod tests {
             "/v1/a..b/%2e%2e%2e/.x/x.",
             "/v1/100%",
             "/v1/%2",
+            "/v1/charges;v=2",
+            "/v1/charges/ch_1;..",
+            "/v1/charges/;../x",
+            "/v1/charges/...;/x",
         ] {
             assert!(!has_dot_segment(p), "{p}");
         }
