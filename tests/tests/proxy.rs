@@ -2399,6 +2399,27 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
         b"{}",
     );
     assert_eq!(refused.code(), "upstream-unavailable");
+    // Both are in the process's log for the people on call, by route and entry, as plain text
+    // (no terminal's colour codes in a file).
+    let logs = f.proxy.logs();
+    for (what, p) in [
+        (
+            "outcome unknown: the entry is held for an operator",
+            &unknown,
+        ),
+        (
+            "upstream unavailable: not executed, the key is released",
+            &refused,
+        ),
+    ] {
+        let id = p.json()["entry_id"].as_i64().expect("entry_id");
+        assert!(
+            logs.lines()
+                .any(|l| l.contains(what) && l.contains(&format!("entry_id={id}"))),
+            "{what} (entry {id}) in:\n{logs}"
+        );
+    }
+    assert!(!logs.contains('\u{1b}'), "{logs}");
     let metrics = f.proxy.admin_get("/metrics").text();
     // Each proxied request is counted exactly once, under one outcome. (A route's outcomes are
     // exported from the start, at 0, so that rates exist before traffic.)

@@ -314,9 +314,12 @@ fn init_logging(default_level: &str, format: LogFormat) {
     // `eprintln!`, which panics when stderr cannot be written either: with the log on a full disk,
     // the ledger writer's first error line took the writer thread down, and every write after it
     // failed as `ledger-closed` until a restart.
+    // Colours for a terminal only: a file, a pipe or journald would keep the escape codes.
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .log_internal_errors(false);
     match format {
         LogFormat::Json => b.json().init(),

@@ -1080,6 +1080,15 @@ pub(crate) async fn drive(
                     .settle(Outcome::Unknown(e.report(entry_id, why.clone())))
                     .await;
                 m.unknown.increment(1);
+                // For the people on call: the ledger logs it too, but this is where they look
+                // first. Names only; never a header value or a body.
+                tracing::warn!(
+                    route = %route.name,
+                    entry_id,
+                    attempts = tries,
+                    error = %why,
+                    "outcome unknown: the entry is held for an operator"
+                );
                 return Err(Problem::new(
                     if timed_out { 504 } else { 502 },
                     "outcome-unknown",
@@ -1098,6 +1107,7 @@ pub(crate) async fn drive(
         if let Some(wait) = wait {
             counter!("idemgate_retries_total", "route" => route.name.clone(), "class" => class)
                 .increment(1);
+            tracing::debug!(route = %route.name, entry_id, attempts = tries, error = %why, ?wait, "not executed; trying again");
             let recorded = e
                 .store
                 .record_attempt(
@@ -1123,6 +1133,13 @@ pub(crate) async fn drive(
             )))
             .await?;
         m.not_executed.increment(1);
+        tracing::warn!(
+            route = %route.name,
+            entry_id,
+            attempts = tries,
+            error = %why,
+            "upstream unavailable: not executed, the key is released"
+        );
         let detail = if released {
             format!("{why}; the request was not executed and may be retried with the same key")
         } else {
