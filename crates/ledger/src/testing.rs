@@ -67,8 +67,8 @@ pub fn test_cluster() -> Option<String> {
 }
 
 fn connect(url: &str) -> Result<PgConn, String> {
-    let config = url.parse().map_err(|e| format!("{e}"))?;
-    PgConn::connect(&config).map_err(|e| e.to_string())
+    let target = crate::postgres::Target::of(url).map_err(|e| e.to_string())?;
+    PgConn::connect(&target).map_err(|e| e.to_string())
 }
 
 /// A new, empty database on the test cluster; its URL. `None` when PostgreSQL tests are skipped.
@@ -108,6 +108,14 @@ pub fn with_database(url: &str, db: &str) -> String {
 /// Runs `sql` on the database at `url` on a connection of its own (to tamper, or to inspect).
 pub fn postgres_exec(url: &str, sql: &str) -> Result<(), String> {
     connect(url)?.batch(sql).map_err(|e| e.to_string())
+}
+
+/// The first column of the first row of `sql` as text.
+pub fn postgres_text(url: &str, sql: &str) -> Result<String, String> {
+    let mut c = connect(url)?;
+    let db: &mut dyn Db = &mut c;
+    db.one(sql, &[], |r: &dyn Row| r.text(0))
+        .map_err(|e| e.to_string())
 }
 
 /// The first column of the first row of `sql` as an integer.

@@ -13,6 +13,7 @@
 //! small pool of connections, checked before use.
 
 mod schema;
+mod tls;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +23,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio_postgres::types::{IsNull, ToSql, Type};
 use tokio_postgres::{Client, Config, NoTls, Statement};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::db::{Db, Dialect, Row, Val};
 use crate::error::{LedgerError, Result};
@@ -48,7 +50,7 @@ impl Ledger {
         max_batch: usize,
     ) -> Result<Arc<Ledger>> {
         let location = redact(url);
-        let config = config(url)?;
+        let config = Target::of(url)?;
         let mut conn = PgConn::connect(&config)?;
         migrate(&mut conn, opts.create, &location)?;
         let recorded = ledger::record_alg(&mut conn, &opts.hasher)?;
@@ -73,23 +75,35 @@ fn begin_locked(lock: i64) -> String {
     format!("BEGIN; SELECT pg_advisory_xact_lock({lock})")
 }
 
-/// The connection settings of `url`, with idemgate's defaults (a connect timeout, a name).
-fn config(url: &str) -> Result<Config> {
-    let mut config: Config = url.parse().map_err(|e| {
-        LedgerError::Unsupported(format!("not a PostgreSQL URL ({}): {e}", redact(url)))
-    })?;
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(CONNECT_TIMEOUT);
+/// Where and how to connect: the settings of a URL, with idemgate's defaults (a connect timeout,
+/// a name), and its TLS ([`tls`]).
+#[derive(Clone)]
+pub(crate) struct Target {
+    config: Config,
+    tls: Option<MakeRustlsConnect>,
+}
+
+impl Target {
+    pub(crate) fn of(url: &str) -> Result<Target> {
+        let (rest, settings) = tls::split(url)?;
+        let mut config: Config = rest.parse().map_err(|e| {
+            LedgerError::Unsupported(format!("not a PostgreSQL URL ({}): {e}", redact(url)))
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("idemgate");
+        }
+        config.ssl_mode(settings.mode.ssl_mode());
+        let tls = tls::connector(&settings)?;
+        Ok(Target { config, tls })
     }
-    if config.get_application_name().is_none() {
-        config.application_name("idemgate");
-    }
-    Ok(config)
 }
 
 /// A write connection of its own on the (migrated) ledger at `url` (for `copy`).
 pub(crate) fn write_conn(url: &str) -> Result<impl WriteConn> {
-    let config = config(url)?;
+    let config = Target::of(url)?;
     let conn = PgConn::connect(&config)?;
     Ok(PgWriter::new(config, conn))
 }
@@ -189,7 +203,7 @@ pub(crate) struct PgConn {
 }
 
 impl PgConn {
-    pub(crate) fn connect(config: &Config) -> Result<PgConn> {
+    pub(crate) fn connect(target: &Target) -> Result<PgConn> {
         let unavailable = |e: &tokio_postgres::Error| {
             LedgerError::Unavailable(format!(
                 "cannot connect to PostgreSQL: {}",
@@ -199,14 +213,24 @@ impl PgConn {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let (client, connection) = rt
-            .block_on(config.connect(NoTls))
-            .map_err(|e| unavailable(&e))?;
-        rt.spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "PostgreSQL connection ended");
+        let ended =
+            |e: tokio_postgres::Error| tracing::debug!(error = %e, "PostgreSQL connection ended");
+        let client = match &target.tls {
+            None => {
+                let (client, connection) = rt
+                    .block_on(target.config.connect(NoTls))
+                    .map_err(|e| unavailable(&e))?;
+                rt.spawn(async move { connection.await.unwrap_or_else(ended) });
+                client
             }
-        });
+            Some(tls) => {
+                let (client, connection) = rt
+                    .block_on(target.config.connect(tls.clone()))
+                    .map_err(|e| unavailable(&e))?;
+                rt.spawn(async move { connection.await.unwrap_or_else(ended) });
+                client
+            }
+        };
         Ok(PgConn {
             rt,
             client,
@@ -392,7 +416,7 @@ impl Db for PgConn {
 
 /// The writer's connection; `None` after it was lost, until the next batch reconnects.
 struct PgWriter {
-    config: Config,
+    config: Target,
     conn: Option<PgConn>,
     lost: Disconnected,
     commits: u64,
@@ -400,7 +424,7 @@ struct PgWriter {
 }
 
 impl PgWriter {
-    fn new(config: Config, conn: PgConn) -> PgWriter {
+    fn new(config: Target, conn: PgConn) -> PgWriter {
         PgWriter {
             config,
             conn: Some(conn),
@@ -502,7 +526,7 @@ impl Db for Disconnected {
 }
 
 struct Readers {
-    config: Config,
+    config: Target,
     location: String,
     pool: Mutex<Vec<PgConn>>,
 }
