@@ -1787,6 +1787,52 @@ fn oversized_bodies_and_unknown_routes_write_nothing() {
     assert!(f.entries(&[]).is_empty());
 }
 
+/// A route is chosen by the path as the upstream reads it, percent-decoded: `/%68ooks` is the
+/// signed webhooks route's, not a catch-all's that checks no signature, and `/v1/%63ancel` the
+/// destructive route's, not a broader write route's.
+#[test]
+fn an_encoded_path_is_routed_as_the_upstream_reads_it() {
+    let cfg = format!(
+        "{CONFIG}\n[[routes]]\nname = \"v1\"\nmethod = \"POST\"\npath = \"/v1\"\n\
+         upstream = \"{{upstream}}\"\neffect = \"write\"\ntimeout = \"500ms\"\n\
+         [[routes]]\nname = \"rest\"\nmethod = \"POST\"\npath = \"/\"\n\
+         upstream = \"{{upstream}}\"\neffect = \"write\"\ntimeout = \"500ms\"\n"
+    );
+    let f = Fx::with(&cfg);
+    let json = ("content-type", "application/json");
+    let r = f.proxy.send(
+        "POST",
+        "/%68ooks/payments",
+        &[json],
+        br#"{"event_id":"evt_1"}"#,
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.code(), "bad-signature");
+    assert_eq!(
+        f.up.counts.total(),
+        0,
+        "nothing unsigned reached the upstream"
+    );
+    let r = f.proxy.send(
+        "POST",
+        "/v1/%63ancel",
+        &[("idempotency-key", "k-enc"), json],
+        b"{}",
+    );
+    assert!(r.status < 300, "{}", r.text());
+    let by_route = |route: &str| f.entries(&["--route", route]).len();
+    assert_eq!((by_route("cancel"), by_route("v1")), (1, 0));
+    // What no stricter route takes still goes by the broader ones.
+    for path in ["/v1/other", "/other", "/v1/%6Fther"] {
+        let key = format!("k-{}", path.len());
+        let r = f
+            .proxy
+            .send("POST", path, &[("idempotency-key", &key), json], b"{}");
+        assert!(r.status < 300, "{path}: {}", r.text());
+    }
+    assert_eq!((by_route("v1"), by_route("rest")), (2, 1));
+}
+
 /// `scope.required`: a caller that does not say who it is is refused before anything is claimed
 /// or forwarded, instead of sharing the empty scope (and its keys) with every other such caller.
 #[test]

@@ -570,6 +570,17 @@ impl Config {
                         format!("{:?} must start with /", r.path),
                     ));
                 }
+                // Requests are routed by their decoded path (`engine::route_path`).
+                let decoded = percent_encoding::percent_decode_str(&r.path).decode_utf8_lossy();
+                if decoded != r.path.as_str() {
+                    return Err(invalid(
+                        f("path"),
+                        format!(
+                            "{:?}: write it decoded, {decoded:?}: requests are routed by their decoded path",
+                            r.path
+                        ),
+                    ));
+                }
                 let upstream = parse_upstream(&f("upstream"), &r.upstream)?;
                 let effect = Effect::parse(&r.effect).ok_or_else(|| {
                     invalid(
@@ -941,6 +952,8 @@ mod tests {
             "{e}"
         );
         assert!(err(&route("effect2 = 1")).contains("unknown field"));
+        let encoded = route("").replace("/v1/charges", "/v1/%63harges");
+        assert!(err(&encoded).contains("write it decoded, \"/v1/charges\""));
         assert!(err(&route("retry = { attempts = 0 }")).contains("retry.attempts"));
         assert!(err(&route("timeout = \"60s\"")).contains("shorter than the lease"));
         // A retry's wait counts: 25s plus 10s passes a 30s lease, though each alone does not.

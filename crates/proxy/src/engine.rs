@@ -285,9 +285,10 @@ pub async fn handle(
 ) -> Response<ProxyBody> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path();
-    let (route_name, result) = match engine.route_at(&parts.method, path) {
+    let decoded = route_path(path);
+    let (route_name, result) = match engine.route_at(&parts.method, &decoded) {
         _ if has_dot_segment(path) => ("-", Err(dot_segment(path))),
-        None => ("-", Err(engine.no_route(&parts.method, path))),
+        None => ("-", Err(engine.no_route(&parts.method, &decoded))),
         Some(i) => {
             let route = &engine.cfg.routes[i];
             let r = match check_headers(&parts.headers) {
@@ -313,6 +314,15 @@ pub async fn handle(
             p.into_response_with::<Full<Bytes>>().map(Either::Left)
         }
     }
+}
+
+/// The path a route is chosen by: `path` percent-decoded, as the upstream reads it (every web
+/// framework decodes a path before it routes it). Else `/v1/%63ancel` went by a broader route
+/// than `/v1/cancel`'s (`/v1`, or a catch-all `/`) and skipped the stricter one's checks (its
+/// signature, `destructive`) while the upstream cancelled. The path forwarded is the one that
+/// came. Borrowed when nothing is encoded: every request is asked.
+fn route_path(path: &str) -> std::borrow::Cow<'_, str> {
+    percent_encoding::percent_decode_str(path).decode_utf8_lossy()
 }
 
 /// Whether `path` has a `.` or `..` segment, plain or percent-encoded. An upstream that resolves

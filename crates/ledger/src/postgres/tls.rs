@@ -82,7 +82,9 @@ pub(crate) fn split(url: &str) -> Result<(String, Settings)> {
     let mut kept = Vec::new();
     for kv in query.split('&').filter(|kv| !kv.is_empty()) {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        let v = decode(v).ok_or_else(|| invalid(format!("{k}: not valid percent-encoding")))?;
+        let v = percent_encoding::percent_decode_str(v)
+            .decode_utf8()
+            .map_err(|_| invalid(format!("{k}: not UTF-8 once percent-decoded")))?;
         match k {
             "sslmode" => {
                 mode = Some(Mode::parse(&v).ok_or_else(|| {
@@ -91,7 +93,7 @@ pub(crate) fn split(url: &str) -> Result<(String, Settings)> {
                     ))
                 })?);
             }
-            "sslrootcert" => root_cert = Some(v),
+            "sslrootcert" => root_cert = Some(v.into_owned()),
             "sslcert" | "sslkey" | "sslpassword" | "sslcrl" | "sslcrldir" => {
                 return Err(invalid(format!(
                     "{k} is not supported (client certificates and CRLs): authenticate with a password or trust"
@@ -111,23 +113,6 @@ pub(crate) fn split(url: &str) -> Result<(String, Settings)> {
         root_cert,
     };
     Ok((url, settings))
-}
-
-fn decode(v: &str) -> Option<String> {
-    let b = v.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 fn provider() -> Arc<CryptoProvider> {
@@ -300,7 +285,7 @@ mod tests {
         for bad in [
             "postgres://u:secret@h/db?sslmode=verify",
             "postgres://u:secret@h/db?sslcert=/c.pem",
-            "postgres://u:secret@h/db?sslrootcert=%zz",
+            "postgres://u:secret@h/db?sslrootcert=%ff",
         ] {
             let e = split(bad).expect_err(bad).to_string();
             assert!(!e.contains("secret"), "{e}");
