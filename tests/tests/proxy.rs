@@ -1833,6 +1833,27 @@ fn an_encoded_path_is_routed_as_the_upstream_reads_it() {
     assert_eq!((by_route("v1"), by_route("rest")), (2, 1));
 }
 
+#[test]
+fn the_upstream_is_told_every_hop_a_request_came_through() {
+    let f = Fx::new();
+    let r = f.charge(
+        "k-xff",
+        r#"{"amount":1}"#,
+        &[
+            ("x-forwarded-for", "203.0.113.7"),
+            ("x-forwarded-for", "10.0.0.2, 10.0.0.3"),
+        ],
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let h = f.up.counts.last_headers.lock().expect("lock").clone();
+    let xff: Vec<&str> = h
+        .iter()
+        .filter(|(n, _)| n == "x-forwarded-for")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(xff, ["203.0.113.7, 10.0.0.2, 10.0.0.3, 127.0.0.1"]);
+}
+
 /// `scope.required`: a caller that does not say who it is is refused before anything is claimed
 /// or forwarded, instead of sharing the empty scope (and its keys) with every other such caller.
 #[test]

@@ -686,11 +686,18 @@ impl Engine {
         if let Some(a) = &route.upstream_auth {
             a.set_in(&mut h);
         }
-        let ip = req.peer.ip().to_string();
-        let xff = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-            Some(prev) => format!("{prev}, {ip}"),
-            None => ip,
-        };
+        // The client's own hop appended to what came, all of it: a second `X-Forwarded-For`
+        // line is the same list continued (RFC 9110 §5.3), which `insert` would drop.
+        let mut xff = String::new();
+        for prev in h
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+        {
+            xff.push_str(prev);
+            xff.push_str(", ");
+        }
+        xff.push_str(&req.peer.ip().to_string());
         if let Some(v) = forward::header_value(&xff) {
             h.insert("x-forwarded-for", v);
         }
