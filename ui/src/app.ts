@@ -514,13 +514,13 @@ export class App {
       const copied = h("span", { class: "hint" });
       this.main.append(
         h("h2", null, `Request · ${e.request.method} ${e.request.path}`),
-        h("pre", { testid: "request-body" }, e.request.headers.map(([n, val]) => `${n}: ${val}`).join("\n"), "\n\n", bodyText(e.request.body)),
+        h("pre", { testid: "request-body" }, e.request.headers.map(([n, val]) => `${n}: ${val}`).join("\n"), "\n\n", bodyText(e.request.body, e.id)),
         h("div", { class: "row" }, h("button", { testid: "copy-curl", on: { click: async () => { await navigator.clipboard?.writeText(curl).catch(() => {}); copied.textContent = " copied"; } } }, "Copy as curl"), copied),
         h("pre", { class: "small", testid: "curl" }, curl),
       );
     }
     if (e.response) {
-      this.main.append(h("h2", null, `Response · ${e.response.status}`), h("pre", { testid: "response" }, e.response.headers.map(([n, val]) => `${n}: ${val}`).join("\n"), "\n\n", bodyText(e.response.body)));
+      this.main.append(h("h2", null, `Response · ${e.response.status}`), h("pre", { testid: "response" }, e.response.headers.map(([n, val]) => `${n}: ${val}`).join("\n"), "\n\n", bodyText(e.response.body, e.id)));
     }
     e.collision_requests.forEach((c, i) => {
       const diff = v.collision_diffs[i] ?? [];

@@ -1,4 +1,4 @@
-import { bodyText, curlFor, relative, seriesFor, sparkPoints } from "./format";
+import { SHOWN_BODY, bodyText, curlFor, relative, seriesFor, sparkPoints } from "./format";
 
 describe("format", () => {
   it("renders relative times both ways", () => {
@@ -16,6 +16,13 @@ describe("format", () => {
     expect(bodyText('{"a":1}')).toBe('{\n  "a": 1\n}');
     expect(bodyText("a=1")).toBe("a=1");
     expect(bodyText({ hex: "ff00" })).toBe("<2 bytes, not UTF-8>");
+    // A large body is cut, not laid out whole (nor parsed to be pretty-printed), and says so.
+    const big = `{"rows":"${"x".repeat(SHOWN_BODY)}"}`;
+    const shown = bodyText(big, 42);
+    expect(shown.startsWith(big.slice(0, SHOWN_BODY))).toBe(true);
+    expect(shown.length).toBeLessThan(SHOWN_BODY + 200);
+    expect(shown).toContain("and 11 more characters");
+    expect(shown).toContain("idemgate show 42 --json");
   });
 
   it("aligns hourly series to the current hour", () => {

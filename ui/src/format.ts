@@ -17,8 +17,16 @@ export function relative(ms: number | null | undefined, now: number): string {
   return d < 0 ? `${txt} ago` : `in ${txt}`;
 }
 
-export function bodyText(b: string | { hex: string }): string {
+/** How much of a body the Entry view lays out: a stored response may be 16 MiB, too much to
+ * parse, pretty-print and lay out whole on a click. The rest is one command away. */
+export const SHOWN_BODY = 256 * 1024;
+
+export function bodyText(b: string | { hex: string }, entryId?: number): string {
   if (typeof b !== "string") return `<${b.hex.length / 2} bytes, not UTF-8>`;
+  if (b.length > SHOWN_BODY) {
+    const whole = entryId === undefined ? "idemgate show ID --json" : `idemgate show ${entryId} --json`;
+    return `${b.slice(0, SHOWN_BODY)}\n… and ${(b.length - SHOWN_BODY).toLocaleString("en")} more characters, not shown here (${whole} prints it whole)`;
+  }
   try {
     return JSON.stringify(JSON.parse(b), null, 2);
   } catch {
