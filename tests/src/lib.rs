@@ -333,8 +333,14 @@ pub fn read_response(s: &mut TcpStream) -> Resp {
     parse_response(&buf)
 }
 
-/// Parses a response; a connection closed without one is status 0.
-pub fn parse_response(buf: &[u8]) -> Resp {
+/// Parses a response, past any interim (1xx) ones; a connection closed without one is status 0.
+pub fn parse_response(mut buf: &[u8]) -> Resp {
+    while buf.starts_with(b"HTTP/1.1 1") {
+        match buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            Some(end) => buf = &buf[end + 4..],
+            None => break,
+        }
+    }
     if buf.is_empty() {
         return Resp {
             status: 0,

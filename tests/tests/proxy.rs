@@ -1834,7 +1834,7 @@ fn an_encoded_path_is_routed_as_the_upstream_reads_it() {
 }
 
 #[test]
-fn the_upstream_is_told_every_hop_a_request_came_through() {
+fn the_upstream_gets_every_hop_and_no_expectation() {
     let f = Fx::new();
     let r = f.charge(
         "k-xff",
@@ -1852,6 +1852,11 @@ fn the_upstream_is_told_every_hop_a_request_came_through() {
         .map(|(_, v)| v.as_str())
         .collect();
     assert_eq!(xff, ["203.0.113.7, 10.0.0.2, 10.0.0.3, 127.0.0.1"]);
+    // An expectation is the proxy's to meet, not the upstream's: it has the body.
+    let r = f.charge("k-expect", r#"{"amount":2}"#, &[("expect", "100-continue")]);
+    assert_eq!(r.status, 201, "{}", r.text());
+    let h = f.up.counts.last_headers.lock().expect("lock").clone();
+    assert!(h.iter().all(|(n, _)| n != "expect"), "{h:?}");
 }
 
 /// `scope.required`: a caller that does not say who it is is refused before anything is claimed

@@ -675,6 +675,10 @@ impl Engine {
         let mut h = req.parts.headers.clone();
         forward::strip_hop_by_hop(&mut h);
         h.remove(header::CONTENT_LENGTH);
+        // The client's `Expect: 100-continue` was this proxy's to answer, and was: by now the body
+        // is read (or on its way). An upstream that does not take expectations answers it `417`,
+        // which a write would have stored as its outcome.
+        h.remove(header::EXPECT);
         let original_host = h.remove(header::HOST);
         if let Ok(v) = HeaderValue::from_str(&route.upstream.authority) {
             h.insert(header::HOST, v);
