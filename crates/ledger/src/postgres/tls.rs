@@ -125,12 +125,14 @@ pub(crate) fn connector(s: &Settings) -> Result<Option<MakeRustlsConnect>> {
         return Ok(None);
     }
     let provider = provider();
+    let lenient = |chain| Lenient {
+        chain,
+        algorithms: provider.signature_verification_algorithms,
+    };
     let verifier: Arc<dyn ServerCertVerifier> = match (s.mode, &s.root_cert) {
-        (Mode::Prefer | Mode::Require, None) => {
-            Arc::new(Unchecked(provider.signature_verification_algorithms))
-        }
+        (Mode::Prefer | Mode::Require, None) => Arc::new(lenient(None)),
         (Mode::VerifyFull, roots) => web_pki(roots.as_deref(), &provider)?,
-        (_, roots) => Arc::new(AnyName(web_pki(roots.as_deref(), &provider)?)),
+        (_, roots) => Arc::new(lenient(Some(web_pki(roots.as_deref(), &provider)?))),
     };
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -173,11 +175,16 @@ fn web_pki(
         .map_err(|e| LedgerError::Unsupported(format!("TLS: {e}")))
 }
 
-/// `verify-ca`: the chain to a trusted CA is checked, the name is not.
+/// `verify-ca` (the chain to a trusted CA is checked, the name is not: `chain`), and `prefer`
+/// and `require` without `sslrootcert` (nothing is, as libpq: no `chain`). Either way the
+/// handshake's signatures are checked, against the key the server presents.
 #[derive(Debug)]
-struct AnyName(Arc<WebPkiServerVerifier>);
+struct Lenient {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    algorithms: WebPkiSupportedAlgorithms,
+}
 
-impl ServerCertVerifier for AnyName {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -186,10 +193,10 @@ impl ServerCertVerifier for AnyName {
         ocsp: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -203,7 +210,7 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -212,51 +219,11 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `prefer` and `require` without `sslrootcert`, as libpq: encrypted, the certificate not
-/// checked (the handshake's signatures still are, against the key it presents).
-#[derive(Debug)]
-struct Unchecked(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
+        self.algorithms.supported_schemes()
     }
 }
 
