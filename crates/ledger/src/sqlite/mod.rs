@@ -60,7 +60,10 @@ impl Ledger {
         opts: OpenOptions,
         max_batch: usize,
     ) -> Result<Arc<Ledger>> {
-        let path = path.as_ref().to_path_buf();
+        // Absolute, once: a relative path is the working directory's, which the ledger's location
+        // (the start line, a log, a manifest) would not say (`./idemgate.db` under systemd is
+        // `/idemgate.db`), and every connection opens the file it named at the start.
+        let path = std::path::absolute(path.as_ref()).unwrap_or_else(|_| path.as_ref().into());
         if !opts.create && !path.exists() {
             return Err(LedgerError::NotFound(path.display().to_string()));
         }
@@ -237,13 +240,8 @@ impl ReadPool for Readers {
         true
     }
 
-    /// The file's absolute path: a relative one is the working directory's, which the start
-    /// line, a log or a manifest would not say (`./idemgate.db` under systemd is `/idemgate.db`).
     fn location(&self) -> String {
-        std::path::absolute(&self.path)
-            .unwrap_or_else(|_| self.path.clone())
-            .display()
-            .to_string()
+        self.path.display().to_string()
     }
 
     fn with(&self, f: &mut dyn FnMut(&mut dyn Db)) -> Result<()> {
