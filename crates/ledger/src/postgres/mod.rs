@@ -21,8 +21,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::BytesMut;
+use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::types::{IsNull, ToSql, Type};
-use tokio_postgres::{Client, Config, NoTls, Statement};
+use tokio_postgres::{Client, Config, NoTls, Socket, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::db::{Db, Dialect, Row, Val};
@@ -213,24 +214,11 @@ impl PgConn {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let ended =
-            |e: tokio_postgres::Error| tracing::debug!(error = %e, "PostgreSQL connection ended");
         let client = match &target.tls {
-            None => {
-                let (client, connection) = rt
-                    .block_on(target.config.connect(NoTls))
-                    .map_err(|e| unavailable(&e))?;
-                rt.spawn(async move { connection.await.unwrap_or_else(ended) });
-                client
-            }
-            Some(tls) => {
-                let (client, connection) = rt
-                    .block_on(target.config.connect(tls.clone()))
-                    .map_err(|e| unavailable(&e))?;
-                rt.spawn(async move { connection.await.unwrap_or_else(ended) });
-                client
-            }
-        };
+            None => start(&rt, &target.config, NoTls),
+            Some(tls) => start(&rt, &target.config, tls.clone()),
+        }
+        .map_err(|e| unavailable(&e))?;
         Ok(PgConn {
             rt,
             client,
@@ -412,6 +400,26 @@ impl Db for PgConn {
         }
         Ok(())
     }
+}
+
+/// Connects with `tls` (a type of its own for each: none, or rustls) and drives the connection
+/// on `rt`; the client.
+fn start<T>(
+    rt: &tokio::runtime::Runtime,
+    config: &Config,
+    tls: T,
+) -> std::result::Result<Client, tokio_postgres::Error>
+where
+    T: MakeTlsConnect<Socket>,
+    T::Stream: Send + 'static,
+{
+    let (client, connection) = rt.block_on(config.connect(tls))?;
+    rt.spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "PostgreSQL connection ended");
+        }
+    });
+    Ok(client)
 }
 
 /// The writer's connection; `None` after it was lost, until the next batch reconnects.

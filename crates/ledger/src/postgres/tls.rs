@@ -115,16 +115,12 @@ pub(crate) fn split(url: &str) -> Result<(String, Settings)> {
     Ok((url, settings))
 }
 
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
 /// The TLS connector for `s`; `None` when TLS is never used.
 pub(crate) fn connector(s: &Settings) -> Result<Option<MakeRustlsConnect>> {
     if s.mode == Mode::Disable {
         return Ok(None);
     }
-    let provider = provider();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let lenient = |chain| Lenient {
         chain,
         algorithms: provider.signature_verification_algorithms,
