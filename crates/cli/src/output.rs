@@ -56,6 +56,7 @@ impl Write for Out {
         self.closed_on_broken_pipe(r, ())
     }
 }
+
 type R = Result<(), OpsError>;
 
 fn opt_time(t: Option<i64>) -> Value {

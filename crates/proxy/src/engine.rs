@@ -9,6 +9,7 @@
 //!    make the outcome durable (complete / release / outcome unknown) **before** answering.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -701,7 +702,7 @@ impl Engine {
             xff.push_str(prev);
             xff.push_str(", ");
         }
-        xff.push_str(&req.peer.ip().to_string());
+        let _ = write!(xff, "{}", req.peer.ip());
         if let Some(v) = forward::header_value(&xff) {
             h.insert("x-forwarded-for", v);
         }
