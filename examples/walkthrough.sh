@@ -63,6 +63,13 @@ curl -s -o /dev/null -w '%{http_code}\n' localhost:8701/admin/v1/entries | grep 
 curl -s -H "Authorization: Bearer $IDEMGATE_ADMIN_TOKEN" 'localhost:8701/admin/v1/entries?stuck=true' | head -c 300; echo
 curl -s -H "Authorization: Bearer $IDEMGATE_ADMIN_TOKEN" localhost:8701/metrics | grep '^idemgate_requests_total' || fail "metrics"
 
+step "an export through the admin API, downloaded and verified (README: Exports and verification)"
+T="Authorization: Bearer $IDEMGATE_ADMIN_TOKEN"; A=http://127.0.0.1:8701/admin/v1
+id=$(curl -sf -H "$T" -H 'content-type: application/json' -d '{"format":"ndjson","since":"7d"}' $A/exports | jq -r .id)
+until curl -sf -H "$T" $A/exports/$id | jq -e '.state != "running"' >/dev/null; do sleep 1; done
+curl -sfOJ -H "$T" $A/exports/$id/file && curl -sfOJ -H "$T" $A/exports/$id/manifest
+"$idemgate" verify --export idemgate-export-$id.ndjson || fail "admin export"
+
 step "idemgate log --ledger idemgate.db --kind reconcile"
 "$idemgate" log --ledger idemgate.db --kind reconcile | grep -q 'by you: ask the processor' || fail "log"
 

@@ -272,3 +272,168 @@ fn servers_bind_loopback_unless_configured_otherwise() {
     assert!(proxy.addr.ip().is_loopback());
     assert!(proxy.admin.expect("admin").ip().is_loopback());
 }
+
+/// An export through the admin API: a job in a private spool under `server.export_dir`, downloaded
+/// (whole, and by range) with its manifest, verified by the CLI against the ledger; the client
+/// never names a server path; a deleted export and, at the process's end, the spool are gone.
+#[test]
+fn an_export_through_the_admin_api_downloads_with_its_manifest_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = dir.path().join("ledger.db");
+    let spool_base = dir.path().join("spool");
+    std::fs::create_dir(&spool_base).expect("mkdir");
+    idemgate(&["demo", "--ledger", ledger.to_str().expect("utf-8")]);
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nledger = \"{}\"\nexport_dir = \"{}\"\n",
+        ledger.display(),
+        spool_base.display()
+    );
+    let mut proxy = Proxy::start(dir.path(), &toml, &ledger);
+    let admin = proxy.admin.expect("admin");
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let call = |method: &str, path: &str, extra: &[(&str, &str)]| {
+        let mut h = vec![("authorization", auth.as_str())];
+        h.extend_from_slice(extra);
+        request(admin, method, path, &h, b"")
+    };
+
+    // Bad input: refused, and no job made.
+    for body in [
+        json!({"format": "ndjson", "path": "/tmp/anywhere.ndjson"}),
+        json!({"format": "xml"}),
+        json!({"format": "csv", "since": "2026-11-02", "until": "2026-11-01"}),
+        json!({"format": "csv", "since": "yesterday"}),
+    ] {
+        let r = proxy.admin_post("/admin/v1/exports", &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.code(), "invalid-argument");
+    }
+    assert_eq!(call("GET", "/admin/v1/exports", &[]).json(), json!([]));
+    assert_eq!(
+        call("GET", "/admin/v1/exports/0123", &[]).code(),
+        "export-not-found"
+    );
+
+    let r = proxy.admin_post("/admin/v1/exports", &json!({"format": "ndjson"}));
+    assert_eq!(r.status, 202, "{}", r.text());
+    let id = r.json()["id"].as_str().expect("id").to_owned();
+    assert_eq!(
+        r.header("location"),
+        Some(format!("/admin/v1/exports/{id}").as_str())
+    );
+    let job = eventually(30, "the export to end", || {
+        let j = call("GET", &format!("/admin/v1/exports/{id}"), &[]).json();
+        (j["state"] != "running").then_some(j)
+    });
+    assert_eq!(job["state"], "done", "{job}");
+    let name = job["manifest"]["file"].as_str().expect("file").to_owned();
+    let count = job["manifest"]["count"].as_u64().expect("count");
+    assert!(count > 100, "the demo's whole log: {job}");
+    assert_eq!(job["done"].as_u64(), Some(count));
+
+    let file = call("GET", job["file_url"].as_str().expect("file url"), &[]);
+    assert_eq!(file.status, 200);
+    assert_eq!(file.header("content-type"), Some("application/x-ndjson"));
+    assert_eq!(
+        file.header("content-disposition"),
+        Some(format!("attachment; filename=\"{name}\"").as_str())
+    );
+    assert_eq!(
+        file.body.iter().filter(|b| **b == b'\n').count() as u64,
+        count
+    );
+    let manifest = call(
+        "GET",
+        job["manifest_url"].as_str().expect("manifest url"),
+        &[],
+    );
+    assert_eq!(manifest.status, 200);
+    assert_eq!(
+        manifest.json(),
+        job["manifest"],
+        "the job shows the manifest it serves"
+    );
+    let part = call(
+        "GET",
+        &format!("/admin/v1/exports/{id}/file"),
+        &[("range", "bytes=10-19")],
+    );
+    assert_eq!(part.status, 206);
+    assert_eq!(part.body, file.body[10..20]);
+
+    // Saved as served, the CLI verifies it, and the ledger still holds its head.
+    let saved = dir.path().join(&name);
+    std::fs::write(&saved, &file.body).expect("save");
+    std::fs::write(
+        dir.path().join(format!("{name}.manifest.json")),
+        &manifest.body,
+    )
+    .expect("save");
+    let saved_s = saved.to_str().expect("utf-8");
+    let out = idemgate(&["verify", "--export", saved_s]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let m = format!("{saved_s}.manifest.json");
+    let out = idemgate(&[
+        "verify",
+        "--ledger",
+        ledger.to_str().expect("utf-8"),
+        "--against",
+        &m,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let mut edited = file.body.clone();
+    let at = edited.iter().position(|b| *b == b'7').expect("a digit");
+    edited[at] = b'8';
+    std::fs::write(&saved, &edited).expect("edit");
+    assert_eq!(
+        idemgate(&["verify", "--export", saved_s]).status.code(),
+        Some(3)
+    );
+
+    // The spool: private, under export_dir; a deleted export's files go at once.
+    let spools: Vec<_> = std::fs::read_dir(&spool_base)
+        .expect("spool base")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(spools.len(), 1, "{spools:?}");
+    let on_disk = |p: &std::path::Path| std::fs::read_dir(p).expect("spool").count();
+    assert_eq!(on_disk(&spools[0]), 2, "the file and its manifest");
+    let r = proxy.admin_post(
+        "/admin/v1/exports",
+        &json!({"format": "csv", "since": "7d"}),
+    );
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(
+        call("DELETE", &format!("/admin/v1/exports/{id}"), &[]).status,
+        204
+    );
+    assert_eq!(
+        call("GET", &format!("/admin/v1/exports/{id}/file"), &[]).code(),
+        "export-not-found"
+    );
+    let csv = r.json()["id"].as_str().expect("id").to_owned();
+    eventually(30, "the csv export to end", || {
+        let j = call("GET", &format!("/admin/v1/exports/{csv}"), &[]).json();
+        (j["state"] == "done").then_some(())
+    });
+    let left: Vec<String> = std::fs::read_dir(&spools[0])
+        .expect("spool")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        left.iter().all(|n| n.contains(&csv)) && left.len() == 2,
+        "{left:?}"
+    );
+    assert!(proxy.terminate().success());
+    assert!(!spools[0].exists(), "the spool goes with the process");
+}

@@ -495,7 +495,7 @@ pub fn validate_actor(operator: &str, reason: &str) -> OpsResult<Actor> {
 
 /// A time range, `since` before `until` when both are given (an empty range is a mistake, not a
 /// question with no answer).
-fn check_range(since: Option<Millis>, until: Option<Millis>) -> OpsResult<()> {
+pub fn check_range(since: Option<Millis>, until: Option<Millis>) -> OpsResult<()> {
     match (since, until) {
         (Some(s), Some(u)) if s >= u => Err(OpsError::invalid("since", "must be before until")),
         _ => Ok(()),

@@ -19,6 +19,7 @@ use subtle::ConstantTimeEq;
 
 use crate::config::Secret;
 use crate::engine::Engine;
+use crate::exports::{Download, Exports};
 use crate::operator::{self, ActionCmd};
 use crate::problem::Problem;
 
@@ -26,6 +27,7 @@ use crate::problem::Problem;
 pub struct AdminState {
     pub engine: Arc<Engine>,
     pub ops: Ops,
+    pub exports: Arc<Exports>,
     token_digest: [u8; 32],
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
 }
@@ -33,12 +35,14 @@ pub struct AdminState {
 pub fn router(
     engine: Arc<Engine>,
     ops: Ops,
+    exports: Arc<Exports>,
     token: &Secret,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
 ) -> Router {
     let state = AdminState {
         engine,
         ops,
+        exports,
         token_digest: Sha256::digest(&token.0).into(),
         metrics,
     };
@@ -61,6 +65,13 @@ pub fn router(
         .route("/admin/v1/stats", get(stats))
         .route("/admin/v1/incidents", get(incidents))
         .route("/admin/v1/verify", get(verify))
+        .route("/admin/v1/exports", get(list_exports).post(start_export))
+        .route(
+            "/admin/v1/exports/{id}",
+            get(show_export).delete(delete_export),
+        )
+        .route("/admin/v1/exports/{id}/file", get(export_file))
+        .route("/admin/v1/exports/{id}/manifest", get(export_manifest))
         .route("/admin/v1/openapi.json", get(openapi))
         .route("/metrics", get(render_metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth))
@@ -416,11 +427,7 @@ async fn events(
     q: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Response, Problem> {
     let Query(q) = q.map_err(bad_query)?;
-    let time = |field: &str, t: Option<&str>| {
-        t.map(idemgate_ops::parse_time)
-            .transpose()
-            .map_err(|e| Problem::from(idemgate_ops::OpsError::invalid(field, &e.to_string())))
-    };
+    let time = time_arg;
     let filter = EventFilter {
         entry_id: q.entry_id,
         route: q.route,
@@ -470,6 +477,137 @@ async fn incidents(
 
 async fn verify(State(s): State<AdminState>, _: NoQuery) -> Result<Response, Problem> {
     Ok(Json(blocking(move || s.ops.verify(&mut |_| true)).await?).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExportBody {
+    format: export::Format,
+    /// As the CLI takes them ([`idemgate_ops::parse_time`]).
+    since: Option<String>,
+    until: Option<String>,
+}
+
+/// A time of a query or body, as the CLI takes it.
+fn time_arg(field: &str, t: Option<&str>) -> Result<Option<Millis>, Problem> {
+    t.map(idemgate_ops::parse_time)
+        .transpose()
+        .map_err(|e| Problem::from(idemgate_ops::OpsError::invalid(field, &e.to_string())))
+}
+
+async fn start_export(
+    State(s): State<AdminState>,
+    _: NoQuery,
+    b: Result<Json<ExportBody>, JsonRejection>,
+) -> Result<Response, Problem> {
+    let Json(b) = b.map_err(bad_json)?;
+    let range = EventRange {
+        since: time_arg("since", b.since.as_deref())?,
+        until: time_arg("until", b.until.as_deref())?,
+    };
+    let job = s.exports.start(&s.ops, b.format, range)?;
+    let location = HeaderValue::from_str(&format!("/admin/v1/exports/{}", job.id))
+        .map_err(|e| Problem::new(500, "internal", "Internal error", e.to_string()))?;
+    Ok((
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, location)],
+        Json(job),
+    )
+        .into_response())
+}
+
+async fn list_exports(State(s): State<AdminState>, _: NoQuery) -> Response {
+    Json(s.exports.list()).into_response()
+}
+
+/// An export's id in the path (any other text names no export).
+struct ExportId(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ExportId {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut request::Parts, s: &S) -> Result<Self, Problem> {
+        let Path(id) = Path::<String>::from_request_parts(parts, s)
+            .await
+            .map_err(|e| {
+                Problem::new(400, "invalid-argument", "Invalid export id", e.body_text())
+            })?;
+        Ok(ExportId(id))
+    }
+}
+
+async fn show_export(
+    State(s): State<AdminState>,
+    ExportId(id): ExportId,
+    _: NoQuery,
+) -> Result<Response, Problem> {
+    Ok(Json(s.exports.get(&id)?).into_response())
+}
+
+async fn delete_export(
+    State(s): State<AdminState>,
+    ExportId(id): ExportId,
+    _: NoQuery,
+) -> Result<Response, Problem> {
+    s.exports.delete(&id)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn export_file(
+    State(s): State<AdminState>,
+    ExportId(id): ExportId,
+    _: NoQuery,
+    req: Request,
+) -> Result<Response, Problem> {
+    let d = s.exports.download(&id, false)?;
+    let kind = match d.format {
+        export::Format::Ndjson => "application/x-ndjson",
+        export::Format::Csv => "text/csv; charset=utf-8",
+    };
+    serve_download(d, kind, req).await
+}
+
+async fn export_manifest(
+    State(s): State<AdminState>,
+    ExportId(id): ExportId,
+    _: NoQuery,
+    req: Request,
+) -> Result<Response, Problem> {
+    let d = s.exports.download(&id, true)?;
+    serve_download(d, "application/json", req).await
+}
+
+/// Streams a finished export's file (ranges too, so a large download can resume), to be saved
+/// under its own name.
+async fn serve_download(
+    d: Download,
+    kind: &'static str,
+    req: Request,
+) -> Result<Response, Problem> {
+    use tower::ServiceExt;
+    let gone = || {
+        Problem::new(
+            404,
+            "export-not-found",
+            "No such export",
+            "the export's file is gone (deleted meanwhile)",
+        )
+    };
+    let r = tower_http::services::ServeFile::new(&d.path)
+        .oneshot(req)
+        .await
+        .map_err(|_| gone())?;
+    if r.status() == StatusCode::NOT_FOUND {
+        return Err(gone());
+    }
+    let mut r = r.map(axum::body::Body::new);
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    // The name is the export's own (idemgate-export-<hex id>.<format>): nothing to quote.
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{}\"", d.name)) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    Ok(r)
 }
 
 async fn openapi() -> Response {

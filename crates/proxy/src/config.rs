@@ -74,6 +74,7 @@ struct RawServer {
     ledger: String,
     admin_token_file: Option<String>,
     console_dir: Option<String>,
+    export_dir: Option<String>,
     body_timeout: Option<String>,
 }
 
@@ -320,6 +321,9 @@ pub struct Config {
     pub admin_token_file: Option<String>,
     /// A built console UI (`ui/dist`) the admin listener serves at `/console/` for browsers.
     pub console_dir: Option<std::path::PathBuf>,
+    /// Where exports made through the admin API are spooled (a private directory of this
+    /// process is made in it): the system's temporary directory unless configured.
+    pub export_dir: std::path::PathBuf,
     /// How long a client may take to send a request body (slow bodies get 408).
     pub body_timeout: Duration,
     pub in_flight: InFlight,
@@ -524,6 +528,19 @@ impl Config {
                     ));
                 }
                 Some(p)
+            }
+        };
+        let export_dir = match &raw.server.export_dir {
+            None => std::env::temp_dir(),
+            Some(d) => {
+                let p = std::path::PathBuf::from(d);
+                if !p.is_dir() {
+                    return Err(invalid(
+                        "server.export_dir",
+                        format!("{d:?} is not a directory"),
+                    ));
+                }
+                std::path::absolute(&p).unwrap_or(p)
             }
         };
         let body_timeout = match &raw.server.body_timeout {
@@ -898,6 +915,7 @@ impl Config {
             ledger: raw.server.ledger,
             admin_token_file: raw.server.admin_token_file,
             console_dir,
+            export_dir,
             body_timeout,
             in_flight,
             wait,
@@ -1060,6 +1078,30 @@ mod tests {
         assert_eq!(
             tls.routes[0].upstream.to_string(),
             "https://api.example.com:8443/v2"
+        );
+    }
+
+    #[test]
+    fn an_export_dir_must_be_a_directory_and_defaults_to_the_temporary_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("f");
+        std::fs::write(&file, "x").expect("write");
+        for d in [dir.path().join("missing"), file] {
+            let cfg = format!(
+                "[server]\nledger = \"x.db\"\nexport_dir = \"{}\"\n",
+                d.display()
+            );
+            assert!(err(&cfg).contains("server.export_dir"), "{d:?}");
+        }
+        let cfg = format!(
+            "[server]\nledger = \"x.db\"\nexport_dir = \"{}\"\n",
+            dir.path().display()
+        );
+        assert_eq!(Config::parse(&cfg).expect("config").export_dir, dir.path());
+        let cfg = "[server]\nledger = \"x.db\"\n";
+        assert_eq!(
+            Config::parse(cfg).expect("config").export_dir,
+            std::env::temp_dir()
         );
     }
 

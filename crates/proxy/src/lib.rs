@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod config;
 pub mod engine;
+pub mod exports;
 pub mod forward;
 pub mod keys;
 pub mod operator;
@@ -138,6 +139,7 @@ pub async fn serve(
 ) -> Result<(), ServeError> {
     let metrics = metrics_handle();
     let engine = Arc::new(Engine::new(cfg.clone(), store.clone(), instance_id()));
+    let exports = Arc::new(exports::Exports::new(cfg.export_dir.clone()));
     let proxy_listener =
         TcpListener::bind(cfg.listen)
             .await
@@ -166,7 +168,13 @@ pub async fn serve(
             Some((
                 l,
                 bound,
-                admin::router(engine.clone(), ops.clone(), &token, metrics),
+                admin::router(
+                    engine.clone(),
+                    ops.clone(),
+                    exports.clone(),
+                    &token,
+                    metrics,
+                ),
             ))
         }
         (Some(_), None) => return Err(ServeError::NoAdminToken),
@@ -222,6 +230,7 @@ pub async fn serve(
         );
     }
     let _ = sweeper.await;
+    exports.close();
     // The last chance for outcomes the ledger could not take: after this they live only in the
     // entries' leases, stuck for an operator once they pass.
     settler.unsettled.record(&*settler.store).await;

@@ -1,0 +1,528 @@
+//! Exports through the admin API. An export is long work, and a file with a manifest beside it,
+//! while a client of the admin API (a script, the console in a browser) has no file system on the
+//! server and must never name a path there. So an export runs as a job: `POST /admin/v1/exports`
+//! starts one on a blocking thread, writing into this process's spool directory (made, private,
+//! in `server.export_dir`, by default the system's temporary directory); the client follows its
+//! progress at `GET /admin/v1/exports/{id}`, downloads `…/file` and `…/manifest` once it is done,
+//! and `DELETE`s it, which also cancels one still running. An ended job is removed an hour after
+//! it ended, and the spool when the process stops.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use idemgate_ledger::export::{manifest_path, Format, Manifest};
+use idemgate_ledger::{now_millis, rfc3339, EventRange, Millis};
+use idemgate_ops::{ErrorBody, ExportCmd, Ops};
+use serde::Serialize;
+
+use crate::problem::Problem;
+
+/// Exports running at once: each holds a blocking thread and a read of its whole range.
+pub const MAX_RUNNING: usize = 2;
+/// Exports kept, running or ended: a new one pushes out the one that ended first.
+pub const MAX_KEPT: usize = 16;
+/// How long an ended export stays to be downloaded.
+pub const KEPT_FOR_MS: Millis = 3_600_000;
+
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportState {
+    Running,
+    Done,
+    Failed,
+}
+
+/// An export job, as the admin API shows it.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExportJob {
+    pub id: String,
+    pub state: ExportState,
+    pub format: Format,
+    pub since: Option<String>,
+    pub until: Option<String>,
+    pub created_at: String,
+    pub ended_at: Option<String>,
+    /// When an ended job and its files go.
+    pub expires_at: Option<String>,
+    /// Events written so far (all of them, once done).
+    pub done: u64,
+    /// Once done: the manifest, as `…/manifest` serves it.
+    pub manifest: Option<Manifest>,
+    /// Once failed: why.
+    pub error: Option<ErrorBody>,
+    /// Once done: where to download the file and its manifest.
+    pub file_url: Option<String>,
+    pub manifest_url: Option<String>,
+}
+
+#[derive(Debug)]
+struct Job {
+    id: String,
+    format: Format,
+    range: EventRange,
+    created_at: Millis,
+    ended_at: Option<Millis>,
+    done: Arc<AtomicU64>,
+    cancel: Arc<AtomicBool>,
+    manifest: Option<Manifest>,
+    error: Option<ErrorBody>,
+    file: PathBuf,
+}
+
+impl Job {
+    fn state(&self) -> ExportState {
+        match (self.ended_at, &self.manifest) {
+            (None, _) => ExportState::Running,
+            (Some(_), Some(_)) => ExportState::Done,
+            (Some(_), None) => ExportState::Failed,
+        }
+    }
+
+    fn view(&self) -> ExportJob {
+        let done = self.state() == ExportState::Done;
+        let url = |tail: &str| done.then(|| format!("/admin/v1/exports/{}/{tail}", self.id));
+        ExportJob {
+            id: self.id.clone(),
+            state: self.state(),
+            format: self.format,
+            since: self.range.since.map(rfc3339),
+            until: self.range.until.map(rfc3339),
+            created_at: rfc3339(self.created_at),
+            ended_at: self.ended_at.map(rfc3339),
+            expires_at: self.ended_at.map(|t| rfc3339(t + KEPT_FOR_MS)),
+            done: self.done.load(Ordering::Relaxed),
+            manifest: self.manifest.clone(),
+            error: self.error.clone(),
+            file_url: url("file"),
+            manifest_url: url("manifest"),
+        }
+    }
+
+    /// Its file and manifest, once nothing writes them any more.
+    fn remove_files(&self) {
+        remove_files(&self.file);
+    }
+}
+
+fn remove_files(file: &Path) {
+    let _ = std::fs::remove_file(file);
+    let _ = std::fs::remove_file(manifest_path(file));
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Made on the first export.
+    spool: Option<PathBuf>,
+    /// Oldest first.
+    jobs: Vec<Job>,
+    closed: bool,
+}
+
+/// This process's exports (see the module's documentation).
+#[derive(Debug)]
+pub struct Exports {
+    /// Where the spool is made.
+    base: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+/// A finished export's file or manifest, to serve.
+#[derive(Debug)]
+pub struct Download {
+    pub path: PathBuf,
+    /// The name to save it under: the manifest's `file`, or that plus `.manifest.json`.
+    pub name: String,
+    pub format: Format,
+}
+
+fn not_found(id: &str) -> Problem {
+    Problem::new(
+        404,
+        "export-not-found",
+        "No such export",
+        format!("no export {id:?} in this process (an ended export is kept for an hour, and none outlives the process)"),
+    )
+}
+
+impl Exports {
+    /// Exports spooled under `base` (made there when the first one starts).
+    pub fn new(base: PathBuf) -> Exports {
+        Exports {
+            base,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding it cannot leave a job half-changed: every change is one push,
+        // removal or field store.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts exporting `range` of the log as `format`.
+    pub fn start(
+        self: &Arc<Self>,
+        ops: &Ops,
+        format: Format,
+        range: EventRange,
+    ) -> Result<ExportJob, Problem> {
+        idemgate_ops::check_range(range.since, range.until).map_err(Problem::from)?;
+        let now = now_millis();
+        let mut inner = self.lock();
+        if inner.closed {
+            return Err(Problem::new(
+                503,
+                "shutting-down",
+                "Shutting down",
+                "this process is stopping and starts no more exports",
+            ));
+        }
+        prune(&mut inner, now);
+        let running = inner.jobs.iter().filter(|j| j.ended_at.is_none()).count();
+        if running >= MAX_RUNNING {
+            return Err(Problem::new(
+                429,
+                "too-many-exports",
+                "Too many exports",
+                format!("{running} exports are running, the most at once; try again once one has ended, or delete one"),
+            )
+            .retry_after(5));
+        }
+        if inner.jobs.len() >= MAX_KEPT {
+            // Ended ones only: the running ones are fewer than MAX_KEPT.
+            if let Some(i) = inner.jobs.iter().position(|j| j.ended_at.is_some()) {
+                inner.jobs.remove(i).remove_files();
+            }
+        }
+        let spool = match &inner.spool {
+            Some(s) => s.clone(),
+            None => {
+                let s = make_spool(&self.base).map_err(|e| {
+                    Problem::new(
+                        500,
+                        "export-failed",
+                        "Export failed",
+                        format!(
+                            "cannot make a spool directory in {}: {e}",
+                            self.base.display()
+                        ),
+                    )
+                })?;
+                inner.spool = Some(s.clone());
+                s
+            }
+        };
+        let id = format!("{:016x}", rand::random::<u64>());
+        let file = spool.join(format!("idemgate-export-{id}.{}", format.as_str()));
+        let job = Job {
+            id: id.clone(),
+            format,
+            range,
+            created_at: now,
+            ended_at: None,
+            done: Arc::new(AtomicU64::new(0)),
+            cancel: Arc::new(AtomicBool::new(false)),
+            manifest: None,
+            error: None,
+            file: file.clone(),
+        };
+        let view = job.view();
+        let (done, cancel) = (job.done.clone(), job.cancel.clone());
+        inner.jobs.push(job);
+        drop(inner);
+        let cmd = ExportCmd {
+            format,
+            range,
+            path: file.display().to_string(),
+        };
+        let ops = ops.clone();
+        let this = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let r = ops.export(&cmd, &mut |n| {
+                done.store(n, Ordering::Relaxed);
+                !cancel.load(Ordering::Relaxed)
+            });
+            this.finish(&id, r, &file);
+        });
+        Ok(view)
+    }
+
+    /// Records how job `id` ended. A job deleted meanwhile leaves nothing behind.
+    fn finish(&self, id: &str, r: idemgate_ops::OpsResult<Option<Manifest>>, file: &Path) {
+        let mut inner = self.lock();
+        let Some(job) = inner.jobs.iter_mut().find(|j| j.id == id) else {
+            remove_files(file);
+            return;
+        };
+        job.ended_at = Some(now_millis());
+        match r {
+            Ok(Some(m)) => {
+                job.done.store(m.count, Ordering::Relaxed);
+                job.manifest = Some(m);
+            }
+            Ok(None) => {
+                job.error = Some(ErrorBody {
+                    code: "cancelled".into(),
+                    message: "the export was cancelled".into(),
+                });
+            }
+            Err(e) => {
+                tracing::warn!(export = id, error = %e, "an export through the admin API failed");
+                job.error = Some(ErrorBody::from(&e));
+                remove_files(file);
+            }
+        }
+    }
+
+    /// Every export kept, newest first.
+    pub fn list(&self) -> Vec<ExportJob> {
+        let mut inner = self.lock();
+        prune(&mut inner, now_millis());
+        inner.jobs.iter().rev().map(Job::view).collect()
+    }
+
+    pub fn get(&self, id: &str) -> Result<ExportJob, Problem> {
+        let mut inner = self.lock();
+        prune(&mut inner, now_millis());
+        inner
+            .jobs
+            .iter()
+            .find(|j| j.id == id)
+            .map(Job::view)
+            .ok_or_else(|| not_found(id))
+    }
+
+    /// A done export's file (`manifest` false) or manifest.
+    pub fn download(&self, id: &str, manifest: bool) -> Result<Download, Problem> {
+        let mut inner = self.lock();
+        prune(&mut inner, now_millis());
+        let job = inner
+            .jobs
+            .iter()
+            .find(|j| j.id == id)
+            .ok_or_else(|| not_found(id))?;
+        let Some(m) = &job.manifest else {
+            return Err(match &job.error {
+                None => Problem::new(
+                    409,
+                    "export-running",
+                    "Export still running",
+                    format!(
+                        "export {id} has written {} events so far; download it once its state is done",
+                        job.done.load(Ordering::Relaxed)
+                    ),
+                )
+                .retry_after(1),
+                Some(e) => Problem::new(
+                    409,
+                    "export-failed",
+                    "Export failed",
+                    format!("export {id} failed, so there is nothing to download: {}", e.message),
+                ),
+            });
+        };
+        Ok(if manifest {
+            Download {
+                path: manifest_path(&job.file),
+                name: format!("{}.manifest.json", m.file),
+                format: m.format,
+            }
+        } else {
+            Download {
+                path: job.file.clone(),
+                name: m.file.clone(),
+                format: m.format,
+            }
+        })
+    }
+
+    /// Deletes export `id`, and cancels it if it is still running.
+    pub fn delete(&self, id: &str) -> Result<(), Problem> {
+        let mut inner = self.lock();
+        let i = inner
+            .jobs
+            .iter()
+            .position(|j| j.id == id)
+            .ok_or_else(|| not_found(id))?;
+        let job = inner.jobs.remove(i);
+        if job.ended_at.is_none() {
+            // Its thread removes what it wrote when it ends ([`Exports::finish`]).
+            job.cancel.store(true, Ordering::Relaxed);
+        } else {
+            job.remove_files();
+        }
+        Ok(())
+    }
+
+    /// At the process's end: cancels what runs, and removes the spool and every file in it.
+    pub fn close(&self) {
+        let mut inner = self.lock();
+        inner.closed = true;
+        for j in inner.jobs.drain(..) {
+            j.cancel.store(true, Ordering::Relaxed);
+        }
+        if let Some(s) = inner.spool.take() {
+            let _ = std::fs::remove_dir_all(s);
+        }
+    }
+}
+
+/// Removes the jobs that ended more than [`KEPT_FOR_MS`] ago, and their files.
+fn prune(inner: &mut Inner, now: Millis) {
+    inner.jobs.retain(|j| {
+        let keep = j.ended_at.is_none_or(|t| now - t < KEPT_FOR_MS);
+        if !keep {
+            j.remove_files();
+        }
+        keep
+    });
+}
+
+/// A new directory in `base`, readable by this user only: exports hold the log's keys and scopes.
+fn make_spool(base: &Path) -> std::io::Result<PathBuf> {
+    let dir = base.join(format!(
+        "idemgate-exports-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    let mut b = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(&dir)?;
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops(dir: &Path) -> Ops {
+        Ops::open_or_create(&dir.join("ledger.db").display().to_string()).expect("ledger")
+    }
+
+    /// A job as if it were running (its thread never ends) or had ended `ago` ms ago.
+    fn fake(e: &Exports, id: &str, ended_ago: Option<Millis>) {
+        let now = now_millis();
+        let spool = e.base.join("fake");
+        std::fs::create_dir_all(&spool).expect("mkdir");
+        let file = spool.join(format!("{id}.ndjson"));
+        std::fs::write(&file, b"x").expect("write");
+        std::fs::write(manifest_path(&file), b"{}").expect("write");
+        e.lock().jobs.push(Job {
+            id: id.into(),
+            format: Format::Ndjson,
+            range: EventRange::default(),
+            created_at: now,
+            ended_at: ended_ago.map(|a| now - a),
+            done: Arc::default(),
+            cancel: Arc::default(),
+            manifest: None,
+            error: None,
+            file,
+        });
+    }
+
+    async fn until_ended(e: &Exports, id: &str) -> ExportJob {
+        for _ in 0..500 {
+            let j = e.get(id).expect("job");
+            if j.state != ExportState::Running {
+                return j;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("export {id} did not end");
+    }
+
+    #[tokio::test]
+    async fn at_most_two_run_at_once_and_a_new_one_pushes_out_the_oldest_ended() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ops = ops(dir.path());
+        let e = Arc::new(Exports::new(dir.path().to_path_buf()));
+        fake(&e, "r1", None);
+        fake(&e, "r2", None);
+        let p = e
+            .start(&ops, Format::Ndjson, EventRange::default())
+            .expect_err("a third at once");
+        assert_eq!((p.status, p.code), (429, "too-many-exports"));
+        assert_eq!(e.list().len(), 2, "a refused export leaves no job");
+
+        e.delete("r2").expect("delete");
+        assert!(e.get("r2").is_err());
+        for i in 0..(MAX_KEPT - 1) {
+            fake(&e, &format!("ended{i}"), Some(1000 + i as Millis));
+        }
+        assert_eq!(e.list().len(), MAX_KEPT);
+        let oldest = e.lock().jobs[1].file.clone();
+        assert!(oldest.exists());
+        let j = e
+            .start(&ops, Format::Csv, EventRange::default())
+            .expect("pushes out an ended one");
+        let jobs = e.list();
+        assert_eq!(jobs.len(), MAX_KEPT);
+        assert_eq!(jobs[0].id, j.id, "newest first");
+        assert!(
+            jobs.iter().all(|j| j.id != "ended0"),
+            "the first one kept went"
+        );
+        assert!(
+            !oldest.exists() && !manifest_path(&oldest).exists(),
+            "with its files"
+        );
+        let j = until_ended(&e, &j.id).await;
+        assert_eq!(j.state, ExportState::Done, "{j:?}");
+    }
+
+    #[tokio::test]
+    async fn an_ended_export_goes_after_an_hour_and_every_file_at_close() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ops = ops(dir.path());
+        let e = Arc::new(Exports::new(dir.path().to_path_buf()));
+        fake(&e, "old", Some(KEPT_FOR_MS + 1));
+        fake(&e, "young", Some(KEPT_FOR_MS - 60_000));
+        let old = e.lock().jobs[0].file.clone();
+        let ids: Vec<String> = e.list().into_iter().map(|j| j.id).collect();
+        assert_eq!(ids, ["young"]);
+        assert!(!old.exists());
+
+        let j = e
+            .start(&ops, Format::Ndjson, EventRange::default())
+            .expect("start");
+        let j = until_ended(&e, &j.id).await;
+        let d = e.download(&j.id, false).expect("done");
+        assert!(d.path.exists() && d.name.starts_with("idemgate-export-"));
+        let spool = d.path.parent().expect("spool").to_path_buf();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&spool)
+                .expect("spool")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o700, "the spool is this user's only");
+        }
+        e.close();
+        assert!(!spool.exists(), "the spool goes with the process");
+        let p = e
+            .start(&ops, Format::Ndjson, EventRange::default())
+            .expect_err("closed");
+        assert_eq!(p.code, "shutting-down");
+    }
+
+    #[tokio::test]
+    async fn a_bad_range_is_refused_before_a_job_exists() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ops = ops(dir.path());
+        let e = Arc::new(Exports::new(dir.path().to_path_buf()));
+        let range = EventRange {
+            since: Some(2_000),
+            until: Some(1_000),
+        };
+        let p = e.start(&ops, Format::Ndjson, range).expect_err("bad range");
+        assert_eq!((p.status, p.code), (400, "invalid-argument"));
+        assert!(e.list().is_empty());
+        assert!(e.lock().spool.is_none(), "and no spool is made for it");
+    }
+}
