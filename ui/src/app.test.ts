@@ -1,7 +1,7 @@
 // The UI against a mocked IPC: TauriTransport over a fake `invoke`, so the commands' names and
 // argument shapes are what is tested, with the views and the action dialog driven like a user.
 import { App, type Prefs } from "./app";
-import { TauriTransport } from "./transport";
+import { HttpTransport, TauriTransport } from "./transport";
 import type { EntrySummary } from "./bindings/EntrySummary";
 
 function entry(id: number, over: Partial<EntrySummary> = {}): EntrySummary {
@@ -196,5 +196,34 @@ describe("console UI, keyboard and ledgers", () => {
     await tick();
     expect(q("error-banner").textContent).toContain("ledger-not-found");
     expect(q("ledger-label").textContent).toContain("/tmp/demo.db");
+  });
+
+  it("exports in a browser through the admin API: no server path asked, the files downloaded", async () => {
+    const manifest = { manifest_version: 1, format: "csv", alg: "sha256", file: "idemgate-export-ab12.csv", sha256: "00", bytes: 3, count: 2, first_seq: 1, last_seq: 2, first_prev_hash: null, chain_head: null, ledger_head: null, since: null, until: null, created_at: "t", ledger: "l" };
+    const done = { id: "ab12", state: "done", format: "csv", since: null, until: null, created_at: "t", ended_at: "t", expires_at: "t", done: 2, manifest, error: null, file_url: "/admin/v1/exports/ab12/file", manifest_url: "/admin/v1/exports/ab12/manifest" };
+    const bodies: string[] = [];
+    const fake = (async (url: string, init?: RequestInit) => {
+      if (init?.body) bodies.push(String(init.body));
+      if (url.endsWith("/admin/v1/stats")) return new Response(JSON.stringify(base.stats()), { status: 200 });
+      if (url.endsWith("/file")) return new Response("a,b\n", { status: 200 });
+      return new Response(JSON.stringify(url.endsWith("/manifest") ? manifest : done), { status: url.endsWith("/exports") ? 202 : 200 });
+    }) as unknown as typeof fetch;
+    const saved: string[] = [];
+    document.body.innerHTML = "";
+    const root = document.createElement("div");
+    document.body.append(root);
+    const prefs = new Map<string, string>();
+    const app = new App(root, new HttpTransport("http://x", "tok", fake, (name) => void saved.push(name), 1), { getItem: (k) => prefs.get(k) ?? null, setItem: (k, v) => void prefs.set(k, v) });
+    await app.start();
+    await app.go("export");
+    expect(q("export-path")).toBeNull();
+    expect(q("action-verify")).toBeNull();
+    expect(q("action-verify-ledger")).toBeTruthy();
+    (q("export-format") as HTMLSelectElement).value = "csv";
+    q("action-export").click();
+    for (let i = 0; i < 20 && !q("export-result").textContent?.includes("sha256"); i++) await new Promise((r) => setTimeout(r, 5));
+    expect(JSON.parse(q("export-result").textContent ?? "")).toEqual(manifest);
+    expect(JSON.parse(bodies[0])).toEqual({ format: "csv", since: null, until: null });
+    expect(saved).toEqual(["idemgate-export-ab12.csv", "idemgate-export-ab12.csv.manifest.json"]);
   });
 });

@@ -664,13 +664,18 @@ export class App {
         unlisten();
       }
     };
+    // In a browser the export is made on the server and downloaded: no path here, and no file
+    // here to verify (`idemgate verify --export FILE` does, beside its saved manifest).
+    const local = this.t.kind === "tauri";
     this.main.append(
       h("h1", null, "Export"),
-      h("p", { class: "hint" }, "A contiguous run of the log as NDJSON or CSV, with FILE.manifest.json recording the count, the chain head and the file's sha256 — for compliance. Verify recomputes the chain and checks the manifest."),
-      h("div", { class: "panel" }, h("div", { class: "filters" }, format, h("label", null, "since ", since), h("label", null, "until ", until), path,
-        h("button", { testid: "action-export", class: "primary", on: { click: () => { this.prefs.setItem("exportPath", path.value); void job("export", out, (id) => this.t.exportLog({ format: format.value as "ndjson" | "csv", range: { since: fromLocalInput(since.value), until: fromLocalInput(until.value) }, path: path.value.trim() }, id)); } } }, "Export")), out),
-      h("div", { class: "panel" }, h("div", { class: "filters" }, vpath,
-        h("button", { testid: "action-verify", on: { click: () => void job("verify", vout, (id) => this.t.verifyExport(vpath.value.trim(), id)) } }, "Verify file"),
+      h("p", { class: "hint" }, local
+        ? "A contiguous run of the log as NDJSON or CSV, with FILE.manifest.json recording the count, the chain head and the file's sha256 — for compliance. Verify recomputes the chain and checks the manifest."
+        : "A contiguous run of the log as NDJSON or CSV, made on the server and downloaded with FILE.manifest.json (the count, the chain head and the file's sha256) — for compliance. Keep both in one folder: idemgate verify --export FILE checks them."),
+      h("div", { class: "panel" }, h("div", { class: "filters" }, format, h("label", null, "since ", since), h("label", null, "until ", until), ...(local ? [path] : []),
+        h("button", { testid: "action-export", class: "primary", on: { click: () => { if (local) this.prefs.setItem("exportPath", path.value); void job("export", out, (id) => this.t.exportLog({ format: format.value as "ndjson" | "csv", range: { since: fromLocalInput(since.value), until: fromLocalInput(until.value) }, path: local ? path.value.trim() : "" }, id)); } } }, "Export")), out),
+      h("div", { class: "panel" }, h("div", { class: "filters" }, ...(local ? [vpath,
+        h("button", { testid: "action-verify", on: { click: () => void job("verify", vout, (id) => this.t.verifyExport(vpath.value.trim(), id)) } }, "Verify file")] : []),
         h("button", { testid: "action-verify-ledger", on: { click: () => void job("verify-ledger", vout, (id) => this.t.verifyLedger(id)) } }, "Verify the ledger")), vout),
     );
   }

@@ -18,4 +18,54 @@ describe("HttpTransport (the admin API)", () => {
     const t = new HttpTransport("http://x", "tok", fake);
     await expect(t.resolve({ entry_id: 1, as: "released", response: null, external_ref: null, operator: "o", reason: "", confirm_destructive: false })).rejects.toEqual({ code: "missing-reason", message: "a reason is required" });
   });
+
+  it("exports as a job on the server, then saves the file and its manifest under their own names", async () => {
+    const manifest = { manifest_version: 1, format: "ndjson", alg: "sha256", file: "idemgate-export-ab12.ndjson", sha256: "00", bytes: 3, count: 2, first_seq: 1, last_seq: 2, first_prev_hash: null, chain_head: null, ledger_head: null, since: null, until: null, created_at: "t", ledger: "l" };
+    const job = (state: string, done: number) => ({ id: "ab12", state, format: "ndjson", since: null, until: null, created_at: "t", ended_at: null, expires_at: null, done, manifest: state === "done" ? manifest : null, error: null, file_url: state === "done" ? "/admin/v1/exports/ab12/file" : null, manifest_url: state === "done" ? "/admin/v1/exports/ab12/manifest" : null });
+    const seen: string[] = [];
+    let polls = 0;
+    const fake = (async (url: string, init?: RequestInit) => {
+      const path = url.replace("http://x", "");
+      seen.push(`${init?.method} ${path} ${init?.body ?? ""}`.trim());
+      if (path === "/admin/v1/exports") return new Response(JSON.stringify(job("running", 0)), { status: 202 });
+      if (path === "/admin/v1/exports/ab12") return new Response(JSON.stringify(++polls < 2 ? job("running", 4096) : job("done", 2)), { status: 200 });
+      if (path.endsWith("/file")) return new Response("{}\n{}\n", { status: 200 });
+      return new Response(JSON.stringify(manifest), { status: 200 });
+    }) as unknown as typeof fetch;
+    const saved: [string, string][] = [];
+    const t = new HttpTransport("http://x", "tok", fake, (name, blob) => void blob.text().then((b) => saved.push([name, b])), 1);
+    const progress: number[] = [];
+    await t.onProgress((p) => { if (p.job === "j1") progress.push(p.done); });
+    const m = await t.exportLog({ format: "ndjson", range: { since: 1795168800000, until: null }, path: "/not/sent" }, "j1");
+    expect(m).toEqual(manifest);
+    expect(seen[0]).toBe('POST /admin/v1/exports {"format":"ndjson","since":"1795168800000","until":null}');
+    expect(seen.slice(1)).toEqual(["GET /admin/v1/exports/ab12", "GET /admin/v1/exports/ab12", "GET /admin/v1/exports/ab12/file", "GET /admin/v1/exports/ab12/manifest"]);
+    expect(progress).toEqual([0, 4096, 2]);
+    await new Promise((r) => setTimeout(r, 10));
+    expect(saved).toEqual([["idemgate-export-ab12.ndjson", "{}\n{}\n"], ["idemgate-export-ab12.ndjson.manifest.json", JSON.stringify(manifest)]]);
+  });
+
+  it("cancels an export by deleting it on the server, and says it was cancelled", async () => {
+    const seen: string[] = [];
+    const running = { id: "cd34", state: "running", format: "csv", since: null, until: null, created_at: "t", ended_at: null, expires_at: null, done: 0, manifest: null, error: null, file_url: null, manifest_url: null };
+    const fake = (async (url: string, init?: RequestInit) => {
+      seen.push(`${init?.method} ${url.replace("http://x", "")}`);
+      if (init?.method === "DELETE") return new Response(null, { status: 204 });
+      return new Response(JSON.stringify(running), { status: init?.method === "POST" ? 202 : 200 });
+    }) as unknown as typeof fetch;
+    const t = new HttpTransport("http://x", "tok", fake, () => { throw new Error("nothing to save"); }, 5);
+    const done = t.exportLog({ format: "csv", range: { since: null, until: null }, path: "" }, "j2");
+    await new Promise((r) => setTimeout(r, 20));
+    expect(await t.cancelJob("j2")).toBe(true);
+    expect(await done).toBeNull();
+    expect(seen).toContain("DELETE /admin/v1/exports/cd34");
+    expect(await t.cancelJob("j2")).toBe(false);
+  });
+
+  it("gives a failed export's error", async () => {
+    const failed = { id: "ef56", state: "failed", format: "csv", since: null, until: null, created_at: "t", ended_at: "t", expires_at: "t", done: 0, manifest: null, error: { code: "ledger-unavailable", message: "disk gone" }, file_url: null, manifest_url: null };
+    const fake = (async () => new Response(JSON.stringify(failed), { status: 202 })) as unknown as typeof fetch;
+    const t = new HttpTransport("http://x", "tok", fake, () => undefined, 1);
+    await expect(t.exportLog({ format: "csv", range: { since: null, until: null }, path: "" }, "j3")).rejects.toEqual({ code: "ledger-unavailable", message: "disk gone" });
+  });
 });

@@ -10,6 +10,7 @@ import type { ErrorBody } from "./bindings/ErrorBody";
 import type { EventFilter } from "./bindings/EventFilter";
 import type { EventPage } from "./bindings/EventPage";
 import type { ExportCmd } from "./bindings/ExportCmd";
+import type { ExportJob } from "./bindings/ExportJob";
 import type { ExportVerifyReport } from "./bindings/ExportVerifyReport";
 import type { Incident } from "./bindings/Incident";
 import type { JobProgress } from "./bindings/JobProgress";
@@ -117,16 +118,36 @@ function unsupported(what: string): never {
   throw { code: "unsupported", message: `${what} is only available in the desktop console` } satisfies ErrorBody;
 }
 
+/** Hands a downloaded file to the browser to save, under `name`. */
+export type Save = (name: string, data: Blob) => void;
+
+function saveInBrowser(name: string, data: Blob): void {
+  const url = URL.createObjectURL(data);
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = name;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
 /** The browser console: the admin HTTP API of `idemgate serve`, with its bearer token. */
 export class HttpTransport implements Transport {
   readonly kind = "http" as const;
+  private readonly listeners = new Set<(p: JobProgress) => void>();
+  /** The server's export id of each running console job, so that Cancel can delete it. */
+  private readonly exports = new Map<string, string>();
+  private readonly cancelled = new Set<string>();
   constructor(
     private readonly base: string,
     private readonly token: string,
     private readonly fetchFn: typeof fetch = (...a) => fetch(...a),
+    private readonly save: Save = saveInBrowser,
+    private readonly pollMs = 250,
   ) {}
 
-  private async req<T>(method: string, path: string, body?: unknown): Promise<T> {
+  private async send(method: string, path: string, body?: unknown): Promise<Response> {
     let r: Response;
     try {
       r = await this.fetchFn(`${this.base}${path}`, {
@@ -137,11 +158,20 @@ export class HttpTransport implements Transport {
     } catch (e) {
       throw { code: "network", message: String(e) } satisfies ErrorBody;
     }
-    const data = await r.json().catch(() => null);
     if (!r.ok) {
+      const data = await r.json().catch(() => null);
       throw { code: data?.code ?? `http-${r.status}`, message: data?.detail ?? r.statusText } satisfies ErrorBody;
     }
-    return data as T;
+    return r;
+  }
+
+  private async req<T>(method: string, path: string, body?: unknown): Promise<T> {
+    const r = await this.send(method, path, body);
+    return (await r.json().catch(() => null)) as T;
+  }
+
+  private progress(job: string, done: number): void {
+    for (const f of this.listeners) f({ job, done, total: null });
   }
 
   async ledgerInfo(): Promise<LedgerInfo> { return { location: this.base, error: null }; }
@@ -167,11 +197,54 @@ export class HttpTransport implements Transport {
   purge(cmd: PurgeCmd) { return this.req<PurgeReport>("POST", "/admin/v1/purge", cmd); }
   replay(id: number, cmd: ActionCmd) { return this.req<ReplayReport>("POST", `/admin/v1/entries/${id}/replay`, cmd); }
   reconcile(id: number, cmd: ActionCmd) { return this.req<ReconcileReport>("POST", `/admin/v1/entries/${id}/reconcile`, cmd); }
-  async exportLog(): Promise<Manifest | null> { return unsupported("exporting to a file"); }
+  /**
+   * An export job on the server (the path is the server's to choose, so `cmd.path` is not sent):
+   * followed to its end, then its file and manifest are saved as downloads, under the names
+   * `idemgate verify --export` expects. `null` when cancelled (the server deletes it).
+   */
+  async exportLog(cmd: ExportCmd, job: string): Promise<Manifest | null> {
+    const time = (t: number | null) => (t === null ? null : String(t));
+    const started = await this.req<ExportJob>("POST", "/admin/v1/exports", { format: cmd.format, since: time(cmd.range.since), until: time(cmd.range.until) });
+    this.exports.set(job, started.id);
+    try {
+      let j = started;
+      while (j.state === "running") {
+        this.progress(job, j.done);
+        await new Promise((r) => setTimeout(r, this.pollMs));
+        if (this.cancelled.has(job)) return null;
+        j = await this.req<ExportJob>("GET", `/admin/v1/exports/${j.id}`);
+      }
+      if (this.cancelled.has(job)) return null;
+      if (j.state === "failed" || !j.manifest || !j.file_url || !j.manifest_url) {
+        throw j.error ?? ({ code: "export-failed", message: `export ${j.id} ended without a file` } satisfies ErrorBody);
+      }
+      this.progress(job, j.done);
+      const m = j.manifest;
+      this.save(m.file, await (await this.send("GET", j.file_url)).blob());
+      this.save(`${m.file}.manifest.json`, await (await this.send("GET", j.manifest_url)).blob());
+      return m;
+    } catch (e) {
+      if (this.cancelled.has(job)) return null;
+      throw e;
+    } finally {
+      this.exports.delete(job);
+      this.cancelled.delete(job);
+    }
+  }
   verifyLedger() { return this.req<VerifyReport>("GET", "/admin/v1/verify"); }
   async verifyExport(): Promise<ExportVerifyReport> { return unsupported("verifying an export file"); }
-  async cancelJob() { return false; }
-  async onProgress() { return () => {}; }
+  /** Cancels an export (deleting it on the server); other jobs here are single calls. */
+  async cancelJob(job: string) {
+    const id = this.exports.get(job);
+    if (id === undefined) return false;
+    this.cancelled.add(job);
+    await this.send("DELETE", `/admin/v1/exports/${id}`).catch(() => undefined);
+    return true;
+  }
+  async onProgress(f: (p: JobProgress) => void) {
+    this.listeners.add(f);
+    return () => { this.listeners.delete(f); };
+  }
   async proxyStatus(): Promise<ProxyStatus> { return { running: true, config: null, proxy_addr: null, admin_addr: this.base, error: null }; }
   async proxyStart(): Promise<ProxyStatus> { return unsupported("starting an embedded proxy"); }
   async proxyStop(): Promise<ProxyStatus> { return unsupported("stopping the proxy"); }

@@ -47,6 +47,7 @@ fn generate(dir: &Path) {
         LedgerInfo,
         JobProgress,
         idemgate_proxy::ProxyStatus,
+        idemgate_proxy::exports::ExportJob,
     );
 }
 
