@@ -69,6 +69,7 @@ id=$(curl -sf -H "$T" -H 'content-type: application/json' -d '{"format":"ndjson"
 until curl -sf -H "$T" $A/exports/$id | jq -e '.state != "running"' >/dev/null; do sleep 1; done
 curl -sfOJ -H "$T" $A/exports/$id/file && curl -sfOJ -H "$T" $A/exports/$id/manifest
 "$idemgate" verify --export idemgate-export-$id.ndjson || fail "admin export"
+curl -sf -H "$T" -H 'content-type: application/json' --data @idemgate-export-$id.ndjson.manifest.json $A/verify/against | jq -e .ok || fail "verify against"
 
 step "idemgate log --ledger idemgate.db --kind reconcile"
 "$idemgate" log --ledger idemgate.db --kind reconcile | grep -q 'by you: ask the processor' || fail "log"

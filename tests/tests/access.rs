@@ -389,6 +389,19 @@ fn an_export_through_the_admin_api_downloads_with_its_manifest_and_leaves_nothin
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+    // The same check over the admin API, with the manifest as the body; a head the ledger never
+    // had is reported gone.
+    let against = proxy.admin_post(
+        "/admin/v1/verify/against",
+        &serde_json::from_slice(&manifest.body).expect("manifest"),
+    );
+    assert_eq!(against.status, 200, "{}", against.text());
+    assert_eq!(against.json()["ok"], true, "{}", against.text());
+    let mut forged = job["manifest"].clone();
+    forged["ledger_head"]["hash"] = json!("0".repeat(64));
+    let against = proxy.admin_post("/admin/v1/verify/against", &forged);
+    assert_eq!(against.json()["ok"], false, "{}", against.text());
+    assert_eq!(against.json()["heads"][0][1], false, "{}", against.text());
     let mut edited = file.body.clone();
     let at = edited.iter().position(|b| *b == b'7').expect("a digit");
     edited[at] = b'8';

@@ -883,6 +883,16 @@ impl Ops {
                 &format!("{}: not a manifest: {e}", manifest.display()),
             )
         })?;
+        self.verify_against_manifest(&m, progress)
+    }
+
+    /// Recomputes the chain, and checks that the ledger still holds the heads manifest `m`
+    /// recorded (the ledger's at export time, and the export's last event).
+    pub fn verify_against_manifest(
+        &self,
+        m: &Manifest,
+        progress: Progress<'_>,
+    ) -> OpsResult<AgainstReport> {
         let chain = self.verify(progress)?;
         let mut problems = Vec::new();
         if let Some(seq) = chain.first_bad_seq {

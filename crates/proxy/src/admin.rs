@@ -65,6 +65,7 @@ pub fn router(
         .route("/admin/v1/stats", get(stats))
         .route("/admin/v1/incidents", get(incidents))
         .route("/admin/v1/verify", get(verify))
+        .route("/admin/v1/verify/against", post(verify_against))
         .route("/admin/v1/exports", get(list_exports).post(start_export))
         .route(
             "/admin/v1/exports/{id}",
@@ -608,6 +609,20 @@ async fn serve_download(
         h.insert(header::CONTENT_DISPOSITION, v);
     }
     Ok(r)
+}
+
+/// `verify --ledger L --against MANIFEST` over HTTP: the body is the manifest, as an export
+/// wrote it (the CLI's or the admin API's).
+async fn verify_against(
+    State(s): State<AdminState>,
+    _: NoQuery,
+    b: Result<Json<export::Manifest>, JsonRejection>,
+) -> Result<Response, Problem> {
+    let Json(m) = b.map_err(bad_json)?;
+    Ok(
+        Json(blocking(move || s.ops.verify_against_manifest(&m, &mut |_| true)).await?)
+            .into_response(),
+    )
 }
 
 async fn openapi() -> Response {
