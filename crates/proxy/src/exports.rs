@@ -239,19 +239,30 @@ impl Exports {
             path: file.display().to_string(),
         };
         let ops = ops.clone();
-        let this = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
-            let r = ops.export(&cmd, &mut |n| {
+        let export = tokio::task::spawn_blocking(move || {
+            ops.export(&cmd, &mut |n| {
                 done.store(n, Ordering::Relaxed);
                 !cancel.load(Ordering::Relaxed)
-            });
+            })
+        });
+        // Awaited apart from the export, so that even one that panicked ends its job (a job left
+        // running would hold one of the MAX_RUNNING places for good).
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            let r = match export.await {
+                Ok(r) => r.map_err(|e| ErrorBody::from(&e)),
+                Err(e) => Err(ErrorBody {
+                    code: "internal".into(),
+                    message: format!("the export stopped: {e}"),
+                }),
+            };
             this.finish(&id, r, &file);
         });
         Ok(view)
     }
 
     /// Records how job `id` ended. A job deleted meanwhile leaves nothing behind.
-    fn finish(&self, id: &str, r: idemgate_ops::OpsResult<Option<Manifest>>, file: &Path) {
+    fn finish(&self, id: &str, r: Result<Option<Manifest>, ErrorBody>, file: &Path) {
         let mut inner = self.lock();
         let Some(job) = inner.jobs.iter_mut().find(|j| j.id == id) else {
             remove_files(file);
@@ -270,8 +281,8 @@ impl Exports {
                 });
             }
             Err(e) => {
-                tracing::warn!(export = id, error = %e, "an export through the admin API failed");
-                job.error = Some(ErrorBody::from(&e));
+                tracing::warn!(export = id, code = %e.code, error = %e.message, "an export through the admin API failed");
+                job.error = Some(e);
                 remove_files(file);
             }
         }
