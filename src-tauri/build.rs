@@ -17,6 +17,7 @@ const COMMANDS: &[&str] = &[
     "export",
     "verify_ledger",
     "verify_export",
+    "verify_against",
     "cancel_job",
     "replay",
     "reconcile",

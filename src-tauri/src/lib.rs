@@ -251,6 +251,20 @@ impl Console {
         self.job(&job, progress, |o, p| o.verify(p)).await
     }
 
+    /// `verify --ledger --against MANIFEST`: the open ledger's chain, and whether it still holds
+    /// the heads the manifest at `path` recorded.
+    pub async fn verify_against(
+        &self,
+        path: String,
+        job: String,
+        progress: impl Fn(u64) + Send + 'static,
+    ) -> R<AgainstReport> {
+        self.job(&job, progress, move |o, p| {
+            o.verify_against(std::path::Path::new(&path), p)
+        })
+        .await
+    }
+
     pub async fn verify_export(
         &self,
         path: String,
@@ -523,6 +537,16 @@ pub mod commands {
         c.verify_export(path, job.clone(), progress(app, job)).await
     }
     #[tauri::command]
+    pub async fn verify_against(
+        app: AppHandle,
+        c: State<'_, Console>,
+        path: String,
+        job: String,
+    ) -> R<AgainstReport> {
+        c.verify_against(path, job.clone(), progress(app, job))
+            .await
+    }
+    #[tauri::command]
     pub fn cancel_job(c: State<'_, Console>, job: String) -> bool {
         c.cancel_job(&job)
     }
@@ -595,6 +619,7 @@ pub fn run() {
             commands::export,
             commands::verify_ledger,
             commands::verify_export,
+            commands::verify_against,
             commands::cancel_job,
             commands::replay,
             commands::reconcile,

@@ -246,6 +246,9 @@ def main():
         s.click("action-verify")
         s.wait("const e = document.querySelector('[data-testid=verify-result]'); return e && e.textContent.includes('\"ok\": true')", "verify done", 60)
         s.screenshot("export")
+        # The ledger still holds the heads its manifest recorded (verify --against, in the console)
+        s.click("action-verify-against")
+        s.wait("const e = document.querySelector('[data-testid=verify-result]'); return e && e.textContent.includes('\"heads\"') && e.textContent.includes('\"ok\": true')", "check against the ledger done", 60)
         check(cli("verify", "--export", out).returncode == 0, "the CLI verifies the console's export")
 
         # Dark mode

@@ -226,4 +226,47 @@ describe("console UI, keyboard and ledgers", () => {
     expect(JSON.parse(bodies[0])).toEqual({ format: "csv", since: null, until: null });
     expect(saved).toEqual(["idemgate-export-ab12.csv", "idemgate-export-ab12.csv.manifest.json"]);
   });
+
+  it("checks an export's manifest against the open ledger (desktop: by the export's path)", async () => {
+    const report = { ok: true, chain: { ok: true, alg: "sha256", count: 10, first_seq: 1, head: null, first_bad_seq: null, problem: null, cancelled: false }, heads: [[{ seq: 10, hash: "h" }, true]], problems: [] };
+    const { app, calls } = setup({ ...base, verify_against: () => report });
+    await app.start();
+    await app.go("export");
+    (q("verify-path") as HTMLInputElement).value = "/audit/march.ndjson";
+    q("action-verify-against").click();
+    for (let i = 0; i < 20 && !q("verify-result").textContent?.includes("heads"); i++) await tick();
+    expect(calls.find(([c]) => c === "verify_against")?.[1]).toMatchObject({ path: "/audit/march.ndjson.manifest.json" });
+    expect(JSON.parse(q("verify-result").textContent ?? "")).toEqual(report);
+    (q("verify-path") as HTMLInputElement).value = "/audit/march.ndjson.manifest.json";
+    q("action-verify-against").click();
+    for (let i = 0; i < 20 && calls.filter(([c]) => c === "verify_against").length < 2; i++) await tick();
+    expect(calls.filter(([c]) => c === "verify_against")[1][1]).toMatchObject({ path: "/audit/march.ndjson.manifest.json" });
+  });
+
+  it("checks a manifest chosen in a browser against the server's ledger, and says when the file is not one", async () => {
+    const bodies: string[] = [];
+    const fake = (async (url: string, init?: RequestInit) => {
+      if (init?.body) bodies.push(String(init.body));
+      if (url.endsWith("/admin/v1/verify/against")) return new Response(JSON.stringify({ ok: false, chain: {}, heads: [], problems: ["the ledger no longer holds seq 9"] }), { status: 200 });
+      return new Response(JSON.stringify(base.stats()), { status: 200 });
+    }) as unknown as typeof fetch;
+    document.body.innerHTML = "";
+    const root = document.createElement("div");
+    document.body.append(root);
+    const app = new App(root, new HttpTransport("http://x", "tok", fake, () => undefined, 1), { getItem: () => null, setItem: () => undefined });
+    await app.start();
+    await app.go("export");
+    expect(q("verify-path")).toBeNull();
+    const input = q("against-file") as HTMLInputElement;
+    const choose = (text: string) => Object.defineProperty(input, "files", { value: [new File([text], "m.manifest.json")], configurable: true });
+    choose('{"manifest_version":1,"ledger_head":{"seq":9,"hash":"h"}}');
+    q("action-verify-against").click();
+    for (let i = 0; i < 20 && !q("verify-result").textContent?.includes("problems"); i++) await new Promise((r) => setTimeout(r, 5));
+    expect(JSON.parse(bodies[bodies.length - 1])).toEqual({ manifest_version: 1, ledger_head: { seq: 9, hash: "h" } });
+    expect(q("verify-result").textContent).toContain("no longer holds seq 9");
+    choose("not json");
+    q("action-verify-against").click();
+    for (let i = 0; i < 20 && !q("verify-result").textContent?.includes("not a manifest"); i++) await new Promise((r) => setTimeout(r, 5));
+    expect(q("verify-result").textContent).toMatch(/^invalid-argument: m.manifest.json: not a manifest/);
+  });
 });

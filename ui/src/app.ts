@@ -7,6 +7,7 @@ import type { EntryView } from "./bindings/EntryView";
 import type { ErrorBody } from "./bindings/ErrorBody";
 import type { Event } from "./bindings/Event";
 import type { EventFilter } from "./bindings/EventFilter";
+import type { Manifest } from "./bindings/Manifest";
 import type { Preview } from "./bindings/Preview";
 import type { ResolveAs } from "./bindings/ResolveAs";
 import { clear, h, svg } from "./dom";
@@ -644,6 +645,7 @@ export class App {
     const out = h("pre", { testid: "export-result", class: "small" });
     const vpath = h("input", { testid: "verify-path", attrs: { placeholder: "/path/to/audit.ndjson (its .manifest.json is checked too)" } });
     const vout = h("pre", { testid: "verify-result", class: "small" });
+    const against = h("input", { testid: "against-file", attrs: { type: "file", accept: ".json,application/json" } }) as HTMLInputElement;
     const job = async (label: string, outEl: HTMLElement, f: (id: string) => Promise<unknown>) => {
       const id = `${label}-${Date.now()}`;
       const bar = h("progress", { testid: "job-progress" });
@@ -675,8 +677,25 @@ export class App {
       h("div", { class: "panel" }, h("div", { class: "filters" }, format, h("label", null, "since ", since), h("label", null, "until ", until), ...(local ? [path] : []),
         h("button", { testid: "action-export", class: "primary", on: { click: () => { if (local) this.prefs.setItem("exportPath", path.value); void job("export", out, (id) => this.t.exportLog({ format: format.value as "ndjson" | "csv", range: { since: fromLocalInput(since.value), until: fromLocalInput(until.value) }, path: local ? path.value.trim() : "" }, id)); } } }, "Export")), out),
       h("div", { class: "panel" }, h("div", { class: "filters" }, ...(local ? [vpath,
-        h("button", { testid: "action-verify", on: { click: () => void job("verify", vout, (id) => this.t.verifyExport(vpath.value.trim(), id)) } }, "Verify file")] : []),
+        h("button", { testid: "action-verify", on: { click: () => void job("verify", vout, (id) => this.t.verifyExport(vpath.value.trim(), id)) } }, "Verify file")] : [h("label", null, "manifest ", against)]),
+        h("button", { testid: "action-verify-against", attrs: { title: "Does this ledger still hold the heads the export's manifest recorded? (a cut-off tail of the log shows here)" }, on: { click: () => void job("verify-against", vout, (id) => local ? this.t.verifyAgainst(manifestOf(vpath.value.trim()), id) : readManifest(against).then((m) => this.t.verifyAgainstManifest(m, id))) } }, "Check against the ledger"),
         h("button", { testid: "action-verify-ledger", on: { click: () => void job("verify-ledger", vout, (id) => this.t.verifyLedger(id)) } }, "Verify the ledger")), vout),
     );
+  }
+}
+
+/** The manifest of an export named by its path, or the manifest itself. */
+export function manifestOf(path: string): string {
+  return path.endsWith(".manifest.json") ? path : `${path}.manifest.json`;
+}
+
+/** The manifest in a file input, parsed; an ErrorBody when there is none or it is not JSON. */
+async function readManifest(input: HTMLInputElement): Promise<Manifest> {
+  const f = input.files?.[0];
+  if (!f) throw { code: "invalid-argument", message: "choose the export's manifest (FILE.manifest.json)" } satisfies ErrorBody;
+  try {
+    return JSON.parse(await f.text()) as Manifest;
+  } catch (e) {
+    throw { code: "invalid-argument", message: `${f.name}: not a manifest: ${String(e)}` } satisfies ErrorBody;
   }
 }

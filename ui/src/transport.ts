@@ -2,6 +2,7 @@
 // admin HTTP API (the same UI in a browser against `idemgate serve`). Every type is generated from
 // the Rust types (src/bindings, by ts-rs); errors are always an ErrorBody with a stable code.
 import type { ActionCmd } from "./bindings/ActionCmd";
+import type { AgainstReport } from "./bindings/AgainstReport";
 import type { EntryFilter } from "./bindings/EntryFilter";
 import type { EntryPage } from "./bindings/EntryPage";
 import type { EntrySummary } from "./bindings/EntrySummary";
@@ -45,6 +46,10 @@ export interface Transport {
   exportLog(cmd: ExportCmd, job: string): Promise<Manifest | null>;
   verifyLedger(job: string): Promise<VerifyReport>;
   verifyExport(path: string, job: string): Promise<ExportVerifyReport>;
+  /** The ledger's chain, and whether it holds the heads of the manifest at `path` (desktop). */
+  verifyAgainst(path: string, job: string): Promise<AgainstReport>;
+  /** The same, with the manifest itself (a browser, which has the file, not a path). */
+  verifyAgainstManifest(manifest: Manifest, job: string): Promise<AgainstReport>;
   cancelJob(job: string): Promise<boolean>;
   onProgress(f: (p: JobProgress) => void): Promise<() => void>;
   proxyStatus(): Promise<ProxyStatus>;
@@ -97,6 +102,10 @@ export class TauriTransport implements Transport {
   exportLog(cmd: ExportCmd, job: string) { return this.call<Manifest | null>("export", { cmd, job }); }
   verifyLedger(job: string) { return this.call<VerifyReport>("verify_ledger", { job }); }
   verifyExport(path: string, job: string) { return this.call<ExportVerifyReport>("verify_export", { path, job }); }
+  verifyAgainst(path: string, job: string) { return this.call<AgainstReport>("verify_against", { path, job }); }
+  async verifyAgainstManifest(): Promise<AgainstReport> {
+    throw { code: "unsupported", message: "the desktop console checks a manifest by its path" } satisfies ErrorBody;
+  }
   cancelJob(job: string) { return this.call<boolean>("cancel_job", { job }); }
   onProgress(f: (p: JobProgress) => void) { return this.listen("job-progress", (e) => f(e.payload as JobProgress)); }
   proxyStatus() { return this.call<ProxyStatus>("proxy_status"); }
@@ -233,6 +242,8 @@ export class HttpTransport implements Transport {
   }
   verifyLedger() { return this.req<VerifyReport>("GET", "/admin/v1/verify"); }
   async verifyExport(): Promise<ExportVerifyReport> { return unsupported("verifying an export file"); }
+  async verifyAgainst(): Promise<AgainstReport> { return unsupported("reading a manifest by its path"); }
+  verifyAgainstManifest(manifest: Manifest) { return this.req<AgainstReport>("POST", "/admin/v1/verify/against", manifest); }
   /** Cancels an export (deleting it on the server); other jobs here are single calls. */
   async cancelJob(job: string) {
     const id = this.exports.get(job);
