@@ -163,6 +163,23 @@ fn export_verifies_and_cancels_cleanly() {
     assert!(m.count >= 9_000);
     let r = block_on(c.verify_export(out.clone(), "j2".into(), |_| {})).expect("verify");
     assert!(r.ok, "{r:?}");
+    // The ledger still holds the manifest's heads; a manifest of heads it never had fails.
+    let mpath = format!("{out}.manifest.json");
+    let a = block_on(c.verify_against(mpath.clone(), "j4".into(), |_| {})).expect("against");
+    assert!(a.ok && a.heads.iter().all(|(_, held)| *held), "{a:?}");
+    let mut forged = m.clone();
+    forged.ledger_head = Some(idemgate_ledger::ChainHead {
+        seq: m.count as i64,
+        hash: "0".repeat(64),
+    });
+    let fpath = dir.path().join("forged.manifest.json");
+    std::fs::write(&fpath, serde_json::to_vec(&forged).expect("json")).expect("write");
+    let a = block_on(c.verify_against(fpath.display().to_string(), "j5".into(), |_| {}))
+        .expect("against");
+    assert!(!a.ok, "{a:?}");
+    let e = block_on(c.verify_against("/no/such.manifest.json".into(), "j6".into(), |_| {}))
+        .expect_err("no manifest");
+    assert_eq!(e.code, "invalid-argument");
     // Cancelled on its first progress report: nothing is left behind.
     let out2 = dir.path().join("cancelled.ndjson").display().to_string();
     let c = std::sync::Arc::new(c);
