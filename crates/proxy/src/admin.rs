@@ -205,21 +205,23 @@ impl<S: Send + Sync> FromRequestParts<S> for NoQuery {
     }
 }
 
-/// An entry's id in the path, refused as the other arguments are when it is not a number.
-struct EntryId(i64);
+/// The id in the path (an entry's number, an export's text), refused as the other arguments are
+/// when it does not parse.
+struct Id<T>(T);
 
-impl<S: Send + Sync> FromRequestParts<S> for EntryId {
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> for Id<T> {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut request::Parts, s: &S) -> Result<Self, Problem> {
-        let Path(id) = Path::<i64>::from_request_parts(parts, s)
+        let Path(id) = Path::<T>::from_request_parts(parts, s)
             .await
-            .map_err(|e| {
-                Problem::new(400, "invalid-argument", "Invalid entry id", e.body_text())
-            })?;
-        Ok(EntryId(id))
+            .map_err(|e| Problem::new(400, "invalid-argument", "Invalid id", e.body_text()))?;
+        Ok(Id(id))
     }
 }
+
+type EntryId = Id<i64>;
+type ExportId = Id<String>;
 
 fn bad_query(e: QueryRejection) -> Problem {
     Problem::new(400, "invalid-argument", "Invalid query", e.body_text())
@@ -310,7 +312,7 @@ async fn entries(
 
 async fn show(
     State(s): State<AdminState>,
-    EntryId(id): EntryId,
+    Id(id): EntryId,
     _: NoQuery,
 ) -> Result<Response, Problem> {
     Ok(Json(blocking(move || s.ops.show(id)).await?).into_response())
@@ -318,7 +320,7 @@ async fn show(
 
 async fn preview_resolve(
     State(s): State<AdminState>,
-    EntryId(id): EntryId,
+    Id(id): EntryId,
     _: NoQuery,
 ) -> Result<Response, Problem> {
     Ok(Json(blocking(move || s.ops.preview_resolve(id)).await?).into_response())
@@ -339,7 +341,7 @@ struct ResolveBody {
 
 async fn resolve(
     State(s): State<AdminState>,
-    EntryId(id): EntryId,
+    Id(id): EntryId,
     _: NoQuery,
     b: Result<Json<ResolveBody>, JsonRejection>,
 ) -> Result<Response, Problem> {
@@ -358,7 +360,7 @@ async fn resolve(
 
 async fn replay(
     State(s): State<AdminState>,
-    EntryId(id): EntryId,
+    Id(id): EntryId,
     _: NoQuery,
     b: Result<Json<ActionCmd>, JsonRejection>,
 ) -> Result<Response, Problem> {
@@ -375,7 +377,7 @@ async fn replay(
 
 async fn reconcile(
     State(s): State<AdminState>,
-    EntryId(id): EntryId,
+    Id(id): EntryId,
     _: NoQuery,
     b: Result<Json<ActionCmd>, JsonRejection>,
 ) -> Result<Response, Problem> {
@@ -521,25 +523,9 @@ async fn list_exports(State(s): State<AdminState>, _: NoQuery) -> Response {
     Json(s.exports.list()).into_response()
 }
 
-/// An export's id in the path (any other text names no export).
-struct ExportId(String);
-
-impl<S: Send + Sync> FromRequestParts<S> for ExportId {
-    type Rejection = Problem;
-
-    async fn from_request_parts(parts: &mut request::Parts, s: &S) -> Result<Self, Problem> {
-        let Path(id) = Path::<String>::from_request_parts(parts, s)
-            .await
-            .map_err(|e| {
-                Problem::new(400, "invalid-argument", "Invalid export id", e.body_text())
-            })?;
-        Ok(ExportId(id))
-    }
-}
-
 async fn show_export(
     State(s): State<AdminState>,
-    ExportId(id): ExportId,
+    Id(id): ExportId,
     _: NoQuery,
 ) -> Result<Response, Problem> {
     Ok(Json(s.exports.get(&id)?).into_response())
@@ -547,7 +533,7 @@ async fn show_export(
 
 async fn delete_export(
     State(s): State<AdminState>,
-    ExportId(id): ExportId,
+    Id(id): ExportId,
     _: NoQuery,
 ) -> Result<Response, Problem> {
     s.exports.delete(&id)?;
@@ -556,7 +542,7 @@ async fn delete_export(
 
 async fn export_file(
     State(s): State<AdminState>,
-    ExportId(id): ExportId,
+    Id(id): ExportId,
     _: NoQuery,
     req: Request,
 ) -> Result<Response, Problem> {
@@ -570,7 +556,7 @@ async fn export_file(
 
 async fn export_manifest(
     State(s): State<AdminState>,
-    ExportId(id): ExportId,
+    Id(id): ExportId,
     _: NoQuery,
     req: Request,
 ) -> Result<Response, Problem> {
