@@ -204,7 +204,7 @@ describe("console UI, keyboard and ledgers", () => {
     const bodies: string[] = [];
     const fake = (async (url: string, init?: RequestInit) => {
       if (init?.body) bodies.push(String(init.body));
-      if (url.endsWith("/admin/v1/stats")) return new Response(JSON.stringify(base.stats()), { status: 200 });
+      if (url.includes("/admin/v1/stats")) return new Response(JSON.stringify(base.stats()), { status: 200 });
       if (url.endsWith("/file")) return new Response("a,b\n", { status: 200 });
       return new Response(JSON.stringify(url.endsWith("/manifest") ? manifest : done), { status: url.endsWith("/exports") ? 202 : 200 });
     }) as unknown as typeof fetch;
@@ -215,6 +215,12 @@ describe("console UI, keyboard and ledgers", () => {
     const prefs = new Map<string, string>();
     const app = new App(root, new HttpTransport("http://x", "tok", fake, (name) => void saved.push(name), 1), { getItem: (k) => prefs.get(k) ?? null, setItem: (k, v) => void prefs.set(k, v) });
     await app.start();
+    // The server's ledger and its own proxy: nothing to open, start or stop from a browser.
+    expect(q("stat-stuck").textContent).toContain("2");
+    expect(q("ledger-input")).toBeNull();
+    expect(q("ledger-open")).toBeNull();
+    expect(q("proxy-panel")).toBeNull();
+    expect(q("ledger-label").textContent).toBe("ledger: idemgate serve at http://x");
     await app.go("export");
     expect(q("export-path")).toBeNull();
     expect(q("action-verify")).toBeNull();

@@ -98,7 +98,8 @@ export class App {
     this.banner = h("div", { class: "banner hidden", testid: "error-banner", attrs: { role: "alert" } });
     this.main = h("main", { testid: "main" });
     this.root.append(
-      h("header", null, h("strong", { class: "brand" }, "idemgate"), this.ledgerLabel, h("span", { class: "grow" }), ledgerPath, recent, open, operator, theme),
+      // In a browser the ledger is the server's: no other can be opened from here.
+      h("header", null, h("strong", { class: "brand" }, "idemgate"), this.ledgerLabel, h("span", { class: "grow" }), ...(this.t.kind === "tauri" ? [ledgerPath, recent, open] : []), operator, theme),
       h("div", { class: "body" }, nav, h("section", { class: "content" }, this.banner, this.main)),
     );
   }
@@ -233,7 +234,8 @@ export class App {
         ),
       );
     }
-    this.main.append(grid, await this.proxyPanel());
+    // The embedded proxy is the desktop console's; a browser talks to a running `idemgate serve`.
+    this.main.append(grid, ...(this.t.kind === "tauri" ? [await this.proxyPanel()] : []));
   }
 
   private async proxyPanel(): Promise<HTMLElement> {

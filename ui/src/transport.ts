@@ -183,7 +183,7 @@ export class HttpTransport implements Transport {
     for (const f of this.listeners) f({ job, done, total: null });
   }
 
-  async ledgerInfo(): Promise<LedgerInfo> { return { location: this.base, error: null }; }
+  async ledgerInfo(): Promise<LedgerInfo> { return { location: `idemgate serve at ${this.base}`, error: null }; }
   async openLedger(): Promise<LedgerInfo> { return unsupported("opening another ledger"); }
   stats(hours: number) { return this.req<Stats>("GET", `/admin/v1/stats${query({ hours })}`); }
   entries(f: EntryFilter, before: number | null, limit: number) {
