@@ -39,12 +39,12 @@ def check(cond, what):
     print(f"  ok: {what}", flush=True)
 
 
-def wd(method, path, body=None):
+def wd(method, path, body=None, driver=None):
     data = None if body is None else json.dumps(body).encode()
     # tauri-driver reuses a pooled connection to WebKitWebDriver that the latter may have closed;
     # it then drops our request unanswered without having delivered it. Retrying is safe then.
     for attempt in range(4):
-        req = urllib.request.Request(DRIVER + path, data=data, method=method, headers={"content-type": "application/json"})
+        req = urllib.request.Request((driver or DRIVER) + path, data=data, method=method, headers={"content-type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=120) as r:
                 return json.loads(r.read() or b"{}").get("value")
@@ -57,15 +57,23 @@ def wd(method, path, body=None):
 
 
 class Session:
-    def __init__(self, app, args):
-        v = wd("POST", "/session", {"capabilities": {"alwaysMatch": {"tauri:options": {"application": app, "args": args}}}})
+    """A WebDriver session: the console app through tauri-driver (`Session(app, args)`), or any
+    capabilities on another driver (`Session(capabilities=..., driver=...)`)."""
+
+    def __init__(self, app=None, args=(), capabilities=None, driver=DRIVER):
+        self.driver = driver
+        caps = capabilities or {"tauri:options": {"application": app, "args": list(args)}}
+        v = self.wd("POST", "/session", {"capabilities": {"alwaysMatch": caps}})
         self.id = v["sessionId"]
+
+    def wd(self, method, path, body=None):
+        return wd(method, path, body, self.driver)
 
     def path(self, p):
         return f"/session/{self.id}{p}"
 
     def js(self, script, *args):
-        return wd("POST", self.path("/execute/sync"), {"script": script, "args": list(args)})
+        return self.wd("POST", self.path("/execute/sync"), {"script": script, "args": list(args)})
 
     def wait(self, script, what, timeout=30, *args):
         end = time.time() + timeout
@@ -79,28 +87,28 @@ class Session:
 
     def find(self, testid):
         self.wait("return !!document.querySelector(`[data-testid='${arguments[0]}']`)", f"[data-testid={testid}]", 30, testid)
-        v = wd("POST", self.path("/element"), {"using": "css selector", "value": f"[data-testid='{testid}']"})
+        v = self.wd("POST", self.path("/element"), {"using": "css selector", "value": f"[data-testid='{testid}']"})
         return v[ELEMENT]
 
     def click(self, testid):
-        wd("POST", self.path(f"/element/{self.find(testid)}/click"), {})
+        self.wd("POST", self.path(f"/element/{self.find(testid)}/click"), {})
 
     def click_el(self, el):
-        wd("POST", self.path(f"/element/{el}/click"), {})
+        self.wd("POST", self.path(f"/element/{el}/click"), {})
 
     def type(self, testid, text):
         el = self.find(testid)
-        wd("POST", self.path(f"/element/{el}/clear"), {})
-        wd("POST", self.path(f"/element/{el}/value"), {"text": text})
+        self.wd("POST", self.path(f"/element/{el}/clear"), {})
+        self.wd("POST", self.path(f"/element/{el}/value"), {"text": text})
         # change fires on blur / Enter: send Tab.
-        wd("POST", self.path(f"/element/{el}/value"), {"text": "\ue004"})
+        self.wd("POST", self.path(f"/element/{el}/value"), {"text": "\ue004"})
 
     def text(self, testid):
-        return wd("GET", self.path(f"/element/{self.find(testid)}/text"))
+        return self.wd("GET", self.path(f"/element/{self.find(testid)}/text"))
 
     def invoke(self, cmd):
         """Calls a Tauri command from the page as the UI would: ["ok", value] or ["err", message]."""
-        return wd("POST", self.path("/execute/async"), {"script": (
+        return self.wd("POST", self.path("/execute/async"), {"script": (
             "const done = arguments[1]; window.__TAURI_INTERNALS__.invoke(arguments[0], {})"
             ".then(v => done(['ok', v]), e => done(['err', String(e && (e.message || e.code) || e)]));"
         ), "args": [cmd]})
@@ -110,8 +118,8 @@ class Session:
 
     def screenshot(self, name):
         # Two animation frames, so the picture is not one frame stale.
-        wd("POST", self.path("/execute/async"), {"script": "const done = arguments[0]; requestAnimationFrame(() => requestAnimationFrame(() => done(true)));", "args": []})
-        png = base64.b64decode(wd("GET", self.path("/screenshot")))
+        self.wd("POST", self.path("/execute/async"), {"script": "const done = arguments[0]; requestAnimationFrame(() => requestAnimationFrame(() => done(true)));", "args": []})
+        png = base64.b64decode(self.wd("GET", self.path("/screenshot")))
         os.makedirs(SHOTS, exist_ok=True)
         with open(os.path.join(SHOTS, f"{name}.png"), "wb") as f:
             f.write(png)
@@ -119,7 +127,7 @@ class Session:
 
     def close(self):
         try:
-            wd("DELETE", self.path(""))
+            self.wd("DELETE", self.path(""))
         except Exception:
             pass
 

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""End-to-end test of the console in a real browser (WebKitGTK's MiniBrowser, through
+WebKitWebDriver), served by `idemgate serve` (server.console_dir) and talking to its admin API.
+
+Run inside Xvfb (see .ci/test), after the UI is built (ui/dist) and the CLI (target/debug). It
+seeds a demo ledger, serves it, opens the console with the token in the URL's fragment, and checks
+what differs from the desktop console: no ledger to open and no embedded proxy; a release lands in
+the ledger under the operator's name; an export is made on the server as an admin-API job, and
+the file and manifest the server offers verify with the CLI; a manifest chosen in the page is
+checked against the server's ledger. Standard library only.
+"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import console_e2e as e2e  # noqa: E402 - the WebDriver session and checks are shared
+from console_e2e import CLI, ROOT, TARGET, Session, check, cli  # noqa: E402
+
+DRIVER = "http://127.0.0.1:4446"
+TOKEN = "browser-e2e-token-0123456789"
+OPERATOR = "browser-operator"
+DIST = os.path.join(ROOT, "ui", "dist")
+
+
+def minibrowser():
+    found = glob.glob("/usr/lib/*/webkit2gtk-4.1/MiniBrowser")
+    if not found:
+        sys.exit("MiniBrowser is missing: it comes with libwebkit2gtk-4.1-0 (the console's build deps)")
+    return found[0]
+
+
+def admin(addr, method, path, body=None):
+    req = urllib.request.Request(f"http://{addr}{path}", method=method, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status, dict(r.headers), r.read()
+
+
+def main():
+    for p in (CLI, os.path.join(DIST, "index.html")):
+        if not os.path.exists(p):
+            sys.exit(f"{p} is missing: build the CLI and the UI first (see .ci/test)")
+    work = tempfile.mkdtemp(prefix="idemgate-browser-e2e-")
+    ledger = os.path.join(work, "demo.db")
+    r = cli("demo", "--ledger", ledger, "--events", "3000")
+    if r.returncode != 0:
+        sys.exit(r.stderr)
+    stuck_before = json.loads(cli("entries", "--ledger", ledger, "--stuck", "--json").stdout)
+    os.mkdir(os.path.join(work, "spool"))
+    config = os.path.join(work, "idemgate.toml")
+    with open(config, "w") as f:
+        f.write(f'[server]\nlisten = "127.0.0.1:0"\nadmin_listen = "127.0.0.1:0"\nledger = "{ledger}"\n'
+                f'console_dir = "{DIST}"\nexport_dir = "{work}/spool"\n')
+    serve_log = open(os.path.join(TARGET, "browser-e2e-serve.log"), "w")
+    serve = subprocess.Popen([CLI, "serve", "--config", config], stdout=subprocess.PIPE, stderr=serve_log, text=True,
+                             env=dict(os.environ, IDEMGATE_ADMIN_TOKEN=TOKEN))
+    addr = json.loads(serve.stdout.readline())["listening"]["admin"]
+    driver_log = open(os.path.join(TARGET, "browser-e2e-driver.log"), "w")
+    # A fresh profile for the browser: nothing remembered from another run.
+    env = dict(os.environ, XDG_DATA_HOME=os.path.join(work, "data"), XDG_CONFIG_HOME=os.path.join(work, "config"),
+               XDG_CACHE_HOME=os.path.join(work, "cache"), HOME=work)
+    driver = subprocess.Popen(["WebKitWebDriver", "--port=4446"], stdout=driver_log, stderr=subprocess.STDOUT, env=env)
+    s = None
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(DRIVER + "/status", timeout=1)
+                break
+            except Exception:
+                time.sleep(0.1)
+        s = Session(capabilities={"browserName": "MiniBrowser", "webkitgtk:browserOptions": {"binary": minibrowser(), "args": ["--automation"]}}, driver=DRIVER)
+        print("browser: session open", flush=True)
+        s.wd("POST", s.path("/window/rect"), {"width": 1280, "height": 800})
+        s.wd("POST", s.path("/url"), {"url": f"http://{addr}/console/#token={TOKEN}"})
+
+        # Overview: the server's ledger; nothing to open, start or stop from here
+        s.wait("const e = document.querySelector('[data-testid=stat-stuck] .value'); return e && e.textContent !== ''", "overview stats")
+        check(s.text("stat-stuck").startswith(str(len(stuck_before))), f"overview shows {len(stuck_before)} stuck, through the admin API")
+        check(s.js("return location.hash") == "", "the token is taken out of the URL")
+        check(f"idemgate serve at http://{addr}" in s.text("ledger-label"), "the label names the server")
+        check(s.js("return !document.querySelector('[data-testid=ledger-input]') && !document.querySelector('[data-testid=proxy-panel]')"),
+              "no ledger to open and no embedded proxy in a browser")
+        s.type("operator-input", OPERATOR)
+
+        # Stuck: release one, with a reason; it lands in the ledger under the operator's name
+        s.click("nav-stuck")
+        s.wait("return document.querySelectorAll('[data-testid=entry-row]').length > 0", "stuck rows")
+        rows = s.rows()
+        check(len(rows) == len(stuck_before), f"Stuck lists the {len(stuck_before)} stuck entries")
+        entry_id = next(r for r in rows if "⚠" not in r[1])[0]
+        el = s.wd("POST", s.path("/element"), {"using": "css selector", "value": f"[data-testid='entry-row'][data-entry-id='{entry_id}']"})[e2e.ELEMENT]
+        s.click_el(el)
+        s.click("action-release")
+        s.find("action-dialog")
+        s.type("reason-input", "processor confirms it never ran")
+        s.click("confirm-button")
+        s.wait("const m = document.querySelector('[data-testid=dialog-message]'); return m && /done/.test(m.textContent)", "release done")
+        s.click("cancel-button")
+        shown = json.loads(cli("show", "--ledger", ledger, entry_id, "--json").stdout)
+        check(shown["state"] == "released" and shown["resolved_by"] == OPERATOR,
+              f"entry {entry_id} is released in the ledger, by {OPERATOR}")
+
+        # Export: a job on the server; the file and manifest it offers verify with the CLI
+        s.click("nav-export")
+        check(s.js("return !document.querySelector('[data-testid=export-path]') && !document.querySelector('[data-testid=verify-path]')"),
+              "no server path is asked for")
+        s.click("action-export")
+        s.wait("const e = document.querySelector('[data-testid=export-result]'); return e && e.textContent.includes('sha256')", "export done", 60)
+        manifest = json.loads(s.text("export-result"))
+        _, _, body = admin(addr, "GET", "/admin/v1/exports")
+        jobs = json.loads(body)
+        check(len(jobs) == 1 and jobs[0]["state"] == "done" and jobs[0]["manifest"] == manifest,
+              "the export is the server's job, and the page shows its manifest")
+        s.screenshot("browser-export")
+        out = os.path.join(work, manifest["file"])
+        for url, path in ((jobs[0]["file_url"], out), (jobs[0]["manifest_url"], out + ".manifest.json")):
+            _, _, body = admin(addr, "GET", url)
+            with open(path, "wb") as f:
+                f.write(body)
+        check(cli("verify", "--export", out).returncode == 0, "the CLI verifies the export the server made")
+
+        # Check against the ledger, with a manifest chosen in the page
+        chooser = s.find("against-file")
+        s.wd("POST", s.path(f"/element/{chooser}/value"), {"text": out + ".manifest.json"})
+        s.click("action-verify-against")
+        s.wait("const e = document.querySelector('[data-testid=verify-result]'); return e && e.textContent.includes('\"heads\"')", "check against the ledger done", 60)
+        report = json.loads(s.text("verify-result"))
+        check(report["ok"] and all(held for _, held in report["heads"]), "the server's ledger holds the manifest's heads")
+    finally:
+        if s:
+            s.close()
+        driver.terminate()
+        driver.wait(timeout=10)
+        serve.terminate()
+        serve.wait(timeout=40)
+    check(not os.listdir(os.path.join(work, "spool")), "the server removed its export spool when it stopped")
+    # Reached only when every check passed: a failed run keeps its ledger to look at.
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"e2e: {e2e.passed} passed, 0 failed")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as ex:  # noqa: BLE001 - report and fail
+        print(f"e2e: FAILED: {ex}", flush=True)
+        print(f"e2e: {e2e.passed} passed, 1 failed")
+        sys.exit(1)
