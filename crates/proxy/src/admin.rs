@@ -430,7 +430,6 @@ async fn events(
     q: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Response, Problem> {
     let Query(q) = q.map_err(bad_query)?;
-    let time = time_arg;
     let filter = EventFilter {
         entry_id: q.entry_id,
         route: q.route,
@@ -438,8 +437,8 @@ async fn events(
         key: q.key,
         kind: q.kind,
         operator: q.operator,
-        since: time("since", q.since.as_deref())?,
-        until: time("until", q.until.as_deref())?,
+        since: time_arg("since", q.since.as_deref())?,
+        until: time_arg("until", q.until.as_deref())?,
         search: q.search,
     };
     let limit = q.limit.unwrap_or(100);
