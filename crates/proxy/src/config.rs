@@ -19,8 +19,9 @@ pub enum ConfigError {
     Parse(String),
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
-    /// More than one route is in error: each one's first.
-    #[error("{} routes are in error:{}", .0.len(), .0.iter().map(|e| format!("\n  {e}")).collect::<String>())]
+    /// More than one error: every `[server]` and `[defaults]` field in error, or else each route's
+    /// first.
+    #[error("{} errors:{}", .0.len(), .0.iter().map(|e| format!("\n  {e}")).collect::<String>())]
     Several(Vec<ConfigError>),
 }
 
@@ -42,6 +43,19 @@ impl ConfigError {
             }
             e @ ConfigError::Read { .. } => e,
         }
+    }
+}
+
+/// A field's value, or `None` with its error kept, so that one run names every field in error.
+fn take<T>(errors: &mut Vec<ConfigError>, r: Result<T, ConfigError>) -> Option<T> {
+    r.map_err(|e| errors.push(e)).ok()
+}
+
+/// The error of a check that found at least one: itself when alone.
+fn one_or_several(mut errors: Vec<ConfigError>) -> ConfigError {
+    match errors.len() {
+        1 => errors.remove(0),
+        _ => ConfigError::Several(errors),
     }
 }
 
@@ -484,79 +498,147 @@ impl Config {
     fn parse_with(text: &str, secrets: Secrets) -> Result<Config, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         let d = &raw.defaults;
+        // Every [server] and [defaults] field is checked, so that one run (`serve --check`) names
+        // each one in error; the routes are checked once these are right (they build on them).
+        let mut errors = Vec::new();
         let dur = |field: &str, v: &Option<String>, default: &str| {
             parse_duration(field, v.as_deref().unwrap_or(default))
         };
-        let ttl = parse_positive("defaults.ttl", d.ttl.as_deref().unwrap_or("24h"), NO_TTL)?;
-        let lease = parse_positive("defaults.lease", d.lease.as_deref().unwrap_or("30s"), "")?;
-        let wait = dur("defaults.wait", &d.wait, "5s")?;
-        let duplicate_window = dur("defaults.duplicate_window", &d.duplicate_window, "10m")?;
-        let max_body = parse_size("defaults.max_body", d.max_body.as_deref().unwrap_or("1MiB"))?;
-        let in_flight = match d.in_flight.as_deref().unwrap_or("reject") {
-            "reject" => InFlight::Reject,
-            "wait" => InFlight::Wait,
-            other => {
-                return Err(invalid(
+        let ttl = take(
+            &mut errors,
+            parse_positive("defaults.ttl", d.ttl.as_deref().unwrap_or("24h"), NO_TTL),
+        );
+        let lease = take(
+            &mut errors,
+            parse_positive("defaults.lease", d.lease.as_deref().unwrap_or("30s"), ""),
+        );
+        let wait = take(&mut errors, dur("defaults.wait", &d.wait, "5s"));
+        let duplicate_window = take(
+            &mut errors,
+            dur("defaults.duplicate_window", &d.duplicate_window, "10m"),
+        );
+        let max_body = take(
+            &mut errors,
+            parse_size("defaults.max_body", d.max_body.as_deref().unwrap_or("1MiB")),
+        );
+        let in_flight = take(
+            &mut errors,
+            match d.in_flight.as_deref().unwrap_or("reject") {
+                "reject" => Ok(InFlight::Reject),
+                "wait" => Ok(InFlight::Wait),
+                other => Err(invalid(
                     "defaults.in_flight",
                     format!("{other:?}: use \"reject\" or \"wait\""),
-                ))
-            }
-        };
-        let listen: SocketAddr = raw.server.listen.parse().map_err(|e| {
-            invalid(
-                "server.listen",
-                format!("{:?}: {e} (use IP:PORT)", raw.server.listen),
-            )
-        })?;
-        let admin_listen: Option<SocketAddr> = match raw.server.admin_listen.as_str() {
-            "off" => None,
-            a => Some(a.parse().map_err(|e| {
+                )),
+            },
+        );
+        let listen: Option<SocketAddr> = take(
+            &mut errors,
+            raw.server.listen.parse().map_err(|e| {
                 invalid(
-                    "server.admin_listen",
-                    format!("{a:?}: {e} (use IP:PORT, or \"off\")"),
+                    "server.listen",
+                    format!("{:?}: {e} (use IP:PORT)", raw.server.listen),
                 )
-            })?),
-        };
-        let console_dir = match &raw.server.console_dir {
-            None => None,
-            Some(d) => {
-                let p = std::path::PathBuf::from(d);
-                if !p.join("index.html").is_file() {
-                    return Err(invalid(
+            }),
+        );
+        let admin_listen: Option<Option<SocketAddr>> = take(
+            &mut errors,
+            match raw.server.admin_listen.as_str() {
+                "off" => Ok(None),
+                a => a.parse().map(Some).map_err(|e| {
+                    invalid(
+                        "server.admin_listen",
+                        format!("{a:?}: {e} (use IP:PORT, or \"off\")"),
+                    )
+                }),
+            },
+        );
+        let console_dir =
+            take(
+                &mut errors,
+                match &raw.server.console_dir {
+                    None => Ok(None),
+                    Some(d) => {
+                        let p = std::path::PathBuf::from(d);
+                        if p.join("index.html").is_file() {
+                            Ok(Some(p))
+                        } else {
+                            Err(invalid(
                         "server.console_dir",
                         format!("{d:?} has no index.html (build the UI: cd ui && npm run build)"),
-                    ));
+                    ))
+                        }
+                    }
+                },
+            );
+        let export_dir = take(
+            &mut errors,
+            match &raw.server.export_dir {
+                None => Ok(std::env::temp_dir()),
+                Some(d) => {
+                    let p = std::path::PathBuf::from(d);
+                    if p.is_dir() {
+                        Ok(std::path::absolute(&p).unwrap_or(p))
+                    } else {
+                        Err(invalid(
+                            "server.export_dir",
+                            format!("{d:?} is not a directory"),
+                        ))
+                    }
                 }
-                Some(p)
-            }
+            },
+        );
+        let body_timeout = take(
+            &mut errors,
+            match &raw.server.body_timeout {
+                None => Ok(Duration::from_secs(30)),
+                Some(s) => parse_positive("server.body_timeout", s, ""),
+            },
+        );
+        let ledger = take(
+            &mut errors,
+            if raw.server.ledger.trim().is_empty() {
+                Err(invalid(
+                    "server.ledger",
+                    "name a SQLite file or a postgres:// URL",
+                ))
+            } else {
+                Ok(())
+            },
+        );
+        let (
+            Some(ttl),
+            Some(lease),
+            Some(wait),
+            Some(duplicate_window),
+            Some(max_body),
+            Some(in_flight),
+            Some(listen),
+            Some(admin_listen),
+            Some(console_dir),
+            Some(export_dir),
+            Some(body_timeout),
+            Some(()),
+        ) = (
+            ttl,
+            lease,
+            wait,
+            duplicate_window,
+            max_body,
+            in_flight,
+            listen,
+            admin_listen,
+            console_dir,
+            export_dir,
+            body_timeout,
+            ledger,
+        )
+        else {
+            return Err(one_or_several(errors));
         };
-        let export_dir = match &raw.server.export_dir {
-            None => std::env::temp_dir(),
-            Some(d) => {
-                let p = std::path::PathBuf::from(d);
-                if !p.is_dir() {
-                    return Err(invalid(
-                        "server.export_dir",
-                        format!("{d:?} is not a directory"),
-                    ));
-                }
-                std::path::absolute(&p).unwrap_or(p)
-            }
-        };
-        let body_timeout = match &raw.server.body_timeout {
-            None => Duration::from_secs(30),
-            Some(s) => parse_positive("server.body_timeout", s, "")?,
-        };
-        if raw.server.ledger.trim().is_empty() {
-            return Err(invalid(
-                "server.ledger",
-                "name a SQLite file or a postgres:// URL",
-            ));
-        }
 
         let mut routes = Vec::with_capacity(raw.routes.len());
         // Every route is checked, so that one run (`serve --check`) names each route's first error.
-        let mut errors = Vec::new();
         for (i, r) in raw.routes.iter().enumerate() {
             let route = (|| -> Result<Route, ConfigError> {
                 let f = |name: &str| format!("routes[{i}] ({}).{name}", r.name);
@@ -885,11 +967,8 @@ impl Config {
                 Err(e) => errors.push(e),
             }
         }
-        if errors.len() > 1 {
-            return Err(ConfigError::Several(errors));
-        }
-        if let Some(e) = errors.pop() {
-            return Err(e);
+        if !errors.is_empty() {
+            return Err(one_or_several(errors));
         }
         // The first route that takes a request serves it: a route an earlier one takes every
         // request of would never apply its own settings (its effect, key, retries).
@@ -948,6 +1027,34 @@ mod tests {
     const BASE: &str = "[server]\nledger = \"x.db\"\n";
 
     #[test]
+    fn every_server_and_defaults_field_in_error_is_named_at_once() {
+        let cfg = "[server]\nlisten = \"localhost\"\nledger = \" \"\n\
+                   [defaults]\nttl = \"soon\"\nin_flight = \"maybe\"\nwait = \"5s\"\n\
+                   [[routes]]\nname = \"r\"\nmethod = \"POST\"\npath = \"/r\"\n\
+                   upstream = \"http://127.0.0.1:9\"\neffect = \"writ\"\n";
+        let e = err(cfg);
+        assert!(e.starts_with("4 errors:"), "{e}");
+        for field in [
+            "defaults.ttl",
+            "defaults.in_flight",
+            "server.listen",
+            "server.ledger",
+        ] {
+            assert!(e.contains(&format!("\n  {field}: ")), "{field}: {e}");
+        }
+        // The routes build on the defaults: checked once these are right.
+        assert!(
+            !e.contains("routes[0]") && !e.contains("defaults.wait"),
+            "{e}"
+        );
+        // One error alone is itself, not a list of one.
+        assert_eq!(
+            err("[server]\nledger = \" \"\n"),
+            "server.ledger: name a SQLite file or a postgres:// URL"
+        );
+    }
+
+    #[test]
     fn bad_fields_are_named() {
         let route = |extra: &str| {
             format!("{BASE}[[routes]]\nname = \"charges\"\nmethod = \"POST\"\npath = \"/v1/charges\"\nupstream = \"http://127.0.0.1:9000\"\neffect = \"write\"\n{extra}")
@@ -962,7 +1069,7 @@ mod tests {
             route("timeout = \"soon\"\nlease = \"0s\"")
         );
         let e = err(&three);
-        assert!(e.starts_with("2 routes are in error:"), "{e}");
+        assert!(e.starts_with("2 errors:"), "{e}");
         assert!(e.contains("\n  routes[0] (charges).timeout"), "{e}");
         assert!(e.contains("\n  routes[2] (emails).path"), "{e}");
         assert!(
