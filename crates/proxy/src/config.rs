@@ -46,6 +46,34 @@ impl ConfigError {
     }
 }
 
+/// `server.console_dir`: a built UI, if one is named.
+fn console_dir(d: Option<&str>) -> Result<Option<std::path::PathBuf>, ConfigError> {
+    let Some(d) = d else { return Ok(None) };
+    let p = std::path::PathBuf::from(d);
+    if !p.join("index.html").is_file() {
+        return Err(invalid(
+            "server.console_dir",
+            format!("{d:?} has no index.html (build the UI: cd ui && npm run build)"),
+        ));
+    }
+    Ok(Some(p))
+}
+
+/// `server.export_dir`, absolute: a directory, or the system's temporary one.
+fn export_dir(d: Option<&str>) -> Result<std::path::PathBuf, ConfigError> {
+    let Some(d) = d else {
+        return Ok(std::env::temp_dir());
+    };
+    let p = std::path::PathBuf::from(d);
+    if !p.is_dir() {
+        return Err(invalid(
+            "server.export_dir",
+            format!("{d:?} is not a directory"),
+        ));
+    }
+    Ok(std::path::absolute(&p).unwrap_or(p))
+}
+
 /// A field's value, or `None` with its error kept, so that one run names every field in error.
 fn take<T>(errors: &mut Vec<ConfigError>, r: Result<T, ConfigError>) -> Option<T> {
     r.map_err(|e| errors.push(e)).ok()
@@ -553,41 +581,8 @@ impl Config {
                 }),
             },
         );
-        let console_dir =
-            take(
-                &mut errors,
-                match &raw.server.console_dir {
-                    None => Ok(None),
-                    Some(d) => {
-                        let p = std::path::PathBuf::from(d);
-                        if p.join("index.html").is_file() {
-                            Ok(Some(p))
-                        } else {
-                            Err(invalid(
-                        "server.console_dir",
-                        format!("{d:?} has no index.html (build the UI: cd ui && npm run build)"),
-                    ))
-                        }
-                    }
-                },
-            );
-        let export_dir = take(
-            &mut errors,
-            match &raw.server.export_dir {
-                None => Ok(std::env::temp_dir()),
-                Some(d) => {
-                    let p = std::path::PathBuf::from(d);
-                    if p.is_dir() {
-                        Ok(std::path::absolute(&p).unwrap_or(p))
-                    } else {
-                        Err(invalid(
-                            "server.export_dir",
-                            format!("{d:?} is not a directory"),
-                        ))
-                    }
-                }
-            },
-        );
+        let console_dir = take(&mut errors, console_dir(raw.server.console_dir.as_deref()));
+        let export_dir = take(&mut errors, export_dir(raw.server.export_dir.as_deref()));
         let body_timeout = take(
             &mut errors,
             match &raw.server.body_timeout {
