@@ -545,12 +545,7 @@ async fn export_file(
     _: NoQuery,
     req: Request,
 ) -> Result<Response, Problem> {
-    let d = s.exports.download(&id, false)?;
-    let kind = match d.format {
-        export::Format::Ndjson => "application/x-ndjson",
-        export::Format::Csv => "text/csv; charset=utf-8",
-    };
-    serve_download(d, kind, req).await
+    serve_download(s.exports.download(&id, false)?, req).await
 }
 
 async fn export_manifest(
@@ -559,17 +554,12 @@ async fn export_manifest(
     _: NoQuery,
     req: Request,
 ) -> Result<Response, Problem> {
-    let d = s.exports.download(&id, true)?;
-    serve_download(d, "application/json", req).await
+    serve_download(s.exports.download(&id, true)?, req).await
 }
 
 /// Streams a finished export's file (ranges too, so a large download can resume), to be saved
 /// under its own name.
-async fn serve_download(
-    d: Download,
-    kind: &'static str,
-    req: Request,
-) -> Result<Response, Problem> {
+async fn serve_download(d: Download, req: Request) -> Result<Response, Problem> {
     use tower::ServiceExt;
     let gone = || {
         Problem::new(
@@ -588,7 +578,7 @@ async fn serve_download(
     }
     let mut r = r.map(axum::body::Body::new);
     let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(d.kind));
     // The name is the export's own (idemgate-export-<hex id>.<format>): nothing to quote.
     if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{}\"", d.name)) {
         h.insert(header::CONTENT_DISPOSITION, v);

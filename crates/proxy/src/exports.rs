@@ -135,7 +135,8 @@ pub struct Download {
     pub path: PathBuf,
     /// The name to save it under: the manifest's `file`, or that plus `.manifest.json`.
     pub name: String,
-    pub format: Format,
+    /// Its media type.
+    pub kind: &'static str,
 }
 
 fn not_found(id: &str) -> Problem {
@@ -339,13 +340,16 @@ impl Exports {
             Download {
                 path: manifest_path(&job.file),
                 name: format!("{}.manifest.json", m.file),
-                format: m.format,
+                kind: "application/json",
             }
         } else {
             Download {
                 path: job.file.clone(),
                 name: m.file.clone(),
-                format: m.format,
+                kind: match m.format {
+                    Format::Ndjson => "application/x-ndjson",
+                    Format::Csv => "text/csv; charset=utf-8",
+                },
             }
         })
     }
