@@ -143,13 +143,7 @@ def main():
     check(not os.listdir(os.path.join(work, "spool")), "the server removed its export spool when it stopped")
     # Reached only when every check passed: a failed run keeps its ledger to look at.
     shutil.rmtree(work, ignore_errors=True)
-    print(f"e2e: {e2e.passed} passed, 0 failed")
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as ex:  # noqa: BLE001 - report and fail
-        print(f"e2e: FAILED: {ex}", flush=True)
-        print(f"e2e: {e2e.passed} passed, 1 failed")
-        sys.exit(1)
+    e2e.run(main)

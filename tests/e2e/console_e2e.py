@@ -274,13 +274,18 @@ def main():
         subprocess.run(["pkill", "-f", CONSOLE], check=False)
     # Reached only when every check passed: a failed run keeps its ledger and profile to look at.
     shutil.rmtree(work, ignore_errors=True)
-    print(f"e2e: {passed} passed, 0 failed")
 
 
-if __name__ == "__main__":
+def run(main_fn):
+    """Runs an e2e script's main and reports as .ci/test counts it: `e2e: N passed, M failed`."""
     try:
-        main()
+        main_fn()
     except Exception as e:  # noqa: BLE001 - report and fail
         print(f"e2e: FAILED: {e}", flush=True)
         print(f"e2e: {passed} passed, 1 failed")
         sys.exit(1)
+    print(f"e2e: {passed} passed, 0 failed")
+
+
+if __name__ == "__main__":
+    run(main)
