@@ -418,8 +418,16 @@ fn an_export_through_the_admin_api_downloads_with_its_manifest_and_leaves_nothin
         .map(|e| e.path())
         .collect();
     assert_eq!(spools.len(), 1, "{spools:?}");
-    let on_disk = |p: &std::path::Path| std::fs::read_dir(p).expect("spool").count();
-    assert_eq!(on_disk(&spools[0]), 2, "the file and its manifest");
+    // Exports, beside the lock its process holds (see the next test).
+    let exports_in = |p: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(p)
+            .expect("spool")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != ".lock")
+            .collect()
+    };
+    assert_eq!(exports_in(&spools[0]).len(), 2, "the file and its manifest");
     let r = proxy.admin_post(
         "/admin/v1/exports",
         &json!({"format": "csv", "since": "7d"}),
@@ -438,15 +446,76 @@ fn an_export_through_the_admin_api_downloads_with_its_manifest_and_leaves_nothin
         let j = call("GET", &format!("/admin/v1/exports/{csv}"), &[]).json();
         (j["state"] == "done").then_some(())
     });
-    let left: Vec<String> = std::fs::read_dir(&spools[0])
-        .expect("spool")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let left = exports_in(&spools[0]);
     assert!(
         left.iter().all(|n| n.contains(&csv)) && left.len() == 2,
         "{left:?}"
     );
     assert!(proxy.terminate().success());
     assert!(!spools[0].exists(), "the spool goes with the process");
+}
+
+/// A `serve` killed with SIGKILL cannot remove its export spool. The next `serve` that starts on
+/// the same `export_dir` removes it, and leaves alone the spool of a `serve` still running there,
+/// whose export stays downloadable.
+#[test]
+fn a_killed_serves_export_spool_is_removed_at_the_next_start_and_a_live_ones_is_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spool_base = dir.path().join("spool");
+    std::fs::create_dir(&spool_base).expect("mkdir");
+    let start = |name: &str| {
+        let d = dir.path().join(name);
+        std::fs::create_dir(&d).expect("mkdir");
+        let ledger = d.join("ledger.db");
+        let toml = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nledger = \"{}\"\nexport_dir = \"{}\"\n",
+            ledger.display(),
+            spool_base.display()
+        );
+        Proxy::start(&d, &toml, &ledger)
+    };
+    let export = |p: &Proxy| {
+        let r = p.admin_post("/admin/v1/exports", &json!({"format": "ndjson"}));
+        assert_eq!(r.status, 202, "{}", r.text());
+        let id = r.json()["id"].as_str().expect("id").to_owned();
+        eventually(30, "the export to end", || {
+            let j = p.admin_get(&format!("/admin/v1/exports/{id}")).json();
+            (j["state"] == "done").then_some(())
+        });
+        id
+    };
+    let spools = || {
+        let mut v: Vec<_> = std::fs::read_dir(&spool_base)
+            .expect("spool base")
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        v.sort();
+        v
+    };
+
+    let mut killed = start("killed");
+    export(&killed);
+    let left = spools();
+    assert_eq!(left.len(), 1, "{left:?}");
+    killed.kill();
+    assert_eq!(spools(), left, "SIGKILL leaves the spool behind");
+
+    let live = start("live");
+    assert_eq!(spools(), [] as [std::path::PathBuf; 0], "removed at start");
+    assert!(
+        live.logs().contains("removed the export spools"),
+        "{}",
+        live.logs()
+    );
+    let id = export(&live);
+    let live_spool = spools();
+    assert_eq!(live_spool.len(), 1, "{live_spool:?}");
+
+    let mut third = start("third");
+    assert_eq!(spools(), live_spool, "a live process's spool stays");
+    let file = live.admin_get(&format!("/admin/v1/exports/{id}/file"));
+    assert_eq!(file.status, 200, "{}", file.text());
+    assert!(third.terminate().success());
+    assert_eq!(spools(), live_spool);
 }

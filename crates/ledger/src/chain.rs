@@ -316,7 +316,7 @@ where
             report.first_seq = Some(ev.seq);
         }
         report.count += 1;
-        if report.count % 4096 == 0 && !progress(report.count) {
+        if report.count.is_multiple_of(4096) && !progress(report.count) {
             report.cancelled = true;
             report.ok = false;
             report.problem = Some("cancelled".to_owned());

@@ -6,7 +6,14 @@
 //! progress at `GET /admin/v1/exports/{id}`, downloads `…/file` and `…/manifest` once it is done,
 //! and `DELETE`s it, which also cancels one still running. An ended job is removed an hour after
 //! it ended, and the spool when the process stops.
+//!
+//! A process killed before it could remove its spool leaves it behind. Each spool holds a lock
+//! file that its process keeps locked (`flock`) for as long as it lives, and the kernel lets go of
+//! the lock however the process ends; at start, [`Exports::reclaim`] removes every spool in
+//! `export_dir` whose lock nobody holds. A lock, not a pid: several processes (containers, each
+//! with its own pid namespace) may share the directory, and a pid may be reused.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -24,6 +31,10 @@ pub const MAX_RUNNING: usize = 2;
 pub const MAX_KEPT: usize = 16;
 /// How long an ended export stays to be downloaded.
 pub const KEPT_FOR_MS: Millis = 3_600_000;
+/// How a spool's name starts (one being made has a `.` before it).
+const SPOOL_PREFIX: &str = "idemgate-exports-";
+/// The file in a spool that its process holds locked.
+const SPOOL_LOCK: &str = ".lock";
 
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -112,10 +123,17 @@ fn remove_files(file: &Path) {
     let _ = std::fs::remove_file(manifest_path(file));
 }
 
+/// A spool directory, and its lock held open for as long as the process keeps it.
+#[derive(Debug)]
+struct Spool {
+    dir: PathBuf,
+    _lock: File,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     /// Made on the first export.
-    spool: Option<PathBuf>,
+    spool: Option<Spool>,
     /// Oldest first.
     jobs: Vec<Job>,
     closed: bool,
@@ -199,7 +217,7 @@ impl Exports {
             }
         }
         let spool = match &inner.spool {
-            Some(s) => s.clone(),
+            Some(s) => s.dir.clone(),
             None => {
                 let s = make_spool(&self.base).map_err(|e| {
                     Problem::new(
@@ -212,8 +230,9 @@ impl Exports {
                         ),
                     )
                 })?;
-                inner.spool = Some(s.clone());
-                s
+                let dir = s.dir.clone();
+                inner.spool = Some(s);
+                dir
             }
         };
         let id = format!("{:016x}", rand::random::<u64>());
@@ -380,8 +399,34 @@ impl Exports {
             j.cancel.store(true, Ordering::Relaxed);
         }
         if let Some(s) = inner.spool.take() {
-            let _ = std::fs::remove_dir_all(s);
+            let _ = std::fs::remove_dir_all(&s.dir);
         }
+    }
+
+    /// Removes the spools in `export_dir` that no live process holds: those of processes that were
+    /// killed before they could remove their own. Returns the ones removed. A spool whose lock
+    /// cannot be opened (another user's) or that has none (made by a version before locks) is left.
+    pub fn reclaim(&self) -> std::io::Result<Vec<PathBuf>> {
+        let mut removed = Vec::new();
+        // Not the ones still being made (`.idemgate-exports-…`): their lock may not be held yet.
+        for entry in std::fs::read_dir(&self.base)?.flatten() {
+            let name = entry.file_name();
+            if !name.to_string_lossy().starts_with(SPOOL_PREFIX)
+                || !entry.file_type().is_ok_and(|t| t.is_dir())
+            {
+                continue;
+            }
+            let dir = entry.path();
+            let Ok(lock) = File::open(dir.join(SPOOL_LOCK)) else {
+                continue;
+            };
+            // Held by the live process that made it (this one's own too: a lock belongs to an open
+            // file, and this is another).
+            if lock.try_lock().is_ok() && std::fs::remove_dir_all(&dir).is_ok() {
+                removed.push(dir);
+            }
+        }
+        Ok(removed)
     }
 }
 
@@ -396,18 +441,32 @@ fn prune(inner: &mut Inner, now: Millis) {
     });
 }
 
-/// A new directory in `base`, readable by this user only: exports hold the log's keys and scopes.
-fn make_spool(base: &Path) -> std::io::Result<PathBuf> {
-    let dir = base.join(format!(
-        "idemgate-exports-{}-{:08x}",
+/// A new directory in `base`, readable by this user only (exports hold the log's keys and scopes),
+/// holding its lock. It is made under a name starting with `.` and renamed once its lock is held,
+/// so that no [`Exports::reclaim`] can take it for a dead process's while it is being made.
+fn make_spool(base: &Path) -> std::io::Result<Spool> {
+    let name = format!(
+        "{SPOOL_PREFIX}{}-{:08x}",
         std::process::id(),
         rand::random::<u32>()
-    ));
+    );
+    let making = base.join(format!(".{name}"));
     let mut b = std::fs::DirBuilder::new();
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
-    b.create(&dir)?;
-    Ok(dir)
+    b.create(&making)?;
+    let locked = File::create_new(making.join(SPOOL_LOCK)).and_then(|f| {
+        f.try_lock().map_err(std::io::Error::from)?;
+        Ok(f)
+    });
+    let dir = base.join(name);
+    match locked.and_then(|lock| std::fs::rename(&making, &dir).map(|()| lock)) {
+        Ok(lock) => Ok(Spool { dir, _lock: lock }),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&making);
+            Err(e)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -488,6 +547,46 @@ mod tests {
         );
         let j = until_ended(&e, &j.id).await;
         assert_eq!(j.state, ExportState::Done, "{j:?}");
+    }
+
+    #[tokio::test]
+    async fn reclaim_removes_the_spools_whose_lock_nobody_holds_and_no_other() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ops = ops(dir.path());
+        let base = dir.path().join("exports");
+        std::fs::create_dir(&base).expect("mkdir");
+        let live = Arc::new(Exports::new(base.clone()));
+        let j = live
+            .start(&ops, Format::Ndjson, EventRange::default())
+            .expect("start");
+        until_ended(&live, &j.id).await;
+        let live_spool = live.lock().spool.as_ref().expect("made").dir.clone();
+        // A killed process's spool (its lock let go), one being made, one of a version before
+        // locks, and a file that only has the name.
+        let dead = base.join(format!("{SPOOL_PREFIX}7-0000dead"));
+        std::fs::create_dir(&dead).expect("mkdir");
+        std::fs::write(dead.join(SPOOL_LOCK), b"").expect("lock");
+        std::fs::write(dead.join("idemgate-export-1.ndjson"), b"x").expect("write");
+        let making = base.join(format!(".{SPOOL_PREFIX}8-00000000"));
+        std::fs::create_dir(&making).expect("mkdir");
+        std::fs::write(making.join(SPOOL_LOCK), b"").expect("lock");
+        let unlocked = base.join(format!("{SPOOL_PREFIX}9-00000000"));
+        std::fs::create_dir(&unlocked).expect("mkdir");
+        let file = base.join(format!("{SPOOL_PREFIX}notes"));
+        std::fs::write(&file, b"x").expect("write");
+
+        let other = Exports::new(base.clone());
+        assert_eq!(other.reclaim().expect("reclaim"), [dead.clone()]);
+        assert!(!dead.exists());
+        assert!(live_spool.exists() && making.exists() && unlocked.exists() && file.exists());
+        let d = live.download(&j.id, false).expect("the live one's export is still there");
+        assert!(d.path.exists());
+
+        // Its process dies: the lock goes with it, and the spool is the next reclaim's.
+        drop(live.lock().spool.take());
+        assert!(live_spool.exists());
+        assert_eq!(other.reclaim().expect("reclaim"), [live_spool.clone()]);
+        assert!(!live_spool.exists());
     }
 
     #[tokio::test]

@@ -140,6 +140,15 @@ pub async fn serve(
     let metrics = metrics_handle();
     let engine = Arc::new(Engine::new(cfg.clone(), store.clone(), instance_id()));
     let exports = Arc::new(exports::Exports::new(cfg.export_dir.clone()));
+    match exports.reclaim() {
+        Ok(removed) if !removed.is_empty() => tracing::info!(
+            spools = ?removed,
+            "removed the export spools of processes that were killed before they could"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(dir = %cfg.export_dir.display(), error = %e,
+            "cannot look for the export spools of killed processes"),
+    }
     let proxy_listener =
         TcpListener::bind(cfg.listen)
             .await

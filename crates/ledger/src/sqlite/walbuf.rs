@@ -98,7 +98,7 @@ struct WalFile {
     start: i64,
 }
 
-const _: () = assert!(size_of::<WalFile>() % 8 == 0);
+const _: () = assert!(size_of::<WalFile>().is_multiple_of(8));
 
 unsafe extern "C" fn open(
     _vfs: *mut ffi::sqlite3_vfs,
