@@ -156,6 +156,7 @@ fn export_verifies_and_cancels_cleanly() {
         format: idemgate_ledger::export::Format::Ndjson,
         range: Default::default(),
         path: out.clone(),
+        overwrite: false,
     };
     let m = block_on(c.export(cmd.clone(), "j1".into(), |_| {}))
         .expect("export")

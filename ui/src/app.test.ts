@@ -223,6 +223,7 @@ describe("console UI, keyboard and ledgers", () => {
     expect(q("ledger-label").textContent).toBe("ledger: idemgate serve at http://x");
     await app.go("export");
     expect(q("export-path")).toBeNull();
+    expect(q("export-overwrite")).toBeNull();
     expect(q("action-verify")).toBeNull();
     expect(q("action-verify-ledger")).toBeTruthy();
     (q("export-format") as HTMLSelectElement).value = "csv";
@@ -231,6 +232,23 @@ describe("console UI, keyboard and ledgers", () => {
     expect(JSON.parse(q("export-result").textContent ?? "")).toEqual(manifest);
     expect(JSON.parse(bodies[0])).toEqual({ format: "csv", since: null, until: null });
     expect(saved).toEqual(["idemgate-export-ab12.csv", "idemgate-export-ab12.csv.manifest.json"]);
+  });
+
+  it("exports on the desktop without replacing a file unless Replace is ticked", async () => {
+    const manifest = { manifest_version: 1, format: "ndjson", alg: "sha256", file: "a.ndjson", sha256: "00", bytes: 3, count: 2, first_seq: 1, last_seq: 2, first_prev_hash: null, chain_head: null, ledger_head: null, since: null, until: null, created_at: "t", ledger: "l" };
+    const { app, calls } = setup({ ...base, export: (a) => { if (!(a.cmd as { overwrite: boolean }).overwrite) throw { code: "conflict", message: "/audit/a.ndjson already exists" }; return manifest; } });
+    await app.start();
+    await app.go("export");
+    (q("export-path") as HTMLInputElement).value = " /audit/a.ndjson ";
+    q("action-export").click();
+    for (let i = 0; i < 20 && !q("export-result").textContent?.includes("conflict"); i++) await tick();
+    expect(q("export-result").textContent).toBe("conflict: /audit/a.ndjson already exists");
+    expect(calls.find(([c]) => c === "export")?.[1]).toMatchObject({ cmd: { path: "/audit/a.ndjson", overwrite: false } });
+    (q("export-overwrite") as HTMLInputElement).checked = true;
+    q("action-export").click();
+    for (let i = 0; i < 20 && !q("export-result").textContent?.includes("sha256"); i++) await tick();
+    expect(calls.filter(([c]) => c === "export")[1][1]).toMatchObject({ cmd: { path: "/audit/a.ndjson", overwrite: true } });
+    expect(JSON.parse(q("export-result").textContent ?? "")).toEqual(manifest);
   });
 
   it("checks an export's manifest against the open ledger (desktop: by the export's path)", async () => {

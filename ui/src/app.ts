@@ -644,6 +644,7 @@ export class App {
     const since = h("input", { testid: "export-since", attrs: { type: "datetime-local" } });
     const until = h("input", { testid: "export-until", attrs: { type: "datetime-local" } });
     const path = h("input", { testid: "export-path", attrs: { placeholder: "/path/to/audit.ndjson", value: this.prefs.getItem("exportPath") ?? "" } });
+    const overwrite = h("input", { testid: "export-overwrite", attrs: { type: "checkbox" } }) as HTMLInputElement;
     const out = h("pre", { testid: "export-result", class: "small" });
     const vpath = h("input", { testid: "verify-path", attrs: { placeholder: "/path/to/audit.ndjson (its .manifest.json is checked too)" } });
     const vout = h("pre", { testid: "verify-result", class: "small" });
@@ -676,8 +677,8 @@ export class App {
       h("p", { class: "hint" }, local
         ? "A contiguous run of the log as NDJSON or CSV, with FILE.manifest.json recording the count, the chain head and the file's sha256 — for compliance. Verify recomputes the chain and checks the manifest."
         : "A contiguous run of the log as NDJSON or CSV, made on the server and downloaded with FILE.manifest.json (the count, the chain head and the file's sha256) — for compliance. Keep both in one folder: idemgate verify --export FILE checks them."),
-      h("div", { class: "panel" }, h("div", { class: "filters" }, format, h("label", null, "since ", since), h("label", null, "until ", until), ...(local ? [path] : []),
-        h("button", { testid: "action-export", class: "primary", on: { click: () => { if (local) this.prefs.setItem("exportPath", path.value); void job("export", out, (id) => this.t.exportLog({ format: format.value as "ndjson" | "csv", range: { since: fromLocalInput(since.value), until: fromLocalInput(until.value) }, path: local ? path.value.trim() : "" }, id)); } } }, "Export")), out),
+      h("div", { class: "panel" }, h("div", { class: "filters" }, format, h("label", null, "since ", since), h("label", null, "until ", until), ...(local ? [path, h("label", { attrs: { title: "An existing file is refused: an earlier export is evidence. Tick this to replace it and its manifest." } }, overwrite, " Replace an existing file")] : []),
+        h("button", { testid: "action-export", class: "primary", on: { click: () => { if (local) this.prefs.setItem("exportPath", path.value); void job("export", out, (id) => this.t.exportLog({ format: format.value as "ndjson" | "csv", range: { since: fromLocalInput(since.value), until: fromLocalInput(until.value) }, path: local ? path.value.trim() : "", overwrite: local && overwrite.checked }, id)); } } }, "Export")), out),
       h("div", { class: "panel" }, h("div", { class: "filters" }, ...(local ? [vpath,
         h("button", { testid: "action-verify", on: { click: () => void job("verify", vout, (id) => this.t.verifyExport(vpath.value.trim(), id)) } }, "Verify file")] : [h("label", null, "manifest ", against)]),
         h("button", { testid: "action-verify-against", attrs: { title: "Does this ledger still hold the heads the export's manifest recorded? (a cut-off tail of the log shows here)" }, on: { click: () => void job("verify-against", vout, (id) => local ? this.t.verifyAgainst(manifestOf(vpath.value.trim()), id) : readManifest(against).then((m) => this.t.verifyAgainstManifest(m, id))) } }, "Check against the ledger"),

@@ -259,9 +259,12 @@ enum Cmd {
         since: Option<i64>,
         #[arg(long, value_parser = idemgate_ops::parse_time)]
         until: Option<i64>,
-        /// Output file; FILE.manifest.json is written beside it.
+        /// Output file; FILE.manifest.json is written beside it. An existing one is refused.
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
+        /// Replace the output file and its manifest if they exist.
+        #[arg(long)]
+        overwrite: bool,
         #[arg(long)]
         json: bool,
     },
@@ -577,6 +580,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             since,
             until,
             output: path,
+            overwrite,
             json,
         } => {
             let cmd = ExportCmd {
@@ -586,6 +590,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
                 },
                 range: EventRange { since, until },
                 path: path.display().to_string(),
+                overwrite,
             };
             let ops = Ops::open_existing(&ledger.ledger)?;
             let total = ops.store().head()?.map(|h| h.seq as u64);

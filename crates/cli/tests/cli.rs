@@ -677,6 +677,80 @@ fn export_ranges_are_contiguous_and_verify() {
     assert_eq!(std::fs::read_dir(cwd.path()).expect("dir").count(), 0);
 }
 
+/// An earlier export is evidence: a second export to its name is refused and changes neither the
+/// file nor its manifest (nor leaves a partial file); `--overwrite` replaces both.
+#[test]
+fn an_export_never_replaces_an_existing_file_unless_told_to() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = demo(dir.path(), 300);
+    let file = dir.path().join("audit.ndjson");
+    let manifest = dir.path().join("audit.ndjson.manifest.json");
+    let export = |extra: &[&str]| {
+        let mut args = vec![
+            "export",
+            "--ledger",
+            s(&db),
+            "--format",
+            "ndjson",
+            "-o",
+            s(&file),
+        ];
+        args.extend_from_slice(extra);
+        Command::new(BIN)
+            .args(&args)
+            .output()
+            .expect("run idemgate")
+    };
+    assert!(export(&["--until", "12h"]).status.success());
+    let before = (file_sha(&file), file_sha(&manifest));
+    let listing = || {
+        let mut v: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let files = listing();
+
+    let r = export(&[]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error[conflict]") && err.contains("already exists"),
+        "{err}"
+    );
+    assert_eq!((file_sha(&file), file_sha(&manifest)), before);
+    assert_eq!(listing(), files, "nothing else written");
+    // Its manifest alone is enough to refuse: the pair is one export.
+    let lone = dir.path().join("lone.ndjson");
+    std::fs::write(dir.path().join("lone.ndjson.manifest.json"), b"{}").expect("write");
+    let r = Command::new(BIN)
+        .args([
+            "export",
+            "--ledger",
+            s(&db),
+            "--format",
+            "ndjson",
+            "-o",
+            s(&lone),
+        ])
+        .output()
+        .expect("run idemgate");
+    assert_eq!(r.status.code(), Some(1));
+    assert!(!lone.exists());
+
+    assert!(export(&["--overwrite"]).status.success());
+    assert_ne!(
+        file_sha(&file),
+        before.0,
+        "the whole log now, not the range"
+    );
+    assert_ne!(file_sha(&manifest), before.1);
+    assert_eq!(verify_json(&["--export", s(&file)]).0, 0);
+}
+
 fn ledger_fingerprint(db: &Path) -> (String, bool) {
     let wal = PathBuf::from(format!("{}-wal", db.display()));
     let wal_has_frames = wal.exists()

@@ -160,22 +160,20 @@ impl<W: Write> Write for HashingWriter<W> {
 }
 
 /// Exports `range` of the log to `out` and writes `out.manifest.json`. `progress` may cancel; a
-/// cancelled export leaves no file behind and returns `Ok(None)`.
+/// cancelled export leaves no file behind and returns `Ok(None)`. Unless `overwrite`, a file at
+/// `out` is never replaced, even one made while the export ran: the export is then an
+/// [`std::io::ErrorKind::AlreadyExists`] error, and leaves nothing.
 pub fn export(
     store: &dyn Storage,
     format: Format,
     range: EventRange,
     out: &Path,
+    overwrite: bool,
     progress: Progress<'_>,
 ) -> Result<Option<Manifest>> {
     let ledger_head = store.head()?;
     let alg = store.chain_alg()?;
-    let tmp = out.with_file_name(format!(
-        ".{}.partial",
-        out.file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "export".into())
-    ));
+    let tmp = partial(out);
     let file = File::create(&tmp)?;
     let mut w = HashingWriter {
         inner: BufWriter::with_capacity(1 << 16, file),
@@ -205,7 +203,7 @@ pub fn export(
                 return Ok(false);
             }
             count += 1;
-            if count % 4096 == 0 && !progress(count) {
+            if count.is_multiple_of(4096) && !progress(count) {
                 cancelled = true;
                 return Ok(false);
             }
@@ -232,7 +230,10 @@ pub fn export(
     let file = inner.into_inner().map_err(|e| e.into_error())?;
     file.sync_all()?;
     drop(file);
-    std::fs::rename(&tmp, out)?;
+    if let Err(e) = put_in_place(&tmp, out, overwrite) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.into());
+    }
     let manifest = Manifest {
         manifest_version: 1,
         format,
@@ -254,12 +255,53 @@ pub fn export(
         created_at: rfc3339(now_millis()),
         ledger: store.location(),
     };
+    // Written beside and renamed, as the file: a crash leaves the old manifest or the new one.
     let mpath = manifest_path(out);
-    let mut mf = File::create(&mpath)?;
+    let mtmp = partial(&mpath);
+    let mut mf = File::create(&mtmp)?;
     serde_json::to_writer_pretty(&mut mf, &manifest).map_err(std::io::Error::other)?;
     mf.write_all(b"\n")?;
     mf.sync_all()?;
+    drop(mf);
+    std::fs::rename(&mtmp, &mpath)?;
+    // The renames themselves outlive a crash once the directory is synced.
+    if let Some(dir) = out.parent() {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        File::open(dir)?.sync_all()?;
+    }
     Ok(Some(manifest))
+}
+
+/// `.NAME.partial` beside `path`: where it is written before it is renamed into place.
+fn partial(path: &Path) -> PathBuf {
+    path.with_file_name(format!(
+        ".{}.partial",
+        path.file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "export".into())
+    ))
+}
+
+/// Moves the written `tmp` to `out`. Without `overwrite`, by a hard link, which fails if `out`
+/// exists however recently it was made; where the file system has no hard links, by a rename after
+/// one last look.
+fn put_in_place(tmp: &Path, out: &Path, overwrite: bool) -> std::io::Result<()> {
+    if overwrite {
+        return std::fs::rename(tmp, out);
+    }
+    match std::fs::hard_link(tmp, out) {
+        Ok(()) => std::fs::remove_file(tmp),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(e),
+        Err(_) if out.symlink_metadata().is_ok() => Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{} exists", out.display()),
+        )),
+        Err(_) => std::fs::rename(tmp, out),
+    }
 }
 
 enum Sink<'a, W: Write> {

@@ -440,6 +440,10 @@ pub struct ExportCmd {
     #[serde(default)]
     pub range: EventRange,
     pub path: String,
+    /// Replace a file already at `path` (and its manifest). Without it, an existing file is
+    /// refused: an earlier export is evidence, not scratch.
+    #[serde(default)]
+    pub overwrite: bool,
 }
 
 /// Which ledger a client has open, or why none is.
@@ -855,13 +859,30 @@ impl Ops {
                 ));
             }
         }
-        Ok(export::export(
+        let exists = |p: &Path| p.symlink_metadata().is_ok();
+        let taken = || {
+            OpsError::Conflict(format!(
+                "{} already exists: name another file, or replace it and its manifest (--overwrite; the console's \"Replace\")",
+                path.display()
+            ))
+        };
+        if !cmd.overwrite && (exists(path) || exists(&export::manifest_path(path))) {
+            return Err(taken());
+        }
+        match export::export(
             self.store.as_ref(),
             cmd.format,
             cmd.range,
             path,
+            cmd.overwrite,
             progress,
-        )?)
+        ) {
+            // Made while the export ran.
+            Err(LedgerError::Io(e)) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(taken())
+            }
+            r => Ok(r?),
+        }
     }
 
     pub fn verify(&self, progress: Progress<'_>) -> OpsResult<VerifyReport> {
@@ -1173,6 +1194,59 @@ mod tests {
         assert_eq!(ct(&given), ["text/csv"]);
         let empty = check_response(Completed, &resp(204, &[], "")).expect("no body");
         assert!(empty.headers.is_empty());
+    }
+
+    /// Another process can make the file while an export runs (the up-front check has passed by
+    /// then): the export does not replace it, and leaves no partial file; told to, it replaces it.
+    #[test]
+    fn an_export_does_not_replace_a_file_made_while_it_ran() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ops =
+            Ops::open_or_create(&dir.path().join("l.db").display().to_string()).expect("ledger");
+        demo::seed(
+            ops.store().as_ref(),
+            demo::DemoOptions {
+                events: 300,
+                seed: 1,
+            },
+        )
+        .expect("demo");
+        let out = dir.path().join("audit.csv");
+        let cmd = ExportCmd {
+            format: Format::Csv,
+            range: EventRange::default(),
+            path: out.display().to_string(),
+            overwrite: false,
+        };
+        let theirs = b"someone else's file";
+        let e = ops
+            .export(&cmd, &mut |_| {
+                if !out.exists() {
+                    std::fs::write(&out, theirs).expect("write");
+                }
+                true
+            })
+            .expect_err("made meanwhile");
+        assert_eq!(e.code(), "conflict", "{e}");
+        assert_eq!(std::fs::read(&out).expect("theirs"), theirs);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with("l.db"))
+            .collect();
+        assert_eq!(names, ["audit.csv"], "no partial file, no manifest");
+
+        let replace = ExportCmd {
+            overwrite: true,
+            ..cmd
+        };
+        let m = ops
+            .export(&replace, &mut |_| true)
+            .expect("export")
+            .expect("done");
+        assert_eq!(m.bytes, std::fs::metadata(&out).expect("file").len());
+        assert!(export::manifest_path(&out).exists());
     }
 
     #[test]

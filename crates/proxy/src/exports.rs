@@ -257,6 +257,7 @@ impl Exports {
             format,
             range,
             path: file.display().to_string(),
+            overwrite: false,
         };
         let ops = ops.clone();
         let export = tokio::task::spawn_blocking(move || {
@@ -576,16 +577,18 @@ mod tests {
         std::fs::write(&file, b"x").expect("write");
 
         let other = Exports::new(base.clone());
-        assert_eq!(other.reclaim().expect("reclaim"), [dead.clone()]);
+        assert_eq!(other.reclaim().expect("reclaim"), [dead.as_path()]);
         assert!(!dead.exists());
         assert!(live_spool.exists() && making.exists() && unlocked.exists() && file.exists());
-        let d = live.download(&j.id, false).expect("the live one's export is still there");
+        let d = live
+            .download(&j.id, false)
+            .expect("the live one's export is still there");
         assert!(d.path.exists());
 
         // Its process dies: the lock goes with it, and the spool is the next reclaim's.
         drop(live.lock().spool.take());
         assert!(live_spool.exists());
-        assert_eq!(other.reclaim().expect("reclaim"), [live_spool.clone()]);
+        assert_eq!(other.reclaim().expect("reclaim"), [live_spool.as_path()]);
         assert!(!live_spool.exists());
     }
 

@@ -142,6 +142,7 @@ fn main() {
                 format: Format::Ndjson,
                 range: EventRange::default(),
                 path: path.display().to_string(),
+                overwrite: false,
             },
             &mut |_| true,
         )

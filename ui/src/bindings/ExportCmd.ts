@@ -2,4 +2,9 @@
 import type { EventRange } from "./EventRange";
 import type { Format } from "./Format";
 
-export type ExportCmd = { format: Format, range: EventRange, path: string, };
+export type ExportCmd = { format: Format, range: EventRange, path: string, 
+/**
+ * Replace a file already at `path` (and its manifest). Without it, an existing file is
+ * refused: an earlier export is evidence, not scratch.
+ */
+overwrite: boolean, };
