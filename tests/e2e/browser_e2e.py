@@ -61,7 +61,8 @@ def main():
     serve_log = open(os.path.join(TARGET, "browser-e2e-serve.log"), "w")
     serve = subprocess.Popen([CLI, "serve", "--config", config], stdout=subprocess.PIPE, stderr=serve_log, text=True,
                              env=dict(os.environ, IDEMGATE_ADMIN_TOKEN=TOKEN))
-    addr = json.loads(serve.stdout.readline())["listening"]["admin"]
+    listening = json.loads(serve.stdout.readline())["listening"]
+    addr, proxy = listening["admin"], listening["proxy"]
     driver_log = open(os.path.join(TARGET, "browser-e2e-driver.log"), "w")
     # A fresh profile for the browser: nothing remembered from another run.
     env = dict(os.environ, XDG_DATA_HOME=os.path.join(work, "data"), XDG_CONFIG_HOME=os.path.join(work, "config"),
@@ -97,6 +98,8 @@ def main():
         entry_id = next(r for r in rows if "⚠" not in r[1])[0]
         el = s.wd("POST", s.path("/element"), {"using": "css selector", "value": f"[data-testid='entry-row'][data-entry-id='{entry_id}']"})[e2e.ELEMENT]
         s.click_el(el)
+        s.wait("const e = document.querySelector('[data-testid=curl]'); return e && e.textContent.startsWith('curl')", "the entry's request as curl")
+        check(f"'http://{proxy}/" in s.text("curl"), f"Copy as curl sends it through the server's proxy, {proxy}")
         s.click("action-release")
         s.find("action-dialog")
         s.type("reason-input", "processor confirms it never ran")

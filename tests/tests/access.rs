@@ -271,6 +271,23 @@ fn servers_bind_loopback_unless_configured_otherwise() {
     let (_dir, _up, proxy) = serve(&[("ACCESS_WEBHOOK_SECRET", "x")]);
     assert!(proxy.addr.ip().is_loopback());
     assert!(proxy.admin.expect("admin").ip().is_loopback());
+    // So does the admin API, to its clients (the console in a browser), behind the token.
+    let admin = proxy.admin.expect("admin");
+    let info = proxy.admin_get("/admin/v1/server");
+    assert_eq!(info.status, 200, "{}", info.text());
+    assert_eq!(
+        info.json(),
+        json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "proxy_addr": proxy.addr.to_string(),
+            "admin_addr": admin.to_string(),
+            "ledger": proxy.ledger.display().to_string(),
+        })
+    );
+    assert_eq!(
+        request(admin, "GET", "/admin/v1/server", &[], b"").status,
+        401
+    );
 }
 
 /// An export through the admin API: a job in a private spool under `server.export_dir`, downloaded

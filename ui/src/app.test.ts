@@ -59,6 +59,20 @@ describe("console UI", () => {
     expect(call?.[1]).toMatchObject({ filter: { stuck: true }, before: null, limit: 200 });
   });
 
+  it("copies a stored request as curl through the proxy the console runs, or names the default", async () => {
+    const show = () => ({ entry: { ...entry(7), request: { method: "POST", path: "/v1/charges?mode=live", headers: [["idempotency-key", "key-7"]], body: "{}" }, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [] });
+    let running = true;
+    const { app } = setup({ ...base, show, proxy_status: () => ({ running, config: "/etc/idemgate.toml", proxy_addr: "127.0.0.1:9100", admin_addr: null, error: null }) });
+    await app.start();
+    await app.go("entry", 7);
+    expect(q("curl").textContent).toBe(`curl -X POST 'http://127.0.0.1:9100/v1/charges?mode=live' -H 'idempotency-key: key-7' --data-raw '{}'`);
+    expect(q("curl-hint").textContent).toBe("");
+    running = false;
+    await app.go("entry", 7);
+    expect(q("curl").textContent).toContain("'http://127.0.0.1:8700/v1/charges?mode=live'");
+    expect(q("curl-hint").textContent).toContain("default address");
+  });
+
   it("resolves with a reason and the operator's name, after a preview", async () => {
     const show = () => ({ entry: { ...entry(7), lease_owner: "p", request: { method: "POST", path: "/v1/charges", headers: [], body: "{}" }, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [] });
     const { app, calls, prefs } = setup({

@@ -11,7 +11,7 @@ import type { Manifest } from "./bindings/Manifest";
 import type { Preview } from "./bindings/Preview";
 import type { ResolveAs } from "./bindings/ResolveAs";
 import { clear, h, svg } from "./dom";
-import { bodyText, curlFor, fromLocalInput, isoTime, relative, seriesFor, sparkPoints } from "./format";
+import { bodyText, curlFor, DEFAULT_PROXY, fromLocalInput, isoTime, proxyBase, relative, seriesFor, sparkPoints } from "./format";
 import { toErrorBody, type Transport } from "./transport";
 import { VirtualList } from "./vlist";
 
@@ -513,8 +513,11 @@ export class App {
     );
     this.main.append(header, facts);
     if (e.request) {
-      const curl = curlFor(e.request, "http://127.0.0.1:8700");
-      const copied = h("span", { class: "hint" });
+      // Through the proxy this console runs or is served by; else idemgate's default address.
+      const st = await this.t.proxyStatus().catch(() => null);
+      const proxy = proxyBase(st?.running ? st.proxy_addr : null, location.hostname);
+      const curl = curlFor(e.request, proxy.base);
+      const copied = h("span", { class: "hint", testid: "curl-hint" }, proxy.known ? "" : ` ${DEFAULT_PROXY} is idemgate's default address: no proxy is running in this console`);
       this.main.append(
         h("h2", null, `Request · ${e.request.method} ${e.request.path}`),
         h("pre", { testid: "request-body" }, e.request.headers.map(([n, val]) => `${n}: ${val}`).join("\n"), "\n\n", bodyText(e.request.body, e.id)),

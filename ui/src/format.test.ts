@@ -1,10 +1,18 @@
-import { SHOWN_BODY, bodyText, curlFor, relative, seriesFor, sparkPoints } from "./format";
+import { SHOWN_BODY, bodyText, curlFor, proxyBase, relative, seriesFor, sparkPoints } from "./format";
 
 describe("format", () => {
   it("renders relative times both ways", () => {
     expect(relative(0, 90_000)).toBe("1m ago");
     expect(relative(7_500_000, 0)).toBe("in 2h 5m");
     expect(relative(null, 0)).toBe("—");
+  });
+
+  it("names the proxy by the address it reports, reached by the page's host when it listens on every interface", () => {
+    expect(proxyBase("127.0.0.1:9100", "console.example")).toEqual({ base: "http://127.0.0.1:9100", known: true });
+    expect(proxyBase("0.0.0.0:8700", "gw.internal")).toEqual({ base: "http://gw.internal:8700", known: true });
+    expect(proxyBase("[::]:8700", "")).toEqual({ base: "http://127.0.0.1:8700", known: true });
+    expect(proxyBase("[::1]:8700", "x")).toEqual({ base: "http://[::1]:8700", known: true });
+    expect(proxyBase(null, "x")).toEqual({ base: "http://127.0.0.1:8700", known: false });
   });
 
   it("builds a copy-pasteable curl with quoting", () => {

@@ -38,6 +38,23 @@ function shellQuote(s: string): string {
   return `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
+/** idemgate's default proxy address, named when the console knows of no proxy running. */
+export const DEFAULT_PROXY = "127.0.0.1:8700";
+
+/**
+ * The URL base of the proxy listening on `addr` (host:port, as the server reports it), or of
+ * idemgate's default when none is known. An address on every interface (0.0.0.0, [::]) is
+ * reached by the host the console was loaded from, or loopback.
+ */
+export function proxyBase(addr: string | null, pageHost: string): { base: string; known: boolean } {
+  if (!addr) return { base: `http://${DEFAULT_PROXY}`, known: false };
+  const m = /^(\[[^\]]*\]|[^:]+):(\d+)$/.exec(addr);
+  if (!m) return { base: `http://${addr}`, known: true };
+  const [, host, port] = m;
+  const any = host === "0.0.0.0" || host === "[::]";
+  return { base: `http://${any ? pageHost || "127.0.0.1" : host}:${port}`, known: true };
+}
+
 /** A curl command that re-sends a stored request (secrets were never stored, so none appear). */
 export function curlFor(req: RequestRecord, base: string): string {
   const parts = ["curl", "-X", req.method, shellQuote(`${base}${req.path}`)];

@@ -13,6 +13,17 @@ describe("HttpTransport (the admin API)", () => {
     expect((seen[0][1]?.headers as Record<string, string>).authorization).toBe("Bearer tok");
   });
 
+  it("asks the server where its proxy listens", async () => {
+    const seen: string[] = [];
+    const fake = (async (url: string) => {
+      seen.push(url);
+      return new Response(JSON.stringify({ version: "0.1.0", proxy_addr: "0.0.0.0:8700", admin_addr: "127.0.0.1:8701", ledger: "/var/lib/idemgate.db" }), { status: 200 });
+    }) as unknown as typeof fetch;
+    const t = new HttpTransport("http://127.0.0.1:8701", "tok", fake);
+    expect(await t.proxyStatus()).toEqual({ running: true, config: null, proxy_addr: "0.0.0.0:8700", admin_addr: "http://127.0.0.1:8701", error: null });
+    expect(seen).toEqual(["http://127.0.0.1:8701/admin/v1/server"]);
+  });
+
   it("turns problem+json into an ErrorBody with the stable code", async () => {
     const fake = (async () => new Response(JSON.stringify({ code: "missing-reason", detail: "a reason is required" }), { status: 400 })) as unknown as typeof fetch;
     const t = new HttpTransport("http://x", "tok", fake);

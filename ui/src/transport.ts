@@ -19,6 +19,7 @@ import type { LedgerInfo } from "./bindings/LedgerInfo";
 import type { Manifest } from "./bindings/Manifest";
 import type { Preview } from "./bindings/Preview";
 import type { ProxyStatus } from "./bindings/ProxyStatus";
+import type { ServerInfo } from "./bindings/ServerInfo";
 import type { PurgeCmd } from "./bindings/PurgeCmd";
 import type { PurgeReport } from "./bindings/PurgeReport";
 import type { PurgeTarget } from "./bindings/PurgeTarget";
@@ -256,7 +257,10 @@ export class HttpTransport implements Transport {
     this.listeners.add(f);
     return () => { this.listeners.delete(f); };
   }
-  async proxyStatus(): Promise<ProxyStatus> { return { running: true, config: null, proxy_addr: null, admin_addr: this.base, error: null }; }
+  async proxyStatus(): Promise<ProxyStatus> {
+    const s = await this.req<ServerInfo>("GET", "/admin/v1/server");
+    return { running: true, config: null, proxy_addr: s.proxy_addr, admin_addr: this.base, error: null };
+  }
   async proxyStart(): Promise<ProxyStatus> { return unsupported("starting an embedded proxy"); }
   async proxyStop(): Promise<ProxyStatus> { return unsupported("stopping the proxy"); }
 }

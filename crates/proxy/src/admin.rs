@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use idemgate_ledger::*;
 use idemgate_ops::{Ops, PurgeCmd, PurgeTarget, ResolveAs, ResolveCmd};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -22,6 +22,7 @@ use crate::engine::Engine;
 use crate::exports::{Download, Exports};
 use crate::operator::{self, ActionCmd};
 use crate::problem::Problem;
+use crate::Bound;
 
 #[derive(Debug, Clone)]
 pub struct AdminState {
@@ -30,6 +31,23 @@ pub struct AdminState {
     pub exports: Arc<Exports>,
     token_digest: [u8; 32],
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
+    /// Where this process listens, as `GET /admin/v1/server` tells.
+    pub listening: Bound,
+}
+
+/// `GET /admin/v1/server`: which process the admin API is, and where its proxy listens (a client
+/// of the admin listener, the console in a browser, has no other way to know).
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServerInfo {
+    /// idemgate's version.
+    pub version: String,
+    /// The proxy listener's bound address (`127.0.0.1:8700`; `0.0.0.0:…` when it listens on every
+    /// interface).
+    pub proxy_addr: String,
+    pub admin_addr: String,
+    /// The ledger: a SQLite path, or a PostgreSQL URL without its password.
+    pub ledger: String,
 }
 
 pub fn router(
@@ -38,6 +56,7 @@ pub fn router(
     exports: Arc<Exports>,
     token: &Secret,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
+    listening: Bound,
 ) -> Router {
     let state = AdminState {
         engine,
@@ -45,6 +64,7 @@ pub fn router(
         exports,
         token_digest: Sha256::digest(&token.0).into(),
         metrics,
+        listening,
     };
     let api = Router::new()
         .route("/admin/v1/entries", get(entries))
@@ -73,6 +93,7 @@ pub fn router(
         )
         .route("/admin/v1/exports/{id}/file", get(export_file))
         .route("/admin/v1/exports/{id}/manifest", get(export_manifest))
+        .route("/admin/v1/server", get(server_info))
         .route("/admin/v1/openapi.json", get(openapi))
         .route("/metrics", get(render_metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth))
@@ -611,6 +632,18 @@ const NOT_READY_AFTER_FAILURE: i64 = 5_000;
 
 /// Liveness: `503` only when this process can never write again (its ledger writer has stopped),
 /// so that a supervisor restarts it. No token; it says nothing about the ledger's contents.
+async fn server_info(State(s): State<AdminState>) -> Json<ServerInfo> {
+    Json(ServerInfo {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        proxy_addr: s.listening.proxy.to_string(),
+        admin_addr: s
+            .listening
+            .admin
+            .map_or_else(String::new, |a| a.to_string()),
+        ledger: s.ops.store().location(),
+    })
+}
+
 async fn healthz(State(s): State<AdminState>) -> Response {
     if s.engine.store.writer_health().running {
         "ok\n".into_response()

@@ -183,6 +183,10 @@ pub async fn serve(
                     exports.clone(),
                     &token,
                     metrics,
+                    Bound {
+                        proxy: proxy_addr,
+                        admin: Some(bound),
+                    },
                 ),
             ))
         }

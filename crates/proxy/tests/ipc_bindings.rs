@@ -48,6 +48,7 @@ fn generate(dir: &Path) {
         JobProgress,
         idemgate_proxy::ProxyStatus,
         idemgate_proxy::exports::ExportJob,
+        idemgate_proxy::admin::ServerInfo,
     );
 }
 
