@@ -630,8 +630,6 @@ async fn openapi() -> Response {
 /// between the failures, and a readiness that flapped with it would be no use to a balancer.
 const NOT_READY_AFTER_FAILURE: i64 = 5_000;
 
-/// Liveness: `503` only when this process can never write again (its ledger writer has stopped),
-/// so that a supervisor restarts it. No token; it says nothing about the ledger's contents.
 async fn server_info(State(s): State<AdminState>) -> Json<ServerInfo> {
     Json(ServerInfo {
         version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -644,6 +642,8 @@ async fn server_info(State(s): State<AdminState>) -> Json<ServerInfo> {
     })
 }
 
+/// Liveness: `503` only when this process can never write again (its ledger writer has stopped),
+/// so that a supervisor restarts it. No token; it says nothing about the ledger's contents.
 async fn healthz(State(s): State<AdminState>) -> Response {
     if s.engine.store.writer_health().running {
         "ok\n".into_response()
