@@ -161,8 +161,9 @@ impl<W: Write> Write for HashingWriter<W> {
 
 /// Exports `range` of the log to `out` and writes `out.manifest.json`. `progress` may cancel; a
 /// cancelled export leaves no file behind and returns `Ok(None)`. Unless `overwrite`, a file at
-/// `out` is never replaced, even one made while the export ran: the export is then an
-/// [`std::io::ErrorKind::AlreadyExists`] error, and leaves nothing.
+/// `out` is never replaced, even one made while the export ran, and an export whose file or
+/// manifest exists does not start: either is an [`std::io::ErrorKind::AlreadyExists`] error, and
+/// leaves nothing.
 pub fn export(
     store: &dyn Storage,
     format: Format,
@@ -171,6 +172,13 @@ pub fn export(
     overwrite: bool,
     progress: Progress<'_>,
 ) -> Result<Option<Manifest>> {
+    if !overwrite
+        && [out, &manifest_path(out)]
+            .iter()
+            .any(|p| p.symlink_metadata().is_ok())
+    {
+        return Err(already_exists(out).into());
+    }
     let ledger_head = store.head()?;
     let alg = store.chain_alg()?;
     let tmp = partial(out);
@@ -296,12 +304,16 @@ fn put_in_place(tmp: &Path, out: &Path, overwrite: bool) -> std::io::Result<()> 
     match std::fs::hard_link(tmp, out) {
         Ok(()) => std::fs::remove_file(tmp),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(e),
-        Err(_) if out.symlink_metadata().is_ok() => Err(std::io::Error::new(
-            std::io::ErrorKind::AlreadyExists,
-            format!("{} exists", out.display()),
-        )),
+        Err(_) if out.symlink_metadata().is_ok() => Err(already_exists(out)),
         Err(_) => std::fs::rename(tmp, out),
     }
+}
+
+fn already_exists(out: &Path) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::AlreadyExists,
+        format!("{} exists", out.display()),
+    )
 }
 
 enum Sink<'a, W: Write> {

@@ -859,16 +859,6 @@ impl Ops {
                 ));
             }
         }
-        let exists = |p: &Path| p.symlink_metadata().is_ok();
-        let taken = || {
-            OpsError::Conflict(format!(
-                "{} already exists: name another file, or replace it and its manifest (--overwrite; the console's \"Replace\")",
-                path.display()
-            ))
-        };
-        if !cmd.overwrite && (exists(path) || exists(&export::manifest_path(path))) {
-            return Err(taken());
-        }
         match export::export(
             self.store.as_ref(),
             cmd.format,
@@ -877,9 +867,12 @@ impl Ops {
             cmd.overwrite,
             progress,
         ) {
-            // Made while the export ran.
+            // There before it started (the file or its manifest), or made while it ran.
             Err(LedgerError::Io(e)) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                Err(taken())
+                Err(OpsError::Conflict(format!(
+                    "{} already exists: name another file, or replace it and its manifest (--overwrite; the console's \"Replace\")",
+                    path.display()
+                )))
             }
             r => Ok(r?),
         }
