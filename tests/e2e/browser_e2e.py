@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
@@ -44,15 +43,8 @@ def admin(addr, method, path, body=None):
 
 
 def main():
-    for p in (CLI, os.path.join(DIST, "index.html")):
-        if not os.path.exists(p):
-            sys.exit(f"{p} is missing: build the CLI and the UI first (see .ci/test)")
-    work = tempfile.mkdtemp(prefix="idemgate-browser-e2e-")
-    ledger = os.path.join(work, "demo.db")
-    r = cli("demo", "--ledger", ledger, "--events", "3000")
-    if r.returncode != 0:
-        sys.exit(r.stderr)
-    stuck_before = json.loads(cli("entries", "--ledger", ledger, "--stuck", "--json").stdout)
+    work, ledger, stuck_before = e2e.demo_ledger((CLI, os.path.join(DIST, "index.html")), "the CLI and the UI",
+                                                 "idemgate-browser-e2e-", 3000)
     os.mkdir(os.path.join(work, "spool"))
     config = os.path.join(work, "idemgate.toml")
     with open(config, "w") as f:

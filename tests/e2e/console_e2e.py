@@ -136,16 +136,22 @@ def cli(*args):
     return subprocess.run([CLI, *args], capture_output=True, text=True)
 
 
-def main():
-    for p in (CONSOLE, CLI):
+def demo_ledger(needs, what, prefix, events):
+    """A new work directory with a demo ledger of `events` in it, once the files `needs` (built by
+    `what`) are there: (work dir, ledger path, the ledger's stuck entries)."""
+    for p in needs:
         if not os.path.exists(p):
-            sys.exit(f"{p} is missing: build the console and the CLI first (see .ci/test)")
-    work = tempfile.mkdtemp(prefix="idemgate-e2e-")
+            sys.exit(f"{p} is missing: build {what} first (see .ci/test)")
+    work = tempfile.mkdtemp(prefix=prefix)
     ledger = os.path.join(work, "demo.db")
-    r = cli("demo", "--ledger", ledger, "--events", "5000")
+    r = cli("demo", "--ledger", ledger, "--events", str(events))
     if r.returncode != 0:
         sys.exit(r.stderr)
-    stuck_before = json.loads(cli("entries", "--ledger", ledger, "--stuck", "--json").stdout)
+    return work, ledger, json.loads(cli("entries", "--ledger", ledger, "--stuck", "--json").stdout)
+
+
+def main():
+    work, ledger, stuck_before = demo_ledger((CONSOLE, CLI), "the console and the CLI", "idemgate-e2e-", 5000)
 
     driver_log = open(os.path.join(TARGET, "tauri-driver.log"), "w")
     # A fresh profile (preferences, webview storage) for every run: screenshots start from defaults.
