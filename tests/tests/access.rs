@@ -1,6 +1,10 @@
 //! Access: secrets never reach the ledger, its log, an export or the process log; the admin API
 //! refuses every wrong token the same way and answers only problem+json; servers bind loopback
-//! unless configured otherwise.
+//! unless configured otherwise; a long admin call stops when its client goes away.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
 
 use idemgate_tests::upstream::Upstream;
 use idemgate_tests::*;
@@ -535,4 +539,51 @@ fn a_killed_serves_export_spool_is_removed_at_the_next_start_and_a_live_ones_is_
     assert_eq!(file.status, 200, "{}", file.text());
     assert!(third.terminate().success());
     assert_eq!(spools(), live_spool);
+}
+
+/// A verify through the admin API reads the whole log. When its client goes away (a closed tab, the
+/// console's Cancel, curl's Ctrl-C) it stops, rather than read on for nobody; the log says where.
+#[test]
+fn a_verify_stops_when_its_client_goes_away() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = dir.path().join("ledger.db");
+    let ledger_s = ledger.to_str().expect("utf-8");
+    // About a second of verifying in a debug build: long enough to leave part-way, many times over.
+    let demo = idemgate(&["demo", "--ledger", ledger_s, "--events", "100000"]);
+    assert!(demo.status.success(), "{demo:?}");
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nledger = \"{ledger_s}\"\n"
+    );
+    let proxy = Proxy::start(dir.path(), &toml, &ledger);
+
+    let mut s = TcpStream::connect(proxy.admin.expect("admin")).expect("connect");
+    write!(
+        s,
+        "GET /admin/v1/verify HTTP/1.1\r\nhost: idemgate\r\nauthorization: Bearer {ADMIN_TOKEN}\r\n\r\n"
+    )
+    .expect("send");
+    std::thread::sleep(Duration::from_millis(100));
+    drop(s);
+    let stopped = eventually(30, "the verify to stop", || {
+        let logs = proxy.logs();
+        let line = logs
+            .lines()
+            .find(|l| l.contains("a verify stopped after"))?;
+        let n = line.split("stopped after ").nth(1)?.split(' ').next()?;
+        n.parse::<u64>().ok()
+    });
+
+    // The server is none the worse: a verify that is waited for reads the whole log, further.
+    let whole = proxy.admin_get("/admin/v1/verify");
+    assert_eq!(whole.status, 200, "{}", whole.text());
+    let whole = whole.json();
+    assert_eq!(whole["ok"], true, "{whole}");
+    let all = whole["count"].as_u64().expect("count");
+    assert!(stopped < all, "stopped after {stopped} of {all} events");
+    assert_eq!(
+        proxy.logs().matches("a verify stopped after").count(),
+        1,
+        "{}",
+        proxy.logs()
+    );
 }

@@ -663,7 +663,7 @@ export class App {
       try {
         const r = await f(id);
         clear(outEl);
-        outEl.textContent = r === null ? "cancelled: nothing was written" : JSON.stringify(r, null, 2);
+        outEl.textContent = r === null ? (label === "export" ? "cancelled: nothing was written" : "cancelled") : JSON.stringify(r, null, 2);
       } catch (e) {
         clear(outEl);
         const b = toErrorBody(e);

@@ -73,6 +73,37 @@ describe("HttpTransport (the admin API)", () => {
     expect(await t.cancelJob("j2")).toBe(false);
   });
 
+  it("cancels a verify by dropping its request (the server stops it), and says it was cancelled", async () => {
+    const seen: string[] = [];
+    // A server still verifying: it answers only when the request is dropped, with the error a dropped fetch gives.
+    const fake = ((url: string, init?: RequestInit) => {
+      seen.push(`${init?.method} ${url.replace("http://x", "")}`);
+      return new Promise<Response>((_, reject) => init?.signal?.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))));
+    }) as unknown as typeof fetch;
+    const t = new HttpTransport("http://x", "tok", fake);
+    const ledger = t.verifyLedger("v1");
+    const manifest = { manifest_version: 1, format: "ndjson", alg: "sha256", file: "f.ndjson", sha256: "00", bytes: 3, count: 2, first_seq: 1, last_seq: 2, first_prev_hash: null, chain_head: null, ledger_head: null, since: null, until: null, created_at: "t", ledger: "l" } as const;
+    const against = t.verifyAgainstManifest(manifest, "v2");
+    await new Promise((r) => setTimeout(r, 5));
+    expect(seen).toEqual(["GET /admin/v1/verify", "POST /admin/v1/verify/against"]);
+    expect(await t.cancelJob("v1")).toBe(true);
+    expect(await ledger).toBeNull();
+    expect(await t.cancelJob("v1")).toBe(false);
+    expect(await t.cancelJob("v2")).toBe(true);
+    expect(await against).toBeNull();
+  });
+
+  it("gives a verify's report, and its failure, as they come when nobody cancels", async () => {
+    const report = { ok: true, alg: "sha256", count: 2, first_seq: 1, head: null, first_bad_seq: null, problem: null, cancelled: false };
+    let fail = false;
+    const fake = (async () => (fail ? new Response(JSON.stringify({ code: "ledger-unavailable", detail: "disk gone" }), { status: 503 }) : new Response(JSON.stringify(report), { status: 200 }))) as unknown as typeof fetch;
+    const t = new HttpTransport("http://x", "tok", fake);
+    expect(await t.verifyLedger("v3")).toEqual(report);
+    fail = true;
+    await expect(t.verifyLedger("v4")).rejects.toEqual({ code: "ledger-unavailable", message: "disk gone" });
+    expect(await t.cancelJob("v4")).toBe(false);
+  });
+
   it("gives a failed export's error", async () => {
     const failed = { id: "ef56", state: "failed", format: "csv", since: null, until: null, created_at: "t", ended_at: "t", expires_at: "t", done: 0, manifest: null, error: { code: "ledger-unavailable", message: "disk gone" }, file_url: null, manifest_url: null };
     const fake = (async () => new Response(JSON.stringify(failed), { status: 202 })) as unknown as typeof fetch;

@@ -45,12 +45,13 @@ export interface Transport {
   replay(id: number, cmd: ActionCmd): Promise<ReplayReport>;
   reconcile(id: number, cmd: ActionCmd): Promise<ReconcileReport>;
   exportLog(cmd: ExportCmd, job: string): Promise<Manifest | null>;
-  verifyLedger(job: string): Promise<VerifyReport>;
+  /** `null` when cancelled before the end in a browser (the desktop's report says `cancelled`). */
+  verifyLedger(job: string): Promise<VerifyReport | null>;
   verifyExport(path: string, job: string): Promise<ExportVerifyReport>;
   /** The ledger's chain, and whether it holds the heads of the manifest at `path` (desktop). */
   verifyAgainst(path: string, job: string): Promise<AgainstReport>;
   /** The same, with the manifest itself (a browser, which has the file, not a path). */
-  verifyAgainstManifest(manifest: Manifest, job: string): Promise<AgainstReport>;
+  verifyAgainstManifest(manifest: Manifest, job: string): Promise<AgainstReport | null>;
   cancelJob(job: string): Promise<boolean>;
   onProgress(f: (p: JobProgress) => void): Promise<() => void>;
   proxyStatus(): Promise<ProxyStatus>;
@@ -148,6 +149,9 @@ export class HttpTransport implements Transport {
   private readonly listeners = new Set<(p: JobProgress) => void>();
   /** The server's export id of each running console job, so that Cancel can delete it. */
   private readonly exports = new Map<string, string>();
+  /** The request of each running single-call job (a verify), so that Cancel can drop it: the
+   * server stops a verify whose client went away. */
+  private readonly calls = new Map<string, AbortController>();
   private readonly cancelled = new Set<string>();
   constructor(
     private readonly base: string,
@@ -157,13 +161,14 @@ export class HttpTransport implements Transport {
     private readonly pollMs = 250,
   ) {}
 
-  private async send(method: string, path: string, body?: unknown): Promise<Response> {
+  private async send(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<Response> {
     let r: Response;
     try {
       r = await this.fetchFn(`${this.base}${path}`, {
         method,
         headers: { authorization: `Bearer ${this.token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
         body: body === undefined ? undefined : JSON.stringify(body),
+        signal,
       });
     } catch (e) {
       throw { code: "network", message: String(e) } satisfies ErrorBody;
@@ -175,9 +180,23 @@ export class HttpTransport implements Transport {
     return r;
   }
 
-  private async req<T>(method: string, path: string, body?: unknown): Promise<T> {
-    const r = await this.send(method, path, body);
+  private async req<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+    const r = await this.send(method, path, body, signal);
     return (await r.json().catch(() => null)) as T;
+  }
+
+  /** One request as a console job that Cancel can stop: `null` when it was cancelled. */
+  private async cancellable<T>(job: string, method: string, path: string, body?: unknown): Promise<T | null> {
+    const c = new AbortController();
+    this.calls.set(job, c);
+    try {
+      return await this.req<T>(method, path, body, c.signal);
+    } catch (e) {
+      if (c.signal.aborted) return null;
+      throw e;
+    } finally {
+      this.calls.delete(job);
+    }
   }
 
   private progress(job: string, done: number): void {
@@ -241,12 +260,17 @@ export class HttpTransport implements Transport {
       this.cancelled.delete(job);
     }
   }
-  verifyLedger() { return this.req<VerifyReport>("GET", "/admin/v1/verify"); }
+  verifyLedger(job: string) { return this.cancellable<VerifyReport>(job, "GET", "/admin/v1/verify"); }
   async verifyExport(): Promise<ExportVerifyReport> { return unsupported("verifying an export file"); }
   async verifyAgainst(): Promise<AgainstReport> { return unsupported("reading a manifest by its path"); }
-  verifyAgainstManifest(manifest: Manifest) { return this.req<AgainstReport>("POST", "/admin/v1/verify/against", manifest); }
-  /** Cancels an export (deleting it on the server); other jobs here are single calls. */
+  verifyAgainstManifest(manifest: Manifest, job: string) { return this.cancellable<AgainstReport>(job, "POST", "/admin/v1/verify/against", manifest); }
+  /** Cancels an export (deleting it on the server) or a verify (dropping its request). */
   async cancelJob(job: string) {
+    const call = this.calls.get(job);
+    if (call !== undefined) {
+      call.abort();
+      return true;
+    }
     const id = this.exports.get(job);
     if (id === undefined) return false;
     this.cancelled.add(job);

@@ -2,6 +2,7 @@
 //! text, `/healthz` and `/readyz`. Everything but the last two needs `Authorization: Bearer
 //! <token>`, compared in constant time. Errors are problem+json with the operation's stable code.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
@@ -280,6 +281,43 @@ async fn blocking<T: Send + 'static>(
         .map_err(Problem::from)
 }
 
+/// Like [`blocking`], for long work that can stop part-way: `f` is handed a flag that is raised
+/// when this call is dropped. Hyper drops a request's handler when its client goes away (a closed
+/// tab, a cancelled `fetch`, curl's Ctrl-C), and a verify checks the flag between steps, so it
+/// stops instead of reading the whole log for nobody.
+async fn blocking_while_wanted<T: Send + 'static>(
+    f: impl FnOnce(&AtomicBool) -> Result<T, idemgate_ops::OpsError> + Send + 'static,
+) -> Result<T, Problem> {
+    struct RaiseOnDrop(Arc<AtomicBool>);
+    impl Drop for RaiseOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let unwanted = Arc::new(AtomicBool::new(false));
+    let _raise = RaiseOnDrop(Arc::clone(&unwanted));
+    blocking(move || f(&unwanted)).await
+}
+
+/// A verify for a caller that may go away: it stops once `unwanted` is raised, and the log says
+/// so. `chain` picks the report's chain verification.
+fn verify_while_wanted<T>(
+    unwanted: &AtomicBool,
+    run: impl FnOnce(Progress<'_>) -> Result<T, idemgate_ops::OpsError>,
+    chain: impl FnOnce(&T) -> &VerifyReport,
+) -> Result<T, idemgate_ops::OpsError> {
+    let r = run(&mut |_| !unwanted.load(Ordering::Relaxed))?;
+    let c = chain(&r);
+    if c.cancelled {
+        tracing::info!(
+            events = c.count,
+            "a verify stopped after {} events: its client went away",
+            c.count
+        );
+    }
+    Ok(r)
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EntriesQuery {
@@ -499,7 +537,10 @@ async fn incidents(
 }
 
 async fn verify(State(s): State<AdminState>, _: NoQuery) -> Result<Response, Problem> {
-    Ok(Json(blocking(move || s.ops.verify(&mut |_| true)).await?).into_response())
+    let r = blocking_while_wanted(move |unwanted| {
+        verify_while_wanted(unwanted, |p| s.ops.verify(p), |r| r)
+    });
+    Ok(Json(r.await?).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -615,10 +656,11 @@ async fn verify_against(
     b: Result<Json<export::Manifest>, JsonRejection>,
 ) -> Result<Response, Problem> {
     let Json(m) = b.map_err(bad_json)?;
-    Ok(
-        Json(blocking(move || s.ops.verify_against_manifest(&m, &mut |_| true)).await?)
-            .into_response(),
-    )
+    let r = blocking_while_wanted(move |unwanted| {
+        let run = |p: Progress<'_>| s.ops.verify_against_manifest(&m, p);
+        verify_while_wanted(unwanted, run, |r| &r.chain)
+    });
+    Ok(Json(r.await?).into_response())
 }
 
 async fn openapi() -> Response {
