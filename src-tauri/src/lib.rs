@@ -208,8 +208,14 @@ impl Console {
         self.call(move |o| o.preview_purge(&target)).await
     }
 
-    pub async fn purge(&self, cmd: PurgeCmd) -> R<PurgeReport> {
-        self.call(move |o| o.purge(&cmd)).await
+    /// A purge as a job: progress after each chunk, and `cancel_job(job)` stops it between two.
+    pub async fn purge(
+        &self,
+        cmd: PurgeCmd,
+        job: String,
+        progress: impl Fn(u64) + Send + 'static,
+    ) -> R<PurgeReport> {
+        self.job(&job, progress, move |o, p| o.purge(&cmd, p)).await
     }
 
     /// Runs a long operation as a cancellable job: `progress` hears from it, `cancel_job(job)`
@@ -507,8 +513,13 @@ pub mod commands {
         c.preview_purge(target).await
     }
     #[tauri::command]
-    pub async fn purge(c: State<'_, Console>, cmd: PurgeCmd) -> R<PurgeReport> {
-        c.purge(cmd).await
+    pub async fn purge(
+        app: AppHandle,
+        c: State<'_, Console>,
+        cmd: PurgeCmd,
+        job: String,
+    ) -> R<PurgeReport> {
+        c.purge(cmd, job.clone(), progress(app, job)).await
     }
     #[tauri::command]
     pub async fn export(

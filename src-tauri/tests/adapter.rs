@@ -201,6 +201,66 @@ fn export_verifies_and_cancels_cleanly() {
     assert!(!c.cancel_job("no-such-job"));
 }
 
+/// A bulk purge is a job: its progress is heard after each chunk, and `cancel_job` stops it
+/// between two, with the report saying so.
+#[test]
+fn a_purge_is_a_job_that_reports_progress_and_stops_when_cancelled() {
+    use idemgate_ledger::{testing, ClaimOutcome, CompleteRequest, ResponseRecord};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("l.db").display().to_string();
+    let ops = Ops::open_or_create(&path).expect("ledger");
+    let at = idemgate_ledger::now_millis() - 120_000;
+    for i in 0..PURGE_CHUNK + 10 {
+        let mut claim = testing::charge(&format!("k{i}"), at);
+        claim.ttl_ms = 1_000;
+        let ClaimOutcome::Claimed { entry_id, .. } =
+            ops.store().claim(claim).wait().expect("claim")
+        else {
+            panic!("not claimed");
+        };
+        let response = ResponseRecord {
+            status: 201,
+            headers: vec![],
+            body: b"{}".to_vec(),
+        };
+        ops.store()
+            .complete(CompleteRequest {
+                entry_id,
+                owner: "o".into(),
+                response,
+                ttl_ms: 1_000,
+                duplicate_window_ms: None,
+                at,
+            })
+            .wait()
+            .expect("complete");
+    }
+    drop(ops);
+    let c = std::sync::Arc::new(Console::open(&LedgerChoice::Named(path)));
+    let cmd = PurgeCmd {
+        target: PurgeTarget::Expired {
+            filter: EntryFilter::default(),
+        },
+        operator: "o".into(),
+        reason: "r".into(),
+        confirm_destructive: false,
+    };
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (c2, h2) = (c.clone(), heard.clone());
+    let r = block_on(c.purge(cmd.clone(), "p1".into(), move |n| {
+        h2.lock().expect("lock").push(n);
+        assert!(c2.cancel_job("p1"));
+    }))
+    .expect("purge");
+    assert!(r.cancelled, "{r:?}");
+    assert_eq!(r.purged.len(), PURGE_CHUNK);
+    assert_eq!(*heard.lock().expect("lock"), [PURGE_CHUNK as u64]);
+    assert!(!c.cancel_job("p1"), "the job ended with its purge");
+    let r = block_on(c.purge(cmd, "p2".into(), |_| {})).expect("purge");
+    assert!(!r.cancelled);
+    assert_eq!(r.purged.len(), 10);
+}
+
 #[test]
 fn the_embedded_proxy_starts_stops_and_reports_bad_configs() {
     let (dir, path) = demo();

@@ -12,7 +12,9 @@ function entry(id: number, over: Partial<EntrySummary> = {}): EntrySummary {
   };
 }
 
-function setup(handlers: Record<string, (args: Record<string, unknown>) => unknown>) {
+type Listen = (event: string, f: (e: { payload: unknown }) => void) => Promise<() => void>;
+
+function setup(handlers: Record<string, (args: Record<string, unknown>) => unknown>, listen: Listen = async () => () => {}) {
   const calls: [string, Record<string, unknown>][] = [];
   const invoke = async (cmd: string, args: Record<string, unknown> = {}) => {
     calls.push([cmd, args]);
@@ -25,7 +27,7 @@ function setup(handlers: Record<string, (args: Record<string, unknown>) => unkno
   document.body.innerHTML = "";
   const root = document.createElement("div");
   document.body.append(root);
-  const app = new App(root, new TauriTransport(invoke, async () => () => {}), p);
+  const app = new App(root, new TauriTransport(invoke, listen), p);
   return { app, calls, prefs, root };
 }
 
@@ -151,6 +153,42 @@ describe("console UI", () => {
     q("confirm-button").click();
     await tick();
     expect(calls.find(([c]) => c === "resolve")?.[1]).toMatchObject({ cmd: { as: "released", confirm_destructive: true } });
+  });
+
+  it("purges every expired entry as a job: its progress after each chunk, and Stop cancels it between two", async () => {
+    let emit: ((e: { payload: unknown }) => void) | null = null;
+    let finish: ((r: unknown) => void) | null = null;
+    const { app, calls, prefs } = setup({
+      ...base,
+      entries: () => ({ entries: [], next_before: null }),
+      preview_purge: () => ({ action: "purge", count: 2500, ids: [1], keys: ["key-1"], destructive: false, skipped: [] }),
+      purge: (args) => new Promise((r) => { finish = r; emit?.({ payload: { job: args.job, done: 1000, total: null } }); }),
+      cancel_job: () => { finish?.({ purged: Array.from({ length: 1000 }, (_, i) => i + 1), cancelled: true }); return true; },
+    }, async (event, f) => { if (event === "job-progress") emit = f; return () => { emit = null; }; });
+    prefs.set("operator", "dana");
+    await app.start();
+    await app.go("expiries");
+    await tick();
+    q("action-purge").click();
+    await tick();
+    (q("reason-input") as HTMLTextAreaElement).value = "retention";
+    q("confirm-button").click();
+    await tick();
+    const purge = calls.find(([c]) => c === "purge");
+    expect(purge?.[1]).toMatchObject({ cmd: { target: "expired", filter: { expired: true }, operator: "dana", reason: "retention" } });
+    const bar = q("action-dialog").querySelector("progress") as HTMLProgressElement;
+    expect([bar.value, bar.max]).toEqual([1000, 2500]);
+    expect(q("cancel-button").textContent).toBe("Stop");
+    q("cancel-button").click();
+    await tick();
+    await tick();
+    expect(calls.find(([c]) => c === "cancel_job")?.[1]).toEqual({ job: purge?.[1].job });
+    // Stop keeps the dialog open, for the summary; Close closes it.
+    expect(q("dialog-message").textContent).toBe("purged 1000 entries of 2500: stopped; the rest are as they were");
+    expect(emit).toBeNull();
+    expect(q("cancel-button").textContent).toBe("Close");
+    q("cancel-button").click();
+    expect(q("action-dialog")).toBeNull();
   });
 
   it("shows a typed error from a command with its code", async () => {

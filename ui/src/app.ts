@@ -41,8 +41,9 @@ interface ActionSpec {
   preview: Preview;
   /** Extra inputs (e.g. resolve's outcome fields). */
   fields?: HTMLElement;
-  /** Runs the action; `progress(done, total)`; stops early when `cancelled()`. Returns a summary. */
-  run: (operator: string, reason: string, progress: (done: number, total: number) => void, cancelled: () => boolean) => Promise<string>;
+  /** Runs the action; `progress(done, total)`; stops early when `cancelled()` (or, for one long
+   * call, when the function given to `onStop` is called). Returns a summary. */
+  run: (operator: string, reason: string, progress: (done: number, total: number) => void, cancelled: () => boolean, onStop: (f: () => void) => void) => Promise<string>;
 }
 
 export class App {
@@ -409,7 +410,7 @@ export class App {
     } else if (action === "reconcile") {
       await this.t.reconcile(id, cmd);
     } else if (action === "purge") {
-      await this.t.purge({ target: "ids", ids: [id], ...cmd });
+      await this.t.purge({ target: "ids", ids: [id], ...cmd }, `purge-${id}-${Date.now()}`);
     }
   }
 
@@ -449,7 +450,22 @@ export class App {
           const target = { target: "expired" as const, filter: { ...filter, expired: true } };
           const preview = await this.t.previewPurge(target).catch((e) => (this.error(e), null));
           if (!preview) return;
-          await this.action({ title: "Purge every expired entry matching the filter", preview, run: async (operator, reason) => { const r = await this.t.purge({ ...target, operator, reason, confirm_destructive: preview.destructive }); return `purged ${r.purged.length} entries`; } });
+          await this.action({
+            title: "Purge every expired entry matching the filter",
+            preview,
+            run: async (operator, reason, progress, _cancelled, onStop) => {
+              const job = `purge-${Date.now()}`;
+              const unlisten = await this.t.onProgress((p) => { if (p.job === job) progress(p.done, preview.count); });
+              onStop(() => void this.t.cancelJob(job));
+              try {
+                const r = await this.t.purge({ ...target, operator, reason, confirm_destructive: preview.destructive }, job);
+                if (r === null) return "stopped: the entries purged before Stop stay purged (the log lists them); the rest are as they were";
+                return `purged ${r.purged.length} entr${r.purged.length === 1 ? "y" : "ies"}${r.cancelled ? ` of ${preview.count}: stopped; the rest are as they were` : ""}`;
+              } finally {
+                unlisten();
+              }
+            },
+          });
           await list.reset();
         },
       },
@@ -579,12 +595,16 @@ export class App {
       const msg = h("div", { class: "dialog-msg", testid: "dialog-message" });
       const bar = h("progress", { attrs: { max: 1, value: 0 } });
       let cancelled = false;
+      const onStop: (() => void)[] = [];
       let armed = 0;
       const close = () => {
         overlay.remove();
         resolve();
       };
-      const cancel = h("button", { testid: "cancel-button", on: { click: () => { cancelled = true; close(); } } }, "Cancel");
+      // One listener, whose action changes as the dialog does: Cancel, then Stop (which keeps the
+      // dialog open for the summary), then Close.
+      let onCancel = () => { cancelled = true; close(); };
+      const cancel = h("button", { testid: "cancel-button", on: { click: () => onCancel() } }, "Cancel");
       const confirm = h("button", {
         class: p.destructive ? "danger" : "primary",
         testid: "confirm-button",
@@ -604,10 +624,10 @@ export class App {
             this.prefs.setItem("operator", op);
             confirm.setAttribute("disabled", "");
             cancel.textContent = "Stop";
-            cancel.onclick = () => { cancelled = true; };
+            onCancel = () => { cancelled = true; for (const f of onStop) f(); };
             dlg.append(bar);
             try {
-              const summary = await spec.run(op, r, (d, t) => { bar.max = t; bar.value = d; }, () => cancelled);
+              const summary = await spec.run(op, r, (d, t) => { bar.max = t; bar.value = d; }, () => cancelled, (f) => onStop.push(f));
               msg.textContent = summary;
               msg.classList.add("ok");
             } catch (e) {
@@ -616,7 +636,7 @@ export class App {
               msg.classList.add("bad");
             }
             cancel.textContent = "Close";
-            cancel.onclick = close;
+            onCancel = close;
           },
         },
       }, p.count === 0 ? "Nothing to do" : `Confirm ${spec.preview.action} (${p.count})`);

@@ -73,7 +73,7 @@ describe("HttpTransport (the admin API)", () => {
     expect(await t.cancelJob("j2")).toBe(false);
   });
 
-  it("cancels a verify by dropping its request (the server stops it), and says it was cancelled", async () => {
+  it("cancels a verify or a purge by dropping its request (the server stops it), and says it was cancelled", async () => {
     const seen: string[] = [];
     // A server still verifying: it answers only when the request is dropped, with the error a dropped fetch gives.
     const fake = ((url: string, init?: RequestInit) => {
@@ -91,6 +91,11 @@ describe("HttpTransport (the admin API)", () => {
     expect(await t.cancelJob("v1")).toBe(false);
     expect(await t.cancelJob("v2")).toBe(true);
     expect(await against).toBeNull();
+    const purge = t.purge({ target: "expired", filter: { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null }, operator: "o", reason: "r", confirm_destructive: false }, "p1");
+    await new Promise((r) => setTimeout(r, 5));
+    expect(seen[2]).toBe("POST /admin/v1/purge");
+    expect(await t.cancelJob("p1")).toBe(true);
+    expect(await purge).toBeNull();
   });
 
   it("gives a verify's report, and its failure, as they come when nobody cancels", async () => {

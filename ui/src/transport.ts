@@ -41,7 +41,10 @@ export interface Transport {
   previewResolve(id: number): Promise<Preview>;
   resolve(cmd: ResolveCmd): Promise<EntrySummary>;
   previewPurge(target: PurgeTarget): Promise<Preview>;
-  purge(cmd: PurgeCmd): Promise<PurgeReport>;
+  /** A purge as a job (progress after each chunk of entries; Cancel stops it between two). `null`
+   * when cancelled in a browser, where the report is lost with the request: the log says what
+   * was purged. */
+  purge(cmd: PurgeCmd, job: string): Promise<PurgeReport | null>;
   replay(id: number, cmd: ActionCmd): Promise<ReplayReport>;
   reconcile(id: number, cmd: ActionCmd): Promise<ReconcileReport>;
   exportLog(cmd: ExportCmd, job: string): Promise<Manifest | null>;
@@ -98,7 +101,7 @@ export class TauriTransport implements Transport {
   previewResolve(id: number) { return this.call<Preview>("preview_resolve", { id }); }
   resolve(cmd: ResolveCmd) { return this.call<EntrySummary>("resolve", { cmd }); }
   previewPurge(target: PurgeTarget) { return this.call<Preview>("preview_purge", { target }); }
-  purge(cmd: PurgeCmd) { return this.call<PurgeReport>("purge", { cmd }); }
+  purge(cmd: PurgeCmd, job: string) { return this.call<PurgeReport>("purge", { cmd, job }); }
   replay(id: number, cmd: ActionCmd) { return this.call<ReplayReport>("replay", { id, cmd }); }
   reconcile(id: number, cmd: ActionCmd) { return this.call<ReconcileReport>("reconcile", { id, cmd }); }
   exportLog(cmd: ExportCmd, job: string) { return this.call<Manifest | null>("export", { cmd, job }); }
@@ -149,8 +152,8 @@ export class HttpTransport implements Transport {
   private readonly listeners = new Set<(p: JobProgress) => void>();
   /** The server's export id of each running console job, so that Cancel can delete it. */
   private readonly exports = new Map<string, string>();
-  /** The request of each running single-call job (a verify), so that Cancel can drop it: the
-   * server stops a verify whose client went away. */
+  /** The request of each running single-call job (a verify, a purge), so that Cancel can drop
+   * it: the server stops a verify, or a purge between two chunks, whose client went away. */
   private readonly calls = new Map<string, AbortController>();
   private readonly cancelled = new Set<string>();
   constructor(
@@ -223,7 +226,7 @@ export class HttpTransport implements Transport {
     return this.req<EntrySummary>("POST", `/admin/v1/entries/${entry_id}/resolve`, body);
   }
   previewPurge(target: PurgeTarget) { return this.req<Preview>("POST", "/admin/v1/purge/preview", target); }
-  purge(cmd: PurgeCmd) { return this.req<PurgeReport>("POST", "/admin/v1/purge", cmd); }
+  purge(cmd: PurgeCmd, job: string) { return this.cancellable<PurgeReport>(job, "POST", "/admin/v1/purge", cmd); }
   replay(id: number, cmd: ActionCmd) { return this.req<ReplayReport>("POST", `/admin/v1/entries/${id}/replay`, cmd); }
   reconcile(id: number, cmd: ActionCmd) { return this.req<ReconcileReport>("POST", `/admin/v1/entries/${id}/reconcile`, cmd); }
   /**
@@ -264,7 +267,7 @@ export class HttpTransport implements Transport {
   async verifyExport(): Promise<ExportVerifyReport> { return unsupported("verifying an export file"); }
   async verifyAgainst(): Promise<AgainstReport> { return unsupported("reading a manifest by its path"); }
   verifyAgainstManifest(manifest: Manifest, job: string) { return this.cancellable<AgainstReport>(job, "POST", "/admin/v1/verify/against", manifest); }
-  /** Cancels an export (deleting it on the server) or a verify (dropping its request). */
+  /** Cancels an export (deleting it on the server), or a verify or a purge (dropping its request). */
   async cancelJob(job: string) {
     const call = this.calls.get(job);
     if (call !== undefined) {

@@ -571,7 +571,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
                 output::preview(&mut out, &preview, json)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let report = ops.purge(&cmd)?;
+            let report = ops.purge(&cmd, &mut |_| true)?;
             output::purged(&mut out, &report, json)?;
         }
         Cmd::Export {

@@ -348,6 +348,10 @@ pub struct PurgeCmd {
     pub confirm_destructive: bool,
 }
 
+/// How many entries one purge transaction takes: short enough to leave the writer to the proxy
+/// between chunks, and where a purge reports progress and can stop.
+pub const PURGE_CHUNK: usize = 1000;
+
 /// A purge read from JSON refuses a member it does not know, as every command does, rather
 /// than purge without it: `"dry_run": true` (the CLI's flag) or a misspelt filter member
 /// (`"rout"`) would otherwise widen or run the purge. serde cannot refuse unknown members of a
@@ -430,6 +434,10 @@ mod purge_wire {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PurgeReport {
     pub purged: Vec<i64>,
+    /// Stopped before the end (the console's Stop, an admin client that went away): the entries
+    /// in `purged` are purged, and the rest are as they were.
+    #[serde(default)]
+    pub cancelled: bool,
 }
 
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
@@ -795,7 +803,10 @@ impl Ops {
         })
     }
 
-    pub fn purge(&self, cmd: &PurgeCmd) -> OpsResult<PurgeReport> {
+    /// Purges what `cmd` names, in chunks of [`PURGE_CHUNK`] entries, each atomic. `progress`
+    /// hears the count purged after each chunk and may stop the purge there: what is purged stays
+    /// purged (the log says so), and the report says it stopped.
+    pub fn purge(&self, cmd: &PurgeCmd, progress: Progress<'_>) -> OpsResult<PurgeReport> {
         let actor = validate_actor(&cmd.operator, &cmd.reason)?;
         let preview = self.preview_purge(&cmd.target)?;
         if let Some((id, why)) = preview.skipped.first() {
@@ -809,7 +820,9 @@ impl Ops {
         let only_expired = matches!(cmd.target, PurgeTarget::Expired { .. });
         let mut purged = Vec::with_capacity(preview.ids.len());
         // Chunks keep each transaction short; each chunk is atomic.
-        for chunk in preview.ids.chunks(1000) {
+        let chunks = preview.ids.chunks(PURGE_CHUNK);
+        let last = chunks.len().saturating_sub(1);
+        for (i, chunk) in chunks.enumerate() {
             let done = self
                 .store
                 .purge(PurgeRequest {
@@ -820,8 +833,17 @@ impl Ops {
                 })
                 .wait()?;
             purged.extend(done);
+            if !progress(purged.len() as u64) && i < last {
+                return Ok(PurgeReport {
+                    purged,
+                    cancelled: true,
+                });
+            }
         }
-        Ok(PurgeReport { purged })
+        Ok(PurgeReport {
+            purged,
+            cancelled: false,
+        })
     }
 
     /// Marks lease and TTL expiries in the log (the proxy's sweeper calls this periodically).
@@ -1240,6 +1262,86 @@ mod tests {
             .expect("done");
         assert_eq!(m.bytes, std::fs::metadata(&out).expect("file").len());
         assert!(export::manifest_path(&out).exists());
+    }
+
+    /// A purge goes in chunks, each atomic, and reports after each; told to stop, it stops between
+    /// two: the chunks done stay purged, the rest stay as they were, and a second purge takes them.
+    #[test]
+    fn a_purge_reports_each_chunk_and_stops_between_two_when_told() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ops =
+            Ops::open_or_create(&dir.path().join("l.db").display().to_string()).expect("ledger");
+        let n = 2 * PURGE_CHUNK + 500;
+        let at = now_millis() - 120_000;
+        let tickets: Vec<_> = (0..n)
+            .map(|i| {
+                let mut c = testing::charge(&format!("k{i}"), at);
+                c.ttl_ms = 1_000;
+                ops.store().claim(c)
+            })
+            .collect();
+        let done: Vec<_> = tickets
+            .into_iter()
+            .map(|t| match t.wait().expect("claim") {
+                ClaimOutcome::Claimed { entry_id, .. } => ops.store().complete(CompleteRequest {
+                    entry_id,
+                    owner: "o".into(),
+                    response: ResponseRecord {
+                        status: 201,
+                        headers: vec![],
+                        body: b"{}".to_vec(),
+                    },
+                    ttl_ms: 1_000,
+                    duplicate_window_ms: None,
+                    at,
+                }),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        for t in done {
+            t.wait().expect("complete");
+        }
+        let expired = || {
+            ops.preview_purge(&PurgeTarget::Expired {
+                filter: EntryFilter::default(),
+            })
+            .expect("preview")
+            .count
+        };
+        assert_eq!(expired(), n);
+        let cmd = PurgeCmd {
+            target: PurgeTarget::Expired {
+                filter: EntryFilter::default(),
+            },
+            operator: "o".into(),
+            reason: "r".into(),
+            confirm_destructive: false,
+        };
+
+        let mut heard = Vec::new();
+        let r = ops
+            .purge(&cmd, &mut |done| {
+                heard.push(done);
+                heard.len() < 2
+            })
+            .expect("purge");
+        assert!(r.cancelled);
+        assert_eq!(heard, [PURGE_CHUNK as u64, 2 * PURGE_CHUNK as u64]);
+        assert_eq!(r.purged.len(), 2 * PURGE_CHUNK);
+        assert_eq!(expired(), n - 2 * PURGE_CHUNK, "the rest as they were");
+
+        // Told to stop after the last chunk, there is nothing left to stop: it is done.
+        let mut heard = Vec::new();
+        let r = ops
+            .purge(&cmd, &mut |done| {
+                heard.push(done);
+                false
+            })
+            .expect("purge");
+        assert!(!r.cancelled);
+        assert_eq!(heard, [500]);
+        assert_eq!(r.purged.len(), 500);
+        assert_eq!(expired(), 0);
     }
 
     #[test]

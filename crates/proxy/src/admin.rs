@@ -455,7 +455,22 @@ async fn purge(
     b: Result<Json<PurgeCmd>, JsonRejection>,
 ) -> Result<Response, Problem> {
     let Json(cmd) = b.map_err(bad_json)?;
-    Ok(Json(blocking(move || s.ops.purge(&cmd)).await?).into_response())
+    // Between chunks, each atomic and logged, a purge whose client went away stops: what is
+    // purged stays purged, and a second purge takes the rest.
+    let r = blocking_while_wanted(move |unwanted| {
+        let r = s
+            .ops
+            .purge(&cmd, &mut |_| !unwanted.load(Ordering::Relaxed))?;
+        if r.cancelled {
+            tracing::warn!(
+                purged = r.purged.len(),
+                "a purge stopped after {} entries: its client went away",
+                r.purged.len()
+            );
+        }
+        Ok(r)
+    });
+    Ok(Json(r.await?).into_response())
 }
 
 async fn preview_purge(
