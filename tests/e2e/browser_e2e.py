@@ -77,7 +77,7 @@ def main():
         s.wait("const e = document.querySelector('[data-testid=stat-stuck] .value'); return e && e.textContent !== ''", "overview stats")
         check(s.text("stat-stuck").startswith(str(len(stuck_before))), f"overview shows {len(stuck_before)} stuck, through the admin API")
         check(s.js("return location.hash") == "", "the token is taken out of the URL")
-        check(f"idemgate serve at http://{addr}" in s.text("ledger-label"), "the label names the server")
+        check(s.text("ledger-label") == f"ledger: {ledger} (idemgate serve at http://{addr})", "the label names the server's ledger and the server")
         check(s.js("return !document.querySelector('[data-testid=ledger-input]') && !document.querySelector('[data-testid=proxy-panel]')"),
               "no ledger to open and no embedded proxy in a browser")
         s.type("operator-input", OPERATOR)

@@ -257,6 +257,7 @@ describe("console UI, keyboard and ledgers", () => {
     const fake = (async (url: string, init?: RequestInit) => {
       if (init?.body) bodies.push(String(init.body));
       if (url.includes("/admin/v1/stats")) return new Response(JSON.stringify(base.stats()), { status: 200 });
+      if (url.endsWith("/admin/v1/server")) return new Response(JSON.stringify({ version: "0.1.0", proxy_addr: "127.0.0.1:8700", admin_addr: "127.0.0.1:8701", ledger: "/var/lib/idemgate/ledger.db" }), { status: 200 });
       if (url.endsWith("/file")) return new Response("a,b\n", { status: 200 });
       return new Response(JSON.stringify(url.endsWith("/manifest") ? manifest : done), { status: url.endsWith("/exports") ? 202 : 200 });
     }) as unknown as typeof fetch;
@@ -272,7 +273,7 @@ describe("console UI, keyboard and ledgers", () => {
     expect(q("ledger-input")).toBeNull();
     expect(q("ledger-open")).toBeNull();
     expect(q("proxy-panel")).toBeNull();
-    expect(q("ledger-label").textContent).toBe("ledger: idemgate serve at http://x");
+    expect(q("ledger-label").textContent).toBe("ledger: /var/lib/idemgate/ledger.db (idemgate serve at http://x)");
     await app.go("export");
     expect(q("export-path")).toBeNull();
     expect(q("export-overwrite")).toBeNull();

@@ -24,6 +24,15 @@ describe("HttpTransport (the admin API)", () => {
     expect(seen).toEqual(["http://127.0.0.1:8701/admin/v1/server"]);
   });
 
+  it("names the server's ledger, or the server and why it cannot", async () => {
+    let status = 200;
+    const fake = (async () => new Response(JSON.stringify(status === 200 ? { version: "0.1.0", proxy_addr: "127.0.0.1:8700", admin_addr: "127.0.0.1:8701", ledger: "postgres://idemgate@db/idemgate" } : { code: "unauthorized", detail: "a valid admin token is required" }), { status })) as unknown as typeof fetch;
+    const t = new HttpTransport("http://127.0.0.1:8701", "tok", fake);
+    expect(await t.ledgerInfo()).toEqual({ location: "postgres://idemgate@db/idemgate (idemgate serve at http://127.0.0.1:8701)", error: null });
+    status = 401;
+    expect(await t.ledgerInfo()).toEqual({ location: "idemgate serve at http://127.0.0.1:8701", error: { code: "unauthorized", message: "a valid admin token is required" } });
+  });
+
   it("turns problem+json into an ErrorBody with the stable code", async () => {
     const fake = (async () => new Response(JSON.stringify({ code: "missing-reason", detail: "a reason is required" }), { status: 400 })) as unknown as typeof fetch;
     const t = new HttpTransport("http://x", "tok", fake);

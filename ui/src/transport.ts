@@ -206,7 +206,16 @@ export class HttpTransport implements Transport {
     for (const f of this.listeners) f({ job, done, total: null });
   }
 
-  async ledgerInfo(): Promise<LedgerInfo> { return { location: `idemgate serve at ${this.base}`, error: null }; }
+  /** The server's ledger, as `GET /admin/v1/server` names it (the server, and why, when it cannot). */
+  async ledgerInfo(): Promise<LedgerInfo> {
+    const at = `idemgate serve at ${this.base}`;
+    try {
+      const s = await this.req<ServerInfo>("GET", "/admin/v1/server");
+      return { location: `${s.ledger} (${at})`, error: null };
+    } catch (e) {
+      return { location: at, error: toErrorBody(e) };
+    }
+  }
   async openLedger(): Promise<LedgerInfo> { return unsupported("opening another ledger"); }
   stats(hours: number) { return this.req<Stats>("GET", `/admin/v1/stats${query({ hours })}`); }
   entries(f: EntryFilter, before: number | null, limit: number) {
