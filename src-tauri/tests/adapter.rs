@@ -205,36 +205,10 @@ fn export_verifies_and_cancels_cleanly() {
 /// between two, with the report saying so.
 #[test]
 fn a_purge_is_a_job_that_reports_progress_and_stops_when_cancelled() {
-    use idemgate_ledger::{testing, ClaimOutcome, CompleteRequest, ResponseRecord};
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("l.db").display().to_string();
     let ops = Ops::open_or_create(&path).expect("ledger");
-    let at = idemgate_ledger::now_millis() - 120_000;
-    for i in 0..PURGE_CHUNK + 10 {
-        let mut claim = testing::charge(&format!("k{i}"), at);
-        claim.ttl_ms = 1_000;
-        let ClaimOutcome::Claimed { entry_id, .. } =
-            ops.store().claim(claim).wait().expect("claim")
-        else {
-            panic!("not claimed");
-        };
-        let response = ResponseRecord {
-            status: 201,
-            headers: vec![],
-            body: b"{}".to_vec(),
-        };
-        ops.store()
-            .complete(CompleteRequest {
-                entry_id,
-                owner: "o".into(),
-                response,
-                ttl_ms: 1_000,
-                duplicate_window_ms: None,
-                at,
-            })
-            .wait()
-            .expect("complete");
-    }
+    idemgate_ledger::testing::expired_charges(ops.store().as_ref(), PURGE_CHUNK + 10);
     drop(ops);
     let c = std::sync::Arc::new(Console::open(&LedgerChoice::Named(path)));
     let cmd = PurgeCmd {

@@ -5,9 +5,9 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::db::{Db, Row};
-use crate::model::{Effect, Millis, RequestRecord};
+use crate::model::{now_millis, Effect, Millis, RequestRecord, ResponseRecord};
 use crate::postgres::PgConn;
-use crate::store::ClaimRequest;
+use crate::store::{ClaimOutcome, ClaimRequest, CompleteRequest, Storage};
 
 /// A claim of `key` on a `charges` route at `at`, by owner `o`, leased and kept for 60 s.
 pub fn charge(key: &str, at: Millis) -> ClaimRequest {
@@ -30,6 +30,48 @@ pub fn charge(key: &str, at: Millis) -> ClaimRequest {
         reject_duplicates_within_ms: None,
         at,
     }
+}
+
+/// `n` charges (keys `k0`, `k1`, …) claimed and completed two minutes ago and kept for a second:
+/// `n` expired entries, to purge. Their ids, in order.
+///
+/// # Panics
+/// When the ledger cannot take them.
+pub fn expired_charges(store: &dyn Storage, n: usize) -> Vec<i64> {
+    let at = now_millis() - 120_000;
+    let claims: Vec<_> = (0..n)
+        .map(|i| {
+            let mut c = charge(&format!("k{i}"), at);
+            c.ttl_ms = 1_000;
+            store.claim(c)
+        })
+        .collect();
+    let mut ids = Vec::with_capacity(n);
+    let completions: Vec<_> = claims
+        .into_iter()
+        .map(|t| {
+            let ClaimOutcome::Claimed { entry_id, .. } = t.wait().expect("claim") else {
+                panic!("not claimed");
+            };
+            ids.push(entry_id);
+            store.complete(CompleteRequest {
+                entry_id,
+                owner: "o".into(),
+                response: ResponseRecord {
+                    status: 201,
+                    headers: vec![],
+                    body: b"{}".to_vec(),
+                },
+                ttl_ms: 1_000,
+                duplicate_window_ms: None,
+                at,
+            })
+        })
+        .collect();
+    for t in completions {
+        t.wait().expect("complete");
+    }
+    ids
 }
 
 /// The `/proc/self/task/TID` directories of this process's ledger writer threads (none where

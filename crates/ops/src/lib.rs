@@ -1272,35 +1272,7 @@ mod tests {
         let ops =
             Ops::open_or_create(&dir.path().join("l.db").display().to_string()).expect("ledger");
         let n = 2 * PURGE_CHUNK + 500;
-        let at = now_millis() - 120_000;
-        let tickets: Vec<_> = (0..n)
-            .map(|i| {
-                let mut c = testing::charge(&format!("k{i}"), at);
-                c.ttl_ms = 1_000;
-                ops.store().claim(c)
-            })
-            .collect();
-        let done: Vec<_> = tickets
-            .into_iter()
-            .map(|t| match t.wait().expect("claim") {
-                ClaimOutcome::Claimed { entry_id, .. } => ops.store().complete(CompleteRequest {
-                    entry_id,
-                    owner: "o".into(),
-                    response: ResponseRecord {
-                        status: 201,
-                        headers: vec![],
-                        body: b"{}".to_vec(),
-                    },
-                    ttl_ms: 1_000,
-                    duplicate_window_ms: None,
-                    at,
-                }),
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        for t in done {
-            t.wait().expect("complete");
-        }
+        testing::expired_charges(ops.store().as_ref(), n);
         let expired = || {
             ops.preview_purge(&PurgeTarget::Expired {
                 filter: EntryFilter::default(),
