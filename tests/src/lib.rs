@@ -158,10 +158,8 @@ impl Proxy {
     /// SIGTERM, then wait for the process to exit (it drains requests in flight).
     pub fn terminate(&mut self) -> ExitStatus {
         let mut c = self.child.take().expect("running");
-        let _ = Command::new("sh")
-            .arg("-c")
-            .arg(format!("kill -TERM {}", c.id()))
-            .status();
+        let pid = rustix::process::Pid::from_raw(c.id() as i32).expect("a child's pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
         let deadline = Instant::now() + Duration::from_secs(40);
         loop {
             if let Ok(Some(s)) = c.try_wait() {

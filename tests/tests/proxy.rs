@@ -1431,6 +1431,28 @@ fn sigterm_drains_requests_in_flight_before_exiting() {
     assert!(std::net::TcpStream::connect(addr).is_err());
 }
 
+/// A stop that comes the moment `serve` says it listens (a supervisor stopping what it just
+/// started, a rolling update) drains and exits 0, however soon: SIGTERM is caught from before the
+/// listeners open, not from the first time `serve` waits for it, so it never meets the default
+/// action, which ends the process at once.
+#[test]
+fn sigterm_the_moment_serve_listens_is_a_clean_stop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = dir.path().join("ledger.db");
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nledger = \"{}\"\n",
+        ledger.display()
+    );
+    for _ in 0..20 {
+        let mut p = Proxy::start(dir.path(), &toml, &ledger);
+        let status = p.terminate();
+        assert!(status.success(), "{status:?}\n{}", p.logs());
+        assert!(p
+            .logs()
+            .contains("stopped; every acknowledged outcome is in the ledger"));
+    }
+}
+
 /// The commonest lost response: the agent's own timeout closes the connection while the upstream
 /// is still answering. The request is finished all the same (forwarded, its outcome recorded), so
 /// the agent's retry is a replay, and a SIGTERM right after waits for it too.

@@ -45,19 +45,24 @@ fn runtime() -> Result<tokio::runtime::Runtime, CmdError> {
         .map_err(CmdError::Runtime)
 }
 
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// SIGTERM or SIGINT (Ctrl-C): the stop that drains requests in flight. Caught from before the
+/// listeners open, not from the first time `serve` waits on it: a stop that came between the
+/// "listening" line and that wait (a supervisor stopping a service it just started, a rolling
+/// update) would otherwise meet the default action, which ends the process at once, cutting off
+/// requests already claimed and forwarded.
+fn shutdown_signal(
+    rt: &tokio::runtime::Runtime,
+) -> Result<impl std::future::Future<Output = ()>, CmdError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let _in = rt.enter();
+    let mut term = signal(SignalKind::terminate()).map_err(CmdError::Runtime)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(CmdError::Runtime)?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
+    })
 }
 
 /// A write past the process's file-size limit (`ulimit -f`, systemd's `LimitFSIZE=`) raises
@@ -130,6 +135,7 @@ pub fn serve(config: &Path) -> Result<ExitCode, CmdError> {
         None => None,
     };
     let rt = runtime()?;
+    let stop = shutdown_signal(&rt)?;
     survive_file_size_limit(&rt);
     survive_hangup(&rt);
     let ops = Ops::open_or_create(&cfg.ledger)?;
@@ -152,7 +158,7 @@ pub fn serve(config: &Path) -> Result<ExitCode, CmdError> {
             let _ = out.flush();
             tracing::info!(proxy = %b.proxy, admin = ?b.admin, "idemgate serving");
         },
-        shutdown_signal(),
+        stop,
     ))?;
     tracing::info!("stopped; every acknowledged outcome is in the ledger");
     Ok(ExitCode::SUCCESS)
