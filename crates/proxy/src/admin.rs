@@ -281,12 +281,12 @@ async fn blocking<T: Send + 'static>(
         .map_err(Problem::from)
 }
 
-/// Like [`blocking`], for long work that can stop part-way: `f` is handed a flag that is raised
-/// when this call is dropped. Hyper drops a request's handler when its client goes away (a closed
-/// tab, a cancelled `fetch`, curl's Ctrl-C), and a verify checks the flag between steps, so it
-/// stops instead of reading the whole log for nobody.
+/// Like [`blocking`], for long work that can stop part-way: `f` is handed a progress callback
+/// that says stop once this call is dropped. Hyper drops a request's handler when its client goes
+/// away (a closed tab, a cancelled `fetch`, curl's Ctrl-C), so a verify or a purge stops instead
+/// of working on for nobody.
 async fn blocking_while_wanted<T: Send + 'static>(
-    f: impl FnOnce(&AtomicBool) -> Result<T, idemgate_ops::OpsError> + Send + 'static,
+    f: impl FnOnce(Progress<'_>) -> Result<T, idemgate_ops::OpsError> + Send + 'static,
 ) -> Result<T, Problem> {
     struct RaiseOnDrop(Arc<AtomicBool>);
     impl Drop for RaiseOnDrop {
@@ -296,26 +296,18 @@ async fn blocking_while_wanted<T: Send + 'static>(
     }
     let unwanted = Arc::new(AtomicBool::new(false));
     let _raise = RaiseOnDrop(Arc::clone(&unwanted));
-    blocking(move || f(&unwanted)).await
+    blocking(move || f(&mut |_| !unwanted.load(Ordering::Relaxed))).await
 }
 
-/// A verify for a caller that may go away: it stops once `unwanted` is raised, and the log says
-/// so. `chain` picks the report's chain verification.
-fn verify_while_wanted<T>(
-    unwanted: &AtomicBool,
-    run: impl FnOnce(Progress<'_>) -> Result<T, idemgate_ops::OpsError>,
-    chain: impl FnOnce(&T) -> &VerifyReport,
-) -> Result<T, idemgate_ops::OpsError> {
-    let r = run(&mut |_| !unwanted.load(Ordering::Relaxed))?;
-    let c = chain(&r);
-    if c.cancelled {
+/// Says in the log when a verify's chain walk stopped because its client went away.
+fn log_if_stopped(chain: &VerifyReport) {
+    if chain.cancelled {
         tracing::info!(
-            events = c.count,
+            events = chain.count,
             "a verify stopped after {} events: its client went away",
-            c.count
+            chain.count
         );
     }
-    Ok(r)
 }
 
 #[derive(Debug, Deserialize)]
@@ -457,10 +449,8 @@ async fn purge(
     let Json(cmd) = b.map_err(bad_json)?;
     // Between chunks, each atomic and logged, a purge whose client went away stops: what is
     // purged stays purged, and a second purge takes the rest.
-    let r = blocking_while_wanted(move |unwanted| {
-        let r = s
-            .ops
-            .purge(&cmd, &mut |_| !unwanted.load(Ordering::Relaxed))?;
+    let r = blocking_while_wanted(move |progress| {
+        let r = s.ops.purge(&cmd, progress)?;
         if r.cancelled {
             tracing::warn!(
                 purged = r.purged.len(),
@@ -552,8 +542,10 @@ async fn incidents(
 }
 
 async fn verify(State(s): State<AdminState>, _: NoQuery) -> Result<Response, Problem> {
-    let r = blocking_while_wanted(move |unwanted| {
-        verify_while_wanted(unwanted, |p| s.ops.verify(p), |r| r)
+    let r = blocking_while_wanted(move |progress| {
+        let r = s.ops.verify(progress)?;
+        log_if_stopped(&r);
+        Ok(r)
     });
     Ok(Json(r.await?).into_response())
 }
@@ -671,9 +663,10 @@ async fn verify_against(
     b: Result<Json<export::Manifest>, JsonRejection>,
 ) -> Result<Response, Problem> {
     let Json(m) = b.map_err(bad_json)?;
-    let r = blocking_while_wanted(move |unwanted| {
-        let run = |p: Progress<'_>| s.ops.verify_against_manifest(&m, p);
-        verify_while_wanted(unwanted, run, |r| &r.chain)
+    let r = blocking_while_wanted(move |progress| {
+        let r = s.ops.verify_against_manifest(&m, progress)?;
+        log_if_stopped(&r.chain);
+        Ok(r)
     });
     Ok(Json(r.await?).into_response())
 }
