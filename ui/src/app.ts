@@ -41,9 +41,9 @@ interface ActionSpec {
   preview: Preview;
   /** Extra inputs (e.g. resolve's outcome fields). */
   fields?: HTMLElement;
-  /** Runs the action; `progress(done, total)`; stops early when `cancelled()` (or, for one long
-   * call, when the function given to `onStop` is called). Returns a summary. */
-  run: (operator: string, reason: string, progress: (done: number, total: number) => void, cancelled: () => boolean, onStop: (f: () => void) => void) => Promise<string>;
+  /** Runs the action; `progress(done, total)`; stops early once `stop` is aborted (the dialog's
+   * Stop): a loop checks `stop.aborted`, one long call listens for its `abort`. Returns a summary. */
+  run: (operator: string, reason: string, progress: (done: number, total: number) => void, stop: AbortSignal) => Promise<string>;
 }
 
 export class App {
@@ -373,11 +373,11 @@ export class App {
         title: `${action} ${targets.length} entr${targets.length === 1 ? "y" : "ies"}`,
         preview,
         fields: outcome?.el,
-        run: async (operator, reason, progress, cancelled) => {
+        run: async (operator, reason, progress, stop) => {
           let done = 0;
           const failed: string[] = [];
           for (const e of targets) {
-            if (cancelled()) break;
+            if (stop.aborted) break;
             try {
               await this.perform(action, e.id, operator, reason, preview.destructive, outcome?.value());
             } catch (err) {
@@ -385,7 +385,7 @@ export class App {
             }
             progress(++done, targets.length);
           }
-          return `${done - failed.length} of ${targets.length} done${cancelled() ? " (cancelled)" : ""}${failed.length ? `; failed: ${failed.slice(0, 5).join("; ")}` : ""}`;
+          return `${done - failed.length} of ${targets.length} done${stop.aborted ? " (cancelled)" : ""}${failed.length ? `; failed: ${failed.slice(0, 5).join("; ")}` : ""}`;
         },
       });
       sel.clear();
@@ -453,10 +453,10 @@ export class App {
           await this.action({
             title: "Purge every expired entry matching the filter",
             preview,
-            run: async (operator, reason, progress, _cancelled, onStop) => {
+            run: async (operator, reason, progress, stop) => {
               const job = `purge-${Date.now()}`;
               const unlisten = await this.t.onProgress((p) => { if (p.job === job) progress(p.done, preview.count); });
-              onStop(() => void this.t.cancelJob(job));
+              stop.addEventListener("abort", () => void this.t.cancelJob(job));
               try {
                 const r = await this.t.purge({ ...target, operator, reason, confirm_destructive: preview.destructive }, job);
                 if (r === null) return "stopped: the entries purged before Stop stay purged (the log lists them); the rest are as they were";
@@ -594,8 +594,7 @@ export class App {
       const operator = h("input", { testid: "dialog-operator", attrs: { value: this.operator, placeholder: "your name" } });
       const msg = h("div", { class: "dialog-msg", testid: "dialog-message" });
       const bar = h("progress", { attrs: { max: 1, value: 0 } });
-      let cancelled = false;
-      const onStop: (() => void)[] = [];
+      const stop = new AbortController();
       let armed = 0;
       const close = () => {
         overlay.remove();
@@ -603,7 +602,7 @@ export class App {
       };
       // One listener, whose action changes as the dialog does: Cancel, then Stop (which keeps the
       // dialog open for the summary), then Close.
-      let onCancel = () => { cancelled = true; close(); };
+      let onCancel = close;
       const cancel = h("button", { testid: "cancel-button", on: { click: () => onCancel() } }, "Cancel");
       const confirm = h("button", {
         class: p.destructive ? "danger" : "primary",
@@ -624,10 +623,10 @@ export class App {
             this.prefs.setItem("operator", op);
             confirm.setAttribute("disabled", "");
             cancel.textContent = "Stop";
-            onCancel = () => { cancelled = true; for (const f of onStop) f(); };
+            onCancel = () => stop.abort();
             dlg.append(bar);
             try {
-              const summary = await spec.run(op, r, (d, t) => { bar.max = t; bar.value = d; }, () => cancelled, (f) => onStop.push(f));
+              const summary = await spec.run(op, r, (d, t) => { bar.max = t; bar.value = d; }, stop.signal);
               msg.textContent = summary;
               msg.classList.add("ok");
             } catch (e) {
