@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -62,12 +61,7 @@ def main():
     driver = subprocess.Popen(["WebKitWebDriver", "--port=4446"], stdout=driver_log, stderr=subprocess.STDOUT, env=env)
     s = None
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(DRIVER + "/status", timeout=1)
-                break
-            except Exception:
-                time.sleep(0.1)
+        e2e.wait_for_driver(DRIVER)
         s = Session(capabilities={"browserName": "MiniBrowser", "webkitgtk:browserOptions": {"binary": minibrowser(), "args": ["--automation"]}}, driver=DRIVER)
         print("browser: session open", flush=True)
         s.wd("POST", s.path("/window/rect"), {"width": 1280, "height": 800})

@@ -136,6 +136,16 @@ def cli(*args):
     return subprocess.run([CLI, *args], capture_output=True, text=True)
 
 
+def wait_for_driver(url):
+    """Until the WebDriver server at `url` answers (up to ~10 s; the session start says if not)."""
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url + "/status", timeout=1)
+            return
+        except Exception:
+            time.sleep(0.1)
+
+
 def demo_ledger(needs, what, prefix, events):
     """A new work directory with a demo ledger of `events` in it, once the files `needs` (built by
     `what`) are there: (work dir, ledger path, the ledger's stuck entries)."""
@@ -159,12 +169,7 @@ def main():
     driver = subprocess.Popen(["tauri-driver", "--port", "4444", "--native-port", "4445", *(["--native-driver", os.environ["E2E_NATIVE_DRIVER"]] if os.environ.get("E2E_NATIVE_DRIVER") else [])], stdout=driver_log, stderr=subprocess.STDOUT, env=env)
     s = None
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(DRIVER + "/status", timeout=1)
-                break
-            except Exception:
-                time.sleep(0.1)
+        wait_for_driver(DRIVER)
         s = Session(CONSOLE, ["--ledger", ledger])
         print("console: session open", flush=True)
 
