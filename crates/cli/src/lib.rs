@@ -2,7 +2,8 @@
 //! everything is here so the workspace tests can build the very same program.
 //!
 //! Exit codes: 0 success; 1 an operation failed (the message says why and the ledger is unchanged);
-//! 2 bad usage (nothing was opened); 3 verification found a problem.
+//! 2 bad usage (nothing was opened); 3 verification found a problem; 130 (SIGINT) or 143 (SIGTERM)
+//! long work stopped when asked (see `interrupt`).
 
 mod output;
 mod serve;
@@ -28,7 +29,8 @@ use idemgate_ops::{ExportCmd, Ops, OpsError, PurgeCmd, PurgeTarget, ResolveAs, R
                   the other commands inspect and operate the ledger: list and show entries, read the \
                   hash-chained log, resolve, replay or reconcile stuck entries, purge, export audit \
                   trails and verify them.\n\n\
-                  Exit codes: 0 ok, 1 the operation failed (ledger unchanged), 2 bad usage, 3 verification failed.",
+                  Exit codes: 0 ok, 1 the operation failed (ledger unchanged), 2 bad usage, 3 verification failed, \
+                  130 or 143 stopped by Ctrl-C or SIGTERM (purge, export, verify, copy: see their help).",
     after_help = "The ledger is a SQLite file or a PostgreSQL URL (postgres://user@host/db): \
                   --ledger PATH|URL or IDEMGATE_LEDGER. A keyed log needs IDEMGATE_CHAIN_KEY or \
                   IDEMGATE_CHAIN_KEY_FILE."
@@ -228,6 +230,10 @@ enum Cmd {
         json: bool,
     },
     /// Delete entries (the log keeps their events). Pending entries must be resolved first.
+    ///
+    /// Entries go in chunks of 1,000, each atomic. Ctrl-C or SIGTERM stops the purge between two:
+    /// what is purged stays purged and logged, the command says how many are left and exits 130
+    /// (143), and purging again takes the rest.
     Purge {
         #[command(flatten)]
         ledger: LedgerArg,
@@ -249,6 +255,9 @@ enum Cmd {
         json: bool,
     },
     /// Export the log (a time range of it) with a manifest holding the chain head and file sha256.
+    ///
+    /// The file is written beside its name and renamed into place when whole. Ctrl-C or SIGTERM
+    /// stops the export with no file left behind, and exits 130 (143).
     Export {
         #[command(flatten)]
         ledger: LedgerArg,
@@ -357,15 +366,79 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Ctrl-C (SIGINT) or SIGTERM while long work runs (purge, export, verify, copy) asks it to stop
+/// where it safely can: a purge between two of its atomic chunks, an export with its partial file
+/// removed, a verify with what it checked so far, a copy rolled back. A second signal ends the
+/// process at once, as without these handlers. The command then exits `128 + signal`.
+mod interrupt {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Once;
+
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    use signal_hook::flag;
+
+    static ASKED: AtomicBool = AtomicBool::new(false);
+    static SIGNAL: AtomicUsize = AtomicUsize::new(0);
+
+    /// Catches both signals from now on. Without handlers (they could not be made) the signals
+    /// keep their default action: the work ends at once, and each unit of it is atomic.
+    pub fn catch() {
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| {
+            for sig in [SIGINT, SIGTERM] {
+                // The order matters: the default action first, armed only by a signal before.
+                let r = flag::register_conditional_default(sig, &ASKED)
+                    .and_then(|_| flag::register_usize(sig, &SIGNAL, sig as usize))
+                    .and_then(|_| flag::register(sig, &ASKED));
+                if let Err(e) = r {
+                    eprintln!("idemgate: Ctrl-C will end this command at once: {e}");
+                }
+            }
+        });
+    }
+
+    /// The signal that asked the work to stop, if one did.
+    pub fn asked() -> Option<Stop> {
+        ASKED
+            .load(Ordering::SeqCst)
+            .then(|| Stop(SIGNAL.load(Ordering::SeqCst) as i32))
+    }
+
+    /// A stop asked for by a signal.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Stop(i32);
+
+    impl Stop {
+        pub fn name(self) -> &'static str {
+            if self.0 == SIGTERM {
+                "SIGTERM"
+            } else {
+                "Ctrl-C"
+            }
+        }
+
+        /// The shell's convention: 128 + the signal's number.
+        pub fn exit_code(self) -> std::process::ExitCode {
+            std::process::ExitCode::from(128 + self.0.clamp(1, 127) as u8)
+        }
+    }
+}
+
 /// Runs `f` with a progress callback that draws a bar on stderr (see `progress_bar`), cleared when
-/// `f` returns.
-fn with_progress<T>(what: &str, total: Option<u64>, f: impl FnOnce(Progress<'_>) -> T) -> T {
-    let pb = progress_bar(what, total);
+/// `f` returns, and that tells `f` to stop once Ctrl-C or SIGTERM asks (see `interrupt`).
+fn with_progress<T>(
+    what: &str,
+    unit: &str,
+    total: Option<u64>,
+    f: impl FnOnce(Progress<'_>) -> T,
+) -> T {
+    let pb = progress_bar(what, unit, total);
+    interrupt::catch();
     let r = f(&mut |n| {
         if let Some(pb) = &pb {
             pb.set_position(n);
         }
-        true
+        interrupt::asked().is_none()
     });
     if let Some(pb) = pb {
         pb.finish_and_clear();
@@ -374,20 +447,30 @@ fn with_progress<T>(what: &str, total: Option<u64>, f: impl FnOnce(Progress<'_>)
 }
 
 /// A progress bar on stderr when it is a terminal; silent otherwise.
-fn progress_bar(what: &str, total: Option<u64>) -> Option<indicatif::ProgressBar> {
+fn progress_bar(what: &str, unit: &str, total: Option<u64>) -> Option<indicatif::ProgressBar> {
     if !std::io::stderr().is_terminal() {
         return None;
     }
-    let pb = match total {
-        Some(t) => indicatif::ProgressBar::new(t),
-        None => indicatif::ProgressBar::new_spinner(),
+    let (pb, template) = match total {
+        Some(t) => (
+            indicatif::ProgressBar::new(t),
+            format!("{what} {{bar:40}} {{pos}}/{{len}} {unit} ({{per_sec}}, {{eta}})"),
+        ),
+        None => (
+            indicatif::ProgressBar::new_spinner(),
+            format!("{what} {{spinner}} {{pos}} {unit} ({{per_sec}})"),
+        ),
     };
-    let style = indicatif::ProgressStyle::with_template(&format!(
-        "{what} {{bar:40}} {{pos}}/{{len}} events ({{per_sec}}, {{eta}})"
-    ))
-    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    let style = indicatif::ProgressStyle::with_template(&template)
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
     pb.set_style(style);
     Some(pb)
+}
+
+/// Says on stderr that `what` stopped when asked, and what that left.
+fn stopped(stop: interrupt::Stop, what: &str, left: &str) -> ExitCode {
+    eprintln!("idemgate: {what} stopped ({}): {left}", stop.name());
+    stop.exit_code()
 }
 
 fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
@@ -571,8 +654,21 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
                 output::preview(&mut out, &preview, json)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let report = ops.purge(&cmd, &mut |_| true)?;
+            let total = preview.count as u64;
+            let report = with_progress("purging", "entries", Some(total), |p| ops.purge(&cmd, p))?;
             output::purged(&mut out, &report, json)?;
+            if let (true, Some(stop)) = (report.cancelled, interrupt::asked()) {
+                out.flush().ok();
+                let left = total - report.purged.len() as u64;
+                return Ok(stopped(
+                    stop,
+                    "purge",
+                    &format!(
+                        "purged {} of {total}; the other {left} are as they were (purge again to take them)",
+                        report.purged.len()
+                    ),
+                ));
+            }
         }
         Cmd::Export {
             ledger,
@@ -594,16 +690,30 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             };
             let ops = Ops::open_existing(&ledger.ledger)?;
             let total = ops.store().head()?.map(|h| h.seq as u64);
-            let manifest = with_progress("exporting", total, |p| ops.export(&cmd, p))?;
-            if let Some(m) = manifest {
-                output::exported(&mut out, &path, &m, json)?;
+            let manifest = with_progress("exporting", "events", total, |p| ops.export(&cmd, p))?;
+            match (manifest, interrupt::asked()) {
+                (Some(m), _) => output::exported(&mut out, &path, &m, json)?,
+                (None, Some(stop)) => {
+                    return Ok(stopped(stop, "export", "no file written"));
+                }
+                (None, None) => unreachable!("an export stops only when asked"),
             }
         }
         Cmd::Serve { .. } | Cmd::Replay(_) | Cmd::Reconcile(_) => unreachable!("handled in main"),
         Cmd::Copy { ledger, to, json } => {
-            let report = with_progress("copying", None, |p| {
+            let report = with_progress("copying", "rows", None, |p| {
                 idemgate_ops::copy_ledger(&ledger.ledger, &to, p)
-            })?;
+            });
+            let report = match (report, interrupt::asked()) {
+                (Err(_), Some(stop)) => {
+                    return Ok(stopped(
+                        stop,
+                        "copy",
+                        &format!("rolled back; nothing was copied into {to}"),
+                    ));
+                }
+                (r, _) => r?,
+            };
             output::copied(&mut out, &report, json)?;
         }
         Cmd::Verify {
@@ -612,31 +722,36 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             export,
             json,
         } => {
-            let ok = if let Some(file) = export {
+            let (ok, cancelled) = if let Some(file) = export {
                 let hasher = ChainHasher::from_env()?;
-                let report = with_progress("verifying", None, |p| {
+                let report = with_progress("verifying", "events", None, |p| {
                     idemgate_ops::verify_export_file(&file, &hasher, p)
                 })?;
                 output::verified_export(&mut out, &report, json)?;
-                report.ok
+                (report.ok, report.chain.cancelled)
             } else {
                 let location = ledger.unwrap_or_default();
                 let ops = Ops::open_existing(&location)?;
                 let total = ops.store().head()?.map(|h| h.seq as u64);
                 match against {
                     Some(m) => {
-                        let r = with_progress("verifying", total, |p| ops.verify_against(&m, p))?;
+                        let r = with_progress("verifying", "events", total, |p| {
+                            ops.verify_against(&m, p)
+                        })?;
                         output::verified_against(&mut out, &r, json)?;
-                        r.ok
+                        (r.ok, r.chain.cancelled)
                     }
                     None => {
-                        let r = with_progress("verifying", total, |p| ops.verify(p))?;
+                        let r = with_progress("verifying", "events", total, |p| ops.verify(p))?;
                         output::verified(&mut out, &r, json)?;
-                        r.ok
+                        (r.ok, r.cancelled)
                     }
                 }
             };
             out.flush().ok();
+            if let (true, Some(stop)) = (cancelled, interrupt::asked()) {
+                return Ok(stopped(stop, "verify", "the chain is not verified"));
+            }
             return Ok(if ok {
                 ExitCode::SUCCESS
             } else {

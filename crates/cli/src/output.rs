@@ -439,6 +439,12 @@ fn chain_lines(out: &mut Out, r: &VerifyReport) -> R {
             r.alg,
             r.head.as_ref().map_or(0, |h| h.seq)
         )?;
+    } else if r.cancelled {
+        writeln!(
+            out,
+            "chain not verified: stopped after {} events, none of them bad",
+            r.count
+        )?;
     } else if let Some(seq) = r.first_bad_seq {
         writeln!(
             out,
@@ -481,6 +487,15 @@ pub fn verified(out: &mut Out, r: &VerifyReport, json: bool) -> R {
     chain_lines(out, r)
 }
 
+/// The last line of a verify with more than the chain to check.
+fn verdict(ok: bool, stopped: bool) -> &'static str {
+    match (ok, stopped) {
+        (true, _) => "OK",
+        (false, true) => "STOPPED",
+        (false, false) => "FAILED",
+    }
+}
+
 pub fn verified_against(out: &mut Out, r: &AgainstReport, json: bool) -> R {
     if json {
         return pretty(out, r);
@@ -495,7 +510,7 @@ pub fn verified_against(out: &mut Out, r: &AgainstReport, json: bool) -> R {
             if *held { "held" } else { "MISSING" }
         )?;
     }
-    writeln!(out, "{}", if r.ok { "OK" } else { "FAILED" })?;
+    writeln!(out, "{}", verdict(r.ok, r.chain.cancelled))?;
     Ok(())
 }
 
@@ -508,7 +523,7 @@ pub fn verified_export(out: &mut Out, r: &ExportVerifyReport, json: bool) -> R {
     for p in &r.problems {
         writeln!(out, "  {p}")?;
     }
-    writeln!(out, "{}", if r.ok { "OK" } else { "FAILED" })?;
+    writeln!(out, "{}", verdict(r.ok, r.chain.cancelled))?;
     Ok(())
 }
 

@@ -1225,3 +1225,160 @@ fn a_relative_ledger_path_is_shown_as_the_file_it_is() {
     .expect("json");
     assert_eq!(manifest["ledger"], abs.display().to_string());
 }
+
+/// A ledger of `n` expired entries, each claimed and completed: 2n events.
+fn expired_ledger(dir: &Path, n: usize) -> PathBuf {
+    let db = dir.join("expired.db");
+    let ops = idemgate_ops::Ops::open_or_create(s(&db)).expect("ledger");
+    idemgate_ledger::testing::expired_charges(ops.store().as_ref(), n);
+    db
+}
+
+/// Runs idemgate, waits until `ready` holds, sends it `signal` (`INT`, as Ctrl-C does, or `TERM`),
+/// and returns what it printed and how it ended.
+fn interrupted(signal: &str, args: &[&str], mut ready: impl FnMut() -> bool) -> Output {
+    use std::process::Stdio;
+    let child = Command::new(BIN)
+        .args(args)
+        .env_remove("IDEMGATE_LEDGER")
+        .env_remove("IDEMGATE_CHAIN_KEY")
+        .env_remove("IDEMGATE_CHAIN_KEY_FILE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run idemgate");
+    let mut child = child;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !ready() {
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "idemgate {args:?} ended before it could be interrupted"
+        );
+        assert!(std::time::Instant::now() < deadline, "never ready");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let kill = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success());
+    child.wait_with_output().expect("wait")
+}
+
+fn count(db: &Path, sql: &str) -> u64 {
+    let c = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .expect("open");
+    c.query_row(sql, [], |r| r.get::<_, i64>(0))
+        .expect("count")
+        .unsigned_abs()
+}
+
+/// Ctrl-C in the middle of a purge stops it between two of its atomic chunks: what is purged stays
+/// purged and logged, the rest is as it was, the command says so and exits 130, and purging again
+/// takes the rest. (Without the handler, the process died with its chunk rolled back and said
+/// nothing of the chunks before.)
+#[test]
+fn ctrl_c_stops_a_purge_between_two_chunks_and_says_what_it_left() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let n = 40 * idemgate_ops::PURGE_CHUNK;
+    let db = expired_ledger(dir.path(), n);
+    let purges = "SELECT count(*) FROM events WHERE kind = 'purge'";
+    let out = interrupted(
+        "INT",
+        &[
+            "purge",
+            "--ledger",
+            s(&db),
+            "--expired",
+            "--operator",
+            "ci",
+            "--reason",
+            "a purge that is stopped",
+            "--json",
+        ],
+        || count(&db, purges) > 0,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("the report, as JSON");
+    assert_eq!(report["cancelled"], true);
+    let purged = report["purged"].as_array().expect("purged").len();
+    assert!(purged > 0 && purged < n, "purged {purged} of {n}");
+    assert_eq!(purged % idemgate_ops::PURGE_CHUNK, 0, "whole chunks");
+    assert!(
+        stderr.contains(&format!(
+            "purge stopped (Ctrl-C): purged {purged} of {n}; the other {} are as they were",
+            n - purged
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        count(&db, purges),
+        purged as u64,
+        "each purged entry logged"
+    );
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM entries"),
+        (n - purged) as u64
+    );
+
+    let again = json(&[
+        "purge",
+        "--ledger",
+        s(&db),
+        "--expired",
+        "--operator",
+        "ci",
+        "--reason",
+        "the rest",
+        "--json",
+    ]);
+    assert_eq!(again["cancelled"], false);
+    assert_eq!(
+        again["purged"].as_array().expect("purged").len(),
+        n - purged
+    );
+    assert_eq!(count(&db, "SELECT count(*) FROM entries"), 0);
+    let (code, v) = verify_json(&["--ledger", s(&db)]);
+    assert_eq!((code, &v["ok"]), (0, &Value::Bool(true)));
+}
+
+/// Ctrl-C in the middle of an export removes its partial file and writes no manifest, so no
+/// half-written file is left under a name an auditor might pick up; SIGTERM does the same.
+#[test]
+fn ctrl_c_or_sigterm_stops_an_export_and_leaves_no_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = expired_ledger(dir.path(), 40_000);
+    let out_file = dir.path().join("audit.ndjson");
+    let partial = dir.path().join(".audit.ndjson.partial");
+    let export = [
+        "export",
+        "--ledger",
+        s(&db),
+        "--format",
+        "ndjson",
+        "--output",
+        s(&out_file),
+    ];
+    for (signal, code, name) in [("INT", 130, "Ctrl-C"), ("TERM", 143, "SIGTERM")] {
+        let out = interrupted(signal, &export, || {
+            partial.metadata().is_ok_and(|m| m.len() > 0)
+        });
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{stderr}");
+        assert!(
+            stderr.contains(&format!("export stopped ({name}): no file written")),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty());
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("audit"))
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+    // The same export, left alone, writes the file.
+    ok(&export);
+    assert!(out_file.exists());
+}
