@@ -145,6 +145,46 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
     case("JSON with invalid UTF-8", 400, "invalid-body", &|f| {
         f.charge("k-utf8", b"{\"amount\":\"\xff\xfe\"}")
     });
+    // serde_json would read the last member and many upstreams the first: refused, so no fingerprint
+    // or key is made from a guess.
+    let twice = |f: &Fx, key: &str, body: &[u8]| {
+        let r = f.charge(key, body);
+        assert!(r.json()["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains(r#"the member "amount" appears twice"#)));
+        r
+    };
+    case(
+        "JSON with a member named twice",
+        400,
+        "invalid-body",
+        &|f| twice(f, "k-twice", br#"{"amount":100,"amount":1}"#),
+    );
+    case(
+        "JSON with a member named twice, deeper",
+        400,
+        "invalid-body",
+        &|f| {
+            twice(
+                f,
+                "k-twice-2",
+                br#"{"meta":[{"amount":1,"x":2,"amount":1}]}"#,
+            )
+        },
+    );
+    case(
+        "JSON key source, the key named twice",
+        400,
+        "invalid-body",
+        &|f| {
+            f.proxy.send(
+                "POST",
+                "/v1/emails",
+                &[("content-type", "text/plain")],
+                br#"{"args":{"idempotency_key":"a","idempotency_key":"b"}}"#,
+            )
+        },
+    );
     case("JSON key source, bad JSON", 400, "invalid-body", &|f| {
         f.proxy.send(
             "POST",

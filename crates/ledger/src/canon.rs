@@ -5,9 +5,105 @@
 //! the result does not depend on whether `serde_json`'s `preserve_order` feature is on somewhere in
 //! the dependency graph. The canonical form is written straight into the hasher: no intermediate
 //! string is built.
+//!
+//! A request's JSON is read by [`parse_json`], which refuses an object that names a member twice:
+//! RFC 8259 leaves what such an object means to each parser, and they differ.
 
-use serde_json::Value;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Error as _, MapAccess, SeqAccess, Visitor};
+use serde_json::map::Entry;
+use serde_json::{Map, Number, Value};
 use sha2::{Digest, Sha256};
+
+/// Parses a JSON text into a value, as `serde_json::from_slice::<Value>` does, but refuses an
+/// object with two members of one name (`{"amount": 100, "amount": 1}`).
+///
+/// serde_json keeps the last of them and many parsers keep the first, so the canonical form of
+/// either reading could make two requests that an upstream reads differently one request: a retry
+/// that changed `amount` would be replayed instead of refused as a collision, and a key derived
+/// from the body could match another request's. I-JSON (RFC 7493) forbids such names for the
+/// same reason.
+pub fn parse_json(bytes: &[u8]) -> serde_json::Result<Value> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let v = Strict.deserialize(&mut de)?;
+    de.end()?;
+    Ok(v)
+}
+
+/// A JSON value whose objects name each member once; see [`parse_json`].
+#[derive(Clone, Copy)]
+struct Strict;
+
+impl<'de> DeserializeSeed<'de> for Strict {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Strict {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::Number(n.into()))
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(Value::Number(n.into()))
+    }
+
+    fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(n).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_owned()))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(v) = seq.next_element_seed(self)? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut members = Map::new();
+        while let Some(name) = map.next_key::<String>()? {
+            match members.entry(name) {
+                Entry::Vacant(slot) => {
+                    slot.insert(map.next_value_seed(self)?);
+                }
+                Entry::Occupied(twice) => {
+                    return Err(A::Error::custom(format_args!(
+                        "the member {:?} appears twice in one object",
+                        twice.key()
+                    )));
+                }
+            }
+        }
+        Ok(Value::Object(members))
+    }
+}
 
 /// Something canonical bytes can be written into (a hasher or a buffer).
 pub trait Sink {
@@ -110,7 +206,8 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// The body part of a fingerprint: canonical JSON when the body parses as JSON, else the raw bytes.
+/// The body part of a fingerprint: canonical JSON when the body parses as JSON (by [`parse_json`]:
+/// a body that names a member twice is hashed as raw bytes), else the raw bytes.
 /// The two are told apart by a prefix so a raw body can never equal a JSON one. `parsed`, when
 /// given, is `body` already parsed by the caller (it is not parsed again).
 fn hash_body(hasher: &mut Sha256, body: &[u8], parsed: Option<&Value>) {
@@ -122,7 +219,7 @@ fn hash_body(hasher: &mut Sha256, body: &[u8], parsed: Option<&Value>) {
     let json = match parsed {
         Some(v) => Some(v),
         None => {
-            owned = serde_json::from_slice::<Value>(body).ok();
+            owned = parse_json(body).ok();
             owned.as_ref()
         }
     };
@@ -279,6 +376,25 @@ mod tests {
             ),
             "the body still counts"
         );
+    }
+
+    /// A member named twice is read as the last by serde_json and as the first by many parsers:
+    /// such a body is never the same request as either reading.
+    #[test]
+    fn a_member_named_twice_makes_the_body_its_bytes() {
+        let twice = br#"{"amount": 100, "amount": 1}"#;
+        let e = parse_json(twice).expect_err("refused");
+        assert_eq!(
+            e.to_string(),
+            r#"the member "amount" appears twice in one object at line 1 column 24"#
+        );
+        let fp = |b: &[u8]| fingerprint("POST", "charges", &[], b);
+        assert_ne!(fp(twice), fp(br#"{"amount": 1}"#));
+        assert_ne!(fp(twice), fp(br#"{"amount": 100}"#));
+        assert_eq!(fp(twice), fp(twice));
+        // Deeper down, too; and one name in two objects is two members.
+        assert!(parse_json(br#"[{"a": {"b": 1, "b": 1}}]"#).is_err());
+        assert!(parse_json(br#"{"a": {"b": 1}, "c": {"b": 1}}"#).is_ok());
     }
 
     #[test]

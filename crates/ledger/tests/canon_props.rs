@@ -89,6 +89,47 @@ proptest! {
     }
 
     #[test]
+    fn the_strict_parse_reads_any_json_text_as_serde_json_does(
+        v in arb_json(),
+        ws in prop::sample::select(vec!["", " ", "\n  "]),
+    ) {
+        let mut text = String::new();
+        scrambled(&v, ws, &mut text);
+        let strict = canon::parse_json(text.as_bytes()).expect("parses");
+        let plain: Value = serde_json::from_str(&text).expect("parses");
+        prop_assert_eq!(&strict, &plain);
+        prop_assert_eq!(&strict, &v);
+    }
+
+    #[test]
+    fn a_member_named_twice_is_refused_wherever_it_is(
+        v in arb_json(),
+        name in ".{0,8}",
+        a in arb_json(),
+        b in arb_json(),
+    ) {
+        // The object with the twice-named member, alone or inside v.
+        let twice = format!(
+            "{{{}:{},{}:{}}}",
+            serde_json::to_string(&name).expect("name"),
+            serde_json::to_string(&a).expect("a"),
+            serde_json::to_string(&name).expect("name"),
+            serde_json::to_string(&b).expect("b"),
+        );
+        let inside = format!("[{},{twice}]", serde_json::to_string(&v).expect("v"));
+        for text in [&twice, &inside] {
+            let e = canon::parse_json(text.as_bytes()).expect_err("refused");
+            prop_assert!(e.to_string().contains("appears twice"), "{}", e);
+        }
+        // As a body, it is its bytes: never the same request as either reading of it.
+        let last = format!("{{{}:{}}}", serde_json::to_string(&name).expect("name"), serde_json::to_string(&b).expect("b"));
+        prop_assert_ne!(
+            canon::fingerprint("POST", "r", &[], twice.as_bytes()),
+            canon::fingerprint("POST", "r", &[], last.as_bytes())
+        );
+    }
+
+    #[test]
     fn canonical_text_parses_back_to_the_same_value_and_is_a_fixed_point(v in arb_json()) {
         let c = canon::canonical_string(&v);
         let back: Value = serde_json::from_str(&c).expect("canonical JSON parses");

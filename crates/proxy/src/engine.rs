@@ -442,7 +442,9 @@ fn declared_json(headers: &HeaderMap, body: &[u8]) -> Result<Option<serde_json::
         return Ok(None);
     }
     // Parsing into a value checks the UTF-8 of every string, too.
-    serde_json::from_slice(body).map(Some).map_err(|e| {
+    // Strictly: a member named twice is refused, as every reading of it is a guess (see
+    // `canon::parse_json`).
+    canon::parse_json(body).map(Some).map_err(|e| {
         Problem::new(
             400,
             "invalid-body",

@@ -155,7 +155,7 @@ pub fn scoped(scope: &str, key: &str) -> String {
 }
 
 fn parse_json(body: &[u8]) -> Result<Value, Problem> {
-    serde_json::from_slice(body).map_err(|e| {
+    canon::parse_json(body).map_err(|e| {
         Problem::new(
             400,
             "invalid-body",
