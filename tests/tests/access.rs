@@ -587,3 +587,121 @@ fn a_verify_stops_when_its_client_goes_away() {
         proxy.logs()
     );
 }
+
+/// The lines of an `application/x-ndjson` answer, each parsed.
+fn ndjson(r: &Resp) -> Vec<serde_json::Value> {
+    assert_eq!(
+        (r.status, r.header("content-type")),
+        (200, Some("application/x-ndjson")),
+        "{}",
+        r.text()
+    );
+    r.text()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// Asked for `application/x-ndjson`, a verify and a purge answer as they go: a line per report
+/// (what the browser console shows as "N of M"), then the result, the document the default answer
+/// holds. A purge refused before its first report is an ordinary problem. And a purge whose reader
+/// goes away stops between two of its chunks: what is purged stays purged, and the log says so.
+#[test]
+fn long_work_answers_as_it_goes_when_asked_and_stops_when_its_reader_goes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = dir.path().join("ledger.db");
+    let ledger_s = ledger.to_str().expect("utf-8");
+    let n = 30 * idemgate_ops::PURGE_CHUNK;
+    {
+        let ops = idemgate_ops::Ops::open_or_create(ledger_s).expect("ledger");
+        idemgate_ledger::testing::expired_charges(ops.store().as_ref(), n);
+    }
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nledger = \"{ledger_s}\"\n"
+    );
+    let proxy = Proxy::start(dir.path(), &toml, &ledger);
+    let admin = proxy.admin.expect("admin");
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let lines = [
+        ("authorization", auth.as_str()),
+        ("accept", "application/x-ndjson"),
+    ];
+    let json_lines = [lines[0], lines[1], ("content-type", "application/json")];
+
+    // A verify: its count as it goes, then its report.
+    let v = ndjson(&request(admin, "GET", "/admin/v1/verify", &lines, b""));
+    let (result, progress) = v.split_last().expect("lines");
+    let counts: Vec<u64> = progress
+        .iter()
+        .map(|l| l["progress"].as_u64().expect("a progress line"))
+        .collect();
+    assert!(counts.len() > 2 && counts.is_sorted(), "{counts:?}");
+    assert_eq!(result["result"]["ok"], true, "{result}");
+    assert_eq!(result["result"]["count"].as_u64(), counts.last().copied());
+    // A claim and a completion each, and what the sweep has logged since.
+    assert!(result["result"]["count"].as_u64() >= Some(2 * n as u64));
+    // Without the header, the same report as one document.
+    let plain = proxy.admin_get("/admin/v1/verify");
+    assert_eq!(plain.header("content-type"), Some("application/json"));
+    assert_eq!(plain.json(), result["result"]);
+
+    // Refused before it began: a problem, with its status.
+    let refused = request(
+        admin,
+        "POST",
+        "/admin/v1/purge",
+        &json_lines,
+        br#"{"target":"expired","filter":{},"operator":"","reason":"r"}"#,
+    );
+    assert_eq!(
+        (refused.status, refused.code()),
+        (400, "missing-operator".into())
+    );
+
+    // A purge whose reader leaves after its first line.
+    let body = br#"{"target":"expired","filter":{},"operator":"ci","reason":"reader leaves"}"#;
+    let mut s = TcpStream::connect(admin).expect("connect");
+    write!(
+        s,
+        "POST /admin/v1/purge HTTP/1.1\r\nhost: idemgate\r\nauthorization: {auth}\r\naccept: application/x-ndjson\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .expect("send");
+    s.write_all(body).expect("send body");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("{\"progress\":") {
+        use std::io::Read;
+        let k = s.read(&mut buf).expect("read");
+        assert!(k > 0, "closed: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..k]);
+    }
+    drop(s);
+    let stopped = eventually(30, "the purge to stop", || {
+        let logs = proxy.logs();
+        let line = logs.lines().find(|l| l.contains("a purge stopped after"))?;
+        line.split("stopped after ")
+            .nth(1)?
+            .split(' ')
+            .next()?
+            .parse::<usize>()
+            .ok()
+    });
+    assert!(stopped > 0 && stopped < n, "stopped after {stopped} of {n}");
+    assert_eq!(stopped % idemgate_ops::PURGE_CHUNK, 0, "whole chunks");
+
+    // What is left is what the purge did not reach; a purge read to its end takes it.
+    let rest = ndjson(&request(
+        admin,
+        "POST",
+        "/admin/v1/purge",
+        &json_lines,
+        br#"{"target":"expired","filter":{},"operator":"ci","reason":"the rest"}"#,
+    ));
+    let report = &rest.last().expect("lines")["result"];
+    assert_eq!(report["cancelled"], false, "{report}");
+    assert_eq!(
+        report["purged"].as_array().expect("purged").len(),
+        n - stopped
+    );
+}

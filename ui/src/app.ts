@@ -455,11 +455,13 @@ export class App {
             preview,
             run: async (operator, reason, progress, stop) => {
               const job = `purge-${Date.now()}`;
-              const unlisten = await this.t.onProgress((p) => { if (p.job === job) progress(p.done, preview.count); });
+              let heard = 0;
+              const unlisten = await this.t.onProgress((p) => { if (p.job === job) { heard = p.done; progress(p.done, preview.count); } });
               stop.addEventListener("abort", () => void this.t.cancelJob(job));
               try {
                 const r = await this.t.purge({ ...target, operator, reason, confirm_destructive: preview.destructive }, job);
-                if (r === null) return "stopped: the entries purged before Stop stay purged (the log lists them); the rest are as they were";
+                // Stopped with no report (a browser drops the request): what it last heard, which a chunk ending as Stop came may pass.
+                if (r === null) return `stopped${heard > 0 ? ` after at least ${heard} of ${preview.count}` : ""}: the entries purged before Stop stay purged (the log lists them); the rest are as they were`;
                 return `purged ${r.purged.length} entr${r.purged.length === 1 ? "y" : "ies"}${r.cancelled ? ` of ${preview.count}: stopped; the rest are as they were` : ""}`;
               } finally {
                 unlisten();

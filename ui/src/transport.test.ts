@@ -118,6 +118,57 @@ describe("HttpTransport (the admin API)", () => {
     expect(await t.cancelJob("v4")).toBe(false);
   });
 
+  it("asks for a verify's or a purge's answer as it goes: each progress line reported, then its result or its problem", async () => {
+    const report = { ok: true, alg: "sha256", count: 8200, first_seq: 1, head: null, first_bad_seq: null, problem: null, cancelled: false };
+    const accepts: (string | undefined)[] = [];
+    let last = JSON.stringify({ result: report });
+    const fake = (async (_url: string, init?: RequestInit) => {
+      accepts.push((init?.headers as Record<string, string>).accept);
+      // Lines cut across chunks, as the network may deliver them.
+      const text = `{"progress":4096}\n{"progress":8192}\n{"progress":8200}\n${last}\n`;
+      const bytes = new TextEncoder().encode(text);
+      const body = new ReadableStream<Uint8Array>({
+        start(c) {
+          c.enqueue(bytes.slice(0, 10));
+          c.enqueue(bytes.slice(10, 40));
+          c.enqueue(bytes.slice(40));
+          c.close();
+        },
+      });
+      return new Response(body, { status: 200, headers: { "content-type": "application/x-ndjson" } });
+    }) as unknown as typeof fetch;
+    const t = new HttpTransport("http://x", "tok", fake);
+    const heard: string[] = [];
+    await t.onProgress((p) => heard.push(`${p.job} ${p.done}`));
+    expect(await t.verifyLedger("v5")).toEqual(report);
+    expect(heard).toEqual(["v5 4096", "v5 8192", "v5 8200"]);
+    expect(accepts).toEqual(["application/x-ndjson"]);
+    last = JSON.stringify({ problem: { code: "ledger-unavailable", detail: "disk gone", status: 503 } });
+    await expect(t.verifyLedger("v6")).rejects.toEqual({ code: "ledger-unavailable", message: "disk gone" });
+    last = "";
+    await expect(t.verifyLedger("v7")).rejects.toEqual({ code: "network", message: "the answer ended before its result" });
+  });
+
+  it("cancels a purge whose answer has begun, and says it was cancelled after what it heard", async () => {
+    const fake = (async (_url: string, init?: RequestInit) => {
+      const body = new ReadableStream<Uint8Array>({
+        start(c) {
+          c.enqueue(new TextEncoder().encode(`{"progress":1000}\n`));
+          init?.signal?.addEventListener("abort", () => c.error(new DOMException("aborted", "AbortError")));
+        },
+      });
+      return new Response(body, { status: 200, headers: { "content-type": "application/x-ndjson" } });
+    }) as unknown as typeof fetch;
+    const t = new HttpTransport("http://x", "tok", fake);
+    const heard: number[] = [];
+    await t.onProgress((p) => heard.push(p.done));
+    const purge = t.purge({ target: "expired", filter: { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null }, operator: "o", reason: "r", confirm_destructive: false }, "p2");
+    await new Promise((r) => setTimeout(r, 5));
+    expect(heard).toEqual([1000]);
+    expect(await t.cancelJob("p2")).toBe(true);
+    expect(await purge).toBeNull();
+  });
+
   it("gives a failed export's error", async () => {
     const failed = { id: "ef56", state: "failed", format: "csv", since: null, until: null, created_at: "t", ended_at: "t", expires_at: "t", done: 0, manifest: null, error: { code: "ledger-unavailable", message: "disk gone" }, file_url: null, manifest_url: null };
     const fake = (async () => new Response(JSON.stringify(failed), { status: 202 })) as unknown as typeof fetch;

@@ -132,6 +132,9 @@ function unsupported(what: string): never {
   throw { code: "unsupported", message: `${what} is only available in the desktop console` } satisfies ErrorBody;
 }
 
+/** The media type of a long work's answer given as it goes: a JSON document a line. */
+const NDJSON = "application/x-ndjson";
+
 /** Hands a downloaded file to the browser to save, under `name`. */
 export type Save = (name: string, data: Blob) => void;
 
@@ -152,8 +155,9 @@ export class HttpTransport implements Transport {
   private readonly listeners = new Set<(p: JobProgress) => void>();
   /** The server's export id of each running console job, so that Cancel can delete it. */
   private readonly exports = new Map<string, string>();
-  /** The request of each running single-call job (a verify, a purge), so that Cancel can drop
-   * it: the server stops a verify, or a purge between two chunks, whose client went away. */
+  /** The request of each running single-call job (a verify, a purge; its progress comes as lines
+   * of its answer), so that Cancel can drop it: the server stops a verify, or a purge between two
+   * chunks, whose client went away. */
   private readonly calls = new Map<string, AbortController>();
   private readonly cancelled = new Set<string>();
   constructor(
@@ -164,12 +168,16 @@ export class HttpTransport implements Transport {
     private readonly pollMs = 250,
   ) {}
 
-  private async send(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<Response> {
+  private async send(method: string, path: string, body?: unknown, signal?: AbortSignal, accept?: string): Promise<Response> {
     let r: Response;
     try {
       r = await this.fetchFn(`${this.base}${path}`, {
         method,
-        headers: { authorization: `Bearer ${this.token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+        headers: {
+          authorization: `Bearer ${this.token}`,
+          ...(body === undefined ? {} : { "content-type": "application/json" }),
+          ...(accept === undefined ? {} : { accept }),
+        },
         body: body === undefined ? undefined : JSON.stringify(body),
         signal,
       });
@@ -188,17 +196,43 @@ export class HttpTransport implements Transport {
     return (await r.json().catch(() => null)) as T;
   }
 
-  /** One request as a console job that Cancel can stop: `null` when it was cancelled. */
+  /** One request as a console job that Cancel can stop: its progress reported as the server
+   * sends it, its result at the end; `null` when it was cancelled. */
   private async cancellable<T>(job: string, method: string, path: string, body?: unknown): Promise<T | null> {
     const c = new AbortController();
     this.calls.set(job, c);
     try {
-      return await this.req<T>(method, path, body, c.signal);
+      return await this.lines<T>(job, await this.send(method, path, body, c.signal, NDJSON));
     } catch (e) {
       if (c.signal.aborted) return null;
       throw e;
     } finally {
       this.calls.delete(job);
+    }
+  }
+
+  /** The result of an answer given as it goes (`application/x-ndjson`: progress lines, then
+   * `result` or `problem`), each progress line reported for `job`. An answer of one JSON document
+   * (a server that does not stream) is its result. */
+  private async lines<T>(job: string, r: Response): Promise<T> {
+    if (!(r.headers.get("content-type") ?? "").startsWith(NDJSON) || r.body === null) return (await r.json()) as T;
+    const reader = r.body.getReader();
+    const text = new TextDecoder();
+    let buf = "";
+    for (;;) {
+      const { done, value } = await reader.read();
+      buf += text.decode(value, { stream: !done });
+      let end: number;
+      while ((end = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, end).trim();
+        buf = buf.slice(end + 1);
+        if (line === "") continue;
+        const m = JSON.parse(line) as { progress?: number; result?: T; problem?: { code?: string; detail?: string; title?: string } };
+        if (m.progress !== undefined) this.progress(job, m.progress);
+        else if (m.result !== undefined) return m.result;
+        else if (m.problem !== undefined) throw { code: m.problem.code ?? "internal", message: m.problem.detail ?? m.problem.title ?? "" } satisfies ErrorBody;
+      }
+      if (done) throw { code: "network", message: "the answer ended before its result" } satisfies ErrorBody;
     }
   }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, Request, State};
-use axum::http::{header, request, HeaderValue, StatusCode};
+use axum::http::{header, request, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -299,6 +299,121 @@ async fn blocking_while_wanted<T: Send + 'static>(
     blocking(move || f(&mut |_| !unwanted.load(Ordering::Relaxed))).await
 }
 
+/// The media type of a long work's answer given as it goes (see [`long_work`]).
+const NDJSON: &str = "application/x-ndjson";
+
+/// Whether the client's `Accept` names [`NDJSON`] (and not with `q=0`).
+fn wants_lines(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            parts.next().is_some_and(|m| m.eq_ignore_ascii_case(NDJSON))
+                && !parts.any(|p| {
+                    p.split_once('=').is_some_and(|(k, v)| {
+                        k.trim().eq_ignore_ascii_case("q")
+                            && v.trim().parse::<f32>().is_ok_and(|q| q == 0.0)
+                    })
+                })
+        })
+}
+
+/// Long work (a verify, a purge), answered as the client asks:
+/// - by default, one JSON document once it ends ([`blocking_while_wanted`]);
+/// - with `Accept: application/x-ndjson`, a line `{"progress":N}` each time the work reports
+///   (events verified, entries purged), then one line `{"result":…}`, the document the default
+///   answer holds, or `{"problem":…}`, a problem+json body, when it failed after the answer began.
+///   A failure before its first report is an ordinary problem+json answer with its own status.
+///
+/// Either way the work stops at its next report once its client has gone away: a line that can
+/// no longer be sent says so at once.
+async fn long_work<T: Serialize + Send + 'static>(
+    lines: bool,
+    f: impl FnOnce(Progress<'_>) -> Result<T, idemgate_ops::OpsError> + Send + 'static,
+) -> Result<Response, Problem> {
+    use tokio::sync::mpsc::error::TrySendError;
+    if !lines {
+        return Ok(Json(blocking_while_wanted(f).await?).into_response());
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Line>(16);
+    tokio::task::spawn_blocking(move || {
+        // A full channel (a slow reader) skips a progress line; a closed one stops the work.
+        let r = f(&mut |n| !matches!(tx.try_send(Line::Progress(n)), Err(TrySendError::Closed(_))));
+        let last = match r.map_err(Problem::from).and_then(|v| {
+            serde_json::to_value(v)
+                .map_err(|e| Problem::new(500, "internal", "Internal error", e.to_string()))
+        }) {
+            Ok(v) => Line::Result(v),
+            Err(p) => Line::Problem(p),
+        };
+        let _ = tx.blocking_send(last);
+    });
+    let first = match rx.recv().await {
+        Some(Line::Problem(p)) => return Err(p),
+        Some(line) => line,
+        None => {
+            return Err(Problem::new(
+                500,
+                "internal",
+                "Internal error",
+                "the work ended without an answer",
+            ))
+        }
+    };
+    let body = axum::body::Body::new(Lines {
+        first: Some(first),
+        rx,
+    });
+    Ok(([(header::CONTENT_TYPE, NDJSON)], body).into_response())
+}
+
+/// One line of a long work's answer as it goes.
+enum Line {
+    Progress(u64),
+    Result(serde_json::Value),
+    Problem(Problem),
+}
+
+impl Line {
+    fn bytes(&self) -> bytes::Bytes {
+        let v = match self {
+            Line::Progress(n) => serde_json::json!({ "progress": n }),
+            Line::Result(v) => serde_json::json!({ "result": v }),
+            Line::Problem(p) => serde_json::json!({ "problem": p.body() }),
+        };
+        let mut b = serde_json::to_vec(&v).unwrap_or_default();
+        b.push(b'\n');
+        b.into()
+    }
+}
+
+/// The body of a long work's answer as it goes: its lines as the work sends them. Dropped (the
+/// client went away), it closes the channel, and the work stops at its next report.
+struct Lines {
+    first: Option<Line>,
+    rx: tokio::sync::mpsc::Receiver<Line>,
+}
+
+impl hyper::body::Body for Lines {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        if let Some(line) = self.first.take() {
+            return std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(line.bytes()))));
+        }
+        self.rx
+            .poll_recv(cx)
+            .map(|line| line.map(|l| Ok(hyper::body::Frame::data(l.bytes()))))
+    }
+}
+
 /// Says in the log when a verify's chain walk stopped because its client went away.
 fn log_if_stopped(chain: &VerifyReport) {
     if chain.cancelled {
@@ -444,12 +559,13 @@ async fn reconcile(
 async fn purge(
     State(s): State<AdminState>,
     _: NoQuery,
+    headers: HeaderMap,
     b: Result<Json<PurgeCmd>, JsonRejection>,
 ) -> Result<Response, Problem> {
     let Json(cmd) = b.map_err(bad_json)?;
     // Between chunks, each atomic and logged, a purge whose client went away stops: what is
     // purged stays purged, and a second purge takes the rest.
-    let r = blocking_while_wanted(move |progress| {
+    long_work(wants_lines(&headers), move |progress| {
         let r = s.ops.purge(&cmd, progress)?;
         if r.cancelled {
             tracing::warn!(
@@ -459,8 +575,8 @@ async fn purge(
             );
         }
         Ok(r)
-    });
-    Ok(Json(r.await?).into_response())
+    })
+    .await
 }
 
 async fn preview_purge(
@@ -541,13 +657,17 @@ async fn incidents(
     )
 }
 
-async fn verify(State(s): State<AdminState>, _: NoQuery) -> Result<Response, Problem> {
-    let r = blocking_while_wanted(move |progress| {
+async fn verify(
+    State(s): State<AdminState>,
+    _: NoQuery,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    long_work(wants_lines(&headers), move |progress| {
         let r = s.ops.verify(progress)?;
         log_if_stopped(&r);
         Ok(r)
-    });
-    Ok(Json(r.await?).into_response())
+    })
+    .await
 }
 
 #[derive(Debug, Deserialize)]
@@ -660,15 +780,16 @@ async fn serve_download(d: Download, req: Request) -> Result<Response, Problem> 
 async fn verify_against(
     State(s): State<AdminState>,
     _: NoQuery,
+    headers: HeaderMap,
     b: Result<Json<export::Manifest>, JsonRejection>,
 ) -> Result<Response, Problem> {
     let Json(m) = b.map_err(bad_json)?;
-    let r = blocking_while_wanted(move |progress| {
+    long_work(wants_lines(&headers), move |progress| {
         let r = s.ops.verify_against_manifest(&m, progress)?;
         log_if_stopped(&r.chain);
         Ok(r)
-    });
-    Ok(Json(r.await?).into_response())
+    })
+    .await
 }
 
 async fn openapi() -> Response {
