@@ -1283,9 +1283,8 @@ fn ctrl_c_stops_a_purge_between_two_chunks_and_says_what_it_left() {
     let n = 40 * idemgate_ops::PURGE_CHUNK;
     let db = expired_ledger(dir.path(), n);
     let purges = "SELECT count(*) FROM events WHERE kind = 'purge'";
-    let out = interrupted(
-        "INT",
-        &[
+    let purge = |reason| {
+        [
             "purge",
             "--ledger",
             s(&db),
@@ -1293,11 +1292,13 @@ fn ctrl_c_stops_a_purge_between_two_chunks_and_says_what_it_left() {
             "--operator",
             "ci",
             "--reason",
-            "a purge that is stopped",
+            reason,
             "--json",
-        ],
-        || count(&db, purges) > 0,
-    );
+        ]
+    };
+    let out = interrupted("INT", &purge("a purge that is stopped"), || {
+        count(&db, purges) > 0
+    });
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     let report: Value = serde_json::from_slice(&out.stdout).expect("the report, as JSON");
@@ -1322,17 +1323,7 @@ fn ctrl_c_stops_a_purge_between_two_chunks_and_says_what_it_left() {
         (n - purged) as u64
     );
 
-    let again = json(&[
-        "purge",
-        "--ledger",
-        s(&db),
-        "--expired",
-        "--operator",
-        "ci",
-        "--reason",
-        "the rest",
-        "--json",
-    ]);
+    let again = json(&purge("the rest"));
     assert_eq!(again["cancelled"], false);
     assert_eq!(
         again["purged"].as_array().expect("purged").len(),
