@@ -659,7 +659,8 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             output::purged(&mut out, &report, json)?;
             if let (true, Some(stop)) = (report.cancelled, interrupt::asked()) {
                 out.flush().ok();
-                let left = total - report.purged.len() as u64;
+                // Entries may have expired since the preview: the purge can take more than it counted.
+                let left = total.saturating_sub(report.purged.len() as u64);
                 return Ok(stopped(
                     stop,
                     "purge",
