@@ -7,6 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --version '^0.13' --locked
+# cargo fuzz has no --locked: check the lock file first, so the targets build with the versions
+# committed here (and a change to the workspace's dependencies updates fuzz/Cargo.lock too).
+cargo metadata --locked --format-version 1 > /dev/null
 export RUSTC_BOOTSTRAP=1
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(canon keys signature config)
