@@ -1,8 +1,8 @@
 //! In-process ledger throughput: durable claims per second with group commit (many claims per
 //! fsync'd transaction), under keys in order and under random UUIDs, against one transaction per
 //! claim; durable first calls per second (a claim, then its completion: what the ledger does for
-//! every first call through the proxy, without HTTP); and request fingerprinting of 1 KiB and
-//! 64 KiB JSON bodies. The ledger benches keep 256 operations in flight, starting the next as each
+//! every first call through the proxy, without HTTP); request fingerprinting of 1 KiB and 64 KiB
+//! JSON bodies; and the strict JSON parse every write's body goes through, beside serde_json's. The ledger benches keep 256 operations in flight, starting the next as each
 //! one is answered, as 256 busy connections would. `cargo bench -p idemgate-ledger --bench claims`
 //! (BENCHMARKS.md); under `cargo test --benches` each runs once, as a smoke test.
 
@@ -285,5 +285,33 @@ fn fingerprints(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, durable_claims, durable_first_calls, fingerprints);
+/// What reading a body strictly costs ([`canon::parse_json`], which refuses an object naming a
+/// member twice and which every JSON body of a write goes through) beside serde_json's own parse
+/// into a `Value`, which it replaced: the same bodies, in one process, in turns.
+fn json_parse(c: &mut Criterion) {
+    let mut g = c.benchmark_group("json_parse");
+    for size in [1024usize, 64 * 1024] {
+        let body = body_of(size);
+        let kib = format!("{}KiB", size / 1024);
+        g.throughput(Throughput::Bytes(body.len() as u64));
+        g.bench_function(BenchmarkId::new("strict", &kib), |b| {
+            b.iter(|| canon::parse_json(std::hint::black_box(&body)).expect("json"))
+        });
+        g.bench_function(BenchmarkId::new("serde_json", &kib), |b| {
+            b.iter(|| {
+                serde_json::from_slice::<serde_json::Value>(std::hint::black_box(&body))
+                    .expect("json")
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    durable_claims,
+    durable_first_calls,
+    fingerprints,
+    json_parse
+);
 criterion_main!(benches);
