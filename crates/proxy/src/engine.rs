@@ -275,10 +275,10 @@ impl Engine {
 /// Every request on the proxy listener, from `peer`. Each request is counted once in
 /// `idemgate_requests_total`: successes where they are answered, problems here by their code.
 ///
-/// A write is served on a task of its own ([`Engine::requests`]): once its body is read, it is
-/// claimed, forwarded and its outcome recorded even if the client goes away meanwhile (an agent's
-/// own timeout is the commonest way a response is lost), so that the client's retry is answered
-/// from the ledger instead of finding a claim nobody finished.
+/// A write is claimed, forwarded and its outcome recorded on a task of its own
+/// ([`Engine::requests`]), even if the client goes away meanwhile (an agent's own timeout is the
+/// commonest way a response is lost), so that the client's retry is answered from the ledger
+/// instead of finding a claim nobody finished. See [`Engine::write`].
 pub async fn handle(
     engine: &Arc<Engine>,
     peer: SocketAddr,
@@ -294,13 +294,8 @@ pub async fn handle(
             let route = &engine.cfg.routes[i];
             let r = match check_headers(&parts.headers) {
                 Err(p) => Err(p),
-                Ok(()) if route.effect == Effect::Read => engine.serve(i, &parts, peer, body).await,
-                Ok(()) => {
-                    let e = Arc::clone(engine);
-                    engine
-                        .to_the_end(async move { e.serve(i, &parts, peer, body).await })
-                        .await
-                }
+                Ok(()) if route.effect == Effect::Read => engine.read(i, &parts, peer, body).await,
+                Ok(()) => engine.write(i, parts, peer, body).await,
             };
             (route.name.as_str(), r)
         }
@@ -492,21 +487,83 @@ fn too_large(limit: usize) -> Problem {
     )
 }
 
+/// A write as far as the replay cache: what the rest of its way needs, or its answer.
+enum Prepared {
+    Replayed(Response<ProxyBody>),
+    Claim(Write),
+}
+
+/// A write past the replay cache, to be claimed: what its claim and its forwarding need from the
+/// request besides its parts.
+struct Write {
+    scope: String,
+    key: String,
+    fingerprint: String,
+    /// The fingerprint without the target, for entries claimed before it counted (see
+    /// `ClaimRequest::legacy_fingerprint`).
+    legacy_fingerprint: Option<String>,
+    /// The path and query, secret parameters left out.
+    target: String,
+    body: Bytes,
+}
+
 impl Engine {
-    async fn serve(
+    fn req<'a>(
+        &'a self,
+        route_at: usize,
+        parts: &'a axum::http::request::Parts,
+        peer: SocketAddr,
+    ) -> Req<'a> {
+        Req {
+            route: &self.cfg.routes[route_at],
+            metrics: &self.metrics[route_at],
+            parts,
+            peer,
+        }
+    }
+
+    /// A read, on the connection's task.
+    async fn read(
         &self,
         route_at: usize,
         parts: &axum::http::request::Parts,
         peer: SocketAddr,
         body: Incoming,
     ) -> Answer {
-        let req = &Req {
-            route: &self.cfg.routes[route_at],
-            metrics: &self.metrics[route_at],
-            parts,
-            peer,
+        let req = &self.req(route_at, parts, peer);
+        let body = self.body(req, body).await?;
+        self.read_path(req, body).await
+    }
+
+    /// A write. Its body is read, its key and fingerprint made and the replay cache asked on the
+    /// connection's task: nothing is written until then, so a client that goes away leaves
+    /// nothing behind, and a replay (the commonest write under retries) costs no task of its own.
+    /// From its claim on, it runs on a task of its own ([`Engine::to_the_end`]).
+    async fn write(
+        self: &Arc<Self>,
+        route_at: usize,
+        parts: axum::http::request::Parts,
+        peer: SocketAddr,
+        body: Incoming,
+    ) -> Answer {
+        let req = &self.req(route_at, &parts, peer);
+        let body = self.body(req, body).await?;
+        let w = match self.prepare_write(req, body)? {
+            Prepared::Replayed(r) => return Ok(r),
+            Prepared::Claim(w) => w,
         };
-        let route = req.route;
+        let e = Arc::clone(self);
+        self.to_the_end(async move {
+            let req = &e.req(route_at, &parts, peer);
+            e.claim_write(req, w).await
+        })
+        .await
+    }
+
+    /// A request's body, read whole within the route's limit and the body deadline, its signature
+    /// checked.
+    async fn body(&self, req: &Req<'_>, body: Incoming) -> Result<Bytes, Problem> {
+        let (route, parts) = (req.route, req.parts);
         if let Some(len) = parts
             .headers
             .get(header::CONTENT_LENGTH)
@@ -559,10 +616,7 @@ impl Engine {
                 .and_then(|v| v.to_str().ok());
             signature::verify(sig, h, &body, now_millis() / 1000)?;
         }
-        if route.effect == Effect::Read {
-            return self.read_path(req, body).await;
-        }
-        self.write_path(req, body).await
+        Ok(body)
     }
 
     async fn read_path(&self, req: &Req<'_>, body: Bytes) -> Answer {
@@ -761,7 +815,8 @@ impl Engine {
         .redacted()
     }
 
-    async fn write_path(&self, req: &Req<'_>, body: Bytes) -> Answer {
+    /// A write's key and fingerprint, and its answer when the replay cache holds it.
+    fn prepare_write(&self, req: &Req<'_>, body: Bytes) -> Result<Prepared, Problem> {
         let (route, parts) = (req.route, req.parts);
         let json = declared_json(&parts.headers, &body)?;
         let scope = keys::scope(route, &parts.headers)?;
@@ -807,8 +862,35 @@ impl Engine {
         {
             req.metrics.replayed.increment(1);
             req.metrics.replays.increment(1);
-            return Ok(respond(response, Some(&key), true, None));
+            return Ok(Prepared::Replayed(respond(
+                response,
+                Some(&key),
+                true,
+                None,
+            )));
         }
+        Ok(Prepared::Claim(Write {
+            scope,
+            key,
+            fingerprint,
+            legacy_fingerprint,
+            target: target.into_owned(),
+            body,
+        }))
+    }
+
+    /// A write past the replay cache: claimed, then forwarded and its outcome recorded, or
+    /// answered as its claim says (a replay, a collision, in flight, …).
+    async fn claim_write(&self, req: &Req<'_>, w: Write) -> Answer {
+        let (route, parts) = (req.route, req.parts);
+        let Write {
+            scope,
+            key,
+            fingerprint,
+            legacy_fingerprint,
+            target,
+            body,
+        } = w;
         // Past the replay cache: a replay answered there sends nothing upstream.
         let upstream_key = keys::upstream_key(route, &scope, &key);
         // Built afresh for each try (a wait for an in-flight key tries again), so the first try,
