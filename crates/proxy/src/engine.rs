@@ -854,8 +854,6 @@ impl Engine {
             let target = canon::with_target(&fingerprint, path, query);
             std::mem::replace(&mut fingerprint, target)
         });
-        // The parsed body is not held across the claim and the upstream call.
-        drop(json);
         if let Some((_, response)) =
             self.store
                 .cached_replay(&route.name, &scope, &key, &fingerprint, now_millis())
