@@ -21,6 +21,8 @@ const COMMANDS: &[&str] = &[
     "cancel_job",
     "replay",
     "reconcile",
+    "preview_bulk",
+    "bulk",
     "proxy_status",
     "proxy_start",
     "proxy_stop",

@@ -1,7 +1,7 @@
-//! The console's Rust side: one thin adapter from Tauri commands to `idemgate-ops` (and, for the
-//! operator actions that talk HTTP and the embedded proxy, `idemgate-proxy`). No logic lives here:
-//! each command checks nothing itself, calls one operation off the async threads, and returns its
-//! answer or its error as an [`ErrorBody`] with the operation's stable code.
+//! The console's Rust side: one thin adapter from Tauri commands to `idemgate-ops`, and the
+//! embedded proxy started through `idemgate-server` as `idemgate serve` starts it. No logic lives
+//! here: each command checks nothing itself, calls one operation off the async threads, and
+//! returns its answer or its error as an [`ErrorBody`] with the operation's stable code.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use idemgate_ledger::export::{ExportVerifyReport, Manifest};
 use idemgate_ledger::*;
 use idemgate_ops::*;
-use idemgate_proxy::operator::{self, ActionCmd, ReconcileReport, ReplayReport};
-use idemgate_proxy::{Config, Engine, ProxyStatus};
+use idemgate_proxy::{Config, Engine};
+use idemgate_server::{ProxyStatus, Server};
 use tauri::Emitter;
 
 /// The ledger the console opens: `--ledger PATH|URL`, else `IDEMGATE_LEDGER`, else the default one.
@@ -297,29 +297,43 @@ impl Console {
             code: "no-config".into(),
             message: "replay and reconcile talk to the upstream: start the embedded proxy from its configuration first".into(),
         })?;
-        Ok(Engine::new(
-            cfg,
-            self.ops()?.store().clone(),
-            idemgate_proxy::instance_id(),
-        ))
+        Ok(self.ops()?.upstream(cfg))
     }
 
     pub async fn replay(&self, id: i64, cmd: ActionCmd) -> R<ReplayReport> {
         let e = self.engine().await?;
-        operator::replay(&e, id, &cmd).await.map_err(|p| ErrorBody {
-            code: p.code.into(),
-            message: p.detail,
-        })
+        self.ops()?.replay(&e, id, &cmd).await.map_err(|e| err(&e))
     }
 
     pub async fn reconcile(&self, id: i64, cmd: ActionCmd) -> R<ReconcileReport> {
         let e = self.engine().await?;
-        operator::reconcile(&e, id, &cmd)
+        self.ops()?
+            .reconcile(&e, id, &cmd)
             .await
-            .map_err(|p| ErrorBody {
-                code: p.code.into(),
-                message: p.detail,
-            })
+            .map_err(|e| err(&e))
+    }
+
+    pub async fn preview_bulk(&self, action: BulkKind, target: BulkTarget) -> R<Preview> {
+        self.call(move |o| o.preview_bulk(action, &target)).await
+    }
+
+    /// A bulk action as a job: progress after each entry, and `cancel_job(job)` stops it between
+    /// two. Replay and reconcile reach the upstream through the embedded proxy's configuration.
+    pub async fn bulk(
+        &self,
+        cmd: BulkCmd,
+        job: String,
+        progress: impl Fn(u64) + Send + 'static,
+    ) -> R<BulkReport> {
+        let upstream = if cmd.action.reaches_upstream() {
+            Some(self.engine().await?)
+        } else {
+            None
+        };
+        self.job(&job, progress, move |o, p| {
+            o.bulk(&cmd, upstream.as_ref(), p)
+        })
+        .await
     }
 
     pub async fn proxy_status(&self) -> ProxyStatus {
@@ -342,24 +356,19 @@ impl Console {
             });
         }
         let path = config.clone();
-        let loaded = tauri::async_runtime::spawn_blocking(move || -> Result<_, ErrorBody> {
-            let cfg = Config::load(&path).map_err(|e| ErrorBody {
+        let (cfg, server) = tauri::async_runtime::spawn_blocking(move || -> R<_> {
+            let cfg = Arc::new(Config::load(&path).map_err(|e| ErrorBody {
+                code: e.code().into(),
+                message: e.to_string(),
+            })?);
+            let server = Server::open(cfg.clone()).map_err(|e| ErrorBody {
                 code: e.code().into(),
                 message: e.to_string(),
             })?;
-            let token = match cfg.admin_listen {
-                Some(_) => Some(idemgate_proxy::admin_token(&cfg).map_err(|e| ErrorBody {
-                    code: e.code().into(),
-                    message: e.to_string(),
-                })?),
-                None => None,
-            };
-            let ops = Ops::open_or_create(&cfg.ledger).map_err(|e| err(&e))?;
-            Ok((Arc::new(cfg), token, ops))
+            Ok((cfg, server))
         })
         .await
         .map_err(internal)??;
-        let (cfg, token, ops) = loaded;
         let status = Arc::new(Mutex::new(ProxyStatus {
             running: false,
             config: Some(config),
@@ -368,28 +377,23 @@ impl Console {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (bound_tx, bound_rx) = tokio::sync::oneshot::channel::<()>();
         let st = status.clone();
-        let c = cfg.clone();
         let task = tauri::async_runtime::spawn(async move {
             let st2 = st.clone();
-            let store = ops.store().clone();
-            let r = idemgate_proxy::serve(
-                c,
-                store,
-                ops,
-                token,
-                move |b| {
-                    if let Ok(mut s) = st2.lock() {
-                        s.running = true;
-                        s.proxy_addr = Some(b.proxy.to_string());
-                        s.admin_addr = b.admin.map(|a| a.to_string());
-                    }
-                    let _ = bound_tx.send(());
-                },
-                async {
-                    let _ = stop_rx.await;
-                },
-            )
-            .await;
+            let r = server
+                .run(
+                    move |b| {
+                        if let Ok(mut s) = st2.lock() {
+                            s.running = true;
+                            s.proxy_addr = Some(b.proxy.to_string());
+                            s.admin_addr = b.admin.map(|a| a.to_string());
+                        }
+                        let _ = bound_tx.send(());
+                    },
+                    async {
+                        let _ = stop_rx.await;
+                    },
+                )
+                .await;
             if let Ok(mut s) = st.lock() {
                 s.running = false;
                 s.error = r.err().map(|e| e.to_string());
@@ -570,6 +574,23 @@ pub mod commands {
         c.reconcile(id, cmd).await
     }
     #[tauri::command]
+    pub async fn preview_bulk(
+        c: State<'_, Console>,
+        action: BulkKind,
+        target: BulkTarget,
+    ) -> R<Preview> {
+        c.preview_bulk(action, target).await
+    }
+    #[tauri::command]
+    pub async fn bulk(
+        app: AppHandle,
+        c: State<'_, Console>,
+        cmd: BulkCmd,
+        job: String,
+    ) -> R<BulkReport> {
+        c.bulk(cmd, job.clone(), progress(app, job)).await
+    }
+    #[tauri::command]
     pub async fn proxy_status(c: State<'_, Console>) -> R<ProxyStatus> {
         Ok(c.proxy_status().await)
     }
@@ -634,6 +655,8 @@ pub fn run() {
             commands::cancel_job,
             commands::replay,
             commands::reconcile,
+            commands::preview_bulk,
+            commands::bulk,
             commands::proxy_status,
             commands::proxy_start,
             commands::proxy_stop,

@@ -241,7 +241,7 @@ fn the_embedded_proxy_starts_stops_and_reports_bad_configs() {
     let c = Console::open(&LedgerChoice::Named(path.clone()));
     let e = block_on(c.replay(
         1,
-        idemgate_proxy::operator::ActionCmd {
+        idemgate_ops::ActionCmd {
             operator: "o".into(),
             reason: "r".into(),
             confirm_destructive: false,

@@ -224,6 +224,30 @@ def main():
         first = s.rows()[0]
         check(first[0] == entry_id and "resolve" in first[1] and "found the charge" in first[1], "the Log shows the resolve with the operator's name and reason")
 
+        # Stuck: a bulk resolve of two selected entries, previewed and run by the operations layer
+        s.click("nav-stuck")
+        s.wait("return document.querySelectorAll('[data-testid=row-select]').length > 1", "selectable stuck rows")
+        picks = [r[0] for r in s.rows() if "⚠" not in r[1]][:2]
+        check(len(picks) == 2, "two stuck entries on routes that are not destructive")
+        for pid in picks:
+            box = wd("POST", s.path("/element"), {"using": "css selector", "value": f"[data-testid='entry-row'][data-entry-id='{pid}'] [data-testid='row-select']"})[ELEMENT]
+            s.click_el(box)
+        s.click("bulk-resolve")
+        s.find("action-dialog")
+        previewed = s.text("preview-keys")
+        check(all(pid in previewed for pid in picks) and previewed.count("·") == 2, "the bulk dialog previews exactly the two selected entries")
+        s.type("external-ref-input", "ch_e2e_bulk")
+        s.type("reason-input", "bulk: both charges found in the processor dashboard")
+        s.click("confirm-button")
+        s.wait("const m = document.querySelector('[data-testid=dialog-message]'); return m && /done/.test(m.textContent)", "bulk resolve done")
+        check("2 of 2 done" in s.text("dialog-message"), f"the bulk resolve reports both done ({s.text('dialog-message')})")
+        s.click("cancel-button")
+        for pid in picks:
+            shown = json.loads(cli("show", "--ledger", ledger, pid, "--json").stdout)
+            check(shown["state"] == "completed" and shown["resolved_by"] == OPERATOR, f"entry {pid} is completed by the bulk resolve, by {OPERATOR}")
+        bulk_events = json.loads(cli("log", "--ledger", ledger, "--kind", "resolve", "--operator", OPERATOR, "--search", "bulk: both", "--json").stdout)
+        check(sorted(str(e["entry_id"]) for e in bulk_events) == sorted(picks), "each entry's resolve is logged under the operator and the reason")
+
         # Collisions: the field-level diff
         s.click("nav-collisions")
         s.wait("return document.querySelectorAll('[data-testid=entry-row]').length > 0", "collision rows")

@@ -212,6 +212,8 @@ fn the_admin_api_refuses_every_wrong_token_alike_and_speaks_only_problem_json() 
             ("GET", "/admin/v1/events"),
             ("POST", "/admin/v1/purge"),
             ("POST", "/admin/v1/entries/1/replay"),
+            ("POST", "/admin/v1/bulk"),
+            ("POST", "/admin/v1/bulk/preview"),
             ("GET", "/metrics"),
         ] {
             let auth = format!("Bearer {t}");
@@ -245,13 +247,18 @@ fn the_admin_api_refuses_every_wrong_token_alike_and_speaks_only_problem_json() 
         assert_eq!(r.status, status, "{method} {path}: {}", r.text());
         assert!(!r.code().is_empty(), "{method} {path}");
     }
-    // Replay and purge need an operator and a reason, also when the entry does not exist.
+    // Replay, purge and bulk actions need an operator and a reason, also when nothing matches.
     for (path, body) in [
         ("/admin/v1/entries/1/replay", json!({"reason": "r"})),
         ("/admin/v1/entries/1/replay", json!({"operator": "o"})),
         (
             "/admin/v1/purge",
             json!({"target": "expired", "operator": " ", "reason": "r"}),
+        ),
+        (
+            "/admin/v1/bulk",
+            json!({"action": "resolve", "as": "released", "target": {"filter": {}},
+                   "operator": "o", "reason": " "}),
         ),
     ] {
         let r = proxy.admin_post(path, &body);

@@ -1,5 +1,5 @@
 //! `idemgate serve` as a real process in front of a real upstream that counts side effects and
-//! injects faults: one test per row of the DESIGN.md proxy table (the answer *and* the upstream's
+//! injects faults: one test per row of the proxy table in docs/design.md (the answer *and* the upstream's
 //! effect count), concurrency, SIGKILL and SIGTERM, signatures, the admin API, replay, reconcile.
 
 use std::path::PathBuf;
@@ -2768,6 +2768,80 @@ fn operator_replay_re_drives_a_stuck_entry_and_destructive_routes_need_confirmat
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(f.effects("k-cancel"), 2);
+}
+
+/// A bulk replay previews exactly the entries its filter matches, changes nothing on a dry run,
+/// and re-drives each of them once, through the CLI's preview and the admin API's job alike.
+#[test]
+fn a_bulk_replay_re_drives_each_stuck_entry_of_its_filter_once() {
+    let f = Fx::new();
+    for key in ["k-bulk-1", "k-bulk-2"] {
+        let r = f.charge(key, r#"{"amount":5}"#, &[("x-fault", "status:502")]);
+        assert_eq!(r.status, 502);
+    }
+    assert_eq!(f.charge("k-bulk-done", r#"{"amount":6}"#, &[]).status, 201);
+    let cfg = f.proxy.config.display().to_string();
+    let dry = idemgate_json(&[
+        "bulk",
+        "replay",
+        "--config",
+        &cfg,
+        "--stuck",
+        "--route",
+        "charges",
+        "--dry-run",
+        "--operator",
+        "oncall",
+        "--reason",
+        "upstream fixed",
+        "--json",
+    ]);
+    assert_eq!(dry["count"], 2, "{dry}");
+    assert_eq!(
+        f.effects("k-bulk-1") + f.effects("k-bulk-2"),
+        2,
+        "a dry run sends nothing"
+    );
+    let target = json!({"filter": {"stuck": true, "route": "charges"}});
+    let p = f.proxy.admin_post(
+        "/admin/v1/bulk/preview",
+        &json!({"action": "replay", "target": target}),
+    );
+    assert_eq!(p.status, 200, "{}", p.text());
+    let preview: serde_json::Value = serde_json::from_str(&p.text()).expect("json");
+    assert_eq!(preview["count"], 2);
+    let r = f.proxy.admin_post(
+        "/admin/v1/bulk",
+        &json!({"action": "replay", "target": target, "operator": "oncall", "reason": "upstream fixed"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let report: serde_json::Value = serde_json::from_str(&r.text()).expect("json");
+    assert_eq!(
+        (&report["total"], &report["succeeded"], &report["failed"]),
+        (&json!(2), &json!(2), &json!(0)),
+        "{report}"
+    );
+    assert_eq!(f.effects("k-bulk-1"), 2, "each stuck entry re-driven once");
+    assert_eq!(f.effects("k-bulk-2"), 2);
+    assert_eq!(
+        f.effects("k-bulk-done"),
+        1,
+        "a completed entry is not the filter's"
+    );
+    let log = idemgate_json(&["log", "--ledger", &f.ledger(), "--kind", "replay", "--json"]);
+    assert_eq!(log.as_array().map(Vec::len), Some(2));
+    assert!(log
+        .as_array()
+        .expect("array")
+        .iter()
+        .all(|e| e["operator"] == "oncall"));
+    // A member the command does not know is refused, and nothing runs.
+    let r = f.proxy.admin_post(
+        "/admin/v1/bulk",
+        &json!({"action": "replay", "target": target, "operator": "o", "reason": "r", "dry_run": true}),
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(r.code(), "invalid-argument");
 }
 
 /// An entry claimed before scoped keys went upstream as UUIDs was sent its own key: its probe asks

@@ -191,6 +191,38 @@ describe("console UI", () => {
     expect(q("action-dialog")).toBeNull();
   });
 
+  it("bulk-releases the selected stuck entries through one bulk job, previewed by the operations layer", async () => {
+    const { app, calls, prefs } = setup({
+      ...base,
+      entries: () => ({ entries: [entry(1), entry(2), entry(3)], next_before: null }),
+      preview_bulk: () => ({ action: "resolve", count: 2, ids: [3, 1], keys: ["key-3", "key-1"], destructive: false, skipped: [] }),
+      bulk: () => ({ action: "resolve", total: 2, attempted: 2, succeeded: 1, failed: 1, failures: [{ id: 1, key: "key-1", code: "conflict", message: "entry 1 cannot be resolved" }], cancelled: false }),
+    });
+    prefs.set("operator", "dana");
+    await app.start();
+    await app.go("stuck");
+    await tick();
+    const boxes = [...document.querySelectorAll('[data-testid="row-select"]')] as HTMLInputElement[];
+    boxes[0].click();
+    boxes[2].click();
+    q("bulk-release").click();
+    await tick();
+    await tick();
+    // The preview the dialog shows is the operations layer's, not one built from the list.
+    const preview = calls.find(([c]) => c === "preview_bulk");
+    expect(preview?.[1]).toMatchObject({ action: "resolve", target: { filter: { stuck: true }, ids: [1, 3] } });
+    expect(q("preview-keys").textContent).toContain("3 · key-3");
+    (q("reason-input") as HTMLTextAreaElement).value = "processor confirms none ran";
+    q("confirm-button").click();
+    await tick();
+    await tick();
+    const bulk = calls.filter(([c]) => c === "bulk");
+    expect(bulk).toHaveLength(1);
+    expect(bulk[0][1]).toMatchObject({ cmd: { action: "resolve", as: "released", target: { ids: [1, 3] }, operator: "dana", reason: "processor confirms none ran", confirm_destructive: false } });
+    expect(calls.some(([c]) => c === "resolve")).toBe(false);
+    expect(q("dialog-message").textContent).toBe("1 of 2 done; 1 failed: 1: entry 1 cannot be resolved");
+  });
+
   it("shows a typed error from a command with its code", async () => {
     const { app } = setup({ ...base, entries: () => { throw { code: "ledger-unavailable", message: "locked" }; } });
     await app.start();

@@ -9,6 +9,9 @@ import type { Event } from "./bindings/Event";
 import type { EventFilter } from "./bindings/EventFilter";
 import type { Manifest } from "./bindings/Manifest";
 import type { Preview } from "./bindings/Preview";
+import type { BulkCmd } from "./bindings/BulkCmd";
+import type { BulkKind } from "./bindings/BulkKind";
+import type { BulkTarget } from "./bindings/BulkTarget";
 import type { ResolveAs } from "./bindings/ResolveAs";
 import { clear, h, svg } from "./dom";
 import { bodyText, curlFor, DEFAULT_PROXY, fromLocalInput, isoTime, proxyBase, relative, seriesFor, sparkPoints } from "./format";
@@ -316,7 +319,7 @@ export class App {
   private entryRow(e: EntrySummary, selected: boolean, sel: Set<number> | null): HTMLElement {
     const now = Date.now();
     const check = sel
-      ? h("input", { attrs: { type: "checkbox", checked: sel.has(e.id), "aria-label": `select ${e.key}` }, on: { click: (ev) => { ev.stopPropagation(); if ((ev.target as HTMLInputElement).checked) sel.add(e.id); else sel.delete(e.id); } } })
+      ? h("input", { testid: "row-select", attrs: { type: "checkbox", checked: sel.has(e.id), "aria-label": `select ${e.key}` }, on: { click: (ev) => { ev.stopPropagation(); if ((ev.target as HTMLInputElement).checked) sel.add(e.id); else sel.delete(e.id); } } })
       : null;
     return h(
       "div",
@@ -352,40 +355,37 @@ export class App {
     return { items: p.entries, more: p.next_before !== null };
   }
 
-  /** All entries matching a filter (for "bulk on the filter the operator sees"). */
-  private async allMatching(filter: EntryFilter): Promise<EntrySummary[]> {
-    const out: EntrySummary[] = [];
-    let before: number | null = null;
-    for (;;) {
-      const p = await this.t.entries(filter, before, 1000);
-      out.push(...p.entries);
-      if (p.next_before === null) return out;
-      before = p.next_before;
-    }
-  }
-
   private async bulk(action: "resolve" | "release" | "replay" | "reconcile", filter: EntryFilter, sel: Set<number>, list: VirtualList<EntrySummary>): Promise<void> {
     try {
-      const targets = sel.size ? (await this.allMatching(filter)).filter((e) => sel.has(e.id)) : await this.allMatching(filter);
-      const preview: Preview = { action, count: targets.length, ids: targets.map((e) => e.id), keys: targets.map((e) => e.key), destructive: targets.some((e) => e.effect === "destructive"), skipped: [] };
+      // Which entries, how many and whether any is destructive: the operations layer decides.
+      const kind: BulkKind = action === "release" ? "resolve" : action;
+      const target: BulkTarget = { filter, ids: sel.size ? [...sel] : null };
+      const preview = await this.t.previewBulk(kind, target);
       const outcome = action === "resolve" ? this.resolveFields() : null;
       await this.action({
-        title: `${action} ${targets.length} entr${targets.length === 1 ? "y" : "ies"}`,
-        preview,
+        title: `${action} ${preview.count} entr${preview.count === 1 ? "y" : "ies"}`,
+        preview: { ...preview, action },
         fields: outcome?.el,
         run: async (operator, reason, progress, stop) => {
-          let done = 0;
-          const failed: string[] = [];
-          for (const e of targets) {
-            if (stop.aborted) break;
-            try {
-              await this.perform(action, e.id, operator, reason, preview.destructive, outcome?.value());
-            } catch (err) {
-              failed.push(`${e.id}: ${toErrorBody(err).message}`);
-            }
-            progress(++done, targets.length);
+          const o = action === "release" ? { as: "released" as ResolveAs, external_ref: null, body: null, status: 0 } : outcome?.value();
+          const cmd: BulkCmd = {
+            action: kind, target, operator, reason, confirm_destructive: preview.destructive,
+            as: o?.as ?? null,
+            response: o?.body ? { status: o.status, headers: [], body: o.body } : null,
+            external_ref: o?.external_ref ?? null,
+          };
+          const job = `bulk-${Date.now()}`;
+          let heard = 0;
+          const unlisten = await this.t.onProgress((p) => { if (p.job === job) { heard = p.done; progress(p.done, preview.count); } });
+          stop.addEventListener("abort", () => void this.t.cancelJob(job));
+          try {
+            const r = await this.t.bulk(cmd, job);
+            if (r === null) return `stopped${heard > 0 ? ` after at least ${heard} of ${preview.count}` : ""}: what was done stays done (the log lists it); the rest are as they were`;
+            const failures = r.failures.slice(0, 5).map((f) => `${f.id}: ${f.message}`).join("; ");
+            return `${r.succeeded} of ${r.total} done${r.cancelled ? " (cancelled)" : ""}${r.failed ? `; ${r.failed} failed: ${failures}` : ""}`;
+          } finally {
+            unlisten();
           }
-          return `${done - failed.length} of ${targets.length} done${stop.aborted ? " (cancelled)" : ""}${failed.length ? `; failed: ${failed.slice(0, 5).join("; ")}` : ""}`;
         },
       });
       sel.clear();

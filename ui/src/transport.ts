@@ -3,6 +3,10 @@
 // the Rust types (src/bindings, by ts-rs); errors are always an ErrorBody with a stable code.
 import type { ActionCmd } from "./bindings/ActionCmd";
 import type { AgainstReport } from "./bindings/AgainstReport";
+import type { BulkCmd } from "./bindings/BulkCmd";
+import type { BulkKind } from "./bindings/BulkKind";
+import type { BulkReport } from "./bindings/BulkReport";
+import type { BulkTarget } from "./bindings/BulkTarget";
 import type { EntryFilter } from "./bindings/EntryFilter";
 import type { EntryPage } from "./bindings/EntryPage";
 import type { EntrySummary } from "./bindings/EntrySummary";
@@ -47,6 +51,10 @@ export interface Transport {
   purge(cmd: PurgeCmd, job: string): Promise<PurgeReport | null>;
   replay(id: number, cmd: ActionCmd): Promise<ReplayReport>;
   reconcile(id: number, cmd: ActionCmd): Promise<ReconcileReport>;
+  previewBulk(action: BulkKind, target: BulkTarget): Promise<Preview>;
+  /** A bulk action as a job (progress after each entry; Cancel stops it between two). `null` when
+   * cancelled in a browser, where the report is lost with the request: the log says what was done. */
+  bulk(cmd: BulkCmd, job: string): Promise<BulkReport | null>;
   exportLog(cmd: ExportCmd, job: string): Promise<Manifest | null>;
   /** `null` when cancelled before the end in a browser (the desktop's report says `cancelled`). */
   verifyLedger(job: string): Promise<VerifyReport | null>;
@@ -104,6 +112,8 @@ export class TauriTransport implements Transport {
   purge(cmd: PurgeCmd, job: string) { return this.call<PurgeReport>("purge", { cmd, job }); }
   replay(id: number, cmd: ActionCmd) { return this.call<ReplayReport>("replay", { id, cmd }); }
   reconcile(id: number, cmd: ActionCmd) { return this.call<ReconcileReport>("reconcile", { id, cmd }); }
+  previewBulk(action: BulkKind, target: BulkTarget) { return this.call<Preview>("preview_bulk", { action, target }); }
+  bulk(cmd: BulkCmd, job: string) { return this.call<BulkReport>("bulk", { cmd, job }); }
   exportLog(cmd: ExportCmd, job: string) { return this.call<Manifest | null>("export", { cmd, job }); }
   verifyLedger(job: string) { return this.call<VerifyReport>("verify_ledger", { job }); }
   verifyExport(path: string, job: string) { return this.call<ExportVerifyReport>("verify_export", { path, job }); }
@@ -272,6 +282,8 @@ export class HttpTransport implements Transport {
   purge(cmd: PurgeCmd, job: string) { return this.cancellable<PurgeReport>(job, "POST", "/admin/v1/purge", cmd); }
   replay(id: number, cmd: ActionCmd) { return this.req<ReplayReport>("POST", `/admin/v1/entries/${id}/replay`, cmd); }
   reconcile(id: number, cmd: ActionCmd) { return this.req<ReconcileReport>("POST", `/admin/v1/entries/${id}/reconcile`, cmd); }
+  previewBulk(action: BulkKind, target: BulkTarget) { return this.req<Preview>("POST", "/admin/v1/bulk/preview", { action, target }); }
+  bulk(cmd: BulkCmd, job: string) { return this.cancellable<BulkReport>(job, "POST", "/admin/v1/bulk", cmd); }
   /**
    * An export job on the server (the path is the server's to choose, so `cmd.path` is not sent):
    * followed to its end, then its file and manifest are saved as downloads, under the names

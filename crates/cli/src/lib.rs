@@ -5,6 +5,7 @@
 //! 2 bad usage (nothing was opened); 3 verification found a problem; 130 (SIGINT) or 143 (SIGTERM)
 //! long work stopped when asked (see `interrupt`).
 
+mod bulk;
 mod output;
 mod serve;
 
@@ -75,6 +76,62 @@ enum AsArg {
     Released,
 }
 
+impl From<AsArg> for ResolveAs {
+    fn from(a: AsArg) -> ResolveAs {
+        match a {
+            AsArg::Completed => ResolveAs::Completed,
+            AsArg::Failed => ResolveAs::Failed,
+            AsArg::Released => ResolveAs::Released,
+        }
+    }
+}
+
+/// Which entries: the filters `entries` and `bulk` share.
+#[derive(Args, Debug, Clone)]
+struct FilterArgs {
+    #[arg(long, value_enum)]
+    status: Option<StatusArg>,
+    /// PENDING whose lease has passed or whose outcome is unknown.
+    #[arg(long)]
+    stuck: bool,
+    /// Keys that arrived again with a different request.
+    #[arg(long)]
+    collisions: bool,
+    /// Past their TTL.
+    #[arg(long)]
+    expired: bool,
+    /// Duplicate suspects: the same effect completed under different keys.
+    #[arg(long)]
+    duplicates: bool,
+    #[arg(long)]
+    route: Option<String>,
+    #[arg(long)]
+    scope: Option<String>,
+    #[arg(long)]
+    key: Option<String>,
+}
+
+impl From<FilterArgs> for EntryFilter {
+    fn from(f: FilterArgs) -> EntryFilter {
+        EntryFilter {
+            state: f.status.map(|s| match s {
+                StatusArg::Pending => State::Pending,
+                StatusArg::Completed => State::Completed,
+                StatusArg::Released => State::Released,
+                StatusArg::Failed => State::Failed,
+            }),
+            stuck: f.stuck,
+            collisions: f.collisions,
+            expired: f.expired,
+            duplicates: f.duplicates,
+            route: f.route,
+            scope: f.scope,
+            key: f.key,
+            expiring_within: None,
+        }
+    }
+}
+
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum FormatArg {
     Ndjson,
@@ -137,26 +194,8 @@ enum Cmd {
     Entries {
         #[command(flatten)]
         ledger: LedgerArg,
-        #[arg(long, value_enum)]
-        status: Option<StatusArg>,
-        /// PENDING whose lease has passed or whose outcome is unknown.
-        #[arg(long)]
-        stuck: bool,
-        /// Keys that arrived again with a different request.
-        #[arg(long)]
-        collisions: bool,
-        /// Past their TTL.
-        #[arg(long)]
-        expired: bool,
-        /// Duplicate suspects: the same effect completed under different keys.
-        #[arg(long)]
-        duplicates: bool,
-        #[arg(long)]
-        route: Option<String>,
-        #[arg(long)]
-        scope: Option<String>,
-        #[arg(long)]
-        key: Option<String>,
+        #[command(flatten)]
+        filter: FilterArgs,
         /// At most this many entries, the newest.
         #[arg(long, value_parser = at_least_one)]
         limit: Option<usize>,
@@ -164,6 +203,13 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Resolve, replay or reconcile every entry a filter matches (or the --id ones of them), one
+    /// at a time, each logged. --dry-run shows what it would touch.
+    ///
+    /// An entry that fails is reported and the rest go on (exit 1 when any failed). Ctrl-C or
+    /// SIGTERM stops it between two entries: what was done stays done, and the command exits 130
+    /// (143).
+    Bulk(bulk::BulkArgs),
     /// Show one entry: request, response, state and its whole timeline.
     Show {
         #[command(flatten)]
@@ -355,6 +401,7 @@ pub fn main() -> ExitCode {
         Cmd::Serve { config, .. } => serve::serve(&config),
         Cmd::Replay(a) => serve::operator_action(serve::Action::Replay, a),
         Cmd::Reconcile(a) => serve::operator_action(serve::Action::Reconcile, a),
+        Cmd::Bulk(a) => bulk::run(a),
         other => run(other).map_err(serve::CmdError::from),
     };
     match result {
@@ -498,33 +545,11 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
         }
         Cmd::Entries {
             ledger,
-            status,
-            stuck,
-            collisions,
-            expired,
-            duplicates,
-            route,
-            scope,
-            key,
+            filter,
             limit,
             json,
         } => {
-            let filter = EntryFilter {
-                state: status.map(|s| match s {
-                    StatusArg::Pending => State::Pending,
-                    StatusArg::Completed => State::Completed,
-                    StatusArg::Released => State::Released,
-                    StatusArg::Failed => State::Failed,
-                }),
-                stuck,
-                collisions,
-                expired,
-                duplicates,
-                route,
-                scope,
-                key,
-                expiring_within: None,
-            };
+            let filter = EntryFilter::from(filter);
             let ops = Ops::open_existing(&ledger.ledger)?;
             output::entries(&mut out, &ops, &filter, limit, json)?;
         }
@@ -604,11 +629,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             };
             let cmd = ResolveCmd {
                 entry_id,
-                as_: match as_ {
-                    AsArg::Completed => ResolveAs::Completed,
-                    AsArg::Failed => ResolveAs::Failed,
-                    AsArg::Released => ResolveAs::Released,
-                },
+                as_: as_.into(),
                 response,
                 external_ref,
                 operator: actor.operator,
@@ -700,7 +721,9 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
                 (None, None) => unreachable!("an export stops only when asked"),
             }
         }
-        Cmd::Serve { .. } | Cmd::Replay(_) | Cmd::Reconcile(_) => unreachable!("handled in main"),
+        Cmd::Serve { .. } | Cmd::Replay(_) | Cmd::Reconcile(_) | Cmd::Bulk(_) => {
+            unreachable!("handled in main")
+        }
         Cmd::Copy { ledger, to, json } => {
             let report = with_progress("copying", "rows", None, |p| {
                 idemgate_ops::copy_ledger(&ledger.ledger, &to, p)

@@ -1,11 +1,13 @@
-//! Human and `--json` rendering. JSON field names are stable (see DESIGN.md, CLI); times are RFC 3339.
+//! Human and `--json` rendering. JSON field names are stable (docs/design.md, "CLI"); times are RFC 3339.
 
 use std::io::Write;
 use std::path::Path;
 
 use idemgate_ledger::export::{ExportVerifyReport, Manifest};
 use idemgate_ledger::{rfc3339, EntryFilter, EntrySummary, Event, EventFilter, VerifyReport};
-use idemgate_ops::{AgainstReport, DemoReport, EntryView, Ops, OpsError, Preview, PurgeReport};
+use idemgate_ops::{
+    AgainstReport, BulkReport, DemoReport, EntryView, Ops, OpsError, Preview, PurgeReport,
+};
 use serde_json::{json, Value};
 
 /// Standard output, which its reader may close before the end (`idemgate log | head`). What
@@ -386,6 +388,33 @@ pub fn preview(out: &mut Out, p: &Preview, json: bool) -> R {
     }
     for (id, why) in &p.skipped {
         writeln!(out, "  skipped {id}: {why}")?;
+    }
+    Ok(())
+}
+
+pub fn bulk(out: &mut Out, r: &BulkReport, json: bool) -> R {
+    if json {
+        return pretty(out, r);
+    }
+    writeln!(
+        out,
+        "{}: {} of {} done{}{}",
+        r.action.as_str(),
+        r.succeeded,
+        counted(r.total as u64, "entry", "entries"),
+        if r.failed > 0 {
+            format!(", {} failed", r.failed)
+        } else {
+            String::new()
+        },
+        if r.cancelled { " (stopped)" } else { "" }
+    )?;
+    for f in &r.failures {
+        writeln!(
+            out,
+            "  {}  {}  error[{}]: {}",
+            f.id, f.key, f.code, f.message
+        )?;
     }
     Ok(())
 }

@@ -1,13 +1,13 @@
-//! `idemgate serve`, `replay` and `reconcile`: the commands that need the proxy engine.
+//! `idemgate serve`, `replay` and `reconcile`: the commands that need a route configuration.
 
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use idemgate_ops::{Ops, OpsError};
-use idemgate_proxy::operator::{self, ActionCmd};
-use idemgate_proxy::{Config, Engine};
+use idemgate_ops::{ActionCmd, Ops, OpsError};
+use idemgate_proxy::Config;
+use idemgate_server::Server;
 
 use crate::ProxyActionArgs;
 
@@ -15,13 +15,11 @@ use crate::ProxyActionArgs;
 #[derive(Debug, thiserror::Error)]
 pub enum CmdError {
     #[error(transparent)]
-    Serve(#[from] idemgate_proxy::ServeError),
+    Serve(#[from] idemgate_server::ServeError),
     #[error(transparent)]
     Config(#[from] idemgate_proxy::ConfigError),
     #[error(transparent)]
     Ops(#[from] OpsError),
-    #[error("{}", .0.detail)]
-    Problem(idemgate_proxy::problem::Problem),
     #[error("{0}")]
     Runtime(std::io::Error),
 }
@@ -32,7 +30,6 @@ impl CmdError {
             CmdError::Serve(e) => e.code(),
             CmdError::Config(e) => e.code(),
             CmdError::Ops(e) => e.code(),
-            CmdError::Problem(p) => p.code,
             CmdError::Runtime(_) => "runtime",
         }
     }
@@ -104,9 +101,7 @@ fn survive_hangup(rt: &tokio::runtime::Runtime) {
 /// `serve --check`: everything `serve` checks before it opens the ledger and binds.
 pub fn check(config: &Path) -> Result<ExitCode, CmdError> {
     let cfg = Config::load(&config.display().to_string())?;
-    if cfg.admin_listen.is_some() {
-        idemgate_proxy::admin_token(&cfg)?;
-    }
+    idemgate_server::check(&cfg)?;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
@@ -130,23 +125,15 @@ pub fn check(config: &Path) -> Result<ExitCode, CmdError> {
 
 pub fn serve(config: &Path) -> Result<ExitCode, CmdError> {
     let cfg = Arc::new(Config::load(&config.display().to_string())?);
-    let token = match cfg.admin_listen {
-        Some(_) => Some(idemgate_proxy::admin_token(&cfg)?),
-        None => None,
-    };
+    idemgate_server::check(&cfg)?;
     let rt = runtime()?;
     let stop = shutdown_signal(&rt)?;
     survive_file_size_limit(&rt);
     survive_hangup(&rt);
-    let ops = Ops::open_or_create(&cfg.ledger)?;
-    let store = ops.store().clone();
+    let server = Server::open(cfg)?;
     // Redacted: a PostgreSQL URL may carry a password.
-    let ledger = store.location();
-    rt.block_on(idemgate_proxy::serve(
-        cfg,
-        store,
-        ops,
-        token,
+    let ledger = server.ledger_location();
+    rt.block_on(server.run(
         move |b| {
             // One line on stdout for scripts and tests: where it listens.
             let line = serde_json::json!({
@@ -177,7 +164,7 @@ pub fn operator_action(action: Action, a: ProxyActionArgs) -> Result<ExitCode, C
     )?);
     let ledger = a.ledger.clone().unwrap_or_else(|| cfg.ledger.clone());
     let ops = Ops::open_existing(&ledger)?;
-    let engine = Engine::new(cfg, ops.store().clone(), idemgate_proxy::instance_id());
+    let engine = ops.upstream(cfg);
     let cmd = ActionCmd {
         operator: a.actor.operator,
         reason: a.actor.reason,
@@ -186,15 +173,17 @@ pub fn operator_action(action: Action, a: ProxyActionArgs) -> Result<ExitCode, C
     let rt = runtime()?;
     let out = rt.block_on(async {
         match action {
-            Action::Replay => operator::replay(&engine, a.entry_id, &cmd)
+            Action::Replay => ops
+                .replay(&engine, a.entry_id, &cmd)
                 .await
                 .map(|r| serde_json::to_value(r).unwrap_or_default()),
-            Action::Reconcile => operator::reconcile(&engine, a.entry_id, &cmd)
+            Action::Reconcile => ops
+                .reconcile(&engine, a.entry_id, &cmd)
                 .await
                 .map(|r| serde_json::to_value(r).unwrap_or_default()),
         }
     });
-    let v = out.map_err(CmdError::Problem)?;
+    let v = out?;
     let mut stdout = std::io::stdout().lock();
     if a.json {
         let _ = writeln!(

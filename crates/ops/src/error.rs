@@ -15,6 +15,18 @@ pub enum OpsError {
     Conflict(String),
     #[error("this touches {} (keys: {}); confirm it explicitly", touched(.0.len()), first_keys(.0))]
     ConfirmationRequired(Vec<String>),
+    #[error("entry {entry} belongs to route {route:?}, which this configuration does not have")]
+    UnknownRoute { entry: i64, route: String },
+    #[error("route {0} has no reconcile probe configured")]
+    NoProbe(String),
+    #[error("{0}")]
+    StoredRequest(String),
+    #[error("{0}")]
+    BadConfig(String),
+    #[error("{0}")]
+    Internal(String),
+    #[error("replay and reconcile send requests upstream: they need the route configuration (--config, or the console's embedded proxy)")]
+    NoConfig,
     #[error(transparent)]
     Ledger(#[from] LedgerError),
 }
@@ -50,6 +62,12 @@ impl OpsError {
             OpsError::MissingReason => "missing-reason",
             OpsError::Conflict(_) => "conflict",
             OpsError::ConfirmationRequired(_) => "confirmation-required",
+            OpsError::UnknownRoute { .. } => "unknown-route",
+            OpsError::NoProbe(_) => "no-probe",
+            OpsError::StoredRequest(_) => "bad-request",
+            OpsError::BadConfig(_) => "bad-config",
+            OpsError::Internal(_) => "internal",
+            OpsError::NoConfig => "no-config",
             OpsError::Ledger(e) => e.code(),
         }
     }
@@ -58,14 +76,14 @@ impl OpsError {
     pub fn http_status(&self) -> u16 {
         match self {
             OpsError::Invalid { .. } | OpsError::MissingOperator | OpsError::MissingReason => 400,
-            OpsError::Conflict(_) | OpsError::ConfirmationRequired(_) => 409,
-            OpsError::Ledger(e) => match e {
-                LedgerError::EntryNotFound(_) | LedgerError::NotFound(_) => 404,
-                LedgerError::InvalidTransition { .. } | LedgerError::LeaseLost(_) => 409,
-                LedgerError::MissingActor | LedgerError::BadExport(_) => 400,
-                LedgerError::Unavailable(_) | LedgerError::Closed => 503,
-                _ => 500,
-            },
+            OpsError::Conflict(_)
+            | OpsError::ConfirmationRequired(_)
+            | OpsError::UnknownRoute { .. }
+            | OpsError::NoProbe(_)
+            | OpsError::StoredRequest(_)
+            | OpsError::NoConfig => 409,
+            OpsError::BadConfig(_) | OpsError::Internal(_) => 500,
+            OpsError::Ledger(e) => idemgate_proxy::problem::ledger_status(e),
         }
     }
 }
@@ -84,6 +102,25 @@ impl From<&OpsError> for ErrorBody {
             code: e.code().to_owned(),
             message: e.to_string(),
         }
+    }
+}
+
+impl From<idemgate_proxy::redrive::RedriveError> for OpsError {
+    fn from(e: idemgate_proxy::redrive::RedriveError) -> Self {
+        use idemgate_proxy::redrive::RedriveError;
+        match e {
+            RedriveError::StoredRequest(_) => OpsError::StoredRequest(e.to_string()),
+            RedriveError::ProbeUrl(_) => OpsError::BadConfig(e.to_string()),
+        }
+    }
+}
+
+/// The admin API answers an operation's error as problem+json with its stable code.
+impl From<OpsError> for idemgate_proxy::problem::Problem {
+    fn from(e: OpsError) -> Self {
+        use idemgate_proxy::problem::{status_title, Problem};
+        let status = e.http_status();
+        Problem::new(status, e.code(), status_title(status), e.to_string())
     }
 }
 

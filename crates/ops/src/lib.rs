@@ -3,9 +3,11 @@
 //! (nothing is written on bad input), needs an operator name and a reason, previews what it will
 //! touch, and is logged by the ledger with both.
 
+mod bulk;
 mod demo;
 mod error;
 mod time;
+mod upstream;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,9 +17,13 @@ use idemgate_ledger::export::{self, ExportVerifyReport, Format, Manifest};
 use idemgate_ledger::*;
 use serde::{Deserialize, Serialize};
 
+pub use bulk::{
+    BulkCmd, BulkFailure, BulkKind, BulkReport, BulkTarget, MAX_BULK, MAX_BULK_FAILURES,
+};
 pub use demo::{seed as seed_demo, DemoOptions, DemoReport};
 pub use error::{ErrorBody, OpsError};
 pub use time::{parse_time, BadTime};
+pub use upstream::{ActionCmd, ReconcileReport, ReplayReport};
 
 pub type OpsResult<T> = std::result::Result<T, OpsError>;
 

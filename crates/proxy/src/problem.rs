@@ -112,22 +112,32 @@ impl axum::response::IntoResponse for Problem {
     }
 }
 
-impl From<idemgate_ops::OpsError> for Problem {
-    fn from(e: idemgate_ops::OpsError) -> Problem {
-        let status = e.http_status();
-        let title = match status {
-            400 => "Bad request",
-            404 => "Not found",
-            409 => "Conflict",
-            503 => "Unavailable",
-            _ => "Internal error",
-        };
-        Problem::new(status, e.code(), title, e.to_string())
+/// The HTTP status for a ledger error, wherever one is answered (the proxy, the admin API).
+pub fn ledger_status(e: &idemgate_ledger::LedgerError) -> u16 {
+    use idemgate_ledger::LedgerError;
+    match e {
+        LedgerError::EntryNotFound(_) | LedgerError::NotFound(_) => 404,
+        LedgerError::InvalidTransition { .. } | LedgerError::LeaseLost(_) => 409,
+        LedgerError::MissingActor | LedgerError::BadExport(_) => 400,
+        LedgerError::Unavailable(_) | LedgerError::Closed => 503,
+        _ => 500,
+    }
+}
+
+/// The title of a problem answered with `status` for an error that has no title of its own.
+pub fn status_title(status: u16) -> &'static str {
+    match status {
+        400 => "Bad request",
+        404 => "Not found",
+        409 => "Conflict",
+        503 => "Unavailable",
+        _ => "Internal error",
     }
 }
 
 impl From<idemgate_ledger::LedgerError> for Problem {
     fn from(e: idemgate_ledger::LedgerError) -> Problem {
-        Problem::from(idemgate_ops::OpsError::from(e))
+        let status = ledger_status(&e);
+        Problem::new(status, e.code(), status_title(status), e.to_string())
     }
 }

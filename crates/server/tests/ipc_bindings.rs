@@ -1,6 +1,6 @@
 //! The console's IPC types, generated from the Rust types into `ui/src/bindings/` with ts-rs.
 //! This test fails when the checked-in TypeScript differs from what the Rust types generate (drift);
-//! `UPDATE_BINDINGS=1 cargo test -p idemgate-proxy --features ts --test ipc_bindings` rewrites them.
+//! `UPDATE_BINDINGS=1 cargo test -p idemgate-server --features ts --test ipc_bindings` rewrites them.
 #![cfg(feature = "ts")]
 
 use std::collections::BTreeMap;
@@ -19,7 +19,6 @@ fn generate(dir: &Path) {
     use idemgate_ledger::export::*;
     use idemgate_ledger::*;
     use idemgate_ops::*;
-    use idemgate_proxy::operator::*;
     export!(
         EntryPage,
         EventPage,
@@ -44,11 +43,16 @@ fn generate(dir: &Path) {
         ActionCmd,
         ReplayReport,
         ReconcileReport,
+        BulkCmd,
+        BulkKind,
+        BulkTarget,
+        BulkReport,
+        BulkFailure,
         LedgerInfo,
         JobProgress,
-        idemgate_proxy::ProxyStatus,
-        idemgate_proxy::exports::ExportJob,
-        idemgate_proxy::admin::ServerInfo,
+        idemgate_server::ProxyStatus,
+        idemgate_server::exports::ExportJob,
+        idemgate_server::admin::ServerInfo,
     );
 }
 
@@ -82,7 +86,7 @@ fn ui_bindings_match_the_rust_types() {
     assert_eq!(
         checked_in.keys().collect::<Vec<_>>(),
         generated.keys().collect::<Vec<_>>(),
-        "ui/src/bindings is out of date: run UPDATE_BINDINGS=1 cargo test -p idemgate-proxy --features ts --test ipc_bindings"
+        "ui/src/bindings is out of date: run UPDATE_BINDINGS=1 cargo test -p idemgate-server --features ts --test ipc_bindings"
     );
     for (n, s) in &generated {
         assert_eq!(

@@ -13,16 +13,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use idemgate_ledger::*;
-use idemgate_ops::{Ops, PurgeCmd, PurgeTarget, ResolveAs, ResolveCmd};
+use idemgate_ops::{
+    ActionCmd, BulkCmd, BulkKind, BulkTarget, Ops, PurgeCmd, PurgeTarget, ResolveAs, ResolveCmd,
+};
+use idemgate_proxy::problem::Problem;
+use idemgate_proxy::{Engine, Secret};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::Secret;
-use crate::engine::Engine;
 use crate::exports::{Download, Exports};
-use crate::operator::{self, ActionCmd};
-use crate::problem::Problem;
 use crate::Bound;
 
 #[derive(Debug, Clone)]
@@ -82,6 +82,8 @@ pub fn router(
         .route("/admin/v1/entries/{id}/reconcile", post(reconcile))
         .route("/admin/v1/purge", post(purge))
         .route("/admin/v1/purge/preview", post(preview_purge))
+        .route("/admin/v1/bulk", post(bulk))
+        .route("/admin/v1/bulk/preview", post(preview_bulk))
         .route("/admin/v1/events", get(events))
         .route("/admin/v1/stats", get(stats))
         .route("/admin/v1/incidents", get(incidents))
@@ -536,7 +538,7 @@ async fn replay(
     let e = Arc::clone(&s.engine);
     let report = s
         .engine
-        .to_the_end(async move { operator::replay(&e, id, &b).await })
+        .to_the_end(async move { Ok(s.ops.replay(&e, id, &b).await?) })
         .await?;
     Ok(Json(report).into_response())
 }
@@ -551,7 +553,7 @@ async fn reconcile(
     let e = Arc::clone(&s.engine);
     let report = s
         .engine
-        .to_the_end(async move { operator::reconcile(&e, id, &b).await })
+        .to_the_end(async move { Ok(s.ops.reconcile(&e, id, &b).await?) })
         .await?;
     Ok(Json(report).into_response())
 }
@@ -586,6 +588,46 @@ async fn preview_purge(
 ) -> Result<Response, Problem> {
     let Json(t) = b.map_err(bad_json)?;
     Ok(Json(blocking(move || s.ops.preview_purge(&t)).await?).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BulkPreviewBody {
+    action: BulkKind,
+    target: BulkTarget,
+}
+
+async fn preview_bulk(
+    State(s): State<AdminState>,
+    _: NoQuery,
+    b: Result<Json<BulkPreviewBody>, JsonRejection>,
+) -> Result<Response, Problem> {
+    let Json(b) = b.map_err(bad_json)?;
+    Ok(Json(blocking(move || s.ops.preview_bulk(b.action, &b.target)).await?).into_response())
+}
+
+/// A bulk action, answered as long work: it stops between two entries when its client goes away,
+/// and each replay or reconcile it started runs to its recorded end.
+async fn bulk(
+    State(s): State<AdminState>,
+    _: NoQuery,
+    headers: HeaderMap,
+    b: Result<Json<BulkCmd>, JsonRejection>,
+) -> Result<Response, Problem> {
+    let Json(cmd) = b.map_err(bad_json)?;
+    long_work(wants_lines(&headers), move |progress| {
+        let r = s.ops.bulk(&cmd, Some(&s.engine), progress)?;
+        if r.cancelled {
+            tracing::warn!(
+                action = r.action.as_str(),
+                "a bulk action stopped after {} of {} entries: its client went away",
+                r.attempted,
+                r.total
+            );
+        }
+        Ok(r)
+    })
+    .await
 }
 
 #[derive(Debug, Deserialize)]

@@ -23,7 +23,7 @@ use idemgate_ledger::{now_millis, rfc3339, EventRange, Millis};
 use idemgate_ops::{ErrorBody, ExportCmd, Ops};
 use serde::Serialize;
 
-use crate::problem::Problem;
+use idemgate_proxy::problem::Problem;
 
 /// Exports running at once: each holds a blocking thread and a read of its whole range.
 pub const MAX_RUNNING: usize = 2;

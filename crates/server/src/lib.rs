@@ -1,0 +1,366 @@
+//! The idemgate server: what `idemgate serve` and the console's embedded proxy run. The proxy
+//! listener (the data plane, `idemgate-proxy`), the admin listener (the operations layer,
+//! `idemgate-ops`, as JSON under `/admin/v1/`, `/metrics`, health, and the console's static
+//! files for browsers), the sweeper, and a graceful drain on shutdown. Both hosts start it
+//! through [`Server::open`] and [`Server::run`].
+
+pub mod admin;
+pub mod exports;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use idemgate_ledger::{now_millis, LedgerError, Storage};
+use idemgate_ops::Ops;
+use idemgate_proxy::engine;
+use idemgate_proxy::{instance_id, metrics_handle, Config, ConfigError, Engine, Secret};
+use tokio::net::TcpListener;
+use tower::Service;
+
+/// The admin API's OpenAPI document.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// How long a client may take to send its request headers.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a graceful shutdown waits for requests in flight.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("no admin token: set IDEMGATE_ADMIN_TOKEN or server.admin_token_file (the admin API never runs without one)")]
+    NoAdminToken,
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Ops(#[from] idemgate_ops::OpsError),
+}
+
+/// A configuration made ready to serve: its admin token read and its ledger open.
+#[derive(Debug)]
+pub struct Server {
+    cfg: Arc<Config>,
+    token: Option<Secret>,
+    ops: Ops,
+}
+
+impl Server {
+    /// Reads the admin token (when the admin listener is on; it never runs without one) and opens
+    /// the configured ledger, creating it when missing.
+    pub fn open(cfg: Arc<Config>) -> Result<Server, ServeError> {
+        let token = check(&cfg)?;
+        let ops = Ops::open_or_create(&cfg.ledger)?;
+        Ok(Server { cfg, token, ops })
+    }
+
+    /// Where the ledger is, as logs may show it (a PostgreSQL URL without its password).
+    pub fn ledger_location(&self) -> String {
+        self.ops.location()
+    }
+
+    /// Serves until `shutdown` resolves, as [`serve`] does.
+    pub async fn run(
+        self,
+        on_bound: impl FnOnce(Bound),
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ServeError> {
+        let store = self.ops.store().clone();
+        serve(self.cfg, store, self.ops, self.token, on_bound, shutdown).await
+    }
+}
+
+/// What the server checks of a configuration before it opens anything: today, that the admin
+/// listener has its token. Returns the token when the listener is on.
+pub fn check(cfg: &Config) -> Result<Option<Secret>, ServeError> {
+    match cfg.admin_listen {
+        Some(_) => admin_token(cfg).map(Some),
+        None => Ok(None),
+    }
+}
+
+impl ServeError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            ServeError::Config(_) => "bad-config",
+            ServeError::NoAdminToken => "no-admin-token",
+            ServeError::Bind { .. } => "bind",
+            ServeError::Ops(e) => e.code(),
+        }
+    }
+}
+
+/// The admin token from `IDEMGATE_ADMIN_TOKEN` or the configured file.
+pub fn admin_token(cfg: &Config) -> Result<Secret, ServeError> {
+    if let Ok(t) = std::env::var("IDEMGATE_ADMIN_TOKEN") {
+        if !t.trim().is_empty() {
+            return Ok(Secret(t.trim().as_bytes().to_vec()));
+        }
+    }
+    if let Some(f) = &cfg.admin_token_file {
+        let raw = std::fs::read_to_string(f).map_err(|e| {
+            ServeError::Config(ConfigError::Invalid {
+                field: "server.admin_token_file".into(),
+                message: format!("{f}: {e}"),
+            })
+        })?;
+        if !raw.trim().is_empty() {
+            return Ok(Secret(raw.trim().as_bytes().to_vec()));
+        }
+    }
+    Err(ServeError::NoAdminToken)
+}
+
+/// A running server: its bound addresses.
+#[derive(Debug, Clone, Copy)]
+pub struct Bound {
+    pub proxy: SocketAddr,
+    pub admin: Option<SocketAddr>,
+}
+
+/// Runs the proxy (and the admin listener) until `shutdown` resolves, then drains requests in
+/// flight (up to [`DRAIN_TIMEOUT`]) and returns; the caller closes the ledger after. `on_bound` is
+/// told the bound addresses once both listeners are up.
+async fn serve(
+    cfg: Arc<Config>,
+    store: Arc<dyn Storage>,
+    ops: Ops,
+    token: Option<Secret>,
+    on_bound: impl FnOnce(Bound),
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let metrics = metrics_handle();
+    let engine = Arc::new(Engine::new(cfg.clone(), store.clone(), instance_id()));
+    let exports = Arc::new(exports::Exports::new(cfg.export_dir.clone()));
+    match exports.reclaim() {
+        Ok(removed) if !removed.is_empty() => tracing::info!(
+            spools = ?removed,
+            "removed the export spools of processes that were killed before they could"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(dir = %cfg.export_dir.display(), error = %e,
+            "cannot look for the export spools of killed processes"),
+    }
+    let proxy_listener =
+        TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|source| ServeError::Bind {
+                addr: cfg.listen,
+                source,
+            })?;
+    let proxy_addr = proxy_listener
+        .local_addr()
+        .map_err(|source| ServeError::Bind {
+            addr: cfg.listen,
+            source,
+        })?;
+    let admin = match (&cfg.admin_listen, token) {
+        (Some(addr), Some(token)) => {
+            let l = TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    addr: *addr,
+                    source,
+                })?;
+            let bound = l.local_addr().map_err(|source| ServeError::Bind {
+                addr: *addr,
+                source,
+            })?;
+            Some((
+                l,
+                bound,
+                admin::router(
+                    engine.clone(),
+                    ops.clone(),
+                    exports.clone(),
+                    &token,
+                    metrics,
+                    Bound {
+                        proxy: proxy_addr,
+                        admin: Some(bound),
+                    },
+                ),
+            ))
+        }
+        (Some(_), None) => return Err(ServeError::NoAdminToken),
+        (None, _) => None,
+    };
+    on_bound(Bound {
+        proxy: proxy_addr,
+        admin: admin.as_ref().map(|a| a.1),
+    });
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let sweeper = tokio::spawn(sweep_loop(engine.clone(), stop_rx.clone()));
+    let settler = engine.clone();
+    // The proxy listener calls the engine directly: no router, no boxed body, no extensions.
+    let proxy_service = move |peer: SocketAddr| {
+        let engine = engine.clone();
+        hyper::service::service_fn(move |req| {
+            let engine = engine.clone();
+            async move { Ok::<_, Infallible>(engine::handle(&engine, peer, req).await) }
+        })
+    };
+    let mut loops = vec![tokio::spawn(accept_loop(
+        proxy_listener,
+        proxy_service,
+        stop_rx.clone(),
+    ))];
+    if let Some((l, _, router)) = admin {
+        let admin_service = move |_peer: SocketAddr| {
+            let router = router.clone();
+            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let mut r = router.clone();
+                async move { r.call(req.map(axum::body::Body::new)).await }
+            })
+        };
+        loops.push(tokio::spawn(accept_loop(l, admin_service, stop_rx.clone())));
+    }
+    shutdown.await;
+    tracing::info!("shutting down: no new connections, draining requests in flight");
+    let _ = stop_tx.send(true);
+    let drained_by = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+    for l in loops {
+        let _ = l.await;
+    }
+    // Writes whose clients went away are still being driven: their outcomes are recorded too.
+    settler.requests.close();
+    if tokio::time::timeout_at(drained_by, settler.requests.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            requests = settler.requests.len(),
+            "writes still in flight after {DRAIN_TIMEOUT:?}; their claims stay pending and will show as stuck"
+        );
+    }
+    let _ = sweeper.await;
+    exports.close();
+    // The last chance for outcomes the ledger could not take: after this they live only in the
+    // entries' leases, stuck for an operator once they pass.
+    settler.unsettled.record(&*settler.store).await;
+    let left = settler.unsettled.entry_ids();
+    if !left.is_empty() {
+        tracing::warn!(entries = ?left, "stopping with outcomes the ledger could not take; these entries are left for an operator");
+    }
+    Ok(())
+}
+
+/// Accepts connections until `stop`, then stops accepting and waits (up to [`DRAIN_TIMEOUT`]) for
+/// the requests in flight on this listener. `service` makes each connection's service from its
+/// peer's address.
+async fn accept_loop<S, B>(
+    listener: TcpListener,
+    service: impl Fn(SocketAddr) -> S,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
+    S: hyper::service::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = hyper::Response<B>,
+            Error = Infallible,
+        > + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        // Room above the request path's own limits (engine::MAX_HEADERS, MAX_HEADER_BYTES), so
+        // oversized headers get a problem+json 431 there instead of the parser's bare one.
+        .max_buf_size(256 * 1024)
+        .max_headers(512);
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service(peer))
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("requests still in flight after {DRAIN_TIMEOUT:?}; their claims stay pending and will show as stuck");
+    }
+}
+
+/// Every second: records the outcomes the ledger could not take when they were known, and marks
+/// lease and TTL expiries in the log.
+async fn sweep_loop(engine: Arc<Engine>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let store = engine.store.clone();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut n: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        // First, so that an entry whose outcome is in hand is not logged as stuck.
+        engine.unsettled.record(&*store).await;
+        match store.sweep(now_millis()).recv().await {
+            Ok(r) if r.lease_expired + r.ttl_expired > 0 => {
+                tracing::info!(
+                    lease_expired = r.lease_expired,
+                    ttl_expired = r.ttl_expired,
+                    "sweep"
+                );
+            }
+            Ok(_) => {}
+            // A commit that failed is the writer's to log (once a minute while it lasts).
+            Err(LedgerError::Unavailable(_)) => {}
+            Err(e) => tracing::warn!(error = %e, "sweep failed"),
+        }
+        n += 1;
+        if n % 5 == 1 {
+            let s = store.clone();
+            if let Ok(Ok(stats)) =
+                tokio::task::spawn_blocking(move || s.stats(now_millis(), 0)).await
+            {
+                metrics::gauge!("idemgate_stuck_entries").set(stats.stuck as f64);
+                metrics::gauge!("idemgate_expired_entries").set(stats.expired as f64);
+            }
+        }
+    }
+}
+
+/// A server's state, as the console shows its embedded one.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProxyStatus {
+    pub running: bool,
+    pub config: Option<String>,
+    pub proxy_addr: Option<String>,
+    pub admin_addr: Option<String>,
+    /// Why it is not running, when it failed to start or stopped with an error.
+    pub error: Option<String>,
+}
