@@ -288,7 +288,7 @@ def report(args, labels, ids, results):
         rps_wins += rb > ra
         cpu_wins += cb < ca
     lines += ["", f"{b} against {a}, pair by pair (each pair's mean over its rounds). The same binary on "
-              "both sides read 0.96–1.12× req/s and 0.88–1.04× CPU pair by pair (BENCHMARKS.md, session 14): "
+              "both sides reads 0.96–1.12× req/s and 0.88–1.04× CPU pair by pair on a 2-core VM: "
               "a difference within that is noise. Bytes written and read per request repeat within ~1%.", "",
               f"- req/s: {' '.join(f'{x:.2f}×' for x in rps_ratios)}; {b} ahead in {rps_wins} of "
               f"{plural(len(results), 'pair')}",

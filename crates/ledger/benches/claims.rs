@@ -76,8 +76,7 @@ fn claim(body: &[u8], keys: Keys) -> ClaimRequest {
 /// `total` claims, `in_flight` at a time: when the oldest is answered, the next one starts, as
 /// each of `in_flight` connections sends its next request once its last is answered. (Rounds of
 /// `in_flight` claims, all awaited before the next round, left the writer idle at every round's
-/// end and sent it small batches at every round's start: fewer claims/s under either key order,
-/// BENCHMARKS.md, session 15.)
+/// end and sent it small batches at every round's start: fewer claims/s under either key order.)
 fn claims(l: &Ledger, keys: Keys, in_flight: usize, total: usize, body: &[u8]) {
     let mut window = VecDeque::with_capacity(in_flight);
     for _ in 0..total {
@@ -152,7 +151,7 @@ fn bench_load(
     );
     // What bounds the writer: its CPU per write, and the share of the time it was on a core. The
     // rest it waits, mostly on its commit's fsync; a writer that never waited would make at most
-    // one write per CPU time per write (BENCHMARKS.md, session 17).
+    // one write per CPU time per write.
     if writes > 0 && !cpu.is_zero() {
         let per_write = cpu.as_secs_f64() / writes as f64;
         eprintln!(

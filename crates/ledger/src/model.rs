@@ -22,7 +22,7 @@ pub fn rfc3339(ms: Millis) -> String {
         .unwrap_or_else(|| ms.to_string())
 }
 
-/// The state of an entry. See DESIGN.md, "Ledger model".
+/// The state of an entry. See docs/design.md, "Ledger model".
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

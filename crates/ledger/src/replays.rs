@@ -1,5 +1,5 @@
 //! The replay cache (SQLite): completed entries' stored responses in memory, so that a replay
-//! needs no query (DESIGN.md: "a bounded cache of recent completed responses serves replays
+//! needs no query (docs/design.md: "a bounded cache of recent completed responses serves replays
 //! without a query"). A replay's read cost a read transaction — two file locks, a statement, a row
 //! decoded — about a quarter of a replay's CPU (BENCHMARKS.md).
 //!

@@ -1,4 +1,4 @@
-//! The storage trait every backend implements (SQLite now, PostgreSQL next), and the requests and
+//! The storage trait every backend implements (SQLite and PostgreSQL), and the requests and
 //! answers that cross it. Nothing backend-specific appears here.
 
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! The TOML configuration (names are the contract in DESIGN.md), parsed and validated at start-up.
+//! The TOML configuration (names are the contract in docs/design.md), parsed and validated at start-up.
 //! Every error names the field it is about. Secrets never come from the TOML: only the names of the
 //! environment variables or files that hold them.
 

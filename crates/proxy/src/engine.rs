@@ -98,7 +98,7 @@ pub struct Engine {
 }
 
 /// The keys this process has claimed and is still driving upstream, so that a concurrent duplicate
-/// is answered without the ledger (DESIGN.md: "an in-memory map of keys in flight answers a
+/// is answered without the ledger (docs/design.md: "an in-memory map of keys in flight answers a
 /// concurrent duplicate without touching the disk"), and a duplicate that waits (`in_flight =
 /// "wait"`) is woken when the first request ends instead of asking the ledger every 25 ms.
 ///

@@ -18,9 +18,9 @@
 //! Only files opened as a WAL get the shim's methods. The database file, the journal and the WAL
 //! index are the default VFS's own files with its own methods, untouched.
 //!
-//! Why: SQLite's two `pwrite`s per frame were 14–26% of the writer's CPU time (BENCHMARKS.md,
-//! sessions 6 and 12); a commit of 73 frames costs ~230 µs of CPU in `pwrite`s and its `fsync`
-//! on this VM, and ~100 µs written in one go (session 16).
+//! Why: SQLite's two `pwrite`s per frame cost a seventh to a quarter of the writer's CPU time; a
+//! commit of 73 frames costs ~230 µs of CPU in `pwrite`s and its `fsync` on a 2-core VM, and
+//! ~100 µs written in one go.
 //!
 //! This module is the only `unsafe` code in the workspace (the workspace denies it elsewhere): a
 //! VFS is a C interface.
