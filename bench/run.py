@@ -40,6 +40,9 @@ IDEMGATE = os.path.abspath(os.environ.get("IDEMGATE_BIN", os.path.join(ROOT, "ta
 CONSOLE_BENCH = os.path.abspath(os.environ.get("CONSOLE_BENCH_BIN", os.path.join(ROOT, "target/release/console-bench")))
 IPS = os.path.abspath(os.environ.get("IPS_BIN", os.path.join(
     os.environ.get("CARGO_HOME", os.path.expanduser("~/.cargo")), "idemgate-bench-tools/bin/idempotent-proxy-server")))
+# The peer takes minutes to build; a smoke run (BENCH_PEER=0, as CI's) goes without its row.
+PEER = os.environ.get("BENCH_PEER", "0" if SMOKE else "1") == "1"
+PEER_NAME = "idempotent-proxy-server"
 OUT = os.path.join(ROOT, "target/bench")
 # Each key's body names its order, as real calls do (one identical body under every key would make
 # every call after the first a duplicate suspect, which idemgate flags and logs). A replay sends its
@@ -183,6 +186,12 @@ http {{
 }}""")
         wait_port(ngx, "nginx proxy")
         self.roots["nginx"] = [self.nginx_masters["nginx"]]
+        if PEER:
+            self.start_peer()
+        self.start_idemgate()
+
+    def start_peer(self):
+        up = self.ports["upstream"]
         # idempotent-proxy-server keeps its idempotency records in Redis (Debian's redis-server,
         # default persistence: no fsync per write).
         redis = self.spawn("redis", ["redis-server", "--port", str(self.ports["redis"]), "--bind", "127.0.0.1",
@@ -201,6 +210,8 @@ http {{
         self.ips = self.spawn("ips", [IPS], cwd=ips_dir)
         wait_port(self.ports["ips"], "idempotent-proxy-server", self.ips)
         self.roots["idempotent-proxy-server"] = [self.ips.pid, redis.pid]
+
+    def start_idemgate(self):
         # idemgate: SQLite ledger on disk, every claim fsync'd (WAL, synchronous=FULL) before forwarding.
         self.idemgate = self.serve("idemgate", self.ports["idemgate"], f"{self.work}/idemgate.db")
         self.roots["idemgate"] = self.roots[PASS_THROUGH] = [self.idemgate.pid]
@@ -210,8 +221,8 @@ http {{
                            IDEMGATE_PG_PORT=str(self.ports["pg"]))
         url = subprocess.run(["bash", os.path.join(ROOT, "tests/pg/cluster.sh"), "start"], env=self.pg_env,
                              check=True, capture_output=True, text=True).stdout.strip()
-        # Plain, on loopback, as in every run before the test cluster offered TLS (session 27):
-        # without sslmode the ledger would encrypt, and the row would not compare with the others.
+        # Plain, on loopback: the test cluster offers TLS, and without sslmode the ledger would
+        # encrypt, and the row would not compare with the others.
         url += "?sslmode=disable"
         self.idemgate_pg = self.serve("idemgate-pg", self.ports["idemgate_pg"], url)
         # The PostgreSQL server's processes do that ledger's work: the postmaster and its backends.
@@ -297,7 +308,7 @@ def targets(stack):
         DIRECT: (stack.ports["upstream"], "/v1/charges"),
         PASS_THROUGH: (stack.ports["idemgate"], "/v1/passthrough"),
         "nginx": (stack.ports["nginx"], "/v1/charges"),
-        "idempotent-proxy-server": (stack.ports["ips"], "/URL_CHARGES"),
+        **({PEER_NAME: (stack.ports["ips"], "/URL_CHARGES")} if PEER else {}),
         "idemgate": (stack.ports["idemgate"], "/v1/charges"),
         "idemgate (PostgreSQL)": (stack.ports["idemgate_pg"], "/v1/charges"),
     }
@@ -394,7 +405,7 @@ async def fixed_rate(port, path, rate, seconds):
 
     Python's garbage collector is off for the run: its full collection over the run's 10k tasks
     came at the very end and left the last requests' answers unread for ~50 ms, which counted as
-    the target's latency (every run's max; session 11 in BENCHMARKS.md)."""
+    the target's latency (every run's max)."""
     gc.disable()
     try:
         return await _fixed_rate(port, path, rate, seconds)
@@ -519,7 +530,7 @@ def disk_counters(dev):
 def disk_since(dev, d0):
     """What `dev` did since `d0` (disk_counters): MB written, and the mean time a write and a
     flush (what an fsync waits for) took, queueing included. The 1k req/s tail follows the disk
-    as much as the CPU's steal (BENCHMARKS.md, session 16); None where unknown."""
+    as much as the CPU's steal; None where unknown."""
     d1 = disk_counters(dev)
     if d0 is None or d1 is None:
         return {"disk_mb": None, "disk_ms_per_write": None, "disk_ms_per_flush": None}
@@ -595,7 +606,7 @@ def main():
             t0, d0 = cpu_times(), disk_counters(dev)
             lat, errors = asyncio.run(fixed_rate(port, path, 1000, RATE_SECONDS))
             # The hypervisor's share of these seconds, and what the disk did in them: the 1k req/s
-            # tail follows both (BENCHMARKS.md, sessions 11 and 16), and the whole phase's average
+            # tail follows both, and the whole phase's average
             # hides one noisy run.
             steal, disk = steal_since(t0), disk_since(dev, d0)
             # The floor under that: one request at a time on one connection, no queueing at all.
@@ -606,7 +617,7 @@ def main():
                   f"one at a time p50 {pct(one, 50):.3f} ms  p99 {pct(one, 99):.3f} ms; steal {steal:.1%}; "
                   "disk {} MB written, {} ms a write, {} ms a flush".format(*disk_cells(disk)), flush=True)
         results["serve_peak_rss_mb"] = peak_rss_mb(stack.idemgate.pid)
-        results["ips_peak_rss_mb"] = peak_rss_mb(stack.ips.pid)
+        results["ips_peak_rss_mb"] = peak_rss_mb(stack.ips.pid) if PEER else None
     finally:
         stack.stop()
     results["proxies_steal"] = steal_since(proxies_t0)
@@ -661,7 +672,7 @@ def report(r):
     lines.append("| scenario | proxy | req/s | p50 ms | p99 ms | errors | CPU µs/req | req/s vs nginx | req/s vs idempotent-proxy-server |")
     lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for sc, rows in r["scenarios"].items():
-        ngx, ips = rows["nginx"]["rps"], rows["idempotent-proxy-server"]["rps"]
+        ngx, ips = rows["nginx"]["rps"], rows.get(PEER_NAME, {}).get("rps")
         for n, x in rows.items():
             name = f"*{n}*" if n in REFERENCES else n
             cpu = f"{x['cpu_us']:.0f}" if x.get("cpu_us") is not None else "–"
@@ -702,7 +713,8 @@ def report(r):
     lines.append(f"| verify of all events | {c['verify_all_s']:.2f} s |")
     lines.append(f"| console backend peak RSS | {c['peak_rss_mb']:.0f} MB |")
     lines.append(f"| `idemgate serve` peak RSS under the load above | {r['serve_peak_rss_mb'] or 0:.0f} MB |")
-    lines.append(f"| idempotent-proxy-server peak RSS under the same load | {r['ips_peak_rss_mb'] or 0:.0f} MB |")
+    if r["ips_peak_rss_mb"] is not None:
+        lines.append(f"| idempotent-proxy-server peak RSS under the same load | {r['ips_peak_rss_mb']:.0f} MB |")
     lines.append("")
     return "\n".join(lines)
 

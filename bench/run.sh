@@ -3,7 +3,8 @@
 # this machine, in one run; criterion's in-process ledger benches; the console's data calls on a
 # 1M-event demo ledger. Installs what it needs (Debian 12, as root). Results: target/bench/.
 #   bash bench/run.sh                 the full run (release builds; ~15 min on 2 cores)
-#   BENCH_SMOKE=1 bash bench/run.sh   a few seconds each, debug builds (CI: the harness cannot rot)
+#   BENCH_SMOKE=1 bash bench/run.sh   a few seconds each, debug builds, no peer (CI: the harness
+#                                     cannot rot); BENCH_PEER=1 adds idempotent-proxy-server
 # bench/ab.py compares two builds of `idemgate serve` alternated (run it after this has installed
 # what it needs; see its --help).
 set -euo pipefail
@@ -13,13 +14,16 @@ mkdir -p target/bench
 IDEMGATE_DEPS="${IDEMGATE_DEPS:-} bench postgres" source .ci/deps   # nginx-light, wrk, redis-server, postgresql
 # Outside the checkout, beside cargo's own tools, so a machine builds it once (3–4 min), not on
 # every clean clone.
+# The smoke run goes without the peer (BENCH_PEER=0): building it takes longer than the run.
 tools=${CARGO_HOME:-$HOME/.cargo}/idemgate-bench-tools
 ips=$tools/bin/idempotent-proxy-server
-[ -x "$ips" ] || cargo install idempotent-proxy-server --version 1.2.2 --locked --root "$tools"
+if [ "${BENCH_PEER:-$([ "${BENCH_SMOKE:-}" = 1 ] && echo 0 || echo 1)}" = 1 ]; then
+  [ -x "$ips" ] || cargo install idempotent-proxy-server --version 1.2.2 --locked --root "$tools"
+fi
 
 if [ "${BENCH_SMOKE:-}" = 1 ]; then
   # The test build's flags, so CI reuses its artifacts.
-  cargo build --workspace --locked --features idemgate-proxy/ts --bins
+  cargo build --workspace --locked --features idemgate-server/ts --bins
   export IDEMGATE_BIN=target/debug/idemgate CONSOLE_BENCH_BIN=target/debug/console-bench
   echo "== criterion benches, once each (smoke)"
   cargo test --locked -p idemgate-ledger --benches 2>&1 | tee target/bench/criterion.txt | grep -E "^(Testing|Success)|per fsync"
