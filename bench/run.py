@@ -556,7 +556,7 @@ def machine():
 
 
 def main():
-    for b in [IDEMGATE, CONSOLE_BENCH, IPS]:
+    for b in [IDEMGATE, CONSOLE_BENCH, *([IPS] if PEER else [])]:
         if not os.path.exists(b):
             raise SystemExit(f"bench: {b} is missing (run bench/run.sh)")
     os.makedirs(OUT, exist_ok=True)
