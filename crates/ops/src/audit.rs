@@ -1,0 +1,237 @@
+//! Audit: exports of the log (NDJSON or CSV, with a manifest), verification of a ledger's chain,
+//! of an export, and of a ledger against an export's manifest, and copying a ledger whole.
+
+use std::path::Path;
+
+use idemgate_ledger::copy::CopyReport;
+use idemgate_ledger::export::{self, ExportVerifyReport, Format, Manifest};
+use idemgate_ledger::*;
+use serde::{Deserialize, Serialize};
+
+use crate::{check_range, Ops, OpsError, OpsResult};
+
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportCmd {
+    pub format: Format,
+    #[serde(default)]
+    pub range: EventRange,
+    pub path: String,
+    /// Replace a file already at `path` (and its manifest). Without it, an existing file is
+    /// refused: an earlier export is evidence, not scratch.
+    #[serde(default)]
+    pub overwrite: bool,
+}
+
+/// `verify --ledger PATH --against MANIFEST`.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgainstReport {
+    pub ok: bool,
+    pub chain: VerifyReport,
+    /// The manifest's heads, each with whether the ledger still holds it.
+    pub heads: Vec<(ChainHead, bool)>,
+    pub problems: Vec<String>,
+}
+
+impl Ops {
+    /// Exports a range of the log; `Ok(None)` when cancelled through `progress`.
+    pub fn export(&self, cmd: &ExportCmd, progress: Progress<'_>) -> OpsResult<Option<Manifest>> {
+        check_range(cmd.range.since, cmd.range.until)?;
+        let path = Path::new(&cmd.path);
+        if cmd.path.trim().is_empty() {
+            return Err(OpsError::invalid("path", "name an output file"));
+        }
+        // An export is a file with its manifest beside it: neither goes to standard output.
+        if cmd.path == "-" {
+            return Err(OpsError::invalid(
+                "path",
+                "an export is a file with its manifest beside it: name a file, not -",
+            ));
+        }
+        if path.is_dir() {
+            return Err(OpsError::invalid(
+                "path",
+                &format!("{} is a directory: name a file in it", path.display()),
+            ));
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.is_dir() {
+                return Err(OpsError::invalid(
+                    "path",
+                    &format!("directory {} does not exist", dir.display()),
+                ));
+            }
+        }
+        match export::export(
+            self.store.as_ref(),
+            cmd.format,
+            cmd.range,
+            path,
+            cmd.overwrite,
+            progress,
+        ) {
+            // There before it started (the file or its manifest), or made while it ran.
+            Err(LedgerError::Io(e)) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(OpsError::Conflict(format!(
+                    "{} already exists: name another file, or replace it and its manifest (--overwrite; the console's \"Replace\")",
+                    path.display()
+                )))
+            }
+            r => Ok(r?),
+        }
+    }
+
+    pub fn verify(&self, progress: Progress<'_>) -> OpsResult<VerifyReport> {
+        Ok(self.store.verify(progress)?)
+    }
+
+    /// Verifies the chain and that the ledger still holds the heads a manifest recorded (a cut-off
+    /// tail or a rewritten history shows as a missing head).
+    pub fn verify_against(
+        &self,
+        manifest: &Path,
+        progress: Progress<'_>,
+    ) -> OpsResult<AgainstReport> {
+        let raw = std::fs::read(manifest)
+            .map_err(|e| OpsError::invalid("against", &format!("{}: {e}", manifest.display())))?;
+        let m: Manifest = serde_json::from_slice(&raw).map_err(|e| {
+            OpsError::invalid(
+                "against",
+                &format!("{}: not a manifest: {e}", manifest.display()),
+            )
+        })?;
+        self.verify_against_manifest(&m, progress)
+    }
+
+    /// Recomputes the chain, and checks that the ledger still holds the heads manifest `m`
+    /// recorded (the ledger's at export time, and the export's last event).
+    pub fn verify_against_manifest(
+        &self,
+        m: &Manifest,
+        progress: Progress<'_>,
+    ) -> OpsResult<AgainstReport> {
+        let chain = self.verify(progress)?;
+        let mut problems = Vec::new();
+        if let Some(seq) = chain.first_bad_seq {
+            problems.push(format!(
+                "seq {seq}: {}",
+                chain.problem.clone().unwrap_or_default()
+            ));
+        }
+        let mut heads = Vec::new();
+        for h in [m.ledger_head.clone(), m.chain_head.clone()]
+            .into_iter()
+            .flatten()
+        {
+            if heads.iter().any(|(x, _): &(ChainHead, bool)| x == &h) {
+                continue;
+            }
+            let held = self.store.contains(&h)?;
+            if !held {
+                problems.push(format!(
+                    "the ledger no longer holds seq {} with hash {}",
+                    h.seq, h.hash
+                ));
+            }
+            heads.push((h, held));
+        }
+        Ok(AgainstReport {
+            ok: chain.ok && heads.iter().all(|(_, h)| *h),
+            chain,
+            heads,
+            problems,
+        })
+    }
+
+    pub fn verify_export(
+        &self,
+        file: &Path,
+        progress: Progress<'_>,
+    ) -> OpsResult<ExportVerifyReport> {
+        verify_export_file(file, &self.hasher, progress)
+    }
+}
+
+/// Copies the ledger at `from` into a new, empty one at `to` (SQLite → PostgreSQL, or back), with
+/// the chain key from the environment; see `idemgate_ledger::copy`.
+pub fn copy_ledger(from: &str, to: &str, progress: Progress<'_>) -> OpsResult<CopyReport> {
+    // The same file by another name (`./x.db`, a link) too: it was refused only as "not empty".
+    let same_file = || {
+        let canon = |p| std::fs::canonicalize(p).ok();
+        !idemgate_ledger::is_postgres(from) && canon(from).is_some_and(|a| canon(to) == Some(a))
+    };
+    if from == to || same_file() {
+        return Err(OpsError::invalid("to", "is the source ledger itself"));
+    }
+    let hasher = ChainHasher::from_env()?;
+    Ok(idemgate_ledger::copy::copy(from, to, &hasher, progress)?)
+}
+
+/// Verifies an export without opening any ledger.
+pub fn verify_export_file(
+    file: &Path,
+    hasher: &ChainHasher,
+    progress: Progress<'_>,
+) -> OpsResult<ExportVerifyReport> {
+    Ok(export::verify_export(file, hasher, progress)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Another process can make the file while an export runs (the up-front check has passed by
+    /// then): the export does not replace it, and leaves no partial file; told to, it replaces it.
+    #[test]
+    fn an_export_does_not_replace_a_file_made_while_it_ran() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ops =
+            Ops::open_or_create(&dir.path().join("l.db").display().to_string()).expect("ledger");
+        crate::demo::seed(
+            ops.store().as_ref(),
+            crate::demo::DemoOptions {
+                events: 300,
+                seed: 1,
+            },
+        )
+        .expect("demo");
+        let out = dir.path().join("audit.csv");
+        let cmd = ExportCmd {
+            format: Format::Csv,
+            range: EventRange::default(),
+            path: out.display().to_string(),
+            overwrite: false,
+        };
+        let theirs = b"someone else's file";
+        let e = ops
+            .export(&cmd, &mut |_| {
+                if !out.exists() {
+                    std::fs::write(&out, theirs).expect("write");
+                }
+                true
+            })
+            .expect_err("made meanwhile");
+        assert_eq!(e.code(), "conflict", "{e}");
+        assert_eq!(std::fs::read(&out).expect("theirs"), theirs);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with("l.db"))
+            .collect();
+        assert_eq!(names, ["audit.csv"], "no partial file, no manifest");
+
+        let replace = ExportCmd {
+            overwrite: true,
+            ..cmd
+        };
+        let m = ops
+            .export(&replace, &mut |_| true)
+            .expect("export")
+            .expect("done");
+        assert_eq!(m.bytes, std::fs::metadata(&out).expect("file").len());
+        assert!(export::manifest_path(&out).exists());
+    }
+}

@@ -1,0 +1,287 @@
+//! Reads: entries (keyset-paged), one entry with its timeline and the diff of a reused key's
+//! requests, the log, incidents and the overview's stats. Nothing here writes.
+
+use idemgate_ledger::*;
+use serde::{Deserialize, Serialize};
+
+use crate::{check_range, page, Ops, OpsError, OpsResult, MAX_HOURS, MAX_INCIDENTS, MAX_PAGE};
+
+/// A page of entries; pass `next_before` back as `before` for the next one.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EntryPage {
+    pub entries: Vec<EntrySummary>,
+    pub next_before: Option<i64>,
+}
+
+/// A page of events, newest first.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventPage {
+    pub events: Vec<Event>,
+    pub next_before: Option<i64>,
+}
+
+/// One entry with its whole timeline.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EntryView {
+    pub entry: EntryDetail,
+    pub timeline: Vec<Event>,
+    /// For each of `entry.collision_requests`, the fields where it differs from the stored request.
+    pub collision_diffs: Vec<Vec<FieldDiff>>,
+}
+
+/// One field that differs between two requests: `field` is `method`, `path`, `header:NAME` or a
+/// JSON pointer into the body (`/amount`); values are canonical JSON (or text), absent when missing.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldDiff {
+    pub field: String,
+    pub stored: Option<String>,
+    pub rejected: Option<String>,
+}
+
+fn flatten(
+    v: &serde_json::Value,
+    at: String,
+    out: &mut std::collections::BTreeMap<String, String>,
+) {
+    match v {
+        serde_json::Value::Object(m) if !m.is_empty() => {
+            for (k, x) in m {
+                flatten(
+                    x,
+                    format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")),
+                    out,
+                );
+            }
+        }
+        serde_json::Value::Array(a) if !a.is_empty() => {
+            for (i, x) in a.iter().enumerate() {
+                flatten(x, format!("{at}/{i}"), out);
+            }
+        }
+        leaf => {
+            out.insert(
+                if at.is_empty() { "/".into() } else { at },
+                canon::canonical_string(leaf),
+            );
+        }
+    }
+}
+
+fn fields(r: &RequestRecord) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    out.insert("method".into(), r.method.clone());
+    out.insert("path".into(), r.path.clone());
+    for (n, v) in &r.headers {
+        out.insert(format!("header:{n}"), v.clone());
+    }
+    match serde_json::from_slice::<serde_json::Value>(&r.body) {
+        Ok(v) => flatten(&v, String::new(), &mut out),
+        Err(_) if r.body.is_empty() => {}
+        Err(_) => {
+            out.insert("body".into(), String::from_utf8_lossy(&r.body).into_owned());
+        }
+    }
+    out
+}
+
+/// The field-level differences between a stored request and a rejected one (key reuse), ignoring
+/// headers that differ on every retry by nature.
+pub fn request_diff(stored: &RequestRecord, rejected: &RequestRecord) -> Vec<FieldDiff> {
+    let (a, b) = (fields(stored), fields(rejected));
+    let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter(|n| {
+            !matches!(
+                n.as_str(),
+                "header:x-request-id" | "header:traceparent" | "header:user-agent"
+            )
+        })
+        .filter(|n| a.get(*n) != b.get(*n))
+        .map(|n| FieldDiff {
+            field: n.clone(),
+            stored: a.get(n).cloned(),
+            rejected: b.get(n).cloned(),
+        })
+        .collect()
+}
+
+impl Ops {
+    pub fn entries(
+        &self,
+        filter: &EntryFilter,
+        before: Option<i64>,
+        limit: usize,
+    ) -> OpsResult<EntryPage> {
+        let entries = self
+            .store
+            .entries(filter, page(before, limit, MAX_PAGE)?, now_millis())?;
+        let next_before = (entries.len() == limit)
+            .then(|| entries.last().map(|e| e.id))
+            .flatten();
+        Ok(EntryPage {
+            entries,
+            next_before,
+        })
+    }
+
+    /// Every entry matching `filter` (up to `limit` when given), page by page through `f`.
+    pub fn each_entry(
+        &self,
+        filter: &EntryFilter,
+        limit: Option<usize>,
+        f: &mut dyn FnMut(&EntrySummary) -> OpsResult<()>,
+    ) -> OpsResult<usize> {
+        let mut before = None;
+        let mut n = 0usize;
+        loop {
+            let want = limit.map_or(1000, |l| (l - n).min(1000));
+            if want == 0 {
+                return Ok(n);
+            }
+            let p = self.entries(filter, before, want)?;
+            for e in &p.entries {
+                f(e)?;
+            }
+            n += p.entries.len();
+            match p.next_before {
+                Some(b) => before = Some(b),
+                None => return Ok(n),
+            }
+        }
+    }
+
+    pub fn show(&self, id: i64) -> OpsResult<EntryView> {
+        let entry = self.store.entry(id, now_millis())?;
+        let mut timeline = Vec::new();
+        let mut before = None;
+        loop {
+            let evs = self.store.events(
+                &EventFilter {
+                    entry_id: Some(id),
+                    ..Default::default()
+                },
+                Page {
+                    before,
+                    limit: 1000,
+                },
+            )?;
+            let done = evs.len() < 1000;
+            before = evs.last().map(|e| e.seq);
+            timeline.extend(evs);
+            if done {
+                break;
+            }
+        }
+        timeline.reverse();
+        let collision_diffs = match &entry.request {
+            Some(stored) => entry
+                .collision_requests
+                .iter()
+                .map(|c| request_diff(stored, &c.request))
+                .collect(),
+            None => entry
+                .collision_requests
+                .iter()
+                .map(|_| Vec::new())
+                .collect(),
+        };
+        Ok(EntryView {
+            entry,
+            timeline,
+            collision_diffs,
+        })
+    }
+
+    pub fn log(
+        &self,
+        filter: &EventFilter,
+        before: Option<i64>,
+        limit: usize,
+    ) -> OpsResult<EventPage> {
+        if let Some(k) = &filter.kind {
+            if EventKind::parse(k).is_none() {
+                let kinds: Vec<_> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+                return Err(OpsError::invalid(
+                    "kind",
+                    &format!("{k:?} is not an event kind: one of {}", kinds.join(", ")),
+                ));
+            }
+        }
+        check_range(filter.since, filter.until)?;
+        let events = self.store.events(filter, page(before, limit, MAX_PAGE)?)?;
+        let next_before = (events.len() == limit)
+            .then(|| events.last().map(|e| e.seq))
+            .flatten();
+        Ok(EventPage {
+            events,
+            next_before,
+        })
+    }
+
+    pub fn incidents(&self, before: Option<i64>, limit: usize) -> OpsResult<Vec<Incident>> {
+        Ok(self
+            .store
+            .incidents(page(before, limit, MAX_INCIDENTS)?, now_millis())?)
+    }
+
+    /// The counts, and an hourly series of the last `hours` (0: none, at most [`MAX_HOURS`]).
+    pub fn stats(&self, hours: u32) -> OpsResult<Stats> {
+        if hours > MAX_HOURS {
+            return Err(OpsError::invalid(
+                "hours",
+                &format!("{hours} is more than {MAX_HOURS} (90 days)"),
+            ));
+        }
+        Ok(self.store.stats(now_millis(), hours)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(body: &str) -> RequestRecord {
+        RequestRecord {
+            method: "POST".into(),
+            path: "/v1/charges".into(),
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                ("x-request-id".into(), body.len().to_string()),
+            ],
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn request_diff_names_changed_added_and_removed_fields() {
+        let d = request_diff(
+            &req(r#"{"amount":100,"customer":"cus_1","meta":{"order":7},"items":[1,2]}"#),
+            &req(r#"{"customer":"cus_1","amount":999,"meta":{"order":7,"note":"x"},"items":[1]}"#),
+        );
+        let got: Vec<(&str, Option<&str>, Option<&str>)> = d
+            .iter()
+            .map(|f| (f.field.as_str(), f.stored.as_deref(), f.rejected.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("/amount", Some("100"), Some("999")),
+                ("/items/1", Some("2"), None),
+                ("/meta/note", None, Some("\"x\"")),
+            ]
+        );
+        assert!(
+            request_diff(&req(r#"{"a":1,"b":2}"#), &req(r#"{"b":2,"a":1}"#)).is_empty(),
+            "key order is not a difference"
+        );
+        let raw = request_diff(&req("a=1"), &req("a=2"));
+        assert_eq!(raw[0].field, "body");
+    }
+}

@@ -1,0 +1,333 @@
+//! Resolve: an operator decides a stuck, released or failed entry — completed (with the response
+//! retries will get, or an external reference), failed, or released to run again. Previewed,
+//! checked before anything is written, and logged with the operator and the reason.
+
+use idemgate_ledger::*;
+use serde::{Deserialize, Serialize};
+
+use crate::{validate_actor, Ops, OpsError, OpsResult, Preview, DEFAULT_RESOLUTION_TTL_MS};
+
+/// How an operator resolves an entry.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResolveAs {
+    Completed,
+    Failed,
+    Released,
+}
+
+impl ResolveAs {
+    pub fn parse(s: &str) -> Option<ResolveAs> {
+        match s {
+            "completed" => Some(ResolveAs::Completed),
+            "failed" => Some(ResolveAs::Failed),
+            "released" => Some(ResolveAs::Released),
+            _ => None,
+        }
+    }
+}
+
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveCmd {
+    pub entry_id: i64,
+    #[serde(rename = "as")]
+    pub as_: ResolveAs,
+    /// The response retries will get (completed: this or `external_ref` is required).
+    pub response: Option<ResponseRecord>,
+    /// A reference to the effect in the upstream system (e.g. the charge id found there).
+    pub external_ref: Option<String>,
+    pub operator: String,
+    pub reason: String,
+    #[serde(default)]
+    pub confirm_destructive: bool,
+}
+
+impl ResolveCmd {
+    /// Checks everything the command says without the ledger: the actor, and the response
+    /// retries will get ([`check_response`]). What [`Ops::resolve`] records.
+    pub fn check(&self) -> OpsResult<(Actor, Resolution)> {
+        let actor = validate_actor(&self.operator, &self.reason)?;
+        let external_ref = self
+            .external_ref
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty());
+        if external_ref.is_some_and(|x| x.chars().count() > 500) {
+            return Err(OpsError::invalid("external_ref", "at most 500 characters"));
+        }
+        let response = self
+            .response
+            .as_ref()
+            .map(|r| check_response(self.as_, r))
+            .transpose()?;
+        let resolution = match self.as_ {
+            ResolveAs::Completed => {
+                let response = match (response, external_ref) {
+                    (Some(r), _) => r,
+                    (None, Some(x)) => ResponseRecord {
+                        status: 200,
+                        headers: vec![("content-type".into(), "application/json".into())],
+                        body: serde_json::to_vec(&serde_json::json!({
+                            "idemgate": "resolved-by-operator",
+                            "external_ref": x,
+                        }))
+                        .unwrap_or_default(),
+                    },
+                    (None, None) => {
+                        return Err(OpsError::invalid(
+                            "response",
+                            "resolving as completed needs the response to replay or an external reference",
+                        ))
+                    }
+                };
+                Resolution::Completed {
+                    response,
+                    external_ref: external_ref.map(str::to_owned),
+                }
+            }
+            ResolveAs::Failed => Resolution::Failed { response },
+            ResolveAs::Released => {
+                if response.is_some() {
+                    return Err(OpsError::invalid(
+                        "response",
+                        "a released entry has no response",
+                    ));
+                }
+                Resolution::Released
+            }
+        };
+        Ok((actor, resolution))
+    }
+}
+
+/// An operator's response, as retries of the entry will get it, checked: at most
+/// [`MAX_RESPONSE_BODY`], a final status (a
+/// failed entry's an error, 400-599, so that no retry reads it as a success), no body where the
+/// status allows none, and headers that are valid HTTP, not ones the proxy sets when it answers
+/// ([`ANSWER_HEADERS`]) and not credentials (never stored). Without a `content-type`, a body
+/// gets `application/json` when it is JSON and `text/plain; charset=utf-8` when not.
+pub fn check_response(as_: ResolveAs, r: &ResponseRecord) -> OpsResult<ResponseRecord> {
+    let (statuses, what) = match as_ {
+        ResolveAs::Failed => (400..=599, "a failed entry's response is an error: 400-599"),
+        _ => (200..=599, "must be a final HTTP status, 200-599"),
+    };
+    if !statuses.contains(&r.status) {
+        return Err(OpsError::invalid("response.status", what));
+    }
+    if r.body.len() > MAX_RESPONSE_BODY {
+        return Err(OpsError::invalid(
+            "response.body",
+            &format!(
+                "is more than {} MiB, the most a stored response holds",
+                MAX_RESPONSE_BODY >> 20
+            ),
+        ));
+    }
+    if matches!(r.status, 204 | 205 | 304) && !r.body.is_empty() {
+        return Err(OpsError::invalid(
+            "response.body",
+            &format!("a {} response has no body", r.status),
+        ));
+    }
+    let mut headers = Vec::with_capacity(r.headers.len() + 1);
+    for (name, value) in &r.headers {
+        let n = http::HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+            OpsError::invalid(
+                "response.headers",
+                &format!("{name:?} is not a header name"),
+            )
+        })?;
+        let n = n.as_str();
+        if http::HeaderValue::from_str(value).is_err() {
+            return Err(OpsError::invalid(
+                "response.headers",
+                &format!("the value of {n} is not a header value (visible ASCII)"),
+            ));
+        }
+        if ANSWER_HEADERS.contains(&n) {
+            return Err(OpsError::invalid(
+                "response.headers",
+                &format!("{n} is set by idemgate whenever it answers; leave it out"),
+            ));
+        }
+        if is_secret_header(n) {
+            return Err(OpsError::invalid(
+                "response.headers",
+                &format!("{n} carries a credential, which the ledger never stores; leave it out"),
+            ));
+        }
+        headers.push((n.to_owned(), value.trim().to_owned()));
+    }
+    if !r.body.is_empty() && !headers.iter().any(|(n, _)| n == "content-type") {
+        let ct = if serde_json::from_slice::<serde::de::IgnoredAny>(&r.body).is_ok() {
+            "application/json"
+        } else {
+            "text/plain; charset=utf-8"
+        };
+        headers.push(("content-type".into(), ct.into()));
+    }
+    Ok(ResponseRecord {
+        status: r.status,
+        headers,
+        body: r.body.clone(),
+    })
+}
+
+impl Ops {
+    /// What `resolve` would touch.
+    pub fn preview_resolve(&self, id: i64) -> OpsResult<Preview> {
+        let e = self.store.entry(id, now_millis())?.summary;
+        let mut skipped = Vec::new();
+        let resolvable = match e.state {
+            State::Pending => e.stuck,
+            State::Completed => false,
+            State::Released | State::Failed => true,
+        };
+        if !resolvable {
+            skipped.push((
+                e.id,
+                format!(
+                    "entry is {}{}",
+                    e.state,
+                    if e.state == State::Pending {
+                        " and in flight"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        Ok(Preview {
+            action: "resolve".into(),
+            count: usize::from(resolvable),
+            ids: if resolvable { vec![e.id] } else { vec![] },
+            keys: if resolvable {
+                vec![e.key.clone()]
+            } else {
+                vec![]
+            },
+            destructive: e.effect == Effect::Destructive,
+            skipped,
+        })
+    }
+
+    pub fn resolve(&self, cmd: &ResolveCmd) -> OpsResult<EntrySummary> {
+        let (actor, resolution) = cmd.check()?;
+        let preview = self.preview_resolve(cmd.entry_id)?;
+        if let Some((_, why)) = preview.skipped.first() {
+            return Err(OpsError::Conflict(format!(
+                "entry {} cannot be resolved: {why}",
+                cmd.entry_id
+            )));
+        }
+        if preview.destructive && !cmd.confirm_destructive {
+            return Err(OpsError::ConfirmationRequired(preview.keys));
+        }
+        Ok(self
+            .store
+            .resolve(ResolveRequest {
+                entry_id: cmd.entry_id,
+                resolution,
+                actor,
+                ttl_ms: DEFAULT_RESOLUTION_TTL_MS,
+                at: now_millis(),
+            })
+            .wait()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resp(status: u16, headers: &[(&str, &str)], body: &str) -> ResponseRecord {
+        ResponseRecord {
+            status,
+            headers: headers
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn an_operators_response_is_one_a_replay_can_send() {
+        use ResolveAs::{Completed, Failed};
+        let refused = [
+            (Completed, resp(999, &[], "{}"), "response.status"),
+            (Completed, resp(101, &[], ""), "response.status"),
+            (Failed, resp(200, &[], "{}"), "response.status"),
+            (Failed, resp(302, &[], ""), "response.status"),
+            (Completed, resp(204, &[], "x"), "response.body"),
+            (
+                Completed,
+                resp(200, &[("Content-Length", "2")], "{}"),
+                "response.headers",
+            ),
+            (
+                Completed,
+                resp(200, &[("transfer-encoding", "chunked")], "{}"),
+                "response.headers",
+            ),
+            (
+                Completed,
+                resp(200, &[("connection", "close")], "{}"),
+                "response.headers",
+            ),
+            (
+                Completed,
+                resp(200, &[("idempotent-replayed", "false")], "{}"),
+                "response.headers",
+            ),
+            (
+                Completed,
+                resp(200, &[("set-cookie", "s=1")], "{}"),
+                "response.headers",
+            ),
+            (
+                Completed,
+                resp(200, &[("bad name", "x")], "{}"),
+                "response.headers",
+            ),
+            (
+                Completed,
+                resp(200, &[("x-a", "line\nbreak")], "{}"),
+                "response.headers",
+            ),
+        ];
+        for (as_, r, field) in refused {
+            match check_response(as_, &r) {
+                Err(OpsError::Invalid { field: f, .. }) => assert_eq!(f, field, "{r:?}"),
+                other => panic!("{r:?}: expected invalid {field}, got {other:?}"),
+            }
+        }
+        let ct = |r: &ResponseRecord| {
+            r.headers
+                .iter()
+                .filter(|(n, _)| n == "content-type")
+                .map(|(_, v)| v.clone())
+                .collect::<Vec<_>>()
+        };
+        let json = check_response(
+            Completed,
+            &resp(201, &[("X-Charge", " ch_1 ")], r#"{"id":1}"#),
+        )
+        .expect("a JSON body");
+        assert_eq!(json.headers[0], ("x-charge".into(), "ch_1".into()));
+        assert_eq!(ct(&json), ["application/json"]);
+        let text = check_response(Failed, &resp(402, &[], "card declined")).expect("text");
+        assert_eq!(ct(&text), ["text/plain; charset=utf-8"]);
+        let given = check_response(
+            Completed,
+            &resp(200, &[("Content-Type", "text/csv")], "a,b"),
+        )
+        .expect("a content type given");
+        assert_eq!(ct(&given), ["text/csv"]);
+        let empty = check_response(Completed, &resp(204, &[], "")).expect("no body");
+        assert!(empty.headers.is_empty());
+    }
+}
