@@ -1,0 +1,149 @@
+//! Signals and clients that go away: SIGTERM drains, SIGHUP is survived, a write or an admin replay runs to its end.
+
+use super::*;
+
+#[test]
+fn sigterm_drains_requests_in_flight_before_exiting() {
+    let mut f = Fx::new();
+    let addr = f.proxy.addr;
+    let inflight = std::thread::spawn(move || {
+        request(
+            addr,
+            "POST",
+            "/v1/charges",
+            &[("idempotency-key", "k-term"), ("x-fault", "delay:600")],
+            br#"{"amount":3}"#,
+        )
+    });
+    eventually(5, "the request upstream", || {
+        (f.effects("k-term") == 1).then_some(())
+    });
+    let status = f.proxy.terminate();
+    assert!(status.success(), "clean exit: {status:?}");
+    let r = inflight.join().expect("join");
+    assert_eq!(
+        r.status,
+        201,
+        "the request in flight was answered: {}",
+        r.text()
+    );
+    assert_eq!(f.entries(&["--key", "k-term"])[0]["state"], "completed");
+    // New connections are refused once it has stopped.
+    assert!(std::net::TcpStream::connect(addr).is_err());
+}
+
+/// A stop that comes the moment `serve` says it listens (a supervisor stopping what it just
+/// started, a rolling update) drains and exits 0, however soon: SIGTERM is caught from before the
+/// listeners open, not from the first time `serve` waits for it, so it never meets the default
+/// action, which ends the process at once.
+#[test]
+fn sigterm_the_moment_serve_listens_is_a_clean_stop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = dir.path().join("ledger.db");
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nledger = \"{}\"\n",
+        ledger.display()
+    );
+    for _ in 0..20 {
+        let mut p = Proxy::start(dir.path(), &toml, &ledger);
+        let status = p.terminate();
+        assert!(status.success(), "{status:?}\n{}", p.logs());
+        assert!(p
+            .logs()
+            .contains("stopped; every acknowledged outcome is in the ledger"));
+    }
+}
+
+/// The commonest lost response: the agent's own timeout closes the connection while the upstream
+/// is still answering. The request is finished all the same (forwarded, its outcome recorded), so
+/// the agent's retry is a replay, and a SIGTERM right after waits for it too.
+#[test]
+fn a_write_whose_client_goes_away_is_finished_and_its_retry_replayed() {
+    let mut f = Fx::new();
+    let gone = |key: &str| {
+        let raw = format!(
+            "POST /v1/charges HTTP/1.1\r\nhost: x\r\nidempotency-key: {key}\r\n\
+             content-type: application/json\r\nx-agent-id: agent-7\r\nx-fault: delay:800\r\n\
+             content-length: 12\r\n\r\n{{\"amount\":9}}"
+        );
+        let mut s = std::net::TcpStream::connect(f.proxy.addr).expect("connect");
+        std::io::Write::write_all(&mut s, raw.as_bytes()).expect("send");
+        eventually(5, "the request upstream", || {
+            (f.effects(key) == 1).then_some(())
+        });
+        // The agent gives up: its socket closes with the request upstream, unanswered.
+        drop(s);
+    };
+    gone("k-gone");
+    let r = eventually(10, "the retry answered from the ledger", || {
+        let r = f.charge("k-gone", r#"{"amount":9}"#, &[]);
+        (r.status != 409).then_some(r)
+    });
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    assert_eq!(f.effects("k-gone"), 1);
+
+    // Gone, then SIGTERM before the upstream answers: the drain waits for it.
+    gone("k-gone-term");
+    let status = f.proxy.terminate();
+    assert!(status.success(), "clean exit: {status:?}");
+    assert_eq!(
+        f.entries(&["--key", "k-gone-term"])[0]["state"],
+        "completed",
+        "the outcome was recorded before the proxy exited"
+    );
+    assert_eq!(f.effects("k-gone-term"), 1);
+}
+
+/// An operator's replay over the admin API is finished like a proxied write when the operator's
+/// client goes away while it is upstream: its outcome is recorded, not left pending.
+#[test]
+fn an_admin_replay_whose_client_goes_away_is_finished() {
+    let f = Fx::new();
+    let r = f.charge("k-op", r#"{"amount":5}"#, &[("x-fault", "status:502")]);
+    assert_eq!(r.status, 502);
+    let id = f.entries(&["--key", "k-op"])[0]["id"].to_string();
+    // The replay's request (stored without the fault) is held upstream after its effect.
+    f.up.counts.set_chaos(Some(idemgate_tests::upstream::Chaos {
+        drop_pct: 0,
+        unavailable_pct: 0,
+        stall_pct: 100,
+        stall_ms: 800,
+    }));
+    let body = r#"{"operator":"oncall","reason":"the processor says it failed"}"#;
+    let raw = format!(
+        "POST /admin/v1/entries/{id}/replay HTTP/1.1\r\nhost: x\r\n\
+         authorization: Bearer {ADMIN_TOKEN}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = std::net::TcpStream::connect(f.proxy.admin.expect("admin")).expect("connect");
+    std::io::Write::write_all(&mut s, raw.as_bytes()).expect("send");
+    eventually(5, "the replay upstream", || {
+        (f.effects("k-op") == 2).then_some(())
+    });
+    drop(s);
+    eventually(10, "the replay's outcome recorded", || {
+        (f.entries(&["--key", "k-op"])[0]["state"] == "completed").then_some(())
+    });
+    assert_eq!(f.effects("k-op"), 2);
+}
+
+/// SIGHUP (`systemctl reload`, a closed terminal) ended `serve` at once, dropping the requests in
+/// flight. It cannot reload, so it keeps serving and says so.
+#[test]
+fn sighup_neither_stops_the_proxy_nor_drops_a_request() {
+    let f = Fx::new();
+    let inflight = f.charge_held_upstream("k-hup", r#"{"amount":3}"#, "delay:600");
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &f.proxy.pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(hup.success());
+    let r = inflight.join().expect("join");
+    assert_eq!(r.status, 201, "the request in flight: {}", r.text());
+    assert_eq!(f.charge("k-hup-after", r#"{"amount":1}"#, &[]).status, 201);
+    eventually(5, "the warning", || {
+        f.proxy.logs().contains("SIGHUP ignored").then_some(())
+    });
+}
