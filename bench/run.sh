@@ -26,7 +26,7 @@ if [ "${BENCH_SMOKE:-}" = 1 ]; then
   cargo build --workspace --locked --features idemgate-server/ts --bins
   export IDEMGATE_BIN=target/debug/idemgate CONSOLE_BENCH_BIN=target/debug/console-bench
   echo "== criterion benches, once each (smoke)"
-  cargo test --locked -p idemgate-ledger --benches 2>&1 | tee target/bench/criterion.txt | grep -E "^(Testing|Success)|per fsync"
+  cargo test --locked --workspace --features idemgate-server/ts --benches 2>&1 | tee target/bench/criterion.txt | grep -E "^(Testing|Success)|per fsync"
 else
   cargo build --release --locked -p idemgate-cli -p idemgate-tests --bin idemgate --bin console-bench
   export IDEMGATE_BIN=target/release/idemgate CONSOLE_BENCH_BIN=target/release/console-bench
