@@ -118,9 +118,9 @@ impl From<idemgate_proxy::redrive::RedriveError> for OpsError {
 /// The admin API answers an operation's error as problem+json with its stable code.
 impl From<OpsError> for idemgate_proxy::problem::Problem {
     fn from(e: OpsError) -> Self {
-        use idemgate_proxy::problem::{status_title, Problem};
-        let status = e.http_status();
-        Problem::new(status, e.code(), status_title(status), e.to_string())
+        use idemgate_proxy::problem::{Problem, ProblemCode};
+        let code = ProblemCode::parse(e.code()).unwrap_or(ProblemCode::Internal);
+        Problem::new(code, e.to_string()).with_status(e.http_status())
     }
 }
 

@@ -24,7 +24,7 @@ use metrics::{counter, histogram, Counter, Histogram};
 use crate::config::{Config, InFlight, Route};
 use crate::forward::{self, Attempt, HttpClient, NoAnswer, ReadAnswer, UpstreamResponse};
 use crate::keys;
-use crate::problem::Problem;
+use crate::problem::{Problem, ProblemCode};
 use crate::read_cache::ReadCache;
 use crate::settle::{Outcome, Unsettled};
 use crate::signature;
@@ -222,7 +222,7 @@ impl Engine {
         self.requests
             .spawn(work)
             .await
-            .map_err(|j| Problem::new(500, "internal", "Internal error", j.to_string()))?
+            .map_err(|j| Problem::new(ProblemCode::Internal, j.to_string()))?
     }
 
     /// The problem for a request no route takes: `405` with `Allow` when routes take its path
@@ -239,17 +239,13 @@ impl Engine {
         }
         if allow.is_empty() {
             return Problem::new(
-                404,
-                "unknown-route",
-                "No route",
+                ProblemCode::UnknownRoute,
                 format!("no route for {method} {path}"),
             );
         }
         let allow = allow.join(", ");
         let p = Problem::new(
-            405,
-            "method-not-allowed",
-            "Method not allowed",
+            ProblemCode::MethodNotAllowed,
             format!("no route for {method} {path}; its routes take {allow}"),
         );
         match HeaderValue::from_str(&allow) {
@@ -304,7 +300,7 @@ pub async fn handle(
         Ok(r) => r,
         Err(p) => {
             if !p.counted {
-                counter!("idemgate_requests_total", "route" => route_name.to_owned(), "outcome" => p.code)
+                counter!("idemgate_requests_total", "route" => route_name.to_owned(), "outcome" => p.code.as_str())
                     .increment(1);
             }
             p.into_response_with::<Full<Bytes>>().map(Either::Left)
@@ -371,9 +367,7 @@ fn has_dot_segment(path: &str) -> bool {
 
 fn dot_segment(path: &str) -> Problem {
     Problem::new(
-        400,
-        "invalid-path",
-        "Invalid path",
+        ProblemCode::InvalidPath,
         format!("{path} has a . or .. segment: send the path it stands for"),
     )
 }
@@ -390,9 +384,7 @@ struct Req<'a> {
 fn in_flight(entry_id: i64, lease_expires_at: Millis) -> Problem {
     let secs = ((lease_expires_at - now_millis()).max(0) as u64).div_ceil(1000);
     Problem::new(
-        409,
-        "in-flight",
-        "Request in flight",
+        ProblemCode::InFlight,
         "a request with this key is being processed; retry later",
     )
     .retry_after(secs.min(5))
@@ -407,15 +399,10 @@ fn check_headers(headers: &HeaderMap) -> Result<(), Problem> {
         .map(|(n, v)| n.as_str().len() + v.len())
         .sum();
     if headers.len() > MAX_HEADERS || bytes > MAX_HEADER_BYTES {
-        return Err(Problem::new(
-            431,
-            "headers-too-large",
-            "Request headers too large",
-            format!(
+        return Err(Problem::new(ProblemCode::HeadersTooLarge, format!(
                 "{} header fields, {bytes} bytes: at most {MAX_HEADERS} fields and {MAX_HEADER_BYTES} bytes",
                 headers.len()
-            ),
-        ));
+            )));
     }
     Ok(())
 }
@@ -441,9 +428,7 @@ fn declared_json(headers: &HeaderMap, body: &[u8]) -> Result<Option<serde_json::
     // `canon::parse_json`).
     canon::parse_json(body).map(Some).map_err(|e| {
         Problem::new(
-            400,
-            "invalid-body",
-            "Invalid JSON body",
+            ProblemCode::InvalidBody,
             format!("the body is declared as JSON but is not: {e}"),
         )
     })
@@ -463,9 +448,7 @@ fn sent_as_is(headers: &HeaderMap) -> Result<(), Problem> {
     match coded {
         None => Ok(()),
         Some(c) => Err(Problem::new(
-            415,
-            "unsupported-encoding",
-            "Unsupported content encoding",
+            ProblemCode::UnsupportedEncoding,
             format!(
                 "a write's body is fingerprinted and stored as sent: send it without \
                  Content-Encoding (got {c:?})"
@@ -480,9 +463,7 @@ fn sent_as_is(headers: &HeaderMap) -> Result<(), Problem> {
 
 fn too_large(limit: usize) -> Problem {
     Problem::new(
-        413,
-        "body-too-large",
-        "Request body too large",
+        ProblemCode::BodyTooLarge,
         format!("the body exceeds this route's limit of {limit} bytes"),
     )
 }
@@ -574,9 +555,7 @@ impl Engine {
                 Ok(_) => {}
                 Err(_) => {
                     return Err(Problem::new(
-                        400,
-                        "bad-request",
-                        "Bad request",
+                        ProblemCode::BadRequest,
                         "invalid Content-Length",
                     ))
                 }
@@ -590,9 +569,7 @@ impl Engine {
         {
             Err(_) => {
                 return Err(Problem::new(
-                    408,
-                    "body-timeout",
-                    "Request body too slow",
+                    ProblemCode::BodyTimeout,
                     format!("the body did not arrive within {:?}", self.cfg.body_timeout),
                 ))
             }
@@ -601,9 +578,7 @@ impl Engine {
             }
             Ok(Err(e)) => {
                 return Err(Problem::new(
-                    400,
-                    "bad-body",
-                    "Unreadable body",
+                    ProblemCode::BadBody,
                     format!("the request body could not be read: {e}"),
                 ))
             }
@@ -635,7 +610,7 @@ impl Engine {
             }
         }
         let uri = forward::upstream_uri(&route.upstream, pq)
-            .map_err(|e| Problem::new(400, "bad-request", "Bad request", e))?;
+            .map_err(|e| Problem::new(ProblemCode::BadRequest, e))?;
         let headers = self.forward_headers(req, None);
         // Kept whole to cache it; else streamed.
         let whole = cached.is_some();
@@ -703,22 +678,15 @@ impl Engine {
                     ))
                 }
                 Err(NoAnswer::Connect(why)) => {
-                    Err(
-                        Problem::new(503, "upstream-unavailable", "Upstream unavailable", why)
-                            .retry_after(1),
-                    )
+                    Err(Problem::new(ProblemCode::UpstreamUnavailable, why).retry_after(1))
                 }
                 Err(NoAnswer::Timeout(why)) => {
-                    Err(Problem::new(504, "upstream-error", "Upstream error", why))
+                    Err(Problem::new(ProblemCode::UpstreamError, why).with_status(504))
                 }
-                Err(NoAnswer::Broken(why)) => {
-                    Err(Problem::new(502, "upstream-error", "Upstream error", why))
-                }
+                Err(NoAnswer::Broken(why)) => Err(Problem::new(ProblemCode::UpstreamError, why)),
                 // Only a HEAD's answer is read whole without a way to stream the rest.
                 Err(NoAnswer::TooLarge { status }) => Err(Problem::new(
-                    502,
-                    "upstream-error",
-                    "Upstream error",
+                    ProblemCode::UpstreamError,
                     forward::too_large(status),
                 )),
             };
@@ -972,7 +940,7 @@ impl Engine {
                 }
                 ClaimOutcome::Collision { entry_id } => {
                     req.metrics.collisions.increment(1);
-                    Err(Problem::new(422, "key-reuse", "Idempotency key reused", "this key was already used with a different request; use a new key for a new operation")
+                    Err(Problem::new(ProblemCode::KeyReuse, "this key was already used with a different request; use a new key for a new operation")
                         .with("entry_id", entry_id))
                 }
                 ClaimOutcome::InFlight { entry_id, lease_expires_at } => {
@@ -984,23 +952,18 @@ impl Engine {
                     }
                     Err(in_flight(entry_id, lease_expires_at))
                 }
-                ClaimOutcome::Stuck { entry_id } => Err(Problem::new(
-                    409,
-                    "outcome-unknown",
-                    "Outcome unknown",
-                    "an earlier attempt with this key may or may not have happened upstream; it is held for an operator and will not be run again automatically",
-                )
+                ClaimOutcome::Stuck { entry_id } => Err(Problem::new(ProblemCode::OutcomeUnknown, "an earlier attempt with this key may or may not have happened upstream; it is held for an operator and will not be run again automatically").with_status(409)
                 .with("entry_id", entry_id)),
                 ClaimOutcome::Failed { entry_id, response } => match response {
                     Some(r) => {
                         req.metrics.replayed.increment(1);
                         Ok(respond(r, Some(&key), true, None))
                     }
-                    None => Err(Problem::new(409, "entry-failed", "Marked failed", "an operator marked this operation as permanently failed").with("entry_id", entry_id)),
+                    None => Err(Problem::new(ProblemCode::EntryFailed, "an operator marked this operation as permanently failed").with("entry_id", entry_id)),
                 },
                 ClaimOutcome::ProbableDuplicate { entry_id, key: other } => {
                     req.metrics.duplicate_suspects.increment(1);
-                    Err(Problem::new(409, "probable-duplicate", "Probable duplicate", format!("the same request completed under another key ({other}) within the duplicate window"))
+                    Err(Problem::new(ProblemCode::ProbableDuplicate, format!("the same request completed under another key ({other}) within the duplicate window"))
                         .with("duplicate_of", entry_id))
                 }
             };
@@ -1026,7 +989,7 @@ impl Engine {
             Err(e) => {
                 let rep = self.report(entry_id, format!("bad upstream uri: {e}"));
                 self.settle(Outcome::Release(rep)).await?;
-                return Err(Problem::new(400, "bad-request", "Bad request", e));
+                return Err(Problem::new(ProblemCode::BadRequest, e));
             }
         };
         let r = drive(
@@ -1129,12 +1092,7 @@ pub(crate) async fn drive(
                     }
                     // An operator decided the entry while it was in flight: the ledger's decision
                     // stands, and this response was not recorded, so it is not given out either.
-                    Err(LedgerError::LeaseLost(_) | LedgerError::InvalidTransition { .. }) => Err(Problem::new(
-                        409,
-                        "resolved-meanwhile",
-                        "Resolved by an operator",
-                        "an operator resolved this key while the request was in flight; retry to get the recorded outcome",
-                    )
+                    Err(LedgerError::LeaseLost(_) | LedgerError::InvalidTransition { .. }) => Err(Problem::new(ProblemCode::ResolvedMeanwhile, "an operator resolved this key while the request was in flight; retry to get the recorded outcome")
                     .with("entry_id", entry_id)),
                     // The effect happened and the ledger could not record it (a full disk, a
                     // lost database): the entry stays pending under this lease, so it is never run
@@ -1150,7 +1108,7 @@ pub(crate) async fn drive(
                         } else {
                             format!("the upstream executed the request (status {}), but the ledger could not record its outcome ({err}); it will not be run again: retries get 409 until an operator resolves the entry", resp.status)
                         };
-                        let p = Problem::new(502, "outcome-unrecorded", "Outcome not recorded", detail)
+                        let p = Problem::new(ProblemCode::OutcomeUnrecorded, detail)
                             .with("entry_id", entry_id)
                             .with("upstream_status", resp.status);
                         Err(if kept { p.retry_after(1) } else { p })
@@ -1193,12 +1151,7 @@ pub(crate) async fn drive(
                     error = %why,
                     "outcome unknown: the entry is held for an operator"
                 );
-                return Err(Problem::new(
-                    if timed_out { 504 } else { 502 },
-                    "outcome-unknown",
-                    "Outcome unknown",
-                    format!("{why}; the request may have been executed upstream, so it will not be retried automatically — an operator must resolve it"),
-                )
+                return Err(Problem::new(ProblemCode::OutcomeUnknown, format!("{why}; the request may have been executed upstream, so it will not be retried automatically — an operator must resolve it")).with_status(if timed_out { 504 } else { 502 })
                 .with("entry_id", entry_id)
                 .counted());
             }
@@ -1249,12 +1202,10 @@ pub(crate) async fn drive(
         } else {
             format!("{why}; the request was not executed and may be retried with the same key once the ledger, which cannot take writes right now, records that (until then a retry gets 409 or 503)")
         };
-        return Err(
-            Problem::new(503, "upstream-unavailable", "Upstream unavailable", detail)
-                .retry_after(retry_after.unwrap_or(1))
-                .with("entry_id", entry_id)
-                .counted(),
-        );
+        return Err(Problem::new(ProblemCode::UpstreamUnavailable, detail)
+            .retry_after(retry_after.unwrap_or(1))
+            .with("entry_id", entry_id)
+            .counted());
     }
 }
 

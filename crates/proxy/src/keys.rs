@@ -7,7 +7,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::config::{KeySource, Route};
-use crate::problem::Problem;
+use crate::problem::{Problem, ProblemCode};
 
 pub const MAX_KEY_LEN: usize = 255;
 pub const MAX_SCOPE_LEN: usize = 128;
@@ -30,9 +30,7 @@ fn single_header<'h>(
     };
     if values.next().is_some() {
         return Err(Problem::new(
-            400,
-            "duplicate-header",
-            "Repeated header",
+            ProblemCode::DuplicateHeader,
             format!("the {what} header {name} must appear once"),
         ));
     }
@@ -44,21 +42,11 @@ pub fn scope(route: &Route, headers: &HeaderMap) -> Result<String, Problem> {
         return Ok(String::new());
     };
     let invalid = || {
-        Problem::new(
-            400,
-            "invalid-scope",
-            "Invalid scope",
-            format!("{h} must be at most {MAX_SCOPE_LEN} printable ASCII characters, not starting or ending with a space"),
-        )
+        Problem::new(ProblemCode::InvalidScope, format!("{h} must be at most {MAX_SCOPE_LEN} printable ASCII characters, not starting or ending with a space"))
     };
     let v = single_header(headers, h, "scope", invalid)?.unwrap_or("");
     if v.is_empty() && route.scope_required {
-        return Err(Problem::new(
-            400,
-            "missing-scope",
-            "Scope required",
-            format!("send {h}: on this route it names the caller, whose keys are kept apart from every other caller's"),
-        ));
+        return Err(Problem::new(ProblemCode::MissingScope, format!("send {h}: on this route it names the caller, whose keys are kept apart from every other caller's")));
     }
     if v.len() > MAX_SCOPE_LEN || !visible_ascii(v) {
         return Err(invalid());
@@ -74,18 +62,13 @@ fn check_key(k: &str) -> Result<(), Problem> {
 }
 
 fn invalid_key(got: &str) -> Problem {
-    Problem::new(
-        400,
-        "invalid-key",
-        "Invalid idempotency key",
-        format!(
+    Problem::new(ProblemCode::InvalidKey, format!(
             "an idempotency key is 1 to {MAX_KEY_LEN} printable ASCII characters, not starting or ending with a space ({got})"
-        ),
-    )
+        ))
 }
 
 fn missing(detail: String) -> Problem {
-    Problem::new(400, "missing-key", "Idempotency key required", detail)
+    Problem::new(ProblemCode::MissingKey, detail)
 }
 
 /// The key an upstream is sent (`forward_key`) for `key` in `scope`.
@@ -157,9 +140,7 @@ pub fn scoped(scope: &str, key: &str) -> String {
 fn parse_json(body: &[u8]) -> Result<Value, Problem> {
     canon::parse_json(body).map_err(|e| {
         Problem::new(
-            400,
-            "invalid-body",
-            "Invalid JSON body",
+            ProblemCode::InvalidBody,
             format!("this route reads its key from the JSON body: {e}"),
         )
     })
@@ -210,9 +191,7 @@ pub fn extract_parsed(
                 Some(Value::Number(n)) => n.to_string(),
                 Some(_) => {
                     return Err(Problem::new(
-                        400,
-                        "invalid-key",
-                        "Invalid idempotency key",
+                        ProblemCode::InvalidKey,
                         format!("{ptr} must be a string or a number"),
                     ))
                 }

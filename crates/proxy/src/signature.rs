@@ -7,7 +7,7 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 use crate::config::Signature;
-use crate::problem::Problem;
+use crate::problem::{Problem, ProblemCode};
 
 type HmacSha256 = hmac::Hmac<Sha256>;
 
@@ -42,7 +42,7 @@ pub fn sign(secret: &[u8], t: i64, body: &[u8]) -> String {
 }
 
 fn unauthorized(detail: &str) -> Problem {
-    Problem::new(401, "bad-signature", "Invalid request signature", detail)
+    Problem::new(ProblemCode::BadSignature, detail)
 }
 
 pub fn verify(

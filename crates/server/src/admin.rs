@@ -16,7 +16,7 @@ use idemgate_ledger::*;
 use idemgate_ops::{
     ActionCmd, BulkCmd, BulkKind, BulkTarget, Ops, PurgeCmd, PurgeTarget, ResolveAs, ResolveCmd,
 };
-use idemgate_proxy::problem::Problem;
+use idemgate_proxy::problem::{Problem, ProblemCode};
 use idemgate_proxy::{Engine, Secret};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -100,9 +100,7 @@ pub fn router(
         .route("/admin/v1/openapi.json", get(openapi))
         .route("/metrics", get(render_metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth))
-        .fallback(|| async {
-            Problem::new(404, "not-found", "Not found", "no such admin endpoint")
-        })
+        .fallback(|| async { Problem::new(ProblemCode::NotFound, "no such admin endpoint") })
         .layer(middleware::from_fn(problems_only));
     let mut r = Router::new()
         .route("/healthz", get(healthz))
@@ -148,19 +146,20 @@ async fn problems_only(req: Request, next: Next) -> Response {
         .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
         .unwrap_or_default();
     let code = match status.as_u16() {
-        405 => "method-not-allowed",
-        415 => "unsupported-media-type",
-        422 => "invalid-request",
-        s if s >= 500 => "internal",
-        _ => "bad-request",
+        405 => ProblemCode::MethodNotAllowed,
+        415 => ProblemCode::UnsupportedMediaType,
+        422 => ProblemCode::InvalidRequest,
+        s if s >= 500 => ProblemCode::Internal,
+        _ => ProblemCode::BadRequest,
     };
-    let title = status.canonical_reason().unwrap_or("Error");
     let detail = if text.is_empty() {
-        title.to_owned()
+        status.canonical_reason().unwrap_or("Error").to_owned()
     } else {
         text
     };
-    let mut out = Problem::new(status.as_u16(), code, title, detail).into_response();
+    let mut out = Problem::new(code, detail)
+        .with_status(status.as_u16())
+        .into_response();
     if let Some(allow) = parts.headers.get(header::ALLOW) {
         out.headers_mut().insert(header::ALLOW, allow.clone());
     }
@@ -178,9 +177,7 @@ async fn auth(State(s): State<AdminState>, req: Request, next: Next) -> Response
     let ok = given.is_some_and(|g| bool::from(g.as_slice().ct_eq(&s.token_digest)));
     if !ok {
         let mut r = Problem::new(
-            401,
-            "unauthorized",
-            "Unauthorized",
+            ProblemCode::Unauthorized,
             "send Authorization: Bearer <admin token>",
         )
         .into_response();
@@ -215,9 +212,7 @@ impl<S: Send + Sync> FromRequestParts<S> for NoQuery {
                     .filter(|n| !n.is_empty())
                     .collect();
                 Err(Problem::new(
-                    400,
-                    "invalid-argument",
-                    "Invalid query",
+                    ProblemCode::InvalidArgument,
                     format!(
                         "{} takes no query parameters: {}",
                         parts.uri.path(),
@@ -239,7 +234,7 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> 
     async fn from_request_parts(parts: &mut request::Parts, s: &S) -> Result<Self, Problem> {
         let Path(id) = Path::<T>::from_request_parts(parts, s)
             .await
-            .map_err(|e| Problem::new(400, "invalid-argument", "Invalid id", e.body_text()))?;
+            .map_err(|e| Problem::new(ProblemCode::InvalidArgument, e.body_text()))?;
         Ok(Id(id))
     }
 }
@@ -248,7 +243,7 @@ type EntryId = Id<i64>;
 type ExportId = Id<String>;
 
 fn bad_query(e: QueryRejection) -> Problem {
-    Problem::new(400, "invalid-argument", "Invalid query", e.body_text())
+    Problem::new(ProblemCode::InvalidArgument, e.body_text())
 }
 
 /// A resolve's JSON body: room for the largest response the ledger keeps, in hex (twice its
@@ -258,18 +253,13 @@ const RESOLVE_BODY_LIMIT: usize = 2 * idemgate_ledger::MAX_RESPONSE_BODY + (1 <<
 fn bad_json(e: JsonRejection) -> Problem {
     match e {
         JsonRejection::MissingJsonContentType(_) => Problem::new(
-            415,
-            "unsupported-media-type",
-            "Unsupported media type",
+            ProblemCode::UnsupportedMediaType,
             "send the body as JSON, with Content-Type: application/json",
         ),
-        _ if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Problem::new(
-            413,
-            "body-too-large",
-            "Request body too large",
-            e.body_text(),
-        ),
-        _ => Problem::new(400, "invalid-argument", "Invalid JSON body", e.body_text()),
+        _ if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            Problem::new(ProblemCode::BodyTooLarge, e.body_text())
+        }
+        _ => Problem::new(ProblemCode::InvalidArgument, e.body_text()),
     }
 }
 
@@ -279,7 +269,7 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, Problem> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| Problem::new(500, "internal", "Internal error", e.to_string()))?
+        .map_err(|e| Problem::new(ProblemCode::Internal, e.to_string()))?
         .map_err(Problem::from)
 }
 
@@ -345,8 +335,7 @@ async fn long_work<T: Serialize + Send + 'static>(
         // A full channel (a slow reader) skips a progress line; a closed one stops the work.
         let r = f(&mut |n| !matches!(tx.try_send(Line::Progress(n)), Err(TrySendError::Closed(_))));
         let last = match r.map_err(Problem::from).and_then(|v| {
-            serde_json::to_value(v)
-                .map_err(|e| Problem::new(500, "internal", "Internal error", e.to_string()))
+            serde_json::to_value(v).map_err(|e| Problem::new(ProblemCode::Internal, e.to_string()))
         }) {
             Ok(v) => Line::Result(v),
             Err(p) => Line::Problem(p),
@@ -358,9 +347,7 @@ async fn long_work<T: Serialize + Send + 'static>(
         Some(line) => line,
         None => {
             return Err(Problem::new(
-                500,
-                "internal",
-                "Internal error",
+                ProblemCode::Internal,
                 "the work ended without an answer",
             ))
         }
@@ -456,9 +443,7 @@ async fn entries(
         None => None,
         Some(x) => Some(idemgate_ledger::State::parse(x).ok_or_else(|| {
             Problem::new(
-                400,
-                "invalid-argument",
-                "Invalid query",
+                ProblemCode::InvalidArgument,
                 format!("state {x:?}: pending, completed, released or failed"),
             )
         })?),
@@ -740,7 +725,7 @@ async fn start_export(
     };
     let job = s.exports.start(&s.ops, b.format, range)?;
     let location = HeaderValue::from_str(&format!("/admin/v1/exports/{}", job.id))
-        .map_err(|e| Problem::new(500, "internal", "Internal error", e.to_string()))?;
+        .map_err(|e| Problem::new(ProblemCode::Internal, e.to_string()))?;
     Ok((
         StatusCode::ACCEPTED,
         [(header::LOCATION, location)],
@@ -794,9 +779,7 @@ async fn serve_download(d: Download, req: Request) -> Result<Response, Problem> 
     use tower::ServiceExt;
     let gone = || {
         Problem::new(
-            404,
-            "export-not-found",
-            "No such export",
+            ProblemCode::ExportNotFound,
             "the export's file is gone (deleted meanwhile)",
         )
     };
@@ -867,9 +850,7 @@ async fn healthz(State(s): State<AdminState>) -> Response {
 
 fn writer_stopped() -> Problem {
     Problem::new(
-        503,
-        "ledger-writer-stopped",
-        "Unavailable",
+        ProblemCode::LedgerWriterStopped,
         "the ledger writer has stopped: no write can succeed in this process; restart it",
     )
 }
@@ -883,15 +864,10 @@ async fn readyz(State(s): State<AdminState>) -> Response {
         return writer_stopped().into_response();
     }
     match h.last_failure_at {
-        Some(at) if now_millis() - at < NOT_READY_AFTER_FAILURE => Problem::new(
-            503,
-            "ledger-unavailable",
-            "Unavailable",
-            format!(
+        Some(at) if now_millis() - at < NOT_READY_AFTER_FAILURE => Problem::new(ProblemCode::LedgerUnavailable, format!(
                 "a ledger commit failed {} ms ago; see idemgate_ledger_commit_failures_total and the log",
                 (now_millis() - at).max(0)
-            ),
-        )
+            ))
         .retry_after(1)
         .into_response(),
         _ => "ready\n".into_response(),

@@ -23,7 +23,7 @@ use idemgate_ledger::{now_millis, rfc3339, EventRange, Millis};
 use idemgate_ops::{ErrorBody, ExportCmd, Ops};
 use serde::Serialize;
 
-use idemgate_proxy::problem::Problem;
+use idemgate_proxy::problem::{Problem, ProblemCode};
 
 /// Exports running at once: each holds a blocking thread and a read of its whole range.
 pub const MAX_RUNNING: usize = 2;
@@ -158,12 +158,7 @@ pub struct Download {
 }
 
 fn not_found(id: &str) -> Problem {
-    Problem::new(
-        404,
-        "export-not-found",
-        "No such export",
-        format!("no export {id:?} in this process (an ended export is kept for an hour, and none outlives the process)"),
-    )
+    Problem::new(ProblemCode::ExportNotFound, format!("no export {id:?} in this process (an ended export is kept for an hour, and none outlives the process)"))
 }
 
 impl Exports {
@@ -193,21 +188,14 @@ impl Exports {
         let mut inner = self.lock();
         if inner.closed {
             return Err(Problem::new(
-                503,
-                "shutting-down",
-                "Shutting down",
+                ProblemCode::ShuttingDown,
                 "this process is stopping and starts no more exports",
             ));
         }
         prune(&mut inner, now);
         let running = inner.jobs.iter().filter(|j| j.ended_at.is_none()).count();
         if running >= MAX_RUNNING {
-            return Err(Problem::new(
-                429,
-                "too-many-exports",
-                "Too many exports",
-                format!("{running} exports are running, the most at once; try again once one has ended, or delete one"),
-            )
+            return Err(Problem::new(ProblemCode::TooManyExports, format!("{running} exports are running, the most at once; try again once one has ended, or delete one"))
             .retry_after(5));
         }
         if inner.jobs.len() >= MAX_KEPT {
@@ -221,9 +209,7 @@ impl Exports {
             None => {
                 let s = make_spool(&self.base).map_err(|e| {
                     Problem::new(
-                        500,
-                        "export-failed",
-                        "Export failed",
+                        ProblemCode::ExportFailed,
                         format!(
                             "cannot make a spool directory in {}: {e}",
                             self.base.display()
@@ -338,22 +324,12 @@ impl Exports {
             .ok_or_else(|| not_found(id))?;
         let Some(m) = &job.manifest else {
             return Err(match &job.error {
-                None => Problem::new(
-                    409,
-                    "export-running",
-                    "Export still running",
-                    format!(
+                None => Problem::new(ProblemCode::ExportRunning, format!(
                         "export {id} has written {} events so far; download it once its state is done",
                         job.done.load(Ordering::Relaxed)
-                    ),
-                )
+                    ))
                 .retry_after(1),
-                Some(e) => Problem::new(
-                    409,
-                    "export-failed",
-                    "Export failed",
-                    format!("export {id} failed, so there is nothing to download: {}", e.message),
-                ),
+                Some(e) => Problem::new(ProblemCode::ExportFailed, format!("export {id} failed, so there is nothing to download: {}", e.message)).with_status(409),
             });
         };
         Ok(if manifest {
@@ -521,7 +497,7 @@ mod tests {
         let p = e
             .start(&ops, Format::Ndjson, EventRange::default())
             .expect_err("a third at once");
-        assert_eq!((p.status, p.code), (429, "too-many-exports"));
+        assert_eq!((p.status, p.code.as_str()), (429, "too-many-exports"));
         assert_eq!(e.list().len(), 2, "a refused export leaves no job");
 
         e.delete("r2").expect("delete");
@@ -638,7 +614,7 @@ mod tests {
             until: Some(1_000),
         };
         let p = e.start(&ops, Format::Ndjson, range).expect_err("bad range");
-        assert_eq!((p.status, p.code), (400, "invalid-argument"));
+        assert_eq!((p.status, p.code.as_str()), (400, "invalid-argument"));
         assert!(e.list().is_empty());
         assert!(e.lock().spool.is_none(), "and no spool is made for it");
     }
