@@ -10,7 +10,7 @@ use crate::db::Db;
 use crate::error::{LedgerError, Result};
 use crate::model::*;
 use crate::read;
-use crate::replays::{cache_key, ReplayCache};
+use crate::replays::{self, cache_key, ReplayCache};
 use crate::search;
 use crate::store::*;
 use crate::write;
@@ -269,7 +269,7 @@ impl Storage for Ledger {
             self.cache
                 .as_ref()?
                 .get(&cache_key(route, scope, key), fingerprint, at, |seen| {
-                    self.read(|db| write::log_since(db, seen)).ok()
+                    self.read(|db| replays::log_since(db, seen)).ok()
                 })?;
         self.tally_replay(entry_id, at);
         Some((entry_id, response))
@@ -280,7 +280,7 @@ impl Storage for Ledger {
         // waiting for a commit (and keep its response for the next replay: `cached_replay`).
         // Everything else is decided by the writer, under the write lock.
         if self.readers.inline() && !self.writer.refuses() {
-            if let Ok(Some(entry)) = self.read(|db| write::replayable(db, &req)) {
+            if let Ok(Some(entry)) = self.read(|db| replays::replayable(db, &req)) {
                 let (entry_id, response) = (entry.entry_id, entry.response.clone());
                 if let Some(c) = &self.cache {
                     c.fill(cache_key(&req.route, &req.scope, &req.key), entry);

@@ -10,6 +10,7 @@ pub mod canon;
 pub mod chain;
 pub mod copy;
 mod db;
+mod entry_row;
 pub mod error;
 pub mod export;
 mod ledger;

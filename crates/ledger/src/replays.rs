@@ -30,7 +30,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::model::{Millis, ResponseRecord};
+use std::sync::LazyLock;
+
+use crate::db::{vals, Db};
+use crate::entry_row::{map_row, ROW_COLS};
+use crate::error::Result;
+use crate::model::{self, Millis, ResponseRecord};
+use crate::read;
+use crate::store::ClaimRequest;
 
 /// The WAL-index header's length: its first copy (of two) in the `-shm` file.
 const HEADER: usize = 48;
@@ -231,4 +238,68 @@ fn size(c: &Cached) -> usize {
             .map(|(n, v)| n.len() + v.len())
             .sum::<usize>()
         + c.fingerprint.len()
+}
+
+/// The read of a replay (SQLite): [`LOOKUP`] and, from the same snapshot, the log's last sequence
+/// number (what the replay cache has then seen).
+static REPLAY_LOOKUP: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {ROW_COLS}, resp_status, resp_headers, resp_body, \
+         (SELECT seq FROM events ORDER BY seq DESC LIMIT 1) FROM entries \
+         WHERE route = ?1 AND scope = ?2 AND key = ?3"
+    )
+});
+
+/// The read-only half of a claim (`write::claim`), for answering replays without the writer: the entry of a
+/// completed, unexpired key claimed with this very request (its stored response and expiry), and
+/// the log's head in the same snapshot. Anything else (`None`) is the claim's to decide under the
+/// write lock. The caller counts the replay (`write::count_replays`, with a later batch).
+pub(crate) fn replayable(db: &mut dyn Db, req: &ClaimRequest) -> Result<Option<Cached>> {
+    let found = db.opt(
+        &REPLAY_LOOKUP,
+        vals![&req.route, &req.scope, &req.key],
+        |r| Ok((map_row(r)?, read::response_cols(r, 12)?, r.opt_int(15)?)),
+    )?;
+    Ok(match found {
+        Some((row, Some(response), head))
+            if row.state == model::State::Completed
+                && !row.expired(req.at)
+                && row.fingerprint == req.fingerprint =>
+        {
+            Some(Cached {
+                entry_id: row.id,
+                fingerprint: row.fingerprint,
+                expires_at: row.expires_at,
+                response,
+                as_of: head.unwrap_or(0),
+            })
+        }
+        _ => None,
+    })
+}
+
+/// The replay cache's catch-up: the log's head and the entries named by the events after `seen`
+/// (each with the last of them), in one statement (one snapshot); at most [`CATCH_UP_MAX`] events
+/// are read (more: `overflow`).
+pub(crate) fn log_since(db: &mut dyn Db, seen: i64) -> Result<Caught> {
+    let mut caught = Caught {
+        head: seen,
+        ..Caught::default()
+    };
+    let mut n = 0;
+    db.each(
+        "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), entry_id, seq FROM events \
+         WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+        vals![seen, CATCH_UP_MAX as i64 + 1],
+        &mut |r| {
+            caught.head = r.int(0)?;
+            n += 1;
+            if let Some(id) = r.opt_int(1)? {
+                caught.entries.insert(id, r.int(2)?);
+            }
+            Ok(true)
+        },
+    )?;
+    caught.overflow = n > CATCH_UP_MAX;
+    Ok(caught)
 }

@@ -8,12 +8,12 @@ use serde_json::json;
 
 use crate::canon::{canonical_string, sha256_hex};
 use crate::db::{vals, Db, Dialect, PerDialect, Val};
+use crate::entry_row::{lookup, map_row, row_by_id, Row, LOOKUP, ROW_COLS};
 use crate::error::{LedgerError, Result};
 use crate::model::*;
 use crate::read;
-use crate::replays::{Cached, Caught, CATCH_UP_MAX};
 use crate::store::*;
-use crate::writer::{Ctx, Deferred};
+use crate::writer::Ctx;
 
 /// The fields of an event the caller chooses; the rest (seq, hashes) are the chain's.
 pub(crate) struct NewEvent<'a> {
@@ -34,7 +34,7 @@ pub(crate) struct NewEvent<'a> {
 /// The hourly counter of replays answered from the ledger (not an event: replays are counters).
 pub const REPLAY_ABSORBED: &str = "replay_absorbed";
 
-/// Counts one `kind` in `at`'s hour (written with the batch, see [`flush`]).
+/// Counts one `kind` in `at`'s hour (written with the batch).
 fn bump_hourly(ctx: &mut Ctx<'_>, at: Millis, kind: &str) {
     ctx.out.bump(hour_of(at), kind, 1);
 }
@@ -55,129 +55,6 @@ fn moved(ctx: &mut Ctx<'_>, from: Option<State>, to: Option<State>) {
         ctx.out.counts[at(s)] += 1;
     }
 }
-
-/// Writes a batch's deferred writes just before its commit: its events (multi-row inserts), the
-/// hourly counts and the entry counts. Deferring them costs nothing in consistency — no job reads
-/// the log or the counters — and saves a statement (on PostgreSQL a round trip) per event and per
-/// counter, and a hot-row update per job.
-pub(crate) fn flush(db: &mut dyn Db, out: &Deferred) -> Result<()> {
-    let dialect = db.dialect();
-    // SQLite numbers the rows itself (see `EVENT_INSERTS`); the last one's number is checked below.
-    let own_seq = dialect == Dialect::Postgres;
-    let mut stmts: Vec<(&str, Vec<Val<'_>>)> = Vec::new();
-    let mut rest = &out.events[..];
-    while !rest.is_empty() {
-        // A few fixed chunk sizes, so the statements are prepared (and written) once each.
-        let (n, sql) = EVENT_INSERTS
-            .get(dialect)
-            .iter()
-            .find(|(n, _)| rest.len() >= *n)
-            .map_or((1, ""), |(n, sql)| (*n, sql.as_str()));
-        let (chunk, tail) = rest.split_at(n);
-        rest = tail;
-        let mut params = Vec::with_capacity(n * 13);
-        for ev in chunk {
-            if own_seq {
-                params.push(Val::Int(ev.seq));
-            }
-            params.extend_from_slice(vals![
-                ev.at,
-                &ev.kind,
-                ev.entry_id,
-                &ev.route,
-                &ev.scope,
-                &ev.key,
-                ev.operator.as_deref(),
-                ev.reason.as_deref(),
-                &ev.detail,
-                ev.payload_digest.as_deref(),
-                &ev.prev_hash,
-                &ev.hash
-            ]);
-        }
-        stmts.push((sql, params));
-    }
-    if let (false, Some(last)) = (own_seq, out.events.last()) {
-        db.exec_all(&stmts)?;
-        stmts.clear();
-        // Each row took the next rowid, one past the log's last: the rows are where their hashes
-        // say they are only if the last one is.
-        let stored = db.last_insert_id()?;
-        if stored != last.seq {
-            return Err(LedgerError::Corrupt(format!(
-                "the log's event {} was stored as seq {stored} (the log changed under the writer)",
-                last.seq
-            )));
-        }
-    }
-    for (hour, kind, n) in &out.bumps {
-        stmts.push((
-            COUNTER_SQL.get(db.dialect()).0.as_str(),
-            vals![*hour, kind, *n].to_vec(),
-        ));
-    }
-    for (state, n) in State::ALL.iter().zip(out.counts) {
-        if n != 0 {
-            stmts.push((
-                COUNTER_SQL.get(db.dialect()).1.as_str(),
-                vals![state.as_str(), n].to_vec(),
-            ));
-        }
-    }
-    db.exec_all(&stmts)
-}
-
-/// The batch's counter writes: an hour's count of a kind, the count of entries in a state.
-static COUNTER_SQL: PerDialect<(String, String)> = PerDialect::new(|d| {
-    (
-        format!(
-            "{} INTO event_counts (hour, kind, n) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (hour, kind) DO UPDATE SET n = event_counts.n + ?3",
-            d.insert()
-        ),
-        format!(
-            "{} entry_counts SET n = n + ?2 WHERE state = ?1",
-            d.update()
-        ),
-    )
-});
-
-/// The batch's multi-row event inserts, by rows per statement (largest first).
-///
-/// On SQLite the rows leave out `seq`, the table's rowid, and SQLite numbers them one past the
-/// last: given a rowid, SQLite must be ready to refuse one that is not an integer halfway through
-/// the rows, and so keeps a statement journal for a multi-row insert (a copy of every page it
-/// touches first, ~2% of the writer's time).
-static EVENT_INSERTS: PerDialect<Vec<(usize, String)>> = PerDialect::new(|d| {
-    let (cols, per_row) = match d {
-        Dialect::Sqlite => (
-            read::EVENT_COLS
-                .strip_prefix("seq, ")
-                .unwrap_or(read::EVENT_COLS),
-            12,
-        ),
-        Dialect::Postgres => (read::EVENT_COLS, 13),
-    };
-    [256, 64, 8, 1]
-        .into_iter()
-        .map(|n| {
-            let rows: Vec<String> = (0..n)
-                .map(|r| {
-                    let marks: Vec<String> = (1..=per_row)
-                        .map(|c| format!("?{}", r * per_row + c))
-                        .collect();
-                    format!("({})", marks.join(", "))
-                })
-                .collect();
-            let sql = format!(
-                "{} INTO events ({cols}) VALUES {}",
-                d.insert(),
-                rows.join(", ")
-            );
-            (n, sql)
-        })
-        .collect()
-});
 
 /// Appends one event to the chain (written with the batch) and bumps its hourly counter.
 pub(crate) fn append(ctx: &mut Ctx<'_>, ne: NewEvent<'_>) -> Result<i64> {
@@ -207,32 +84,7 @@ pub(crate) fn append(ctx: &mut Ctx<'_>, ne: NewEvent<'_>) -> Result<i64> {
     Ok(seq)
 }
 
-/// The columns of an entry the state machine needs.
-struct Row {
-    id: i64,
-    route: String,
-    scope: String,
-    key: String,
-    fingerprint: String,
-    state: State,
-    attempts: i64,
-    lease_owner: Option<String>,
-    lease_expires_at: Option<Millis>,
-    outcome_unknown: bool,
-    expires_at: Option<Millis>,
-    expiry_logged: bool,
-}
-
 impl Row {
-    fn stuck(&self, now: Millis) -> bool {
-        self.state == State::Pending
-            && (self.outcome_unknown || self.lease_expires_at.is_some_and(|l| l <= now))
-    }
-
-    fn expired(&self, now: Millis) -> bool {
-        self.state != State::Pending && self.expires_at.is_some_and(|e| e <= now)
-    }
-
     fn event<'a>(&'a self, at: Millis, kind: EventKind, detail: serde_json::Value) -> NewEvent<'a> {
         let detail = canonical_string(&detail);
         NewEvent {
@@ -248,35 +100,6 @@ impl Row {
             tail: None,
         }
     }
-}
-
-const ROW_COLS: &str = "id, route, scope, key, fingerprint, state, attempts, lease_owner, \
-                        lease_expires_at, outcome_unknown, expires_at, expiry_logged";
-
-fn map_row(r: &dyn crate::db::Row) -> Result<Row> {
-    Ok(Row {
-        id: r.int(0)?,
-        route: r.text(1)?,
-        scope: r.text(2)?,
-        key: r.text(3)?,
-        fingerprint: r.text(4)?,
-        state: State::parse(&r.text(5)?).unwrap_or(State::Pending),
-        attempts: r.int(6)?,
-        lease_owner: r.opt_text(7)?,
-        lease_expires_at: r.opt_int(8)?,
-        outcome_unknown: r.flag(9)?,
-        expires_at: r.opt_int(10)?,
-        expiry_logged: r.flag(11)?,
-    })
-}
-
-fn row_by_id(db: &mut dyn Db, id: i64) -> Result<Row> {
-    db.opt(
-        &format!("SELECT {ROW_COLS} FROM entries WHERE id = ?1"),
-        vals![id],
-        map_row,
-    )?
-    .ok_or(LedgerError::EntryNotFound(id))
 }
 
 /// Headers as stored: JSON pairs, secret headers left out (every header written goes through here).
@@ -347,86 +170,7 @@ impl Completion {
     }
 }
 
-/// The read of a claim's key (route ?1, scope ?2, key ?3): its row and stored response.
-static LOOKUP: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT {ROW_COLS}, resp_status, resp_headers, resp_body FROM entries \
-         WHERE route = ?1 AND scope = ?2 AND key = ?3"
-    )
-});
-
-/// A claim's key, with its stored response: a replay needs no second read.
-fn lookup(db: &mut dyn Db, req: &ClaimRequest) -> Result<Option<(Row, Option<ResponseRecord>)>> {
-    db.opt(&LOOKUP, vals![&req.route, &req.scope, &req.key], |r| {
-        Ok((map_row(r)?, read::response_cols(r, 12)?))
-    })
-}
-
-/// The read of a replay (SQLite): [`LOOKUP`] and, from the same snapshot, the log's last sequence
-/// number (what the replay cache has then seen).
-static REPLAY_LOOKUP: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT {ROW_COLS}, resp_status, resp_headers, resp_body, \
-         (SELECT seq FROM events ORDER BY seq DESC LIMIT 1) FROM entries \
-         WHERE route = ?1 AND scope = ?2 AND key = ?3"
-    )
-});
-
-/// The read-only half of [`claim`], for answering replays without the writer: the entry of a
-/// completed, unexpired key claimed with this very request (its stored response and expiry), and
-/// the log's head in the same snapshot. Anything else (`None`) is [`claim`]'s to decide under the
-/// write lock. The caller counts the replay ([`count_replays`], with a later batch).
-pub(crate) fn replayable(db: &mut dyn Db, req: &ClaimRequest) -> Result<Option<Cached>> {
-    let found = db.opt(
-        &REPLAY_LOOKUP,
-        vals![&req.route, &req.scope, &req.key],
-        |r| Ok((map_row(r)?, read::response_cols(r, 12)?, r.opt_int(15)?)),
-    )?;
-    Ok(match found {
-        Some((row, Some(response), head))
-            if row.state == State::Completed
-                && !row.expired(req.at)
-                && row.fingerprint == req.fingerprint =>
-        {
-            Some(Cached {
-                entry_id: row.id,
-                fingerprint: row.fingerprint,
-                expires_at: row.expires_at,
-                response,
-                as_of: head.unwrap_or(0),
-            })
-        }
-        _ => None,
-    })
-}
-
-/// The replay cache's catch-up: the log's head and the entries named by the events after `seen`
-/// (each with the last of them), in one statement (one snapshot); at most [`CATCH_UP_MAX`] events
-/// are read (more: `overflow`).
-pub(crate) fn log_since(db: &mut dyn Db, seen: i64) -> Result<Caught> {
-    let mut caught = Caught {
-        head: seen,
-        ..Caught::default()
-    };
-    let mut n = 0;
-    db.each(
-        "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), entry_id, seq FROM events \
-         WHERE seq > ?1 ORDER BY seq LIMIT ?2",
-        vals![seen, CATCH_UP_MAX as i64 + 1],
-        &mut |r| {
-            caught.head = r.int(0)?;
-            n += 1;
-            if let Some(id) = r.opt_int(1)? {
-                caught.entries.insert(id, r.int(2)?);
-            }
-            Ok(true)
-        },
-    )?;
-    caught.overflow = n > CATCH_UP_MAX;
-    Ok(caught)
-}
-
-/// Replays answered by [`replayable`], not yet written.
+/// Replays answered without the writer (`replays::replayable`), not yet written.
 #[derive(Debug, Default)]
 pub(crate) struct ReplayTally {
     /// Entry id → (replays, the last one's time).
