@@ -125,7 +125,6 @@ pub fn check(config: &Path) -> Result<ExitCode, CmdError> {
 
 pub fn serve(config: &Path) -> Result<ExitCode, CmdError> {
     let cfg = Arc::new(Config::load(&config.display().to_string())?);
-    idemgate_server::check(&cfg)?;
     let rt = runtime()?;
     let stop = shutdown_signal(&rt)?;
     survive_file_size_limit(&rt);

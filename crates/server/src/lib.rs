@@ -78,8 +78,8 @@ impl Server {
     }
 }
 
-/// What the server checks of a configuration before it opens anything: today, that the admin
-/// listener has its token. Returns the token when the listener is on.
+/// What the server checks of a configuration before it opens anything: that the admin listener,
+/// when it is on, has its token, which it returns.
 pub fn check(cfg: &Config) -> Result<Option<Secret>, ServeError> {
     match cfg.admin_listen {
         Some(_) => admin_token(cfg).map(Some),
