@@ -22,12 +22,17 @@ use idemgate_ledger::*;
 use metrics::{counter, histogram, Counter, Histogram};
 
 use crate::config::{Config, InFlight, Route};
-use crate::forward::{self, Attempt, HttpClient, NoAnswer, ReadAnswer, UpstreamResponse};
+use crate::forward::{self, HttpClient, NoAnswer, ReadAnswer, UpstreamResponse};
 use crate::keys;
 use crate::problem::{Problem, ProblemCode};
 use crate::read_cache::ReadCache;
+use crate::request_checks::{
+    check_headers, declared_json, dot_segment, has_dot_segment, route_path, too_large,
+};
 use crate::settle::{Outcome, Unsettled};
 use crate::signature;
+
+pub(crate) use crate::drive::drive;
 
 /// The most header bytes (names and values) a proxied request may carry; more gets 431.
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
@@ -46,17 +51,17 @@ pub type ProxyBody = Either<Full<Bytes>, forward::StreamedBody>;
 /// The metric handles of one route, registered once: a `counter!` with labels looks its series up
 /// (hashing the labels, allocating the route's name) on every call.
 #[derive(Debug, Clone)]
-struct RouteMetrics {
-    executed: Counter,
-    replayed: Counter,
-    forwarded: Counter,
-    cache_hit: Counter,
-    not_executed: Counter,
-    unknown: Counter,
-    replays: Counter,
-    collisions: Counter,
-    duplicate_suspects: Counter,
-    upstream_seconds: Histogram,
+pub(crate) struct RouteMetrics {
+    pub(crate) executed: Counter,
+    pub(crate) replayed: Counter,
+    pub(crate) forwarded: Counter,
+    pub(crate) cache_hit: Counter,
+    pub(crate) not_executed: Counter,
+    pub(crate) unknown: Counter,
+    pub(crate) replays: Counter,
+    pub(crate) collisions: Counter,
+    pub(crate) duplicate_suspects: Counter,
+    pub(crate) upstream_seconds: Histogram,
 }
 
 impl RouteMetrics {
@@ -255,7 +260,7 @@ impl Engine {
     }
 
     /// `route`'s metric handles (registered now if `route` is not one of this configuration's).
-    fn metrics_of(&self, route: &Route) -> std::borrow::Cow<'_, RouteMetrics> {
+    pub(crate) fn metrics_of(&self, route: &Route) -> std::borrow::Cow<'_, RouteMetrics> {
         match self
             .cfg
             .routes
@@ -308,70 +313,6 @@ pub async fn handle(
     }
 }
 
-/// The path a route is chosen by: `path` percent-decoded, as the upstream reads it (every web
-/// framework decodes a path before it routes it). Else `/v1/%63ancel` went by a broader route
-/// than `/v1/cancel`'s (`/v1`, or a catch-all `/`) and skipped the stricter one's checks (its
-/// signature, `destructive`) while the upstream cancelled. The path forwarded is the one that
-/// came. Borrowed when nothing is encoded: every request is asked.
-fn route_path(path: &str) -> std::borrow::Cow<'_, str> {
-    percent_encoding::percent_decode_str(path).decode_utf8_lossy()
-}
-
-/// Whether `path` has a `.` or `..` segment, plain or percent-encoded. An upstream that resolves
-/// it (RFC 3986 §5.2.4) would act on another path than the one the route was chosen by: a write
-/// sent through a read route's prefix, or a destructive call through a retried one. Segments are
-/// split at `/` and at what an upstream may decode or read as one (`%2F`, `\`, `%5C`), so that
-/// `/v1/customers/x%2F..%2F..%2Fcharges` is found; a `%2F` inside a segment that holds no dot
-/// segment (`group%2Fproject`) passes. A segment's parameters (`;` or `%3B` and what follows, up
-/// to the next separator) are not part of its name: Tomcat and Jetty drop them before they
-/// resolve dots, so `/v1/charges/..;/cancel` is `/v1/cancel` to them. Allocates nothing: every
-/// request is asked.
-fn has_dot_segment(path: &str) -> bool {
-    let b = path.as_bytes();
-    // Dots in the segment's name so far, whether the name holds anything else, and whether its
-    // parameters have begun.
-    let (mut i, mut dots, mut other, mut params) = (0, 0u8, false, false);
-    loop {
-        let (sep, dot, param, len) = match b.get(i) {
-            None | Some(b'/' | b'\\') => (true, false, false, 1),
-            Some(b'.') => (false, true, false, 1),
-            Some(b';') => (false, false, true, 1),
-            Some(b'%') => match b.get(i + 1..i + 3) {
-                Some([b'2', b'e' | b'E']) => (false, true, false, 3),
-                Some([b'2', b'f' | b'F'] | [b'5', b'c' | b'C']) => (true, false, false, 3),
-                Some([b'3', b'b' | b'B']) => (false, false, true, 3),
-                _ => (false, false, false, 1),
-            },
-            Some(_) => (false, false, false, 1),
-        };
-        if sep {
-            if !other && (dots == 1 || dots == 2) {
-                return true;
-            }
-            if i >= b.len() {
-                return false;
-            }
-            (dots, other, params) = (0, false, false);
-        } else if param {
-            params = true;
-        } else if !params {
-            if dot {
-                dots = dots.saturating_add(1);
-            } else {
-                other = true;
-            }
-        }
-        i += len;
-    }
-}
-
-fn dot_segment(path: &str) -> Problem {
-    Problem::new(
-        ProblemCode::InvalidPath,
-        format!("{path} has a . or .. segment: send the path it stands for"),
-    )
-}
-
 /// One request on its route, as the request path passes it along.
 struct Req<'a> {
     route: &'a Route,
@@ -389,83 +330,6 @@ fn in_flight(entry_id: i64, lease_expires_at: Millis) -> Problem {
     )
     .retry_after(secs.min(5))
     .with("entry_id", entry_id)
-}
-
-/// Refuses requests with more header fields or bytes than the proxy keeps (the listener's parser
-/// allows more, so such requests get this problem rather than a bare status).
-fn check_headers(headers: &HeaderMap) -> Result<(), Problem> {
-    let bytes: usize = headers
-        .iter()
-        .map(|(n, v)| n.as_str().len() + v.len())
-        .sum();
-    if headers.len() > MAX_HEADERS || bytes > MAX_HEADER_BYTES {
-        return Err(Problem::new(ProblemCode::HeadersTooLarge, format!(
-                "{} header fields, {bytes} bytes: at most {MAX_HEADERS} fields and {MAX_HEADER_BYTES} bytes",
-                headers.len()
-            )));
-    }
-    Ok(())
-}
-
-/// A body the client declared as JSON must be JSON: it is fingerprinted and stored as such. Its
-/// value, parsed once here, serves the key extraction and the fingerprint.
-fn declared_json(headers: &HeaderMap, body: &[u8]) -> Result<Option<serde_json::Value>, Problem> {
-    sent_as_is(headers)?;
-    let declared = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|m| {
-            let m = m.trim();
-            m.eq_ignore_ascii_case("application/json")
-                || m.len() > 5 && m[m.len() - 5..].eq_ignore_ascii_case("+json")
-        });
-    if !declared || body.is_empty() {
-        return Ok(None);
-    }
-    // Parsing into a value checks the UTF-8 of every string, too.
-    // Strictly: a member named twice is refused, as every reading of it is a guess (see
-    // `canon::parse_json`).
-    canon::parse_json(body).map(Some).map_err(|e| {
-        Problem::new(
-            ProblemCode::InvalidBody,
-            format!("the body is declared as JSON but is not: {e}"),
-        )
-    })
-}
-
-/// A write's body is fingerprinted and stored as it is sent, so it must be sent without a content
-/// coding: compressed, the same request's bytes differ between retries (gzip stamps a time), its
-/// JSON is hidden from the fingerprint and the key, and `max_body` would bound the compressed
-/// size. RFC 7694: `415`, with `Accept-Encoding` naming what is accepted.
-fn sent_as_is(headers: &HeaderMap) -> Result<(), Problem> {
-    let coded = headers
-        .get_all(header::CONTENT_ENCODING)
-        .iter()
-        .flat_map(|v| v.to_str().unwrap_or("?").split(','))
-        .map(str::trim)
-        .find(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"));
-    match coded {
-        None => Ok(()),
-        Some(c) => Err(Problem::new(
-            ProblemCode::UnsupportedEncoding,
-            format!(
-                "a write's body is fingerprinted and stored as sent: send it without \
-                 Content-Encoding (got {c:?})"
-            ),
-        )
-        .header(
-            header::ACCEPT_ENCODING,
-            HeaderValue::from_static("identity"),
-        )),
-    }
-}
-
-fn too_large(limit: usize) -> Problem {
-    Problem::new(
-        ProblemCode::BodyTooLarge,
-        format!("the body exceeds this route's limit of {limit} bytes"),
-    )
 }
 
 /// A write as far as the replay cache: what the rest of its way needs, or its answer.
@@ -1008,7 +872,7 @@ impl Engine {
 
     /// Records an outcome; if the ledger cannot take it now, keeps it to record later. `Ok(true)`
     /// once recorded, `Ok(false)` when kept; the ledger's error when it was refused for good.
-    async fn settle(&self, o: Outcome) -> Result<bool, LedgerError> {
+    pub(crate) async fn settle(&self, o: Outcome) -> Result<bool, LedgerError> {
         match o.clone().write(&*self.store).await {
             Ok(()) => Ok(true),
             Err(e) if self.unsettled.keep(o, &e) => Ok(false),
@@ -1038,174 +902,6 @@ fn claim_failed(e: LedgerError) -> Problem {
         Problem { detail, ..p }.retry_after(1)
     } else {
         p
-    }
-}
-
-/// Drives one claimed entry upstream until it is executed, definitely not executed (then released)
-/// or of unknown outcome (then held), recording each step durably. Shared by the proxy path and the
-/// operator's replay.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn drive(
-    e: &Engine,
-    route: &Route,
-    method: &Method,
-    uri: axum::http::Uri,
-    headers: &HeaderMap,
-    body: Bytes,
-    entry_id: i64,
-    first_attempt: i64,
-) -> Result<UpstreamResponse, Problem> {
-    let m = e.metrics_of(route);
-    let unknown_is_retryable = route.upstream_dedupes || route.effect == Effect::Idempotent;
-    let mut attempt = first_attempt;
-    let mut tries: u32 = 1;
-    loop {
-        let started = Instant::now();
-        let out = forward::Outgoing {
-            method,
-            uri: uri.clone(),
-            headers,
-            body: body.clone(),
-            timeout: route.timeout,
-        };
-        let a = forward::attempt(&e.client, out).await;
-        m.upstream_seconds.record(started.elapsed().as_secs_f64());
-        let (why, retry_after, class) = match a {
-            Attempt::Executed(resp) => {
-                let completion = |at| CompleteRequest {
-                    entry_id,
-                    owner: e.owner.clone(),
-                    // The ledger's copy of the body; the client's is the upstream's bytes.
-                    response: resp.record(),
-                    ttl_ms: route.ttl.as_millis() as i64,
-                    duplicate_window_ms: Some(e.cfg.duplicate_window.as_millis() as i64),
-                    at,
-                };
-                let done = e.store.complete(completion(now_millis())).recv().await;
-                return match done {
-                    Ok(c) => {
-                        m.executed.increment(1);
-                        if c.duplicate_of.is_some() {
-                            m.duplicate_suspects.increment(1);
-                        }
-                        Ok(resp)
-                    }
-                    // An operator decided the entry while it was in flight: the ledger's decision
-                    // stands, and this response was not recorded, so it is not given out either.
-                    Err(LedgerError::LeaseLost(_) | LedgerError::InvalidTransition { .. }) => Err(Problem::new(ProblemCode::ResolvedMeanwhile, "an operator resolved this key while the request was in flight; retry to get the recorded outcome")
-                    .with("entry_id", entry_id)),
-                    // The effect happened and the ledger could not record it (a full disk, a
-                    // lost database): the entry stays pending under this lease, so it is never run
-                    // again. The response is not given out, since a retry could not be given it
-                    // again if this process ended before the ledger took it. It is kept, to be
-                    // recorded once the ledger takes writes again (then retries replay it), or,
-                    // if it cannot be kept, the entry is stuck for an operator once the lease
-                    // passes.
-                    Err(err) => {
-                        let kept = e.unsettled.keep(Outcome::Complete(completion(now_millis())), &err);
-                        let detail = if kept {
-                            format!("the upstream executed the request (status {}), but the ledger could not record its outcome yet ({err}); it will not be run again, and this process records the outcome as soon as the ledger takes writes: a retry with the same key gets 409 (or 503) until then, and this response after", resp.status)
-                        } else {
-                            format!("the upstream executed the request (status {}), but the ledger could not record its outcome ({err}); it will not be run again: retries get 409 until an operator resolves the entry", resp.status)
-                        };
-                        let p = Problem::new(ProblemCode::OutcomeUnrecorded, detail)
-                            .with("entry_id", entry_id)
-                            .with("upstream_status", resp.status);
-                        Err(if kept { p.retry_after(1) } else { p })
-                    }
-                };
-            }
-            Attempt::Refused(resp) => {
-                // Nothing was done, and trying again would be refused again: the caller gets the
-                // upstream's answer (its credentials or permissions are what to fix), and the key
-                // is released (now, or once the ledger takes writes again), so that the same
-                // request runs once the caller may make it, instead of replaying this refusal.
-                e.settle(Outcome::Release(e.report(
-                    entry_id,
-                    format!("refused by the upstream ({})", resp.status),
-                )))
-                .await?;
-                m.not_executed.increment(1);
-                return Ok(resp);
-            }
-            Attempt::NotExecuted {
-                why,
-                retry_after,
-                class,
-            } => (why, retry_after, class),
-            Attempt::Unknown { why, .. } if unknown_is_retryable => (why, None, "unknown"),
-            Attempt::Unknown { why, timed_out } => {
-                // Even unrecorded (kept to record later, or not: `settle` logs it), the entry is
-                // held: pending under this lease, and stuck for an operator once it passes. The
-                // answer tells the caller what happened upstream.
-                let _ = e
-                    .settle(Outcome::Unknown(e.report(entry_id, why.clone())))
-                    .await;
-                m.unknown.increment(1);
-                // For the people on call: the ledger logs it too, but this is where they look
-                // first. Names only; never a header value or a body.
-                tracing::warn!(
-                    route = %route.name,
-                    entry_id,
-                    attempts = tries,
-                    error = %why,
-                    "outcome unknown: the entry is held for an operator"
-                );
-                return Err(Problem::new(ProblemCode::OutcomeUnknown, format!("{why}; the request may have been executed upstream, so it will not be retried automatically — an operator must resolve it")).with_status(if timed_out { 504 } else { 502 })
-                .with("entry_id", entry_id)
-                .counted());
-            }
-        };
-        // The upstream's Retry-After is waited out when the route waits that long; when it asks
-        // for longer, the caller is told to wait instead.
-        let wait = (tries < route.retry.attempts)
-            .then(|| forward::retry_wait(route.retry.base, route.retry.max, tries, retry_after))
-            .flatten();
-        if let Some(wait) = wait {
-            counter!("idemgate_retries_total", "route" => route.name.clone(), "class" => class)
-                .increment(1);
-            tracing::debug!(route = %route.name, entry_id, attempts = tries, error = %why, ?wait, "not executed; trying again");
-            let recorded = e
-                .store
-                .record_attempt(
-                    e.report(entry_id, why.clone()),
-                    attempt + 1,
-                    route.lease.as_millis() as i64,
-                )
-                .recv()
-                .await;
-            // Tried again only once the ledger has the attempt; if it cannot take it, the key is
-            // released (now, or once the ledger takes writes again) for the caller to retry.
-            if recorded.is_ok() {
-                attempt += 1;
-                tokio::time::sleep(wait).await;
-                tries += 1;
-                continue;
-            }
-        }
-        let released = e
-            .settle(Outcome::Release(e.report(
-                entry_id,
-                format!("not executed after {tries} attempt(s): {why}"),
-            )))
-            .await?;
-        m.not_executed.increment(1);
-        tracing::warn!(
-            route = %route.name,
-            entry_id,
-            attempts = tries,
-            error = %why,
-            "upstream unavailable: not executed, the key is released"
-        );
-        let detail = if released {
-            format!("{why}; the request was not executed and may be retried with the same key")
-        } else {
-            format!("{why}; the request was not executed and may be retried with the same key once the ledger, which cannot take writes right now, records that (until then a retry gets 409 or 503)")
-        };
-        return Err(Problem::new(ProblemCode::UpstreamUnavailable, detail)
-            .retry_after(retry_after.unwrap_or(1))
-            .with("entry_id", entry_id)
-            .counted());
     }
 }
 

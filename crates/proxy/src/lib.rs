@@ -4,12 +4,14 @@
 //! upstream through [`redrive`]; `idemgate-server` runs the listeners.
 
 pub mod config;
+mod drive;
 pub mod engine;
 pub mod forward;
 pub mod keys;
 pub mod problem;
 pub mod read_cache;
 pub mod redrive;
+mod request_checks;
 pub mod settle;
 pub mod signature;
 

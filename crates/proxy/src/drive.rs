@@ -1,0 +1,185 @@
+//! Driving a claimed write upstream: attempts with backoff (or the upstream's `Retry-After`) while
+//! the answer says the request was not executed, then the outcome recorded durably — completed,
+//! released, or held as unknown — before anything is answered. The proxy path and an operator's
+//! replay share it.
+
+use std::time::Instant;
+
+use axum::http::{HeaderMap, Method};
+use bytes::Bytes;
+use idemgate_ledger::*;
+use metrics::counter;
+
+use crate::config::Route;
+use crate::engine::Engine;
+use crate::forward::{self, Attempt, UpstreamResponse};
+use crate::problem::{Problem, ProblemCode};
+use crate::settle::Outcome;
+
+/// Drives one claimed entry upstream until it is executed, definitely not executed (then released)
+/// or of unknown outcome (then held), recording each step durably. Shared by the proxy path and the
+/// operator's replay.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn drive(
+    e: &Engine,
+    route: &Route,
+    method: &Method,
+    uri: axum::http::Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+    entry_id: i64,
+    first_attempt: i64,
+) -> Result<UpstreamResponse, Problem> {
+    let m = e.metrics_of(route);
+    let unknown_is_retryable = route.upstream_dedupes || route.effect == Effect::Idempotent;
+    let mut attempt = first_attempt;
+    let mut tries: u32 = 1;
+    loop {
+        let started = Instant::now();
+        let out = forward::Outgoing {
+            method,
+            uri: uri.clone(),
+            headers,
+            body: body.clone(),
+            timeout: route.timeout,
+        };
+        let a = forward::attempt(&e.client, out).await;
+        m.upstream_seconds.record(started.elapsed().as_secs_f64());
+        let (why, retry_after, class) = match a {
+            Attempt::Executed(resp) => {
+                let completion = |at| CompleteRequest {
+                    entry_id,
+                    owner: e.owner.clone(),
+                    // The ledger's copy of the body; the client's is the upstream's bytes.
+                    response: resp.record(),
+                    ttl_ms: route.ttl.as_millis() as i64,
+                    duplicate_window_ms: Some(e.cfg.duplicate_window.as_millis() as i64),
+                    at,
+                };
+                let done = e.store.complete(completion(now_millis())).recv().await;
+                return match done {
+                    Ok(c) => {
+                        m.executed.increment(1);
+                        if c.duplicate_of.is_some() {
+                            m.duplicate_suspects.increment(1);
+                        }
+                        Ok(resp)
+                    }
+                    // An operator decided the entry while it was in flight: the ledger's decision
+                    // stands, and this response was not recorded, so it is not given out either.
+                    Err(LedgerError::LeaseLost(_) | LedgerError::InvalidTransition { .. }) => Err(Problem::new(ProblemCode::ResolvedMeanwhile, "an operator resolved this key while the request was in flight; retry to get the recorded outcome")
+                    .with("entry_id", entry_id)),
+                    // The effect happened and the ledger could not record it (a full disk, a
+                    // lost database): the entry stays pending under this lease, so it is never run
+                    // again. The response is not given out, since a retry could not be given it
+                    // again if this process ended before the ledger took it. It is kept, to be
+                    // recorded once the ledger takes writes again (then retries replay it), or,
+                    // if it cannot be kept, the entry is stuck for an operator once the lease
+                    // passes.
+                    Err(err) => {
+                        let kept = e.unsettled.keep(Outcome::Complete(completion(now_millis())), &err);
+                        let detail = if kept {
+                            format!("the upstream executed the request (status {}), but the ledger could not record its outcome yet ({err}); it will not be run again, and this process records the outcome as soon as the ledger takes writes: a retry with the same key gets 409 (or 503) until then, and this response after", resp.status)
+                        } else {
+                            format!("the upstream executed the request (status {}), but the ledger could not record its outcome ({err}); it will not be run again: retries get 409 until an operator resolves the entry", resp.status)
+                        };
+                        let p = Problem::new(ProblemCode::OutcomeUnrecorded, detail)
+                            .with("entry_id", entry_id)
+                            .with("upstream_status", resp.status);
+                        Err(if kept { p.retry_after(1) } else { p })
+                    }
+                };
+            }
+            Attempt::Refused(resp) => {
+                // Nothing was done, and trying again would be refused again: the caller gets the
+                // upstream's answer (its credentials or permissions are what to fix), and the key
+                // is released (now, or once the ledger takes writes again), so that the same
+                // request runs once the caller may make it, instead of replaying this refusal.
+                e.settle(Outcome::Release(e.report(
+                    entry_id,
+                    format!("refused by the upstream ({})", resp.status),
+                )))
+                .await?;
+                m.not_executed.increment(1);
+                return Ok(resp);
+            }
+            Attempt::NotExecuted {
+                why,
+                retry_after,
+                class,
+            } => (why, retry_after, class),
+            Attempt::Unknown { why, .. } if unknown_is_retryable => (why, None, "unknown"),
+            Attempt::Unknown { why, timed_out } => {
+                // Even unrecorded (kept to record later, or not: `settle` logs it), the entry is
+                // held: pending under this lease, and stuck for an operator once it passes. The
+                // answer tells the caller what happened upstream.
+                let _ = e
+                    .settle(Outcome::Unknown(e.report(entry_id, why.clone())))
+                    .await;
+                m.unknown.increment(1);
+                // For the people on call: the ledger logs it too, but this is where they look
+                // first. Names only; never a header value or a body.
+                tracing::warn!(
+                    route = %route.name,
+                    entry_id,
+                    attempts = tries,
+                    error = %why,
+                    "outcome unknown: the entry is held for an operator"
+                );
+                return Err(Problem::new(ProblemCode::OutcomeUnknown, format!("{why}; the request may have been executed upstream, so it will not be retried automatically — an operator must resolve it")).with_status(if timed_out { 504 } else { 502 })
+                .with("entry_id", entry_id)
+                .counted());
+            }
+        };
+        // The upstream's Retry-After is waited out when the route waits that long; when it asks
+        // for longer, the caller is told to wait instead.
+        let wait = (tries < route.retry.attempts)
+            .then(|| forward::retry_wait(route.retry.base, route.retry.max, tries, retry_after))
+            .flatten();
+        if let Some(wait) = wait {
+            counter!("idemgate_retries_total", "route" => route.name.clone(), "class" => class)
+                .increment(1);
+            tracing::debug!(route = %route.name, entry_id, attempts = tries, error = %why, ?wait, "not executed; trying again");
+            let recorded = e
+                .store
+                .record_attempt(
+                    e.report(entry_id, why.clone()),
+                    attempt + 1,
+                    route.lease.as_millis() as i64,
+                )
+                .recv()
+                .await;
+            // Tried again only once the ledger has the attempt; if it cannot take it, the key is
+            // released (now, or once the ledger takes writes again) for the caller to retry.
+            if recorded.is_ok() {
+                attempt += 1;
+                tokio::time::sleep(wait).await;
+                tries += 1;
+                continue;
+            }
+        }
+        let released = e
+            .settle(Outcome::Release(e.report(
+                entry_id,
+                format!("not executed after {tries} attempt(s): {why}"),
+            )))
+            .await?;
+        m.not_executed.increment(1);
+        tracing::warn!(
+            route = %route.name,
+            entry_id,
+            attempts = tries,
+            error = %why,
+            "upstream unavailable: not executed, the key is released"
+        );
+        let detail = if released {
+            format!("{why}; the request was not executed and may be retried with the same key")
+        } else {
+            format!("{why}; the request was not executed and may be retried with the same key once the ledger, which cannot take writes right now, records that (until then a retry gets 409 or 503)")
+        };
+        return Err(Problem::new(ProblemCode::UpstreamUnavailable, detail)
+            .retry_after(retry_after.unwrap_or(1))
+            .with("entry_id", entry_id)
+            .counted());
+    }
+}
