@@ -1,0 +1,336 @@
+//! Claims: a new key, a collision, replays off the writer, group commit, two ledgers racing, a failing job.
+
+use super::*;
+
+fn new_key_is_claimed_durably_then_in_flight_then_replayed(b: Backend) {
+    let f = fx!(b);
+    let id = claimed(
+        f.l.claim(req("k1", r#"{"amount":100}"#, T0))
+            .wait()
+            .expect("claim"),
+    );
+    // Same key while the lease is live: in flight.
+    match f
+        .l
+        .claim(req("k1", r#"{ "amount": 100 }"#, T0 + 1_000))
+        .wait()
+        .expect("claim")
+    {
+        ClaimOutcome::InFlight {
+            entry_id,
+            lease_expires_at,
+        } => {
+            assert_eq!(entry_id, id);
+            assert_eq!(lease_expires_at, T0 + LEASE);
+        }
+        o => panic!("expected InFlight, got {o:?}"),
+    }
+    complete(&f.l, id, T0 + 2_000, r#"{"id":"ch_1"}"#);
+    // Same key, same fingerprint (key order/whitespace differ): replayed, counted.
+    for n in 1..=3 {
+        match f
+            .l
+            .claim(req("k1", r#"{"amount" : 100}"#, T0 + 3_000 + n))
+            .wait()
+            .expect("claim")
+        {
+            ClaimOutcome::Replay { entry_id, response } => {
+                assert_eq!(entry_id, id);
+                assert_eq!(response.status, 201);
+                assert_eq!(response.body, br#"{"id":"ch_1"}"#);
+            }
+            o => panic!("expected Replay, got {o:?}"),
+        }
+    }
+    // Replays answered off the writer are counted with a later batch; any later write waits for it.
+    f.l.sweep(T0 + 4_000).wait().expect("sweep");
+    let e = f.l.entry(id, T0 + 5_000).expect("entry");
+    assert_eq!(e.summary.state, State::Completed);
+    assert_eq!(e.summary.replays, 3);
+    assert_eq!(e.last_replay_at, Some(T0 + 3_003));
+    assert_eq!(e.summary.expires_at, Some(T0 + 2_000 + TTL));
+    // The secret header never reached the ledger.
+    let headers = &e.request.expect("request").headers;
+    assert!(
+        headers.iter().all(|(n, _)| n != "authorization"),
+        "{headers:?}"
+    );
+    assert_eq!(kinds(&f.l, id), ["claim", "complete"]);
+    verify_ok(&f.l);
+}
+
+fn different_fingerprint_is_a_collision_and_keeps_the_rejected_request(b: Backend) {
+    let f = fx!(b);
+    let id = claimed(
+        f.l.claim(req("k1", r#"{"amount":100}"#, T0))
+            .wait()
+            .expect("claim"),
+    );
+    complete(&f.l, id, T0 + 10, "{}");
+    let o =
+        f.l.claim(req("k1", r#"{"amount":999}"#, T0 + 20))
+            .wait()
+            .expect("claim");
+    assert_eq!(o, ClaimOutcome::Collision { entry_id: id });
+    let e = f.l.entry(id, T0 + 30).expect("entry");
+    assert_eq!(e.summary.collisions, 1);
+    assert_eq!(
+        e.summary.state,
+        State::Completed,
+        "a collision changes nothing else"
+    );
+    assert_eq!(e.collision_requests.len(), 1);
+    assert_eq!(e.collision_requests[0].request.body, br#"{"amount":999}"#);
+    assert!(e.collision_requests[0]
+        .request
+        .headers
+        .iter()
+        .all(|(n, _)| n != "authorization"));
+    let listed =
+        f.l.entries(
+            &EntryFilter {
+                collisions: true,
+                ..Default::default()
+            },
+            Page::default(),
+            T0 + 30,
+        )
+        .expect("list");
+    assert_eq!(listed.iter().map(|e| e.id).collect::<Vec<_>>(), [id]);
+    assert_eq!(kinds(&f.l, id), ["claim", "complete", "collision"]);
+    verify_ok(&f.l);
+}
+
+/// Entries claimed before fingerprints covered the request target have the fingerprint without
+/// it: the very request they were claimed with still matches them (a retry across the upgrade is
+/// replayed), a request at another path does not, and neither does a request beyond the path of
+/// an entry claimed at its route's own path (which has that fingerprint today).
+fn an_entry_fingerprinted_without_its_target_matches_only_its_own_target(b: Backend) {
+    let f = fx!(b);
+    let refund = "/v1/charges/ch_1/refund";
+    // As the proxy fingerprinted it then: without the target.
+    let before = ClaimRequest {
+        fingerprint: canon::fingerprint("POST", "charges", &[], b"{}"),
+        legacy_fingerprint: None,
+        ..req_at("k-old", refund, T0)
+    };
+    let old = claimed(f.l.claim(before).wait().expect("claim"));
+    complete(&f.l, old, T0 + 10, r#"{"refund":"re_1"}"#);
+    match f
+        .l
+        .claim(req_at("k-old", refund, T0 + 20))
+        .wait()
+        .expect("claim")
+    {
+        ClaimOutcome::Replay { entry_id, response } => {
+            assert_eq!(
+                (entry_id, response.body),
+                (old, br#"{"refund":"re_1"}"#.to_vec())
+            );
+        }
+        other => panic!("the same request across the upgrade: {other:?}"),
+    }
+    let elsewhere = req_at("k-old", "/v1/charges/ch_2/refund", T0 + 30);
+    assert_eq!(
+        f.l.claim(elsewhere).wait().expect("claim"),
+        ClaimOutcome::Collision { entry_id: old }
+    );
+
+    let at_route = claimed(f.l.claim(req("k-route", "{}", T0)).wait().expect("claim"));
+    complete(&f.l, at_route, T0 + 10, "{}");
+    assert_eq!(
+        f.l.claim(req_at("k-route", refund, T0 + 20))
+            .wait()
+            .expect("claim"),
+        ClaimOutcome::Collision { entry_id: at_route }
+    );
+
+    let e = f.l.entry(old, T0 + 40).expect("entry");
+    assert_eq!((e.summary.replays, e.summary.collisions), (1, 1));
+    assert_eq!(kinds(&f.l, old), ["claim", "complete", "collision"]);
+    verify_ok(&f.l);
+}
+
+/// On SQLite a replay of a completed key is answered from a read, not by the writer: 200 replays
+/// from 8 threads take far fewer than 200 writer jobs (only the jobs that write their counts), and
+/// the counts still add up. A changed body, or an expired key, still goes to the writer.
+fn replays_are_answered_without_waiting_for_the_writer(b: Backend) {
+    let f = fx!(b);
+    let id = claimed(f.l.claim(req("r", r#"{"n":1}"#, T0)).wait().expect("claim"));
+    complete(&f.l, id, T0 + 1, "{}");
+    let (_, jobs_before) = f.l.writer_counters();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let l = f.l.clone();
+            std::thread::spawn(move || {
+                for i in 0..25 {
+                    let o = l.claim(req("r", r#"{"n":1}"#, T0 + 10 + t * 25 + i));
+                    assert!(matches!(o.wait(), Ok(ClaimOutcome::Replay { .. })));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    f.l.sweep(T0 + 1_000).wait().expect("sweep");
+    let (_, jobs_after) = f.l.writer_counters();
+    let jobs = jobs_after - jobs_before;
+    match b {
+        Backend::Sqlite => assert!(jobs < 100, "200 replays took {jobs} writer jobs"),
+        Backend::Postgres => assert_eq!(jobs, 201, "PostgreSQL replays go through the writer"),
+    }
+    let e = f.l.entry(id, T0 + 1_000).expect("entry");
+    assert_eq!(e.summary.replays, 200);
+    assert_eq!(e.last_replay_at, Some(T0 + 10 + 7 * 25 + 24));
+    let stats = f.l.stats(T0 + 1_000, 24).expect("stats");
+    let absorbed: i64 = stats
+        .series
+        .iter()
+        .filter(|p| p.kind == "replay_absorbed")
+        .map(|p| p.count)
+        .sum();
+    assert_eq!(absorbed, 200);
+    // Another body under the key: a collision, decided and logged by the writer.
+    assert!(matches!(
+        f.l.claim(req("r", r#"{"n":2}"#, T0 + 2_000)).wait(),
+        Ok(ClaimOutcome::Collision { .. })
+    ));
+    // Past its TTL the key runs again.
+    assert!(matches!(
+        f.l.claim(req("r", r#"{"n":1}"#, T0 + 1 + TTL + 1)).wait(),
+        Ok(ClaimOutcome::Claimed { attempt: 1, .. })
+    ));
+    assert_eq!(
+        kinds(&f.l, id),
+        ["claim", "complete", "collision", "expired", "claim"]
+    );
+    verify_ok(&f.l);
+}
+
+/// A batch runs without savepoints first; a job that fails after changing something (this purge
+/// deletes `a`, then refuses the pending `b`) makes the writer roll the batch back and run it
+/// again with a savepoint per job: the failure is undone alone, every other job in the batch lands.
+fn a_failing_job_is_undone_alone_and_its_batch_lands(b: Backend) {
+    let f = fx!(b);
+    let a = claimed(f.l.claim(req("a", "{}", T0)).wait().expect("claim"));
+    let b = claimed(f.l.claim(req("b", "{}", T0)).wait().expect("claim"));
+    complete(&f.l, a, T0 + 1, "{}");
+    let (commits_before, _) = f.l.writer_counters();
+    // Queued without waiting, so they share batches with the purge.
+    let before: Vec<_> = (0..40)
+        .map(|i| f.l.claim(req(&format!("x{i}"), "{}", T0 + 2)))
+        .collect();
+    let purge = f.l.purge(PurgeRequest {
+        ids: vec![a, b],
+        only_expired: false,
+        actor: actor(),
+        at: T0 + 2,
+    });
+    let after: Vec<_> = (40..80)
+        .map(|i| f.l.claim(req(&format!("x{i}"), "{}", T0 + 2)))
+        .collect();
+    assert!(matches!(
+        purge.wait(),
+        Err(LedgerError::InvalidTransition { .. })
+    ));
+    for t in before.into_iter().chain(after) {
+        claimed(t.wait().expect("claim"));
+    }
+    let (commits_after, _) = f.l.writer_counters();
+    assert!(
+        commits_after - commits_before < 81,
+        "81 queued jobs took {} commits: no batching",
+        commits_after - commits_before
+    );
+    assert_eq!(
+        f.l.entry(a, T0).expect("a is kept").summary.state,
+        State::Completed
+    );
+    assert_eq!(kinds(&f.l, a), ["claim", "complete"]);
+    for i in 0..80 {
+        let found = f.l.entries(
+            &EntryFilter {
+                key: Some(format!("x{i}")),
+                ..Default::default()
+            },
+            Page::default(),
+            T0,
+        );
+        assert_eq!(found.expect("entries").len(), 1, "x{i}");
+    }
+    verify_ok(&f.l);
+}
+
+fn concurrent_claims_are_group_committed(b: Backend) {
+    let f = fx!(b);
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            let l = f.l.clone();
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    claimed(
+                        l.claim(req(&format!("t{t}-{i}"), "{}", T0))
+                            .wait()
+                            .expect("claim"),
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    let (commits, jobs) = f.l.writer_counters();
+    assert_eq!(jobs, 800);
+    assert!(
+        commits < jobs,
+        "800 claims from 16 threads took {commits} commits: no batching"
+    );
+    verify_ok(&f.l);
+}
+
+fn two_ledgers_on_one_database_claim_each_key_once(b: Backend) {
+    let f = fx!(b);
+    let other = b
+        .open(&f.location, false, ChainHasher::unkeyed())
+        .expect("second instance");
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            let l = if t % 2 == 0 {
+                f.l.clone()
+            } else {
+                other.clone()
+            };
+            std::thread::spawn(move || {
+                (0..40)
+                    .filter(|i| {
+                        matches!(
+                            l.claim(req(&format!("k{i}"), "{}", T0))
+                                .wait()
+                                .expect("claim"),
+                            ClaimOutcome::Claimed { .. }
+                        )
+                    })
+                    .count()
+            })
+        })
+        .collect();
+    let won: usize = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+    assert_eq!(
+        won, 40,
+        "each of 40 keys claimed exactly once across both instances"
+    );
+    verify_ok(&f.l);
+    verify_ok(&other);
+}
+
+suite!(
+    new_key_is_claimed_durably_then_in_flight_then_replayed,
+    different_fingerprint_is_a_collision_and_keeps_the_rejected_request,
+    an_entry_fingerprinted_without_its_target_matches_only_its_own_target,
+    replays_are_answered_without_waiting_for_the_writer,
+    concurrent_claims_are_group_committed,
+    two_ledgers_on_one_database_claim_each_key_once,
+    a_failing_job_is_undone_alone_and_its_batch_lands,
+);

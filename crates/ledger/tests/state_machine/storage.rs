@@ -1,0 +1,144 @@
+//! The database itself: a newer schema refused, a keyed log, readers that never create, the append-only rule, checkpoints.
+
+use super::*;
+
+fn a_database_newer_than_the_binary_is_refused(b: Backend) {
+    let f = fx!(b);
+    f.l.close();
+    drop(f.l);
+    let bump = match b {
+        Backend::Sqlite => "PRAGMA user_version = 99",
+        Backend::Postgres => "UPDATE idemgate_schema SET version = 99",
+    };
+    b.raw(&f.location, bump).expect("bump the version");
+    match b.open(&f.location, false, ChainHasher::unkeyed()) {
+        Err(LedgerError::TooNew { found, supported }) => {
+            assert_eq!(found, 99);
+            assert!((1..99).contains(&supported), "{supported}");
+        }
+        other => panic!("expected TooNew, got {other:?}"),
+    }
+    // Refused means refused: nothing was migrated back or otherwise changed.
+    let again = b.open(&f.location, true, ChainHasher::unkeyed());
+    assert!(matches!(again, Err(LedgerError::TooNew { found: 99, .. })));
+}
+
+fn a_missing_ledger_is_not_created_by_readers(b: Backend) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(location) = b.fresh(&dir, "nope") else {
+        return;
+    };
+    assert!(matches!(
+        b.open(&location, false, ChainHasher::unkeyed()),
+        Err(LedgerError::NotFound(_))
+    ));
+    match b {
+        Backend::Sqlite => assert!(!std::path::Path::new(&location).exists()),
+        Backend::Postgres => assert_eq!(
+            idemgate_ledger::testing::postgres_i64(
+                &location,
+                "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+            ),
+            Ok(0),
+            "opening without create made tables"
+        ),
+    }
+}
+
+fn the_log_is_append_only_in_the_database_itself(b: Backend) {
+    let f = fx!(b);
+    claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    for sql in [
+        "UPDATE events SET detail = '{}' WHERE seq = 1",
+        "DELETE FROM events WHERE seq = 1",
+    ] {
+        let e = b.raw(&f.location, sql).expect_err(sql);
+        assert!(e.contains("append-only"), "{sql}: {e}");
+    }
+    if let Backend::Postgres = b {
+        let e = b.raw(&f.location, "TRUNCATE events").expect_err("truncate");
+        assert!(e.contains("append-only"), "{e}");
+    }
+    verify_ok(&f.l);
+}
+
+fn a_keyed_log_refuses_writes_without_its_key_and_detects_plain_forgeries(b: Backend) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(path) = b.fresh(&dir, "keyed") else {
+        return;
+    };
+    let keyed = ChainHasher::keyed(b"s3cret".to_vec());
+    let l = b.open(&path, true, keyed.clone()).expect("open");
+    claimed(l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    assert_eq!(l.chain_alg().expect("alg"), "hmac-sha256");
+    assert!(l.verify(&mut |_| true).expect("verify").ok);
+    l.close();
+    drop(l);
+    let unkeyed = b.open(&path, false, ChainHasher::unkeyed()).expect("open");
+    assert!(matches!(
+        unkeyed.claim(req("k2", "{}", T0)).wait(),
+        Err(LedgerError::ChainKeyRequired)
+    ));
+    assert!(matches!(
+        unkeyed.verify(&mut |_| true),
+        Err(LedgerError::ChainKeyRequired)
+    ));
+    // Reads still work without the key.
+    assert_eq!(
+        unkeyed
+            .entries(&EntryFilter::default(), Page::default(), T0)
+            .expect("list")
+            .len(),
+        1
+    );
+    let wrong = b
+        .open(&path, false, ChainHasher::keyed(b"guess".to_vec()))
+        .expect("open");
+    let r = wrong.verify(&mut |_| true).expect("verify");
+    assert!(!r.ok);
+    assert_eq!(r.first_bad_seq, Some(1));
+}
+
+/// SQLite: committed pages move from the WAL into the database file while the ledger is open and
+/// without the writer doing it (its own auto-checkpoint only starts at a 64 MiB WAL): the
+/// checkpointer thread does. The file grows while the WAL's pages are copied into it.
+#[test]
+fn sqlite_checkpoints_off_the_writer() {
+    let f = fx!(Backend::Sqlite);
+    let size = || std::fs::metadata(&f.location).expect("ledger file").len();
+    let before = size();
+    let body = "x".repeat(2_000);
+    let tickets: Vec<_> = (0..1_000)
+        .map(|i| {
+            f.l.claim(req(
+                &format!("c{i}"),
+                &format!(r#"{{"pad":"{body}{i}"}}"#),
+                T0,
+            ))
+        })
+        .collect();
+    for t in tickets {
+        claimed(t.wait().expect("claim"));
+    }
+    let wal = std::fs::metadata(format!("{}-wal", f.location))
+        .expect("wal")
+        .len();
+    assert!(wal > 2_000_000, "the claims are in the WAL ({wal} bytes)");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while size() < before + 2_000_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the database file stayed at {} bytes (was {before}): no checkpoint",
+            size()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    verify_ok(&f.l);
+}
+
+suite!(
+    a_database_newer_than_the_binary_is_refused,
+    a_keyed_log_refuses_writes_without_its_key_and_detects_plain_forgeries,
+    a_missing_ledger_is_not_created_by_readers,
+    the_log_is_append_only_in_the_database_itself,
+);
