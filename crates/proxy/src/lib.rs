@@ -6,6 +6,7 @@
 pub mod config;
 mod drive;
 pub mod engine;
+mod flights;
 pub mod forward;
 pub mod keys;
 pub mod problem;

@@ -1,0 +1,126 @@
+//! The configuration as TOML writes it, before any check: every field optional where the file
+//! may leave it out, and no field the contract does not name (`deny_unknown_fields`).
+
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) server: RawServer,
+    #[serde(default)]
+    pub(super) defaults: RawDefaults,
+    #[serde(default)]
+    pub(super) routes: Vec<RawRoute>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    #[serde(default = "default_listen")]
+    pub(super) listen: String,
+    #[serde(default = "default_admin_listen")]
+    pub(super) admin_listen: String,
+    pub(super) ledger: String,
+    pub(super) admin_token_file: Option<String>,
+    pub(super) console_dir: Option<String>,
+    pub(super) export_dir: Option<String>,
+    pub(super) body_timeout: Option<String>,
+}
+
+pub(super) fn default_listen() -> String {
+    "127.0.0.1:8700".into()
+}
+pub(super) fn default_admin_listen() -> String {
+    "127.0.0.1:8701".into()
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDefaults {
+    pub(super) ttl: Option<String>,
+    pub(super) lease: Option<String>,
+    pub(super) in_flight: Option<String>,
+    pub(super) wait: Option<String>,
+    pub(super) max_body: Option<String>,
+    pub(super) duplicate_window: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawKey {
+    pub(super) header: Option<String>,
+    pub(super) json: Option<String>,
+    pub(super) derive: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawScope {
+    pub(super) header: Option<String>,
+    pub(super) required: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRetry {
+    pub(super) attempts: Option<u32>,
+    pub(super) base: Option<String>,
+    pub(super) max: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSignature {
+    pub(super) header: Option<String>,
+    pub(super) secret_env: Option<String>,
+    pub(super) secret_file: Option<String>,
+    pub(super) tolerance: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawUpstreamAuth {
+    pub(super) header: Option<String>,
+    pub(super) secret_env: Option<String>,
+    pub(super) secret_file: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReconcile {
+    pub(super) method: Option<String>,
+    pub(super) url: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRoute {
+    pub(super) name: String,
+    pub(super) method: String,
+    pub(super) path: String,
+    pub(super) upstream: String,
+    pub(super) effect: String,
+    pub(super) key: Option<RawKey>,
+    pub(super) scope: Option<RawScope>,
+    pub(super) forward_key: Option<bool>,
+    pub(super) upstream_dedupes: Option<bool>,
+    pub(super) timeout: Option<String>,
+    pub(super) retry: Option<RawRetry>,
+    pub(super) on_duplicate_suspect: Option<String>,
+    pub(super) signature: Option<RawSignature>,
+    /// A credential the proxy sends the upstream on every request of the route, replays and
+    /// probes included.
+    pub(super) upstream_auth: Option<RawUpstreamAuth>,
+    pub(super) reconcile: Option<RawReconcile>,
+    pub(super) cache_ttl: Option<String>,
+    pub(super) ttl: Option<String>,
+    pub(super) lease: Option<String>,
+    pub(super) max_body: Option<String>,
+    /// Request headers that are part of the fingerprint (besides method, route and body).
+    pub(super) fingerprint_headers: Option<Vec<String>>,
+    /// Request headers that carry secrets: forwarded upstream, never stored.
+    pub(super) secret_headers: Option<Vec<String>>,
+    /// Query parameters that carry secrets (besides the ledger's own list): forwarded upstream,
+    /// never stored, not part of the fingerprint.
+    pub(super) secret_query: Option<Vec<String>>,
+}

@@ -1,0 +1,239 @@
+use super::*;
+
+const EXAMPLE: &str = include_str!("../../../../examples/idemgate.toml");
+
+#[test]
+fn the_example_parses() {
+    std::env::set_var("CHARGES_SECRET", "whsec_test");
+    let c = Config::parse(EXAMPLE).expect("example config");
+    assert!(c.routes.len() >= 3);
+    assert_eq!(c.listen.to_string(), "127.0.0.1:8700");
+}
+
+fn err(toml: &str) -> String {
+    Config::parse(toml)
+        .expect_err("should be refused")
+        .to_string()
+}
+
+const BASE: &str = "[server]\nledger = \"x.db\"\n";
+
+#[test]
+fn every_server_and_defaults_field_in_error_is_named_at_once() {
+    let cfg = "[server]\nlisten = \"localhost\"\nledger = \" \"\n\
+               [defaults]\nttl = \"soon\"\nin_flight = \"maybe\"\nwait = \"5s\"\n\
+               [[routes]]\nname = \"r\"\nmethod = \"POST\"\npath = \"/r\"\n\
+               upstream = \"http://127.0.0.1:9\"\neffect = \"writ\"\n";
+    let e = err(cfg);
+    assert!(e.starts_with("4 errors:"), "{e}");
+    for field in [
+        "defaults.ttl",
+        "defaults.in_flight",
+        "server.listen",
+        "server.ledger",
+    ] {
+        assert!(e.contains(&format!("\n  {field}: ")), "{field}: {e}");
+    }
+    // The routes build on the defaults: checked once these are right.
+    assert!(
+        !e.contains("routes[0]") && !e.contains("defaults.wait"),
+        "{e}"
+    );
+    // One error alone is itself, not a list of one.
+    assert_eq!(
+        err("[server]\nledger = \" \"\n"),
+        "server.ledger: name a SQLite file or a postgres:// URL"
+    );
+}
+
+#[test]
+fn bad_fields_are_named() {
+    let route = |extra: &str| {
+        format!("{BASE}[[routes]]\nname = \"charges\"\nmethod = \"POST\"\npath = \"/v1/charges\"\nupstream = \"http://127.0.0.1:9000\"\neffect = \"write\"\n{extra}")
+    };
+    assert!(err(&route("timeout = \"soon\"")).contains("routes[0] (charges).timeout"));
+    // Every route in error is named at once, each by its first error; a good one is not.
+    let three = format!(
+        "{}\n[[routes]]\nname = \"ok\"\nmethod = \"GET\"\npath = \"/ok\"\n\
+         upstream = \"http://127.0.0.1:9000\"\neffect = \"read\"\n\
+         [[routes]]\nname = \"emails\"\nmethod = \"POST\"\npath = \"v1/emails\"\n\
+         upstream = \"http://127.0.0.1:9000\"\neffect = \"writ\"\n",
+        route("timeout = \"soon\"\nlease = \"0s\"")
+    );
+    let e = err(&three);
+    assert!(e.starts_with("2 errors:"), "{e}");
+    assert!(e.contains("\n  routes[0] (charges).timeout"), "{e}");
+    assert!(e.contains("\n  routes[2] (emails).path"), "{e}");
+    assert!(
+        !e.contains("lease") && !e.contains("effect") && !e.contains("(ok)"),
+        "{e}"
+    );
+    assert!(err(&route("effect2 = 1")).contains("unknown field"));
+    let encoded = route("").replace("/v1/charges", "/v1/%63harges");
+    assert!(err(&encoded).contains("write it decoded, \"/v1/charges\""));
+    assert!(err(&route("retry = { attempts = 0 }")).contains("retry.attempts"));
+    assert!(err(&route("timeout = \"60s\"")).contains("shorter than the lease"));
+    // A retry's wait counts: 25s plus 10s passes a 30s lease, though each alone does not.
+    let long_wait = "timeout = \"25s\"\nretry = { attempts = 2, max = \"10s\" }";
+    assert!(err(&route(long_wait)).contains("plus a retry's wait of up to retry.max (10s)"));
+    let one_try = "timeout = \"25s\"\nretry = { attempts = 1, max = \"10s\" }";
+    assert!(Config::parse(&route(one_try)).is_ok(), "no retry, no wait");
+    assert!(err(&route("lease = \"0s\"")).contains(".lease: must be more than zero"));
+    assert!(err(&route("ttl = \"0s\"")).contains(".ttl: must be more than zero"));
+    assert!(err(&route("scope.required = true")).contains(".scope.required: needs scope.header"));
+    assert!(err(&format!("{BASE}[defaults]\nttl = \"0ms\""))
+        .contains("defaults.ttl: must be more than zero"));
+    // A route an earlier one takes every request of is refused; listed first, it is used.
+    let two = |first: (&str, &str), second: (&str, &str)| {
+        let r = |name: &str, (method, path): (&str, &str)| {
+            format!("[[routes]]\nname = \"{name}\"\nmethod = \"{method}\"\npath = \"{path}\"\nupstream = \"http://127.0.0.1:9000\"\neffect = \"read\"\n")
+        };
+        format!("{BASE}{}{}", r("a", first), r("b", second))
+    };
+    let e = err(&two(("GET", "/v1/x"), ("get", "/v1/x/y")));
+    assert!(
+        e.contains("routes[1] (b).path") && e.contains("routes[0] (a)"),
+        "{e}"
+    );
+    assert!(err(&two(("GET", "/v1/"), ("GET", "/v1/x"))).contains("never used"));
+    assert!(err(&two(("GET", "/v1"), ("HEAD", "/v1"))).contains("never used"));
+    for fine in [
+        (("GET", "/v1/x/y"), ("GET", "/v1/x")),
+        (("GET", "/v1/x"), ("POST", "/v1/x/y")),
+        (("GET", "/v1/x"), ("GET", "/v1/xy")),
+        (("HEAD", "/v1"), ("GET", "/v1")),
+    ] {
+        let (first, second) = fine;
+        Config::parse(&two(first, second)).expect("both routes are used");
+    }
+    assert!(err(&route("key.json = \"args\"")).contains("key.json"));
+    assert!(err(&route(
+        "signature = { secret_env = \"IDEMGATE_TEST_UNSET_VAR\" }"
+    ))
+    .contains("IDEMGATE_TEST_UNSET_VAR"));
+    assert!(err(&route("cache_ttl = \"5m\"")).contains("only read routes"));
+    assert!(err(&route("secret_query = [\"sig=1\"]")).contains("routes[0] (charges).secret_query"));
+    assert!(err(&route("secret_query = [\"\"]")).contains("not a query parameter name"));
+    assert!(
+        err(&format!("{BASE}[defaults]\nmax_body = \"1 parsec\"")).contains("defaults.max_body")
+    );
+    assert!(err(&format!("{BASE}[defaults]\nin_flight = \"queue\"")).contains("defaults.in_flight"));
+    assert!(err("[server]\nledger = \"x\"\nlisten = \"localhost\"").contains("server.listen"));
+    let upstream = |u: &str| {
+        format!("{BASE}[[routes]]\nname = \"a\"\nmethod = \"POST\"\npath = \"/a\"\nupstream = \"{u}\"\neffect = \"write\"\n")
+    };
+    assert!(err(&upstream("ftp://x")).contains("http:// or https://"));
+    // The proxy's own upstream credential: named by its field, never echoed.
+    let auth = |a: &str| format!("{}upstream_auth = {a}\n", upstream("https://x"));
+    let e = err(&auth("{ secret_env = \"IDEMGATE_TEST_NO_SUCH_VAR\" }"));
+    assert!(
+        e.contains("routes[0] (a).upstream_auth") && e.contains("not set"),
+        "{e}"
+    );
+    assert!(
+        err(&auth("{ header = \"a b\", secret_env = \"PATH\" }")).contains("upstream_auth.header")
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("auth");
+    std::fs::write(&bad, "Bearer sk_1\r\nX-Injected: 1\n").expect("write");
+    let e = err(&auth(&format!(
+        "{{ secret_file = {:?} }}",
+        bad.display().to_string()
+    )));
+    assert!(
+        e.contains("not a valid header value") && !e.contains("sk_1"),
+        "{e}"
+    );
+    let good = dir.path().join("good");
+    std::fs::write(&good, "Bearer sk_1\n").expect("write");
+    let c = Config::parse(&auth(&format!(
+        "{{ secret_file = {:?} }}",
+        good.display().to_string()
+    )))
+    .expect("upstream_auth");
+    let a = c.routes[0].upstream_auth.as_ref().expect("auth");
+    assert_eq!(
+        (a.header.as_str(), a.value.as_bytes()),
+        ("authorization", &b"Bearer sk_1"[..])
+    );
+    assert!(a.value.is_sensitive());
+    assert!(c.routes[0]
+        .secret_headers
+        .contains(&"authorization".to_owned()));
+    let tls = Config::parse(&upstream("https://api.example.com:8443/v2/")).expect("https");
+    assert_eq!(
+        tls.routes[0].upstream,
+        Upstream {
+            https: true,
+            authority: "api.example.com:8443".into(),
+            prefix: "/v2".into()
+        }
+    );
+    // As `serve --check` lists it, and as requests are sent.
+    assert_eq!(
+        tls.routes[0].upstream.to_string(),
+        "https://api.example.com:8443/v2"
+    );
+}
+
+#[test]
+fn an_export_dir_must_be_a_directory_and_defaults_to_the_temporary_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("f");
+    std::fs::write(&file, "x").expect("write");
+    for d in [dir.path().join("missing"), file] {
+        let cfg = format!(
+            "[server]\nledger = \"x.db\"\nexport_dir = \"{}\"\n",
+            d.display()
+        );
+        assert!(err(&cfg).contains("server.export_dir"), "{d:?}");
+    }
+    let cfg = format!(
+        "[server]\nledger = \"x.db\"\nexport_dir = \"{}\"\n",
+        dir.path().display()
+    );
+    assert_eq!(Config::parse(&cfg).expect("config").export_dir, dir.path());
+    let cfg = "[server]\nledger = \"x.db\"\n";
+    assert_eq!(
+        Config::parse(cfg).expect("config").export_dir,
+        std::env::temp_dir()
+    );
+}
+
+#[test]
+fn a_console_dir_must_hold_a_built_ui() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = format!(
+        "[server]\nledger = \"x.db\"\nconsole_dir = \"{}\"\n",
+        dir.path().display()
+    );
+    assert!(err(&cfg).contains("server.console_dir"));
+    std::fs::write(dir.path().join("index.html"), "<html>").expect("write");
+    assert!(Config::parse(&cfg).expect("config").console_dir.is_some());
+}
+
+#[test]
+fn sizes_and_durations() {
+    assert_eq!(parse_size("f", "1MiB").expect("size"), 1 << 20);
+    assert_eq!(parse_size("f", "64KB").expect("size"), 64_000);
+    assert_eq!(parse_size("f", "100").expect("size"), 100);
+    assert!(parse_size("f", "1TiB").is_err());
+    assert_eq!(
+        parse_duration("f", "100ms").expect("dur"),
+        Duration::from_millis(100)
+    );
+    assert_eq!(
+        parse_duration("f", "24h").expect("dur"),
+        Duration::from_secs(86_400)
+    );
+}
+
+#[test]
+fn destructive_routes_never_retry() {
+    let c = Config::parse(&format!("{BASE}[[routes]]\nname = \"del\"\nmethod = \"POST\"\npath = \"/d\"\nupstream = \"http://127.0.0.1:1\"\neffect = \"destructive\"\nretry = {{ attempts = 5 }}\n")).expect("config");
+    assert_eq!(c.routes[0].retry.attempts, 1);
+    assert_eq!(
+        c.routes[0].key,
+        Some(KeySource::Header("idempotency-key".into()))
+    );
+}
