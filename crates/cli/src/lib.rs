@@ -31,7 +31,7 @@ use idemgate_ops::{ExportCmd, Ops, OpsError, PurgeCmd, PurgeTarget, ResolveAs, R
                   hash-chained log, resolve, replay or reconcile stuck entries, purge, export audit \
                   trails and verify them.\n\n\
                   Exit codes: 0 ok, 1 the operation failed (ledger unchanged), 2 bad usage, 3 verification failed, \
-                  130 or 143 stopped by Ctrl-C or SIGTERM (purge, export, verify, copy: see their help).",
+                  130 or 143 stopped by Ctrl-C or SIGTERM (purge, export, verify, copy, bulk: see their help).",
     after_help = "The ledger is a SQLite file or a PostgreSQL URL (postgres://user@host/db): \
                   --ledger PATH|URL or IDEMGATE_LEDGER. A keyed log needs IDEMGATE_CHAIN_KEY or \
                   IDEMGATE_CHAIN_KEY_FILE."
@@ -413,7 +413,7 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Ctrl-C (SIGINT) or SIGTERM while long work runs (purge, export, verify, copy) asks it to stop
+/// Ctrl-C (SIGINT) or SIGTERM while long work runs (purge, export, verify, copy, bulk) asks it to stop
 /// where it safely can: a purge between two of its atomic chunks, an export with its partial file
 /// removed, a verify with what it checked so far, a copy rolled back. A second signal ends the
 /// process at once, as without these handlers. The command then exits `128 + signal`.
