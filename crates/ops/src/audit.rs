@@ -10,13 +10,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::{check_range, Ops, OpsError, OpsResult};
 
+/// What to export and where: the CLI's and the console's export.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExportCmd {
+    /// NDJSON or CSV.
     pub format: Format,
+    /// The events to export, by time; all of them when both ends are open.
     #[serde(default)]
     pub range: EventRange,
+    /// The file to write (its manifest goes beside it, as `FILE.manifest.json`).
     pub path: String,
     /// Replace a file already at `path` (and its manifest). Without it, an existing file is
     /// refused: an earlier export is evidence, not scratch.
@@ -28,10 +32,13 @@ pub struct ExportCmd {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgainstReport {
+    /// Whether the chain verifies and the ledger still holds every head the manifest recorded.
     pub ok: bool,
+    /// The ledger's own chain, verified.
     pub chain: VerifyReport,
     /// The manifest's heads, each with whether the ledger still holds it.
     pub heads: Vec<(ChainHead, bool)>,
+    /// What is wrong, in words, when `ok` is false.
     pub problems: Vec<String>,
 }
 
@@ -83,6 +90,7 @@ impl Ops {
         }
     }
 
+    /// Verifies the ledger's whole chain; `progress` hears the events checked and may stop it.
     pub fn verify(&self, progress: Progress<'_>) -> OpsResult<VerifyReport> {
         Ok(self.store.verify(progress)?)
     }
@@ -145,6 +153,7 @@ impl Ops {
         })
     }
 
+    /// Verifies an export file against its manifest (`FILE.manifest.json`), without this ledger.
     pub fn verify_export(
         &self,
         file: &Path,

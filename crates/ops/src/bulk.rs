@@ -20,12 +20,16 @@ pub const MAX_BULK_FAILURES: usize = 100;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BulkKind {
+    /// Resolve (or release) each entry with one outcome.
     Resolve,
+    /// Send each entry's stored request upstream again.
     Replay,
+    /// Ask each entry's route probe whether its effect happened.
     Reconcile,
 }
 
 impl BulkKind {
+    /// The action as the admin API and the log name it.
     pub fn as_str(self) -> &'static str {
         match self {
             BulkKind::Resolve => "resolve",
@@ -46,7 +50,9 @@ impl BulkKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BulkTarget {
+    /// Which entries: the same filter `entries` takes.
     pub filter: EntryFilter,
+    /// Only these of the entries the filter matches (`None`: all of them).
     #[serde(default)]
     pub ids: Option<Vec<i64>>,
 }
@@ -56,7 +62,9 @@ pub struct BulkTarget {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BulkCmd {
+    /// What to run on each entry.
     pub action: BulkKind,
+    /// Which entries.
     pub target: BulkTarget,
     /// A resolve's outcome (resolve only).
     #[serde(rename = "as", default)]
@@ -67,8 +75,11 @@ pub struct BulkCmd {
     /// A resolve's external reference (resolve only).
     #[serde(default)]
     pub external_ref: Option<String>,
+    /// Who acts, as the log records it.
     pub operator: String,
+    /// Why, as the log records it.
     pub reason: String,
+    /// Needed when any entry is on a `destructive` route.
     #[serde(default)]
     pub confirm_destructive: bool,
 }
@@ -77,9 +88,13 @@ pub struct BulkCmd {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BulkFailure {
+    /// The entry.
     pub id: i64,
+    /// Its key.
     pub key: String,
+    /// The error's stable code.
     pub code: String,
+    /// The error, in words.
     pub message: String,
 }
 
@@ -87,6 +102,7 @@ pub struct BulkFailure {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BulkReport {
+    /// The action it ran.
     pub action: BulkKind,
     /// The entries it set out to act on.
     pub total: usize,
@@ -96,6 +112,7 @@ pub struct BulkReport {
     pub succeeded: usize,
     /// How many failed; the first [`MAX_BULK_FAILURES`] are in `failures`.
     pub failed: usize,
+    /// The first [`MAX_BULK_FAILURES`] failures.
     pub failures: Vec<BulkFailure>,
     /// Stopped before the end: the entries not attempted are as they were.
     pub cancelled: bool,

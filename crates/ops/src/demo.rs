@@ -16,10 +16,12 @@ use serde_json::json;
 
 use crate::{OpsError, OpsResult};
 
+/// How to seed a demo ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DemoOptions {
     /// At least this many log events (the incidents come on top of the traffic).
     pub events: u64,
+    /// The random seed: the same seed gives a ledger of the same shape.
     pub seed: u64,
 }
 
@@ -32,9 +34,12 @@ impl Default for DemoOptions {
     }
 }
 
+/// What a demo seed made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DemoReport {
+    /// The events in the log.
     pub events: i64,
+    /// The ledger's overview after the seed.
     pub stats: Stats,
 }
 

@@ -5,28 +5,50 @@ use thiserror::Error;
 /// it in problem+json `type`, the console switches on it.
 #[derive(Debug, Error)]
 pub enum OpsError {
+    /// An argument is not valid; nothing was read or written.
     #[error("invalid {field}: {message}")]
-    Invalid { field: String, message: String },
+    Invalid {
+        /// The argument, as the caller names it.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// No operator name was given.
     #[error("an operator name is required (--operator, or set it in the console's settings)")]
     MissingOperator,
+    /// No reason was given.
     #[error("a reason is required (--reason): every operator action is logged with one")]
     MissingReason,
+    /// The entry's state does not allow the action.
     #[error("{0}")]
     Conflict(String),
+    /// The action touches entries on a destructive route and was not confirmed.
     #[error("this touches {} (keys: {}); confirm it explicitly", touched(.0.len()), first_keys(.0))]
     ConfirmationRequired(Vec<String>),
+    /// The entry's route is not in the configuration the action was given.
     #[error("entry {entry} belongs to route {route:?}, which this configuration does not have")]
-    UnknownRoute { entry: i64, route: String },
+    UnknownRoute {
+        /// The entry.
+        entry: i64,
+        /// Its route.
+        route: String,
+    },
+    /// A reconcile of an entry whose route has no probe.
     #[error("route {0} has no reconcile probe configured")]
     NoProbe(String),
+    /// A stored request that makes no request to the route's upstream.
     #[error("{0}")]
     StoredRequest(String),
+    /// The configuration is wrong for the action (a probe URL that is not a URI).
     #[error("{0}")]
     BadConfig(String),
+    /// A bug, or a task that could not finish.
     #[error("{0}")]
     Internal(String),
+    /// Replay or reconcile without the route configuration.
     #[error("replay and reconcile send requests upstream: they need the route configuration (--config, or the console's embedded proxy)")]
     NoConfig,
+    /// The ledger refused or failed.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
 }
@@ -48,6 +70,7 @@ fn first_keys(keys: &[String]) -> String {
 }
 
 impl OpsError {
+    /// An [`OpsError::Invalid`] for `field`.
     pub fn invalid(field: &str, message: &str) -> OpsError {
         OpsError::Invalid {
             field: field.to_owned(),
@@ -55,6 +78,8 @@ impl OpsError {
         }
     }
 
+    /// The stable code: `error[code]` in the CLI, the problem's `code` over HTTP, `ErrorBody.code`
+    /// in the console.
     pub fn code(&self) -> &'static str {
         match self {
             OpsError::Invalid { .. } => "invalid-argument",
@@ -92,7 +117,9 @@ impl OpsError {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ErrorBody {
+    /// The stable code.
     pub code: String,
+    /// The error, in words.
     pub message: String,
 }
 

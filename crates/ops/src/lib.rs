@@ -3,6 +3,10 @@
 //! (nothing is written on bad input), needs an operator name and a reason, previews what it will
 //! touch, and is logged by the ledger with both.
 
+// Every host (the CLI, the admin API, the console) is written against this API: it says what
+// each item does.
+#![warn(missing_docs)]
+
 mod audit;
 mod bulk;
 mod demo;
@@ -30,6 +34,7 @@ pub use resolve::{check_response, ResolveAs, ResolveCmd};
 pub use time::{parse_time, BadTime};
 pub use upstream::{ActionCmd, ReconcileReport, ReplayReport};
 
+/// The result of an operation.
 pub type OpsResult<T> = std::result::Result<T, OpsError>;
 
 /// How long an operator-resolved entry is replayed (when no route config says otherwise).
@@ -52,9 +57,13 @@ pub struct Ops {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Preview {
+    /// The action it previews.
     pub action: String,
+    /// How many entries it will touch.
     pub count: usize,
+    /// Their ids.
     pub ids: Vec<i64>,
+    /// Their keys, in the order of `ids`.
     pub keys: Vec<String>,
     /// Some touched entry is on a `destructive` route: the action needs `confirm_destructive`.
     pub destructive: bool,
@@ -66,7 +75,9 @@ pub struct Preview {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerInfo {
+    /// The open ledger (a PostgreSQL URL without its password), if one is open.
     pub location: Option<String>,
+    /// Why none is, when none is.
     pub error: Option<ErrorBody>,
 }
 
@@ -74,8 +85,11 @@ pub struct LedgerInfo {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobProgress {
+    /// The client's id of the job.
     pub job: String,
+    /// How much is done (entries, events), as the job counts.
     pub done: u64,
+    /// How much there is, when known.
     pub total: Option<u64>,
 }
 
@@ -125,6 +139,7 @@ fn page(before: Option<i64>, limit: usize, max: usize) -> OpsResult<Page> {
 }
 
 impl Ops {
+    /// The operations over an open ledger and its chain hasher.
     pub fn new(store: Arc<dyn Storage>, hasher: ChainHasher) -> Ops {
         Ops { store, hasher }
     }
@@ -156,10 +171,12 @@ impl Ops {
             });
     }
 
+    /// The ledger itself, for the hosts that serve it.
     pub fn store(&self) -> &Arc<dyn Storage> {
         &self.store
     }
 
+    /// Where the ledger is (a PostgreSQL URL without its password).
     pub fn location(&self) -> String {
         self.store.location()
     }

@@ -13,18 +13,29 @@ use crate::{validate_actor, Ops, OpsError, OpsResult, Preview};
 #[serde(tag = "target", rename_all = "lowercase")]
 pub enum PurgeTarget {
     /// These entries (each must exist and not be pending).
-    Ids { ids: Vec<i64> },
+    Ids {
+        /// The entries' ids.
+        ids: Vec<i64>,
+    },
     /// Every expired entry matching the filter.
-    Expired { filter: EntryFilter },
+    Expired {
+        /// Narrows the expired entries (by route, scope …).
+        filter: EntryFilter,
+    },
 }
 
+/// A purge: what, by whom and why.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PurgeCmd {
+    /// What it purges.
     #[serde(flatten)]
     pub target: PurgeTarget,
+    /// Who acts, as the log records it.
     pub operator: String,
+    /// Why, as the log records it.
     pub reason: String,
+    /// Needed when an entry is on a `destructive` route.
     #[serde(default)]
     pub confirm_destructive: bool,
 }
@@ -111,9 +122,11 @@ mod purge_wire {
     }
 }
 
+/// How a purge ended.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PurgeReport {
+    /// The entries purged.
     pub purged: Vec<i64>,
     /// Stopped before the end (the console's Stop, an admin client that went away): the entries
     /// in `purged` are purged, and the rest are as they were.

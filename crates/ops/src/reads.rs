@@ -10,7 +10,9 @@ use crate::{check_range, page, Ops, OpsError, OpsResult, MAX_HOURS, MAX_INCIDENT
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EntryPage {
+    /// The entries, newest first.
     pub entries: Vec<EntrySummary>,
+    /// Where the next page starts, when there is one.
     pub next_before: Option<i64>,
 }
 
@@ -18,7 +20,9 @@ pub struct EntryPage {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventPage {
+    /// The events, newest first.
     pub events: Vec<Event>,
+    /// Where the next page starts, when there is one.
     pub next_before: Option<i64>,
 }
 
@@ -26,7 +30,9 @@ pub struct EventPage {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EntryView {
+    /// The entry: its request, response, state and resolution.
     pub entry: EntryDetail,
+    /// Every event of the entry, oldest first.
     pub timeline: Vec<Event>,
     /// For each of `entry.collision_requests`, the fields where it differs from the stored request.
     pub collision_diffs: Vec<Vec<FieldDiff>>,
@@ -37,8 +43,11 @@ pub struct EntryView {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FieldDiff {
+    /// What differs.
     pub field: String,
+    /// Its value in the stored request.
     pub stored: Option<String>,
+    /// Its value in the rejected one.
     pub rejected: Option<String>,
 }
 
@@ -113,6 +122,7 @@ pub fn request_diff(stored: &RequestRecord, rejected: &RequestRecord) -> Vec<Fie
 }
 
 impl Ops {
+    /// A page of at most `limit` entries matching `filter`, newest first, older than `before`.
     pub fn entries(
         &self,
         filter: &EntryFilter,
@@ -157,6 +167,7 @@ impl Ops {
         }
     }
 
+    /// One entry with its whole timeline and the diffs of the requests a reused key was sent.
     pub fn show(&self, id: i64) -> OpsResult<EntryView> {
         let entry = self.store.entry(id, now_millis())?;
         let mut timeline = Vec::new();
@@ -199,6 +210,7 @@ impl Ops {
         })
     }
 
+    /// A page of at most `limit` events matching `filter`, newest first, older than `before`.
     pub fn log(
         &self,
         filter: &EventFilter,
@@ -225,6 +237,7 @@ impl Ops {
         })
     }
 
+    /// Duplicate suspects grouped, newest first: at most `limit`, older than `before`.
     pub fn incidents(&self, before: Option<i64>, limit: usize) -> OpsResult<Vec<Incident>> {
         Ok(self
             .store

@@ -12,12 +12,16 @@ use crate::{validate_actor, Ops, OpsError, OpsResult, Preview, DEFAULT_RESOLUTIO
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ResolveAs {
+    /// It happened: retries get the given response (or one naming the external reference).
     Completed,
+    /// It failed for good: retries get the given error response.
     Failed,
+    /// It did not happen: the key may run again.
     Released,
 }
 
 impl ResolveAs {
+    /// `completed`, `failed` or `released`.
     pub fn parse(s: &str) -> Option<ResolveAs> {
         match s {
             "completed" => Some(ResolveAs::Completed),
@@ -28,19 +32,25 @@ impl ResolveAs {
     }
 }
 
+/// A resolve of one entry: as what, with which response, by whom and why.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResolveCmd {
+    /// The entry.
     pub entry_id: i64,
+    /// As what.
     #[serde(rename = "as")]
     pub as_: ResolveAs,
     /// The response retries will get (completed: this or `external_ref` is required).
     pub response: Option<ResponseRecord>,
     /// A reference to the effect in the upstream system (e.g. the charge id found there).
     pub external_ref: Option<String>,
+    /// Who acts, as the log records it.
     pub operator: String,
+    /// Why, as the log records it.
     pub reason: String,
+    /// Needed when the entry is on a `destructive` route.
     #[serde(default)]
     pub confirm_destructive: bool,
 }
@@ -214,6 +224,8 @@ impl Ops {
         })
     }
 
+    /// Resolves a stuck, released or failed entry as `cmd` says; refused on an entry in flight or
+    /// completed.
     pub fn resolve(&self, cmd: &ResolveCmd) -> OpsResult<EntrySummary> {
         let (actor, resolution) = cmd.check()?;
         let preview = self.preview_resolve(cmd.entry_id)?;

@@ -20,8 +20,11 @@ use crate::{validate_actor, Ops, OpsError, OpsResult};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActionCmd {
+    /// Who acts, as the log records it.
     pub operator: String,
+    /// Why, as the log records it.
     pub reason: String,
+    /// Needed when the entry is on a `destructive` route.
     #[serde(default)]
     pub confirm_destructive: bool,
 }
@@ -30,6 +33,7 @@ pub struct ActionCmd {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReplayReport {
+    /// The entry after the replay.
     pub entry: EntrySummary,
     /// The upstream's status when it answered with a final one.
     pub status: Option<u16>,
@@ -42,7 +46,9 @@ pub struct ReplayReport {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReconcileReport {
+    /// The entry after the reconcile.
     pub entry: EntrySummary,
+    /// The probe's status, when it answered.
     pub probe_status: Option<u16>,
     /// "completed", "released" or "inconclusive".
     pub decision: String,

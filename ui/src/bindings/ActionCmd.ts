@@ -3,4 +3,16 @@
 /**
  * Who asks for a replay or a reconcile, and why.
  */
-export type ActionCmd = { operator: string, reason: string, confirm_destructive: boolean, };
+export type ActionCmd = { 
+/**
+ * Who acts, as the log records it.
+ */
+operator: string, 
+/**
+ * Why, as the log records it.
+ */
+reason: string, 
+/**
+ * Needed when the entry is on a `destructive` route.
+ */
+confirm_destructive: boolean, };

@@ -5,8 +5,20 @@ import type { VerifyReport } from "./VerifyReport";
 /**
  * `verify --ledger PATH --against MANIFEST`.
  */
-export type AgainstReport = { ok: boolean, chain: VerifyReport, 
+export type AgainstReport = { 
+/**
+ * Whether the chain verifies and the ledger still holds every head the manifest recorded.
+ */
+ok: boolean, 
+/**
+ * The ledger's own chain, verified.
+ */
+chain: VerifyReport, 
 /**
  * The manifest's heads, each with whether the ledger still holds it.
  */
-heads: Array<[ChainHead, boolean]>, problems: Array<string>, };
+heads: Array<[ChainHead, boolean]>, 
+/**
+ * What is wrong, in words, when `ok` is false.
+ */
+problems: Array<string>, };

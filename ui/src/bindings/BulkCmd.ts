@@ -7,7 +7,15 @@ import type { ResponseRecord } from "./ResponseRecord";
 /**
  * A bulk action: what to run, on which entries, by whom and why.
  */
-export type BulkCmd = { action: BulkKind, target: BulkTarget, 
+export type BulkCmd = { 
+/**
+ * What to run on each entry.
+ */
+action: BulkKind, 
+/**
+ * Which entries.
+ */
+target: BulkTarget, 
 /**
  * A resolve's outcome (resolve only).
  */
@@ -19,4 +27,16 @@ response: ResponseRecord | null,
 /**
  * A resolve's external reference (resolve only).
  */
-external_ref: string | null, operator: string, reason: string, confirm_destructive: boolean, };
+external_ref: string | null, 
+/**
+ * Who acts, as the log records it.
+ */
+operator: string, 
+/**
+ * Why, as the log records it.
+ */
+reason: string, 
+/**
+ * Needed when any entry is on a `destructive` route.
+ */
+confirm_destructive: boolean, };

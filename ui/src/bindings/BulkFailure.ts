@@ -3,4 +3,20 @@
 /**
  * One entry a bulk action could not act on.
  */
-export type BulkFailure = { id: number, key: string, code: string, message: string, };
+export type BulkFailure = { 
+/**
+ * The entry.
+ */
+id: number, 
+/**
+ * Its key.
+ */
+key: string, 
+/**
+ * The error's stable code.
+ */
+code: string, 
+/**
+ * The error, in words.
+ */
+message: string, };

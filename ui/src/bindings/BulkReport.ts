@@ -5,7 +5,11 @@ import type { BulkKind } from "./BulkKind";
 /**
  * How a bulk action ended.
  */
-export type BulkReport = { action: BulkKind, 
+export type BulkReport = { 
+/**
+ * The action it ran.
+ */
+action: BulkKind, 
 /**
  * The entries it set out to act on.
  */
@@ -21,7 +25,11 @@ succeeded: number,
 /**
  * How many failed; the first [`MAX_BULK_FAILURES`] are in `failures`.
  */
-failed: number, failures: Array<BulkFailure>, 
+failed: number, 
+/**
+ * The first [`MAX_BULK_FAILURES`] failures.
+ */
+failures: Array<BulkFailure>, 
 /**
  * Stopped before the end: the entries not attempted are as they were.
  */

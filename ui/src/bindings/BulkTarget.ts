@@ -5,4 +5,12 @@ import type { EntryFilter } from "./EntryFilter";
  * The entries a bulk action acts on: every entry `filter` matches, or, with `ids`, those of them
  * that it matches (a selection made in a filtered list stays within the filter).
  */
-export type BulkTarget = { filter: EntryFilter, ids: Array<number> | null, };
+export type BulkTarget = { 
+/**
+ * Which entries: the same filter `entries` takes.
+ */
+filter: EntryFilter, 
+/**
+ * Only these of the entries the filter matches (`None`: all of them).
+ */
+ids: Array<number> | null, };

@@ -4,4 +4,12 @@ import type { EntrySummary } from "./EntrySummary";
 /**
  * A page of entries; pass `next_before` back as `before` for the next one.
  */
-export type EntryPage = { entries: Array<EntrySummary>, next_before: number | null, };
+export type EntryPage = { 
+/**
+ * The entries, newest first.
+ */
+entries: Array<EntrySummary>, 
+/**
+ * Where the next page starts, when there is one.
+ */
+next_before: number | null, };

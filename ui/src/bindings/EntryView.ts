@@ -6,7 +6,15 @@ import type { FieldDiff } from "./FieldDiff";
 /**
  * One entry with its whole timeline.
  */
-export type EntryView = { entry: EntryDetail, timeline: Array<Event>, 
+export type EntryView = { 
+/**
+ * The entry: its request, response, state and resolution.
+ */
+entry: EntryDetail, 
+/**
+ * Every event of the entry, oldest first.
+ */
+timeline: Array<Event>, 
 /**
  * For each of `entry.collision_requests`, the fields where it differs from the stored request.
  */

@@ -3,4 +3,12 @@
 /**
  * An error as the console and other clients receive it: the stable code and the message.
  */
-export type ErrorBody = { code: string, message: string, };
+export type ErrorBody = { 
+/**
+ * The stable code.
+ */
+code: string, 
+/**
+ * The error, in words.
+ */
+message: string, };

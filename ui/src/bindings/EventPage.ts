@@ -4,4 +4,12 @@ import type { Event } from "./Event";
 /**
  * A page of events, newest first.
  */
-export type EventPage = { events: Array<Event>, next_before: number | null, };
+export type EventPage = { 
+/**
+ * The events, newest first.
+ */
+events: Array<Event>, 
+/**
+ * Where the next page starts, when there is one.
+ */
+next_before: number | null, };

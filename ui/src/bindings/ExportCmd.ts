@@ -2,7 +2,22 @@
 import type { EventRange } from "./EventRange";
 import type { Format } from "./Format";
 
-export type ExportCmd = { format: Format, range: EventRange, path: string, 
+/**
+ * What to export and where: the CLI's and the console's export.
+ */
+export type ExportCmd = { 
+/**
+ * NDJSON or CSV.
+ */
+format: Format, 
+/**
+ * The events to export, by time; all of them when both ends are open.
+ */
+range: EventRange, 
+/**
+ * The file to write (its manifest goes beside it, as `FILE.manifest.json`).
+ */
+path: string, 
 /**
  * Replace a file already at `path` (and its manifest). Without it, an existing file is
  * refused: an earlier export is evidence, not scratch.

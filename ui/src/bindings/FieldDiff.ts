@@ -4,4 +4,16 @@
  * One field that differs between two requests: `field` is `method`, `path`, `header:NAME` or a
  * JSON pointer into the body (`/amount`); values are canonical JSON (or text), absent when missing.
  */
-export type FieldDiff = { field: string, stored: string | null, rejected: string | null, };
+export type FieldDiff = { 
+/**
+ * What differs.
+ */
+field: string, 
+/**
+ * Its value in the stored request.
+ */
+stored: string | null, 
+/**
+ * Its value in the rejected one.
+ */
+rejected: string | null, };

@@ -3,4 +3,16 @@
 /**
  * Progress of a long operation (export, verify, bulk purge), identified by the client's job id.
  */
-export type JobProgress = { job: string, done: number, total: number | null, };
+export type JobProgress = { 
+/**
+ * The client's id of the job.
+ */
+job: string, 
+/**
+ * How much is done (entries, events), as the job counts.
+ */
+done: number, 
+/**
+ * How much there is, when known.
+ */
+total: number | null, };

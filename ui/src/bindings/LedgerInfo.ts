@@ -4,4 +4,12 @@ import type { ErrorBody } from "./ErrorBody";
 /**
  * Which ledger a client has open, or why none is.
  */
-export type LedgerInfo = { location: string | null, error: ErrorBody | null, };
+export type LedgerInfo = { 
+/**
+ * The open ledger (a PostgreSQL URL without its password), if one is open.
+ */
+location: string | null, 
+/**
+ * Why none is, when none is.
+ */
+error: ErrorBody | null, };

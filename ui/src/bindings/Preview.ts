@@ -3,7 +3,23 @@
 /**
  * What an action will touch, shown before it runs.
  */
-export type Preview = { action: string, count: number, ids: Array<number>, keys: Array<string>, 
+export type Preview = { 
+/**
+ * The action it previews.
+ */
+action: string, 
+/**
+ * How many entries it will touch.
+ */
+count: number, 
+/**
+ * Their ids.
+ */
+ids: Array<number>, 
+/**
+ * Their keys, in the order of `ids`.
+ */
+keys: Array<string>, 
 /**
  * Some touched entry is on a `destructive` route: the action needs `confirm_destructive`.
  */

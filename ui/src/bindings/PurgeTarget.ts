@@ -4,4 +4,12 @@ import type { EntryFilter } from "./EntryFilter";
 /**
  * What a purge acts on.
  */
-export type PurgeTarget = { "target": "ids", ids: Array<number>, } | { "target": "expired", filter: EntryFilter, };
+export type PurgeTarget = { "target": "ids", 
+/**
+ * The entries' ids.
+ */
+ids: Array<number>, } | { "target": "expired", 
+/**
+ * Narrows the expired entries (by route, scope …).
+ */
+filter: EntryFilter, };

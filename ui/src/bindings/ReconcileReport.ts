@@ -4,7 +4,15 @@ import type { EntrySummary } from "./EntrySummary";
 /**
  * What a reconcile probe decided.
  */
-export type ReconcileReport = { entry: EntrySummary, probe_status: number | null, 
+export type ReconcileReport = { 
+/**
+ * The entry after the reconcile.
+ */
+entry: EntrySummary, 
+/**
+ * The probe's status, when it answered.
+ */
+probe_status: number | null, 
 /**
  * "completed", "released" or "inconclusive".
  */

@@ -4,7 +4,11 @@ import type { EntrySummary } from "./EntrySummary";
 /**
  * How a replay ended.
  */
-export type ReplayReport = { entry: EntrySummary, 
+export type ReplayReport = { 
+/**
+ * The entry after the replay.
+ */
+entry: EntrySummary, 
 /**
  * The upstream's status when it answered with a final one.
  */

@@ -2,7 +2,18 @@
 import type { ResolveAs } from "./ResolveAs";
 import type { ResponseRecord } from "./ResponseRecord";
 
-export type ResolveCmd = { entry_id: number, as: ResolveAs, 
+/**
+ * A resolve of one entry: as what, with which response, by whom and why.
+ */
+export type ResolveCmd = { 
+/**
+ * The entry.
+ */
+entry_id: number, 
+/**
+ * As what.
+ */
+as: ResolveAs, 
 /**
  * The response retries will get (completed: this or `external_ref` is required).
  */
@@ -10,4 +21,16 @@ response: ResponseRecord | null,
 /**
  * A reference to the effect in the upstream system (e.g. the charge id found there).
  */
-external_ref: string | null, operator: string, reason: string, confirm_destructive: boolean, };
+external_ref: string | null, 
+/**
+ * Who acts, as the log records it.
+ */
+operator: string, 
+/**
+ * Why, as the log records it.
+ */
+reason: string, 
+/**
+ * Needed when the entry is on a `destructive` route.
+ */
+confirm_destructive: boolean, };
