@@ -9,6 +9,7 @@ use crate::chain::{self, ChainHasher, VerifyReport};
 use crate::db::Db;
 use crate::error::{LedgerError, Result};
 use crate::model::*;
+use crate::prepared;
 use crate::read;
 use crate::replays::{self, cache_key, ReplayCache};
 use crate::search;
@@ -289,7 +290,7 @@ impl Storage for Ledger {
                 return Ticket::ready(Ok(ClaimOutcome::Replay { entry_id, response }));
             }
         }
-        let claim = write::Claim::new(req);
+        let claim = prepared::Claim::new(req);
         self.submit(move |ctx| write::claim(ctx, &claim))
     }
 
@@ -298,7 +299,7 @@ impl Storage for Ledger {
     }
 
     fn complete(&self, req: CompleteRequest) -> Ticket<CompleteOutcome> {
-        let completion = write::Completion::new(req);
+        let completion = prepared::Completion::new(req);
         self.submit(move |ctx| write::complete(ctx, &completion))
     }
 

@@ -16,6 +16,7 @@ pub mod export;
 mod ledger;
 pub mod model;
 mod postgres;
+mod prepared;
 mod read;
 mod replays;
 mod search;

@@ -1,7 +1,6 @@
 //! Every write, run by the writer thread inside the batch transaction. This file is the entry state
 //! machine: each function checks the entry's state, changes it, and appends the event(s) that say so.
 
-use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use serde_json::json;
@@ -11,6 +10,7 @@ use crate::db::{vals, Db, Dialect, PerDialect, Val};
 use crate::entry_row::{lookup, map_row, row_by_id, Row, LOOKUP, ROW_COLS};
 use crate::error::{LedgerError, Result};
 use crate::model::*;
+use crate::prepared::{headers_json, Claim, Completion};
 use crate::read;
 use crate::store::*;
 use crate::writer::Ctx;
@@ -98,74 +98,6 @@ impl Row {
             detail,
             payload_digest: None,
             tail: None,
-        }
-    }
-}
-
-/// Headers as stored: JSON pairs, secret headers left out (every header written goes through here).
-fn headers_json(h: &[(String, String)]) -> String {
-    let kept: Vec<&(String, String)> = h.iter().filter(|(n, _)| !is_secret_header(n)).collect();
-    serde_json::to_string(&kept).unwrap_or_else(|_| "[]".into())
-}
-
-/// A claim, with what its writes need that does not depend on the ledger: computed on the caller's
-/// thread (the writer is one thread for every claim; the callers are many), before it is queued.
-pub(crate) struct Claim {
-    pub req: ClaimRequest,
-    /// The request's headers as stored ([`headers_json`]).
-    headers: String,
-    /// The request body's digest.
-    digest: String,
-    /// A first claim's event detail.
-    detail: String,
-    /// A first claim's event, encoded for its hash but for its place in the log and its entry.
-    tail: Vec<u8>,
-}
-
-impl Claim {
-    pub fn new(mut req: ClaimRequest) -> Claim {
-        // Redacted by the caller; secret query parameters are left out again here, as secret
-        // headers are by `headers_json`: the target is stored, and logged in the claim's event.
-        if let Cow::Owned(path) = without_secret_params(&req.request.path, &[]) {
-            req.request.path = path;
-        }
-        let r = &req.request;
-        let digest = sha256_hex(&r.body);
-        let detail = canonical_string(&json!({"attempt": 1, "fingerprint": req.fingerprint,
-            "owner": req.owner, "method": r.method, "path": r.path}));
-        let tail = crate::chain::canonical_tail(
-            &req.route,
-            &req.scope,
-            &req.key,
-            None,
-            None,
-            &detail,
-            Some(&digest),
-        );
-        Claim {
-            headers: headers_json(&r.headers),
-            digest,
-            detail,
-            tail,
-            req,
-        }
-    }
-}
-
-/// A completion, with its stored headers and its body's digest computed before it is queued (see
-/// [`Claim`]; a response body may be megabytes).
-pub(crate) struct Completion {
-    pub req: CompleteRequest,
-    headers: String,
-    digest: String,
-}
-
-impl Completion {
-    pub fn new(req: CompleteRequest) -> Completion {
-        Completion {
-            headers: headers_json(&req.response.headers),
-            digest: sha256_hex(&req.response.body),
-            req,
         }
     }
 }
