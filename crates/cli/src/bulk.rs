@@ -104,10 +104,7 @@ pub(crate) fn run(a: BulkArgs) -> Result<ExitCode, CmdError> {
         output::preview(&mut out, &preview, a.json)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(CmdError::Runtime)?;
+    let rt = crate::serve::runtime()?;
     let _in = rt.enter();
     let upstream = cfg.map(|c| ops.upstream(c));
     let total = preview.count as u64;

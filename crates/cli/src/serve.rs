@@ -35,7 +35,7 @@ impl CmdError {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, CmdError> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CmdError> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use idemgate_ledger::{now_millis, LedgerError, Storage};
+use idemgate_ledger::{now_millis, LedgerError};
 use idemgate_ops::Ops;
 use idemgate_proxy::engine;
-use idemgate_proxy::{instance_id, metrics_handle, Config, ConfigError, Engine, Secret};
+use idemgate_proxy::{metrics_handle, Config, ConfigError, Engine, Secret};
 use tokio::net::TcpListener;
 use tower::Service;
 
@@ -73,8 +73,7 @@ impl Server {
         on_bound: impl FnOnce(Bound),
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), ServeError> {
-        let store = self.ops.store().clone();
-        serve(self.cfg, store, self.ops, self.token, on_bound, shutdown).await
+        serve(self.cfg, self.ops, self.token, on_bound, shutdown).await
     }
 }
 
@@ -131,14 +130,13 @@ pub struct Bound {
 /// told the bound addresses once both listeners are up.
 async fn serve(
     cfg: Arc<Config>,
-    store: Arc<dyn Storage>,
     ops: Ops,
     token: Option<Secret>,
     on_bound: impl FnOnce(Bound),
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let metrics = metrics_handle();
-    let engine = Arc::new(Engine::new(cfg.clone(), store.clone(), instance_id()));
+    let engine = Arc::new(ops.upstream(cfg.clone()));
     let exports = Arc::new(exports::Exports::new(cfg.export_dir.clone()));
     match exports.reclaim() {
         Ok(removed) if !removed.is_empty() => tracing::info!(
