@@ -311,7 +311,17 @@ pub(crate) fn events(
         w.and_p("kind = ?", k.clone());
     }
     if let Some(o) = &f.operator {
-        w.and_p("operator = ?", o.clone());
+        // The name, alone or with what vouches for it after it: "alice (OS user ada)" from the
+        // desktop console, "alice (shared admin token)" from the admin API.
+        let qualified = format!("{o} (");
+        let len = qualified.chars().count() as i64;
+        w.params.push(Param::Text(o.clone()));
+        w.params.push(Param::Text(qualified));
+        let n = w.params.len();
+        w.and(&format!(
+            "(operator = ?{} OR substr(operator, 1, {len}) = ?{n})",
+            n - 1
+        ));
     }
     if let Some(s) = f.since {
         w.and_p("at >= ?", s);

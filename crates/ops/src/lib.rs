@@ -9,6 +9,7 @@
 
 mod audit;
 mod bulk;
+pub mod commands;
 mod demo;
 mod error;
 mod purge;
@@ -116,6 +117,39 @@ pub fn validate_actor(operator: &str, reason: &str) -> OpsResult<Actor> {
     })
 }
 
+/// The operator the desktop console records: the name typed, and beside it the account the
+/// console runs as (what the typed name cannot vouch for, the system has checked). An empty name
+/// stays empty, for [`validate_actor`] to refuse.
+pub fn desktop_operator(typed: &str, os_user: &str) -> String {
+    let typed = typed.trim();
+    if typed.is_empty() || os_user.is_empty() {
+        return typed.to_owned();
+    }
+    format!("{typed} (OS user {os_user})")
+}
+
+/// The account this process runs as: `$USER` or `$LOGNAME` when set (a desktop session sets
+/// them), else the name `/etc/passwd` gives the process's user id, else `uid N`.
+pub fn os_user() -> String {
+    if let Some(u) = ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|u| !u.trim().is_empty()))
+    {
+        return u;
+    }
+    let uid = rustix::process::getuid().as_raw();
+    std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|p| {
+            p.lines().find_map(|l| {
+                let mut f = l.split(':');
+                let name = f.next()?;
+                (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_owned())
+            })
+        })
+        .unwrap_or_else(|| format!("uid {uid}"))
+}
+
 /// A time range, `since` before `until` when both are given (an empty range is a mistake, not a
 /// question with no answer).
 pub fn check_range(since: Option<Millis>, until: Option<Millis>) -> OpsResult<()> {
@@ -185,6 +219,14 @@ impl Ops {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_desktop_records_the_os_user_beside_the_name_typed() {
+        assert_eq!(desktop_operator(" alice ", "ada"), "alice (OS user ada)");
+        assert!(!os_user().is_empty());
+        assert_eq!(desktop_operator("  ", "ada"), "");
+        assert_eq!(desktop_operator("alice", ""), "alice");
+    }
 
     #[test]
     fn actor_limits_count_characters_after_trimming() {

@@ -6,8 +6,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use idemgate_ledger::Effect;
+mod operators;
 mod raw;
 
+pub use operators::{new_token, OperatorCred, Role, TokenHash, SHARED_ADMIN};
 use raw::RawConfig;
 
 #[derive(Debug, thiserror::Error)]
@@ -239,6 +241,9 @@ pub struct Config {
     pub admin_listen: Option<SocketAddr>,
     pub ledger: String,
     pub admin_token_file: Option<String>,
+    /// Who may use the admin API besides the shared admin token, from `[[operators]]` and
+    /// `server.operators_file`.
+    pub operators: Vec<OperatorCred>,
     /// A built console UI (`ui/dist`) the admin listener serves at `/console/` for browsers.
     pub console_dir: Option<std::path::PathBuf>,
     /// Where exports made through the admin API are spooled (a private directory of this
@@ -458,6 +463,10 @@ impl Config {
                     )
                 }),
             },
+        );
+        let operators = take(
+            &mut errors,
+            operators::operators(&raw.operators, raw.server.operators_file.as_deref()),
         );
         let console_dir = take(&mut errors, console_dir(raw.server.console_dir.as_deref()));
         let export_dir = take(&mut errors, export_dir(raw.server.export_dir.as_deref()));
@@ -866,6 +875,7 @@ impl Config {
             admin_listen,
             ledger: raw.server.ledger,
             admin_token_file: raw.server.admin_token_file,
+            operators: operators.unwrap_or_default(),
             console_dir,
             export_dir,
             body_timeout,

@@ -210,7 +210,63 @@ fn keyset_paging_walks_every_entry_once(b: Backend) {
     verify_ok(&f.l);
 }
 
+/// An operator filter finds the name alone and the name with what vouches for it ("alice (OS
+/// user ada)", "alice (shared admin token)"), and no other name that starts like it.
+fn an_operator_filter_finds_the_name_and_its_qualified_forms(b: Backend) {
+    let f = fx!(b);
+    let names = [
+        "alice",
+        "alice (OS user ada)",
+        "alice (shared admin token)",
+        "alicent",
+        "alice(x)",
+        "Alice",
+        "bob (OS user alice)",
+    ];
+    let mut seq_of = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let id = claimed(
+            f.l.claim(req(&format!("op-{i}"), "{}", T0))
+                .wait()
+                .expect("claim"),
+        );
+        complete(&f.l, id, T0 + 1, "{}");
+        f.l.purge(PurgeRequest {
+            ids: vec![id],
+            only_expired: false,
+            actor: Actor {
+                operator: (*name).into(),
+                reason: "r".into(),
+            },
+            at: T0 + 2,
+        })
+        .wait()
+        .expect("purge");
+        let last = all_events(&f.l)
+            .into_iter()
+            .map(|e| e.seq)
+            .max()
+            .expect("events");
+        seq_of.push(last);
+    }
+    let found = |who: &str| {
+        let filter = EventFilter {
+            operator: Some(who.into()),
+            ..Default::default()
+        };
+        let mut got = walk_events(&f.l, &filter, 100);
+        got.sort_unstable();
+        got
+    };
+    assert_eq!(found("alice"), seq_of[..3].to_vec());
+    assert_eq!(found("alice (OS user ada)"), [seq_of[1]]);
+    assert_eq!(found("bob"), [seq_of[6]]);
+    assert_eq!(found("ali"), Vec::<i64>::new());
+    verify_ok(&f.l);
+}
+
 suite!(
+    an_operator_filter_finds_the_name_and_its_qualified_forms,
     a_key_finds_exactly_its_entries_and_events,
     log_search_finds_exactly_the_matching_events,
     keyset_paging_walks_every_entry_once,

@@ -11,6 +11,17 @@ pub(super) struct RawConfig {
     pub(super) defaults: RawDefaults,
     #[serde(default)]
     pub(super) routes: Vec<RawRoute>,
+    #[serde(default)]
+    pub(super) operators: Vec<RawOperator>,
+}
+
+/// `[[operators]]`: who may use the admin API, with which role, and the hash of their token.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOperator {
+    pub(super) name: String,
+    pub(super) role: String,
+    pub(super) token_hash: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -22,6 +33,7 @@ pub(super) struct RawServer {
     pub(super) admin_listen: String,
     pub(super) ledger: String,
     pub(super) admin_token_file: Option<String>,
+    pub(super) operators_file: Option<String>,
     pub(super) console_dir: Option<String>,
     pub(super) export_dir: Option<String>,
     pub(super) body_timeout: Option<String>,

@@ -237,3 +237,61 @@ fn destructive_routes_never_retry() {
         Some(KeySource::Header("idempotency-key".into()))
     );
 }
+
+#[test]
+fn operators_are_read_from_the_config_and_their_file_and_checked() {
+    let h = |t: &str| TokenHash::of(t.as_bytes()).to_config();
+    let op = |name: &str, role: &str, hash: &str| {
+        format!("[[operators]]\nname = \"{name}\"\nrole = \"{role}\"\ntoken_hash = \"{hash}\"\n")
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("operators.toml");
+    std::fs::write(&file, op("vic", "viewer", &h("t-vic"))).expect("write");
+    let c = Config::parse(&format!(
+        "[server]\nledger = \"x.db\"\noperators_file = \"{}\"\n{}",
+        file.display(),
+        op("ada", "admin", &h("t-ada"))
+    ))
+    .expect("config");
+    let got: Vec<(&str, Role)> = c
+        .operators
+        .iter()
+        .map(|o| (o.name.as_str(), o.role))
+        .collect();
+    assert_eq!(got, [("ada", Role::Admin), ("vic", Role::Viewer)]);
+    assert_eq!(c.operators[1].token_hash, TokenHash::of(b"t-vic"));
+    for (extra, field, says) in [
+        (op("a", "root", &h("1")), "operators[0].role", "\"root\""),
+        (
+            op("a", "admin", "t-plain"),
+            "operators[0].token_hash",
+            "never the token",
+        ),
+        (op(" ", "admin", &h("1")), "operators[0].name", "1 to 200"),
+        (
+            op("a", "admin", &h("1")) + &op("a", "viewer", &h("2")),
+            "operators[1].name",
+            "named twice",
+        ),
+        (
+            op("a", "admin", &h("1")) + &op("b", "viewer", &h("1")),
+            "operators[1].token_hash",
+            "share one token",
+        ),
+        (
+            "[[operators]]\nname = \"a\"\nrole = \"admin\"\ntoken = \"t\"\n".to_owned(),
+            "",
+            "unknown field `token`",
+        ),
+    ] {
+        let e = err(&format!("{BASE}{extra}"));
+        assert!(e.contains(field) && e.contains(says), "{extra}: {e}");
+    }
+    let e = err(&format!(
+        "{BASE}operators_file = \"/nonexistent/operators.toml\"\n"
+    ));
+    assert!(
+        e.starts_with("server.operators_file: /nonexistent/operators.toml"),
+        "{e}"
+    );
+}
