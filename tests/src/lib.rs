@@ -325,6 +325,27 @@ pub fn raw_request(addr: SocketAddr, raw: &[u8]) -> Resp {
     read_response(&mut s)
 }
 
+/// Like [`request`], from a connection whose local address is `from` (any of 127.0.0.0/8 on
+/// Linux): another client, as far as the server's per-address limits can tell.
+pub fn request_from(
+    from: std::net::IpAddr,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Resp {
+    use rustix::net::{bind, connect, socket, AddressFamily, SocketType};
+    let fd = socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
+    bind(&fd, &SocketAddr::new(from, 0)).expect("bind the client's address");
+    connect(&fd, &addr).expect("connect");
+    let mut s = TcpStream::from(fd);
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    let _ = s.write_all(&request_bytes(addr, method, path, headers, body));
+    read_response(&mut s)
+}
+
 pub fn read_response(s: &mut TcpStream) -> Resp {
     let mut buf = Vec::new();
     let _ = s.read_to_end(&mut buf);

@@ -8,6 +8,7 @@
 mod bulk;
 mod output;
 mod serve;
+mod token;
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -210,6 +211,9 @@ enum Cmd {
     /// SIGTERM stops it between two entries: what was done stays done, and the command exits 130
     /// (143).
     Bulk(bulk::BulkArgs),
+    /// Operator tokens for the admin API (`token new --name alice --role operator`).
+    #[command(subcommand)]
+    Token(token::TokenCmd),
     /// Show one entry: request, response, state and its whole timeline.
     Show {
         #[command(flatten)]
@@ -402,6 +406,7 @@ pub fn main() -> ExitCode {
         Cmd::Replay(a) => serve::operator_action(serve::Action::Replay, a),
         Cmd::Reconcile(a) => serve::operator_action(serve::Action::Reconcile, a),
         Cmd::Bulk(a) => bulk::run(a),
+        Cmd::Token(t) => token::run(t),
         other => run(other).map_err(serve::CmdError::from),
     };
     match result {
@@ -721,7 +726,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
                 (None, None) => unreachable!("an export stops only when asked"),
             }
         }
-        Cmd::Serve { .. } | Cmd::Replay(_) | Cmd::Reconcile(_) | Cmd::Bulk(_) => {
+        Cmd::Serve { .. } | Cmd::Replay(_) | Cmd::Reconcile(_) | Cmd::Bulk(_) | Cmd::Token(_) => {
             unreachable!("handled in main")
         }
         Cmd::Copy { ledger, to, json } => {

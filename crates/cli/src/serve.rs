@@ -101,7 +101,7 @@ fn survive_hangup(rt: &tokio::runtime::Runtime) {
 /// `serve --check`: everything `serve` checks before it opens the ledger and binds.
 pub fn check(config: &Path) -> Result<ExitCode, CmdError> {
     let cfg = Config::load(&config.display().to_string())?;
-    idemgate_server::check(&cfg)?;
+    let shared = idemgate_server::check(&cfg)?;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
@@ -119,6 +119,17 @@ pub fn check(config: &Path) -> Result<ExitCode, CmdError> {
             r.effect.as_str(),
             r.upstream
         );
+    }
+    if let Some(addr) = cfg.admin_listen {
+        let mut who: Vec<String> = cfg
+            .operators
+            .iter()
+            .map(|o| format!("{} ({})", o.name, o.role))
+            .collect();
+        if shared.is_some() {
+            who.push("admin (the shared admin token)".into());
+        }
+        let _ = writeln!(out, "admin API on {addr}, for {}", who.join(", "));
     }
     Ok(ExitCode::SUCCESS)
 }

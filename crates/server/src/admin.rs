@@ -1,6 +1,7 @@
 //! The admin listener: the `ops` operations as JSON under `/admin/v1/`, `/metrics` in Prometheus
 //! text, `/healthz` and `/readyz`. Everything but the last two needs `Authorization: Bearer
-//! <token>`, compared in constant time. Errors are problem+json with the operation's stable code.
+//! <token>` of an operator whose role the route allows ([`crate::access`]); an action is logged
+//! under that operator's name. Errors are problem+json with the operation's stable code.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -11,17 +12,16 @@ use axum::http::{header, request, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use idemgate_ledger::*;
 use idemgate_ops::{
     ActionCmd, BulkCmd, BulkKind, BulkTarget, Ops, PurgeCmd, PurgeTarget, ResolveAs, ResolveCmd,
 };
 use idemgate_proxy::problem::{Problem, ProblemCode};
-use idemgate_proxy::{Engine, Secret};
+use idemgate_proxy::Engine;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
+use crate::access::{self, Access, Identity};
 use crate::exports::{Download, Exports};
 use crate::Bound;
 
@@ -30,7 +30,7 @@ pub struct AdminState {
     pub engine: Arc<Engine>,
     pub ops: Ops,
     pub exports: Arc<Exports>,
-    token_digest: [u8; 32],
+    access: Arc<Access>,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     /// Where this process listens, as `GET /admin/v1/server` tells.
     pub listening: Bound,
@@ -55,7 +55,7 @@ pub fn router(
     engine: Arc<Engine>,
     ops: Ops,
     exports: Arc<Exports>,
-    token: &Secret,
+    access: Arc<Access>,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
     listening: Bound,
 ) -> Router {
@@ -63,7 +63,7 @@ pub fn router(
         engine,
         ops,
         exports,
-        token_digest: Sha256::digest(&token.0).into(),
+        access,
         metrics,
         listening,
     };
@@ -97,9 +97,13 @@ pub fn router(
         .route("/admin/v1/exports/{id}/file", get(export_file))
         .route("/admin/v1/exports/{id}/manifest", get(export_manifest))
         .route("/admin/v1/server", get(server_info))
+        .route("/admin/v1/whoami", get(whoami))
         .route("/admin/v1/openapi.json", get(openapi))
         .route("/metrics", get(render_metrics))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth))
+        .route_layer(middleware::from_fn_with_state(
+            state.access.clone(),
+            access::guard,
+        ))
         .fallback(|| async { Problem::new(ProblemCode::NotFound, "no such admin endpoint") })
         .layer(middleware::from_fn(problems_only));
     let mut r = Router::new()
@@ -166,35 +170,6 @@ async fn problems_only(req: Request, next: Next) -> Response {
     out
 }
 
-async fn auth(State(s): State<AdminState>, req: Request, next: Next) -> Response {
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer)
-        .map(|t| Sha256::digest(t.as_bytes()));
-    // Both sides are 32-byte digests: the comparison takes the same time whatever the token.
-    let ok = given.is_some_and(|g| bool::from(g.as_slice().ct_eq(&s.token_digest)));
-    if !ok {
-        let mut r = Problem::new(
-            ProblemCode::Unauthorized,
-            "send Authorization: Bearer <admin token>",
-        )
-        .into_response();
-        r.headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        return r;
-    }
-    next.run(req).await
-}
-
-/// The token of an `Authorization: Bearer <token>` value. The scheme's name is
-/// case-insensitive (RFC 9110 §11.1): `bearer` is as good as `Bearer`.
-fn bearer(v: &str) -> Option<&str> {
-    let (scheme, token) = v.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-}
-
 /// An endpoint that takes no query parameters refuses any, as the others refuse one they do not
 /// know, rather than act without it: `POST /admin/v1/purge?dry_run=true` would purge.
 struct NoQuery;
@@ -250,7 +225,7 @@ fn bad_query(e: QueryRejection) -> Problem {
 /// size), and the rest. Other bodies have axum's 2 MiB.
 const RESOLVE_BODY_LIMIT: usize = 2 * idemgate_ledger::MAX_RESPONSE_BODY + (1 << 20);
 
-fn bad_json(e: JsonRejection) -> Problem {
+pub(crate) fn bad_json(e: JsonRejection) -> Problem {
     match e {
         JsonRejection::MissingJsonContentType(_) => Problem::new(
             ProblemCode::UnsupportedMediaType,
@@ -494,11 +469,12 @@ struct ResolveBody {
 
 async fn resolve(
     State(s): State<AdminState>,
+    Extension(who): Extension<Identity>,
     Id(id): EntryId,
     _: NoQuery,
-    b: Result<Json<ResolveBody>, JsonRejection>,
+    b: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Response, Problem> {
-    let Json(b) = b.map_err(bad_json)?;
+    let b: ResolveBody = access::acting(&who, b)?;
     let cmd = ResolveCmd {
         entry_id: id,
         as_: b.as_,
@@ -513,11 +489,12 @@ async fn resolve(
 
 async fn replay(
     State(s): State<AdminState>,
+    Extension(who): Extension<Identity>,
     Id(id): EntryId,
     _: NoQuery,
-    b: Result<Json<ActionCmd>, JsonRejection>,
+    b: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Response, Problem> {
-    let Json(b) = b.map_err(bad_json)?;
+    let b: ActionCmd = access::acting(&who, b)?;
     // On a task of its own, as the proxy runs a write: an operator's client that goes away does
     // not cancel a replay between the upstream's effect and the ledger's record of it.
     let e = Arc::clone(&s.engine);
@@ -530,11 +507,12 @@ async fn replay(
 
 async fn reconcile(
     State(s): State<AdminState>,
+    Extension(who): Extension<Identity>,
     Id(id): EntryId,
     _: NoQuery,
-    b: Result<Json<ActionCmd>, JsonRejection>,
+    b: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Response, Problem> {
-    let Json(b) = b.map_err(bad_json)?;
+    let b: ActionCmd = access::acting(&who, b)?;
     let e = Arc::clone(&s.engine);
     let report = s
         .engine
@@ -545,11 +523,12 @@ async fn reconcile(
 
 async fn purge(
     State(s): State<AdminState>,
+    Extension(who): Extension<Identity>,
     _: NoQuery,
     headers: HeaderMap,
-    b: Result<Json<PurgeCmd>, JsonRejection>,
+    b: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Response, Problem> {
-    let Json(cmd) = b.map_err(bad_json)?;
+    let cmd: PurgeCmd = access::acting(&who, b)?;
     // Between chunks, each atomic and logged, a purge whose client went away stops: what is
     // purged stays purged, and a second purge takes the rest.
     long_work(wants_lines(&headers), move |progress| {
@@ -595,11 +574,12 @@ async fn preview_bulk(
 /// and each replay or reconcile it started runs to its recorded end.
 async fn bulk(
     State(s): State<AdminState>,
+    Extension(who): Extension<Identity>,
     _: NoQuery,
     headers: HeaderMap,
-    b: Result<Json<BulkCmd>, JsonRejection>,
+    b: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Response, Problem> {
-    let Json(cmd) = b.map_err(bad_json)?;
+    let cmd: BulkCmd = access::acting(&who, b)?;
     long_work(wants_lines(&headers), move |progress| {
         let r = s.ops.bulk(&cmd, Some(&s.engine), progress)?;
         if r.cancelled {
@@ -815,6 +795,12 @@ async fn verify_against(
         Ok(r)
     })
     .await
+}
+
+/// `GET /admin/v1/whoami`: the operator the token stands for, and their role (the browser
+/// console shows it, and offers only what the role may do).
+async fn whoami(Extension(who): Extension<Identity>, _: NoQuery) -> Json<Identity> {
+    Json(who)
 }
 
 async fn openapi() -> Response {

@@ -4,6 +4,7 @@
 //! files for browsers), the sweeper, and a graceful drain on shutdown. Both hosts start it
 //! through [`Server::open`] and [`Server::run`].
 
+pub mod access;
 pub mod admin;
 pub mod exports;
 
@@ -34,7 +35,7 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 pub enum ServeError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("no admin token: set IDEMGATE_ADMIN_TOKEN or server.admin_token_file (the admin API never runs without one)")]
+    #[error("no admin credentials: list [[operators]], or set IDEMGATE_ADMIN_TOKEN or server.admin_token_file (the admin API never runs without one)")]
     NoAdminToken,
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -78,11 +79,15 @@ impl Server {
 }
 
 /// What the server checks of a configuration before it opens anything: that the admin listener,
-/// when it is on, has its token, which it returns.
+/// when it is on, has credentials (operators, or the shared admin token, which it returns).
 pub fn check(cfg: &Config) -> Result<Option<Secret>, ServeError> {
-    match cfg.admin_listen {
-        Some(_) => admin_token(cfg).map(Some),
-        None => Ok(None),
+    if cfg.admin_listen.is_none() {
+        return Ok(None);
+    }
+    match admin_token(cfg) {
+        Ok(t) => Ok(Some(t)),
+        Err(ServeError::NoAdminToken) if !cfg.operators.is_empty() => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -160,8 +165,10 @@ async fn serve(
             addr: cfg.listen,
             source,
         })?;
-    let admin = match (&cfg.admin_listen, token) {
-        (Some(addr), Some(token)) => {
+    let access = Arc::new(access::Access::new(token.as_ref(), &cfg.operators));
+    let admin = match &cfg.admin_listen {
+        Some(_) if access.is_empty() => return Err(ServeError::NoAdminToken),
+        Some(addr) => {
             let l = TcpListener::bind(addr)
                 .await
                 .map_err(|source| ServeError::Bind {
@@ -179,7 +186,7 @@ async fn serve(
                     engine.clone(),
                     ops.clone(),
                     exports.clone(),
-                    &token,
+                    access,
                     metrics,
                     Bound {
                         proxy: proxy_addr,
@@ -188,8 +195,7 @@ async fn serve(
                 ),
             ))
         }
-        (Some(_), None) => return Err(ServeError::NoAdminToken),
-        (None, _) => None,
+        None => None,
     };
     on_bound(Bound {
         proxy: proxy_addr,
@@ -213,11 +219,15 @@ async fn serve(
         stop_rx.clone(),
     ))];
     if let Some((l, _, router)) = admin {
-        let admin_service = move |_peer: SocketAddr| {
+        let admin_service = move |peer: SocketAddr| {
             let router = router.clone();
             hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let mut r = router.clone();
-                async move { r.call(req.map(axum::body::Body::new)).await }
+                let mut req = req.map(axum::body::Body::new);
+                // The caller's address, for the backoff after bad tokens.
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                async move { r.call(req).await }
             })
         };
         loops.push(tokio::spawn(accept_loop(l, admin_service, stop_rx.clone())));

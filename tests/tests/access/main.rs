@@ -1,5 +1,6 @@
 //! Access: secrets never reach the ledger, its log, an export or the process log; the admin API
-//! refuses every wrong token the same way and answers only problem+json; servers bind loopback
+//! refuses every wrong token the same way and answers only problem+json; each role gets exactly
+//! its routes, and actions are logged under the token's operator (`roles`); servers bind loopback
 //! unless configured otherwise; a long admin call stops when its client goes away.
 
 use std::io::Write;
@@ -9,6 +10,8 @@ use std::time::Duration;
 use idemgate_tests::upstream::Upstream;
 use idemgate_tests::*;
 use serde_json::json;
+
+mod roles;
 
 const CONFIG: &str = r#"
 [server]
@@ -206,8 +209,8 @@ fn the_admin_api_refuses_every_wrong_token_alike_and_speaks_only_problem_json() 
         "x".repeat(10_000),
     ];
     let mut answers = Vec::new();
-    for t in &wrong {
-        for (method, path) in [
+    for (i, t) in wrong.iter().enumerate() {
+        for (j, (method, path)) in [
             ("GET", "/admin/v1/entries"),
             ("GET", "/admin/v1/events"),
             ("POST", "/admin/v1/purge"),
@@ -215,9 +218,22 @@ fn the_admin_api_refuses_every_wrong_token_alike_and_speaks_only_problem_json() 
             ("POST", "/admin/v1/bulk"),
             ("POST", "/admin/v1/bulk/preview"),
             ("GET", "/metrics"),
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let auth = format!("Bearer {t}");
-            let r = request(admin, method, path, &[("authorization", &auth)], b"{}");
+            // Each guess from an address of its own: the backoff after repeated bad tokens from
+            // one address is tested on its own.
+            let from = std::net::IpAddr::from([127, 0, 10 + i as u8, 10 + j as u8]);
+            let r = request_from(
+                from,
+                admin,
+                method,
+                path,
+                &[("authorization", &auth)],
+                b"{}",
+            );
             assert_eq!(r.status, 401, "{method} {path} with {t:?}");
             assert_eq!(r.header("www-authenticate"), Some("Bearer"));
             answers.push(r.body);
@@ -247,9 +263,13 @@ fn the_admin_api_refuses_every_wrong_token_alike_and_speaks_only_problem_json() 
         assert_eq!(r.status, status, "{method} {path}: {}", r.text());
         assert!(!r.code().is_empty(), "{method} {path}");
     }
-    // Replay, purge and bulk actions need an operator and a reason, also when nothing matches.
+    // Replay, purge and bulk actions need a reason, also when nothing matches; an operator named
+    // blank is refused, not taken for the token's.
     for (path, body) in [
-        ("/admin/v1/entries/1/replay", json!({"reason": "r"})),
+        (
+            "/admin/v1/entries/1/replay",
+            json!({"operator": " ", "reason": "r"}),
+        ),
         ("/admin/v1/entries/1/replay", json!({"operator": "o"})),
         (
             "/admin/v1/purge",

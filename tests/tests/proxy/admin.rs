@@ -324,6 +324,34 @@ fn serve_refuses_to_start_without_an_admin_token_or_with_a_bad_config() {
     assert!(out.contains("ok, 7 routes"), "{out}");
     assert!(out.contains("customers") && out.contains("read"), "{out}");
     assert!(!ledger.exists(), "--check opened the ledger");
+    assert!(
+        out.contains("admin API on 127.0.0.1:0, for admin (the shared admin token)"),
+        "{out}"
+    );
+    // Operators are credentials enough, without the shared token; `--check` names them.
+    let made = idemgate_json(&[
+        "token", "new", "--name", "olga", "--role", "operator", "--json",
+    ]);
+    let with_ops = format!(
+        "{good}\n[[operators]]\nname = \"olga\"\nrole = \"operator\"\ntoken_hash = \"{}\"\n",
+        made["token_hash"].as_str().expect("hash")
+    );
+    std::fs::write(&cfg, with_ops).expect("write");
+    let (code, out, err) = run(&["serve", "--config", cfg_arg, "--check"], false);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("admin API on 127.0.0.1:0, for olga (operator)"),
+        "{out}"
+    );
+    let text = idemgate(&["token", "new", "--name", "vic", "--role", "viewer"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.starts_with("token: igt_")
+            && text.contains(
+                "[[operators]]\nname = \"vic\"\nrole = \"viewer\"\ntoken_hash = \"sha256:"
+            ),
+        "{text}"
+    );
     let shadowed = good.replace("path = \"/v1/cancel\"", "path = \"/v1/charges/cancel\"");
     std::fs::write(&cfg, shadowed).expect("write");
     for args in [

@@ -313,7 +313,7 @@ fn a_bulk_replay_re_drives_each_stuck_entry_of_its_filter_once() {
         .as_array()
         .expect("array")
         .iter()
-        .all(|e| e["operator"] == "oncall"));
+        .all(|e| e["operator"] == "oncall (shared admin token)"));
     // A member the command does not know is refused, and nothing runs.
     let r = f.proxy.admin_post(
         "/admin/v1/bulk",
