@@ -1,7 +1,8 @@
 //! The console's Rust side: one thin adapter from Tauri commands to `idemgate-ops`, and the
 //! embedded proxy started through `idemgate-server` as `idemgate serve` starts it. No logic lives
 //! here: each command checks nothing itself, calls one operation off the async threads, and
-//! returns its answer or its error as an [`ErrorBody`] with the operation's stable code.
+//! returns its answer or its error as an [`ErrorBody`] with the operation's stable code. An
+//! action is recorded under the name typed with the OS user beside it ([`desktop_operator`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -200,7 +201,8 @@ impl Console {
         self.call(move |o| o.preview_resolve(id)).await
     }
 
-    pub async fn resolve(&self, cmd: ResolveCmd) -> R<EntrySummary> {
+    pub async fn resolve(&self, mut cmd: ResolveCmd) -> R<EntrySummary> {
+        cmd.operator = desktop_operator(&cmd.operator, &os_user());
         self.call(move |o| o.resolve(&cmd)).await
     }
 
@@ -211,10 +213,11 @@ impl Console {
     /// A purge as a job: progress after each chunk, and `cancel_job(job)` stops it between two.
     pub async fn purge(
         &self,
-        cmd: PurgeCmd,
+        mut cmd: PurgeCmd,
         job: String,
         progress: impl Fn(u64) + Send + 'static,
     ) -> R<PurgeReport> {
+        cmd.operator = desktop_operator(&cmd.operator, &os_user());
         self.job(&job, progress, move |o, p| o.purge(&cmd, p)).await
     }
 
@@ -300,12 +303,14 @@ impl Console {
         Ok(self.ops()?.upstream(cfg))
     }
 
-    pub async fn replay(&self, id: i64, cmd: ActionCmd) -> R<ReplayReport> {
+    pub async fn replay(&self, id: i64, mut cmd: ActionCmd) -> R<ReplayReport> {
+        cmd.operator = desktop_operator(&cmd.operator, &os_user());
         let e = self.engine().await?;
         self.ops()?.replay(&e, id, &cmd).await.map_err(|e| err(&e))
     }
 
-    pub async fn reconcile(&self, id: i64, cmd: ActionCmd) -> R<ReconcileReport> {
+    pub async fn reconcile(&self, id: i64, mut cmd: ActionCmd) -> R<ReconcileReport> {
+        cmd.operator = desktop_operator(&cmd.operator, &os_user());
         let e = self.engine().await?;
         self.ops()?
             .reconcile(&e, id, &cmd)
@@ -321,10 +326,11 @@ impl Console {
     /// two. Replay and reconcile reach the upstream through the embedded proxy's configuration.
     pub async fn bulk(
         &self,
-        cmd: BulkCmd,
+        mut cmd: BulkCmd,
         job: String,
         progress: impl Fn(u64) + Send + 'static,
     ) -> R<BulkReport> {
+        cmd.operator = desktop_operator(&cmd.operator, &os_user());
         let upstream = if cmd.action.reaches_upstream() {
             Some(self.engine().await?)
         } else {

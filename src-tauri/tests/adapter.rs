@@ -83,6 +83,11 @@ fn lists_resolves_and_logs_with_typed_errors() {
     ))
     .expect("log");
     assert_eq!(log.events[0].entry_id, Some(target.id));
+    // The name typed, and beside it the account the console runs as.
+    assert_eq!(
+        log.events[0].operator.as_deref(),
+        Some(format!("tester (OS user {})", idemgate_ops::os_user()).as_str())
+    );
     let e = block_on(c.show(99_999_999)).expect_err("missing");
     assert_eq!(e.code, "entry-not-found");
     let destructive = block_on(c.entries(stuck(), None, 100))

@@ -1,6 +1,7 @@
-//! The console's IPC surface is exactly what the UI uses: the commands build.rs declares (and so
-//! gets `allow-` permissions for), the handlers lib.rs registers, the permissions the window's
-//! capability grants and the commands the UI's transport calls are one and the same set. Nothing
+//! The console's IPC surface is exactly what the UI uses: the command table's desktop commands
+//! (crates/ops/src/commands.rs), the commands build.rs declares (and so gets `allow-` permissions
+//! for), the handlers lib.rs registers, the permissions the window's capability grants and the
+//! commands the UI's transport calls are one and the same set. Nothing
 //! else is granted: no plugin, no core permission beyond listening to events. The real webview
 //! checks that an ungranted command is refused (tests/e2e/console_e2e.py).
 
@@ -81,6 +82,13 @@ fn declared_registered_granted_and_called_commands_are_one_set() {
         "build.rs COMMANDS vs capabilities/default.json"
     );
     assert_eq!(declared, called, "build.rs COMMANDS vs ui/src/transport.ts");
+    let table: BTreeSet<String> = idemgate_ops::commands::desktop()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        declared, table,
+        "build.rs COMMANDS vs the command table (crates/ops/src/commands.rs)"
+    );
 }
 
 #[test]

@@ -3,11 +3,13 @@
 WebKitWebDriver), served by `idemgate serve` (server.console_dir) and talking to its admin API.
 
 Run inside Xvfb (see .ci/test), after the UI is built (ui/dist) and the CLI (target/debug). It
-seeds a demo ledger, serves it, opens the console with the token in the URL's fragment, and checks
-what differs from the desktop console: no ledger to open and no embedded proxy; a release lands in
-the ledger under the operator's name; an export is made on the server as an admin-API job, and
-the file and manifest the server offers verify with the CLI; a manifest chosen in the page is
-checked against the server's ledger. Standard library only.
+seeds a demo ledger, serves it with two operators (an admin and a viewer, their tokens made by
+`idemgate token new`), opens the console with the admin's token in the URL's fragment, and checks
+what differs from the desktop console: no ledger to open and no embedded proxy; who is signed in;
+a release lands in the ledger under the token's operator, with no name typed; an export is made on
+the server as an admin-API job, and the file and manifest the server offers verify with the CLI; a
+manifest chosen in the page is checked against the server's ledger; signed in as the viewer, the
+console offers no purge, and the admin API refuses one. Standard library only.
 """
 import glob
 import json
@@ -15,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -22,8 +25,9 @@ import console_e2e as e2e  # noqa: E402 - the WebDriver session and checks are s
 from console_e2e import CLI, ROOT, TARGET, Session, check, cli  # noqa: E402
 
 DRIVER = "http://127.0.0.1:4446"
-TOKEN = "browser-e2e-token-0123456789"
 OPERATOR = "browser-operator"
+VIEWER = "browser-viewer"
+TOKEN = ""  # the operator's, made in main()
 DIST = os.path.join(ROOT, "ui", "dist")
 
 
@@ -34,24 +38,37 @@ def minibrowser():
     return found[0]
 
 
-def admin(addr, method, path, body=None):
+def admin(addr, method, path, body=None, token=None):
     req = urllib.request.Request(f"http://{addr}{path}", method=method, data=None if body is None else json.dumps(body).encode(),
-                                 headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return r.status, dict(r.headers), r.read()
+                                 headers={"authorization": f"Bearer {token or TOKEN}", "content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def token_new(name, role):
+    """An operator's token and the configuration lines that let it in, from `idemgate token new`."""
+    made = json.loads(cli("token", "new", "--name", name, "--role", role, "--json").stdout)
+    return made["token"], f'[[operators]]\nname = "{name}"\nrole = "{role}"\ntoken_hash = "{made["token_hash"]}"\n'
 
 
 def main():
     work, ledger, stuck_before = e2e.demo_ledger((CLI, os.path.join(DIST, "index.html")), "the CLI and the UI",
                                                  "idemgate-browser-e2e-", 3000)
     os.mkdir(os.path.join(work, "spool"))
+    global TOKEN
+    TOKEN, operator_lines = token_new(OPERATOR, "admin")
+    viewer_token, viewer_lines = token_new(VIEWER, "viewer")
     config = os.path.join(work, "idemgate.toml")
     with open(config, "w") as f:
         f.write(f'[server]\nlisten = "127.0.0.1:0"\nadmin_listen = "127.0.0.1:0"\nledger = "{ledger}"\n'
-                f'console_dir = "{DIST}"\nexport_dir = "{work}/spool"\n')
+                f'console_dir = "{DIST}"\nexport_dir = "{work}/spool"\n\n{operator_lines}\n{viewer_lines}')
     serve_log = open(os.path.join(TARGET, "browser-e2e-serve.log"), "w")
-    serve = subprocess.Popen([CLI, "serve", "--config", config], stdout=subprocess.PIPE, stderr=serve_log, text=True,
-                             env=dict(os.environ, IDEMGATE_ADMIN_TOKEN=TOKEN))
+    # Only the operators' tokens: no shared admin token.
+    env_serve = {k: v for k, v in os.environ.items() if k != "IDEMGATE_ADMIN_TOKEN"}
+    serve = subprocess.Popen([CLI, "serve", "--config", config], stdout=subprocess.PIPE, stderr=serve_log, text=True, env=env_serve)
     listening = json.loads(serve.stdout.readline())["listening"]
     addr, proxy = listening["admin"], listening["proxy"]
     driver_log = open(os.path.join(TARGET, "browser-e2e-driver.log"), "w")
@@ -74,9 +91,10 @@ def main():
         check(s.text("ledger-label") == f"ledger: {ledger} (idemgate serve at http://{addr})", "the label names the server's ledger and the server")
         check(s.js("return !document.querySelector('[data-testid=ledger-input]') && !document.querySelector('[data-testid=proxy-panel]')"),
               "no ledger to open and no embedded proxy in a browser")
-        s.type("operator-input", OPERATOR)
+        check(s.text("signed-in") == f"{OPERATOR} · admin", "the header says who is signed in, and their role")
+        check(s.js("return !document.querySelector('[data-testid=operator-input]')"), "no name to type: the token names the operator")
 
-        # Stuck: release one, with a reason; it lands in the ledger under the operator's name
+        # Stuck: release one, with a reason; it lands in the ledger under the token's operator
         s.click("nav-stuck")
         s.wait("return document.querySelectorAll('[data-testid=entry-row]').length > 0", "stuck rows")
         rows = s.rows()
@@ -122,6 +140,29 @@ def main():
         s.wait("const e = document.querySelector('[data-testid=verify-result]'); return e && e.textContent.includes('\"heads\"')", "check against the ledger done", 60)
         report = json.loads(s.text("verify-result"))
         check(report["ok"] and all(held for _, held in report["heads"]), "the server's ledger holds the manifest's heads")
+
+        # A viewer: signed in, reading, and offered no purge; the admin API refuses one all the same
+        s.wd("POST", s.path("/url"), {"url": f"http://{addr}/console/?as=viewer#token={viewer_token}"})
+        s.wait("const e = document.querySelector('[data-testid=signed-in]'); return e && e.textContent.includes('viewer')", "signed in as the viewer")
+        check(s.text("signed-in") == f"{VIEWER} · viewer", "the header names the viewer")
+        s.click("nav-expiries")
+        s.wait("return document.querySelectorAll('[data-testid=entry-row]').length > 0", "expired rows")
+        purge = s.find("action-purge")
+        check(s.js("return document.querySelector('[data-testid=action-purge]').disabled"), "Purge all matching is disabled for a viewer")
+        check("needs the admin role" in s.js("return document.querySelector('[data-testid=action-purge]').title"), "and says which role it needs")
+        try:
+            s.click_el(purge)  # a driver may refuse to click a disabled button; either way nothing opens
+        except Exception:
+            pass
+        check(s.js("return !document.querySelector('[data-testid=action-dialog]')"), "a click on it opens no purge")
+        s.screenshot("browser-viewer")
+        expired = [r[0] for r in s.rows()]
+        _, _, before = admin(addr, "GET", "/admin/v1/stats")
+        status, _, body = admin(addr, "POST", "/admin/v1/purge", {"target": "ids", "ids": [int(expired[0])], "reason": "trying"}, token=viewer_token)
+        check(status == 403 and json.loads(body)["code"] == "forbidden", f"the admin API refuses the viewer's purge ({status})")
+        _, _, after = admin(addr, "GET", "/admin/v1/stats")
+        check(json.loads(before)["head"] == json.loads(after)["head"], "and the ledger is as it was")
+        check(json.loads(cli("show", "--ledger", ledger, expired[0], "--json").stdout)["id"] == int(expired[0]), f"entry {expired[0]} is still there")
     finally:
         if s:
             s.close()

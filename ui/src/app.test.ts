@@ -37,6 +37,9 @@ const base = {
   proxy_status: () => ({ running: false, config: null, proxy_addr: null, admin_addr: null, error: null }),
 };
 
+/** An admin signed in with their own token, as `GET /admin/v1/whoami` answers. */
+const ADA = { name: "ada", role: "admin", shared: false };
+
 const tick = () => new Promise((r) => setTimeout(r, 0));
 const q = (testid: string) => document.querySelector(`[data-testid="${testid}"]`) as HTMLElement;
 
@@ -288,6 +291,7 @@ describe("console UI, keyboard and ledgers", () => {
     const bodies: string[] = [];
     const fake = (async (url: string, init?: RequestInit) => {
       if (init?.body) bodies.push(String(init.body));
+      if (url.endsWith("/admin/v1/whoami")) return new Response(JSON.stringify(ADA), { status: 200 });
       if (url.includes("/admin/v1/stats")) return new Response(JSON.stringify(base.stats()), { status: 200 });
       if (url.endsWith("/admin/v1/server")) return new Response(JSON.stringify({ version: "0.1.0", proxy_addr: "127.0.0.1:8700", admin_addr: "127.0.0.1:8701", ledger: "/var/lib/idemgate/ledger.db" }), { status: 200 });
       if (url.endsWith("/file")) return new Response("a,b\n", { status: 200 });
@@ -356,6 +360,7 @@ describe("console UI, keyboard and ledgers", () => {
     const bodies: string[] = [];
     const fake = (async (url: string, init?: RequestInit) => {
       if (init?.body) bodies.push(String(init.body));
+      if (url.endsWith("/admin/v1/whoami")) return new Response(JSON.stringify(ADA), { status: 200 });
       if (url.endsWith("/admin/v1/verify/against")) return new Response(JSON.stringify({ ok: false, chain: {}, heads: [], problems: ["the ledger no longer holds seq 9"] }), { status: 200 });
       return new Response(JSON.stringify(base.stats()), { status: 200 });
     }) as unknown as typeof fetch;
@@ -377,5 +382,53 @@ describe("console UI, keyboard and ledgers", () => {
     q("action-verify-against").click();
     for (let i = 0; i < 20 && !q("verify-result").textContent?.includes("not a manifest"); i++) await new Promise((r) => setTimeout(r, 5));
     expect(q("verify-result").textContent).toMatch(/^invalid-argument: m.manifest.json: not a manifest/);
+  });
+
+  it("offers a viewer only what a viewer may do, and records actions under the token's operator", async () => {
+    const show = { entry: { ...entry(7, { state: "completed", stuck: false }), request: { method: "POST", path: "/v1/charges", headers: [], body: "{}" }, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [] };
+    let who: Record<string, unknown> = { name: "vic", role: "viewer", shared: false };
+    const fake = (async (url: string) => {
+      if (url.endsWith("/admin/v1/whoami")) return new Response(JSON.stringify(who), { status: 200 });
+      if (url.includes("/admin/v1/entries/7")) return new Response(JSON.stringify(show), { status: 200 });
+      if (url.includes("/admin/v1/entries")) return new Response(JSON.stringify({ entries: [entry(7, { state: "completed", stuck: false, expires_at: 1 })], next_before: null }), { status: 200 });
+      return new Response(JSON.stringify(base.stats()), { status: 200 });
+    }) as unknown as typeof fetch;
+    const open = async () => {
+      document.body.innerHTML = "";
+      const root = document.createElement("div");
+      document.body.append(root);
+      const app = new App(root, new HttpTransport("http://x", "tok", fake, () => undefined, 1), { getItem: () => null, setItem: () => undefined });
+      await app.start();
+      return app;
+    };
+    let app = await open();
+    expect(q("signed-in").textContent).toBe("vic · viewer");
+    expect(q("operator-input")).toBeNull();
+    await app.go("expiries");
+    expect(q("action-purge").hasAttribute("disabled")).toBe(true);
+    expect(q("action-purge").title).toContain("needs the admin role");
+    await app.go("stuck");
+    expect(q("bulk-release").hasAttribute("disabled")).toBe(true);
+    await app.go("entry", 7);
+    for (const a of ["resolve", "release", "replay", "reconcile", "purge"]) expect(q(`action-${a}`).hasAttribute("disabled")).toBe(true);
+    await app.go("export");
+    expect(q("action-export").hasAttribute("disabled")).toBe(true);
+    expect(q("action-verify-ledger").hasAttribute("disabled")).toBe(true);
+    // An operator resolves, but purges and exports no more than a viewer.
+    who = { name: "olga", role: "operator", shared: false };
+    app = await open();
+    await app.go("entry", 7);
+    expect(q("action-purge").hasAttribute("disabled")).toBe(true);
+    expect(q("action-release").hasAttribute("disabled")).toBe(true); // completed: nothing to release
+    expect(q("action-resolve").title).toBe("");
+    await app.go("stuck");
+    expect(q("bulk-release").hasAttribute("disabled")).toBe(false);
+    // The shared admin token names no one: the name to record is typed.
+    who = { name: "admin", role: "admin", shared: true };
+    app = await open();
+    expect(q("signed-in").textContent).toBe("shared admin token");
+    expect(q("operator-input")).toBeTruthy();
+    await app.go("expiries");
+    expect(q("action-purge").hasAttribute("disabled")).toBe(false);
   });
 });

@@ -13,6 +13,8 @@ import type { BulkCmd } from "./bindings/BulkCmd";
 import type { BulkKind } from "./bindings/BulkKind";
 import type { BulkTarget } from "./bindings/BulkTarget";
 import type { ResolveAs } from "./bindings/ResolveAs";
+import type { Identity } from "./bindings/Identity";
+import { allows, COMMANDS, type CommandName } from "./bindings/commands";
 import { clear, h, svg } from "./dom";
 import { bodyText, curlFor, DEFAULT_PROXY, fromLocalInput, isoTime, proxyBase, relative, seriesFor, sparkPoints } from "./format";
 import { toErrorBody, type Transport } from "./transport";
@@ -57,6 +59,9 @@ export class App {
   private list: VirtualList<EntrySummary> | VirtualList<Event> | null = null;
   private timers: number[] = [];
   private lastEntry: number | null = null;
+  /** The signed-in operator in a browser; `null` on the desktop, where every action is offered. */
+  private who: Identity | null = null;
+  private operatorSlot!: HTMLElement;
 
   constructor(
     private readonly root: HTMLElement,
@@ -65,7 +70,25 @@ export class App {
   ) {}
 
   get operator(): string {
-    return this.prefs.getItem("operator") ?? "";
+    return this.named() ? (this.who?.name ?? "") : (this.prefs.getItem("operator") ?? "");
+  }
+
+  /** Whether the credential names the operator (a browser signed in with an operator's token):
+   * then actions are recorded under that name, and none is typed. */
+  private named(): boolean {
+    return this.who !== null && !this.who.shared;
+  }
+
+  /** Whether the signed-in role may run `cmd` (the command table's rule; the server checks it
+   * again). Everything on the desktop. */
+  can(cmd: CommandName): boolean {
+    return this.who === null || allows(this.who.role, cmd);
+  }
+
+  /** Attributes of a button for `cmd`: disabled, and saying why, when the role may not run it. */
+  private gate(cmd: CommandName, enabled = true): Record<string, string | boolean> {
+    if (!this.can(cmd)) return { disabled: true, title: `needs the ${COMMANDS[cmd].role} role; you are signed in as ${this.who?.role ?? ""}` };
+    return { disabled: !enabled };
   }
 
   async start(): Promise<void> {
@@ -73,6 +96,8 @@ export class App {
     document.body.classList.toggle("dark", dark === "dark");
     this.shell();
     document.addEventListener("keydown", (e) => this.key(e));
+    this.who = await this.t.whoami().catch((e) => (this.error(e), null));
+    this.showWho();
     const info = await this.t.ledgerInfo();
     this.showLedger(info.location, info.error);
     await this.go("overview");
@@ -82,11 +107,8 @@ export class App {
 
   private shell(): void {
     clear(this.root);
-    const operator = h("input", {
-      testid: "operator-input",
-      attrs: { placeholder: "your name (for the log)", value: this.operator, "aria-label": "operator name" },
-      on: { change: (e) => this.prefs.setItem("operator", (e.target as HTMLInputElement).value.trim()) },
-    });
+    this.operatorSlot = h("span", { class: "who-slot" });
+    this.showWho();
     const ledgerPath = h("input", { testid: "ledger-input", attrs: { placeholder: "open another ledger: /path/to/ledger.db or postgres://…", list: "recent-ledgers", "aria-label": "ledger path or URL" } });
     const recent = h("datalist", { attrs: { id: "recent-ledgers" } }, ...this.recent().map((p) => h("option", { attrs: { value: p } })));
     const open = h("button", { testid: "ledger-open", on: { click: () => void this.openLedger(ledgerPath.value.trim()) } }, "Open");
@@ -103,9 +125,22 @@ export class App {
     this.main = h("main", { testid: "main" });
     this.root.append(
       // In a browser the ledger is the server's: no other can be opened from here.
-      h("header", null, h("strong", { class: "brand" }, "idemgate"), this.ledgerLabel, h("span", { class: "grow" }), ...(this.t.kind === "tauri" ? [ledgerPath, recent, open] : []), operator, theme),
+      h("header", null, h("strong", { class: "brand" }, "idemgate"), this.ledgerLabel, h("span", { class: "grow" }), ...(this.t.kind === "tauri" ? [ledgerPath, recent, open] : []), this.operatorSlot, theme),
       h("div", { class: "body" }, nav, h("section", { class: "content" }, this.banner, this.main)),
     );
+  }
+
+  /** The header's operator: who is signed in (a browser), or the name to record, typed. */
+  private showWho(): void {
+    if (!this.operatorSlot) return;
+    clear(this.operatorSlot);
+    if (this.who) this.operatorSlot.append(h("span", { class: "signed-in", testid: "signed-in" }, this.who.shared ? "shared admin token" : `${this.who.name} · ${this.who.role}`));
+    if (this.named()) return;
+    this.operatorSlot.append(h("input", {
+      testid: "operator-input",
+      attrs: { placeholder: "your name (for the log)", value: this.operator, "aria-label": "operator name" },
+      on: { change: (e) => this.prefs.setItem("operator", (e.target as HTMLInputElement).value.trim()) },
+    }));
   }
 
   private recent(): string[] {
@@ -344,7 +379,7 @@ export class App {
     const search = h("input", { testid: "filter-input", attrs: { placeholder: "filter: route, scope or key (exact)" }, on: { change: (e) => { const v = (e.target as HTMLInputElement).value.trim(); filter.route = null; filter.scope = null; filter.key = null; if (v.startsWith("route:")) filter.route = v.slice(6); else if (v.startsWith("scope:")) filter.scope = v.slice(6); else if (v) filter.key = v; sel.clear(); void list.reset(); } } });
     const bar = h("div", { class: "filters" }, search);
     for (const a of bulk) {
-      bar.append(h("button", { testid: `bulk-${a}`, on: { click: () => void this.bulk(a, filter, sel, list) } }, `${a[0].toUpperCase()}${a.slice(1)} selected (or all matching)`));
+      bar.append(h("button", { testid: `bulk-${a}`, attrs: this.gate("bulk"), on: { click: () => void this.bulk(a, filter, sel, list) } }, `${a[0].toUpperCase()}${a.slice(1)} selected (or all matching)`));
     }
     this.main.append(h("h1", null, title), h("p", { class: "hint" }, hint), bar, list.el);
     await list.reset();
@@ -444,6 +479,7 @@ export class App {
     const search = h("input", { testid: "filter-input", attrs: { placeholder: "route (exact), e.g. charges" }, on: { change: (e) => { filter = { ...filter, route: (e.target as HTMLInputElement).value.trim() || null }; void list.reset(); } } });
     const purgeAll = h("button", {
       testid: "action-purge",
+      attrs: this.gate("purge"),
       on: {
         click: async () => {
           if (!filter.expired) return this.error({ code: "invalid-argument", message: "only expired entries are purged; switch to 'expired'" });
@@ -502,8 +538,8 @@ export class App {
     const e = v.entry;
     const now = Date.now();
     const kv = (k: string, val: string | number | null | undefined) => h("div", { class: "kv" }, h("span", null, k), h("span", { class: "mono" }, val === null || val === undefined || val === "" ? "—" : String(val)));
-    const act = (name: string, label: string, enabled: boolean) =>
-      h("button", { testid: `action-${name}`, attrs: { disabled: !enabled }, on: { click: () => void this.entryAction(name, e.id) } }, label);
+    const act = (name: "resolve" | "release" | "replay" | "reconcile" | "purge", label: string, enabled: boolean) =>
+      h("button", { testid: `action-${name}`, attrs: this.gate(name === "release" ? "resolve" : name, enabled), on: { click: () => void this.entryAction(name, e.id) } }, label);
     const resolvable = (e.state === "pending" && e.stuck) || e.state === "released" || e.state === "failed";
     const header = h(
       "div",
@@ -593,7 +629,8 @@ export class App {
       const p = spec.preview;
       const dlg = h("div", { class: "dialog", testid: "action-dialog", attrs: { role: "dialog", "aria-modal": "true" } });
       const reason = h("textarea", { testid: "reason-input", attrs: { rows: 2, placeholder: "reason (required; recorded in the log)" } });
-      const operator = h("input", { testid: "dialog-operator", attrs: { value: this.operator, placeholder: "your name" } });
+      // Signed in with an operator's token, the name is the token's: shown, not typed.
+      const operator = h("input", { testid: "dialog-operator", attrs: { value: this.operator, placeholder: "your name", readonly: this.named() } });
       const msg = h("div", { class: "dialog-msg", testid: "dialog-message" });
       const bar = h("progress", { attrs: { max: 1, value: 0 } });
       const stop = new AbortController();
@@ -622,7 +659,7 @@ export class App {
               msg.textContent = "This touches a destructive route. Check the keys above, then confirm a second time.";
               return;
             }
-            this.prefs.setItem("operator", op);
+            if (!this.named()) this.prefs.setItem("operator", op);
             confirm.setAttribute("disabled", "");
             cancel.textContent = "Stop";
             onCancel = () => stop.abort();
@@ -702,11 +739,11 @@ export class App {
         ? "A contiguous run of the log as NDJSON or CSV, with FILE.manifest.json recording the count, the chain head and the file's sha256 — for compliance. Verify recomputes the chain and checks the manifest."
         : "A contiguous run of the log as NDJSON or CSV, made on the server and downloaded with FILE.manifest.json (the count, the chain head and the file's sha256) — for compliance. Keep both in one folder: idemgate verify --export FILE checks them."),
       h("div", { class: "panel" }, h("div", { class: "filters" }, format, h("label", null, "since ", since), h("label", null, "until ", until), ...(local ? [path, h("label", { attrs: { title: "An existing file is refused: an earlier export is evidence. Tick this to replace it and its manifest." } }, overwrite, " Replace an existing file")] : []),
-        h("button", { testid: "action-export", class: "primary", on: { click: () => { if (local) this.prefs.setItem("exportPath", path.value); void job("export", out, (id) => this.t.exportLog({ format: format.value as "ndjson" | "csv", range: { since: fromLocalInput(since.value), until: fromLocalInput(until.value) }, path: local ? path.value.trim() : "", overwrite: local && overwrite.checked }, id)); } } }, "Export")), out),
+        h("button", { testid: "action-export", class: "primary", attrs: this.gate("export"), on: { click: () => { if (local) this.prefs.setItem("exportPath", path.value); void job("export", out, (id) => this.t.exportLog({ format: format.value as "ndjson" | "csv", range: { since: fromLocalInput(since.value), until: fromLocalInput(until.value) }, path: local ? path.value.trim() : "", overwrite: local && overwrite.checked }, id)); } } }, "Export")), out),
       h("div", { class: "panel" }, h("div", { class: "filters" }, ...(local ? [vpath,
         h("button", { testid: "action-verify", on: { click: () => void job("verify", vout, (id) => this.t.verifyExport(vpath.value.trim(), id)) } }, "Verify file")] : [h("label", null, "manifest ", against)]),
-        h("button", { testid: "action-verify-against", attrs: { title: "Does this ledger still hold the heads the export's manifest recorded? (a cut-off tail of the log shows here)" }, on: { click: () => void job("verify-against", vout, (id) => local ? this.t.verifyAgainst(manifestOf(vpath.value.trim()), id) : readManifest(against).then((m) => this.t.verifyAgainstManifest(m, id))) } }, "Check against the ledger"),
-        h("button", { testid: "action-verify-ledger", on: { click: () => void job("verify-ledger", vout, (id) => this.t.verifyLedger(id)) } }, "Verify the ledger")), vout),
+        h("button", { testid: "action-verify-against", attrs: { title: "Does this ledger still hold the heads the export's manifest recorded? (a cut-off tail of the log shows here)", ...this.gate("verify_against") }, on: { click: () => void job("verify-against", vout, (id) => local ? this.t.verifyAgainst(manifestOf(vpath.value.trim()), id) : readManifest(against).then((m) => this.t.verifyAgainstManifest(m, id))) } }, "Check against the ledger"),
+        h("button", { testid: "action-verify-ledger", attrs: this.gate("verify_ledger"), on: { click: () => void job("verify-ledger", vout, (id) => this.t.verifyLedger(id)) } }, "Verify the ledger")), vout),
     );
   }
 }

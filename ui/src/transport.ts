@@ -17,6 +17,7 @@ import type { EventPage } from "./bindings/EventPage";
 import type { ExportCmd } from "./bindings/ExportCmd";
 import type { ExportJob } from "./bindings/ExportJob";
 import type { ExportVerifyReport } from "./bindings/ExportVerifyReport";
+import type { Identity } from "./bindings/Identity";
 import type { Incident } from "./bindings/Incident";
 import type { JobProgress } from "./bindings/JobProgress";
 import type { LedgerInfo } from "./bindings/LedgerInfo";
@@ -35,6 +36,9 @@ import type { VerifyReport } from "./bindings/VerifyReport";
 
 export interface Transport {
   readonly kind: "tauri" | "http";
+  /** Who the admin API knows the caller as, and their role; `null` on the desktop, where the
+   * console acts as the OS user on a ledger it opens itself. */
+  whoami(): Promise<Identity | null>;
   ledgerInfo(): Promise<LedgerInfo>;
   openLedger(path: string): Promise<LedgerInfo>;
   stats(hours: number): Promise<Stats>;
@@ -99,6 +103,7 @@ export class TauriTransport implements Transport {
     }
   }
 
+  async whoami(): Promise<Identity | null> { return null; }
   ledgerInfo() { return this.call<LedgerInfo>("ledger_info"); }
   openLedger(path: string) { return this.call<LedgerInfo>("open_ledger", { path }); }
   stats(hours: number) { return this.call<Stats>("stats", { hours }); }
@@ -250,6 +255,7 @@ export class HttpTransport implements Transport {
     for (const f of this.listeners) f({ job, done, total: null });
   }
 
+  whoami() { return this.req<Identity>("GET", "/admin/v1/whoami"); }
   /** The server's ledger, as `GET /admin/v1/server` names it (the server, and why, when it cannot). */
   async ledgerInfo(): Promise<LedgerInfo> {
     const at = `idemgate serve at ${this.base}`;

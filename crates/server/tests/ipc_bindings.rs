@@ -53,7 +53,10 @@ fn generate(dir: &Path) {
         idemgate_server::ProxyStatus,
         idemgate_server::exports::ExportJob,
         idemgate_server::admin::ServerInfo,
+        idemgate_server::access::Identity,
+        commands::Role,
     );
+    std::fs::write(dir.join("commands.ts"), commands::typescript()).expect("commands.ts");
 }
 
 fn read_dir(dir: &Path) -> BTreeMap<String, String> {

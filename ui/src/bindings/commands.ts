@@ -1,0 +1,45 @@
+// Generated from crates/ops/src/commands.rs by the ipc_bindings test; do not edit.
+import type { Role } from "./Role";
+
+export const COMMANDS = {
+  ledger_info: { role: "viewer", http: [], desktop: true },
+  open_ledger: { role: "viewer", http: [], desktop: true },
+  server_info: { role: "viewer", http: [["GET", "/admin/v1/server"]], desktop: false },
+  whoami: { role: "viewer", http: [["GET", "/admin/v1/whoami"]], desktop: false },
+  openapi: { role: "viewer", http: [["GET", "/admin/v1/openapi.json"]], desktop: false },
+  metrics: { role: "viewer", http: [["GET", "/metrics"]], desktop: false },
+  stats: { role: "viewer", http: [["GET", "/admin/v1/stats"]], desktop: true },
+  entries: { role: "viewer", http: [["GET", "/admin/v1/entries"]], desktop: true },
+  show: { role: "viewer", http: [["GET", "/admin/v1/entries/{id}"]], desktop: true },
+  log: { role: "viewer", http: [["GET", "/admin/v1/events"]], desktop: true },
+  incidents: { role: "viewer", http: [["GET", "/admin/v1/incidents"]], desktop: true },
+  preview_resolve: { role: "operator", http: [["GET", "/admin/v1/entries/{id}/resolve/preview"]], desktop: true },
+  resolve: { role: "operator", http: [["POST", "/admin/v1/entries/{id}/resolve"]], desktop: true },
+  replay: { role: "operator", http: [["POST", "/admin/v1/entries/{id}/replay"]], desktop: true },
+  reconcile: { role: "operator", http: [["POST", "/admin/v1/entries/{id}/reconcile"]], desktop: true },
+  preview_bulk: { role: "operator", http: [["POST", "/admin/v1/bulk/preview"]], desktop: true },
+  bulk: { role: "operator", http: [["POST", "/admin/v1/bulk"]], desktop: true },
+  preview_purge: { role: "admin", http: [["POST", "/admin/v1/purge/preview"]], desktop: true },
+  purge: { role: "admin", http: [["POST", "/admin/v1/purge"]], desktop: true },
+  export: { role: "admin", http: [["POST", "/admin/v1/exports"]], desktop: true },
+  export_status: { role: "viewer", http: [["GET", "/admin/v1/exports"], ["GET", "/admin/v1/exports/{id}"]], desktop: false },
+  export_download: { role: "admin", http: [["GET", "/admin/v1/exports/{id}/file"], ["GET", "/admin/v1/exports/{id}/manifest"]], desktop: false },
+  cancel_export: { role: "admin", http: [["DELETE", "/admin/v1/exports/{id}"]], desktop: false },
+  verify_ledger: { role: "admin", http: [["GET", "/admin/v1/verify"]], desktop: true },
+  verify_against: { role: "admin", http: [["POST", "/admin/v1/verify/against"]], desktop: true },
+  verify_export: { role: "admin", http: [], desktop: true },
+  cancel_job: { role: "viewer", http: [], desktop: true },
+  proxy_status: { role: "viewer", http: [], desktop: true },
+  proxy_start: { role: "admin", http: [], desktop: true },
+  proxy_stop: { role: "admin", http: [], desktop: true },
+} as const satisfies Record<string, { role: Role; http: readonly (readonly [string, string])[]; desktop: boolean }>;
+
+export type CommandName = keyof typeof COMMANDS;
+
+/** The roles, lowest first: each may do what the ones before it may. */
+export const ROLES: readonly Role[] = ["viewer", "operator", "admin"];
+
+/** Whether `role` may run `cmd` through the admin API. */
+export function allows(role: Role, cmd: CommandName): boolean {
+  return ROLES.indexOf(role) >= ROLES.indexOf(COMMANDS[cmd].role);
+}
