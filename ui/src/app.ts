@@ -409,24 +409,39 @@ export class App {
             response: o?.body ? { status: o.status, headers: [], body: o.body } : null,
             external_ref: o?.external_ref ?? null,
           };
-          const job = `bulk-${Date.now()}`;
-          let heard = 0;
-          const unlisten = await this.t.onProgress((p) => { if (p.job === job) { heard = p.done; progress(p.done, preview.count); } });
-          stop.addEventListener("abort", () => void this.t.cancelJob(job));
-          try {
-            const r = await this.t.bulk(cmd, job);
-            if (r === null) return `stopped${heard > 0 ? ` after at least ${heard} of ${preview.count}` : ""}: what was done stays done (the log lists it); the rest are as they were`;
-            const failures = r.failures.slice(0, 5).map((f) => `${f.id}: ${f.message}`).join("; ");
-            return `${r.succeeded} of ${r.total} done${r.cancelled ? " (cancelled)" : ""}${r.failed ? `; ${r.failed} failed: ${failures}` : ""}`;
-          } finally {
-            unlisten();
-          }
+          return this.runJob("bulk", preview.count, progress, stop, (job) => this.t.bulk(cmd, job), {
+            stopped: "what was done stays done (the log lists it); the rest are as they were",
+            done: (r) => {
+              const failures = r.failures.slice(0, 5).map((f) => `${f.id}: ${f.message}`).join("; ");
+              return `${r.succeeded} of ${r.total} done${r.cancelled ? " (cancelled)" : ""}${r.failed ? `; ${r.failed} failed: ${failures}` : ""}`;
+            },
+          });
         },
       });
       sel.clear();
       await list.reset();
     } catch (e) {
       this.error(e);
+    }
+  }
+
+  /**
+   * Runs one server-side job for the action dialog: its progress reported against `count`, the
+   * dialog's Stop cancelling it, and a summary of its report, or of what was heard before Stop
+   * when the report is lost with the request (a browser drops it).
+   */
+  private async runJob<T>(kind: string, count: number, progress: (done: number, total: number) => void, stop: AbortSignal, call: (job: string) => Promise<T | null>, say: { stopped: string; done: (r: T) => string }): Promise<string> {
+    const job = `${kind}-${Date.now()}`;
+    let heard = 0;
+    const unlisten = await this.t.onProgress((p) => { if (p.job === job) { heard = p.done; progress(p.done, count); } });
+    stop.addEventListener("abort", () => void this.t.cancelJob(job));
+    try {
+      const r = await call(job);
+      // What was last heard may be passed by a chunk or an entry that ended as Stop came.
+      if (r === null) return `stopped${heard > 0 ? ` after at least ${heard} of ${count}` : ""}: ${say.stopped}`;
+      return say.done(r);
+    } finally {
+      unlisten();
     }
   }
 
@@ -489,20 +504,11 @@ export class App {
           await this.action({
             title: "Purge every expired entry matching the filter",
             preview,
-            run: async (operator, reason, progress, stop) => {
-              const job = `purge-${Date.now()}`;
-              let heard = 0;
-              const unlisten = await this.t.onProgress((p) => { if (p.job === job) { heard = p.done; progress(p.done, preview.count); } });
-              stop.addEventListener("abort", () => void this.t.cancelJob(job));
-              try {
-                const r = await this.t.purge({ ...target, operator, reason, confirm_destructive: preview.destructive }, job);
-                // Stopped with no report (a browser drops the request): what it last heard, which a chunk ending as Stop came may pass.
-                if (r === null) return `stopped${heard > 0 ? ` after at least ${heard} of ${preview.count}` : ""}: the entries purged before Stop stay purged (the log lists them); the rest are as they were`;
-                return `purged ${r.purged.length} entr${r.purged.length === 1 ? "y" : "ies"}${r.cancelled ? ` of ${preview.count}: stopped; the rest are as they were` : ""}`;
-              } finally {
-                unlisten();
-              }
-            },
+            run: (operator, reason, progress, stop) =>
+              this.runJob("purge", preview.count, progress, stop, (job) => this.t.purge({ ...target, operator, reason, confirm_destructive: preview.destructive }, job), {
+                stopped: "the entries purged before Stop stay purged (the log lists them); the rest are as they were",
+                done: (r) => `purged ${r.purged.length} entr${r.purged.length === 1 ? "y" : "ies"}${r.cancelled ? ` of ${preview.count}: stopped; the rest are as they were` : ""}`,
+              }),
           });
           await list.reset();
         },
