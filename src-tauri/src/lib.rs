@@ -10,8 +10,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use idemgate_ledger::export::{ExportVerifyReport, Manifest};
-use idemgate_ledger::*;
-use idemgate_ops::*;
+use idemgate_ledger::{
+    EntryFilter, EntrySummary, EventFilter, Incident, Progress, Result, Stats, VerifyReport,
+};
+use idemgate_ops::{
+    desktop_operator, os_user, ActionCmd, AgainstReport, BulkCmd, BulkKind, BulkReport, BulkTarget,
+    EntryPage, EntryView, ErrorBody, EventPage, ExportCmd, JobProgress, LedgerInfo, Ops, OpsError,
+    OpsResult, Preview, PurgeCmd, PurgeReport, PurgeTarget, ReconcileReport, ReplayReport,
+    ResolveCmd,
+};
 use idemgate_proxy::{Config, Engine};
 use idemgate_server::{ProxyStatus, Server};
 use tauri::Emitter;
@@ -452,7 +459,13 @@ impl Console {
 
 /// The Tauri command wrappers: argument plumbing only.
 pub mod commands {
-    use super::*;
+    use super::{
+        ActionCmd, AgainstReport, BulkCmd, BulkKind, BulkReport, BulkTarget, Console, Emitter,
+        EntryFilter, EntryPage, EntrySummary, EntryView, ErrorBody, EventFilter, EventPage,
+        ExportCmd, ExportVerifyReport, Incident, JobProgress, LedgerInfo, Manifest, Preview,
+        ProxyStatus, PurgeCmd, PurgeReport, PurgeTarget, ReconcileReport, ReplayReport, ResolveCmd,
+        Result, Stats, VerifyReport, R,
+    };
     use tauri::{AppHandle, State};
 
     fn progress(app: AppHandle, job: String) -> impl Fn(u64) + Send + 'static {

@@ -14,7 +14,7 @@ pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 
 /// A claim on the `charges` route for `key` (the same request every time), for ledger-level races.
 pub fn charge_claim(key: &str, owner: &str, lease_ms: i64) -> idemgate_ledger::ClaimRequest {
-    use idemgate_ledger::*;
+    use idemgate_ledger::{canon, now_millis, testing, ClaimRequest, RequestRecord};
     let body = br#"{"amount":100}"#.to_vec();
     let c = testing::charge(key, now_millis());
     ClaimRequest {

@@ -324,95 +324,111 @@ fn head(status: u16, extra: &[(&str, String)], body: &str) -> String {
     out
 }
 
+/// A GET or HEAD: a reconcile probe of `/v1/charges?idempotency_key=K` (found or not), or a read
+/// shaped by the request's `x-answer-*` and `x-fault` headers.
+async fn answer_read<S: AsyncWrite + Unpin>(
+    s: &mut S,
+    c: &Counts,
+    req: &Req,
+    fault: &str,
+) -> std::io::Result<()> {
+    if let Some(q) = req.target.strip_prefix("/v1/charges?idempotency_key=") {
+        let found = c.effects(q) > 0;
+        write_resp(
+            s,
+            if found { 200 } else { 404 },
+            &[],
+            &format!(r#"{{"found":{found},"key":"{q}"}}"#),
+        )
+        .await?;
+    } else {
+        let n = c.reads.fetch_add(1, Ordering::SeqCst) + 1;
+        // `x-answer-header: NAME: VALUE` asks for that header on the answer.
+        let mut extra: Vec<(&str, String)> = req
+            .header("x-answer-header")
+            .and_then(|h| h.split_once(':'))
+            .map(|(n, v)| (n.trim(), v.trim().to_owned()))
+            .into_iter()
+            .collect();
+        // `x-fault: status:NNN` answers a read NNN, in the upstream's own words.
+        let code = fault
+            .strip_prefix("status:")
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(200);
+        // `x-answer-bytes: N` asks for a body of N bytes.
+        let size = req.header("x-answer-bytes").and_then(|b| b.parse().ok());
+        let body = if let Some(size) = size {
+            "x".repeat(size)
+        } else if code == 200 {
+            format!(r#"{{"read":{n}}}"#)
+        } else {
+            format!(r#"{{"read":{n},"error":"the upstream's own words on {code}"}}"#)
+        };
+        if matches!(code, 429 | 503) {
+            extra.push(("retry-after", "7".to_owned()));
+        }
+        // `x-answer-chunked: 1`: the body comes chunked, its length not told up front.
+        if req.header("x-answer-chunked").is_some() {
+            let mut out = format!(
+                "HTTP/1.1 {code} X\r\ncontent-type: text/plain\r\n\
+                 transfer-encoding: chunked\r\n\r\n"
+            );
+            for piece in body.as_bytes().chunks(64 << 10) {
+                out.push_str(&format!("{:x}\r\n", piece.len()));
+                out.push_str(std::str::from_utf8(piece).unwrap_or_default());
+                out.push_str("\r\n");
+            }
+            out.push_str("0\r\n\r\n");
+            s.write_all(out.as_bytes()).await?;
+            return Ok(());
+        }
+        let mut out = head(code, &extra, &body);
+        if req.method != "HEAD" {
+            out.push_str(&body);
+        }
+        if let Some(ms) = fault.strip_prefix("stall:") {
+            // Half the body, then nothing for MS milliseconds, then the rest.
+            let (first, rest) = out.split_at(out.len() - body.len() / 2);
+            s.write_all(first.as_bytes()).await?;
+            tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(30_000))).await;
+            s.write_all(rest.as_bytes()).await?;
+            return Ok(());
+        }
+        s.write_all(out.as_bytes()).await?;
+    }
+    Ok(())
+}
+
+/// Keeps what a request asked (its headers, target and method, for the tests to look at) and
+/// counts it under its key: returns the key and how many requests have carried it.
+fn note(c: &Counts, req: &Req) -> (String, u64) {
+    if let Ok(mut h) = c.last_headers.lock() {
+        *h = req.headers.clone();
+    }
+    if let Ok(mut t) = c.last_target.lock() {
+        t.clone_from(&req.target);
+    }
+    if let Ok(mut m) = c.last_method.lock() {
+        m.clone_from(&req.method);
+    }
+    let key = req.header("idempotency-key").unwrap_or("").to_owned();
+    let mut m = c.requests.lock().unwrap_or_else(|p| p.into_inner());
+    let n = m.entry(key.clone()).or_insert(0);
+    *n += 1;
+    (key, *n)
+}
+
 async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, c: Arc<Counts>) -> std::io::Result<()> {
     let mut buf = Vec::new();
     while let Some(req) = read_req(&mut s, &mut buf).await? {
-        if let Ok(mut h) = c.last_headers.lock() {
-            *h = req.headers.clone();
-        }
-        if let Ok(mut t) = c.last_target.lock() {
-            t.clone_from(&req.target);
-        }
-        if let Ok(mut m) = c.last_method.lock() {
-            m.clone_from(&req.method);
-        }
-        let key = req.header("idempotency-key").unwrap_or("").to_owned();
-        let n_req = {
-            let mut m = c.requests.lock().unwrap_or_else(|p| p.into_inner());
-            let n = m.entry(key.clone()).or_insert(0);
-            *n += 1;
-            *n
-        };
+        let (key, n_req) = note(&c, &req);
         let fault = match req.header("x-fault") {
             Some(f) => f.to_owned(),
             None if req.method == "POST" => c.roll(),
             None => String::new(),
         };
         if req.method == "GET" || req.method == "HEAD" {
-            if let Some(q) = req.target.strip_prefix("/v1/charges?idempotency_key=") {
-                let found = c.effects(q) > 0;
-                write_resp(
-                    &mut s,
-                    if found { 200 } else { 404 },
-                    &[],
-                    &format!(r#"{{"found":{found},"key":"{q}"}}"#),
-                )
-                .await?;
-            } else {
-                let n = c.reads.fetch_add(1, Ordering::SeqCst) + 1;
-                // `x-answer-header: NAME: VALUE` asks for that header on the answer.
-                let mut extra: Vec<(&str, String)> = req
-                    .header("x-answer-header")
-                    .and_then(|h| h.split_once(':'))
-                    .map(|(n, v)| (n.trim(), v.trim().to_owned()))
-                    .into_iter()
-                    .collect();
-                // `x-fault: status:NNN` answers a read NNN, in the upstream's own words.
-                let code = fault
-                    .strip_prefix("status:")
-                    .and_then(|c| c.parse().ok())
-                    .unwrap_or(200);
-                // `x-answer-bytes: N` asks for a body of N bytes.
-                let size = req.header("x-answer-bytes").and_then(|b| b.parse().ok());
-                let body = if let Some(size) = size {
-                    "x".repeat(size)
-                } else if code == 200 {
-                    format!(r#"{{"read":{n}}}"#)
-                } else {
-                    format!(r#"{{"read":{n},"error":"the upstream's own words on {code}"}}"#)
-                };
-                if matches!(code, 429 | 503) {
-                    extra.push(("retry-after", "7".to_owned()));
-                }
-                // `x-answer-chunked: 1`: the body comes chunked, its length not told up front.
-                if req.header("x-answer-chunked").is_some() {
-                    let mut out = format!(
-                        "HTTP/1.1 {code} X\r\ncontent-type: text/plain\r\n\
-                         transfer-encoding: chunked\r\n\r\n"
-                    );
-                    for piece in body.as_bytes().chunks(64 << 10) {
-                        out.push_str(&format!("{:x}\r\n", piece.len()));
-                        out.push_str(std::str::from_utf8(piece).unwrap_or_default());
-                        out.push_str("\r\n");
-                    }
-                    out.push_str("0\r\n\r\n");
-                    s.write_all(out.as_bytes()).await?;
-                    continue;
-                }
-                let mut out = head(code, &extra, &body);
-                if req.method != "HEAD" {
-                    out.push_str(&body);
-                }
-                if let Some(ms) = fault.strip_prefix("stall:") {
-                    // Half the body, then nothing for MS milliseconds, then the rest.
-                    let (first, rest) = out.split_at(out.len() - body.len() / 2);
-                    s.write_all(first.as_bytes()).await?;
-                    tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(30_000))).await;
-                    s.write_all(rest.as_bytes()).await?;
-                    continue;
-                }
-                s.write_all(out.as_bytes()).await?;
-            }
+            answer_read(&mut s, &c, &req, &fault).await?;
             continue;
         }
         let mut parts = fault.split(':');

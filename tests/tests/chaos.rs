@@ -11,6 +11,10 @@
 //! Profiles (environment `IDEMGATE_CHAOS`): `short` (default, CI: 2,000 operations, 5 kills) and
 //! `long` (20,000 operations, 12 kills); `IDEMGATE_CHAOS_OPS` / `_KILLS` / `_CLIENTS` override.
 //! The figures are printed (`cargo test -p idemgate-tests --test chaos -- --nocapture`).
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario told top to bottom, its steps checked in order"
+)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

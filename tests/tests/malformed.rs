@@ -1,5 +1,9 @@
 //! Malformed HTTP against a real `idemgate serve`: every case gets a 4xx problem+json (never a 5xx,
 //! never a crash) and writes nothing: no ledger entry, no log event, no upstream effect.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario told top to bottom, its steps checked in order"
+)]
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -5,21 +5,20 @@
 //! 2 bad usage (nothing was opened); 3 verification found a problem; 130 (SIGINT) or 143 (SIGTERM)
 //! long work stopped when asked (see `interrupt`).
 
+mod audit;
 mod bulk;
+mod decide;
 mod output;
 mod serve;
 mod token;
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use idemgate_ledger::export::Format;
-use idemgate_ledger::{
-    ChainHasher, EntryFilter, EventFilter, EventRange, Progress, ResponseRecord, State,
-};
-use idemgate_ops::{ExportCmd, Ops, OpsError, PurgeCmd, PurgeTarget, ResolveAs, ResolveCmd};
+use idemgate_ledger::{EntryFilter, EventFilter, Progress, State};
+use idemgate_ops::{Ops, OpsError, ResolveAs};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -254,110 +253,24 @@ enum Cmd {
         json: bool,
     },
     /// Record an operator's decision on a stuck, released or failed entry.
-    Resolve {
-        #[command(flatten)]
-        ledger: LedgerArg,
-        entry_id: i64,
-        #[arg(long = "as", value_enum)]
-        as_: AsArg,
-        /// Body of the response retries will get (completed or failed).
-        #[arg(long)]
-        response_file: Option<PathBuf>,
-        /// Status of that response: 200-599, 200 when not given; a failed entry's is the
-        /// upstream's error, 400-599, and must be given.
-        #[arg(long, requires = "response_file")]
-        status: Option<u16>,
-        /// Content type of that response (default: application/json when the body is JSON, else
-        /// text/plain; charset=utf-8).
-        #[arg(long, requires = "response_file")]
-        content_type: Option<String>,
-        /// A reference to the effect upstream (e.g. the charge id you found).
-        #[arg(long)]
-        external_ref: Option<String>,
-        #[command(flatten)]
-        actor: ActorArgs,
-        #[arg(long)]
-        json: bool,
-    },
+    Resolve(decide::ResolveArgs),
     /// Delete entries (the log keeps their events). Pending entries must be resolved first.
     ///
     /// Entries go in chunks of 1,000, each atomic. Ctrl-C or SIGTERM stops the purge between two:
     /// what is purged stays purged and logged, the command says how many are left and exits 130
     /// (143), and purging again takes the rest.
-    Purge {
-        #[command(flatten)]
-        ledger: LedgerArg,
-        #[arg(required_unless_present = "expired", conflicts_with = "expired")]
-        entry_ids: Vec<i64>,
-        /// Every expired entry (narrow with --route / --scope).
-        #[arg(long)]
-        expired: bool,
-        #[arg(long, requires = "expired")]
-        route: Option<String>,
-        #[arg(long, requires = "expired")]
-        scope: Option<String>,
-        /// Show what would be purged and change nothing.
-        #[arg(long)]
-        dry_run: bool,
-        #[command(flatten)]
-        actor: ActorArgs,
-        #[arg(long)]
-        json: bool,
-    },
+    Purge(decide::PurgeArgs),
     /// Export the log (a time range of it) with a manifest holding the chain head and file sha256.
     ///
     /// The file is written beside its name and renamed into place when whole. Ctrl-C or SIGTERM
     /// stops the export with no file left behind, and exits 130 (143).
-    Export {
-        #[command(flatten)]
-        ledger: LedgerArg,
-        #[arg(long, value_enum)]
-        format: FormatArg,
-        /// RFC 3339 time, a date (2026-11-20), a duration ago (90m, 2h, 7d) or Unix ms.
-        #[arg(long, value_parser = idemgate_ops::parse_time)]
-        since: Option<i64>,
-        #[arg(long, value_parser = idemgate_ops::parse_time)]
-        until: Option<i64>,
-        /// Output file; FILE.manifest.json is written beside it. An existing one is refused.
-        #[arg(short = 'o', long = "output")]
-        output: PathBuf,
-        /// Replace the output file and its manifest if they exist.
-        #[arg(long)]
-        overwrite: bool,
-        #[arg(long)]
-        json: bool,
-    },
+    Export(audit::ExportArgs),
     /// Copy a whole ledger into a new, empty one — e.g. SQLite to PostgreSQL: entries (so completed
     /// keys still replay), the log verbatim (same hashes) and counters. Stop the proxies first: the
     /// source's write lock is held for the copy.
-    Copy {
-        #[command(flatten)]
-        ledger: LedgerArg,
-        /// The new ledger: a SQLite file path or a postgres:// URL (created; must be empty).
-        #[arg(long, value_name = "PATH|URL")]
-        to: String,
-        #[arg(long)]
-        json: bool,
-    },
+    Copy(audit::CopyArgs),
     /// Recompute the hash chain of a ledger (optionally against an export manifest) or of an export.
-    Verify {
-        #[arg(
-            long,
-            env = "IDEMGATE_LEDGER",
-            value_name = "PATH|URL",
-            conflicts_with = "export",
-            required_unless_present = "export"
-        )]
-        ledger: Option<String>,
-        /// A manifest whose chain head the ledger must still hold.
-        #[arg(long, requires = "ledger", value_name = "MANIFEST")]
-        against: Option<PathBuf>,
-        /// An export file (its FILE.manifest.json is checked too when present).
-        #[arg(long, value_name = "FILE")]
-        export: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
-    },
+    Verify(audit::VerifyArgs),
 }
 
 /// A count of rows: 1 or more (0 would show nothing and say that nothing matched).
@@ -594,199 +507,14 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             let ops = Ops::open_existing(&ledger.ledger)?;
             output::log(&mut out, &ops, &filter, limit, json)?;
         }
-        Cmd::Resolve {
-            ledger,
-            entry_id,
-            as_,
-            response_file,
-            status,
-            content_type,
-            external_ref,
-            actor,
-            json,
-        } => {
-            // Everything is read and checked before the ledger is opened.
-            let response = match response_file {
-                Some(_) if status.is_none() && matches!(as_, AsArg::Failed) => {
-                    return Err(OpsError::invalid(
-                        "status",
-                        "a failed entry's response needs --status, the upstream's error (400-599)",
-                    ));
-                }
-                Some(f) => {
-                    // No more than one byte over what a response may hold: the check refuses it.
-                    let limit = idemgate_ledger::MAX_RESPONSE_BODY as u64 + 1;
-                    let mut body = Vec::new();
-                    std::fs::File::open(&f)
-                        .and_then(|file| file.take(limit).read_to_end(&mut body))
-                        .map_err(|e| {
-                            OpsError::invalid("response-file", &format!("{}: {e}", f.display()))
-                        })?;
-                    Some(ResponseRecord {
-                        status: status.unwrap_or(200),
-                        headers: content_type
-                            .map(|ct| vec![("content-type".into(), ct)])
-                            .unwrap_or_default(),
-                        body,
-                    })
-                }
-                None => None,
-            };
-            let cmd = ResolveCmd {
-                entry_id,
-                as_: as_.into(),
-                response,
-                external_ref,
-                operator: actor.operator,
-                reason: actor.reason,
-                confirm_destructive: actor.confirm_destructive,
-            };
-            cmd.check()?;
-            let ops = Ops::open_existing(&ledger.ledger)?;
-            let e = ops.resolve(&cmd)?;
-            output::resolved(&mut out, &e, json)?;
-        }
-        Cmd::Purge {
-            ledger,
-            entry_ids,
-            expired,
-            route,
-            scope,
-            dry_run,
-            actor,
-            json,
-        } => {
-            let target = if expired {
-                PurgeTarget::Expired {
-                    filter: EntryFilter {
-                        route,
-                        scope,
-                        ..Default::default()
-                    },
-                }
-            } else {
-                PurgeTarget::Ids { ids: entry_ids }
-            };
-            let cmd = PurgeCmd {
-                target,
-                operator: actor.operator,
-                reason: actor.reason,
-                confirm_destructive: actor.confirm_destructive,
-            };
-            idemgate_ops::validate_actor(&cmd.operator, &cmd.reason)?;
-            let ops = Ops::open_existing(&ledger.ledger)?;
-            let preview = ops.preview_purge(&cmd.target)?;
-            if dry_run {
-                output::preview(&mut out, &preview, json)?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            let total = preview.count as u64;
-            let report = with_progress("purging", "entries", Some(total), |p| ops.purge(&cmd, p))?;
-            output::purged(&mut out, &report, json)?;
-            if let (true, Some(stop)) = (report.cancelled, interrupt::asked()) {
-                out.flush().ok();
-                // Entries may have expired since the preview: the purge can take more than it counted.
-                let left = total.saturating_sub(report.purged.len() as u64);
-                return Ok(stopped(
-                    stop,
-                    "purge",
-                    &format!(
-                        "purged {} of {total}; the other {left} are as they were (purge again to take them)",
-                        report.purged.len()
-                    ),
-                ));
-            }
-        }
-        Cmd::Export {
-            ledger,
-            format,
-            since,
-            until,
-            output: path,
-            overwrite,
-            json,
-        } => {
-            let cmd = ExportCmd {
-                format: match format {
-                    FormatArg::Ndjson => Format::Ndjson,
-                    FormatArg::Csv => Format::Csv,
-                },
-                range: EventRange { since, until },
-                path: path.display().to_string(),
-                overwrite,
-            };
-            let ops = Ops::open_existing(&ledger.ledger)?;
-            let total = ops.store().head()?.map(|h| h.seq as u64);
-            let manifest = with_progress("exporting", "events", total, |p| ops.export(&cmd, p))?;
-            match (manifest, interrupt::asked()) {
-                (Some(m), _) => output::exported(&mut out, &path, &m, json)?,
-                (None, Some(stop)) => {
-                    return Ok(stopped(stop, "export", "no file written"));
-                }
-                (None, None) => unreachable!("an export stops only when asked"),
-            }
-        }
+        Cmd::Resolve(a) => return decide::resolve(&mut out, a),
+        Cmd::Purge(a) => return decide::purge(&mut out, a),
+        Cmd::Export(a) => return audit::export(&mut out, a),
         Cmd::Serve { .. } | Cmd::Replay(_) | Cmd::Reconcile(_) | Cmd::Bulk(_) | Cmd::Token(_) => {
             unreachable!("handled in main")
         }
-        Cmd::Copy { ledger, to, json } => {
-            let report = with_progress("copying", "rows", None, |p| {
-                idemgate_ops::copy_ledger(&ledger.ledger, &to, p)
-            });
-            let report = match (report, interrupt::asked()) {
-                (Err(_), Some(stop)) => {
-                    return Ok(stopped(
-                        stop,
-                        "copy",
-                        &format!("rolled back; nothing was copied into {to}"),
-                    ));
-                }
-                (r, _) => r?,
-            };
-            output::copied(&mut out, &report, json)?;
-        }
-        Cmd::Verify {
-            ledger,
-            against,
-            export,
-            json,
-        } => {
-            let (ok, cancelled) = if let Some(file) = export {
-                let hasher = ChainHasher::from_env()?;
-                let report = with_progress("verifying", "events", None, |p| {
-                    idemgate_ops::verify_export_file(&file, &hasher, p)
-                })?;
-                output::verified_export(&mut out, &report, json)?;
-                (report.ok, report.chain.cancelled)
-            } else {
-                let location = ledger.unwrap_or_default();
-                let ops = Ops::open_existing(&location)?;
-                let total = ops.store().head()?.map(|h| h.seq as u64);
-                match against {
-                    Some(m) => {
-                        let r = with_progress("verifying", "events", total, |p| {
-                            ops.verify_against(&m, p)
-                        })?;
-                        output::verified_against(&mut out, &r, json)?;
-                        (r.ok, r.chain.cancelled)
-                    }
-                    None => {
-                        let r = with_progress("verifying", "events", total, |p| ops.verify(p))?;
-                        output::verified(&mut out, &r, json)?;
-                        (r.ok, r.cancelled)
-                    }
-                }
-            };
-            out.flush().ok();
-            if let (true, Some(stop)) = (cancelled, interrupt::asked()) {
-                return Ok(stopped(stop, "verify", "the chain is not verified"));
-            }
-            return Ok(if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(3)
-            });
-        }
+        Cmd::Copy(a) => return audit::copy(&mut out, a),
+        Cmd::Verify(a) => return audit::verify(&mut out, a),
     }
     out.flush().ok();
     Ok(ExitCode::SUCCESS)

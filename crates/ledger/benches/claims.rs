@@ -15,7 +15,11 @@ use std::time::{Duration, Instant};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use idemgate_ledger::*;
+use idemgate_ledger::{
+    canon, now_millis, testing, ChainHasher, ClaimOutcome, ClaimRequest, CompleteOutcome,
+    CompleteRequest, Effect, Ledger, OpenOptions, RequestRecord, ResponseRecord, Storage, Ticket,
+    MAX_BATCH,
+};
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 

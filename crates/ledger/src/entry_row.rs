@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use crate::db::{vals, Db};
 use crate::error::{LedgerError, Result};
-use crate::model::*;
+use crate::model::{Millis, ResponseRecord, State};
 use crate::read;
 use crate::store::ClaimRequest;
 

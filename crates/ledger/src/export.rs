@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::chain::{self, ChainHasher, ChainStart, VerifyReport};
 use crate::error::{LedgerError, Result};
-use crate::model::*;
+use crate::model::{now_millis, rfc3339, ChainHead, Event};
 use crate::store::{EventRange, Progress, Storage};
 
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
@@ -263,11 +263,18 @@ pub fn export(
         created_at: rfc3339(now_millis()),
         ledger: store.location(),
     };
+    write_manifest(out, &manifest)?;
+    Ok(Some(manifest))
+}
+
+/// Writes `out`'s manifest beside it, renamed into place as the file was (a crash leaves the old
+/// manifest or the new one), and syncs the directory so that both renames outlive a crash.
+fn write_manifest(out: &Path, manifest: &Manifest) -> Result<()> {
     // Written beside and renamed, as the file: a crash leaves the old manifest or the new one.
     let mpath = manifest_path(out);
     let mtmp = partial(&mpath);
     let mut mf = File::create(&mtmp)?;
-    serde_json::to_writer_pretty(&mut mf, &manifest).map_err(std::io::Error::other)?;
+    serde_json::to_writer_pretty(&mut mf, manifest).map_err(std::io::Error::other)?;
     mf.write_all(b"\n")?;
     mf.sync_all()?;
     drop(mf);
@@ -281,7 +288,7 @@ pub fn export(
         };
         File::open(dir)?.sync_all()?;
     }
-    Ok(Some(manifest))
+    Ok(())
 }
 
 /// `.NAME.partial` beside `path`: where it is written before it is renamed into place.
@@ -359,6 +366,54 @@ pub struct ExportVerifyReport {
     pub problems: Vec<String>,
 }
 
+/// The sha256 of a file, in hex.
+fn file_sha256(path: &Path) -> Result<String> {
+    let mut f = BufReader::new(File::open(path)?);
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// The chain of the rows of an export file, in its format.
+fn verify_rows(
+    path: &Path,
+    format: Format,
+    hasher: &ChainHasher,
+    start: ChainStart,
+    progress: Progress<'_>,
+) -> Result<VerifyReport> {
+    let file = BufReader::with_capacity(1 << 16, File::open(path)?);
+    Ok(match format {
+        Format::Ndjson => {
+            let rows = file.lines().enumerate().filter_map(|(i, line)| match line {
+                Ok(l) if l.trim().is_empty() => None,
+                Ok(l) => Some(
+                    serde_json::from_str::<Row>(&l)
+                        .map_err(|e| LedgerError::BadExport(format!("line {}: {e}", i + 1)))
+                        .and_then(Row::into_event),
+                ),
+                Err(e) => Some(Err(e.into())),
+            });
+            chain::verify_events(hasher, start, rows, progress)?
+        }
+        Format::Csv => {
+            let mut rdr = csv::Reader::from_reader(file);
+            let rows = rdr.deserialize::<Row>().map(|r| {
+                r.map_err(|e| LedgerError::BadExport(e.to_string()))
+                    .and_then(Row::into_event)
+            });
+            chain::verify_events(hasher, start, rows, progress)?
+        }
+    })
+}
+
 /// Verifies an export file, and its manifest when `FILE.manifest.json` exists: the file's sha256,
 /// the chain inside it (naming the first bad sequence number), and the manifest's count and head.
 pub fn verify_export(
@@ -396,17 +451,7 @@ pub fn verify_export(
 
     let sha256_matches = match &manifest {
         Some(m) => {
-            let mut f = BufReader::new(File::open(path)?);
-            let mut h = Sha256::new();
-            let mut buf = vec![0u8; 1 << 16];
-            loop {
-                let n = f.read(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                h.update(&buf[..n]);
-            }
-            let ok = hex::encode(h.finalize()) == m.sha256;
+            let ok = file_sha256(path)? == m.sha256;
             if !ok {
                 problems.push("the file's sha256 differs from the manifest's".to_owned());
             }
@@ -418,29 +463,7 @@ pub fn verify_export(
     let start = ChainStart::Anywhere {
         prev_hash: manifest.as_ref().and_then(|m| m.first_prev_hash.clone()),
     };
-    let file = BufReader::with_capacity(1 << 16, File::open(path)?);
-    let chain = match format {
-        Format::Ndjson => {
-            let rows = file.lines().enumerate().filter_map(|(i, line)| match line {
-                Ok(l) if l.trim().is_empty() => None,
-                Ok(l) => Some(
-                    serde_json::from_str::<Row>(&l)
-                        .map_err(|e| LedgerError::BadExport(format!("line {}: {e}", i + 1)))
-                        .and_then(Row::into_event),
-                ),
-                Err(e) => Some(Err(e.into())),
-            });
-            chain::verify_events(hasher, start, rows, progress)?
-        }
-        Format::Csv => {
-            let mut rdr = csv::Reader::from_reader(file);
-            let rows = rdr.deserialize::<Row>().map(|r| {
-                r.map_err(|e| LedgerError::BadExport(e.to_string()))
-                    .and_then(Row::into_event)
-            });
-            chain::verify_events(hasher, start, rows, progress)?
-        }
-    };
+    let chain = verify_rows(path, format, hasher, start, progress)?;
     if !chain.ok {
         if let (Some(seq), Some(p)) = (chain.first_bad_seq, &chain.problem) {
             problems.push(format!("seq {seq}: {p}"));

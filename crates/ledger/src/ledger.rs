@@ -8,12 +8,19 @@ use std::time::Duration;
 use crate::chain::{self, ChainHasher, VerifyReport};
 use crate::db::Db;
 use crate::error::{LedgerError, Result};
-use crate::model::*;
+use crate::model::{
+    ChainHead, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter, Incident, Millis, Page,
+    ResponseRecord, Stats,
+};
 use crate::prepared;
 use crate::read;
 use crate::replays::{self, cache_key, ReplayCache};
 use crate::search;
-use crate::store::*;
+use crate::store::{
+    ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, EventRange, OwnerReport,
+    Progress, PurgeRequest, ReconcileNote, Redrive, RedriveRequest, ResolveRequest, Storage,
+    SweepReport, Ticket, WriterHealth,
+};
 use crate::write;
 use crate::writer::{Ctx, Writer};
 
@@ -404,7 +411,9 @@ impl Storage for Ledger {
 mod tests {
     use super::*;
     use crate::db::vals;
+    use crate::model::{Effect, EventKind, RequestRecord};
     use crate::replays::CATCH_UP_MAX;
+    use crate::store::Actor;
     use crate::testing::charge;
 
     /// A SQLite ledger with `n` claims (one event each), keys `key-00000-x`….

@@ -3,7 +3,10 @@
 
 use crate::db::{vals, Db, Row, Val};
 use crate::error::{LedgerError, Result};
-use crate::model::*;
+use crate::model::{
+    ChainHead, CollisionRecord, Effect, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter,
+    Incident, Millis, Page, RequestRecord, ResponseRecord, SeriesPoint, State, Stats,
+};
 use crate::store::EventRange;
 
 /// The most rows one page of entries or events holds.

@@ -5,7 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::chain::VerifyReport;
 use crate::error::{LedgerError, Result};
-use crate::model::*;
+use crate::model::{
+    ChainHead, Effect, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter, Incident,
+    Millis, Page, RequestRecord, ResponseRecord, Stats,
+};
 
 /// A write that has been queued. It resolves once the batch holding it is durable (fsync'd) or has
 /// failed. Wait for it synchronously with [`Ticket::wait`] or asynchronously with [`Ticket::recv`].

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use idemgate_ledger::copy::CopyReport;
 use idemgate_ledger::export::{self, ExportVerifyReport, Format, Manifest};
-use idemgate_ledger::*;
+use idemgate_ledger::{ChainHasher, ChainHead, EventRange, LedgerError, Progress, VerifyReport};
 use serde::{Deserialize, Serialize};
 
 use crate::{check_range, Ops, OpsError, OpsResult};

@@ -4,7 +4,7 @@
 //! its own atomic action logged under the operator and the reason, with progress after each and
 //! a stop between two. An entry that fails is reported and the rest go on.
 
-use idemgate_ledger::*;
+use idemgate_ledger::{Effect, EntryFilter, EntrySummary, Progress, ResponseRecord, Result};
 use idemgate_proxy::Engine;
 use serde::{Deserialize, Serialize};
 
@@ -301,7 +301,7 @@ impl Ops {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idemgate_ledger::testing;
+    use idemgate_ledger::{now_millis, testing, ClaimOutcome, EventFilter, State};
 
     /// A ledger with `n` stuck charges (claimed two minutes ago, leased for one), the last of
     /// them on a destructive route, and one completed charge.

@@ -8,7 +8,11 @@
 //! to expire, and past operator resolutions and purges.
 
 use idemgate_ledger::canon::fingerprint;
-use idemgate_ledger::*;
+use idemgate_ledger::{
+    now_millis, Actor, ClaimOutcome, ClaimRequest, CompleteRequest, Effect, EntryFilter, Millis,
+    OwnerReport, Page, PurgeRequest, RequestRecord, Resolution, ResolveRequest, ResponseRecord,
+    Stats, Storage, Ticket,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -448,10 +452,19 @@ fn complete_now(
 
 /// The incidents of the last three hours, and operators' past work.
 fn incidents(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
+    past_decisions(store, g, now)?;
+    stuck_now(store, g, now)?;
+    collisions(store, g, now)?;
+    double_charges(store, g, now)?;
+    about_to_expire(store, g, now)?;
+    past_purge(store, now)?;
+    Ok(())
+}
+
+/// Past resolutions: entries that got stuck and that operators decided.
+fn past_decisions(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
     let charges = ROUTES[0];
     let owner = OWNERS[0];
-
-    // Past resolutions: entries that got stuck and that operators decided.
     let decisions: [(&str, ResolveAs, &str); 6] = [
         (
             "alice@payments-oncall",
@@ -531,8 +544,12 @@ fn incidents(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
             })
             .wait()?;
     }
+    Ok(())
+}
 
-    // Stuck now: timeouts (outcome unknown) and a crashed instance (lease lapsed).
+/// Stuck now: timeouts (outcome unknown) and a crashed instance (lease lapsed).
+fn stuck_now(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
+    let charges = ROUTES[0];
     for i in 0..12i64 {
         let route = if i == 11 {
             ROUTES[5]
@@ -560,8 +577,13 @@ fn incidents(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
                 .wait()?;
         }
     }
+    Ok(())
+}
 
-    // Collisions: an agent reused a key with different arguments.
+/// Collisions: an agent reused a key with different arguments.
+fn collisions(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
+    let charges = ROUTES[0];
+    let owner = OWNERS[0];
     for i in 0..8i64 {
         let route = [charges, ROUTES[2], ROUTES[3], ROUTES[1]][(i % 4) as usize];
         let body = g.body(&route, None);
@@ -590,8 +612,13 @@ fn incidents(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
             store.claim(clash).wait()?;
         }
     }
+    Ok(())
+}
 
-    // Double charges: the same charge sent under fresh keys ("new UUID on every retry").
+/// Double charges: the same charge sent under fresh keys ("new UUID on every retry").
+fn double_charges(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
+    let charges = ROUTES[0];
+    let owner = OWNERS[0];
     for i in 0..5i64 {
         let customer = format!("cus_{:05}", 41_000 + i);
         let body = json!({"customer": customer, "amount": 4_999 + i * 1000, "currency": "usd", "description": format!("Order #{}", 700_100 + i)});
@@ -602,8 +629,12 @@ fn incidents(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
             complete_now(store, g, &c, owner, TTL, 800)?;
         }
     }
+    Ok(())
+}
 
-    // About to expire: short-TTL entries completing now.
+/// About to expire: short-TTL entries completing now.
+fn about_to_expire(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
+    let owner = OWNERS[0];
     for i in 0..10i64 {
         let route = [ROUTES[2], ROUTES[3], ROUTES[4]][(i % 3) as usize];
         let body = g.body(&route, None);
@@ -616,8 +647,11 @@ fn incidents(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
         );
         complete_now(store, g, &c, owner, 2 * HOUR + (10 + i * 5) * MIN, 200)?;
     }
+    Ok(())
+}
 
-    // A past purge of expired entries (erasure request).
+/// A past purge of expired entries (an erasure request).
+fn past_purge(store: &dyn Storage, now: Millis) -> OpsResult<()> {
     let expired = store.entries(
         &EntryFilter {
             expired: true,

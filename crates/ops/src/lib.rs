@@ -20,7 +20,7 @@ mod upstream;
 
 use std::sync::Arc;
 
-use idemgate_ledger::*;
+use idemgate_ledger::{Actor, ChainHasher, Millis, OpenOptions, Page, Storage};
 use serde::{Deserialize, Serialize};
 
 pub use audit::{copy_ledger, verify_export_file, AgainstReport, ExportCmd};

@@ -2,7 +2,9 @@
 //! and a stop between two chunks. The log keeps the purged entries' events; a pending entry is
 //! never purged. Also the sweep that marks lease and TTL expiries in the log.
 
-use idemgate_ledger::*;
+use idemgate_ledger::{
+    now_millis, Effect, EntryFilter, EntrySummary, Progress, PurgeRequest, State, SweepReport,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::{validate_actor, Ops, OpsError, OpsResult, Preview};
@@ -230,6 +232,7 @@ impl Ops {
 mod tests {
     use super::*;
     use crate::ResolveCmd;
+    use idemgate_ledger::{testing, EventFilter};
 
     #[test]
     fn a_command_with_a_member_it_does_not_know_is_refused_not_run_without_it() {

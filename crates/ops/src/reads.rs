@@ -1,7 +1,10 @@
 //! Reads: entries (keyset-paged), one entry with its timeline and the diff of a reused key's
 //! requests, the log, incidents and the overview's stats. Nothing here writes.
 
-use idemgate_ledger::*;
+use idemgate_ledger::{
+    canon, now_millis, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter, EventKind,
+    Incident, Page, RequestRecord, Stats,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::{check_range, page, Ops, OpsError, OpsResult, MAX_HOURS, MAX_INCIDENTS, MAX_PAGE};

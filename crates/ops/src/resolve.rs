@@ -2,7 +2,10 @@
 //! retries will get, or an external reference), failed, or released to run again. Previewed,
 //! checked before anything is written, and logged with the operator and the reason.
 
-use idemgate_ledger::*;
+use idemgate_ledger::{
+    is_secret_header, now_millis, Actor, Effect, EntrySummary, Resolution, ResolveRequest,
+    ResponseRecord, State, ANSWER_HEADERS, MAX_RESPONSE_BODY,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::{validate_actor, Ops, OpsError, OpsResult, Preview, DEFAULT_RESOLUTION_TTL_MS};

@@ -6,7 +6,10 @@
 
 use std::sync::Arc;
 
-use idemgate_ledger::*;
+use idemgate_ledger::{
+    now_millis, Effect, EntryDetail, EntrySummary, ReconcileNote, RedriveRequest, Resolution,
+    ResolveRequest,
+};
 use idemgate_proxy::config::Route;
 use idemgate_proxy::redrive::{self, ProbeAnswer};
 use idemgate_proxy::{instance_id, Config, Engine};

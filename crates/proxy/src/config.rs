@@ -8,6 +8,7 @@ use std::time::Duration;
 use idemgate_ledger::Effect;
 mod operators;
 mod raw;
+mod route;
 
 pub use operators::{new_token, OperatorCred, Role, TokenHash, SHARED_ADMIN};
 use raw::RawConfig;
@@ -408,443 +409,23 @@ impl Config {
 
     fn parse_with(text: &str, secrets: Secrets) -> Result<Config, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
-        let d = &raw.defaults;
         // Every [server] and [defaults] field is checked, so that one run (`serve --check`) names
         // each one in error; the routes are checked once these are right (they build on them).
         let mut errors = Vec::new();
-        let dur = |field: &str, v: &Option<String>, default: &str| {
-            parse_duration(field, v.as_deref().unwrap_or(default))
-        };
-        let ttl = take(
-            &mut errors,
-            parse_positive("defaults.ttl", d.ttl.as_deref().unwrap_or("24h"), NO_TTL),
-        );
-        let lease = take(
-            &mut errors,
-            parse_positive("defaults.lease", d.lease.as_deref().unwrap_or("30s"), ""),
-        );
-        let wait = take(&mut errors, dur("defaults.wait", &d.wait, "5s"));
-        let duplicate_window = take(
-            &mut errors,
-            dur("defaults.duplicate_window", &d.duplicate_window, "10m"),
-        );
-        let max_body = take(
-            &mut errors,
-            parse_size("defaults.max_body", d.max_body.as_deref().unwrap_or("1MiB")),
-        );
-        let in_flight = take(
-            &mut errors,
-            match d.in_flight.as_deref().unwrap_or("reject") {
-                "reject" => Ok(InFlight::Reject),
-                "wait" => Ok(InFlight::Wait),
-                other => Err(invalid(
-                    "defaults.in_flight",
-                    format!("{other:?}: use \"reject\" or \"wait\""),
-                )),
-            },
-        );
-        let listen: Option<SocketAddr> = take(
-            &mut errors,
-            raw.server.listen.parse().map_err(|e| {
-                invalid(
-                    "server.listen",
-                    format!("{:?}: {e} (use IP:PORT)", raw.server.listen),
-                )
-            }),
-        );
-        let admin_listen: Option<Option<SocketAddr>> = take(
-            &mut errors,
-            match raw.server.admin_listen.as_str() {
-                "off" => Ok(None),
-                a => a.parse().map(Some).map_err(|e| {
-                    invalid(
-                        "server.admin_listen",
-                        format!("{a:?}: {e} (use IP:PORT, or \"off\")"),
-                    )
-                }),
-            },
-        );
-        let operators = take(
-            &mut errors,
-            operators::operators(&raw.operators, raw.server.operators_file.as_deref()),
-        );
-        let console_dir = take(&mut errors, console_dir(raw.server.console_dir.as_deref()));
-        let export_dir = take(&mut errors, export_dir(raw.server.export_dir.as_deref()));
-        let body_timeout = take(
-            &mut errors,
-            match &raw.server.body_timeout {
-                None => Ok(Duration::from_secs(30)),
-                Some(s) => parse_positive("server.body_timeout", s, ""),
-            },
-        );
-        let ledger = take(
-            &mut errors,
-            if raw.server.ledger.trim().is_empty() {
-                Err(invalid(
-                    "server.ledger",
-                    "name a SQLite file or a postgres:// URL",
-                ))
-            } else {
-                Ok(())
-            },
-        );
-        let (
-            Some(ttl),
-            Some(lease),
-            Some(wait),
-            Some(duplicate_window),
-            Some(max_body),
-            Some(in_flight),
-            Some(listen),
-            Some(admin_listen),
-            Some(console_dir),
-            Some(export_dir),
-            Some(body_timeout),
-            Some(()),
-        ) = (
-            ttl,
-            lease,
-            wait,
-            duplicate_window,
-            max_body,
-            in_flight,
-            listen,
-            admin_listen,
-            console_dir,
-            export_dir,
-            body_timeout,
-            ledger,
-        )
-        else {
+        let d = defaults(&raw.defaults, &mut errors);
+        let server = server(&raw, &mut errors);
+        let (Some(d), Some(server)) = (d, server) else {
             return Err(one_or_several(errors));
         };
-
+        let route_defaults = route::RouteDefaults {
+            ttl: d.ttl,
+            lease: d.lease,
+            max_body: d.max_body,
+        };
         let mut routes = Vec::with_capacity(raw.routes.len());
         // Every route is checked, so that one run (`serve --check`) names each route's first error.
         for (i, r) in raw.routes.iter().enumerate() {
-            let route = (|| -> Result<Route, ConfigError> {
-                let f = |name: &str| format!("routes[{i}] ({}).{name}", r.name);
-                if r.name.trim().is_empty()
-                    || !r
-                        .name
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-                {
-                    return Err(invalid(
-                        format!("routes[{i}].name"),
-                        format!("{:?}: use letters, digits, - _ .", r.name),
-                    ));
-                }
-                if routes.iter().any(|x: &Route| x.name == r.name) {
-                    return Err(invalid(f("name"), "used by an earlier route"));
-                }
-                let method = r.method.to_ascii_uppercase();
-                if http::Method::from_bytes(method.as_bytes()).is_err() || method.is_empty() {
-                    return Err(invalid(
-                        f("method"),
-                        format!("{:?} is not an HTTP method", r.method),
-                    ));
-                }
-                if !r.path.starts_with('/') {
-                    return Err(invalid(
-                        f("path"),
-                        format!("{:?} must start with /", r.path),
-                    ));
-                }
-                // Requests are routed by their decoded path (`engine::route_path`).
-                let decoded = percent_encoding::percent_decode_str(&r.path).decode_utf8_lossy();
-                if decoded != r.path.as_str() {
-                    return Err(invalid(
-                        f("path"),
-                        format!(
-                            "{:?}: write it decoded, {decoded:?}: requests are routed by their decoded path",
-                            r.path
-                        ),
-                    ));
-                }
-                let upstream = parse_upstream(&f("upstream"), &r.upstream)?;
-                let effect = Effect::parse(&r.effect).ok_or_else(|| {
-                    invalid(
-                        f("effect"),
-                        format!("{:?}: use read, write, idempotent or destructive", r.effect),
-                    )
-                })?;
-                let key = match &r.key {
-                    None => None,
-                    Some(k) => Some(match (&k.header, &k.json, &k.derive) {
-                        (Some(h), None, None) => {
-                            if !is_header_name(h) {
-                                return Err(invalid(
-                                    f("key.header"),
-                                    format!("{h:?} is not a header name"),
-                                ));
-                            }
-                            KeySource::Header(h.to_ascii_lowercase())
-                        }
-                        (None, Some(p), None) => {
-                            if !p.starts_with('/') {
-                                return Err(invalid(
-                                    f("key.json"),
-                                    format!("{p:?}: a JSON pointer starts with /"),
-                                ));
-                            }
-                            KeySource::Json(p.clone())
-                        }
-                        (None, None, Some(ps)) => {
-                            if ps.is_empty() {
-                                return Err(invalid(
-                                    f("key.derive"),
-                                    "name at least one JSON pointer",
-                                ));
-                            }
-                            if let Some(p) = ps.iter().find(|p| !p.starts_with('/')) {
-                                return Err(invalid(
-                                    f("key.derive"),
-                                    format!("{p:?}: a JSON pointer starts with /"),
-                                ));
-                            }
-                            KeySource::Derive(ps.clone())
-                        }
-                        _ => {
-                            return Err(invalid(
-                                f("key"),
-                                "give exactly one of header, json or derive",
-                            ))
-                        }
-                    }),
-                };
-                let key = match (effect, key) {
-                    (Effect::Read, k) => k,
-                    (_, Some(k)) => Some(k),
-                    // Write routes default to the standard header.
-                    (_, None) => Some(KeySource::Header("idempotency-key".into())),
-                };
-                let scope_header = match r.scope.as_ref().and_then(|s| s.header.clone()) {
-                    Some(h) if !is_header_name(&h) => {
-                        return Err(invalid(
-                            f("scope.header"),
-                            format!("{h:?} is not a header name"),
-                        ))
-                    }
-                    h => h.map(|h| h.to_ascii_lowercase()),
-                };
-                let scope_required = r.scope.as_ref().and_then(|s| s.required) == Some(true);
-                if scope_required && scope_header.is_none() {
-                    return Err(invalid(
-                        f("scope.required"),
-                        "needs scope.header, the header that must name the caller",
-                    ));
-                }
-                let timeout =
-                    parse_positive(&f("timeout"), r.timeout.as_deref().unwrap_or("10s"), "")?;
-                let route_lease = match &r.lease {
-                    Some(l) => parse_positive(&f("lease"), l, "")?,
-                    None => lease,
-                };
-                if r.upstream_dedupes == Some(true) && r.forward_key == Some(false) {
-                    return Err(invalid(
-                        f("upstream_dedupes"),
-                        "the upstream can only dedupe a key it is sent: needs forward_key = true",
-                    ));
-                }
-                let retry = match &r.retry {
-                    None => Retry {
-                        attempts: 3,
-                        base: Duration::from_millis(100),
-                        max: Duration::from_secs(2),
-                    },
-                    Some(rt) => Retry {
-                        attempts: rt.attempts.unwrap_or(3),
-                        base: parse_duration(
-                            &f("retry.base"),
-                            rt.base.as_deref().unwrap_or("100ms"),
-                        )?,
-                        max: parse_duration(&f("retry.max"), rt.max.as_deref().unwrap_or("2s"))?,
-                    },
-                };
-                if retry.attempts == 0 || retry.attempts > 20 {
-                    return Err(invalid(f("retry.attempts"), "between 1 and 20"));
-                }
-                if retry.max < retry.base {
-                    return Err(invalid(f("retry.max"), "must not be less than retry.base"));
-                }
-                // Destructive calls are never retried automatically.
-                let retry = if effect == Effect::Destructive {
-                    Retry {
-                        attempts: 1,
-                        ..retry
-                    }
-                } else {
-                    retry
-                };
-                // A claim's lease covers its first attempt; a retry renews it, then waits (up to
-                // retry.max, as long as the upstream's Retry-After asks) and tries (up to timeout).
-                // A call still running past its lease would look stuck, and an operator could
-                // release it and have it run twice.
-                let retry_wait = if retry.attempts > 1 && effect != Effect::Read {
-                    retry.max
-                } else {
-                    Duration::ZERO
-                };
-                if timeout + retry_wait >= route_lease {
-                    return Err(invalid(
-                        f("timeout"),
-                        if retry_wait.is_zero() {
-                            format!("{timeout:?} must be shorter than the lease ({route_lease:?}), or a live call would look stuck")
-                        } else {
-                            format!("{timeout:?}, plus a retry's wait of up to retry.max ({retry_wait:?}), must be shorter than the lease ({route_lease:?}), or a live call would look stuck")
-                        },
-                    ));
-                }
-                let reject_duplicates = match r.on_duplicate_suspect.as_deref().unwrap_or("flag") {
-                    "flag" => false,
-                    "reject" => true,
-                    other => {
-                        return Err(invalid(
-                            f("on_duplicate_suspect"),
-                            format!("{other:?}: use \"flag\" or \"reject\""),
-                        ))
-                    }
-                };
-                let signature = match &r.signature {
-                    None => None,
-                    Some(_) if secrets == Secrets::Skip => None,
-                    Some(s) => {
-                        let header = s
-                            .header
-                            .clone()
-                            .unwrap_or_else(|| "x-idemgate-signature".into());
-                        if !is_header_name(&header) {
-                            return Err(invalid(
-                                f("signature.header"),
-                                format!("{header:?} is not a header name"),
-                            ));
-                        }
-                        Some(Signature {
-                            header: header.to_ascii_lowercase(),
-                            secret: read_secret(
-                                &f("signature"),
-                                s.secret_env.as_deref(),
-                                s.secret_file.as_deref(),
-                            )?,
-                            tolerance: parse_duration(
-                                &f("signature.tolerance"),
-                                s.tolerance.as_deref().unwrap_or("5m"),
-                            )?,
-                        })
-                    }
-                };
-                // Read in every mode: operator replays and probes send it too.
-                let upstream_auth = match &r.upstream_auth {
-                    None => None,
-                    Some(a) => {
-                        let name = a.header.as_deref().unwrap_or("authorization");
-                        let header =
-                            http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                                invalid(
-                                    f("upstream_auth.header"),
-                                    format!("{name:?} is not a header name"),
-                                )
-                            })?;
-                        let secret = read_secret(
-                            &f("upstream_auth"),
-                            a.secret_env.as_deref(),
-                            a.secret_file.as_deref(),
-                        )?;
-                        let mut value = http::HeaderValue::from_bytes(&secret.0).map_err(|_| {
-                            // Never the value itself: it is a secret.
-                            invalid(f("upstream_auth"), "the secret is not a valid header value")
-                        })?;
-                        value.set_sensitive(true);
-                        Some(UpstreamAuth { header, value })
-                    }
-                };
-                let reconcile = match &r.reconcile {
-                    None => None,
-                    Some(rc) => {
-                        let m = rc
-                            .method
-                            .clone()
-                            .unwrap_or_else(|| "GET".into())
-                            .to_ascii_uppercase();
-                        if m != "GET" && m != "HEAD" {
-                            return Err(invalid(
-                                f("reconcile.method"),
-                                "a probe must be GET or HEAD: it must not have side effects",
-                            ));
-                        }
-                        parse_upstream(
-                            &f("reconcile.url"),
-                            rc.url.split('?').next().unwrap_or(""),
-                        )?;
-                        if !rc.url.contains("{key}") {
-                            return Err(invalid(f("reconcile.url"), "must contain {key}"));
-                        }
-                        Some(Reconcile {
-                            method: m,
-                            url: rc.url.clone(),
-                        })
-                    }
-                };
-                let cache_ttl = match &r.cache_ttl {
-                    Some(c) if effect != Effect::Read => {
-                        return Err(invalid(
-                            f("cache_ttl"),
-                            format!("{c:?}: only read routes are cached"),
-                        ))
-                    }
-                    Some(c) => Some(parse_duration(&f("cache_ttl"), c)?),
-                    None => None,
-                };
-                let headers =
-                    |field: &str, v: &Option<Vec<String>>| -> Result<Vec<String>, ConfigError> {
-                        let v = v.clone().unwrap_or_default();
-                        if let Some(h) = v.iter().find(|h| !is_header_name(h)) {
-                            return Err(invalid(f(field), format!("{h:?} is not a header name")));
-                        }
-                        Ok(v.into_iter().map(|h| h.to_ascii_lowercase()).collect())
-                    };
-                // The credential's header is a secret header too: a client's value of it is never
-                // stored.
-                let mut secret_headers = headers("secret_headers", &r.secret_headers)?;
-                if let Some(a) = &upstream_auth {
-                    if !secret_headers.iter().any(|n| n == a.header.as_str()) {
-                        secret_headers.push(a.header.as_str().to_owned());
-                    }
-                }
-                Ok(Route {
-                    name: r.name.clone(),
-                    method,
-                    path: r.path.clone(),
-                    upstream,
-                    effect,
-                    key,
-                    scope_header,
-                    scope_required,
-                    forward_key: r.forward_key.unwrap_or(true),
-                    upstream_dedupes: r.upstream_dedupes.unwrap_or(false),
-                    timeout,
-                    retry,
-                    reject_duplicates,
-                    signature,
-                    upstream_auth,
-                    reconcile,
-                    cache_ttl,
-                    ttl: match &r.ttl {
-                        Some(t) => parse_positive(&f("ttl"), t, NO_TTL)?,
-                        None => ttl,
-                    },
-                    lease: route_lease,
-                    max_body: match &r.max_body {
-                        Some(m) => parse_size(&f("max_body"), m)?,
-                        None => max_body,
-                    },
-                    fingerprint_headers: headers("fingerprint_headers", &r.fingerprint_headers)?,
-                    secret_headers,
-                    secret_query: query_names(&f("secret_query"), &r.secret_query)?,
-                })
-            })();
-            match route {
+            match route::route(i, r, &routes, &route_defaults, secrets) {
                 Ok(route) => routes.push(route),
                 Err(e) => errors.push(e),
             }
@@ -852,39 +433,166 @@ impl Config {
         if !errors.is_empty() {
             return Err(one_or_several(errors));
         }
-        // The first route that takes a request serves it: a route an earlier one takes every
-        // request of would never apply its own settings (its effect, key, retries).
-        for (j, r) in routes.iter().enumerate() {
-            if let Some((i, e)) = routes[..j]
-                .iter()
-                .enumerate()
-                .find(|(_, e)| e.serves(&r.method) && e.takes(&r.path))
-            {
-                return Err(invalid(
-                    format!("routes[{j}] ({}).path", r.name),
-                    format!(
-                        "never used: routes[{i}] ({}) takes every {} {}; list the more specific \
-                         route first",
-                        e.name, r.method, r.path
-                    ),
-                ));
-            }
-        }
+        each_route_serves_something(&routes)?;
         Ok(Config {
-            listen,
-            admin_listen,
+            listen: server.listen,
+            admin_listen: server.admin_listen,
             ledger: raw.server.ledger,
             admin_token_file: raw.server.admin_token_file,
-            operators: operators.unwrap_or_default(),
-            console_dir,
-            export_dir,
-            body_timeout,
-            in_flight,
-            wait,
-            duplicate_window,
+            operators: server.operators,
+            console_dir: server.console_dir,
+            export_dir: server.export_dir,
+            body_timeout: server.body_timeout,
+            in_flight: d.in_flight,
+            wait: d.wait,
+            duplicate_window: d.duplicate_window,
             routes,
         })
     }
+}
+
+/// `[defaults]`, checked.
+struct Defaults {
+    ttl: Duration,
+    lease: Duration,
+    wait: Duration,
+    duplicate_window: Duration,
+    max_body: usize,
+    in_flight: InFlight,
+}
+
+/// `[defaults]`, or `None` with every field in error added to `errors`.
+fn defaults(d: &raw::RawDefaults, errors: &mut Vec<ConfigError>) -> Option<Defaults> {
+    let dur = |field: &str, v: &Option<String>, default: &str| {
+        parse_duration(field, v.as_deref().unwrap_or(default))
+    };
+    let ttl = take(
+        errors,
+        parse_positive("defaults.ttl", d.ttl.as_deref().unwrap_or("24h"), NO_TTL),
+    );
+    let lease = take(
+        errors,
+        parse_positive("defaults.lease", d.lease.as_deref().unwrap_or("30s"), ""),
+    );
+    let wait = take(errors, dur("defaults.wait", &d.wait, "5s"));
+    let duplicate_window = take(
+        errors,
+        dur("defaults.duplicate_window", &d.duplicate_window, "10m"),
+    );
+    let max_body = take(
+        errors,
+        parse_size("defaults.max_body", d.max_body.as_deref().unwrap_or("1MiB")),
+    );
+    let in_flight = take(
+        errors,
+        match d.in_flight.as_deref().unwrap_or("reject") {
+            "reject" => Ok(InFlight::Reject),
+            "wait" => Ok(InFlight::Wait),
+            other => Err(invalid(
+                "defaults.in_flight",
+                format!("{other:?}: use \"reject\" or \"wait\""),
+            )),
+        },
+    );
+    Some(Defaults {
+        ttl: ttl?,
+        lease: lease?,
+        wait: wait?,
+        duplicate_window: duplicate_window?,
+        max_body: max_body?,
+        in_flight: in_flight?,
+    })
+}
+
+/// `[server]` (and the operators it names), checked.
+struct Server {
+    listen: SocketAddr,
+    admin_listen: Option<SocketAddr>,
+    operators: Vec<OperatorCred>,
+    console_dir: Option<std::path::PathBuf>,
+    export_dir: std::path::PathBuf,
+    body_timeout: Duration,
+}
+
+/// `[server]` and `[[operators]]`, or `None` with every field in error added to `errors`.
+fn server(raw: &RawConfig, errors: &mut Vec<ConfigError>) -> Option<Server> {
+    let s = &raw.server;
+    let listen = take(
+        errors,
+        s.listen.parse().map_err(|e| {
+            invalid(
+                "server.listen",
+                format!("{:?}: {e} (use IP:PORT)", s.listen),
+            )
+        }),
+    );
+    let admin_listen = take(
+        errors,
+        match s.admin_listen.as_str() {
+            "off" => Ok(None),
+            a => a.parse().map(Some).map_err(|e| {
+                invalid(
+                    "server.admin_listen",
+                    format!("{a:?}: {e} (use IP:PORT, or \"off\")"),
+                )
+            }),
+        },
+    );
+    let operators = take(
+        errors,
+        operators::operators(&raw.operators, s.operators_file.as_deref()),
+    );
+    let console_dir = take(errors, console_dir(s.console_dir.as_deref()));
+    let export_dir = take(errors, export_dir(s.export_dir.as_deref()));
+    let body_timeout = take(
+        errors,
+        match &s.body_timeout {
+            None => Ok(Duration::from_secs(30)),
+            Some(t) => parse_positive("server.body_timeout", t, ""),
+        },
+    );
+    let ledger = take(
+        errors,
+        if s.ledger.trim().is_empty() {
+            Err(invalid(
+                "server.ledger",
+                "name a SQLite file or a postgres:// URL",
+            ))
+        } else {
+            Ok(())
+        },
+    );
+    ledger?;
+    Some(Server {
+        listen: listen?,
+        admin_listen: admin_listen?,
+        operators: operators?,
+        console_dir: console_dir?,
+        export_dir: export_dir?,
+        body_timeout: body_timeout?,
+    })
+}
+
+/// The first route that takes a request serves it: a route an earlier one takes every request of
+/// would never apply its own settings (its effect, key, retries).
+fn each_route_serves_something(routes: &[Route]) -> Result<(), ConfigError> {
+    for (j, r) in routes.iter().enumerate() {
+        if let Some((i, e)) = routes[..j]
+            .iter()
+            .enumerate()
+            .find(|(_, e)| e.serves(&r.method) && e.takes(&r.path))
+        {
+            return Err(invalid(
+                format!("routes[{j}] ({}).path", r.name),
+                format!(
+                    "never used: routes[{i}] ({}) takes every {} {}; list the more specific \
+                     route first",
+                    e.name, r.method, r.path
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -5,31 +5,43 @@
 
 use std::time::Instant;
 
-use axum::http::{HeaderMap, Method};
+use axum::http::{HeaderMap, Method, Uri};
 use bytes::Bytes;
-use idemgate_ledger::*;
+use idemgate_ledger::{now_millis, CompleteRequest, Effect, LedgerError, Result};
 use metrics::counter;
 
 use crate::config::Route;
-use crate::engine::Engine;
+use crate::engine::{Engine, RouteMetrics};
 use crate::forward::{self, Attempt, UpstreamResponse};
 use crate::problem::{Problem, ProblemCode};
 use crate::settle::Outcome;
 
+/// A claimed entry's request, as the upstream gets it, and the attempt the entry is on.
+pub(crate) struct ClaimedCall<'a> {
+    pub(crate) entry_id: i64,
+    pub(crate) first_attempt: i64,
+    pub(crate) method: &'a Method,
+    pub(crate) uri: Uri,
+    pub(crate) headers: &'a HeaderMap,
+    pub(crate) body: Bytes,
+}
+
 /// Drives one claimed entry upstream until it is executed, definitely not executed (then released)
 /// or of unknown outcome (then held), recording each step durably. Shared by the proxy path and the
 /// operator's replay.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn drive(
     e: &Engine,
     route: &Route,
-    method: &Method,
-    uri: axum::http::Uri,
-    headers: &HeaderMap,
-    body: Bytes,
-    entry_id: i64,
-    first_attempt: i64,
+    call: ClaimedCall<'_>,
 ) -> Result<UpstreamResponse, Problem> {
+    let ClaimedCall {
+        entry_id,
+        first_attempt,
+        method,
+        uri,
+        headers,
+        body,
+    } = call;
     let m = e.metrics_of(route);
     let unknown_is_retryable = route.upstream_dedupes || route.effect == Effect::Idempotent;
     let mut attempt = first_attempt;
@@ -46,50 +58,7 @@ pub(crate) async fn drive(
         let a = forward::attempt(&e.client, out).await;
         m.upstream_seconds.record(started.elapsed().as_secs_f64());
         let (why, retry_after, class) = match a {
-            Attempt::Executed(resp) => {
-                let completion = |at| CompleteRequest {
-                    entry_id,
-                    owner: e.owner.clone(),
-                    // The ledger's copy of the body; the client's is the upstream's bytes.
-                    response: resp.record(),
-                    ttl_ms: route.ttl.as_millis() as i64,
-                    duplicate_window_ms: Some(e.cfg.duplicate_window.as_millis() as i64),
-                    at,
-                };
-                let done = e.store.complete(completion(now_millis())).recv().await;
-                return match done {
-                    Ok(c) => {
-                        m.executed.increment(1);
-                        if c.duplicate_of.is_some() {
-                            m.duplicate_suspects.increment(1);
-                        }
-                        Ok(resp)
-                    }
-                    // An operator decided the entry while it was in flight: the ledger's decision
-                    // stands, and this response was not recorded, so it is not given out either.
-                    Err(LedgerError::LeaseLost(_) | LedgerError::InvalidTransition { .. }) => Err(Problem::new(ProblemCode::ResolvedMeanwhile, "an operator resolved this key while the request was in flight; retry to get the recorded outcome")
-                    .with("entry_id", entry_id)),
-                    // The effect happened and the ledger could not record it (a full disk, a
-                    // lost database): the entry stays pending under this lease, so it is never run
-                    // again. The response is not given out, since a retry could not be given it
-                    // again if this process ended before the ledger took it. It is kept, to be
-                    // recorded once the ledger takes writes again (then retries replay it), or,
-                    // if it cannot be kept, the entry is stuck for an operator once the lease
-                    // passes.
-                    Err(err) => {
-                        let kept = e.unsettled.keep(Outcome::Complete(completion(now_millis())), &err);
-                        let detail = if kept {
-                            format!("the upstream executed the request (status {}), but the ledger could not record its outcome yet ({err}); it will not be run again, and this process records the outcome as soon as the ledger takes writes: a retry with the same key gets 409 (or 503) until then, and this response after", resp.status)
-                        } else {
-                            format!("the upstream executed the request (status {}), but the ledger could not record its outcome ({err}); it will not be run again: retries get 409 until an operator resolves the entry", resp.status)
-                        };
-                        let p = Problem::new(ProblemCode::OutcomeUnrecorded, detail)
-                            .with("entry_id", entry_id)
-                            .with("upstream_status", resp.status);
-                        Err(if kept { p.retry_after(1) } else { p })
-                    }
-                };
-            }
+            Attempt::Executed(resp) => return record_executed(e, route, &m, entry_id, resp).await,
             Attempt::Refused(resp) => {
                 // Nothing was done, and trying again would be refused again: the caller gets the
                 // upstream's answer (its credentials or permissions are what to fix), and the key
@@ -110,25 +79,7 @@ pub(crate) async fn drive(
             } => (why, retry_after, class),
             Attempt::Unknown { why, .. } if unknown_is_retryable => (why, None, "unknown"),
             Attempt::Unknown { why, timed_out } => {
-                // Even unrecorded (kept to record later, or not: `settle` logs it), the entry is
-                // held: pending under this lease, and stuck for an operator once it passes. The
-                // answer tells the caller what happened upstream.
-                let _ = e
-                    .settle(Outcome::Unknown(e.report(entry_id, why.clone())))
-                    .await;
-                m.unknown.increment(1);
-                // For the people on call: the ledger logs it too, but this is where they look
-                // first. Names only; never a header value or a body.
-                tracing::warn!(
-                    route = %route.name,
-                    entry_id,
-                    attempts = tries,
-                    error = %why,
-                    "outcome unknown: the entry is held for an operator"
-                );
-                return Err(Problem::new(ProblemCode::OutcomeUnknown, format!("{why}; the request may have been executed upstream, so it will not be retried automatically — an operator must resolve it")).with_status(if timed_out { 504 } else { 502 })
-                .with("entry_id", entry_id)
-                .counted());
+                return Err(hold_unknown(e, route, &m, entry_id, tries, why, timed_out).await)
             }
         };
         // The upstream's Retry-After is waited out when the route waits that long; when it asks
@@ -182,4 +133,87 @@ pub(crate) async fn drive(
             .with("entry_id", entry_id)
             .counted());
     }
+}
+
+/// An executed attempt: its response recorded as the entry's outcome, and given out once recorded.
+async fn record_executed(
+    e: &Engine,
+    route: &Route,
+    m: &RouteMetrics,
+    entry_id: i64,
+    resp: UpstreamResponse,
+) -> Result<UpstreamResponse, Problem> {
+    let completion = |at| CompleteRequest {
+        entry_id,
+        owner: e.owner.clone(),
+        // The ledger's copy of the body; the client's is the upstream's bytes.
+        response: resp.record(),
+        ttl_ms: route.ttl.as_millis() as i64,
+        duplicate_window_ms: Some(e.cfg.duplicate_window.as_millis() as i64),
+        at,
+    };
+    let done = e.store.complete(completion(now_millis())).recv().await;
+    match done {
+            Ok(c) => {
+                m.executed.increment(1);
+                if c.duplicate_of.is_some() {
+                    m.duplicate_suspects.increment(1);
+                }
+                Ok(resp)
+            }
+            // An operator decided the entry while it was in flight: the ledger's decision
+            // stands, and this response was not recorded, so it is not given out either.
+            Err(LedgerError::LeaseLost(_) | LedgerError::InvalidTransition { .. }) => Err(Problem::new(ProblemCode::ResolvedMeanwhile, "an operator resolved this key while the request was in flight; retry to get the recorded outcome")
+            .with("entry_id", entry_id)),
+            // The effect happened and the ledger could not record it (a full disk, a
+            // lost database): the entry stays pending under this lease, so it is never run
+            // again. The response is not given out, since a retry could not be given it
+            // again if this process ended before the ledger took it. It is kept, to be
+            // recorded once the ledger takes writes again (then retries replay it), or,
+            // if it cannot be kept, the entry is stuck for an operator once the lease
+            // passes.
+            Err(err) => {
+                let kept = e.unsettled.keep(Outcome::Complete(completion(now_millis())), &err);
+                let detail = if kept {
+                    format!("the upstream executed the request (status {}), but the ledger could not record its outcome yet ({err}); it will not be run again, and this process records the outcome as soon as the ledger takes writes: a retry with the same key gets 409 (or 503) until then, and this response after", resp.status)
+                } else {
+                    format!("the upstream executed the request (status {}), but the ledger could not record its outcome ({err}); it will not be run again: retries get 409 until an operator resolves the entry", resp.status)
+                };
+                let p = Problem::new(ProblemCode::OutcomeUnrecorded, detail)
+                    .with("entry_id", entry_id)
+                    .with("upstream_status", resp.status);
+                Err(if kept { p.retry_after(1) } else { p })
+            }
+        }
+}
+
+/// An attempt of unknown outcome: the entry held for an operator, and the answer saying so.
+async fn hold_unknown(
+    e: &Engine,
+    route: &Route,
+    m: &RouteMetrics,
+    entry_id: i64,
+    tries: u32,
+    why: String,
+    timed_out: bool,
+) -> Problem {
+    // Even unrecorded (kept to record later, or not: `settle` logs it), the entry is
+    // held: pending under this lease, and stuck for an operator once it passes. The
+    // answer tells the caller what happened upstream.
+    let _ = e
+        .settle(Outcome::Unknown(e.report(entry_id, why.clone())))
+        .await;
+    m.unknown.increment(1);
+    // For the people on call: the ledger logs it too, but this is where they look
+    // first. Names only; never a header value or a body.
+    tracing::warn!(
+        route = %route.name,
+        entry_id,
+        attempts = tries,
+        error = %why,
+        "outcome unknown: the entry is held for an operator"
+    );
+    Problem::new(ProblemCode::OutcomeUnknown, format!("{why}; the request may have been executed upstream, so it will not be retried automatically — an operator must resolve it")).with_status(if timed_out { 504 } else { 502 })
+        .with("entry_id", entry_id)
+        .counted()
 }

@@ -13,16 +13,19 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
-use idemgate_ledger::*;
+use idemgate_ledger::{
+    canon, now_millis, without_secret_params, ClaimOutcome, ClaimRequest, Effect, LedgerError,
+    Millis, OwnerReport, RequestRecord, Result, Storage,
+};
 use metrics::{counter, histogram, Counter, Histogram};
 
 use crate::config::{Config, InFlight, Route};
 use crate::flights::{flight_key, Flight, Flights, Seen};
-use crate::forward::{self, HttpClient, NoAnswer, ReadAnswer, UpstreamResponse};
+use crate::forward::{self, HttpClient, NoAnswer, ReadAnswer};
 use crate::keys;
 use crate::problem::{Problem, ProblemCode};
 use crate::read_cache::ReadCache;
@@ -32,7 +35,9 @@ use crate::request_checks::{
 use crate::settle::{Outcome, Unsettled};
 use crate::signature;
 
-pub(crate) use crate::drive::drive;
+pub(crate) use crate::drive::{drive, ClaimedCall};
+use crate::respond::response;
+pub use crate::respond::{respond, respond_upstream};
 
 /// The most header bytes (names and values) a proxied request may carry; more gets 431.
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
@@ -692,39 +697,26 @@ impl Engine {
                 .map_err(claim_failed)?;
             self.claim_seconds.record(started.elapsed().as_secs_f64());
             // Names only: keys and scopes are not secret, header values and bodies may be.
-            let label = match &outcome {
-                ClaimOutcome::Claimed { .. } => "claimed",
-                ClaimOutcome::Replay { .. } => "replay",
-                ClaimOutcome::Collision { .. } => "collision",
-                ClaimOutcome::InFlight { .. } => "in_flight",
-                ClaimOutcome::Stuck { .. } => "stuck",
-                ClaimOutcome::Failed { .. } => "failed",
-                ClaimOutcome::ProbableDuplicate { .. } => "probable_duplicate",
-            };
-            tracing::debug!(route = %route.name, scope = %scope, key = %key, outcome = label, "claim");
+            tracing::debug!(route = %route.name, scope = %scope, key = %key, outcome = outcome_label(&outcome), "claim");
             return match outcome {
                 ClaimOutcome::Claimed { entry_id, attempt } => {
-                    let _landing = self.flights.take_off(fk, Flight {
-                        entry_id,
-                        fingerprint: fingerprint.clone(),
-                        // The ledger's own lease: the claim's time plus the lease.
-                        lease_expires_at: at + route.lease.as_millis() as i64,
-                        done: Arc::default(),
-                    });
+                    let _landing = self.flights.take_off(
+                        fk,
+                        Flight {
+                            entry_id,
+                            fingerprint: fingerprint.clone(),
+                            // The ledger's own lease: the claim's time plus the lease.
+                            lease_expires_at: at + route.lease.as_millis() as i64,
+                            done: Arc::default(),
+                        },
+                    );
                     self.execute(req, &key, &upstream_key, body, entry_id, attempt)
                         .await
                 }
-                ClaimOutcome::Replay { response, .. } => {
-                    req.metrics.replayed.increment(1);
-                    req.metrics.replays.increment(1);
-                    Ok(respond(response, Some(&key), true, None))
-                }
-                ClaimOutcome::Collision { entry_id } => {
-                    req.metrics.collisions.increment(1);
-                    Err(Problem::new(ProblemCode::KeyReuse, "this key was already used with a different request; use a new key for a new operation")
-                        .with("entry_id", entry_id))
-                }
-                ClaimOutcome::InFlight { entry_id, lease_expires_at } => {
+                ClaimOutcome::InFlight {
+                    entry_id,
+                    lease_expires_at,
+                } => {
                     // Held by another process (or this one's claim is just being answered): ask
                     // the ledger again shortly.
                     if waits && Instant::now() < deadline {
@@ -733,20 +725,7 @@ impl Engine {
                     }
                     Err(in_flight(entry_id, lease_expires_at))
                 }
-                ClaimOutcome::Stuck { entry_id } => Err(Problem::new(ProblemCode::OutcomeUnknown, "an earlier attempt with this key may or may not have happened upstream; it is held for an operator and will not be run again automatically").with_status(409)
-                .with("entry_id", entry_id)),
-                ClaimOutcome::Failed { entry_id, response } => match response {
-                    Some(r) => {
-                        req.metrics.replayed.increment(1);
-                        Ok(respond(r, Some(&key), true, None))
-                    }
-                    None => Err(Problem::new(ProblemCode::EntryFailed, "an operator marked this operation as permanently failed").with("entry_id", entry_id)),
-                },
-                ClaimOutcome::ProbableDuplicate { entry_id, key: other } => {
-                    req.metrics.duplicate_suspects.increment(1);
-                    Err(Problem::new(ProblemCode::ProbableDuplicate, format!("the same request completed under another key ({other}) within the duplicate window"))
-                        .with("duplicate_of", entry_id))
-                }
+                settled => answer_settled(req, &key, settled),
             };
         }
     }
@@ -773,17 +752,15 @@ impl Engine {
                 return Err(Problem::new(ProblemCode::BadRequest, e));
             }
         };
-        let r = drive(
-            self,
-            route,
-            &parts.method,
-            uri,
-            &headers,
-            body,
+        let call = ClaimedCall {
             entry_id,
             first_attempt,
-        )
-        .await?;
+            method: &parts.method,
+            uri,
+            headers: &headers,
+            body,
+        };
+        let r = drive(self, route, call).await?;
         Ok(respond_upstream(r, Some(key), None))
     }
 
@@ -822,152 +799,53 @@ fn claim_failed(e: LedgerError) -> Problem {
     }
 }
 
-/// A stored response to the client (a replay, or the read cache's), with the key echoed and the
-/// replay marked. The record's body becomes the response's without a copy.
-pub fn respond(
-    r: ResponseRecord,
-    key: Option<&str>,
-    replayed: bool,
-    cache: Option<&'static str>,
-) -> Response<ProxyBody> {
-    let ResponseRecord {
-        status,
-        mut headers,
-        body,
-    } = r;
-    // An operator's response recorded before ops checked them may hold one (a `content-length`
-    // that contradicts the body would break every replay).
-    headers.retain(|(n, _)| {
-        !idemgate_ledger::ANSWER_HEADERS
-            .iter()
-            .any(|a| a.eq_ignore_ascii_case(n))
-    });
-    let body = Either::Left(Full::new(Bytes::from(body)));
-    response(status, &headers, body, key, replayed, cache)
+/// The name of a claim's outcome, for the debug log.
+fn outcome_label(o: &ClaimOutcome) -> &'static str {
+    match o {
+        ClaimOutcome::Claimed { .. } => "claimed",
+        ClaimOutcome::Replay { .. } => "replay",
+        ClaimOutcome::Collision { .. } => "collision",
+        ClaimOutcome::InFlight { .. } => "in_flight",
+        ClaimOutcome::Stuck { .. } => "stuck",
+        ClaimOutcome::Failed { .. } => "failed",
+        ClaimOutcome::ProbableDuplicate { .. } => "probable_duplicate",
+    }
 }
 
-/// An upstream's fresh response to the client, with the key echoed: the same status and headers a
-/// later replay of it gets, and the body as it arrived.
-pub fn respond_upstream(
-    r: UpstreamResponse,
-    key: Option<&str>,
-    cache: Option<&'static str>,
-) -> Response<ProxyBody> {
-    let body = Either::Left(Full::new(r.body));
-    response(r.status, &r.headers, body, key, false, cache)
-}
-
-fn response(
-    status: u16,
-    headers: &[(String, String)],
-    body: ProxyBody,
-    key: Option<&str>,
-    replayed: bool,
-    cache: Option<&'static str>,
-) -> Response<ProxyBody> {
-    let mut resp = Response::new(body);
-    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-    let h = resp.headers_mut();
-    for (n, v) in headers {
-        if let (Ok(n), Ok(v)) = (
-            axum::http::HeaderName::from_bytes(n.as_bytes()),
-            HeaderValue::from_str(v),
-        ) {
-            h.append(n, v);
+/// The answer to a claim the ledger settled without this request running: a replay, or why it
+/// will not run (a reused key, a held or failed entry, a probable duplicate).
+fn answer_settled(req: &Req<'_>, key: &str, outcome: ClaimOutcome) -> Answer {
+    match outcome {
+        ClaimOutcome::Replay { response, .. } => {
+            req.metrics.replayed.increment(1);
+            req.metrics.replays.increment(1);
+            Ok(respond(response, Some(key), true, None))
         }
+        ClaimOutcome::Collision { entry_id } => {
+            req.metrics.collisions.increment(1);
+            Err(Problem::new(ProblemCode::KeyReuse, "this key was already used with a different request; use a new key for a new operation")
+                .with("entry_id", entry_id))
+        }
+        ClaimOutcome::Stuck { entry_id } => Err(Problem::new(ProblemCode::OutcomeUnknown, "an earlier attempt with this key may or may not have happened upstream; it is held for an operator and will not be run again automatically").with_status(409)
+        .with("entry_id", entry_id)),
+        ClaimOutcome::Failed { entry_id, response } => match response {
+            Some(r) => {
+                req.metrics.replayed.increment(1);
+                Ok(respond(r, Some(key), true, None))
+            }
+            None => Err(Problem::new(ProblemCode::EntryFailed, "an operator marked this operation as permanently failed").with("entry_id", entry_id)),
+        },
+        ClaimOutcome::ProbableDuplicate { entry_id, key: other } => {
+            req.metrics.duplicate_suspects.increment(1);
+            Err(Problem::new(ProblemCode::ProbableDuplicate, format!("the same request completed under another key ({other}) within the duplicate window"))
+                .with("duplicate_of", entry_id))
+        }
+        ClaimOutcome::Claimed { .. } | ClaimOutcome::InFlight { .. } => Err(Problem::new(
+            ProblemCode::Internal,
+            "a claim that runs or waits is not settled",
+        )),
     }
-    if let Some(k) = key.and_then(forward::header_value) {
-        h.insert("idempotency-key", k);
-    }
-    if replayed {
-        h.insert("idempotent-replayed", HeaderValue::from_static("true"));
-    }
-    if let Some(c) = cache {
-        h.insert("x-cache", HeaderValue::from_static(c));
-    }
-    resp
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dot_segments_are_found_plain_and_percent_encoded() {
-        for p in [
-            "/v1/customers/../charges",
-            "/v1/customers/%2e%2E/charges",
-            "/v1/./charges",
-            "/v1/charges/.%2e",
-            "/v1/charges/%2E.",
-            "/..",
-            "/v1/charges/%2e",
-            "/v1/customers/x%2F..%2F..%2Fcharges",
-            "/v1/customers/x%2f%2e%2e%2fcharges",
-            "/v1/customers\\..\\charges",
-            "/v1/customers/x%5C..%5ccharges",
-            "/v1/charges/..;/cancel",
-            "/v1/charges/.;jsessionid=1/x",
-            "/v1/charges/..%3B/cancel",
-            "/v1/charges/%2e%2e%3bx=1%2Fcancel",
-            "/v1/charges/..;a.b;c/cancel",
-        ] {
-            assert!(has_dot_segment(p), "{p}");
-        }
-        for p in [
-            "/v1/charges",
-            "/v1/charges/ch_1.json",
-            "/v1/...",
-            "/v1/.well-known",
-            "/",
-            "",
-            "/v1/projects/group%2Fproject",
-            "/v1/a..b/%2e%2e%2e/.x/x.",
-            "/v1/100%",
-            "/v1/%2",
-            "/v1/charges;v=2",
-            "/v1/charges/ch_1;..",
-            "/v1/charges/;../x",
-            "/v1/charges/...;/x",
-        ] {
-            assert!(!has_dot_segment(p), "{p}");
-        }
-    }
-
-    fn flight(fingerprint: &str, lease_expires_at: Millis) -> Flight {
-        Flight {
-            entry_id: 7,
-            fingerprint: fingerprint.into(),
-            lease_expires_at,
-            done: Arc::default(),
-        }
-    }
-
-    #[tokio::test]
-    async fn a_flight_answers_its_own_request_until_it_lands_or_its_lease_passes() {
-        let flights = Flights::default();
-        let k = flight_key("charges", "agent-7", "k1");
-        assert!(matches!(flights.seen(&k, "fp", 100), Seen::Unknown));
-        let landing = flights.take_off(k.clone(), flight("fp", 1_000));
-        let Seen::InFlight {
-            entry_id, ended, ..
-        } = flights.seen(&k, "fp", 999)
-        else {
-            panic!("in flight");
-        };
-        assert_eq!(entry_id, 7);
-        // Another request under the key, or the same past its lease: the ledger decides.
-        assert!(matches!(flights.seen(&k, "other", 999), Seen::Unknown));
-        assert!(matches!(flights.seen(&k, "fp", 1_000), Seen::Unknown));
-        // Another scope's key of the same name is another key.
-        let k2 = flight_key("charges", "agent-8", "k1");
-        assert!(matches!(flights.seen(&k2, "fp", 999), Seen::Unknown));
-        // Landing (however the request ends) wakes the waiters — even one that looked it up before
-        // and has not waited yet — and forgets the key.
-        drop(landing);
-        tokio::time::timeout(Duration::from_secs(5), ended)
-            .await
-            .expect("woken when the request ends");
-        assert!(matches!(flights.seen(&k, "fp", 999), Seen::Unknown));
-    }
-}
+mod tests;

@@ -13,6 +13,7 @@ pub mod problem;
 pub mod read_cache;
 pub mod redrive;
 mod request_checks;
+mod respond;
 pub mod settle;
 pub mod signature;
 

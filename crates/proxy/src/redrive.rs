@@ -8,7 +8,7 @@ use bytes::Bytes;
 use idemgate_ledger::{EntryDetail, RequestRecord, ResponseRecord};
 
 use crate::config::{Reconcile, Route};
-use crate::engine::{drive, Engine, UPSTREAM_KEY_HEADER};
+use crate::engine::{drive, ClaimedCall, Engine, UPSTREAM_KEY_HEADER};
 use crate::forward::{self, Attempt};
 use crate::problem::Problem;
 
@@ -67,17 +67,15 @@ pub async fn replay(
     let method = Method::from_bytes(request.method.as_bytes()).unwrap_or(Method::POST);
     let uri = forward::upstream_uri(&route.upstream, &request.path)
         .map_err(RedriveError::StoredRequest)?;
-    let r = drive(
-        e,
-        route,
-        &method,
+    let call = ClaimedCall {
+        entry_id: d.summary.id,
+        first_attempt: attempt,
+        method: &method,
         uri,
-        &headers,
-        Bytes::from(request.body),
-        d.summary.id,
-        attempt,
-    )
-    .await;
+        headers: &headers,
+        body: Bytes::from(request.body),
+    };
+    let r = drive(e, route, call).await;
     Ok(r.map(|r| r.status))
 }
 

@@ -13,7 +13,10 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use idemgate_ledger::*;
+use idemgate_ledger::{
+    export, now_millis, EntryFilter, EventFilter, EventRange, Millis, Progress, ResponseRecord,
+    Result, VerifyReport,
+};
 use idemgate_ops::{
     ActionCmd, BulkCmd, BulkKind, BulkTarget, Ops, PurgeCmd, PurgeTarget, ResolveAs, ResolveCmd,
 };

@@ -130,6 +130,27 @@ pub struct Bound {
     pub admin: Option<SocketAddr>,
 }
 
+/// A listener on `addr`, and the address it is bound to (the port, when `addr`'s is 0).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServeError> {
+    let bind_error = |source| ServeError::Bind { addr, source };
+    let l = TcpListener::bind(addr).await.map_err(bind_error)?;
+    let bound = l.local_addr().map_err(bind_error)?;
+    Ok((l, bound))
+}
+
+/// Removes the export spools that processes killed before they could left behind.
+fn reclaim_spools(exports: &exports::Exports, cfg: &Config) {
+    match exports.reclaim() {
+        Ok(removed) if !removed.is_empty() => tracing::info!(
+            spools = ?removed,
+            "removed the export spools of processes that were killed before they could"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(dir = %cfg.export_dir.display(), error = %e,
+            "cannot look for the export spools of killed processes"),
+    }
+}
+
 /// Runs the proxy (and the admin listener) until `shutdown` resolves, then drains requests in
 /// flight (up to [`DRAIN_TIMEOUT`]) and returns; the caller closes the ledger after. `on_bound` is
 /// told the bound addresses once both listeners are up.
@@ -143,42 +164,13 @@ async fn serve(
     let metrics = metrics_handle();
     let engine = Arc::new(ops.upstream(cfg.clone()));
     let exports = Arc::new(exports::Exports::new(cfg.export_dir.clone()));
-    match exports.reclaim() {
-        Ok(removed) if !removed.is_empty() => tracing::info!(
-            spools = ?removed,
-            "removed the export spools of processes that were killed before they could"
-        ),
-        Ok(_) => {}
-        Err(e) => tracing::warn!(dir = %cfg.export_dir.display(), error = %e,
-            "cannot look for the export spools of killed processes"),
-    }
-    let proxy_listener =
-        TcpListener::bind(cfg.listen)
-            .await
-            .map_err(|source| ServeError::Bind {
-                addr: cfg.listen,
-                source,
-            })?;
-    let proxy_addr = proxy_listener
-        .local_addr()
-        .map_err(|source| ServeError::Bind {
-            addr: cfg.listen,
-            source,
-        })?;
+    reclaim_spools(&exports, &cfg);
+    let (proxy_listener, proxy_addr) = bind(cfg.listen).await?;
     let access = Arc::new(access::Access::new(token.as_ref(), &cfg.operators));
     let admin = match &cfg.admin_listen {
         Some(_) if access.is_empty() => return Err(ServeError::NoAdminToken),
         Some(addr) => {
-            let l = TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServeError::Bind {
-                    addr: *addr,
-                    source,
-                })?;
-            let bound = l.local_addr().map_err(|source| ServeError::Bind {
-                addr: *addr,
-                source,
-            })?;
+            let (l, bound) = bind(*addr).await?;
             Some((
                 l,
                 bound,

@@ -4,7 +4,7 @@
 //! given), claims KEY, prints the outcome as one line (`claimed ID`, `in-flight ID`, `stuck ID`, ...)
 //! and exits — or, with `--hang`, sleeps until it is killed.
 
-use idemgate_ledger::*;
+use idemgate_ledger::{ChainHasher, ClaimOutcome, Ledger, OpenOptions, Storage};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

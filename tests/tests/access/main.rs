@@ -2,6 +2,10 @@
 //! refuses every wrong token the same way and answers only problem+json; each role gets exactly
 //! its routes, and actions are logged under the token's operator (`roles`); servers bind loopback
 //! unless configured otherwise; a long admin call stops when its client goes away.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario told top to bottom, its steps checked in order"
+)]
 
 use std::io::Write;
 use std::net::TcpStream;

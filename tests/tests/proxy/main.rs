@@ -1,6 +1,10 @@
 //! `idemgate serve` as a real process in front of a real upstream that counts side effects and
 //! injects faults: one test per row of the proxy table in docs/design.md (the answer *and* the upstream's
 //! effect count), concurrency, SIGKILL and SIGTERM, signatures, the admin API, replay, reconcile.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario told top to bottom, its steps checked in order"
+)]
 
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier};

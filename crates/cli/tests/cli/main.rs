@@ -1,5 +1,9 @@
 //! The `idemgate` binary against real ledger files: the demo, `--json`, verification of tampered
 //! ledgers and exports, and refused actions that must leave the ledger byte-for-byte unchanged.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario told top to bottom, its steps checked in order"
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,3 +1,8 @@
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario told top to bottom, its steps checked in order"
+)]
+
 use super::*;
 
 const EXAMPLE: &str = include_str!("../../../../examples/idemgate.toml");

@@ -1,0 +1,163 @@
+//! The audit commands: `export` a run of the log with its manifest, `verify` a ledger or an
+//! export, `copy` a ledger into a new one. Each is long work that Ctrl-C stops cleanly.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use idemgate_ledger::export::Format;
+use idemgate_ledger::{ChainHasher, EventRange};
+use idemgate_ops::{ExportCmd, Ops, OpsError};
+
+use crate::{interrupt, output, stopped, with_progress, FormatArg, LedgerArg};
+
+/// The arguments of `idemgate export`.
+#[derive(Args, Debug)]
+pub(crate) struct ExportArgs {
+    #[command(flatten)]
+    ledger: LedgerArg,
+    #[arg(long, value_enum)]
+    format: FormatArg,
+    /// RFC 3339 time, a date (2026-11-20), a duration ago (90m, 2h, 7d) or Unix ms.
+    #[arg(long, value_parser = idemgate_ops::parse_time)]
+    since: Option<i64>,
+    #[arg(long, value_parser = idemgate_ops::parse_time)]
+    until: Option<i64>,
+    /// Output file; FILE.manifest.json is written beside it. An existing one is refused.
+    #[arg(short = 'o', long = "output")]
+    output: PathBuf,
+    /// Replace the output file and its manifest if they exist.
+    #[arg(long)]
+    overwrite: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn export(out: &mut output::Out, a: ExportArgs) -> Result<ExitCode, OpsError> {
+    let ExportArgs {
+        ledger,
+        format,
+        since,
+        until,
+        output: path,
+        overwrite,
+        json,
+    } = a;
+    let cmd = ExportCmd {
+        format: match format {
+            FormatArg::Ndjson => Format::Ndjson,
+            FormatArg::Csv => Format::Csv,
+        },
+        range: EventRange { since, until },
+        path: path.display().to_string(),
+        overwrite,
+    };
+    let ops = Ops::open_existing(&ledger.ledger)?;
+    let total = ops.store().head()?.map(|h| h.seq as u64);
+    let manifest = with_progress("exporting", "events", total, |p| ops.export(&cmd, p))?;
+    match (manifest, interrupt::asked()) {
+        (Some(m), _) => output::exported(out, &path, &m, json)?,
+        (None, Some(stop)) => {
+            return Ok(stopped(stop, "export", "no file written"));
+        }
+        (None, None) => unreachable!("an export stops only when asked"),
+    }
+    out.flush().ok();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The arguments of `idemgate copy`.
+#[derive(Args, Debug)]
+pub(crate) struct CopyArgs {
+    #[command(flatten)]
+    ledger: LedgerArg,
+    /// The new ledger: a SQLite file path or a postgres:// URL (created; must be empty).
+    #[arg(long, value_name = "PATH|URL")]
+    to: String,
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn copy(out: &mut output::Out, a: CopyArgs) -> Result<ExitCode, OpsError> {
+    let CopyArgs { ledger, to, json } = a;
+    let report = with_progress("copying", "rows", None, |p| {
+        idemgate_ops::copy_ledger(&ledger.ledger, &to, p)
+    });
+    let report = match (report, interrupt::asked()) {
+        (Err(_), Some(stop)) => {
+            return Ok(stopped(
+                stop,
+                "copy",
+                &format!("rolled back; nothing was copied into {to}"),
+            ));
+        }
+        (r, _) => r?,
+    };
+    output::copied(out, &report, json)?;
+    out.flush().ok();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The arguments of `idemgate verify`.
+#[derive(Args, Debug)]
+pub(crate) struct VerifyArgs {
+    #[arg(
+        long,
+        env = "IDEMGATE_LEDGER",
+        value_name = "PATH|URL",
+        conflicts_with = "export",
+        required_unless_present = "export"
+    )]
+    ledger: Option<String>,
+    /// A manifest whose chain head the ledger must still hold.
+    #[arg(long, requires = "ledger", value_name = "MANIFEST")]
+    against: Option<PathBuf>,
+    /// An export file (its FILE.manifest.json is checked too when present).
+    #[arg(long, value_name = "FILE")]
+    export: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, OpsError> {
+    let VerifyArgs {
+        ledger,
+        against,
+        export,
+        json,
+    } = a;
+    let (ok, cancelled) = if let Some(file) = export {
+        let hasher = ChainHasher::from_env()?;
+        let report = with_progress("verifying", "events", None, |p| {
+            idemgate_ops::verify_export_file(&file, &hasher, p)
+        })?;
+        output::verified_export(out, &report, json)?;
+        (report.ok, report.chain.cancelled)
+    } else {
+        let location = ledger.unwrap_or_default();
+        let ops = Ops::open_existing(&location)?;
+        let total = ops.store().head()?.map(|h| h.seq as u64);
+        match against {
+            Some(m) => {
+                let r = with_progress("verifying", "events", total, |p| ops.verify_against(&m, p))?;
+                output::verified_against(out, &r, json)?;
+                (r.ok, r.chain.cancelled)
+            }
+            None => {
+                let r = with_progress("verifying", "events", total, |p| ops.verify(p))?;
+                output::verified(out, &r, json)?;
+                (r.ok, r.cancelled)
+            }
+        }
+    };
+    out.flush().ok();
+    if let (true, Some(stop)) = (cancelled, interrupt::asked()) {
+        return Ok(stopped(stop, "verify", "the chain is not verified"));
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
+}

@@ -1,0 +1,195 @@
+//! The writes an operator asks for: resolve, purge, re-drive (a replay's claim) and the note of a
+//! reconcile. Each checks who asks and why, then the entry's state, as the proxy's writes do.
+
+use serde_json::json;
+
+use super::{append, moved, store_completion};
+use crate::canon::sha256_hex;
+use crate::db::vals;
+use crate::entry_row::row_by_id;
+use crate::error::{LedgerError, Result};
+use crate::model::{EntrySummary, EventKind, State};
+use crate::prepared::headers_json;
+use crate::read;
+use crate::store::{
+    Actor, PurgeRequest, ReconcileNote, Redrive, RedriveRequest, Resolution, ResolveRequest,
+};
+use crate::writer::Ctx;
+
+fn check_actor(actor: &Actor) -> Result<()> {
+    if actor.operator.trim().is_empty() || actor.reason.trim().is_empty() {
+        return Err(LedgerError::MissingActor);
+    }
+    Ok(())
+}
+
+pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: &ResolveRequest) -> Result<EntrySummary> {
+    check_actor(&req.actor)?;
+    let row = row_by_id(ctx.db, req.entry_id)?;
+    let refuse = |needed| LedgerError::InvalidTransition {
+        id: row.id,
+        state: if row.state == State::Pending {
+            "pending and in flight".into()
+        } else {
+            row.state.to_string()
+        },
+        action: "resolve",
+        needed,
+    };
+    match row.state {
+        State::Completed => return Err(refuse("pending (stuck), released or failed")),
+        State::Pending if !row.stuck(req.at) => {
+            return Err(refuse("a stuck entry (lease passed or outcome unknown)"))
+        }
+        _ => {}
+    }
+    let mut detail = json!({"as": req.resolution.name(), "from": row.state});
+    let mut digest = None;
+    let mut external_ref = None;
+    match &req.resolution {
+        Resolution::Completed {
+            response,
+            external_ref: reference,
+        } => {
+            store_completion(ctx.db, row.id, response, req.at, req.ttl_ms)?;
+            moved(ctx, Some(row.state), Some(State::Completed));
+            detail["status"] = json!(response.status);
+            detail["external_ref"] = json!(reference);
+            digest = Some(sha256_hex(&response.body));
+            external_ref = reference.clone();
+        }
+        Resolution::Failed { response } => {
+            let resp = response.as_ref();
+            let headers = resp.map(|r| headers_json(&r.headers));
+            ctx.db.exec(
+                "UPDATE entries SET state = 'failed', resp_status = ?2, resp_headers = ?3, \
+                 resp_body = ?4, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?5, \
+                 expires_at = ?6, expiry_logged = 0 WHERE id = ?1",
+                vals![
+                    row.id,
+                    resp.map(|r| i64::from(r.status)),
+                    headers.as_ref(),
+                    resp.map(|r| &r.body),
+                    req.at,
+                    req.at + req.ttl_ms
+                ],
+            )?;
+            moved(ctx, Some(row.state), Some(State::Failed));
+            if let Some(r) = resp {
+                detail["status"] = json!(r.status);
+                digest = Some(sha256_hex(&r.body));
+            }
+        }
+        Resolution::Released => {
+            ctx.db.exec(
+                "UPDATE entries SET state = 'released', lease_owner = NULL, lease_expires_at = NULL, \
+                 updated_at = ?2 WHERE id = ?1",
+                vals![row.id, req.at],
+            )?;
+            moved(ctx, Some(row.state), Some(State::Released));
+        }
+    }
+    ctx.db.exec(
+        "UPDATE entries SET resolved_by = ?2, resolution_reason = ?3, external_ref = ?4 WHERE id = ?1",
+        vals![
+            row.id,
+            &req.actor.operator,
+            &req.actor.reason,
+            external_ref.as_ref()
+        ],
+    )?;
+    let mut ev = row.event(req.at, EventKind::Resolve, detail);
+    ev.actor = Some(&req.actor);
+    ev.payload_digest = digest;
+    append(ctx, ev)?;
+    read::entry_summary(ctx.db, row.id, req.at)
+}
+
+pub(crate) fn purge(ctx: &mut Ctx<'_>, req: &PurgeRequest) -> Result<Vec<i64>> {
+    check_actor(&req.actor)?;
+    let mut purged = Vec::with_capacity(req.ids.len());
+    for &id in &req.ids {
+        let row = row_by_id(ctx.db, id)?;
+        if row.state == State::Pending {
+            return Err(LedgerError::InvalidTransition {
+                id,
+                state: "pending".into(),
+                action: "purge",
+                needed: "completed, released or failed (resolve a pending entry first)",
+            });
+        }
+        if req.only_expired && !row.expired(req.at) {
+            continue;
+        }
+        ctx.db
+            .exec("DELETE FROM collisions WHERE entry_id = ?1", vals![id])?;
+        ctx.db
+            .exec("DELETE FROM entries WHERE id = ?1", vals![id])?;
+        moved(ctx, Some(row.state), None);
+        let mut ev = row.event(
+            req.at,
+            EventKind::Purge,
+            json!({"state": row.state, "expired": row.expired(req.at)}),
+        );
+        ev.actor = Some(&req.actor);
+        append(ctx, ev)?;
+        purged.push(id);
+    }
+    Ok(purged)
+}
+
+pub(crate) fn redrive(ctx: &mut Ctx<'_>, req: &RedriveRequest) -> Result<Redrive> {
+    check_actor(&req.actor)?;
+    let row = row_by_id(ctx.db, req.entry_id)?;
+    let allowed = match row.state {
+        State::Pending => row.stuck(req.at),
+        State::Released | State::Failed => true,
+        State::Completed => false,
+    };
+    if !allowed {
+        return Err(LedgerError::InvalidTransition {
+            id: row.id,
+            state: if row.state == State::Pending {
+                "pending and in flight".into()
+            } else {
+                row.state.to_string()
+            },
+            action: "replay",
+            needed: "stuck, released or failed",
+        });
+    }
+    let attempt = row.attempts + 1;
+    ctx.db.exec(
+        "UPDATE entries SET state = 'pending', attempts = ?2, lease_owner = ?3, lease_expires_at = ?4, \
+         outcome_unknown = 0, updated_at = ?5, stuck_logged = 0, resp_status = NULL, \
+         resp_headers = NULL, resp_body = NULL WHERE id = ?1",
+        vals![row.id, attempt, &req.owner, req.at + req.lease_ms, req.at],
+    )?;
+    moved(ctx, Some(row.state), Some(State::Pending));
+    let mut ev = row.event(
+        req.at,
+        EventKind::Replay,
+        json!({"attempt": attempt, "from": row.state, "owner": req.owner}),
+    );
+    ev.actor = Some(&req.actor);
+    append(ctx, ev)?;
+    let detail = read::entry(ctx.db, row.id, req.at)?;
+    let request = detail
+        .request
+        .clone()
+        .ok_or_else(|| LedgerError::Corrupt(format!("entry {} has no stored request", row.id)))?;
+    Ok(Redrive {
+        entry: detail.summary,
+        request,
+        attempt,
+    })
+}
+
+pub(crate) fn note_reconcile(ctx: &mut Ctx<'_>, note: &ReconcileNote) -> Result<()> {
+    check_actor(&note.actor)?;
+    let row = row_by_id(ctx.db, note.entry_id)?;
+    let mut ev = row.event(note.at, EventKind::Reconcile, note.detail.clone());
+    ev.actor = Some(&note.actor);
+    append(ctx, ev)?;
+    Ok(())
+}

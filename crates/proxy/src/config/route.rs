@@ -1,0 +1,421 @@
+//! One `[[routes]]` table checked into a [`Route`]: each part (name and path, key, scope, timing
+//! and retries, signature, upstream credential, reconcile probe) by a function of its own, each
+//! error naming its field.
+
+use std::time::Duration;
+
+use idemgate_ledger::Effect;
+
+use super::raw::RawRoute;
+use super::{
+    invalid, is_header_name, parse_duration, parse_positive, parse_size, parse_upstream,
+    query_names, read_secret, ConfigError, KeySource, Reconcile, Retry, Route, Secrets, Signature,
+    UpstreamAuth, NO_TTL,
+};
+
+/// What a route takes from `[defaults]` unless it sets its own.
+pub(super) struct RouteDefaults {
+    pub(super) ttl: Duration,
+    pub(super) lease: Duration,
+    pub(super) max_body: usize,
+}
+
+/// The name of a field of the route at `i`, as errors give it: `routes[2] (charges).timeout`.
+struct Fields<'a> {
+    i: usize,
+    name: &'a str,
+}
+
+impl Fields<'_> {
+    fn at(&self, field: &str) -> String {
+        format!("routes[{}] ({}).{field}", self.i, self.name)
+    }
+}
+
+/// The route at `i`, checked; `earlier` are the routes before it.
+pub(super) fn route(
+    i: usize,
+    r: &RawRoute,
+    earlier: &[Route],
+    d: &RouteDefaults,
+    secrets: Secrets,
+) -> Result<Route, ConfigError> {
+    let f = Fields { i, name: &r.name };
+    let method = name_method_and_path(&f, r, earlier)?;
+    let upstream = parse_upstream(&f.at("upstream"), &r.upstream)?;
+    let effect = Effect::parse(&r.effect).ok_or_else(|| {
+        invalid(
+            f.at("effect"),
+            format!("{:?}: use read, write, idempotent or destructive", r.effect),
+        )
+    })?;
+    let key = key_source(&f, r, effect)?;
+    let (scope_header, scope_required) = scope(&f, r)?;
+    let timeout = parse_positive(&f.at("timeout"), r.timeout.as_deref().unwrap_or("10s"), "")?;
+    let lease = match &r.lease {
+        Some(l) => parse_positive(&f.at("lease"), l, "")?,
+        None => d.lease,
+    };
+    let retry = retries(&f, r, effect, timeout, lease)?;
+    let reject_duplicates = match r.on_duplicate_suspect.as_deref().unwrap_or("flag") {
+        "flag" => false,
+        "reject" => true,
+        other => {
+            return Err(invalid(
+                f.at("on_duplicate_suspect"),
+                format!("{other:?}: use \"flag\" or \"reject\""),
+            ))
+        }
+    };
+    let signature = signature(&f, r, secrets)?;
+    let upstream_auth = upstream_auth(&f, r)?;
+    let reconcile = reconcile(&f, r)?;
+    let cache_ttl = match &r.cache_ttl {
+        Some(c) if effect != Effect::Read => {
+            return Err(invalid(
+                f.at("cache_ttl"),
+                format!("{c:?}: only read routes are cached"),
+            ))
+        }
+        Some(c) => Some(parse_duration(&f.at("cache_ttl"), c)?),
+        None => None,
+    };
+    // The credential's header is a secret header too: a client's value of it is never stored.
+    let mut secret_headers = header_names(&f, "secret_headers", &r.secret_headers)?;
+    if let Some(a) = &upstream_auth {
+        if !secret_headers.iter().any(|n| n == a.header.as_str()) {
+            secret_headers.push(a.header.as_str().to_owned());
+        }
+    }
+    Ok(Route {
+        name: r.name.clone(),
+        method,
+        path: r.path.clone(),
+        upstream,
+        effect,
+        key,
+        scope_header,
+        scope_required,
+        forward_key: r.forward_key.unwrap_or(true),
+        upstream_dedupes: r.upstream_dedupes.unwrap_or(false),
+        timeout,
+        retry,
+        reject_duplicates,
+        signature,
+        upstream_auth,
+        reconcile,
+        cache_ttl,
+        ttl: match &r.ttl {
+            Some(t) => parse_positive(&f.at("ttl"), t, NO_TTL)?,
+            None => d.ttl,
+        },
+        lease,
+        max_body: match &r.max_body {
+            Some(m) => parse_size(&f.at("max_body"), m)?,
+            None => d.max_body,
+        },
+        fingerprint_headers: header_names(&f, "fingerprint_headers", &r.fingerprint_headers)?,
+        secret_headers,
+        secret_query: query_names(&f.at("secret_query"), &r.secret_query)?,
+    })
+}
+
+/// The route's name (unique), its method, and its path (absolute, written decoded); returns the
+/// method in upper case.
+fn name_method_and_path(
+    f: &Fields<'_>,
+    r: &RawRoute,
+    earlier: &[Route],
+) -> Result<String, ConfigError> {
+    if r.name.trim().is_empty()
+        || !r
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(invalid(
+            format!("routes[{}].name", f.i),
+            format!("{:?}: use letters, digits, - _ .", r.name),
+        ));
+    }
+    if earlier.iter().any(|x| x.name == r.name) {
+        return Err(invalid(f.at("name"), "used by an earlier route"));
+    }
+    let method = r.method.to_ascii_uppercase();
+    if http::Method::from_bytes(method.as_bytes()).is_err() || method.is_empty() {
+        return Err(invalid(
+            f.at("method"),
+            format!("{:?} is not an HTTP method", r.method),
+        ));
+    }
+    if !r.path.starts_with('/') {
+        return Err(invalid(
+            f.at("path"),
+            format!("{:?} must start with /", r.path),
+        ));
+    }
+    // Requests are routed by their decoded path (`engine::route_path`).
+    let decoded = percent_encoding::percent_decode_str(&r.path).decode_utf8_lossy();
+    if decoded != r.path.as_str() {
+        return Err(invalid(
+            f.at("path"),
+            format!(
+                "{:?}: write it decoded, {decoded:?}: requests are routed by their decoded path",
+                r.path
+            ),
+        ));
+    }
+    Ok(method)
+}
+
+/// Where the idempotency key comes from: `key.header`, `key.json` or `key.derive`; a write route
+/// that names none reads the standard `Idempotency-Key` header.
+fn key_source(
+    f: &Fields<'_>,
+    r: &RawRoute,
+    effect: Effect,
+) -> Result<Option<KeySource>, ConfigError> {
+    let key = match &r.key {
+        None => None,
+        Some(k) => Some(match (&k.header, &k.json, &k.derive) {
+            (Some(h), None, None) => {
+                if !is_header_name(h) {
+                    return Err(invalid(
+                        f.at("key.header"),
+                        format!("{h:?} is not a header name"),
+                    ));
+                }
+                KeySource::Header(h.to_ascii_lowercase())
+            }
+            (None, Some(p), None) => {
+                if !p.starts_with('/') {
+                    return Err(invalid(
+                        f.at("key.json"),
+                        format!("{p:?}: a JSON pointer starts with /"),
+                    ));
+                }
+                KeySource::Json(p.clone())
+            }
+            (None, None, Some(ps)) => {
+                if ps.is_empty() {
+                    return Err(invalid(
+                        f.at("key.derive"),
+                        "name at least one JSON pointer",
+                    ));
+                }
+                if let Some(p) = ps.iter().find(|p| !p.starts_with('/')) {
+                    return Err(invalid(
+                        f.at("key.derive"),
+                        format!("{p:?}: a JSON pointer starts with /"),
+                    ));
+                }
+                KeySource::Derive(ps.clone())
+            }
+            _ => {
+                return Err(invalid(
+                    f.at("key"),
+                    "give exactly one of header, json or derive",
+                ))
+            }
+        }),
+    };
+    Ok(match (effect, key) {
+        (Effect::Read, k) => k,
+        (_, Some(k)) => Some(k),
+        (_, None) => Some(KeySource::Header("idempotency-key".into())),
+    })
+}
+
+/// `scope.header` (lower case) and whether a request must send it.
+fn scope(f: &Fields<'_>, r: &RawRoute) -> Result<(Option<String>, bool), ConfigError> {
+    let header = match r.scope.as_ref().and_then(|s| s.header.clone()) {
+        Some(h) if !is_header_name(&h) => {
+            return Err(invalid(
+                f.at("scope.header"),
+                format!("{h:?} is not a header name"),
+            ))
+        }
+        h => h.map(|h| h.to_ascii_lowercase()),
+    };
+    let required = r.scope.as_ref().and_then(|s| s.required) == Some(true);
+    if required && header.is_none() {
+        return Err(invalid(
+            f.at("scope.required"),
+            "needs scope.header, the header that must name the caller",
+        ));
+    }
+    Ok((header, required))
+}
+
+/// The retries, which with the upstream's timeout must fit in the lease.
+fn retries(
+    f: &Fields<'_>,
+    r: &RawRoute,
+    effect: Effect,
+    timeout: Duration,
+    lease: Duration,
+) -> Result<Retry, ConfigError> {
+    if r.upstream_dedupes == Some(true) && r.forward_key == Some(false) {
+        return Err(invalid(
+            f.at("upstream_dedupes"),
+            "the upstream can only dedupe a key it is sent: needs forward_key = true",
+        ));
+    }
+    let retry = match &r.retry {
+        None => Retry {
+            attempts: 3,
+            base: Duration::from_millis(100),
+            max: Duration::from_secs(2),
+        },
+        Some(rt) => Retry {
+            attempts: rt.attempts.unwrap_or(3),
+            base: parse_duration(&f.at("retry.base"), rt.base.as_deref().unwrap_or("100ms"))?,
+            max: parse_duration(&f.at("retry.max"), rt.max.as_deref().unwrap_or("2s"))?,
+        },
+    };
+    if retry.attempts == 0 || retry.attempts > 20 {
+        return Err(invalid(f.at("retry.attempts"), "between 1 and 20"));
+    }
+    if retry.max < retry.base {
+        return Err(invalid(
+            f.at("retry.max"),
+            "must not be less than retry.base",
+        ));
+    }
+    // Destructive calls are never retried automatically.
+    let retry = if effect == Effect::Destructive {
+        Retry {
+            attempts: 1,
+            ..retry
+        }
+    } else {
+        retry
+    };
+    // A claim's lease covers its first attempt; a retry renews it, then waits (up to retry.max,
+    // as long as the upstream's Retry-After asks) and tries (up to timeout). A call still running
+    // past its lease would look stuck, and an operator could release it and have it run twice.
+    let retry_wait = if retry.attempts > 1 && effect != Effect::Read {
+        retry.max
+    } else {
+        Duration::ZERO
+    };
+    if timeout + retry_wait >= lease {
+        return Err(invalid(
+            f.at("timeout"),
+            if retry_wait.is_zero() {
+                format!("{timeout:?} must be shorter than the lease ({lease:?}), or a live call would look stuck")
+            } else {
+                format!("{timeout:?}, plus a retry's wait of up to retry.max ({retry_wait:?}), must be shorter than the lease ({lease:?}), or a live call would look stuck")
+            },
+        ));
+    }
+    Ok(retry)
+}
+
+/// The request signature a route checks, with its secret (left out for operator actions, which
+/// never check one).
+fn signature(
+    f: &Fields<'_>,
+    r: &RawRoute,
+    secrets: Secrets,
+) -> Result<Option<Signature>, ConfigError> {
+    let s = match &r.signature {
+        None => return Ok(None),
+        Some(_) if secrets == Secrets::Skip => return Ok(None),
+        Some(s) => s,
+    };
+    let header = s
+        .header
+        .clone()
+        .unwrap_or_else(|| "x-idemgate-signature".into());
+    if !is_header_name(&header) {
+        return Err(invalid(
+            f.at("signature.header"),
+            format!("{header:?} is not a header name"),
+        ));
+    }
+    Ok(Some(Signature {
+        header: header.to_ascii_lowercase(),
+        secret: read_secret(
+            &f.at("signature"),
+            s.secret_env.as_deref(),
+            s.secret_file.as_deref(),
+        )?,
+        tolerance: parse_duration(
+            &f.at("signature.tolerance"),
+            s.tolerance.as_deref().unwrap_or("5m"),
+        )?,
+    }))
+}
+
+/// The credential the proxy adds upstream. Read in every mode: operator replays and probes send
+/// it too.
+fn upstream_auth(f: &Fields<'_>, r: &RawRoute) -> Result<Option<UpstreamAuth>, ConfigError> {
+    let Some(a) = &r.upstream_auth else {
+        return Ok(None);
+    };
+    let name = a.header.as_deref().unwrap_or("authorization");
+    let header = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+        invalid(
+            f.at("upstream_auth.header"),
+            format!("{name:?} is not a header name"),
+        )
+    })?;
+    let secret = read_secret(
+        &f.at("upstream_auth"),
+        a.secret_env.as_deref(),
+        a.secret_file.as_deref(),
+    )?;
+    let mut value = http::HeaderValue::from_bytes(&secret.0).map_err(|_| {
+        // Never the value itself: it is a secret.
+        invalid(
+            f.at("upstream_auth"),
+            "the secret is not a valid header value",
+        )
+    })?;
+    value.set_sensitive(true);
+    Ok(Some(UpstreamAuth { header, value }))
+}
+
+/// The probe that asks the upstream whether a stuck entry's effect happened: GET or HEAD, a URL
+/// with `{key}`.
+fn reconcile(f: &Fields<'_>, r: &RawRoute) -> Result<Option<Reconcile>, ConfigError> {
+    let Some(rc) = &r.reconcile else {
+        return Ok(None);
+    };
+    let m = rc
+        .method
+        .clone()
+        .unwrap_or_else(|| "GET".into())
+        .to_ascii_uppercase();
+    if m != "GET" && m != "HEAD" {
+        return Err(invalid(
+            f.at("reconcile.method"),
+            "a probe must be GET or HEAD: it must not have side effects",
+        ));
+    }
+    parse_upstream(
+        &f.at("reconcile.url"),
+        rc.url.split('?').next().unwrap_or(""),
+    )?;
+    if !rc.url.contains("{key}") {
+        return Err(invalid(f.at("reconcile.url"), "must contain {key}"));
+    }
+    Ok(Some(Reconcile {
+        method: m,
+        url: rc.url.clone(),
+    }))
+}
+
+/// Header names of a list field, in lower case.
+fn header_names(
+    f: &Fields<'_>,
+    field: &str,
+    v: &Option<Vec<String>>,
+) -> Result<Vec<String>, ConfigError> {
+    let v = v.clone().unwrap_or_default();
+    if let Some(h) = v.iter().find(|h| !is_header_name(h)) {
+        return Err(invalid(f.at(field), format!("{h:?} is not a header name")));
+    }
+    Ok(v.into_iter().map(|h| h.to_ascii_lowercase()).collect())
+}
