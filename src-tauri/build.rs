@@ -1,28 +1,13 @@
-/// The console's own commands. Listing them makes Tauri generate `allow-<command>` permissions and
-/// stop allowing every app command by default: a window may call only what a capability grants
+/// The console's commands: `call`, which runs any operation of the command table by name, and the
+/// console's own. Listing them makes Tauri generate `allow-<command>` permissions and stop
+/// allowing every app command by default: a window may call only what a capability grants
 /// (capabilities/default.json). tests/capabilities.rs keeps this list, the handler list in lib.rs,
 /// the capability and the UI's transport in step.
 const COMMANDS: &[&str] = &[
     "ledger_info",
     "open_ledger",
-    "stats",
-    "entries",
-    "show",
-    "log",
-    "incidents",
-    "preview_resolve",
-    "resolve",
-    "preview_purge",
-    "purge",
-    "export",
-    "verify_ledger",
-    "verify_export",
-    "verify_against",
+    "call",
     "cancel_job",
-    "replay",
-    "reconcile",
-    "preview_bulk",
-    "bulk",
     "proxy_status",
     "proxy_start",
     "proxy_stop",

@@ -1,27 +1,21 @@
 //! The console's Rust side: one thin adapter from Tauri commands to `idemgate-ops`, and the
 //! embedded proxy started through `idemgate-server` as `idemgate serve` starts it. No logic lives
-//! here: each command checks nothing itself, calls one operation off the async threads, and
-//! returns its answer or its error as an [`ErrorBody`] with the operation's stable code. An
-//! action is recorded under the name typed with the OS user beside it ([`desktop_operator`]).
+//! here: `call` runs any operation of the command table by name (`idemgate_ops::dispatch`) off
+//! the async threads and returns its answer or its error as an [`ErrorBody`] with the operation's
+//! stable code; the other commands are the console's own (the open ledger, jobs, the embedded
+//! proxy). An action is recorded under the name typed with the OS user beside it.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use idemgate_ledger::export::{ExportVerifyReport, Manifest};
-use idemgate_ledger::{
-    EntryFilter, EntrySummary, EventFilter, Incident, Progress, Result, Stats, VerifyReport,
-};
+use idemgate_ledger::Progress;
 use idemgate_ops::{
-    desktop_operator, os_user, ActionCmd, AgainstReport, BulkCmd, BulkKind, BulkReport, BulkTarget,
-    EntryPage, EntryView, ErrorBody, EventPage, ExportCmd, JobProgress, LedgerInfo, Ops, OpsError,
-    OpsResult, Preview, PurgeCmd, PurgeReport, PurgeTarget, ReconcileReport, ReplayReport,
-    ResolveCmd,
+    dispatch, os_user, ErrorBody, JobProgress, LedgerInfo, Ops, OpsError, OpsResult,
 };
 use idemgate_proxy::{Config, Engine};
 use idemgate_server::{ProxyStatus, Server};
-use tauri::Emitter;
 
 /// The ledger the console opens: `--ledger PATH|URL`, else `IDEMGATE_LEDGER`, else the default one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +107,7 @@ impl Console {
     }
 
     /// Runs one blocking operation on the current ledger.
-    async fn call<T: Send + 'static>(
+    async fn call_blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Ops) -> OpsResult<T> + Send + 'static,
     ) -> R<T> {
@@ -174,58 +168,41 @@ impl Console {
         }
     }
 
-    pub async fn stats(&self, hours: u32) -> R<Stats> {
-        self.call(move |o| o.stats(hours)).await
-    }
-
-    pub async fn entries(
+    /// Runs the operation `name` of the command table with `args` (`idemgate_ops::dispatch`):
+    /// a ledger read or write, or long work as the job `job` (progress after each report, and
+    /// [`Console::cancel_job`] stops it at the next), off the async threads; or a replay or a
+    /// reconcile, through the embedded proxy's configuration. An action's operator is recorded
+    /// with the OS user beside it.
+    pub async fn call(
         &self,
-        filter: EntryFilter,
-        before: Option<i64>,
-        limit: usize,
-    ) -> R<EntryPage> {
-        self.call(move |o| o.entries(&filter, before, limit)).await
-    }
-
-    pub async fn show(&self, id: i64) -> R<EntryView> {
-        self.call(move |o| o.show(id)).await
-    }
-
-    pub async fn log(
-        &self,
-        filter: EventFilter,
-        before: Option<i64>,
-        limit: usize,
-    ) -> R<EventPage> {
-        self.call(move |o| o.log(&filter, before, limit)).await
-    }
-
-    pub async fn incidents(&self, before: Option<i64>, limit: usize) -> R<Vec<Incident>> {
-        self.call(move |o| o.incidents(before, limit)).await
-    }
-
-    pub async fn preview_resolve(&self, id: i64) -> R<Preview> {
-        self.call(move |o| o.preview_resolve(id)).await
-    }
-
-    pub async fn resolve(&self, mut cmd: ResolveCmd) -> R<EntrySummary> {
-        cmd.operator = desktop_operator(&cmd.operator, &os_user());
-        self.call(move |o| o.resolve(&cmd)).await
-    }
-
-    pub async fn preview_purge(&self, target: PurgeTarget) -> R<Preview> {
-        self.call(move |o| o.preview_purge(&target)).await
-    }
-
-    /// A purge as a job: progress after each chunk, and `cancel_job(job)` stops it between two.
-    pub async fn purge(
-        &self,
-        mut cmd: PurgeCmd,
-        job: String,
+        name: String,
+        mut args: serde_json::Value,
+        job: Option<String>,
         progress: impl Fn(u64) + Send + 'static,
-    ) -> R<PurgeReport> {
-        cmd.operator = desktop_operator(&cmd.operator, &os_user());
-        self.job(&job, progress, move |o, p| o.purge(&cmd, p)).await
+    ) -> R<serde_json::Value> {
+        dispatch::as_desktop(&mut args, &os_user());
+        match dispatch::kind(&name) {
+            Some(dispatch::Kind::Upstream) => {
+                let e = self.engine().await?;
+                dispatch::run_upstream(&self.ops()?, &e, &name, args)
+                    .await
+                    .map_err(|e| err(&e))
+            }
+            Some(_) => {
+                // A bulk replay or reconcile reaches the upstream through the embedded proxy's
+                // configuration, when it runs; the operation says when it needs one.
+                let upstream = self.engine().await.ok();
+                let job = job.unwrap_or_else(|| format!("{name}-call"));
+                self.job(&job, progress, move |o, p| {
+                    dispatch::run(o, upstream.as_ref(), &name, args, p)
+                })
+                .await
+            }
+            None => Err(ErrorBody {
+                code: "invalid-argument".into(),
+                message: format!("{name:?} is not an operation of the command table"),
+            }),
+        }
     }
 
     /// Runs a long operation as a cancellable job: `progress` hears from it, `cancel_job(job)`
@@ -238,7 +215,7 @@ impl Console {
     ) -> R<T> {
         let cancel = self.job_flag(job);
         let r = self
-            .call(move |o| {
+            .call_blocking(move |o| {
                 f(o, &mut |n| {
                     progress(n);
                     !cancel.load(Ordering::Relaxed)
@@ -247,50 +224,6 @@ impl Console {
             .await;
         self.end_job(job);
         r
-    }
-
-    pub async fn export(
-        &self,
-        cmd: ExportCmd,
-        job: String,
-        progress: impl Fn(u64) + Send + 'static,
-    ) -> R<Option<Manifest>> {
-        self.job(&job, progress, move |o, p| o.export(&cmd, p))
-            .await
-    }
-
-    pub async fn verify_ledger(
-        &self,
-        job: String,
-        progress: impl Fn(u64) + Send + 'static,
-    ) -> R<VerifyReport> {
-        self.job(&job, progress, |o, p| o.verify(p)).await
-    }
-
-    /// `verify --ledger --against MANIFEST`: the open ledger's chain, and whether it still holds
-    /// the heads the manifest at `path` recorded.
-    pub async fn verify_against(
-        &self,
-        path: String,
-        job: String,
-        progress: impl Fn(u64) + Send + 'static,
-    ) -> R<AgainstReport> {
-        self.job(&job, progress, move |o, p| {
-            o.verify_against(std::path::Path::new(&path), p)
-        })
-        .await
-    }
-
-    pub async fn verify_export(
-        &self,
-        path: String,
-        job: String,
-        progress: impl Fn(u64) + Send + 'static,
-    ) -> R<ExportVerifyReport> {
-        self.job(&job, progress, move |o, p| {
-            o.verify_export(std::path::Path::new(&path), p)
-        })
-        .await
     }
 
     /// Asks a running job to stop; `false` when there is no such job.
@@ -308,45 +241,6 @@ impl Console {
             message: "replay and reconcile talk to the upstream: start the embedded proxy from its configuration first".into(),
         })?;
         Ok(self.ops()?.upstream(cfg))
-    }
-
-    pub async fn replay(&self, id: i64, mut cmd: ActionCmd) -> R<ReplayReport> {
-        cmd.operator = desktop_operator(&cmd.operator, &os_user());
-        let e = self.engine().await?;
-        self.ops()?.replay(&e, id, &cmd).await.map_err(|e| err(&e))
-    }
-
-    pub async fn reconcile(&self, id: i64, mut cmd: ActionCmd) -> R<ReconcileReport> {
-        cmd.operator = desktop_operator(&cmd.operator, &os_user());
-        let e = self.engine().await?;
-        self.ops()?
-            .reconcile(&e, id, &cmd)
-            .await
-            .map_err(|e| err(&e))
-    }
-
-    pub async fn preview_bulk(&self, action: BulkKind, target: BulkTarget) -> R<Preview> {
-        self.call(move |o| o.preview_bulk(action, &target)).await
-    }
-
-    /// A bulk action as a job: progress after each entry, and `cancel_job(job)` stops it between
-    /// two. Replay and reconcile reach the upstream through the embedded proxy's configuration.
-    pub async fn bulk(
-        &self,
-        mut cmd: BulkCmd,
-        job: String,
-        progress: impl Fn(u64) + Send + 'static,
-    ) -> R<BulkReport> {
-        cmd.operator = desktop_operator(&cmd.operator, &os_user());
-        let upstream = if cmd.action.reaches_upstream() {
-            Some(self.engine().await?)
-        } else {
-            None
-        };
-        self.job(&job, progress, move |o, p| {
-            o.bulk(&cmd, upstream.as_ref(), p)
-        })
-        .await
     }
 
     pub async fn proxy_status(&self) -> ProxyStatus {
@@ -459,14 +353,8 @@ impl Console {
 
 /// The Tauri command wrappers: argument plumbing only.
 pub mod commands {
-    use super::{
-        ActionCmd, AgainstReport, BulkCmd, BulkKind, BulkReport, BulkTarget, Console, Emitter,
-        EntryFilter, EntryPage, EntrySummary, EntryView, ErrorBody, EventFilter, EventPage,
-        ExportCmd, ExportVerifyReport, Incident, JobProgress, LedgerInfo, Manifest, Preview,
-        ProxyStatus, PurgeCmd, PurgeReport, PurgeTarget, ReconcileReport, ReplayReport, ResolveCmd,
-        Result, Stats, VerifyReport, R,
-    };
-    use tauri::{AppHandle, State};
+    use super::{Console, ErrorBody, JobProgress, LedgerInfo, ProxyStatus, R};
+    use tauri::{AppHandle, Emitter, State};
 
     fn progress(app: AppHandle, job: String) -> impl Fn(u64) + Send + 'static {
         move |done| {
@@ -489,125 +377,22 @@ pub mod commands {
     pub async fn open_ledger(c: State<'_, Console>, path: String) -> Result<LedgerInfo, ErrorBody> {
         Ok(c.open_ledger(path).await)
     }
+    /// Any operation of the command table, by name; `job` names long work for its progress
+    /// events and `cancel_job`.
     #[tauri::command]
-    pub async fn stats(c: State<'_, Console>, hours: u32) -> R<Stats> {
-        c.stats(hours).await
-    }
-    #[tauri::command]
-    pub async fn entries(
-        c: State<'_, Console>,
-        filter: EntryFilter,
-        before: Option<i64>,
-        limit: usize,
-    ) -> R<EntryPage> {
-        c.entries(filter, before, limit).await
-    }
-    #[tauri::command]
-    pub async fn show(c: State<'_, Console>, id: i64) -> R<EntryView> {
-        c.show(id).await
-    }
-    #[tauri::command]
-    pub async fn log(
-        c: State<'_, Console>,
-        filter: EventFilter,
-        before: Option<i64>,
-        limit: usize,
-    ) -> R<EventPage> {
-        c.log(filter, before, limit).await
-    }
-    #[tauri::command]
-    pub async fn incidents(
-        c: State<'_, Console>,
-        before: Option<i64>,
-        limit: usize,
-    ) -> R<Vec<Incident>> {
-        c.incidents(before, limit).await
-    }
-    #[tauri::command]
-    pub async fn preview_resolve(c: State<'_, Console>, id: i64) -> R<Preview> {
-        c.preview_resolve(id).await
-    }
-    #[tauri::command]
-    pub async fn resolve(c: State<'_, Console>, cmd: ResolveCmd) -> R<EntrySummary> {
-        c.resolve(cmd).await
-    }
-    #[tauri::command]
-    pub async fn preview_purge(c: State<'_, Console>, target: PurgeTarget) -> R<Preview> {
-        c.preview_purge(target).await
-    }
-    #[tauri::command]
-    pub async fn purge(
+    pub async fn call(
         app: AppHandle,
         c: State<'_, Console>,
-        cmd: PurgeCmd,
-        job: String,
-    ) -> R<PurgeReport> {
-        c.purge(cmd, job.clone(), progress(app, job)).await
-    }
-    #[tauri::command]
-    pub async fn export(
-        app: AppHandle,
-        c: State<'_, Console>,
-        cmd: ExportCmd,
-        job: String,
-    ) -> R<Option<Manifest>> {
-        c.export(cmd, job.clone(), progress(app, job)).await
-    }
-    #[tauri::command]
-    pub async fn verify_ledger(
-        app: AppHandle,
-        c: State<'_, Console>,
-        job: String,
-    ) -> R<VerifyReport> {
-        c.verify_ledger(job.clone(), progress(app, job)).await
-    }
-    #[tauri::command]
-    pub async fn verify_export(
-        app: AppHandle,
-        c: State<'_, Console>,
-        path: String,
-        job: String,
-    ) -> R<ExportVerifyReport> {
-        c.verify_export(path, job.clone(), progress(app, job)).await
-    }
-    #[tauri::command]
-    pub async fn verify_against(
-        app: AppHandle,
-        c: State<'_, Console>,
-        path: String,
-        job: String,
-    ) -> R<AgainstReport> {
-        c.verify_against(path, job.clone(), progress(app, job))
-            .await
+        name: String,
+        args: serde_json::Value,
+        job: Option<String>,
+    ) -> R<serde_json::Value> {
+        let events = progress(app, job.clone().unwrap_or_default());
+        c.call(name, args, job, events).await
     }
     #[tauri::command]
     pub fn cancel_job(c: State<'_, Console>, job: String) -> bool {
         c.cancel_job(&job)
-    }
-    #[tauri::command]
-    pub async fn replay(c: State<'_, Console>, id: i64, cmd: ActionCmd) -> R<ReplayReport> {
-        c.replay(id, cmd).await
-    }
-    #[tauri::command]
-    pub async fn reconcile(c: State<'_, Console>, id: i64, cmd: ActionCmd) -> R<ReconcileReport> {
-        c.reconcile(id, cmd).await
-    }
-    #[tauri::command]
-    pub async fn preview_bulk(
-        c: State<'_, Console>,
-        action: BulkKind,
-        target: BulkTarget,
-    ) -> R<Preview> {
-        c.preview_bulk(action, target).await
-    }
-    #[tauri::command]
-    pub async fn bulk(
-        app: AppHandle,
-        c: State<'_, Console>,
-        cmd: BulkCmd,
-        job: String,
-    ) -> R<BulkReport> {
-        c.bulk(cmd, job.clone(), progress(app, job)).await
     }
     #[tauri::command]
     pub async fn proxy_status(c: State<'_, Console>) -> R<ProxyStatus> {
@@ -658,24 +443,8 @@ pub fn run() {
         .invoke_handler(tauri::generate_handler![
             commands::ledger_info,
             commands::open_ledger,
-            commands::stats,
-            commands::entries,
-            commands::show,
-            commands::log,
-            commands::incidents,
-            commands::preview_resolve,
-            commands::resolve,
-            commands::preview_purge,
-            commands::purge,
-            commands::export,
-            commands::verify_ledger,
-            commands::verify_export,
-            commands::verify_against,
+            commands::call,
             commands::cancel_job,
-            commands::replay,
-            commands::reconcile,
-            commands::preview_bulk,
-            commands::bulk,
             commands::proxy_status,
             commands::proxy_start,
             commands::proxy_stop,

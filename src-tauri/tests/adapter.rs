@@ -1,10 +1,31 @@
-//! The command adapter without a webview: each `Console` method is what a Tauri command runs.
-//! Errors must arrive as typed `ErrorBody`s with the operations' stable codes.
+//! The command adapter without a webview: each `Console` method is what a Tauri command runs,
+//! and `call` runs the operations by name, as the UI asks for them. Errors must arrive as typed
+//! `ErrorBody`s with the operations' stable codes.
 
 use idemgate_console::{Console, LedgerChoice};
-use idemgate_ledger::{EntryFilter, EventFilter};
+use idemgate_ledger::export::Manifest;
+use idemgate_ledger::{EntryFilter, EntrySummary, EventFilter, Stats};
 use idemgate_ops::*;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
 use tauri::async_runtime::block_on;
+
+/// An operation through `call`, as the UI asks for it, its answer read as `T`.
+fn op<T: DeserializeOwned>(c: &Console, name: &str, args: Value) -> Result<T, ErrorBody> {
+    job(c, name, args, None, |_| {})
+}
+
+/// The same, as the job `id` when one is given, with its progress heard by `progress`.
+fn job<T: DeserializeOwned>(
+    c: &Console,
+    name: &str,
+    args: Value,
+    id: Option<&str>,
+    progress: impl Fn(u64) + Send + 'static,
+) -> Result<T, ErrorBody> {
+    let v = block_on(c.call(name.into(), args, id.map(str::to_owned), progress))?;
+    Ok(serde_json::from_value(v).expect("the operation's answer"))
+}
 
 fn demo() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -37,7 +58,7 @@ fn a_named_ledger_must_exist_and_is_never_created() {
     assert_eq!(info.location, None);
     assert_eq!(info.error.expect("error").code, "ledger-not-found");
     assert!(!std::path::Path::new(&p).exists());
-    let e = block_on(c.stats(24)).expect_err("no ledger");
+    let e = op::<Stats>(&c, "stats", json!({"hours": 24})).expect_err("no ledger");
     assert_eq!(e.code, "ledger-not-found");
 }
 
@@ -46,7 +67,12 @@ fn lists_resolves_and_logs_with_typed_errors() {
     let (_d, path) = demo();
     let c = Console::open(&LedgerChoice::Named(path.clone()));
     assert_eq!(c.ledger_info().location.as_deref(), Some(path.as_str()));
-    let page = block_on(c.entries(stuck(), None, 100)).expect("entries");
+    let page = op::<EntryPage>(
+        &c,
+        "entries",
+        json!({"filter": stuck(), "before": null, "limit": 100}),
+    )
+    .expect("entries");
     assert_eq!(page.entries.len(), 12);
     let target = page
         .entries
@@ -62,25 +88,31 @@ fn lists_resolves_and_logs_with_typed_errors() {
         reason: reason.into(),
         confirm_destructive: false,
     };
-    let e = block_on(c.resolve(cmd(" "))).expect_err("no reason");
+    let resolve = |cmd: ResolveCmd| op::<EntrySummary>(&c, "resolve", json!({ "cmd": cmd }));
+    let e = resolve(cmd(" ")).expect_err("no reason");
     assert_eq!(e.code, "missing-reason");
-    let done = block_on(c.resolve(cmd("upstream has no record"))).expect("resolve");
+    let done = resolve(cmd("upstream has no record")).expect("resolve");
     assert_eq!(done.state, idemgate_ledger::State::Released);
     assert_eq!(
-        block_on(c.entries(stuck(), None, 100))
-            .expect("entries")
-            .entries
-            .len(),
+        op::<EntryPage>(
+            &c,
+            "entries",
+            json!({"filter": stuck(), "before": null, "limit": 100})
+        )
+        .expect("entries")
+        .entries
+        .len(),
         11
     );
-    let log = block_on(c.log(
-        EventFilter {
-            operator: Some("tester".into()),
-            ..Default::default()
-        },
-        None,
-        10,
-    ))
+    let filter = EventFilter {
+        operator: Some("tester".into()),
+        ..Default::default()
+    };
+    let log: EventPage = op(
+        &c,
+        "log",
+        json!({"filter": filter, "before": null, "limit": 10}),
+    )
     .expect("log");
     assert_eq!(log.events[0].entry_id, Some(target.id));
     // The name typed, and beside it the account the console runs as.
@@ -88,18 +120,22 @@ fn lists_resolves_and_logs_with_typed_errors() {
         log.events[0].operator.as_deref(),
         Some(format!("tester (OS user {})", idemgate_ops::os_user()).as_str())
     );
-    let e = block_on(c.show(99_999_999)).expect_err("missing");
+    let e = op::<EntryView>(&c, "show", json!({"id": 99_999_999})).expect_err("missing");
     assert_eq!(e.code, "entry-not-found");
-    let destructive = block_on(c.entries(stuck(), None, 100))
-        .expect("entries")
-        .entries
-        .into_iter()
-        .find(|e| e.effect == idemgate_ledger::Effect::Destructive)
-        .expect("destructive");
-    let e = block_on(c.resolve(ResolveCmd {
+    let destructive = op::<EntryPage>(
+        &c,
+        "entries",
+        json!({"filter": stuck(), "before": null, "limit": 100}),
+    )
+    .expect("entries")
+    .entries
+    .into_iter()
+    .find(|e| e.effect == idemgate_ledger::Effect::Destructive)
+    .expect("destructive");
+    let e = resolve(ResolveCmd {
         entry_id: destructive.id,
         ..cmd("r")
-    }))
+    })
     .expect_err("needs confirmation");
     assert_eq!(e.code, "confirmation-required");
 }
@@ -128,14 +164,18 @@ fn a_postgresql_ledger_opens_by_url_and_takes_operator_actions() {
     assert_eq!(info.location.as_deref(), Some(url.as_str()));
     let c = Console::open(&LedgerChoice::Named(url.clone()));
     assert_eq!(c.ledger_info().location.as_deref(), Some(url.as_str()));
-    let stuck_before = block_on(c.entries(stuck(), None, 100))
-        .expect("entries")
-        .entries;
+    let stuck_before = op::<EntryPage>(
+        &c,
+        "entries",
+        json!({"filter": stuck(), "before": null, "limit": 100}),
+    )
+    .expect("entries")
+    .entries;
     let target = stuck_before
         .iter()
         .find(|e| e.effect != idemgate_ledger::Effect::Destructive)
         .expect("a stuck entry");
-    let done = block_on(c.resolve(ResolveCmd {
+    let cmd = ResolveCmd {
         entry_id: target.id,
         as_: ResolveAs::Released,
         response: None,
@@ -143,12 +183,17 @@ fn a_postgresql_ledger_opens_by_url_and_takes_operator_actions() {
         operator: "tester".into(),
         reason: "checked upstream".into(),
         confirm_destructive: false,
-    }))
-    .expect("resolve");
+    };
+    let done: EntrySummary = op(&c, "resolve", json!({ "cmd": cmd })).expect("resolve");
     assert_eq!(done.state, idemgate_ledger::State::Released);
-    let after = block_on(c.entries(stuck(), None, 100)).expect("entries");
+    let after = op::<EntryPage>(
+        &c,
+        "entries",
+        json!({"filter": stuck(), "before": null, "limit": 100}),
+    )
+    .expect("entries");
     assert_eq!(after.entries.len(), stuck_before.len() - 1);
-    let stats = block_on(c.stats(24)).expect("stats");
+    let stats: Stats = op(&c, "stats", json!({"hours": 24})).expect("stats");
     assert!(stats.head.is_some());
 }
 
@@ -163,15 +208,31 @@ fn export_verifies_and_cancels_cleanly() {
         path: out.clone(),
         overwrite: false,
     };
-    let m = block_on(c.export(cmd.clone(), "j1".into(), |_| {}))
+    let m = job::<Option<Manifest>>(&c, "export", json!({ "cmd": cmd }), Some("j1"), |_| {})
         .expect("export")
         .expect("manifest");
     assert!(m.count >= 9_000);
-    let r = block_on(c.verify_export(out.clone(), "j2".into(), |_| {})).expect("verify");
+    let r: idemgate_ledger::export::ExportVerifyReport = job(
+        &c,
+        "verify_export",
+        json!({ "path": out }),
+        Some("j2"),
+        |_| {},
+    )
+    .expect("verify");
     assert!(r.ok, "{r:?}");
     // The ledger still holds the manifest's heads; a manifest of heads it never had fails.
     let mpath = format!("{out}.manifest.json");
-    let a = block_on(c.verify_against(mpath.clone(), "j4".into(), |_| {})).expect("against");
+    let against = |path: &str, id: &str| {
+        job::<AgainstReport>(
+            &c,
+            "verify_against",
+            json!({ "path": path }),
+            Some(id),
+            |_| {},
+        )
+    };
+    let a = against(&mpath, "j4").expect("against");
     assert!(a.ok && a.heads.iter().all(|(_, held)| *held), "{a:?}");
     let mut forged = m.clone();
     forged.ledger_head = Some(idemgate_ledger::ChainHead {
@@ -180,26 +241,21 @@ fn export_verifies_and_cancels_cleanly() {
     });
     let fpath = dir.path().join("forged.manifest.json");
     std::fs::write(&fpath, serde_json::to_vec(&forged).expect("json")).expect("write");
-    let a = block_on(c.verify_against(fpath.display().to_string(), "j5".into(), |_| {}))
-        .expect("against");
+    let a = against(&fpath.display().to_string(), "j5").expect("against");
     assert!(!a.ok, "{a:?}");
-    let e = block_on(c.verify_against("/no/such.manifest.json".into(), "j6".into(), |_| {}))
-        .expect_err("no manifest");
+    let e = against("/no/such.manifest.json", "j6").expect_err("no manifest");
     assert_eq!(e.code, "invalid-argument");
     // Cancelled on its first progress report: nothing is left behind.
     let out2 = dir.path().join("cancelled.ndjson").display().to_string();
     let c = std::sync::Arc::new(c);
     let c2 = c.clone();
-    let got = block_on(c.export(
-        ExportCmd {
-            path: out2.clone(),
-            ..cmd
-        },
-        "j3".into(),
-        move |_| {
-            c2.cancel_job("j3");
-        },
-    ))
+    let cmd = ExportCmd {
+        path: out2.clone(),
+        ..cmd
+    };
+    let got: Option<Manifest> = job(&c, "export", json!({ "cmd": cmd }), Some("j3"), move |_| {
+        c2.cancel_job("j3");
+    })
     .expect("export");
     assert!(got.is_none());
     assert!(!std::path::Path::new(&out2).exists());
@@ -226,16 +282,17 @@ fn a_purge_is_a_job_that_reports_progress_and_stops_when_cancelled() {
     };
     let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let (c2, h2) = (c.clone(), heard.clone());
-    let r = block_on(c.purge(cmd.clone(), "p1".into(), move |n| {
+    let r: PurgeReport = job(&c, "purge", json!({ "cmd": cmd }), Some("p1"), move |n| {
         h2.lock().expect("lock").push(n);
         assert!(c2.cancel_job("p1"));
-    }))
+    })
     .expect("purge");
     assert!(r.cancelled, "{r:?}");
     assert_eq!(r.purged.len(), PURGE_CHUNK);
     assert_eq!(*heard.lock().expect("lock"), [PURGE_CHUNK as u64]);
     assert!(!c.cancel_job("p1"), "the job ended with its purge");
-    let r = block_on(c.purge(cmd, "p2".into(), |_| {})).expect("purge");
+    let r: PurgeReport =
+        job(&c, "purge", json!({ "cmd": cmd }), Some("p2"), |_| {}).expect("purge");
     assert!(!r.cancelled);
     assert_eq!(r.purged.len(), 10);
 }
@@ -244,16 +301,12 @@ fn a_purge_is_a_job_that_reports_progress_and_stops_when_cancelled() {
 fn the_embedded_proxy_starts_stops_and_reports_bad_configs() {
     let (dir, path) = demo();
     let c = Console::open(&LedgerChoice::Named(path.clone()));
-    let e = block_on(c.replay(
-        1,
-        idemgate_ops::ActionCmd {
-            operator: "o".into(),
-            reason: "r".into(),
-            confirm_destructive: false,
-        },
-    ))
-    .expect_err("no config");
+    let act = json!({"operator": "o", "reason": "r", "confirm_destructive": false});
+    let e = op::<ReplayReport>(&c, "replay", json!({"id": 1, "cmd": act})).expect_err("no config");
     assert_eq!(e.code, "no-config");
+    // A name the command table does not have is refused by name.
+    let e = op::<Value>(&c, "drop_everything", json!({})).expect_err("unknown");
+    assert_eq!(e.code, "invalid-argument");
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[server]\nledger = \"x.db\"\nlisten = \"nowhere\"\n").expect("write");
     let e = block_on(c.proxy_start(bad.display().to_string())).expect_err("bad config");

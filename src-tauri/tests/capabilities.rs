@@ -1,7 +1,8 @@
-//! The console's IPC surface is exactly what the UI uses: the command table's desktop commands
-//! (crates/ops/src/commands.rs), the commands build.rs declares (and so gets `allow-` permissions
-//! for), the handlers lib.rs registers, the permissions the window's capability grants and the
-//! commands the UI's transport calls are one and the same set. Nothing
+//! The console's IPC surface is exactly what the UI uses: `call` (any operation of the command
+//! table, crates/ops/src/commands.rs, by name) and the console's own commands are what build.rs
+//! declares (and so gets `allow-` permissions for), what lib.rs registers, what the window's
+//! capability grants and what the UI's transport calls; the operations the transport asks `call`
+//! for are those `idemgate_ops::dispatch` runs. Nothing
 //! else is granted: no plugin, no core permission beyond listening to events. The real webview
 //! checks that an ungranted command is refused (tests/e2e/console_e2e.py).
 
@@ -82,12 +83,31 @@ fn declared_registered_granted_and_called_commands_are_one_set() {
         "build.rs COMMANDS vs capabilities/default.json"
     );
     assert_eq!(declared, called, "build.rs COMMANDS vs ui/src/transport.ts");
-    let table: BTreeSet<String> = idemgate_ops::commands::desktop()
+    // `call` runs the table's operations by name; the other commands are the console's own.
+    let callable: BTreeSet<String> = idemgate_ops::dispatch::CALLS
+        .iter()
+        .map(|(n, _)| (*n).to_owned())
+        .collect();
+    let mut own: BTreeSet<String> = idemgate_ops::commands::desktop()
         .map(str::to_owned)
+        .filter(|n| !callable.contains(n))
+        .collect();
+    own.insert("call".into());
+    assert_eq!(
+        declared, own,
+        "build.rs COMMANDS vs the command table's own desktop commands and call"
+    );
+    let ops_called: BTreeSet<String> = transport
+        .match_indices("this.op<")
+        .map(|(i, _)| {
+            let rest = &transport[i..];
+            let q = rest.find("(\"").expect("operation name") + 2;
+            rest[q..q + rest[q..].find('"').expect("quote")].to_owned()
+        })
         .collect();
     assert_eq!(
-        declared, table,
-        "build.rs COMMANDS vs the command table (crates/ops/src/commands.rs)"
+        ops_called, callable,
+        "the operations ui/src/transport.ts calls vs those call runs"
     );
 }
 

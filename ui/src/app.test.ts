@@ -16,7 +16,12 @@ type Listen = (event: string, f: (e: { payload: unknown }) => void) => Promise<(
 
 function setup(handlers: Record<string, (args: Record<string, unknown>) => unknown>, listen: Listen = async () => () => {}) {
   const calls: [string, Record<string, unknown>][] = [];
-  const invoke = async (cmd: string, args: Record<string, unknown> = {}) => {
+  // An operation comes through the console's `call` command: recorded, and answered, under its
+  // own name, with its job beside its arguments.
+  const invoke = async (command: string, raw: Record<string, unknown> = {}) => {
+    const [cmd, args] = command === "call"
+      ? [raw.name as string, { ...(raw.args as Record<string, unknown>), ...(raw.job ? { job: raw.job } : {}) }]
+      : [command, raw];
     calls.push([cmd, args]);
     const f = handlers[cmd];
     if (!f) throw { code: "unknown-command", message: cmd };

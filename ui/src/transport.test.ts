@@ -1,4 +1,4 @@
-import { HttpTransport } from "./transport";
+import { HttpTransport, TauriTransport } from "./transport";
 
 describe("HttpTransport (the admin API)", () => {
   it("sends the bearer token and the CLI's filters as query parameters", async () => {
@@ -176,3 +176,22 @@ describe("HttpTransport (the admin API)", () => {
     await expect(t.exportLog({ format: "csv", range: { since: null, until: null }, path: "", overwrite: false }, "j3")).rejects.toEqual({ code: "ledger-unavailable", message: "disk gone" });
   });
 });
+
+describe("TauriTransport (the desktop console)", () => {
+  it("runs an operation of the command table through the console's call command, with its job", async () => {
+    const seen: [string, unknown][] = [];
+    const t = new TauriTransport(async (cmd, args) => { seen.push([cmd, args]); return null; }, async () => () => {});
+    const cmd = { target: "ids" as const, ids: [7], operator: "o", reason: "r", confirm_destructive: false };
+    await t.purge(cmd, "p1");
+    await t.stats(24);
+    await t.ledgerInfo();
+    await t.cancelJob("p1");
+    expect(seen).toEqual([
+      ["call", { name: "purge", args: { cmd }, job: "p1" }],
+      ["call", { name: "stats", args: { hours: 24 }, job: null }],
+      ["ledger_info", undefined],
+      ["cancel_job", { job: "p1" }],
+    ]);
+  });
+});
+

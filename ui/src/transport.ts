@@ -17,6 +17,7 @@ import type { EventPage } from "./bindings/EventPage";
 import type { ExportCmd } from "./bindings/ExportCmd";
 import type { ExportJob } from "./bindings/ExportJob";
 import type { ExportVerifyReport } from "./bindings/ExportVerifyReport";
+import type { CommandName } from "./bindings/commands";
 import type { Identity } from "./bindings/Identity";
 import type { Incident } from "./bindings/Incident";
 import type { JobProgress } from "./bindings/JobProgress";
@@ -103,26 +104,32 @@ export class TauriTransport implements Transport {
     }
   }
 
+  /** An operation of the command table, by name (the console's `call` command); `job` names long
+   * work, for its progress events and Cancel. */
+  private op<T>(name: CommandName, args: Record<string, unknown>, job: string | null = null): Promise<T> {
+    return this.call<T>("call", { name, args, job });
+  }
+
   async whoami(): Promise<Identity | null> { return null; }
   ledgerInfo() { return this.call<LedgerInfo>("ledger_info"); }
   openLedger(path: string) { return this.call<LedgerInfo>("open_ledger", { path }); }
-  stats(hours: number) { return this.call<Stats>("stats", { hours }); }
-  entries(filter: EntryFilter, before: number | null, limit: number) { return this.call<EntryPage>("entries", { filter, before, limit }); }
-  show(id: number) { return this.call<EntryView>("show", { id }); }
-  log(filter: EventFilter, before: number | null, limit: number) { return this.call<EventPage>("log", { filter, before, limit }); }
-  incidents(before: number | null, limit: number) { return this.call<Incident[]>("incidents", { before, limit }); }
-  previewResolve(id: number) { return this.call<Preview>("preview_resolve", { id }); }
-  resolve(cmd: ResolveCmd) { return this.call<EntrySummary>("resolve", { cmd }); }
-  previewPurge(target: PurgeTarget) { return this.call<Preview>("preview_purge", { target }); }
-  purge(cmd: PurgeCmd, job: string) { return this.call<PurgeReport>("purge", { cmd, job }); }
-  replay(id: number, cmd: ActionCmd) { return this.call<ReplayReport>("replay", { id, cmd }); }
-  reconcile(id: number, cmd: ActionCmd) { return this.call<ReconcileReport>("reconcile", { id, cmd }); }
-  previewBulk(action: BulkKind, target: BulkTarget) { return this.call<Preview>("preview_bulk", { action, target }); }
-  bulk(cmd: BulkCmd, job: string) { return this.call<BulkReport>("bulk", { cmd, job }); }
-  exportLog(cmd: ExportCmd, job: string) { return this.call<Manifest | null>("export", { cmd, job }); }
-  verifyLedger(job: string) { return this.call<VerifyReport>("verify_ledger", { job }); }
-  verifyExport(path: string, job: string) { return this.call<ExportVerifyReport>("verify_export", { path, job }); }
-  verifyAgainst(path: string, job: string) { return this.call<AgainstReport>("verify_against", { path, job }); }
+  stats(hours: number) { return this.op<Stats>("stats", { hours }); }
+  entries(filter: EntryFilter, before: number | null, limit: number) { return this.op<EntryPage>("entries", { filter, before, limit }); }
+  show(id: number) { return this.op<EntryView>("show", { id }); }
+  log(filter: EventFilter, before: number | null, limit: number) { return this.op<EventPage>("log", { filter, before, limit }); }
+  incidents(before: number | null, limit: number) { return this.op<Incident[]>("incidents", { before, limit }); }
+  previewResolve(id: number) { return this.op<Preview>("preview_resolve", { id }); }
+  resolve(cmd: ResolveCmd) { return this.op<EntrySummary>("resolve", { cmd }); }
+  previewPurge(target: PurgeTarget) { return this.op<Preview>("preview_purge", { target }); }
+  purge(cmd: PurgeCmd, job: string) { return this.op<PurgeReport>("purge", { cmd }, job); }
+  replay(id: number, cmd: ActionCmd) { return this.op<ReplayReport>("replay", { id, cmd }); }
+  reconcile(id: number, cmd: ActionCmd) { return this.op<ReconcileReport>("reconcile", { id, cmd }); }
+  previewBulk(action: BulkKind, target: BulkTarget) { return this.op<Preview>("preview_bulk", { action, target }); }
+  bulk(cmd: BulkCmd, job: string) { return this.op<BulkReport>("bulk", { cmd }, job); }
+  exportLog(cmd: ExportCmd, job: string) { return this.op<Manifest | null>("export", { cmd }, job); }
+  verifyLedger(job: string) { return this.op<VerifyReport>("verify_ledger", {}, job); }
+  verifyExport(path: string, job: string) { return this.op<ExportVerifyReport>("verify_export", { path }, job); }
+  verifyAgainst(path: string, job: string) { return this.op<AgainstReport>("verify_against", { path }, job); }
   async verifyAgainstManifest(): Promise<AgainstReport> {
     throw { code: "unsupported", message: "the desktop console checks a manifest by its path" } satisfies ErrorBody;
   }

@@ -11,6 +11,7 @@ mod audit;
 mod bulk;
 pub mod commands;
 mod demo;
+pub mod dispatch;
 mod error;
 mod purge;
 mod reads;
