@@ -10,6 +10,7 @@ mod bulk;
 mod decide;
 mod output;
 mod serve;
+mod setup;
 mod token;
 
 use std::io::{IsTerminal, Write};
@@ -213,6 +214,16 @@ enum Cmd {
     /// Operator tokens for the admin API (`token new --name alice --role operator`).
     #[command(subcommand)]
     Token(token::TokenCmd),
+    /// Write a commented starter configuration (and its admin token, when missing), checked as
+    /// `serve --check` checks it.
+    Init(setup::InitArgs),
+    /// Print the manual page (roff) on stdout: `idemgate man > idemgate.1`.
+    Man,
+    /// Print shell completions on stdout: `idemgate completions bash > /etc/bash_completion.d/idemgate`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Show one entry: request, response, state and its whole timeline.
     Show {
         #[command(flatten)]
@@ -510,6 +521,9 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
         Cmd::Resolve(a) => return decide::resolve(&mut out, a),
         Cmd::Purge(a) => return decide::purge(&mut out, a),
         Cmd::Export(a) => return audit::export(&mut out, a),
+        Cmd::Init(a) => return setup::init(&a),
+        Cmd::Man => return setup::man(),
+        Cmd::Completions { shell } => return setup::completions(shell),
         Cmd::Serve { .. } | Cmd::Replay(_) | Cmd::Reconcile(_) | Cmd::Bulk(_) | Cmd::Token(_) => {
             unreachable!("handled in main")
         }

@@ -424,3 +424,67 @@ fn the_admin_listener_serves_the_console_ui_to_browsers() {
         404
     );
 }
+
+/// The path from an installed binary to a first protected call: `init` writes a configuration
+/// and its admin token, `serve` runs on it as written, and a retried charge runs once.
+#[test]
+fn a_configuration_from_init_serves_a_first_protected_call() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let up = Upstream::start();
+    let written = dir.path().join("init.toml");
+    let out = idemgate(&[
+        "init",
+        "--config",
+        written.to_str().expect("utf-8"),
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up.url(),
+        "--route",
+        "charges=POST:/v1/charges:write",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&written).expect("config");
+    let ledger = dir.path().join("idemgate.db");
+    assert!(
+        text.contains(&format!("ledger = \"{}\"", ledger.display())),
+        "{text}"
+    );
+    // The admin token is the file's: none in the environment.
+    let proxy = Proxy::start_with_env(dir.path(), &text, &ledger, &[("IDEMGATE_ADMIN_TOKEN", "")]);
+    let charge = || {
+        proxy.send(
+            "POST",
+            "/v1/charges",
+            &[
+                ("idempotency-key", "first-call"),
+                ("content-type", "application/json"),
+            ],
+            br#"{"amount":100}"#,
+        )
+    };
+    let first = charge();
+    assert_eq!(first.status, 201, "{}", first.text());
+    let again = charge();
+    assert_eq!(again.status, 201);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.body, first.body);
+    assert_eq!(up.counts.effects("first-call"), 1, "charged once");
+    let token = std::fs::read_to_string(dir.path().join("admin-token")).expect("token");
+    let auth = format!("Bearer {}", token.trim());
+    let me = request(
+        proxy.admin.expect("admin"),
+        "GET",
+        "/admin/v1/whoami",
+        &[("authorization", &auth)],
+        b"",
+    );
+    assert_eq!(me.status, 200, "{}", me.text());
+    assert_eq!(me.json()["name"], "admin");
+}

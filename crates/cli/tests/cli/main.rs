@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 mod actions;
 mod audit;
 mod reads;
+mod setup;
 mod signals;
 
 const BIN: &str = env!("CARGO_BIN_EXE_idemgate");

@@ -1,0 +1,97 @@
+//! From installed to serving: `init` writes a configuration `serve --check` accepts, with an admin
+//! token only its owner reads; it never replaces a file unasked, and a bad route writes nothing;
+//! `man` and `completions` describe every command.
+
+use std::os::unix::fs::PermissionsExt;
+
+use super::*;
+
+#[test]
+fn init_writes_a_configuration_serve_check_accepts_and_keeps_what_exists() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("idemgate.toml");
+    let at = |args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("IDEMGATE_ADMIN_TOKEN")
+            .output()
+            .expect("run idemgate")
+    };
+    // A bad route writes nothing, not even the token.
+    let out = at(&["init", "--route", "charges=POST/v1/charges"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NAME=METHOD:PATH:EFFECT"));
+    assert!(!cfg.exists() && !dir.path().join("admin-token").exists());
+    let out = at(&[
+        "init",
+        "--upstream",
+        "https://api.example.com",
+        "--route",
+        "charges=POST:/v1/charges:write",
+        "--route",
+        "customers=GET:/v1/customers:read",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = dir.path().join("admin-token");
+    let mode = std::fs::metadata(&token)
+        .expect("token")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the admin token is its owner's only");
+    let secret = std::fs::read_to_string(&token).expect("read");
+    assert!(secret.trim().starts_with("igt_") && secret.trim().len() == 68);
+    let text = std::fs::read_to_string(&cfg).expect("config");
+    assert!(
+        !text.contains(secret.trim()),
+        "the token is never in the configuration"
+    );
+    // Without IDEMGATE_ADMIN_TOKEN: the token file the configuration names is enough.
+    let check = at(&["serve", "--config", s(&cfg), "--check"]);
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(said.contains("ok, 2 routes"), "{said}");
+    assert!(
+        said.contains("charges") && said.contains("-> https://api.example.com"),
+        "{said}"
+    );
+    // A second init keeps the file; --force replaces it, and keeps the token.
+    let out = at(&["init"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("error[conflict]"));
+    assert_eq!(std::fs::read_to_string(&cfg).expect("config"), text);
+    assert!(at(&["init", "--force"]).status.success());
+    assert!(std::fs::read_to_string(&cfg)
+        .expect("config")
+        .contains("name = \"example\""));
+    assert_eq!(std::fs::read_to_string(&token).expect("token"), secret);
+}
+
+#[test]
+fn the_manual_page_and_completions_cover_every_command() {
+    let man = ok(&["man"]);
+    assert!(
+        man.contains(".TH idemgate 1"),
+        "{}",
+        &man[..200.min(man.len())]
+    );
+    let bash = ok(&["completions", "bash"]);
+    let zsh = ok(&["completions", "zsh"]);
+    for cmd in [
+        "serve", "entries", "bulk", "resolve", "purge", "export", "verify", "token", "init",
+    ] {
+        assert!(man.contains(cmd), "man: {cmd}");
+        assert!(bash.contains(cmd), "bash: {cmd}");
+        assert!(zsh.contains(cmd), "zsh: {cmd}");
+    }
+    let out = idemgate(&["completions", "cmd.exe"]);
+    assert_eq!(out.status.code(), Some(2), "an unknown shell is bad usage");
+}
