@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The server package as a platform engineer meets it, on a throwaway machine (CI's), as root:
+# its contents (binary, unit, conffile, manual page, completions, console), an install that makes
+# the service's user and an admin token only it reads, the unit as systemd-analyze verifies it,
+# the installed binary serving the installed configuration (one route added) in front of a
+# counting tool, where a retried charge runs once; then a purge that keeps the ledger.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+fail() { echo "package: $*" >&2; exit 1; }
+deb=$(ls target/package/idemgate_*_amd64.deb | head -1)
+[ -f "$deb" ] || fail "no package in target/package (bash .ci/package)"
+work=$(mktemp -d)
+tool= serve=
+cleanup() {
+  [ -n "$serve" ] && kill "$serve" 2>/dev/null || true
+  [ -n "$tool" ] && kill "$tool" 2>/dev/null || true
+  dpkg --purge idemgate >/dev/null 2>&1 || true
+  rm -rf /var/lib/idemgate "$work"
+  getent passwd idemgate >/dev/null && deluser --system --quiet idemgate >/dev/null 2>&1 || true
+  getent group idemgate >/dev/null && delgroup --system --quiet idemgate >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+dpkg-deb -c "$deb" | awk '{print $NF}' >"$work/contents"
+for f in ./usr/bin/idemgate ./etc/idemgate/idemgate.toml ./usr/share/man/man1/idemgate.1.gz \
+  ./usr/share/bash-completion/completions/idemgate ./usr/share/zsh/vendor-completions/_idemgate \
+  ./usr/share/fish/vendor_completions.d/idemgate.fish ./usr/share/idemgate/console/index.html \
+  ./usr/share/doc/idemgate/copyright; do
+  grep -qx "$f" "$work/contents" || fail "$f is not in the package"
+done
+unit=$(grep -E '^\./(usr/)?lib/systemd/system/idemgate\.service$' "$work/contents") \
+  || fail "the systemd unit is not in the package"
+dpkg-deb -e "$deb" "$work/control"
+grep -qx /etc/idemgate/idemgate.toml "$work/control/conffiles" || fail "idemgate.toml is not a conffile"
+
+getent passwd idemgate >/dev/null && fail "a user idemgate exists before the install"
+dpkg -i "$deb" >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log" >&2; fail "dpkg -i"; }
+getent passwd idemgate >/dev/null || fail "the install made no user idemgate"
+[ "$(stat -c '%a %U' /etc/idemgate/admin-token)" = "600 idemgate" ] \
+  || fail "the admin token is $(stat -c '%a %U' /etc/idemgate/admin-token), not 600 idemgate"
+grep -qE '^igt_[0-9a-f]{64}$' /etc/idemgate/admin-token || fail "the admin token is not a new token"
+systemd-analyze verify "${unit#.}" || fail "systemd-analyze verify ${unit#.}"
+/usr/bin/idemgate --help >/dev/null || fail "idemgate --help from /usr/bin"
+runuser -u idemgate -- /usr/bin/idemgate serve --config /etc/idemgate/idemgate.toml --check \
+  >"$work/check.out" || fail "the installed configuration does not pass serve --check"
+grep -q "admin API on 127.0.0.1:8701" "$work/check.out" || fail "$(cat "$work/check.out")"
+
+# The installed configuration, as the service's user reads it, with a route to a counting tool.
+python3 examples/fake-tool.py 9042 >"$work/tool.log" 2>&1 & tool=$!
+cfg=$work/idemgate.toml
+cat /etc/idemgate/idemgate.toml - >"$cfg" <<'TOML'
+
+[[routes]]
+name = "charges"
+method = "POST"
+path = "/v1/charges"
+upstream = "http://127.0.0.1:9042"
+effect = "write"
+TOML
+chmod 755 "$work" && chmod 644 "$cfg"
+(cd /var/lib/idemgate && exec runuser -u idemgate -- /usr/bin/idemgate serve --config "$cfg") \
+  >"$work/serve.out" 2>"$work/serve.log" & serve=$!
+for _ in $(seq 100); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
+grep -q listening "$work/serve.out" || { cat "$work/serve.log" >&2; fail "the installed binary did not start"; }
+charge() {
+  curl -s -D "$work/headers" -o /dev/null -w '%{http_code}' localhost:8700/v1/charges \
+    -H 'content-type: application/json' -H 'Idempotency-Key: pkg-1' -d '{"amount": 100}'
+}
+[ "$(charge)" = 201 ] || fail "the first charge"
+[ "$(charge)" = 201 ] || fail "the retried charge"
+grep -qi '^idempotent-replayed: true' "$work/headers" || fail "the retry was not replayed"
+[ "$(curl -s localhost:9042/_charges)" = '{"pkg-1": 1}' ] || fail "charged $(curl -s localhost:9042/_charges)"
+token=$(cat /etc/idemgate/admin-token)
+curl -sf -H "Authorization: Bearer $token" localhost:8701/admin/v1/whoami | grep -q '"name":"admin"' \
+  || fail "the admin token from the install does not open the admin API"
+kill "$serve" && wait "$serve" 2>/dev/null || true
+serve=
+
+dpkg --purge idemgate >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log" >&2; fail "dpkg --purge"; }
+[ ! -e /usr/bin/idemgate ] && [ ! -e /etc/idemgate/admin-token ] || fail "the purge left the binary or the token"
+[ -f /var/lib/idemgate/ledger.db ] || fail "the purge deleted the ledger, an audit trail"
+echo "package: $(basename "$deb") installs, verifies, serves and purges"
