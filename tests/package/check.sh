@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The server package as a platform engineer meets it, on a throwaway machine (CI's), as root:
-# its contents (binary, unit, conffile, manual page, completions, console), an install that makes
-# the service's user and an admin token only it reads, the unit as systemd-analyze verifies it,
-# the installed binary serving the installed configuration (one route added) in front of a
-# counting tool, where a retried charge runs once; then a purge that keeps the ledger.
+# The packages as a platform engineer meets them, on a throwaway machine (CI's), as root. The
+# server's: its contents (binary, unit, conffile, manual page, completions, console), an install
+# that makes the service's user and an admin token only it reads, the unit as systemd-analyze
+# verifies it, the installed binary serving the installed configuration (one route added) in
+# front of a counting tool, where a retried charge runs once; then a purge that keeps the ledger.
+# The console's: its binary, a valid desktop entry and its icons.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 fail() { echo "package: $*" >&2; exit 1; }
@@ -47,6 +48,7 @@ grep -q "admin API on 127.0.0.1:8701" "$work/check.out" || fail "$(cat "$work/ch
 
 # The installed configuration, as the service's user reads it, with a route to a counting tool.
 python3 examples/fake-tool.py 9042 >"$work/tool.log" 2>&1 & tool=$!
+for _ in $(seq 100); do curl -sf localhost:9042/_charges >/dev/null && break; sleep 0.1; done
 cfg=$work/idemgate.toml
 cat /etc/idemgate/idemgate.toml - >"$cfg" <<'TOML'
 
@@ -66,7 +68,7 @@ charge() {
   curl -s -D "$work/headers" -o /dev/null -w '%{http_code}' localhost:8700/v1/charges \
     -H 'content-type: application/json' -H 'Idempotency-Key: pkg-1' -d '{"amount": 100}'
 }
-[ "$(charge)" = 201 ] || fail "the first charge"
+code=$(charge); [ "$code" = 201 ] || { cat "$work/serve.log" "$work/tool.log" >&2; fail "the first charge: $code"; }
 [ "$(charge)" = 201 ] || fail "the retried charge"
 grep -qi '^idempotent-replayed: true' "$work/headers" || fail "the retry was not replayed"
 [ "$(curl -s localhost:9042/_charges)" = '{"pkg-1": 1}' ] || fail "charged $(curl -s localhost:9042/_charges)"
@@ -80,3 +82,18 @@ dpkg --purge idemgate >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log" >&2; fail
 [ ! -e /usr/bin/idemgate ] && [ ! -e /etc/idemgate/admin-token ] || fail "the purge left the binary or the token"
 [ -f /var/lib/idemgate/ledger.db ] || fail "the purge deleted the ledger, an audit trail"
 echo "package: $(basename "$deb") installs, verifies, serves and purges"
+
+console=$(ls target/package/idemgate-console_*_amd64.deb | head -1)
+[ -f "$console" ] || fail "no console package in target/package"
+dpkg-deb -c "$console" | awk '{print $NF}' | sed 's|^\./||' >"$work/console"
+for f in usr/bin/idemgate-console usr/share/applications/idemgate-console.desktop \
+  usr/share/icons/hicolor/32x32/apps/idemgate-console.png \
+  usr/share/icons/hicolor/128x128/apps/idemgate-console.png; do
+  grep -qx "$f" "$work/console" || fail "$f is not in the console's package"
+done
+dpkg-deb --fsys-tarfile "$console" | tar -xO --wildcards '*usr/share/applications/idemgate-console.desktop' \
+  >"$work/idemgate-console.desktop"
+desktop-file-validate "$work/idemgate-console.desktop" || fail "the console's desktop entry"
+grep -qx 'Exec=idemgate-console' "$work/idemgate-console.desktop" || fail "the desktop entry runs $(grep Exec= "$work/idemgate-console.desktop")"
+dpkg-deb -f "$console" Depends | grep -q libwebkit2gtk-4.1 || fail "the console does not depend on WebKitGTK"
+echo "package: $(basename "$console") holds the console, its desktop entry and icons"
