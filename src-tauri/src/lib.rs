@@ -28,6 +28,13 @@ pub enum LedgerChoice {
 
 impl LedgerChoice {
     pub fn from_args(args: &[String]) -> LedgerChoice {
+        LedgerChoice::choose(args, std::path::Path::new(SERVER_CONFIG))
+    }
+
+    /// [`LedgerChoice::from_args`], with the installed server's configuration at `server_config`:
+    /// `--ledger`, else `IDEMGATE_LEDGER`, else the server's SQLite ledger when this user may
+    /// read and write it (a member of the group `idemgate`), else the default one.
+    pub fn choose(args: &[String], server_config: &std::path::Path) -> LedgerChoice {
         let mut it = args.iter();
         while let Some(a) = it.next() {
             if a == "--ledger" {
@@ -43,6 +50,9 @@ impl LedgerChoice {
                 return LedgerChoice::Named(p);
             }
         }
+        if let Some(l) = server_ledger(server_config) {
+            return LedgerChoice::Named(l);
+        }
         let base = std::env::var("XDG_DATA_HOME")
             .map(PathBuf::from)
             .unwrap_or_else(|_| {
@@ -51,6 +61,22 @@ impl LedgerChoice {
             });
         LedgerChoice::Default(base.join("idemgate/ledger.db").display().to_string())
     }
+}
+
+/// The configuration the server package installs.
+pub const SERVER_CONFIG: &str = "/etc/idemgate/idemgate.toml";
+
+/// The SQLite ledger the configuration at `path` names, when this user may read and write it.
+fn server_ledger(path: &std::path::Path) -> Option<String> {
+    let cfg = Config::load_for_operations(&path.display().to_string()).ok()?;
+    let ledger = std::path::Path::new(&cfg.ledger);
+    let usable = !idemgate_ledger::is_postgres(&cfg.ledger)
+        && std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(ledger)
+            .is_ok();
+    usable.then_some(cfg.ledger)
 }
 
 struct Embedded {

@@ -329,3 +329,49 @@ fn the_embedded_proxy_starts_stops_and_reports_bad_configs() {
     assert!(!stopped.running);
     assert!(std::net::TcpStream::connect(addr).is_err());
 }
+
+/// With no ledger named, the console opens the installed server's when this user may write it,
+/// else the default one; a ledger named on the command line wins.
+#[test]
+fn the_default_ledger_is_the_installed_servers_when_it_can_be_opened() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("idemgate.toml");
+    let ledger = dir.path().join("server.db");
+    let args = |a: &[&str]| -> Vec<String> { a.iter().map(|s| (*s).to_owned()).collect() };
+    let none = args(&["idemgate-console"]);
+    let is_default = |c: &LedgerChoice| matches!(c, LedgerChoice::Default(_));
+    if std::env::var_os("IDEMGATE_LEDGER").is_some() {
+        eprintln!("skipped: IDEMGATE_LEDGER names the ledger");
+        return;
+    }
+    assert!(
+        is_default(&LedgerChoice::choose(&none, &cfg)),
+        "no server configuration"
+    );
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nledger = \"{}\"\nadmin_listen = \"off\"\n",
+            ledger.display()
+        ),
+    )
+    .expect("write");
+    assert!(
+        is_default(&LedgerChoice::choose(&none, &cfg)),
+        "its ledger does not exist yet"
+    );
+    Ops::open_or_create(&ledger.display().to_string()).expect("ledger");
+    assert_eq!(
+        LedgerChoice::choose(&none, &cfg),
+        LedgerChoice::Named(ledger.display().to_string())
+    );
+    assert_eq!(
+        LedgerChoice::choose(&args(&["idemgate-console", "--ledger", "/x.db"]), &cfg),
+        LedgerChoice::Named("/x.db".into())
+    );
+    std::fs::write(&cfg, "not toml").expect("write");
+    assert!(
+        is_default(&LedgerChoice::choose(&none, &cfg)),
+        "an unreadable configuration"
+    );
+}

@@ -17,6 +17,7 @@ cleanup() {
   [ -n "$tool" ] && kill "$tool" 2>/dev/null || true
   dpkg --purge idemgate >/dev/null 2>&1 || true
   rm -rf /var/lib/idemgate "$work"
+  for u in idemgate-op idemgate-other; do userdel "$u" >/dev/null 2>&1 || true; done
   getent passwd idemgate >/dev/null && deluser --system --quiet idemgate >/dev/null 2>&1 || true
   getent group idemgate >/dev/null && delgroup --system --quiet idemgate >/dev/null 2>&1 || true
 }
@@ -60,7 +61,8 @@ upstream = "http://127.0.0.1:9042"
 effect = "write"
 TOML
 chmod 755 "$work" && chmod 644 "$cfg"
-(cd /var/lib/idemgate && exec runuser -u idemgate -- /usr/bin/idemgate serve --config "$cfg") \
+# As the unit runs it: in its state directory, with its umask.
+(cd /var/lib/idemgate && umask 0007 && exec runuser -u idemgate -- /usr/bin/idemgate serve --config "$cfg") \
   >"$work/serve.out" 2>"$work/serve.log" & serve=$!
 for _ in $(seq 100); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
 grep -q listening "$work/serve.out" || { cat "$work/serve.log" >&2; fail "the installed binary did not start"; }
@@ -75,6 +77,14 @@ grep -qi '^idempotent-replayed: true' "$work/headers" || fail "the retry was not
 token=$(cat /etc/idemgate/admin-token)
 curl -sf -H "Authorization: Bearer $token" localhost:8701/admin/v1/whoami | grep -q '"name":"admin"' \
   || fail "the admin token from the install does not open the admin API"
+# An operator in the group idemgate reads and acts on the service's ledger; anyone else does not.
+useradd --no-create-home --groups idemgate idemgate-op && useradd --no-create-home idemgate-other
+runuser -u idemgate-op -- /usr/bin/idemgate entries --ledger /var/lib/idemgate/ledger.db --json \
+  | grep -q '"key": *"pkg-1"' || fail "an operator in the group idemgate cannot read the ledger"
+[ "$(stat -c '%a %G' /var/lib/idemgate/ledger.db)" = "660 idemgate" ] \
+  || fail "the ledger is $(stat -c '%a %G' /var/lib/idemgate/ledger.db): its operators cannot write it"
+runuser -u idemgate-other -- /usr/bin/idemgate entries --ledger /var/lib/idemgate/ledger.db \
+  >/dev/null 2>&1 && fail "a user outside the group idemgate read the ledger"
 kill "$serve" && wait "$serve" 2>/dev/null || true
 serve=
 
