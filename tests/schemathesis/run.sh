@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks the admin API against its own OpenAPI document with schemathesis (PyPI), against a real
 # `idemgate serve` on a demo ledger: no 5xx, every response matches the schema, the token is
-# enforced. Needs target/debug/idemgate (or IDEMGATE_BIN) and `pip install schemathesis`.
+# enforced. Needs target/debug/idemgate (or IDEMGATE_BIN) and schemathesis in python3 (or the
+# Python ST_PYTHON names).
 # ST_MAX_EXAMPLES (default 40) sets how many cases each operation gets.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -70,7 +71,7 @@ TOML
 # viewer's run gets fewer cases: most of its answers are the same 403.
 for who in ada:${ST_MAX_EXAMPLES:-40} vic:${ST_VIEWER_EXAMPLES:-10}; do
   echo "schemathesis: as ${who%%:*}"
-  python3 -m schemathesis.cli --config-file schemathesis.toml run "http://$admin/admin/v1/openapi.json" \
+  "${ST_PYTHON:-python3}" -m schemathesis.cli --config-file schemathesis.toml run "http://$admin/admin/v1/openapi.json" \
     --header "Authorization: Bearer $(field "${who%%:*}.json" token)" \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,ignored_auth \
     --max-examples "${who#*:}" \
