@@ -214,10 +214,17 @@ impl Console {
                     .await
                     .map_err(|e| err(&e))
             }
-            Some(_) => {
+            Some(dispatch::Kind::Ledger) => {
+                self.call_blocking(move |o| dispatch::run(o, None, &name, args, &mut |_| true))
+                    .await
+            }
+            Some(kind) => {
                 // A bulk replay or reconcile reaches the upstream through the embedded proxy's
-                // configuration, when it runs; the operation says when it needs one.
-                let upstream = self.engine().await.ok();
+                // configuration, when it runs; only such work is handed the data plane.
+                let upstream = match kind {
+                    dispatch::Kind::UpstreamJob => self.engine().await.ok(),
+                    _ => None,
+                };
                 let job = job.unwrap_or_else(|| format!("{name}-call"));
                 self.job(&job, progress, move |o, p| {
                     dispatch::run(o, upstream.as_ref(), &name, args, p)

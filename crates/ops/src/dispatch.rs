@@ -21,6 +21,9 @@ pub enum Kind {
     Ledger,
     /// Long work: blocking, reporting progress, stoppable between two reports.
     Job,
+    /// Long work that reaches the upstream for some of its commands (a bulk replay): given the
+    /// data plane when the host has one.
+    UpstreamJob,
     /// Reaches the upstream through the route configuration's data plane: async.
     Upstream,
 }
@@ -49,9 +52,9 @@ macro_rules! calls {
         /// The operations a host may call by name, and how each runs.
         pub const CALLS: &[(&str, Kind)] = &[$( (stringify!($name), Kind::$kind) ),*];
 
-        /// Runs the operation `name` with `args` (a JSON object of its arguments). `Kind::Ledger`
-        /// and `Kind::Job` operations block (call them off the async threads); `progress` hears
-        /// long work. `upstream` is the data plane a bulk replay or reconcile needs.
+        /// Runs the operation `name` with `args` (a JSON object of its arguments). All but
+        /// `Kind::Upstream` operations block (call them off the async threads); `progress` hears
+        /// long work. `upstream` is the data plane a `Kind::UpstreamJob` may need.
         pub fn run(
             ops: &Ops,
             upstream: Option<&Engine>,
@@ -86,6 +89,9 @@ macro_rules! calls {
     (@sync Job $name:ident $ops:ident $up:ident $n:ident $args:ident $p:ident $run:expr) => {
         calls!(@sync Ledger $name $ops $up $n $args $p $run);
     };
+    (@sync UpstreamJob $name:ident $ops:ident $up:ident $n:ident $args:ident $p:ident $run:expr) => {
+        calls!(@sync Ledger $name $ops $up $n $args $p $run);
+    };
     (@sync Upstream $($rest:tt)*) => {};
     (@async Upstream $name:ident $ops:ident $e:ident $n:ident $args:ident $run:expr) => {
         if $n == stringify!($name) {
@@ -118,7 +124,7 @@ calls! {
         |o: &Ops, a: arg::verify_export, _, p| answer(o.verify_export(Path::new(&a.path), p));
     Job verify_against(path: String)
         |o: &Ops, a: arg::verify_against, _, p| answer(o.verify_against(Path::new(&a.path), p));
-    Job bulk(cmd: BulkCmd) |o: &Ops, a: arg::bulk, e, p| answer(o.bulk(&a.cmd, e, p));
+    UpstreamJob bulk(cmd: BulkCmd) |o: &Ops, a: arg::bulk, e, p| answer(o.bulk(&a.cmd, e, p));
     Upstream replay(id: i64, cmd: ActionCmd)
         async |o: &Ops, e: &Engine, a: arg::replay| answer(o.replay(e, a.id, &a.cmd).await);
     Upstream reconcile(id: i64, cmd: ActionCmd)
