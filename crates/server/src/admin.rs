@@ -18,7 +18,8 @@ use idemgate_ledger::{
     Result, VerifyReport,
 };
 use idemgate_ops::{
-    ActionCmd, BulkCmd, BulkKind, BulkTarget, Ops, PurgeCmd, PurgeTarget, ResolveAs, ResolveCmd,
+    dispatch, ActionCmd, BulkCmd, BulkKind, BulkTarget, Ops, PurgeCmd, PurgeTarget, ResolveAs,
+    ResolveCmd,
 };
 use idemgate_proxy::problem::{Problem, ProblemCode};
 use idemgate_proxy::Engine;
@@ -497,15 +498,7 @@ async fn replay(
     _: NoQuery,
     b: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Response, Problem> {
-    let b: ActionCmd = access::acting(&who, b)?;
-    // On a task of its own, as the proxy runs a write: an operator's client that goes away does
-    // not cancel a replay between the upstream's effect and the ledger's record of it.
-    let e = Arc::clone(&s.engine);
-    let report = s
-        .engine
-        .to_the_end(async move { Ok(s.ops.replay(&e, id, &b).await?) })
-        .await?;
-    Ok(Json(report).into_response())
+    upstream_action(s, &who, "replay", id, b).await
 }
 
 async fn reconcile(
@@ -515,11 +508,25 @@ async fn reconcile(
     _: NoQuery,
     b: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Response, Problem> {
-    let b: ActionCmd = access::acting(&who, b)?;
+    upstream_action(s, &who, "reconcile", id, b).await
+}
+
+/// An operation that reaches the upstream (`name`: replay or reconcile) on entry `id`. On a task
+/// of its own, as the proxy runs a write: an operator's client that goes away does not cancel it
+/// between the upstream's effect and the ledger's record of it.
+async fn upstream_action(
+    s: AdminState,
+    who: &Identity,
+    name: &'static str,
+    id: i64,
+    b: Result<Json<serde_json::Value>, JsonRejection>,
+) -> Result<Response, Problem> {
+    let cmd: ActionCmd = access::acting(who, b)?;
+    let args = serde_json::json!({ "id": id, "cmd": cmd });
     let e = Arc::clone(&s.engine);
     let report = s
         .engine
-        .to_the_end(async move { Ok(s.ops.reconcile(&e, id, &b).await?) })
+        .to_the_end(async move { Ok(dispatch::run_upstream(&s.ops, &e, name, args).await?) })
         .await?;
     Ok(Json(report).into_response())
 }
