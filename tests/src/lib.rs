@@ -2,6 +2,7 @@
 //! a deliberately plain HTTP/1.1 client (one request per connection) that can also send what a
 //! polite client would not.
 
+mod mcp_upstream;
 pub mod upstream;
 
 use std::io::{BufRead, BufReader, Read, Write};

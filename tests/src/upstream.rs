@@ -19,6 +19,8 @@
 //! With [`Counts::set_chaos`], a request without `x-fault` gets a random fault instead (the chaos
 //! harness): dropped after the effect, 503 without the effect, or stalled after the effect.
 //!
+//! `/mcp` is an MCP server (see `mcp_upstream`).
+//!
 //! Paths: `POST /dedupe/...` dedupes by key itself (effect once per key); `GET /v1/customers...`
 //! counts reads (a `HEAD` too, answered with the `GET`'s head and no body);
 //! `GET /v1/charges?idempotency_key=K` is a reconcile probe (200 if K's effect happened, 404 if
@@ -51,7 +53,17 @@ pub struct Counts {
     dice: AtomicU64,
     /// Faults injected by chaos: dropped, unavailable, stalled.
     pub injected: [AtomicU64; 3],
+    /// MCP sessions opened and ended at `/mcp`.
+    pub mcp_sessions: AtomicU64,
+    pub mcp_sessions_ended: AtomicU64,
+    /// The JSON-RPC methods `/mcp` was sent, in order.
+    pub mcp_methods: Mutex<Vec<String>>,
+    /// Each `tools/call` `/mcp` was sent: tool, arguments, headers.
+    pub mcp_calls: Mutex<Vec<McpCallSeen>>,
 }
+
+/// A `tools/call` the MCP upstream was sent: its tool, its arguments and the request's headers.
+pub type McpCallSeen = (String, serde_json::Value, Vec<(String, String)>);
 
 /// Random faults for requests that do not choose one, in percent of requests.
 #[derive(Debug, Clone, Copy)]
@@ -123,7 +135,15 @@ impl Counts {
         fault
     }
 
-    fn effect(&self, key: &str) -> u64 {
+    /// Whether MCP session `id` is open.
+    pub(crate) fn has_session(&self, id: &str) -> bool {
+        let opened = self.mcp_sessions.load(Ordering::SeqCst);
+        id.strip_prefix("s-")
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| n >= 1 && n <= opened)
+    }
+
+    pub(crate) fn effect(&self, key: &str) -> u64 {
         self.total_effects.fetch_add(1, Ordering::SeqCst);
         let mut m = self.effects.lock().unwrap_or_else(|p| p.into_inner());
         let n = m.entry(key.to_owned()).or_insert(0);
@@ -237,15 +257,15 @@ impl Upstream {
     }
 }
 
-struct Req {
-    method: String,
-    target: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+pub(crate) struct Req {
+    pub(crate) method: String,
+    pub(crate) target: String,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Req {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n == name)
@@ -422,6 +442,12 @@ async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, c: Arc<Counts>) -> st
     let mut buf = Vec::new();
     while let Some(req) = read_req(&mut s, &mut buf).await? {
         let (key, n_req) = note(&c, &req);
+        if req.target.starts_with("/mcp") {
+            if crate::mcp_upstream::answer(&mut s, &c, &req).await? {
+                continue;
+            }
+            return Ok(());
+        }
         let fault = match req.header("x-fault") {
             Some(f) => f.to_owned(),
             None if req.method == "POST" => c.roll(),

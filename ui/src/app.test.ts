@@ -8,7 +8,7 @@ function entry(id: number, over: Partial<EntrySummary> = {}): EntrySummary {
   return {
     id, route: "charges", scope: "agent-1", key: `key-${id}`, state: "pending", stuck: true, fingerprint: "ab", attempts: 1, replays: 0,
     created_at: 1_800_000_000_000, updated_at: 1_800_000_000_000, expires_at: null, effect: "write", lease_expires_at: 1_800_000_030_000,
-    outcome_unknown: true, last_error: "upstream timeout", collisions: 0, duplicate_of: null, response_status: null, ...over,
+    outcome_unknown: true, last_error: "upstream timeout", collisions: 0, duplicate_of: null, response_status: null, tool: null, ...over,
   };
 }
 
@@ -67,6 +67,26 @@ describe("console UI", () => {
     expect([...rows].map((r) => (r as HTMLElement).dataset.entryId)).toEqual(["7", "5"]);
     const call = calls.find(([c]) => c === "entries");
     expect(call?.[1]).toMatchObject({ filter: { stuck: true }, before: null, limit: 200 });
+  });
+
+  it("shows an MCP entry as route · tool with its call, and filters by tool", async () => {
+    const mcp = entry(9, { route: "tools", tool: "charge", state: "completed", stuck: false });
+    const call = { label: "tools · charge", tool: "charge", arguments: { customer: "cus_1", amount: 4999 }, result_text: "charged", structured: null, is_error: false, error: null };
+    const show = () => ({ entry: { ...mcp, lease_owner: null, request: null, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [], call });
+    const { app, calls } = setup({ ...base, show, entries: () => ({ entries: [mcp], next_before: null }) });
+    await app.start();
+    await app.go("stuck");
+    await tick();
+    expect(document.querySelector('[data-testid="entry-row"] .route')?.textContent).toBe("tools · charge");
+    const input = q("filter-input") as HTMLInputElement;
+    input.value = "tool:charge";
+    input.dispatchEvent(new Event("change"));
+    await tick();
+    expect(calls.filter(([c]) => c === "entries").slice(-1)[0]?.[1]).toMatchObject({ filter: { tool: "charge", key: null } });
+    await app.go("entry", 9);
+    expect(document.querySelector("h1")?.textContent).toContain("tools · charge");
+    expect(q("tool-call").textContent).toContain('{"customer":"cus_1","amount":4999}');
+    expect(q("tool-call").textContent).toContain("charged");
   });
 
   it("copies a stored request as curl through the proxy the console runs, or names the default", async () => {

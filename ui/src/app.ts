@@ -16,7 +16,7 @@ import type { ResolveAs } from "./bindings/ResolveAs";
 import type { Identity } from "./bindings/Identity";
 import { allows, COMMANDS, type CommandName } from "./bindings/commands";
 import { clear, h, svg } from "./dom";
-import { bodyText, curlFor, DEFAULT_PROXY, fromLocalInput, isoTime, proxyBase, relative, seriesFor, sparkPoints } from "./format";
+import { bodyText, curlFor, DEFAULT_PROXY, fromLocalInput, isoTime, proxyBase, relative, seriesFor, sparkPoints, routeLabel } from "./format";
 import { toErrorBody, type Transport } from "./transport";
 import { VirtualList } from "./vlist";
 
@@ -362,7 +362,7 @@ export class App {
       check,
       h("span", { class: "id" }, `${e.id}`),
       h("span", { class: `state s-${e.state}${e.stuck ? " stuck" : ""}` }, e.stuck ? "stuck" : e.state),
-      h("span", { class: "route" }, `${e.route}${e.effect === "destructive" ? " ⚠" : ""}`),
+      h("span", { class: "route" }, `${routeLabel(e)}${e.effect === "destructive" ? " ⚠" : ""}`),
       h("span", { class: "scope" }, e.scope || "—"),
       h("span", { class: "key" }, e.key),
       h("span", { class: "age", title: isoTime(e.created_at) }, relative(e.created_at, now)),
@@ -372,11 +372,11 @@ export class App {
   }
 
   private async entryList(title: string, hint: string, base: Partial<EntryFilter>, bulk: ("resolve" | "release" | "replay" | "reconcile")[]): Promise<void> {
-    const filter: EntryFilter = { state: null, stuck: false, collisions: false, expired: false, expiring_within: null, duplicates: false, route: null, scope: null, key: null, ...base };
+    const filter: EntryFilter = { state: null, stuck: false, collisions: false, expired: false, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null, ...base };
     const sel = new Set<number>();
     const list = new VirtualList<EntrySummary>(ROW, (e, _i, s) => this.entryRow(e, s, bulk.length ? sel : null), async (last) => this.entryPage(filter, last), `${this.view}-list`);
     this.list = list;
-    const search = h("input", { testid: "filter-input", attrs: { placeholder: "filter: route, scope or key (exact)" }, on: { change: (e) => { const v = (e.target as HTMLInputElement).value.trim(); filter.route = null; filter.scope = null; filter.key = null; if (v.startsWith("route:")) filter.route = v.slice(6); else if (v.startsWith("scope:")) filter.scope = v.slice(6); else if (v) filter.key = v; sel.clear(); void list.reset(); } } });
+    const search = h("input", { testid: "filter-input", attrs: { placeholder: "filter: key, or route:, scope:, tool: (exact)" }, on: { change: (e) => { const v = (e.target as HTMLInputElement).value.trim(); filter.route = null; filter.scope = null; filter.key = null; filter.tool = null; if (v.startsWith("route:")) filter.route = v.slice(6); else if (v.startsWith("scope:")) filter.scope = v.slice(6); else if (v.startsWith("tool:")) filter.tool = v.slice(5); else if (v) filter.key = v; sel.clear(); void list.reset(); } } });
     const bar = h("div", { class: "filters" }, search);
     for (const a of bulk) {
       bar.append(h("button", { testid: `bulk-${a}`, attrs: this.gate("bulk"), on: { click: () => void this.bulk(a, filter, sel, list) } }, `${a[0].toUpperCase()}${a.slice(1)} selected (or all matching)`));
@@ -486,7 +486,7 @@ export class App {
   }
 
   private async expiries(): Promise<void> {
-    const base: EntryFilter = { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null };
+    const base: EntryFilter = { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null };
     let filter = { ...base };
     const list = new VirtualList<EntrySummary>(ROW, (e, _i, s) => this.entryRow(e, s, null), async (last) => this.entryPage(filter, last), "expiries-list");
     this.list = list;
@@ -550,7 +550,7 @@ export class App {
     const header = h(
       "div",
       { class: "entry-head" },
-      h("h1", null, h("span", { class: `state s-${e.state}${e.stuck ? " stuck" : ""}` }, e.stuck ? "stuck" : e.state), ` ${e.route} · ${e.key}`),
+      h("h1", null, h("span", { class: `state s-${e.state}${e.stuck ? " stuck" : ""}` }, e.stuck ? "stuck" : e.state), ` ${routeLabel(e)} · ${e.key}`),
       h(
         "div",
         { class: "actions" },
@@ -572,6 +572,14 @@ export class App {
       kv("resolved by", e.resolved_by ? `${e.resolved_by}: ${e.resolution_reason ?? ""}` : null), kv("external ref", e.external_ref),
     );
     this.main.append(header, facts);
+    if (v.call) {
+      const c = v.call;
+      const result = c.error ? `error ${JSON.stringify(c.error)}` : `${c.is_error ? "isError · " : ""}${c.result_text ?? "—"}`;
+      this.main.append(
+        h("h2", null, `Call · ${c.label}`),
+        h("div", { class: "facts", testid: "tool-call" }, kv("arguments", JSON.stringify(c.arguments)), kv("result", result), kv("structured", c.structured === null ? null : JSON.stringify(c.structured))),
+      );
+    }
     if (e.request) {
       // Through the proxy this console runs or is served by; else idemgate's default address.
       const st = await this.t.proxyStatus().catch(() => null);

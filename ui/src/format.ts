@@ -3,6 +3,11 @@ import type { RequestRecord } from "./bindings/RequestRecord";
 import type { ResponseRecord } from "./bindings/ResponseRecord";
 import type { SeriesPoint } from "./bindings/SeriesPoint";
 
+/** An entry's route as people read it: `route · tool` for an MCP call. */
+export function routeLabel(e: { route: string; tool: string | null }): string {
+  return e.tool ? `${e.route} · ${e.tool}` : e.route;
+}
+
 export function isoTime(ms: number | null | undefined): string {
   if (ms === null || ms === undefined) return "—";
   return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");

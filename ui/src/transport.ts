@@ -278,7 +278,7 @@ export class HttpTransport implements Transport {
   entries(f: EntryFilter, before: number | null, limit: number) {
     return this.req<EntryPage>("GET", `/admin/v1/entries${query({
       state: f.state, stuck: f.stuck, collisions: f.collisions, expired: f.expired, expiring_within_ms: f.expiring_within,
-      duplicates: f.duplicates, route: f.route, scope: f.scope, key: f.key, before, limit,
+      duplicates: f.duplicates, route: f.route, scope: f.scope, key: f.key, tool: f.tool, before, limit,
     })}`);
   }
   show(id: number) { return this.req<EntryView>("GET", `/admin/v1/entries/${id}`); }

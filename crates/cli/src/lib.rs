@@ -110,6 +110,9 @@ struct FilterArgs {
     scope: Option<String>,
     #[arg(long)]
     key: Option<String>,
+    /// Entries of this MCP tool (`tools/call` through an MCP route).
+    #[arg(long)]
+    tool: Option<String>,
 }
 
 impl From<FilterArgs> for EntryFilter {
@@ -128,6 +131,7 @@ impl From<FilterArgs> for EntryFilter {
             route: f.route,
             scope: f.scope,
             key: f.key,
+            tool: f.tool,
             expiring_within: None,
         }
     }

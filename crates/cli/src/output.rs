@@ -87,7 +87,16 @@ pub fn entry_json(e: &EntrySummary) -> Value {
         "collisions": e.collisions,
         "duplicate_of": e.duplicate_of,
         "response_status": e.response_status,
+        "tool": e.tool,
     })
+}
+
+/// An entry's route as people read it: `route · tool` for an MCP call.
+fn route_label(e: &EntrySummary) -> String {
+    match &e.tool {
+        Some(t) => format!("{} · {t}", e.route),
+        None => e.route.clone(),
+    }
 }
 
 fn event_json(e: &Event) -> Value {
@@ -178,7 +187,7 @@ pub fn entries(
             "{:>8}  {:<18} {:<21} {:<18} {:<38} {:>3} {:>3}  {:<24}{}",
             e.id,
             state_label(e),
-            short(&e.route, 21),
+            short(&route_label(e), 21),
             short(&e.scope, 18),
             short(&e.key, 38),
             e.attempts,
@@ -202,31 +211,57 @@ fn body_text(b: &[u8]) -> String {
     }
 }
 
+/// An MCP entry's call: its tool, arguments and what came back.
+fn tool_call(out: &mut Out, c: &idemgate_ops::ToolCall) -> R {
+    writeln!(out, "\ncall  {}", c.label)?;
+    let args = serde_json::to_string_pretty(&c.arguments).unwrap_or_default();
+    writeln!(out, "  arguments {args}")?;
+    if let Some(t) = &c.result_text {
+        let error = if c.is_error { " (isError)" } else { "" };
+        writeln!(out, "  result{error}    {t}")?;
+    }
+    if let Some(err) = &c.error {
+        writeln!(out, "  error     {err}")?;
+    }
+    Ok(())
+}
+
+/// An entry as `show --json` gives it.
+fn show_json(out: &mut Out, v: &EntryView) -> R {
+    let mut entry = entry_json(&v.entry.summary);
+    let d = &v.entry;
+    if let Some(obj) = entry.as_object_mut() {
+        obj.insert("lease_owner".into(), json!(d.lease_owner));
+        obj.insert("request".into(), json!(d.request));
+        obj.insert("response".into(), json!(d.response));
+        obj.insert("last_replay_at".into(), opt_time(d.last_replay_at));
+        obj.insert("completed_at".into(), opt_time(d.completed_at));
+        obj.insert("resolved_by".into(), json!(d.resolved_by));
+        obj.insert("resolution_reason".into(), json!(d.resolution_reason));
+        obj.insert("external_ref".into(), json!(d.external_ref));
+        obj.insert("collision_requests".into(), json!(d.collision_requests));
+        obj.insert("call".into(), json!(v.call));
+        obj.insert(
+            "timeline".into(),
+            Value::Array(v.timeline.iter().map(event_json).collect()),
+        );
+    }
+    pretty(out, &entry)
+}
+
 pub fn show(out: &mut Out, v: &EntryView, json: bool) -> R {
     if json {
-        let mut entry = entry_json(&v.entry.summary);
-        let d = &v.entry;
-        if let Some(obj) = entry.as_object_mut() {
-            obj.insert("lease_owner".into(), json!(d.lease_owner));
-            obj.insert("request".into(), json!(d.request));
-            obj.insert("response".into(), json!(d.response));
-            obj.insert("last_replay_at".into(), opt_time(d.last_replay_at));
-            obj.insert("completed_at".into(), opt_time(d.completed_at));
-            obj.insert("resolved_by".into(), json!(d.resolved_by));
-            obj.insert("resolution_reason".into(), json!(d.resolution_reason));
-            obj.insert("external_ref".into(), json!(d.external_ref));
-            obj.insert("collision_requests".into(), json!(d.collision_requests));
-            obj.insert(
-                "timeline".into(),
-                Value::Array(v.timeline.iter().map(event_json).collect()),
-            );
-        }
-        return pretty(out, &entry);
+        return show_json(out, v);
     }
     let e = &v.entry.summary;
     let d = &v.entry;
     writeln!(out, "entry {}  {}", e.id, state_label(e))?;
-    writeln!(out, "  route        {} ({})", e.route, e.effect.as_str())?;
+    writeln!(
+        out,
+        "  route        {} ({})",
+        route_label(e),
+        e.effect.as_str()
+    )?;
     writeln!(
         out,
         "  scope        {}",
@@ -270,6 +305,9 @@ pub fn show(out: &mut Out, v: &EntryView, json: bool) -> R {
     }
     if let Some(x) = &d.external_ref {
         writeln!(out, "  external ref {x}")?;
+    }
+    if let Some(c) = &v.call {
+        tool_call(out, c)?;
     }
     if let Some(r) = &d.request {
         writeln!(out, "\nrequest  {} {}", r.method, r.path)?;

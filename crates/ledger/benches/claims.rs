@@ -73,6 +73,7 @@ fn claim(body: &[u8], keys: Keys) -> ClaimRequest {
         lease_ms: 30_000,
         ttl_ms: 3_600_000,
         reject_duplicates_within_ms: None,
+        tool: None,
         at: now_millis(),
     }
 }

@@ -78,6 +78,7 @@ const TABLES: &[Table] = &[
             ("external_ref", T),
             ("stuck_logged", I),
             ("expiry_logged", I),
+            ("tool", T),
         ],
     ),
     (

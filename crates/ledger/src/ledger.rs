@@ -445,6 +445,7 @@ mod tests {
                     lease_ms: 1_000,
                     ttl_ms: 1_000,
                     reject_duplicates_within_ms: None,
+                    tool: None,
                     at: 1,
                 })
             })

@@ -275,6 +275,8 @@ pub struct EntrySummary {
     /// The earlier entry this one probably duplicates (same route, scope and fingerprint).
     pub duplicate_of: Option<i64>,
     pub response_status: Option<u16>,
+    /// The MCP tool of a `tools/call` entry (shown as `route · tool`); `None` on HTTP routes.
+    pub tool: Option<String>,
 }
 
 /// Everything the ledger knows about one entry.
@@ -405,6 +407,8 @@ pub struct EntryFilter {
     pub route: Option<String>,
     pub scope: Option<String>,
     pub key: Option<String>,
+    /// Entries of this MCP tool.
+    pub tool: Option<String>,
 }
 
 /// Filters for the log.

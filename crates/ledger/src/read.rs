@@ -15,7 +15,7 @@ pub(crate) const MAX_PAGE: usize = 100_000;
 const ENTRY_COLS: &str =
     "id, route, scope, key, state, fingerprint, attempts, replays, created_at, \
     updated_at, expires_at, effect, lease_expires_at, outcome_unknown, last_error, collisions, \
-    duplicate_of, resp_status";
+    duplicate_of, resp_status, tool";
 
 fn summary_row(now: Millis) -> impl Fn(&dyn Row) -> Result<EntrySummary> {
     move |r| {
@@ -43,6 +43,7 @@ fn summary_row(now: Millis) -> impl Fn(&dyn Row) -> Result<EntrySummary> {
             collisions: r.int(15)?,
             duplicate_of: r.opt_int(16)?,
             response_status: r.opt_int(17)?.map(status),
+            tool: r.opt_text(18)?,
         })
     }
 }
@@ -250,6 +251,9 @@ pub(crate) fn entries(
     }
     if let Some(s) = &f.scope {
         w.and_p("scope = ?", s.clone());
+    }
+    if let Some(t) = &f.tool {
+        w.and_p("tool = ?", t.clone());
     }
     if let Some(k) = &f.key {
         w.and_p(ENTRY_KEY, k.clone());

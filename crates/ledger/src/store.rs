@@ -62,6 +62,9 @@ pub struct ClaimRequest {
     /// window is refused ([`ClaimOutcome::ProbableDuplicate`]) instead of executed.
     pub reject_duplicates_within_ms: Option<i64>,
     pub at: Millis,
+    /// The MCP tool a `tools/call` entry runs (its route is the MCP endpoint): listed and filtered
+    /// by it. `None` for an HTTP route's entry.
+    pub tool: Option<String>,
 }
 
 /// The answer to a claim.

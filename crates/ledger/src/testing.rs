@@ -28,6 +28,7 @@ pub fn charge(key: &str, at: Millis) -> ClaimRequest {
         lease_ms: 60_000,
         ttl_ms: 60_000,
         reject_duplicates_within_ms: None,
+        tool: None,
         at,
     }
 }

@@ -374,6 +374,7 @@ fn insert_or_lookup(db: &mut dyn Db, c: &Claim) -> Result<First> {
         &request.body,
         req.at,
         req.at + req.ttl_ms,
+        req.tool.as_deref(),
     ]
     .to_vec();
     let sql = match window {
@@ -424,8 +425,9 @@ impl crate::db::Row for Shifted<'_> {
 }
 
 /// [`insert_or_lookup`]'s statement, without and with the reject policy's duplicate check.
-/// ?1–?13: the new entry's route, scope, key, fingerprint, effect, lease owner, lease expiry,
-/// request method, path, headers and body, claim time and expiry; ?14: the reject window's start.
+/// ?1–?14: the new entry's route, scope, key, fingerprint, effect, lease owner, lease expiry,
+/// request method, path, headers and body, claim time, expiry and tool; ?15: the reject window's
+/// start.
 pub(crate) static INSERT_OR_LOOKUP: PerDialect<(String, String)> = PerDialect::new(|d| {
     let build = |guard: &str| {
         // PostgreSQL types a SELECT list's parameters on their own: they are cast to the columns'.
@@ -436,9 +438,9 @@ pub(crate) static INSERT_OR_LOOKUP: PerDialect<(String, String)> = PerDialect::n
         let insert = format!(
             "{} INTO entries (route, scope, key, fingerprint, effect, state, attempts, lease_owner, \
              lease_expires_at, req_method, req_path, req_headers, req_body, created_at, updated_at, \
-             expires_at) SELECT ?1{text}, ?2{text}, ?3{text}, ?4{text}, ?5{text}, 'pending', 1, \
-             ?6{text}, ?7{int}, ?8{text}, ?9{text}, ?10{text}, ?11{bytes}, ?12{int}, ?12{int}, \
-             ?13{int} WHERE {guard} ON CONFLICT (route, scope, key) DO NOTHING{}",
+             expires_at, tool) SELECT ?1{text}, ?2{text}, ?3{text}, ?4{text}, ?5{text}, 'pending', \
+             1, ?6{text}, ?7{int}, ?8{text}, ?9{text}, ?10{text}, ?11{bytes}, ?12{int}, ?12{int}, \
+             ?13{int}, ?14{text} WHERE {guard} ON CONFLICT (route, scope, key) DO NOTHING{}",
             d.insert(),
             // SQLite buffers a RETURNING clause's rows in an ephemeral table it opens and closes
             // for each run; the new rowid is the connection's last insert instead.
@@ -462,7 +464,7 @@ pub(crate) static INSERT_OR_LOOKUP: PerDialect<(String, String)> = PerDialect::n
         build("true"),
         build(&format!(
             "NOT EXISTS (SELECT 1 FROM entries WHERE {})",
-            same_effect_elsewhere("?4", "?14", "?3")
+            same_effect_elsewhere("?4", "?15", "?3")
         )),
     )
 });
@@ -509,7 +511,7 @@ fn rearm(
          req_method = ?7, req_path = ?8, req_headers = ?9, req_body = ?10, resp_status = NULL, \
          resp_headers = NULL, resp_body = NULL, duplicate_of = NULL, updated_at = ?11, \
          completed_at = NULL, expires_at = ?12, resolved_by = NULL, resolution_reason = NULL, \
-         external_ref = NULL, stuck_logged = 0, expiry_logged = 0 WHERE id = ?1",
+         external_ref = NULL, stuck_logged = 0, expiry_logged = 0, tool = ?13 WHERE id = ?1",
         vals![
             row.id,
             &req.fingerprint,
@@ -523,6 +525,7 @@ fn rearm(
             &request.body,
             at,
             at + req.ttl_ms,
+            req.tool.as_deref(),
         ],
     )?;
     moved(ctx, Some(row.state), Some(State::Pending));

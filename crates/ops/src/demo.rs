@@ -250,6 +250,7 @@ impl Call {
             lease_ms: LEASE,
             ttl_ms: ttl,
             reject_duplicates_within_ms: None,
+            tool: None,
             at: self.at,
         }
     }

@@ -39,6 +39,73 @@ pub struct EntryView {
     pub timeline: Vec<Event>,
     /// For each of `entry.collision_requests`, the fields where it differs from the stored request.
     pub collision_diffs: Vec<Vec<FieldDiff>>,
+    /// An MCP entry's call, read from its request and response.
+    pub call: Option<ToolCall>,
+}
+
+/// An MCP `tools/call` entry as people read it: `route · tool`, its arguments, and what came
+/// back — the tool's result (its text content joined), or a JSON-RPC error.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// `route · tool`.
+    pub label: String,
+    /// The tool's name.
+    pub tool: String,
+    /// The call's arguments.
+    #[cfg_attr(feature = "ts", ts(type = "unknown"))]
+    pub arguments: serde_json::Value,
+    /// The result's text content, joined by newlines (absent without a result).
+    pub result_text: Option<String>,
+    /// The result's `structuredContent`, when it has one.
+    #[cfg_attr(feature = "ts", ts(type = "unknown"))]
+    pub structured: Option<serde_json::Value>,
+    /// The result says `isError: true`.
+    pub is_error: bool,
+    /// The JSON-RPC error the call was answered with, if it was.
+    #[cfg_attr(feature = "ts", ts(type = "unknown"))]
+    pub error: Option<serde_json::Value>,
+}
+
+impl ToolCall {
+    /// `d`'s call, when `d` is an MCP entry.
+    pub fn of(d: &EntryDetail) -> Option<ToolCall> {
+        use serde_json::Value;
+        let tool = d.summary.tool.clone()?;
+        let body = |b: &[u8]| serde_json::from_slice::<Value>(b).unwrap_or(Value::Null);
+        let request = d
+            .request
+            .as_ref()
+            .map(|r| body(&r.body))
+            .unwrap_or(Value::Null);
+        let response = d
+            .response
+            .as_ref()
+            .map(|r| body(&r.body))
+            .unwrap_or(Value::Null);
+        let result = response.get("result");
+        let result_text = result
+            .and_then(|r| r.get("content"))
+            .and_then(Value::as_array)
+            .map(|c| {
+                c.iter()
+                    .filter_map(|i| i.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        Some(ToolCall {
+            label: format!("{} · {tool}", d.summary.route),
+            arguments: request["params"]["arguments"].clone(),
+            structured: result.and_then(|r| r.get("structuredContent")).cloned(),
+            is_error: result
+                .and_then(|r| r.get("isError"))
+                .and_then(Value::as_bool)
+                == Some(true),
+            error: response.get("error").cloned(),
+            result_text,
+            tool,
+        })
+    }
 }
 
 /// One field that differs between two requests: `field` is `method`, `path`, `header:NAME` or a
@@ -207,6 +274,7 @@ impl Ops {
                 .collect(),
         };
         Ok(EntryView {
+            call: ToolCall::of(&entry),
             entry,
             timeline,
             collision_diffs,

@@ -189,6 +189,74 @@ pub fn check_response(as_: ResolveAs, r: &ResponseRecord) -> OpsResult<ResponseR
     })
 }
 
+/// A resolution of an MCP `tools/call` entry, whose retries are answered in JSON-RPC: the
+/// operator's response as the call's response. A JSON-RPC response is kept as it is; any other
+/// JSON body is the tool's result (`isError: true` when the entry failed); other text becomes
+/// the result's text; an external reference alone becomes a result that names it.
+pub fn as_tool_call(r: Resolution) -> Resolution {
+    use serde_json::{json, Value};
+    let message = |body: &[u8], failed: bool| -> Vec<u8> {
+        let v: Option<Value> = serde_json::from_slice(body).ok();
+        let rpc = v.as_ref().is_some_and(|v| {
+            v.get("jsonrpc").is_some() && (v.get("result").is_some() || v.get("error").is_some())
+        });
+        let m = match v {
+            Some(v) if rpc => v,
+            Some(Value::Object(mut result)) if result.contains_key("content") => {
+                if failed {
+                    result.insert("isError".into(), Value::Bool(true));
+                }
+                json!({"jsonrpc": "2.0", "id": null, "result": result})
+            }
+            other => {
+                let text = match other {
+                    Some(v) => v.to_string(),
+                    None => String::from_utf8_lossy(body).into_owned(),
+                };
+                json!({"jsonrpc": "2.0", "id": null, "result": {
+                    "content": [{"type": "text", "text": text}], "isError": failed}})
+            }
+        };
+        serde_json::to_vec(&m).unwrap_or_default()
+    };
+    let record = |body: Vec<u8>| ResponseRecord {
+        status: 200,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body,
+    };
+    match r {
+        Resolution::Completed {
+            response,
+            external_ref: Some(x),
+        } if serde_json::from_slice::<Value>(&response.body)
+            .ok()
+            .and_then(|v| v.get("idemgate").cloned())
+            == Some(json!("resolved-by-operator")) =>
+        {
+            let m = json!({"jsonrpc": "2.0", "id": null, "result": {
+                "content": [{"type": "text", "text": format!("resolved by an operator: {x}")}],
+                "structuredContent": {"idemgate": "resolved-by-operator", "external_ref": x}}});
+            Resolution::Completed {
+                response: record(serde_json::to_vec(&m).unwrap_or_default()),
+                external_ref: Some(x),
+            }
+        }
+        Resolution::Completed {
+            response,
+            external_ref,
+        } => Resolution::Completed {
+            response: record(message(&response.body, false)),
+            external_ref,
+        },
+        Resolution::Failed {
+            response: Some(response),
+        } => Resolution::Failed {
+            response: Some(record(message(&response.body, true))),
+        },
+        other => other,
+    }
+}
+
 impl Ops {
     /// What `resolve` would touch.
     pub fn preview_resolve(&self, id: i64) -> OpsResult<Preview> {
@@ -230,8 +298,17 @@ impl Ops {
     /// Resolves a stuck, released or failed entry as `cmd` says; refused on an entry in flight or
     /// completed.
     pub fn resolve(&self, cmd: &ResolveCmd) -> OpsResult<EntrySummary> {
-        let (actor, resolution) = cmd.check()?;
+        let (actor, mut resolution) = cmd.check()?;
         let preview = self.preview_resolve(cmd.entry_id)?;
+        if self
+            .store
+            .entry(cmd.entry_id, now_millis())?
+            .summary
+            .tool
+            .is_some()
+        {
+            resolution = as_tool_call(resolution);
+        }
         if let Some((_, why)) = preview.skipped.first() {
             return Err(OpsError::Conflict(format!(
                 "entry {} cannot be resolved: {why}",

@@ -170,9 +170,31 @@ pub struct Reconcile {
     pub url: String,
 }
 
+/// What a route speaks to its clients and its upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Plain HTTP: one operation per request, its key in a header or the body.
+    Http,
+    /// The Model Context Protocol over Streamable HTTP: JSON-RPC messages POSTed to one endpoint,
+    /// where a non-read `tools/call` is the operation.
+    Mcp,
+}
+
+/// An MCP route's settings for one tool, which win over its annotations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolRule {
+    pub effect: Option<Effect>,
+    /// A JSON pointer into the call's arguments that holds its key.
+    pub key_arg: Option<String>,
+}
+
 #[derive(Debug, Clone)]
 pub struct Route {
     pub name: String,
+    pub protocol: Protocol,
+    /// An MCP route's per-tool settings (empty on an HTTP route).
+    pub tools: std::collections::BTreeMap<String, ToolRule>,
+    /// An HTTP route's method; `POST` on an MCP route (which also serves `GET` and `DELETE`).
     pub method: String,
     pub path: String,
     pub upstream: Upstream,
@@ -206,6 +228,9 @@ impl Route {
     /// Whether the route serves requests with `method`: its own, and `HEAD` on a `GET` read route
     /// (RFC 9110 §9.3.2: a `GET` without the body).
     pub fn serves(&self, method: &str) -> bool {
+        if self.protocol == Protocol::Mcp {
+            return matches!(method, "POST" | "GET" | "DELETE");
+        }
         self.method == method
             || method == "HEAD" && self.method == "GET" && self.effect == Effect::Read
     }

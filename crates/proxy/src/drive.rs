@@ -13,6 +13,7 @@ use metrics::counter;
 use crate::config::Route;
 use crate::engine::{Engine, RouteMetrics};
 use crate::forward::{self, Attempt, UpstreamResponse};
+pub(crate) use crate::mcp::Via;
 use crate::problem::{Problem, ProblemCode};
 use crate::settle::Outcome;
 
@@ -20,6 +21,10 @@ use crate::settle::Outcome;
 pub(crate) struct ClaimedCall<'a> {
     pub(crate) entry_id: i64,
     pub(crate) first_attempt: i64,
+    /// The call's effect: its route's, or on an MCP route its tool's.
+    pub(crate) effect: Effect,
+    /// How each attempt reaches the upstream.
+    pub(crate) via: Via<'a>,
     pub(crate) method: &'a Method,
     pub(crate) uri: Uri,
     pub(crate) headers: &'a HeaderMap,
@@ -37,13 +42,15 @@ pub(crate) async fn drive(
     let ClaimedCall {
         entry_id,
         first_attempt,
+        effect,
+        via,
         method,
         uri,
         headers,
         body,
     } = call;
     let m = e.metrics_of(route);
-    let unknown_is_retryable = route.upstream_dedupes || route.effect == Effect::Idempotent;
+    let (attempts, unknown_is_retryable) = retry_policy(route, effect);
     let mut attempt = first_attempt;
     let mut tries: u32 = 1;
     loop {
@@ -55,7 +62,10 @@ pub(crate) async fn drive(
             body: body.clone(),
             timeout: route.timeout,
         };
-        let a = forward::attempt(&e.client, out).await;
+        let a = match via {
+            Via::Http => forward::attempt(&e.client, out).await,
+            Via::Mcp(x) => x.attempt(&e.client, out).await,
+        };
         m.upstream_seconds.record(started.elapsed().as_secs_f64());
         let (why, retry_after, class) = match a {
             Attempt::Executed(resp) => return record_executed(e, route, &m, entry_id, resp).await,
@@ -84,7 +94,7 @@ pub(crate) async fn drive(
         };
         // The upstream's Retry-After is waited out when the route waits that long; when it asks
         // for longer, the caller is told to wait instead.
-        let wait = (tries < route.retry.attempts)
+        let wait = (tries < attempts)
             .then(|| forward::retry_wait(route.retry.base, route.retry.max, tries, retry_after))
             .flatten();
         if let Some(wait) = wait {
@@ -133,6 +143,20 @@ pub(crate) async fn drive(
             .with("entry_id", entry_id)
             .counted());
     }
+}
+
+/// How many attempts a call of `effect` on `route` gets, and whether an unknown outcome may be
+/// tried again (the upstream dedupes, or the call is idempotent). Destructive calls are never
+/// retried automatically.
+fn retry_policy(route: &Route, effect: Effect) -> (u32, bool) {
+    let attempts = match effect {
+        Effect::Destructive => 1,
+        _ => route.retry.attempts,
+    };
+    (
+        attempts,
+        route.upstream_dedupes || effect == Effect::Idempotent,
+    )
 }
 
 /// An executed attempt: its response recorded as the entry's outcome, and given out once recorded.

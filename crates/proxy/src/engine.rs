@@ -23,8 +23,8 @@ use idemgate_ledger::{
 };
 use metrics::{counter, histogram, Counter, Histogram};
 
-use crate::config::{Config, InFlight, Route};
-use crate::flights::{flight_key, Flight, Flights, Seen};
+use crate::config::{Config, InFlight, Protocol, Route};
+use crate::flights::{flight_key, Flight, Flights, Landing, Seen};
 use crate::forward::{self, HttpClient, NoAnswer, ReadAnswer};
 use crate::keys;
 use crate::problem::{Problem, ProblemCode};
@@ -50,8 +50,9 @@ pub const MAX_HEADERS: usize = 128;
 pub const UPSTREAM_KEY_HEADER: &str = "idemgate-upstream-key";
 
 /// The body of every answer the proxy gives: complete before it is sent (a stored response, an
-/// upstream's collected body, a problem), or a read's, streamed from its upstream as it comes.
-pub type ProxyBody = Either<Full<Bytes>, forward::StreamedBody>;
+/// upstream's collected body, a problem), a read's, streamed from its upstream as it comes, or an
+/// MCP call's events, passed on as its task reads them.
+pub type ProxyBody = Either<Full<Bytes>, Either<forward::StreamedBody, crate::mcp::EventBody>>;
 
 /// The metric handles of one route, registered once: a `counter!` with labels looks its series up
 /// (hashing the labels, allocating the route's name) on every call.
@@ -97,6 +98,10 @@ pub struct Engine {
     pub owner: String,
     read_cache: ReadCache,
     flights: Flights,
+    /// Per route, in the configuration's order: an MCP route's tools as last listed.
+    pub(crate) tools: Vec<crate::mcp::Tools>,
+    /// The MCP calls running for clients, whose cancels are held back.
+    pub(crate) mcp_calls: crate::mcp::Calls,
     /// Outcomes known here that the ledger could not take yet.
     pub unsettled: Unsettled,
     /// Per route, in the configuration's order.
@@ -107,7 +112,7 @@ pub struct Engine {
     pub requests: tokio_util::task::TaskTracker,
 }
 
-type Answer = Result<Response<ProxyBody>, Problem>;
+pub(crate) type Answer = Result<Response<ProxyBody>, Problem>;
 
 impl Engine {
     pub fn new(cfg: Arc<Config>, store: Arc<dyn Storage>, owner: String) -> Engine {
@@ -120,6 +125,12 @@ impl Engine {
                 .map(|r| RouteMetrics::new(&r.name))
                 .collect(),
             claim_seconds: histogram!("idemgate_claim_seconds"),
+            tools: cfg
+                .routes
+                .iter()
+                .map(|_| crate::mcp::Tools::default())
+                .collect(),
+            mcp_calls: crate::mcp::Calls::default(),
             cfg,
             store,
             client: forward::client(),
@@ -217,6 +228,7 @@ pub async fn handle(
             let route = &engine.cfg.routes[i];
             let r = match check_headers(&parts.headers) {
                 Err(p) => Err(p),
+                Ok(()) if route.protocol == Protocol::Mcp => engine.mcp(i, parts, peer, body).await,
                 Ok(()) if route.effect == Effect::Read => engine.read(i, &parts, peer, body).await,
                 Ok(()) => engine.write(i, parts, peer, body).await,
             };
@@ -236,15 +248,15 @@ pub async fn handle(
 }
 
 /// One request on its route, as the request path passes it along.
-struct Req<'a> {
-    route: &'a Route,
-    metrics: &'a RouteMetrics,
-    parts: &'a axum::http::request::Parts,
-    peer: SocketAddr,
+pub(crate) struct Req<'a> {
+    pub(crate) route: &'a Route,
+    pub(crate) metrics: &'a RouteMetrics,
+    pub(crate) parts: &'a axum::http::request::Parts,
+    pub(crate) peer: SocketAddr,
 }
 
 /// The answer to a duplicate of a request still in flight.
-fn in_flight(entry_id: i64, lease_expires_at: Millis) -> Problem {
+pub(crate) fn in_flight(entry_id: i64, lease_expires_at: Millis) -> Problem {
     let secs = ((lease_expires_at - now_millis()).max(0) as u64).div_ceil(1000);
     Problem::new(
         ProblemCode::InFlight,
@@ -252,6 +264,20 @@ fn in_flight(entry_id: i64, lease_expires_at: Millis) -> Problem {
     )
     .retry_after(secs.min(5))
     .with("entry_id", entry_id)
+}
+
+/// What a claim came to.
+pub(crate) enum Claimed<'e> {
+    /// The entry to run now, on its `attempt`; this process's map of flights holds its key until
+    /// `landing` drops.
+    Run {
+        entry_id: i64,
+        attempt: i64,
+        landing: Landing<'e>,
+    },
+    /// The ledger's answer without running it: a replay, a collision, a held or failed entry, a
+    /// probable duplicate.
+    Settled(ClaimOutcome),
 }
 
 /// A write as far as the replay cache: what the rest of its way needs, or its answer.
@@ -275,7 +301,7 @@ struct Write {
 }
 
 impl Engine {
-    fn req<'a>(
+    pub(crate) fn req<'a>(
         &'a self,
         route_at: usize,
         parts: &'a axum::http::request::Parts,
@@ -329,7 +355,7 @@ impl Engine {
 
     /// A request's body, read whole within the route's limit and the body deadline, its signature
     /// checked.
-    async fn body(&self, req: &Req<'_>, body: Incoming) -> Result<Bytes, Problem> {
+    pub(crate) async fn body(&self, req: &Req<'_>, body: Incoming) -> Result<Bytes, Problem> {
         let (route, parts) = (req.route, req.parts);
         if let Some(len) = parts
             .headers
@@ -457,7 +483,7 @@ impl Engine {
                     Ok(response(
                         status,
                         &headers,
-                        Either::Right(body),
+                        Either::Right(Either::Left(body)),
                         None,
                         false,
                         cache,
@@ -481,7 +507,7 @@ impl Engine {
 
     /// Headers sent upstream: the client's minus hop-by-hop ones, with forwarding headers and,
     /// when the route says so, the idempotency key.
-    fn forward_headers(&self, req: &Req<'_>, key: Option<&str>) -> HeaderMap {
+    pub(crate) fn forward_headers(&self, req: &Req<'_>, key: Option<&str>) -> HeaderMap {
         let route = req.route;
         let mut h = req.parts.headers.clone();
         forward::strip_hop_by_hop(&mut h);
@@ -525,7 +551,7 @@ impl Engine {
     /// The request as stored: method, `target` (its path and query without secret parameters),
     /// an allowlist of headers (never secrets), body; and the key the upstream is sent, as
     /// [`UPSTREAM_KEY_HEADER`], so that a replay or a reconcile probe uses the same one.
-    fn stored_request(
+    pub(crate) fn stored_request(
         route: &Route,
         parts: &axum::http::request::Parts,
         target: &str,
@@ -539,6 +565,7 @@ impl Engine {
             "x-request-id",
             "traceparent",
             "idempotency-key",
+            "mcp-protocol-version",
         ];
         if let Some(crate::config::KeySource::Header(h)) = &route.key {
             keep.push(h);
@@ -668,10 +695,36 @@ impl Engine {
                 .reject_duplicates
                 .then_some(self.cfg.duplicate_window.as_millis() as i64),
             at,
+            tool: None,
         };
+        match self.claim(route, &scope, &key, &fingerprint, claim).await? {
+            Claimed::Run {
+                entry_id,
+                attempt,
+                landing: _landing,
+            } => {
+                self.execute(req, &key, &upstream_key, body, entry_id, attempt)
+                    .await
+            }
+            Claimed::Settled(settled) => answer_settled(req, &key, settled),
+        }
+    }
+
+    /// Claims `(route, scope, key)` for a request with `fingerprint` (`make` builds the claim for
+    /// a time; a wait for an in-flight key claims again): the entry to run, held in this
+    /// process's map of flights until [`Claimed::Run`]'s guard drops, or what the ledger
+    /// settled. A duplicate of a request in flight is answered (or waited for) here.
+    pub(crate) async fn claim(
+        &self,
+        route: &Route,
+        scope: &str,
+        key: &str,
+        fingerprint: &str,
+        make: impl Fn(Millis) -> ClaimRequest,
+    ) -> Result<Claimed<'_>, Problem> {
         let deadline = Instant::now() + self.cfg.wait;
         let waits = self.cfg.in_flight == InFlight::Wait;
-        let fk = flight_key(&route.name, &scope, &key);
+        let fk = flight_key(&route.name, scope, key);
         loop {
             // A duplicate of a request this process is driving: answered here, or woken when it
             // ends (the wait policy), without the ledger.
@@ -679,7 +732,7 @@ impl Engine {
                 entry_id,
                 lease_expires_at,
                 ended,
-            } = self.flights.seen(&fk, &fingerprint, now_millis())
+            } = self.flights.seen(&fk, fingerprint, now_millis())
             {
                 if waits && Instant::now() < deadline {
                     let _ = tokio::time::timeout_at(deadline.into(), ended).await;
@@ -691,7 +744,7 @@ impl Engine {
             let at = now_millis();
             let outcome = self
                 .store
-                .claim(claim(at))
+                .claim(make(at))
                 .recv()
                 .await
                 .map_err(claim_failed)?;
@@ -700,18 +753,21 @@ impl Engine {
             tracing::debug!(route = %route.name, scope = %scope, key = %key, outcome = outcome_label(&outcome), "claim");
             return match outcome {
                 ClaimOutcome::Claimed { entry_id, attempt } => {
-                    let _landing = self.flights.take_off(
+                    let landing = self.flights.take_off(
                         fk,
                         Flight {
                             entry_id,
-                            fingerprint: fingerprint.clone(),
+                            fingerprint: fingerprint.to_owned(),
                             // The ledger's own lease: the claim's time plus the lease.
                             lease_expires_at: at + route.lease.as_millis() as i64,
                             done: Arc::default(),
                         },
                     );
-                    self.execute(req, &key, &upstream_key, body, entry_id, attempt)
-                        .await
+                    Ok(Claimed::Run {
+                        entry_id,
+                        attempt,
+                        landing,
+                    })
                 }
                 ClaimOutcome::InFlight {
                     entry_id,
@@ -725,7 +781,7 @@ impl Engine {
                     }
                     Err(in_flight(entry_id, lease_expires_at))
                 }
-                settled => answer_settled(req, &key, settled),
+                settled => Ok(Claimed::Settled(settled)),
             };
         }
     }
@@ -755,6 +811,8 @@ impl Engine {
         let call = ClaimedCall {
             entry_id,
             first_attempt,
+            effect: route.effect,
+            via: crate::drive::Via::Http,
             method: &parts.method,
             uri,
             headers: &headers,
@@ -815,14 +873,23 @@ fn outcome_label(o: &ClaimOutcome) -> &'static str {
 /// The answer to a claim the ledger settled without this request running: a replay, or why it
 /// will not run (a reused key, a held or failed entry, a probable duplicate).
 fn answer_settled(req: &Req<'_>, key: &str, outcome: ClaimOutcome) -> Answer {
+    settled(req.metrics, outcome).map(|r| respond(r, Some(key), true, None))
+}
+
+/// A claim the ledger settled without the request running: the stored response to give out
+/// again, or the problem that says why it will not run. Counted in the route's metrics.
+pub(crate) fn settled(
+    metrics: &RouteMetrics,
+    outcome: ClaimOutcome,
+) -> Result<idemgate_ledger::ResponseRecord, Problem> {
     match outcome {
         ClaimOutcome::Replay { response, .. } => {
-            req.metrics.replayed.increment(1);
-            req.metrics.replays.increment(1);
-            Ok(respond(response, Some(key), true, None))
+            metrics.replayed.increment(1);
+            metrics.replays.increment(1);
+            Ok(response)
         }
         ClaimOutcome::Collision { entry_id } => {
-            req.metrics.collisions.increment(1);
+            metrics.collisions.increment(1);
             Err(Problem::new(ProblemCode::KeyReuse, "this key was already used with a different request; use a new key for a new operation")
                 .with("entry_id", entry_id))
         }
@@ -830,13 +897,13 @@ fn answer_settled(req: &Req<'_>, key: &str, outcome: ClaimOutcome) -> Answer {
         .with("entry_id", entry_id)),
         ClaimOutcome::Failed { entry_id, response } => match response {
             Some(r) => {
-                req.metrics.replayed.increment(1);
-                Ok(respond(r, Some(key), true, None))
+                metrics.replayed.increment(1);
+                Ok(r)
             }
             None => Err(Problem::new(ProblemCode::EntryFailed, "an operator marked this operation as permanently failed").with("entry_id", entry_id)),
         },
         ClaimOutcome::ProbableDuplicate { entry_id, key: other } => {
-            req.metrics.duplicate_suspects.increment(1);
+            metrics.duplicate_suspects.increment(1);
             Err(Problem::new(ProblemCode::ProbableDuplicate, format!("the same request completed under another key ({other}) within the duplicate window"))
                 .with("duplicate_of", entry_id))
         }

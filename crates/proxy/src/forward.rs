@@ -153,7 +153,7 @@ pub fn upstream_response(status: u16, headers: &HeaderMap, body: Bytes) -> Upstr
     }
 }
 
-fn kept_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+pub(crate) fn kept_headers(headers: &HeaderMap) -> Vec<(String, String)> {
     headers
         .iter()
         .filter(|(n, _)| keep_response_header(n.as_str()))
@@ -309,6 +309,19 @@ pub async fn read(
     out: Outgoing<'_>,
     whole: bool,
 ) -> Result<ReadAnswer, NoAnswer> {
+    let idle = out.timeout;
+    read_idle(client, out, whole, idle).await
+}
+
+/// [`read`], a streamed body cut off after `idle` without data (rather than the request's
+/// `timeout`, which still covers the head): for streams that are quiet by nature, such as an MCP
+/// server's event stream.
+pub async fn read_idle(
+    client: &HttpClient,
+    out: Outgoing<'_>,
+    whole: bool,
+    idle: Duration,
+) -> Result<ReadAnswer, NoAnswer> {
     let (timeout, head) = (out.timeout, out.method == Method::HEAD);
     let deadline = Deadline::after(timeout);
     let resp = send(client, out, deadline).await?;
@@ -351,13 +364,13 @@ pub async fn read(
         headers,
         body: StreamedBody {
             read: read.into_iter(),
-            rest: TimeoutBody::new(timeout, rest),
+            rest: TimeoutBody::new(idle, rest),
         },
     })
 }
 
 /// Sends one request and waits, until `deadline`, for the head of its answer.
-async fn send(
+pub(crate) async fn send(
     client: &HttpClient,
     out: Outgoing<'_>,
     deadline: Deadline,
@@ -381,7 +394,7 @@ async fn send(
 }
 
 /// Reads an answer's body, within [`MAX_RESPONSE_BODY`] and until `deadline`.
-async fn collect(
+pub(crate) async fn collect(
     resp: Response<Incoming>,
     deadline: Deadline,
 ) -> Result<UpstreamResponse, NoAnswer> {
@@ -443,20 +456,20 @@ async fn gather_all(status: u16, mut body: Incoming) -> Result<Gathered, NoAnswe
 
 /// When an exchange must be over: its route's `timeout` from when it began.
 #[derive(Clone, Copy)]
-struct Deadline {
-    at: tokio::time::Instant,
+pub(crate) struct Deadline {
+    pub(crate) at: tokio::time::Instant,
     timeout: Duration,
 }
 
 impl Deadline {
-    fn after(timeout: Duration) -> Deadline {
+    pub(crate) fn after(timeout: Duration) -> Deadline {
         Deadline {
             at: tokio::time::Instant::now() + timeout,
             timeout,
         }
     }
 
-    fn passed(self) -> NoAnswer {
+    pub(crate) fn passed(self) -> NoAnswer {
         NoAnswer::Timeout(format!("upstream timeout after {:?}", self.timeout))
     }
 }
@@ -488,7 +501,8 @@ pub async fn attempt(client: &HttpClient, out: Outgoing<'_>) -> Attempt {
     classify(exchange(client, out).await)
 }
 
-fn classify(r: Result<UpstreamResponse, NoAnswer>) -> Attempt {
+/// What an exchange's result means for a write.
+pub(crate) fn classify(r: Result<UpstreamResponse, NoAnswer>) -> Attempt {
     match r {
         Err(NoAnswer::Connect(why)) => Attempt::NotExecuted {
             why,

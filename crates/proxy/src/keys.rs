@@ -54,11 +54,26 @@ pub fn scope(route: &Route, headers: &HeaderMap) -> Result<String, Problem> {
     Ok(v.to_owned())
 }
 
-fn check_key(k: &str) -> Result<(), Problem> {
+/// Checks a key: 1–255 visible ASCII characters, not starting or ending with a space.
+pub fn check_key(k: &str) -> Result<(), Problem> {
     if k.is_empty() || k.len() > MAX_KEY_LEN || !visible_ascii(k) {
         return Err(invalid_key(&format!("got {} bytes", k.len())));
     }
     Ok(())
+}
+
+/// The key in header `name`, checked; `None` when the request has none.
+pub fn header_key(headers: &HeaderMap, name: &str) -> Result<Option<String>, Problem> {
+    let v = single_header(headers, name, "idempotency key", || {
+        invalid_key("got bytes that are not ASCII")
+    })?;
+    match v {
+        None => Ok(None),
+        Some(v) => {
+            check_key(v)?;
+            Ok(Some(v.to_owned()))
+        }
+    }
 }
 
 fn invalid_key(got: &str) -> Problem {

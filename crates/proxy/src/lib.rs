@@ -9,6 +9,7 @@ pub mod engine;
 mod flights;
 pub mod forward;
 pub mod keys;
+pub mod mcp;
 pub mod problem;
 pub mod read_cache;
 pub mod redrive;

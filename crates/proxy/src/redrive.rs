@@ -7,9 +7,10 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use bytes::Bytes;
 use idemgate_ledger::{EntryDetail, RequestRecord, ResponseRecord};
 
-use crate::config::{Reconcile, Route};
+use crate::config::{Protocol, Reconcile, Route};
 use crate::engine::{drive, ClaimedCall, Engine, UPSTREAM_KEY_HEADER};
 use crate::forward::{self, Attempt};
+use crate::mcp::{McpCall, Via};
 use crate::problem::Problem;
 
 /// Why a stored request or a probe could not be sent at all.
@@ -67,9 +68,15 @@ pub async fn replay(
     let method = Method::from_bytes(request.method.as_bytes()).unwrap_or(Method::POST);
     let uri = forward::upstream_uri(&route.upstream, &request.path)
         .map_err(RedriveError::StoredRequest)?;
+    // An MCP entry's call is sent as a new `tools/call`, in a session of its own.
+    let mcp = (route.protocol == Protocol::Mcp).then(|| McpCall::Replay {
+        tool: d.summary.tool.clone().unwrap_or_default(),
+    });
     let call = ClaimedCall {
         entry_id: d.summary.id,
         first_attempt: attempt,
+        effect: d.summary.effect,
+        via: mcp.as_ref().map_or(Via::Http, Via::Mcp),
         method: &method,
         uri,
         headers: &headers,

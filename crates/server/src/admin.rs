@@ -409,6 +409,7 @@ struct EntriesQuery {
     route: Option<String>,
     scope: Option<String>,
     key: Option<String>,
+    tool: Option<String>,
     before: Option<i64>,
     limit: Option<usize>,
 }
@@ -437,6 +438,7 @@ async fn entries(
         route: q.route,
         scope: q.scope,
         key: q.key,
+        tool: q.tool,
     };
     let limit = q.limit.unwrap_or(100);
     Ok(Json(blocking(move || s.ops.entries(&filter, q.before, limit)).await?).into_response())

@@ -16,6 +16,7 @@ use serde_json::json;
 mod admin;
 mod durability;
 mod keys;
+mod mcp;
 mod operator;
 mod outcomes;
 mod reads;

@@ -12,4 +12,8 @@ export type EntryDetail = { lease_owner: string | null, request: RequestRecord |
 /**
  * The earlier entry this one probably duplicates (same route, scope and fingerprint).
  */
-duplicate_of: number | null, response_status: number | null, };
+duplicate_of: number | null, response_status: number | null, 
+/**
+ * The MCP tool of a `tools/call` entry (shown as `route · tool`); `None` on HTTP routes.
+ */
+tool: string | null, };

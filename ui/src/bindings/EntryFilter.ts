@@ -8,4 +8,8 @@ export type EntryFilter = { state: State | null, stuck: boolean, collisions: boo
 /**
  * Expiring within this many milliseconds from now (and not yet expired).
  */
-expiring_within: number | null, duplicates: boolean, route: string | null, scope: string | null, key: string | null, };
+expiring_within: number | null, duplicates: boolean, route: string | null, scope: string | null, key: string | null, 
+/**
+ * Entries of this MCP tool.
+ */
+tool: string | null, };

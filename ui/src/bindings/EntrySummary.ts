@@ -9,4 +9,8 @@ export type EntrySummary = { id: number, route: string, scope: string, key: stri
 /**
  * The earlier entry this one probably duplicates (same route, scope and fingerprint).
  */
-duplicate_of: number | null, response_status: number | null, };
+duplicate_of: number | null, response_status: number | null, 
+/**
+ * The MCP tool of a `tools/call` entry (shown as `route · tool`); `None` on HTTP routes.
+ */
+tool: string | null, };

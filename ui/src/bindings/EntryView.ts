@@ -2,6 +2,7 @@
 import type { EntryDetail } from "./EntryDetail";
 import type { Event } from "./Event";
 import type { FieldDiff } from "./FieldDiff";
+import type { ToolCall } from "./ToolCall";
 
 /**
  * One entry with its whole timeline.
@@ -18,4 +19,8 @@ timeline: Array<Event>,
 /**
  * For each of `entry.collision_requests`, the fields where it differs from the stored request.
  */
-collision_diffs: Array<Array<FieldDiff>>, };
+collision_diffs: Array<Array<FieldDiff>>, 
+/**
+ * An MCP entry's call, read from its request and response.
+ */
+call: ToolCall | null, };

@@ -147,6 +147,11 @@ ALTER TABLE entries DROP CONSTRAINT entries_route_scope_key_key;
 DROP INDEX events_key;
 CREATE INDEX events_key ON events (key, seq) WHERE kind <> 'claim' AND kind <> 'complete';
 "#,
+    // 6: the MCP tool of a `tools/call` entry, as on SQLite (its migration 9).
+    r#"
+ALTER TABLE entries ADD COLUMN tool TEXT;
+CREATE INDEX entries_tool ON entries (route, tool, id) WHERE tool IS NOT NULL;
+"#,
 ];
 
 pub fn current_version() -> i64 {

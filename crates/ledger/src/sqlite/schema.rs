@@ -207,6 +207,14 @@ CREATE INDEX events_key ON events (key, seq) WHERE kind <> 'complete';
     // and id, and are found through the entries of the key, or through a purge's event when the
     // entry is gone (`read::EVENT_KEY`).
     Migration::Code(key_first),
+    // 9: the MCP tool of a `tools/call` entry, listed and filtered by it (`route · tool`). Only an
+    // MCP route's entries have one, so its index holds nothing for an HTTP route.
+    Migration::Sql(
+        r#"
+ALTER TABLE entries ADD COLUMN tool TEXT;
+CREATE INDEX entries_tool ON entries (route, tool, id) WHERE tool IS NOT NULL;
+"#,
+    ),
 ];
 
 /// The entries' state check as written by migration 1, and as migration 7 rewrites it.

@@ -115,6 +115,7 @@ fn req(key: &str, body: &str, at: Millis) -> ClaimRequest {
         lease_ms: LEASE,
         ttl_ms: TTL,
         reject_duplicates_within_ms: None,
+        tool: None,
         at,
     }
 }

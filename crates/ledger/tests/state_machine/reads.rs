@@ -265,7 +265,52 @@ fn an_operator_filter_finds_the_name_and_its_qualified_forms(b: Backend) {
     verify_ok(&f.l);
 }
 
+/// An MCP call's entry keeps its tool, through a re-arm too, and the tool filter finds exactly
+/// the tool's entries.
+fn a_tool_filter_finds_exactly_the_tool_s_entries(b: Backend) {
+    let f = fx!(b);
+    let mut charge = req("k-c", r#"{"n":1}"#, T0);
+    charge.tool = Some("charge".into());
+    let c = claimed(f.l.claim(charge.clone()).wait().expect("claim"));
+    let mut refund = req("k-r", r#"{"n":2}"#, T0 + 1);
+    refund.tool = Some("refund".into());
+    let r = claimed(f.l.claim(refund).wait().expect("claim"));
+    let plain = claimed(
+        f.l.claim(req("k-p", r#"{"n":3}"#, T0 + 2))
+            .wait()
+            .expect("claim"),
+    );
+    let report = OwnerReport {
+        entry_id: c,
+        owner: "proxy-a".into(),
+        error: "503".into(),
+        at: T0 + 3,
+    };
+    f.l.release(report).wait().expect("release");
+    charge.at = T0 + 4;
+    claimed(f.l.claim(charge).wait().expect("re-arm"));
+    let tool = |t: &str| {
+        let filter = EntryFilter {
+            tool: Some(t.into()),
+            ..EntryFilter::default()
+        };
+        let found =
+            f.l.entries(&filter, Page::default(), T0 + 5)
+                .expect("entries");
+        found
+            .iter()
+            .map(|e| (e.id, e.tool.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(tool("charge"), [(c, Some("charge".to_owned()))]);
+    assert_eq!(tool("refund"), [(r, Some("refund".to_owned()))]);
+    assert!(tool("lookup").is_empty());
+    let e = f.l.entry(plain, T0 + 5).expect("entry");
+    assert_eq!(e.summary.tool, None);
+}
+
 suite!(
+    a_tool_filter_finds_exactly_the_tool_s_entries,
     an_operator_filter_finds_the_name_and_its_qualified_forms,
     a_key_finds_exactly_its_entries_and_events,
     log_search_finds_exactly_the_matching_events,

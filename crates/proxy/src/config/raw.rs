@@ -108,10 +108,17 @@ pub(super) struct RawReconcile {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRoute {
     pub(super) name: String,
-    pub(super) method: String,
+    /// Required on an HTTP route; an MCP route takes the transport's methods.
+    pub(super) method: Option<String>,
     pub(super) path: String,
     pub(super) upstream: String,
-    pub(super) effect: String,
+    /// Required on an HTTP route; an MCP route's effects are per tool.
+    pub(super) effect: Option<String>,
+    /// `"http"` (the default) or `"mcp"`: the route is an MCP server's Streamable HTTP endpoint.
+    pub(super) protocol: Option<String>,
+    /// `[routes.tools."name"]`: an MCP route's per-tool settings, which win over the tool's
+    /// annotations.
+    pub(super) tools: Option<std::collections::BTreeMap<String, RawTool>>,
     pub(super) key: Option<RawKey>,
     pub(super) scope: Option<RawScope>,
     pub(super) forward_key: Option<bool>,
@@ -135,4 +142,19 @@ pub(super) struct RawRoute {
     /// Query parameters that carry secrets (besides the ledger's own list): forwarded upstream,
     /// never stored, not part of the fingerprint.
     pub(super) secret_query: Option<Vec<String>>,
+}
+
+/// `[routes.tools."name"]` of an MCP route.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTool {
+    pub(super) effect: Option<String>,
+    pub(super) key: Option<RawToolKey>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawToolKey {
+    /// A JSON pointer into the tool's arguments.
+    pub(super) arg: String,
 }

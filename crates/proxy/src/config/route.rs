@@ -2,6 +2,7 @@
 //! and retries, signature, upstream credential, reconcile probe) by a function of its own, each
 //! error naming its field.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use idemgate_ledger::Effect;
@@ -9,8 +10,8 @@ use idemgate_ledger::Effect;
 use super::raw::RawRoute;
 use super::{
     invalid, is_header_name, parse_duration, parse_positive, parse_size, parse_upstream,
-    query_names, read_secret, ConfigError, KeySource, Reconcile, Retry, Route, Secrets, Signature,
-    UpstreamAuth, NO_TTL,
+    query_names, read_secret, ConfigError, KeySource, Protocol, Reconcile, Retry, Route, Secrets,
+    Signature, ToolRule, UpstreamAuth, NO_TTL,
 };
 
 /// What a route takes from `[defaults]` unless it sets its own.
@@ -41,14 +42,12 @@ pub(super) fn route(
     secrets: Secrets,
 ) -> Result<Route, ConfigError> {
     let f = Fields { i, name: &r.name };
-    let method = name_method_and_path(&f, r, earlier)?;
+    let protocol = protocol(&f, r)?;
+    let method = name_method_and_path(&f, r, earlier, protocol)?;
     let upstream = parse_upstream(&f.at("upstream"), &r.upstream)?;
-    let effect = Effect::parse(&r.effect).ok_or_else(|| {
-        invalid(
-            f.at("effect"),
-            format!("{:?}: use read, write, idempotent or destructive", r.effect),
-        )
-    })?;
+    let effect = effect(&f, r, protocol)?;
+    mcp_only_fields(&f, r, protocol)?;
+    let tools = tools(&f, r, protocol)?;
     let key = key_source(&f, r, effect)?;
     let (scope_header, scope_required) = scope(&f, r)?;
     let timeout = parse_positive(&f.at("timeout"), r.timeout.as_deref().unwrap_or("10s"), "")?;
@@ -56,7 +55,13 @@ pub(super) fn route(
         Some(l) => parse_positive(&f.at("lease"), l, "")?,
         None => d.lease,
     };
-    let retry = retries(&f, r, effect, timeout, lease)?;
+    // An MCP route's retries are checked as a write's: its tools' effects are only known per call
+    // (a destructive tool's call is still never retried).
+    let retry_effect = match protocol {
+        Protocol::Http => effect,
+        Protocol::Mcp => Effect::Write,
+    };
+    let retry = retries(&f, r, retry_effect, timeout, lease)?;
     let reject_duplicates = match r.on_duplicate_suspect.as_deref().unwrap_or("flag") {
         "flag" => false,
         "reject" => true,
@@ -89,6 +94,8 @@ pub(super) fn route(
     }
     Ok(Route {
         name: r.name.clone(),
+        protocol,
+        tools,
         method,
         path: r.path.clone(),
         upstream,
@@ -126,6 +133,7 @@ fn name_method_and_path(
     f: &Fields<'_>,
     r: &RawRoute,
     earlier: &[Route],
+    protocol: Protocol,
 ) -> Result<String, ConfigError> {
     if r.name.trim().is_empty()
         || !r
@@ -141,11 +149,22 @@ fn name_method_and_path(
     if earlier.iter().any(|x| x.name == r.name) {
         return Err(invalid(f.at("name"), "used by an earlier route"));
     }
-    let method = r.method.to_ascii_uppercase();
+    let method = match (protocol, &r.method) {
+        (Protocol::Http, None) => return Err(invalid(f.at("method"), "missing: an HTTP method")),
+        (Protocol::Http, Some(m)) => m.to_ascii_uppercase(),
+        // Streamable HTTP: POST for messages, GET for the server's stream, DELETE to end a session.
+        (Protocol::Mcp, None) => "POST".to_owned(),
+        (Protocol::Mcp, Some(_)) => {
+            return Err(invalid(
+                f.at("method"),
+                "an MCP route takes the transport's methods (POST, GET, DELETE): leave it out",
+            ))
+        }
+    };
     if http::Method::from_bytes(method.as_bytes()).is_err() || method.is_empty() {
         return Err(invalid(
             f.at("method"),
-            format!("{:?} is not an HTTP method", r.method),
+            format!("{method:?} is not an HTTP method"),
         ));
     }
     if !r.path.starts_with('/') {
@@ -166,6 +185,123 @@ fn name_method_and_path(
         ));
     }
     Ok(method)
+}
+
+/// An HTTP route's `effect` (required). An MCP route has none of its own (its tools have theirs):
+/// a tool not seen listed, and not configured, is destructive until it has been.
+fn effect(f: &Fields<'_>, r: &RawRoute, protocol: Protocol) -> Result<Effect, ConfigError> {
+    match (protocol, &r.effect) {
+        (Protocol::Http, Some(e)) => Effect::parse(e).ok_or_else(|| {
+            invalid(
+                f.at("effect"),
+                format!("{e:?}: use read, write, idempotent or destructive"),
+            )
+        }),
+        (Protocol::Http, None) => Err(invalid(
+            f.at("effect"),
+            "missing: read, write, idempotent or destructive",
+        )),
+        (Protocol::Mcp, None) => Ok(Effect::Destructive),
+        (Protocol::Mcp, Some(_)) => Err(invalid(
+            f.at("effect"),
+            "an MCP route's effects are per tool: set [routes.tools.\"NAME\"] effect, or let \
+             the tools' annotations say",
+        )),
+    }
+}
+
+/// `protocol`: `http` (the default) or `mcp`.
+fn protocol(f: &Fields<'_>, r: &RawRoute) -> Result<Protocol, ConfigError> {
+    match r.protocol.as_deref().unwrap_or("http") {
+        "http" => Ok(Protocol::Http),
+        "mcp" => Ok(Protocol::Mcp),
+        other => Err(invalid(
+            f.at("protocol"),
+            format!("{other:?}: use \"http\" or \"mcp\""),
+        )),
+    }
+}
+
+/// The fields an MCP route has no use for (its keys come from each call, its fingerprint from the
+/// tool's name and arguments), and `tools`, which only an MCP route has.
+fn mcp_only_fields(f: &Fields<'_>, r: &RawRoute, protocol: Protocol) -> Result<(), ConfigError> {
+    if protocol == Protocol::Http {
+        return match r.tools {
+            Some(_) => Err(invalid(
+                f.at("tools"),
+                "only an MCP route (protocol = \"mcp\") has tools",
+            )),
+            None => Ok(()),
+        };
+    }
+    let unused = [
+        (
+            "key",
+            r.key.is_some(),
+            "set [routes.tools.\"NAME\"] key.arg, or let the call's key or arguments make it",
+        ),
+        (
+            "cache_ttl",
+            r.cache_ttl.is_some(),
+            "MCP reads are not cached",
+        ),
+        (
+            "signature",
+            r.signature.is_some(),
+            "not checked on MCP routes",
+        ),
+        (
+            "fingerprint_headers",
+            r.fingerprint_headers.is_some(),
+            "a tool call's fingerprint is its tool and arguments",
+        ),
+    ];
+    match unused.into_iter().find(|(_, set, _)| *set) {
+        Some((field, _, why)) => Err(invalid(f.at(field), format!("not on an MCP route: {why}"))),
+        None => Ok(()),
+    }
+}
+
+/// An MCP route's `[routes.tools."NAME"]`: each tool's effect and key argument.
+fn tools(
+    f: &Fields<'_>,
+    r: &RawRoute,
+    protocol: Protocol,
+) -> Result<BTreeMap<String, ToolRule>, ConfigError> {
+    let mut out = BTreeMap::new();
+    if protocol != Protocol::Mcp {
+        return Ok(out);
+    }
+    for (name, t) in r.tools.iter().flatten() {
+        let at = |field: &str| f.at(&format!("tools.{name:?}.{field}"));
+        if name.is_empty() {
+            return Err(invalid(f.at("tools"), "a tool's name is not empty"));
+        }
+        let effect = match &t.effect {
+            None => None,
+            Some(e) => Some(Effect::parse(e).ok_or_else(|| {
+                invalid(
+                    at("effect"),
+                    format!("{e:?}: use read, write, idempotent or destructive"),
+                )
+            })?),
+        };
+        let key_arg = match &t.key {
+            None => None,
+            Some(k) if !k.arg.starts_with('/') => {
+                return Err(invalid(
+                    at("key.arg"),
+                    format!(
+                        "{:?}: a JSON pointer into the arguments starts with /",
+                        k.arg
+                    ),
+                ))
+            }
+            Some(k) => Some(k.arg.clone()),
+        };
+        out.insert(name.clone(), ToolRule { effect, key_arg });
+    }
+    Ok(out)
 }
 
 /// Where the idempotency key comes from: `key.header`, `key.json` or `key.derive`; a write route

@@ -300,3 +300,62 @@ fn operators_are_read_from_the_config_and_their_file_and_checked() {
         "{e}"
     );
 }
+
+#[test]
+fn an_mcp_route_takes_tools_and_refuses_what_only_http_routes_have() {
+    let mcp = |extra: &str| {
+        format!(
+            "{BASE}[[routes]]\nname = \"tools\"\npath = \"/mcp\"\nupstream = \"http://127.0.0.1:9\"\n\
+             protocol = \"mcp\"\n{extra}"
+        )
+    };
+    let c = Config::parse(&mcp(
+        "[routes.tools.\"charge\"]\neffect = \"destructive\"\nkey.arg = \"/idempotency_key\"\n",
+    ))
+    .expect("an MCP route");
+    let r = &c.routes[0];
+    assert_eq!(r.protocol, Protocol::Mcp);
+    assert!(r.serves("POST") && r.serves("GET") && r.serves("DELETE") && !r.serves("PUT"));
+    assert_eq!(
+        r.tools.get("charge"),
+        Some(&ToolRule {
+            effect: Some(Effect::Destructive),
+            key_arg: Some("/idempotency_key".into())
+        })
+    );
+    // Retries stay for the tools that may be retried.
+    assert_eq!(r.retry.attempts, 3);
+    for (extra, field, says) in [
+        ("method = \"POST\"\n", "method", "leave it out"),
+        ("effect = \"write\"\n", "effect", "per tool"),
+        ("key.header = \"K\"\n", "key", "not on an MCP route"),
+        ("cache_ttl = \"1m\"\n", "cache_ttl", "not on an MCP route"),
+        (
+            "[routes.tools.\"x\"]\neffect = \"often\"\n",
+            "tools.\"x\".effect",
+            "often",
+        ),
+        (
+            "[routes.tools.\"x\"]\nkey.arg = \"id\"\n",
+            "tools.\"x\".key.arg",
+            "JSON pointer",
+        ),
+        (
+            "[routes.tools.\"x\"]\nkey = { json = \"/id\" }\n",
+            "",
+            "unknown field",
+        ),
+    ] {
+        let e = err(&mcp(extra));
+        assert!(e.contains(field) && e.contains(says), "{extra}: {e}");
+    }
+    let e = err(&format!("{BASE}[[routes]]\nname = \"r\"\npath = \"/r\"\nupstream = \"http://127.0.0.1:9\"\nprotocol = \"grpc\"\n"));
+    assert!(e.contains("protocol") && e.contains("grpc"), "{e}");
+    let e = err(&format!(
+        "{BASE}[[routes]]\nname = \"r\"\nmethod = \"POST\"\npath = \"/r\"\nupstream = \"http://127.0.0.1:9\"\n\
+         effect = \"write\"\n[routes.tools.\"x\"]\neffect = \"read\"\n"
+    ));
+    assert!(e.contains("only an MCP route"), "{e}");
+    let e = err(&format!("{BASE}[[routes]]\nname = \"r\"\npath = \"/r\"\nupstream = \"http://127.0.0.1:9\"\neffect = \"write\"\n"));
+    assert!(e.contains("method") && e.contains("missing"), "{e}");
+}

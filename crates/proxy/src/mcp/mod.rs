@@ -1,0 +1,592 @@
+//! MCP gateway mode: a route with `protocol = "mcp"` is an MCP server's Streamable HTTP endpoint.
+//! Every message passes through as it is, streamed, with its headers (sessions, protocol version,
+//! credentials), except a `tools/call` of a tool that is not a read: that is the operation made to
+//! happen once. An MCP client sends no idempotency key and re-issues a call under a new JSON-RPC
+//! `id`, so the call's key comes from the call itself (a header, `params.idempotencyKey`, its
+//! `_meta`, a configured argument) or is derived from its scope, tool and canonical arguments; its
+//! fingerprint covers the tool and the arguments. The call is claimed, forwarded, its response
+//! recorded, and a retry is given that response under the retry's own `id`. Errors are JSON-RPC
+//! errors ([`jsonrpc`] has the codes).
+
+mod attempt;
+pub mod jsonrpc;
+mod sse;
+mod tools;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::http::{request::Parts, Method};
+use bytes::Bytes;
+use hyper::body::Incoming;
+use idemgate_ledger::{canon, now_millis, ClaimRequest, Effect, ResponseRecord};
+use metrics::counter;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+pub use attempt::EventBody;
+pub(crate) use attempt::{McpCall, Sink, Via};
+use jsonrpc::{Accept, Call, Message};
+pub use tools::{from_annotations, Source, Tools};
+
+use crate::config::Route;
+use crate::engine::{settled, Answer, Claimed, Engine, Req};
+use crate::forward::{self, NoAnswer, ReadAnswer};
+use crate::keys;
+use crate::problem::{Problem, ProblemCode};
+use crate::respond::{respond, respond_upstream, response};
+
+/// How long a passed-through stream (the server's GET stream, a long answer) may stay quiet
+/// before it is cut: such streams idle by nature, and their clients reconnect.
+const STREAM_IDLE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// A `tools/call` as far as its key: what its claim and its forwarding need.
+struct Prepared {
+    call: Call,
+    effect: Effect,
+    scope: String,
+    key: String,
+    /// The key the upstream is sent.
+    upstream_key: String,
+    fingerprint: String,
+    accept: Accept,
+}
+
+impl Engine {
+    /// A request on an MCP route.
+    pub(crate) async fn mcp(
+        self: &Arc<Self>,
+        route_at: usize,
+        parts: Parts,
+        peer: SocketAddr,
+        body: Incoming,
+    ) -> Answer {
+        let req = &self.req(route_at, &parts, peer);
+        let session = session_of(&parts);
+        if parts.method == Method::DELETE
+            && !session.is_empty()
+            && self.mcp_calls.in_session(&session)
+        {
+            return Ok(self.end_session_later(route_at, parts.clone(), peer, session));
+        }
+        if parts.method != Method::POST {
+            return self.pass(req, Bytes::new()).await;
+        }
+        let accept = Accept::of(&parts.headers);
+        let body = match self.body(req, body).await {
+            Ok(b) => b,
+            Err(p) => return Ok(refused(req, &Value::Null, &p, accept, p.status)),
+        };
+        match jsonrpc::classify(&body) {
+            Message::Refused {
+                id,
+                code,
+                message,
+                status,
+            } => {
+                counter!("idemgate_requests_total", "route" => req.route.name.clone(), "outcome" => "bad-message").increment(1);
+                let m = jsonrpc::error_message(&id, code, &message, None);
+                Ok(jsonrpc::answer(m, Accept::Json, status))
+            }
+            Message::ToolsList => self.list(req, route_at, body).await,
+            // A call idemgate forwarded runs to its end, so that a retry finds its outcome: the
+            // client's cancel of it is taken here, not passed on.
+            Message::Cancelled { request_id }
+                if self.mcp_calls.running(&session_of(&parts), &request_id) =>
+            {
+                counter!("idemgate_mcp_cancels_held_total", "route" => req.route.name.clone())
+                    .increment(1);
+                let mut r = jsonrpc::answer(Vec::new(), Accept::Json, 202);
+                r.headers_mut().remove(axum::http::header::CONTENT_TYPE);
+                Ok(r)
+            }
+            Message::Cancelled { .. } => self.pass(req, body).await,
+            Message::Other => self.pass(req, body).await,
+            Message::ToolsCall(call) => {
+                let (effect, _) = self.tools[route_at].effect(req.route, &call.name);
+                if effect == Effect::Read {
+                    return self.pass(req, body).await;
+                }
+                let id = call.id.clone();
+                match self.tools_call(route_at, parts.clone(), peer, body, call, effect) {
+                    Ok(fut) => Ok(fut.await),
+                    Err(p) => Ok(refused(req, &id, &p, accept, 200)),
+                }
+            }
+        }
+    }
+
+    /// A message passed through: sent as it came (its headers too, hop-by-hop ones aside), its
+    /// answer streamed back as it comes.
+    async fn pass(&self, req: &Req<'_>, body: Bytes) -> Answer {
+        let (route, parts) = (req.route, req.parts);
+        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let uri = forward::upstream_uri(&route.upstream, pq)
+            .map_err(|e| Problem::new(ProblemCode::BadRequest, e))?;
+        let headers = self.forward_headers(req, None);
+        let out = forward::Outgoing {
+            method: &parts.method,
+            uri,
+            headers: &headers,
+            body,
+            timeout: route.timeout,
+        };
+        req.metrics.forwarded.increment(1);
+        match forward::read_idle(&self.client, out, false, STREAM_IDLE).await {
+            Ok(ReadAnswer::Streamed {
+                status,
+                headers,
+                body,
+            }) => Ok(response(
+                status,
+                &headers,
+                http_body_util::Either::Right(http_body_util::Either::Left(body)),
+                None,
+                false,
+                None,
+            )),
+            Ok(ReadAnswer::Whole(r)) => Ok(respond_upstream(r, None, None)),
+            Err(e) => Err(no_answer(e)),
+        }
+    }
+
+    /// A client ends a session (`DELETE`) while calls of it run: the server would cancel them, so
+    /// the end is passed on once they have ended, and the client is answered now.
+    fn end_session_later(
+        self: &Arc<Self>,
+        route_at: usize,
+        parts: Parts,
+        peer: SocketAddr,
+        session: String,
+    ) -> axum::http::Response<crate::engine::ProxyBody> {
+        let e = Arc::clone(self);
+        self.requests.spawn(async move {
+            let route = &e.cfg.routes[route_at];
+            let until = tokio::time::Instant::now() + route.timeout + route.lease;
+            while e.mcp_calls.in_session(&session) && tokio::time::Instant::now() < until {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            let req = &e.req(route_at, &parts, peer);
+            if let Err(p) = e.pass(req, Bytes::new()).await {
+                tracing::warn!(route = %route.name, error = %p.detail, "could not end an MCP session after its calls");
+            }
+        });
+        counter!("idemgate_mcp_session_ends_deferred_total", "route" => self.cfg.routes[route_at].name.clone())
+            .increment(1);
+        let mut r = jsonrpc::answer(Vec::new(), Accept::Json, 200);
+        r.headers_mut().remove(axum::http::header::CONTENT_TYPE);
+        r
+    }
+
+    /// A `tools/list`: passed through, and its answer read for each tool's annotations.
+    async fn list(&self, req: &Req<'_>, route_at: usize, body: Bytes) -> Answer {
+        let (route, parts) = (req.route, req.parts);
+        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let uri = forward::upstream_uri(&route.upstream, pq)
+            .map_err(|e| Problem::new(ProblemCode::BadRequest, e))?;
+        let headers = self.forward_headers(req, None);
+        let out = forward::Outgoing {
+            method: &parts.method,
+            uri,
+            headers: &headers,
+            body,
+            timeout: route.timeout,
+        };
+        req.metrics.forwarded.increment(1);
+        let r = forward::exchange(&self.client, out)
+            .await
+            .map_err(no_answer)?;
+        let stream = r
+            .headers
+            .iter()
+            .any(|(n, v)| n == "content-type" && v.starts_with("text/event-stream"));
+        let messages: Vec<Value> = if stream {
+            sse::events(&r.body)
+                .into_iter()
+                .filter_map(|e| serde_json::from_str(e.data.as_deref()?).ok())
+                .collect()
+        } else {
+            serde_json::from_slice(&r.body).into_iter().collect()
+        };
+        for m in &messages {
+            if let Some(result) = m.get("result") {
+                self.tools[route_at].learn(result);
+            }
+        }
+        Ok(respond_upstream(r, None, None))
+    }
+
+    /// A non-read `tools/call`: its key and fingerprint made, then answered from the replay
+    /// cache, or claimed and run on a task of its own (which may stream the upstream's events to
+    /// the client before its response) — to its end, whether the client stays or not.
+    fn tools_call(
+        self: &Arc<Self>,
+        route_at: usize,
+        parts: Parts,
+        peer: SocketAddr,
+        body: Bytes,
+        call: Call,
+        effect: Effect,
+    ) -> Result<
+        impl std::future::Future<Output = axum::http::Response<crate::engine::ProxyBody>>,
+        Problem,
+    > {
+        let req = &self.req(route_at, &parts, peer);
+        let p = prepare(req.route, &parts, call, effect)?;
+        let cached = self.store.cached_replay(
+            &req.route.name,
+            &p.scope,
+            &p.key,
+            &p.fingerprint,
+            now_millis(),
+        );
+        let (sink, answer) = Sink::new();
+        if let Some((_, stored)) = cached {
+            req.metrics.replayed.increment(1);
+            req.metrics.replays.increment(1);
+            let r = replayed(stored, &p.call.id, p.accept);
+            sink.finish_now(r);
+        } else {
+            let e = Arc::clone(self);
+            self.requests.spawn(async move {
+                let req = &e.req(route_at, &parts, peer);
+                e.run_call(req, p, body, &sink).await;
+            });
+        }
+        Ok(async move {
+            answer.await.unwrap_or_else(|_| {
+                let p = Problem::new(
+                    ProblemCode::Internal,
+                    "the call's task ended without an answer",
+                );
+                jsonrpc::problem_answer(&Value::Null, &p, Accept::Json)
+            })
+        })
+    }
+
+    /// Claims a call and runs it, or answers as its claim says; the answer goes to `sink`.
+    async fn run_call(&self, req: &Req<'_>, p: Prepared, body: Bytes, sink: &Sink) {
+        let route = req.route;
+        let target = idemgate_ledger::without_secret_params(
+            req.parts.uri.path_and_query().map_or("/", |q| q.as_str()),
+            &route.secret_query,
+        )
+        .into_owned();
+        let mut stored = Engine::stored_request(
+            route,
+            req.parts,
+            &target,
+            &Bytes::from(p.call.stored_body()),
+            (route.forward_key && p.upstream_key != p.key).then_some(p.upstream_key.as_str()),
+        );
+        stored.method = "POST".into();
+        let make = |at| ClaimRequest {
+            route: route.name.clone(),
+            scope: p.scope.clone(),
+            key: p.key.clone(),
+            fingerprint: p.fingerprint.clone(),
+            legacy_fingerprint: None,
+            effect: p.effect,
+            request: stored.clone(),
+            owner: self.owner.clone(),
+            lease_ms: route.lease.as_millis() as i64,
+            ttl_ms: route.ttl.as_millis() as i64,
+            reject_duplicates_within_ms: route
+                .reject_duplicates
+                .then_some(self.cfg.duplicate_window.as_millis() as i64),
+            at,
+            tool: Some(p.call.name.clone()),
+        };
+        let id = &p.call.id;
+        let _running = self.mcp_calls.start(&session_of(req.parts), id);
+        let claimed = self
+            .claim(route, &p.scope, &p.key, &p.fingerprint, make)
+            .await;
+        let (entry_id, attempt, _landing) = match claimed {
+            Ok(Claimed::Run {
+                entry_id,
+                attempt,
+                landing,
+            }) => (entry_id, attempt, landing),
+            Ok(Claimed::Settled(s)) => {
+                let answer = match settled(req.metrics, s) {
+                    Ok(stored) => replayed(stored, id, p.accept),
+                    Err(e) => jsonrpc::problem_answer(id, &e, p.accept),
+                };
+                return sink.finish_now(answer);
+            }
+            Err(e) => return sink.finish_now(jsonrpc::problem_answer(id, &e, p.accept)),
+        };
+        let pq = req.parts.uri.path_and_query().map_or("/", |q| q.as_str());
+        let headers = self.forward_headers(req, Some(&p.upstream_key));
+        let uri = match forward::upstream_uri(&route.upstream, pq) {
+            Ok(u) => u,
+            Err(e) => {
+                let rep = self.report(entry_id, format!("bad upstream uri: {e}"));
+                let _ = self.settle(crate::settle::Outcome::Release(rep)).await;
+                let p2 = Problem::new(ProblemCode::BadRequest, e);
+                return sink.finish_now(jsonrpc::problem_answer(id, &p2, p.accept));
+            }
+        };
+        let via = McpCall::Client {
+            id: id.clone(),
+            sink,
+        };
+        let call = crate::drive::ClaimedCall {
+            entry_id,
+            first_attempt: attempt,
+            effect: p.effect,
+            via: Via::Mcp(&via),
+            method: &attempt::POST,
+            uri,
+            headers: &headers,
+            body,
+        };
+        let (whole, message) = match crate::drive::drive(self, route, call).await {
+            // A JSON-RPC response (recorded, or one that says the call never ran).
+            Ok(r) if r.status == 200 => {
+                let m = r.body.to_vec();
+                (jsonrpc::answer(m.clone(), p.accept, 200), m)
+            }
+            // The transport's refusal, passed on as it came.
+            Ok(r) => {
+                let m = jsonrpc::error_message(
+                    id,
+                    jsonrpc::REFUSED,
+                    &format!("the upstream refused the call ({})", r.status),
+                    Some(json!({"type": "upstream_refused", "status": r.status})),
+                );
+                (respond_upstream(r, None, None), m)
+            }
+            Err(e) => (
+                jsonrpc::problem_answer(id, &e, p.accept),
+                jsonrpc::problem_message(id, &e),
+            ),
+        };
+        sink.finish(whole, &message).await;
+    }
+}
+
+/// The client's session (`Mcp-Session-Id`), or "" for a client of the stateless revision.
+fn session_of(parts: &Parts) -> String {
+    parts
+        .headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// The calls this process is running for clients, by session and request id: a client's
+/// `notifications/cancelled` for one of them is not passed on.
+#[derive(Debug, Default)]
+pub struct Calls(std::sync::Mutex<std::collections::HashMap<String, usize>>);
+
+impl Calls {
+    fn name(session: &str, id: &Value) -> String {
+        format!("{session}\n{id}")
+    }
+
+    /// Notes a call as running until the guard drops.
+    fn start(&self, session: &str, id: &Value) -> Running<'_> {
+        let name = Calls::name(session, id);
+        if let Ok(mut m) = self.0.lock() {
+            *m.entry(name.clone()).or_default() += 1;
+        }
+        Running { calls: self, name }
+    }
+
+    /// Whether a call of `session` runs.
+    fn in_session(&self, session: &str) -> bool {
+        let prefix = format!("{session}\n");
+        self.0
+            .lock()
+            .is_ok_and(|m| m.keys().any(|k| k.starts_with(&prefix)))
+    }
+
+    fn running(&self, session: &str, id: &Value) -> bool {
+        let name = Calls::name(session, id);
+        self.0.lock().is_ok_and(|m| m.contains_key(&name))
+    }
+}
+
+/// A call noted as running ([`Calls::start`]).
+struct Running<'c> {
+    calls: &'c Calls,
+    name: String,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.calls.0.lock() {
+            if let Some(n) = m.get_mut(&self.name) {
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(&self.name);
+                }
+            }
+        }
+    }
+}
+
+/// A problem answering request `id` on an MCP route, counted, as a JSON-RPC error with `status`.
+fn refused(
+    req: &Req<'_>,
+    id: &Value,
+    p: &Problem,
+    accept: Accept,
+    status: u16,
+) -> axum::http::Response<crate::engine::ProxyBody> {
+    counter!("idemgate_requests_total", "route" => req.route.name.clone(), "outcome" => p.code.as_str())
+        .increment(1);
+    let mut r = jsonrpc::problem_answer(id, p, accept);
+    *r.status_mut() =
+        axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::OK);
+    r
+}
+
+/// A stored response given out again, under the retry's `id` (as it is, if it is not a JSON-RPC
+/// message).
+fn replayed(
+    stored: ResponseRecord,
+    id: &Value,
+    accept: Accept,
+) -> axum::http::Response<crate::engine::ProxyBody> {
+    match jsonrpc::with_id(&stored.body, id) {
+        Some(m) => {
+            let mut r = jsonrpc::answer(m, accept, 200);
+            r.headers_mut().insert(
+                "idempotent-replayed",
+                axum::http::HeaderValue::from_static("true"),
+            );
+            r
+        }
+        None => respond(stored, None, true, None),
+    }
+}
+
+/// The problem for a passed-through message that brought no answer.
+fn no_answer(e: NoAnswer) -> Problem {
+    match e {
+        NoAnswer::Connect(why) => {
+            Problem::new(ProblemCode::UpstreamUnavailable, why).retry_after(1)
+        }
+        NoAnswer::Timeout(why) => Problem::new(ProblemCode::UpstreamError, why).with_status(504),
+        NoAnswer::Broken(why) => Problem::new(ProblemCode::UpstreamError, why),
+        NoAnswer::TooLarge { status } => {
+            Problem::new(ProblemCode::UpstreamError, forward::too_large(status))
+        }
+    }
+}
+
+/// A call's scope, key and fingerprint. The key, first found: the `Idempotency-Key` header (or
+/// the route's key header), `params.idempotencyKey`, `params._meta["io.idemgate/idempotency-key"]`,
+/// the tool's `key.arg`; else derived from the scope, route, tool and canonical arguments, which
+/// is what makes a retry under a fresh `id` the same entry.
+fn prepare(route: &Route, parts: &Parts, call: Call, effect: Effect) -> Result<Prepared, Problem> {
+    let scope = keys::scope(route, &parts.headers)?;
+    let header = match &route.key {
+        Some(crate::config::KeySource::Header(h)) => keys::header_key(&parts.headers, h)?,
+        _ => None,
+    };
+    let text = |v: &Value, what: &str| match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) => Ok(n.to_string()),
+        _ => Err(Problem::new(
+            ProblemCode::InvalidKey,
+            format!("{what} must be a string or a number"),
+        )),
+    };
+    let arg = route
+        .tools
+        .get(&call.name)
+        .and_then(|t| t.key_arg.as_deref())
+        .and_then(|ptr| Some((ptr, call.arguments.pointer(ptr)?)));
+    let given = match (header, &call.params_key, &call.meta_key, arg) {
+        (Some(h), ..) => Some(h),
+        (None, Some(k), ..) => Some(text(k, "params.idempotencyKey")?),
+        (None, None, Some(k), _) => Some(text(k, "params._meta[\"io.idemgate/idempotency-key\"]")?),
+        (None, None, None, Some((ptr, v))) => Some(text(v, &format!("the argument {ptr}"))?),
+        _ => None,
+    };
+    let (key, upstream_key) = match given {
+        Some(k) => {
+            keys::check_key(&k)?;
+            let up = keys::upstream_key(route, &scope, &k).into_owned();
+            (k, up)
+        }
+        None => {
+            let k = derived_key(&scope, &route.name, &call.name, &call.arguments);
+            (k.clone(), k)
+        }
+    };
+    let fingerprint = fingerprint(&route.name, &call.name, &call.arguments);
+    Ok(Prepared {
+        effect,
+        scope,
+        key,
+        upstream_key,
+        fingerprint,
+        accept: Accept::of(&parts.headers),
+        call,
+    })
+}
+
+/// The key of a call that names none: one per scope, route, tool and canonical arguments (it
+/// covers its scope, so it is sent upstream as it is).
+pub fn derived_key(scope: &str, route: &str, tool: &str, arguments: &Value) -> String {
+    let mut h = Sha256::new();
+    h.update(b"idemgate-mcp-key-v1\n");
+    for part in [scope, route, tool] {
+        h.update(part.as_bytes());
+        h.update(b"\n");
+    }
+    canon::write_canonical(arguments, &mut h);
+    format!("mcp:{}", hex::encode(h.finalize()))
+}
+
+/// A call's fingerprint: its route, its tool and its canonical arguments (never its `id` or
+/// `_meta`, which differ on every re-issue).
+pub fn fingerprint(route: &str, tool: &str, arguments: &Value) -> String {
+    let v = json!({"name": tool, "arguments": arguments});
+    let body = canon::canonical_string(&v);
+    canon::fingerprint_parsed("TOOLS/CALL", route, &[], body.as_bytes(), Some(&v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_derived_key_and_a_fingerprint_see_the_arguments_not_their_spelling() {
+        let a = json!({"amount": 4999, "customer": "cus_1"});
+        let b: Value =
+            serde_json::from_str(r#"{ "customer":"cus_1", "amount":4999 }"#).expect("json");
+        assert_eq!(
+            derived_key("", "tools", "charge", &a),
+            derived_key("", "tools", "charge", &b)
+        );
+        assert_ne!(
+            derived_key("", "tools", "charge", &a),
+            derived_key("agent-2", "tools", "charge", &a),
+            "scopes keep agents apart"
+        );
+        assert_ne!(
+            derived_key("", "tools", "charge", &a),
+            derived_key("", "tools", "refund", &a)
+        );
+        assert_eq!(
+            fingerprint("tools", "charge", &a),
+            fingerprint("tools", "charge", &b)
+        );
+        assert_ne!(
+            fingerprint("tools", "charge", &a),
+            fingerprint(
+                "tools",
+                "charge",
+                &json!({"amount": 5000, "customer": "cus_1"})
+            )
+        );
+        assert!(derived_key("", "tools", "charge", &a).len() <= keys::MAX_KEY_LEN);
+    }
+}

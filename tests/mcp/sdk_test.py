@@ -1,0 +1,247 @@
+"""idemgate's MCP gateway mode with clients and a server no one here wrote: the official MCP Python
+SDK's server (server.py) behind `idemgate serve`, called by the official Python SDK's client (over
+the 2025-11-25 session handshake and the 2026-07-28 stateless revision) and by the official
+TypeScript SDK's client (client.mjs).
+
+Each scenario checks what the server did (its own count of charges) and what the ledger holds.
+Prints one line per scenario and `mcp-sdk: N passed, M failed`; exits non-zero on any failure.
+
+Usage: python sdk_test.py IDEMGATE_BIN   (run by tests/mcp/run.sh, which installs the SDKs)
+"""
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.request
+
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOKEN = "mcp-sdk-test-admin-token-0123456789"
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_port(port: int, what: str, proc: subprocess.Popen) -> None:
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited: {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{what} did not listen on {port}")
+
+
+class Stack:
+    """The SDK's server on one port, `idemgate serve` in front of it on another."""
+
+    def __init__(self, idemgate: str):
+        self.dir = tempfile.mkdtemp(prefix="idemgate-mcp-")
+        self.up_port, self.port, self.admin_port = free_port(), free_port(), free_port()
+        self.server = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "server.py"), "--port", str(self.up_port)],
+            stdout=open(os.path.join(self.dir, "server.log"), "w"),
+            stderr=subprocess.STDOUT,
+        )
+        wait_port(self.up_port, "the MCP server", self.server)
+        self.ledger = os.path.join(self.dir, "ledger.db")
+        cfg = os.path.join(self.dir, "idemgate.toml")
+        with open(cfg, "w") as f:
+            f.write(f"""
+[server]
+listen = "127.0.0.1:{self.port}"
+admin_listen = "127.0.0.1:{self.admin_port}"
+ledger = "{self.ledger}"
+
+[defaults]
+lease = "30s"
+
+[[routes]]
+name = "tools"
+path = "/mcp"
+upstream = "http://127.0.0.1:{self.up_port}"
+protocol = "mcp"
+scope.header = "X-Agent-Id"
+timeout = "20s"
+""")
+        self.idemgate = idemgate
+        self.proxy = subprocess.Popen(
+            [idemgate, "serve", "--config", cfg],
+            env={**os.environ, "IDEMGATE_ADMIN_TOKEN": TOKEN, "IDEMGATE_LOG": "info"},
+            stdout=subprocess.DEVNULL,
+            stderr=open(os.path.join(self.dir, "serve.log"), "w"),
+        )
+        wait_port(self.port, "idemgate serve", self.proxy)
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def entries(self, **query) -> list:
+        q = "&".join(f"{k}={v}" for k, v in query.items())
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.admin_port}/admin/v1/entries?{q}",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        with urllib.request.urlopen(req) as r:
+            return json.load(r)["entries"]
+
+    def show(self, entry_id: int) -> str:
+        out = subprocess.run(
+            [self.idemgate, "show", "--ledger", self.ledger, str(entry_id)],
+            capture_output=True, text=True, check=True,
+        )
+        return out.stdout
+
+    def stop(self) -> None:
+        for p in (self.proxy, self.server):
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def client(stack: Stack, mode: str, agent: str = "py-agent", timeout: float | None = None) -> Client:
+    http = create_mcp_http_client(headers={"X-Agent-Id": agent})
+    return Client(
+        streamable_http_client(stack.url, http_client=http),
+        mode=mode,
+        read_timeout_seconds=timeout,
+    )
+
+
+def text(result) -> str:
+    return "".join(getattr(c, "text", "") for c in result.content)
+
+
+async def effects(stack: Stack, mode: str, order: str) -> int:
+    async with client(stack, mode) as c:
+        r = await c.call_tool("effects", {"order": order})
+        return int(text(r))
+
+
+async def retried_charge_runs_once(stack: Stack, mode: str) -> None:
+    order = f"ord-{mode}"
+    args = {"order": order, "amount": 4999, "customer": "cus_123"}
+    # An agent calls, loses the answer, restarts and calls again: a new session, a new id.
+    async with client(stack, mode) as c:
+        tools = {t.name for t in (await c.list_tools()).tools}
+        assert {"charge", "slow_charge", "effects"} <= tools, tools
+        first = await c.call_tool("charge", args)
+    async with client(stack, mode) as c:
+        again = await c.call_tool("charge", args)
+    assert not first.is_error, first
+    assert text(first) == text(again), (text(first), text(again))
+    assert f"ch_{order}_1" in text(again), text(again)
+    assert await effects(stack, mode, order) == 1
+    # A read passes through every time and leaves no entry.
+    assert await effects(stack, mode, order) == 1
+    assert not stack.entries(tool="effects"), stack.entries(tool="effects")
+    mine = [e for e in stack.entries(tool="charge") if e["scope"] == "py-agent"]
+    assert any(e["replays"] >= 1 for e in mine), mine
+
+
+async def progress_is_streamed(stack: Stack, mode: str) -> None:
+    seen = []
+
+    async def progress(p, total, message):
+        seen.append(p)
+
+    async with client(stack, mode) as c:
+        r = await c.call_tool(
+            "slow_charge", {"order": f"prog-{mode}", "seconds": 0.2}, progress_callback=progress
+        )
+    assert not r.is_error, r
+    assert seen and seen[0] == 1, seen
+
+
+async def a_client_that_gives_up_does_not_cancel(stack: Stack, mode: str) -> None:
+    order = f"gone-{mode}"
+    args = {"order": order, "seconds": 1.5}
+    try:
+        async with client(stack, mode, timeout=0.3) as c:
+            await c.call_tool("slow_charge", args)
+        raise AssertionError("the call should have timed out")
+    except AssertionError:
+        raise
+    except Exception:  # the SDK's timeout (an McpError, or a task group's wrapper of it)
+        pass
+    await asyncio.sleep(2.5)
+    assert await effects(stack, mode, order) == 1, "the call ran to its end"
+    async with client(stack, mode) as c:
+        r = await c.call_tool("slow_charge", args)
+    assert f"ch_{order}_1" in text(r), text(r)
+    assert await effects(stack, mode, order) == 1, "the retry was a replay"
+
+
+async def two_agents_are_kept_apart(stack: Stack, mode: str) -> None:
+    args = {"order": f"shared-{mode}", "amount": 5, "customer": "cus_9"}
+    async with client(stack, mode, agent="agent-a") as c:
+        await c.call_tool("charge", args)
+    async with client(stack, mode, agent="agent-b") as c:
+        r = await c.call_tool("charge", args)
+    assert f"ch_shared-{mode}_2" in text(r), "each agent's call is its own: " + text(r)
+
+
+def typescript_client(stack: Stack) -> None:
+    out = subprocess.run(
+        ["node", os.path.join(HERE, "client.mjs"), stack.url],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr + out.stdout
+    v = json.loads(out.stdout.strip().splitlines()[-1])
+    assert v["first"] == v["again"], v
+    assert v["effects"] == 1, v
+    assert v["timedOut"] is True, v
+    assert v["afterTimeout"] == v["slowEffects"] == 1, v
+    entry = next(e for e in stack.entries(tool="charge") if e["scope"] == "ts-agent")
+    shown = stack.show(entry["id"])
+    assert "tools · charge" in shown, shown
+    assert '"order": "ts-1"' in shown, shown
+
+
+def main() -> int:
+    idemgate = sys.argv[1]
+    stack = Stack(idemgate)
+    passed = failed = 0
+    scenarios = []
+    for mode in ["legacy", "2026-07-28"]:
+        for s in (retried_charge_runs_once, progress_is_streamed,
+                  a_client_that_gives_up_does_not_cancel, two_agents_are_kept_apart):
+            scenarios.append((f"python {mode}: {s.__name__}", lambda s=s, m=mode: asyncio.run(s(stack, m))))
+    scenarios.append(("typescript 2025-11-25: retried charge, timeout", lambda: typescript_client(stack)))
+    try:
+        for name, run in scenarios:
+            try:
+                run()
+                passed += 1
+                print(f"ok    {name}", flush=True)
+            except Exception:
+                failed += 1
+                print(f"FAIL  {name}\n{traceback.format_exc()}", flush=True)
+    finally:
+        stack.stop()
+        if failed:
+            for log in ("serve.log", "server.log"):
+                print(f"--- {log}\n" + open(os.path.join(stack.dir, log)).read()[-4000:])
+    print(f"mcp-sdk: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
