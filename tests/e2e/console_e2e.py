@@ -251,6 +251,19 @@ def main():
         bulk_events = json.loads(cli("log", "--ledger", ledger, "--kind", "resolve", "--operator", OPERATOR, "--search", "bulk: both", "--json").stdout)
         check(sorted(str(e["entry_id"]) for e in bulk_events) == sorted(picks), "each entry's resolve is logged under the operator and the reason")
 
+        # An MCP tool call held for an operator: found by its tool, shown as route · tool with its arguments
+        s.click("nav-stuck")
+        s.wait("return document.querySelectorAll('[data-testid=entry-row]').length > 0", "stuck rows for the tool filter")
+        s.type("filter-input", "tool:refund")
+        s.wait("const r = [...document.querySelectorAll('[data-testid=entry-row]')]; return r.length === 1 && r[0].textContent.includes('tools · refund')", "the held tool call, alone")
+        s.click("entry-row")
+        s.find("tool-call")
+        heading = s.js("return document.querySelector('.entry-head h1').textContent")
+        check("tools · refund" in heading, f"the entry is headed route · tool ({heading})")
+        call = s.text("tool-call")
+        check('"amount":500' in call, f"the entry shows the call's arguments ({call})")
+        s.screenshot("mcp-call")
+
         # Collisions: the field-level diff
         s.click("nav-collisions")
         s.wait("return document.querySelectorAll('[data-testid=entry-row]').length > 0", "collision rows")

@@ -4,8 +4,8 @@
 //! webhooks and a destructive subscription cancel), run through the real state machine with
 //! timestamps in the past: executions, retries after 503s, releases, replays absorbed, TTL expiries
 //! marked by a sweeper; then the incidents an operator is there for — stuck entries (timeouts and a
-//! crashed instance), key-reuse collisions, a customer charged twice under two keys, entries about
-//! to expire, and past operator resolutions and purges.
+//! crashed instance), key-reuse collisions, a customer charged twice under two keys, an agent's
+//! MCP tool calls (one held), entries about to expire, and past operator resolutions and purges.
 
 use idemgate_ledger::canon::fingerprint;
 use idemgate_ledger::{
@@ -457,6 +457,7 @@ fn incidents(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
     stuck_now(store, g, now)?;
     collisions(store, g, now)?;
     double_charges(store, g, now)?;
+    tool_calls(store, g, now)?;
     about_to_expire(store, g, now)?;
     past_purge(store, now)?;
     Ok(())
@@ -577,6 +578,90 @@ fn stuck_now(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
                 })
                 .wait()?;
         }
+    }
+    Ok(())
+}
+
+/// An agent's tool calls through an MCP route (`tools`): charges, refunds and emails, one of
+/// them declined by the tool (`isError`), one held after the server's stream ended early.
+fn tool_calls(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
+    const ROUTE: &str = "tools";
+    let scope = "agent-mcp-01";
+    for i in 0..10i64 {
+        let tool = ["charge", "refund", "send_email"][(i % 3) as usize];
+        let customer = format!("cus_{:05}", 42_000 + i);
+        let arguments = match tool {
+            "charge" => json!({"customer": customer, "amount": 1999 + i * 500, "currency": "usd"}),
+            "refund" => json!({"charge": g.id("ch"), "amount": 500}),
+            _ => json!({"to": format!("{customer}@example.com"), "template": "receipt"}),
+        };
+        let at = now - (170 - i * 15) * MIN;
+        let key = idemgate_proxy::mcp::derived_key(scope, ROUTE, tool, &arguments);
+        let call = json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}});
+        let c = ClaimRequest {
+            route: ROUTE.into(),
+            scope: scope.into(),
+            key,
+            fingerprint: idemgate_proxy::mcp::fingerprint(ROUTE, tool, &arguments),
+            legacy_fingerprint: None,
+            effect: if tool == "send_email" {
+                Effect::Write
+            } else {
+                Effect::Destructive
+            },
+            request: RequestRecord {
+                method: "POST".into(),
+                path: "/mcp".into(),
+                headers: vec![
+                    ("content-type".into(), "application/json".into()),
+                    ("mcp-protocol-version".into(), "2026-07-28".into()),
+                    ("x-agent-id".into(), scope.into()),
+                ],
+                body: serde_json::to_vec(&call).unwrap_or_default(),
+            },
+            owner: OWNERS[0].into(),
+            lease_ms: LEASE,
+            ttl_ms: TTL,
+            reject_duplicates_within_ms: None,
+            tool: Some(tool.into()),
+            at,
+        };
+        let id = claimed_id(&store.claim(c).wait()?)?;
+        if i == 7 {
+            store
+                .mark_unknown(OwnerReport {
+                    entry_id: id,
+                    owner: OWNERS[0].into(),
+                    error: "the upstream's event stream ended without the call's response".into(),
+                    at: at + 4_000,
+                })
+                .wait()?;
+            continue;
+        }
+        let declined = i == 3;
+        let text = match (tool, declined) {
+            (_, true) => "card declined".to_owned(),
+            ("charge", _) => format!("charged {customer}: {}", g.id("ch")),
+            ("refund", _) => format!("refunded: {}", g.id("re")),
+            _ => format!("sent: {}", g.id("msg")),
+        };
+        let result = json!({"jsonrpc": "2.0", "id": i + 1,
+            "result": {"content": [{"type": "text", "text": text}], "isError": declined}});
+        store
+            .complete(CompleteRequest {
+                entry_id: id,
+                owner: OWNERS[0].into(),
+                response: ResponseRecord {
+                    status: 200,
+                    headers: vec![("content-type".into(), "application/json".into())],
+                    body: serde_json::to_vec(&result).unwrap_or_default(),
+                },
+                ttl_ms: TTL,
+                duplicate_window_ms: Some(DUP_WINDOW),
+                at: at + 1_500,
+            })
+            .wait()?;
     }
     Ok(())
 }

@@ -603,3 +603,27 @@ fn an_operator_replays_a_held_call_in_a_session_of_its_own_or_resolves_it_with_a
     assert_eq!(r.json()["result"], result);
     assert_eq!(effects(&f, "charge", "o-res"), 1);
 }
+
+#[test]
+fn a_call_the_ledger_cannot_claim_is_not_forwarded_and_may_be_retried() {
+    let f = fx();
+    let done = rpc(&f, &call(1, "charge", json!({"order": "o-before"})), &[]);
+    assert!(done.json()["result"].is_object(), "{}", done.text());
+    // The disk fills: the file-size limit refuses every write the process makes.
+    limit_file_size(f.proxy.pid(), Some(1));
+    let r = rpc(&f, &call(2, "charge", json!({"order": "o-full"})), &[]);
+    assert_eq!(error_type(&r), "ledger_unavailable");
+    assert_eq!(r.json()["error"]["code"], -32083);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(effects(&f, "charge", "o-full"), 0, "forwarded unclaimed");
+    // What was recorded still replays.
+    let again = rpc(&f, &call(3, "charge", json!({"order": "o-before"})), &[]);
+    assert_eq!(again.json()["result"], done.json()["result"]);
+    limit_file_size(f.proxy.pid(), None);
+    let r = eventually(10, "the ledger takes writes again", || {
+        let r = rpc(&f, &call(4, "charge", json!({"order": "o-full"})), &[]);
+        r.json()["result"].is_object().then_some(r)
+    });
+    assert_eq!(r.json()["result"]["structuredContent"]["effect"], 1);
+    assert_eq!(effects(&f, "charge", "o-full"), 1);
+}
