@@ -113,6 +113,15 @@ async fn call<S: AsyncWrite + Unpin>(
         .or_else(|| req.header("x-fault").map(str::to_owned))
         .unwrap_or_default();
     let effect_key = format!("{tool}:{order}");
+    // Counted under the key it was sent too, for the reconcile probe
+    // (`GET /v1/charges?idempotency_key=K`).
+    let sent_key = req.header("idempotency-key").map(str::to_owned);
+    let effect = |c: &Counts| {
+        if let Some(k) = &sent_key {
+            c.note_effect_of(k);
+        }
+        c.effect(&effect_key)
+    };
     if tool == "lookup" {
         let n = c.reads.fetch_add(1, Ordering::SeqCst) + 1;
         let result = json!({"content": [{"type": "text", "text": format!("read {n}")}]});
@@ -129,7 +138,7 @@ async fn call<S: AsyncWrite + Unpin>(
         ("status", Some(code)) => {
             let code: u16 = code.parse().unwrap_or(500);
             if matches!(code, 500 | 502 | 504) {
-                c.effect(&effect_key);
+                effect(c);
             }
             let extra = if matches!(code, 429 | 503) {
                 vec![("retry-after", "1".to_owned())]
@@ -142,7 +151,7 @@ async fn call<S: AsyncWrite + Unpin>(
         ("rpc-error", Some(code)) => {
             let code: i64 = code.parse().unwrap_or(-32603);
             if code != -32602 {
-                c.effect(&effect_key);
+                effect(c);
             }
             let m = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": "the tool's own words"}});
             write_json(s, &[], &m).await?;
@@ -160,7 +169,7 @@ async fn call<S: AsyncWrite + Unpin>(
             .await?;
         s.flush().await?;
     }
-    let n = c.effect(&effect_key);
+    let n = effect(c);
     if fault == "drop" || fault == "sse-drop" {
         return Ok(false);
     }

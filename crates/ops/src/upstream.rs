@@ -171,6 +171,11 @@ impl Ops {
             ProbeAnswer::Refused(status) => (Some(status), "inconclusive", None),
             ProbeAnswer::Silent => (None, "inconclusive", None),
         };
+        // An MCP call's retries are answered in JSON-RPC: the probe's answer becomes its result.
+        let resolution = match d.summary.tool {
+            Some(_) => resolution.map(crate::resolve::as_tool_call),
+            None => resolution,
+        };
         self.store
             .note_reconcile(ReconcileNote {
                 entry_id: id,

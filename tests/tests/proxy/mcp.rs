@@ -25,6 +25,7 @@ protocol = "mcp"
 scope.header = "X-Agent-Id"
 timeout = "2s"
 retry = { attempts = 3, base = "10ms", max = "50ms" }
+reconcile = { url = "{upstream}/v1/charges?idempotency_key={key}" }
 
 [routes.tools."set_limit"]
 key.arg = "/request_id"
@@ -547,7 +548,7 @@ fn a_duplicate_in_flight_is_told_to_wait_and_a_client_that_leaves_does_not_cance
 }
 
 #[test]
-fn an_operator_replays_a_held_call_in_a_session_of_its_own_or_resolves_it_with_a_result() {
+fn an_operator_replays_resolves_or_reconciles_a_held_call() {
     let f = fx();
     let args = json!({"order": "o-op"});
     let r = rpc(&f, &call(1, "charge", args.clone()), &[("x-fault", "drop")]);
@@ -602,6 +603,27 @@ fn an_operator_replays_a_held_call_in_a_session_of_its_own_or_resolves_it_with_a
     assert_eq!(r.json()["id"], 4);
     assert_eq!(r.json()["result"], result);
     assert_eq!(effects(&f, "charge", "o-res"), 1);
+    // Reconciled: the probe finds the effect under the key the upstream was sent, and its answer
+    // is the call's result from then on.
+    let args = json!({"order": "o-rec"});
+    let r = rpc(&f, &call(5, "charge", args.clone()), &[("x-fault", "drop")]);
+    let id = r.json()["error"]["data"]["entryId"]
+        .as_i64()
+        .expect("entry id");
+    let r = f.proxy.admin_post(
+        &format!("/admin/v1/entries/{id}/reconcile"),
+        &json!({"operator": "o", "reason": "ask the processor", "confirm_destructive": true}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["decision"], "completed", "{}", r.text());
+    let r = rpc(&f, &call(6, "charge", args), &[]);
+    assert_eq!(r.json()["id"], 6);
+    let text = r.json()["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(text.contains("\"found\":true"), "{}", r.text());
+    assert_eq!(effects(&f, "charge", "o-rec"), 1);
 }
 
 #[test]
