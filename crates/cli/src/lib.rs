@@ -113,6 +113,9 @@ struct FilterArgs {
     /// Entries of this MCP tool (`tools/call` through an MCP route).
     #[arg(long)]
     tool: Option<String>,
+    /// Entries with this subject: `NAME=VALUE` (`customer=cus_123`), or a VALUE under any name.
+    #[arg(long)]
+    subject: Option<String>,
 }
 
 impl From<FilterArgs> for EntryFilter {
@@ -132,6 +135,8 @@ impl From<FilterArgs> for EntryFilter {
             scope: f.scope,
             key: f.key,
             tool: f.tool,
+            subject: f.subject,
+            search: None,
             expiring_within: None,
         }
     }

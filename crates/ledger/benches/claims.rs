@@ -74,6 +74,8 @@ fn claim(body: &[u8], keys: Keys) -> ClaimRequest {
         ttl_ms: 3_600_000,
         reject_duplicates_within_ms: None,
         tool: None,
+        subjects: Vec::new(),
+        dup_fp: None,
         at: now_millis(),
     }
 }

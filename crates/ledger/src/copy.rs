@@ -79,6 +79,8 @@ const TABLES: &[Table] = &[
             ("stuck_logged", I),
             ("expiry_logged", I),
             ("tool", T),
+            ("subjects", T),
+            ("dup_fp", T),
         ],
     ),
     (
@@ -212,6 +214,52 @@ pub fn copy(
     }
 }
 
+/// The tables keyed by an entry (its subjects, its incident's review), copied in ranges of entry
+/// ids: their own keys are not one column to page by.
+fn copy_by_entry(src: &mut dyn Db, dst: &mut dyn Db) -> Result<()> {
+    const STEP: i64 = 5_000;
+    let last = src
+        .opt("SELECT MAX(id) FROM entries", &[], |r| r.opt_int(0))?
+        .flatten()
+        .unwrap_or(0);
+    let mut lo = 0;
+    while lo <= last {
+        let range = [Val::Int(lo), Val::Int(lo + STEP)];
+        let subjects = src.all(
+            "SELECT value, name, entry_id FROM subjects WHERE entry_id >= ?1 AND entry_id < ?2",
+            &range,
+            |r| Ok((r.text(0)?, r.text(1)?, r.int(2)?)),
+        )?;
+        for (value, name, id) in &subjects {
+            dst.exec(
+                "INSERT INTO subjects (value, name, entry_id) VALUES (?1, ?2, ?3)",
+                &[Val::Text(value), Val::Text(name), Val::Int(*id)],
+            )?;
+        }
+        let reviews = src.all(
+            "SELECT entry_id, through, operator, reason, at FROM reviews \
+             WHERE entry_id >= ?1 AND entry_id < ?2",
+            &range,
+            |r| Ok((r.int(0)?, r.int(1)?, r.text(2)?, r.text(3)?, r.int(4)?)),
+        )?;
+        for (id, through, operator, reason, at) in &reviews {
+            dst.exec(
+                "INSERT INTO reviews (entry_id, through, operator, reason, at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                &[
+                    Val::Int(*id),
+                    Val::Int(*through),
+                    Val::Text(operator),
+                    Val::Text(reason),
+                    Val::Int(*at),
+                ],
+            )?;
+        }
+        lo += STEP;
+    }
+    Ok(())
+}
+
 fn copy_rows(src: &mut dyn Db, dst: &mut dyn Db, progress: Progress<'_>) -> Result<CopyReport> {
     let mut counts = [0u64; 3];
     let mut total = 0u64;
@@ -245,6 +293,7 @@ fn copy_rows(src: &mut dyn Db, dst: &mut dyn Db, progress: Progress<'_>) -> Resu
             }
         }
     }
+    copy_by_entry(src, dst)?;
     let hourly = src.all("SELECT hour, kind, n FROM event_counts", &[], |r| {
         Ok((r.int(0)?, r.text(1)?, r.int(2)?))
     })?;

@@ -23,6 +23,8 @@ pub(crate) struct Row {
     pub(crate) outcome_unknown: bool,
     pub(crate) expires_at: Option<Millis>,
     pub(crate) expiry_logged: bool,
+    /// See [`ClaimRequest::dup_fp`].
+    pub(crate) dup_fp: Option<String>,
 }
 
 impl Row {
@@ -38,7 +40,10 @@ impl Row {
 
 pub(crate) const ROW_COLS: &str =
     "id, route, scope, key, fingerprint, state, attempts, lease_owner, \
-                        lease_expires_at, outcome_unknown, expires_at, expiry_logged";
+                        lease_expires_at, outcome_unknown, expires_at, expiry_logged, dup_fp";
+
+/// The column after [`ROW_COLS`].
+pub(crate) const AFTER_ROW: usize = 13;
 
 pub(crate) fn map_row(r: &dyn crate::db::Row) -> Result<Row> {
     Ok(Row {
@@ -54,6 +59,7 @@ pub(crate) fn map_row(r: &dyn crate::db::Row) -> Result<Row> {
         outcome_unknown: r.flag(9)?,
         expires_at: r.opt_int(10)?,
         expiry_logged: r.flag(11)?,
+        dup_fp: r.opt_text(12)?,
     })
 }
 
@@ -80,6 +86,6 @@ pub(crate) fn lookup(
     req: &ClaimRequest,
 ) -> Result<Option<(Row, Option<ResponseRecord>)>> {
     db.opt(&LOOKUP, vals![&req.route, &req.scope, &req.key], |r| {
-        Ok((map_row(r)?, read::response_cols(r, 12)?))
+        Ok((map_row(r)?, read::response_cols(r, AFTER_ROW)?))
     })
 }

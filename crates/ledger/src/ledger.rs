@@ -17,9 +17,9 @@ use crate::read;
 use crate::replays::{self, cache_key, ReplayCache};
 use crate::search;
 use crate::store::{
-    ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, EventRange, OwnerReport,
-    Progress, PurgeRequest, ReconcileNote, Redrive, RedriveRequest, ResolveRequest, Storage,
-    SweepReport, Ticket, WriterHealth,
+    ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, EventRange, LoopNote,
+    OwnerReport, Progress, PurgeRequest, ReconcileNote, Redrive, RedriveRequest, ResolveRequest,
+    ReviewRequest, Storage, SweepReport, Ticket, WriterHealth,
 };
 use crate::write;
 use crate::writer::{Ctx, Writer};
@@ -338,6 +338,14 @@ impl Storage for Ledger {
         self.submit(move |ctx| write::note_reconcile(ctx, &note))
     }
 
+    fn review(&self, req: ReviewRequest) -> Ticket<i64> {
+        self.submit(move |ctx| write::review(ctx, &req))
+    }
+
+    fn note_loop(&self, note: LoopNote) -> Ticket<()> {
+        self.submit(move |ctx| write::note_loop(ctx, &note))
+    }
+
     fn entry(&self, id: i64, now: Millis) -> Result<EntryDetail> {
         self.read(|db| read::entry(db, id, now))
     }
@@ -446,6 +454,8 @@ mod tests {
                     ttl_ms: 1_000,
                     reject_duplicates_within_ms: None,
                     tool: None,
+                    subjects: Vec::new(),
+                    dup_fp: None,
                     at: 1,
                 })
             })

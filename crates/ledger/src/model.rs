@@ -277,6 +277,8 @@ pub struct EntrySummary {
     pub response_status: Option<u16>,
     /// The MCP tool of a `tools/call` entry (shown as `route · tool`); `None` on HTTP routes.
     pub tool: Option<String>,
+    /// The request's subjects: the route's names (`customer`, `amount`) and their values.
+    pub subjects: Vec<(String, String)>,
 }
 
 /// Everything the ledger knows about one entry.
@@ -324,10 +326,14 @@ pub enum EventKind {
     Replay,
     Reconcile,
     Purge,
+    /// An operator marked an incident reviewed.
+    Review,
+    /// The proxy's loop guard counted more calls of one request than it allows.
+    LoopSuspect,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 13] = [
+    pub const ALL: [EventKind; 15] = [
         EventKind::Claim,
         EventKind::Attempt,
         EventKind::Complete,
@@ -341,6 +347,8 @@ impl EventKind {
         EventKind::Replay,
         EventKind::Reconcile,
         EventKind::Purge,
+        EventKind::Review,
+        EventKind::LoopSuspect,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -358,6 +366,8 @@ impl EventKind {
             EventKind::Replay => "replay",
             EventKind::Reconcile => "reconcile",
             EventKind::Purge => "purge",
+            EventKind::Review => "review",
+            EventKind::LoopSuspect => "loop_suspect",
         }
     }
 
@@ -409,6 +419,10 @@ pub struct EntryFilter {
     pub key: Option<String>,
     /// Entries of this MCP tool.
     pub tool: Option<String>,
+    /// Entries with this subject: `name=value`, or a value under any name.
+    pub subject: Option<String>,
+    /// Entries whose key, or a subject's value, is this (the console's search box).
+    pub search: Option<String>,
 }
 
 /// Filters for the log.
@@ -479,10 +493,30 @@ pub struct SeriesPoint {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Incident {
+    /// The incident's first entry: the one the others duplicate.
+    pub id: i64,
     pub route: String,
     pub scope: String,
     pub fingerprint: String,
+    /// The first entry's subjects.
+    pub subjects: Vec<(String, String)>,
+    /// The first entry and its duplicate suspects, oldest first.
     pub entries: Vec<EntrySummary>,
+    /// An operator's review, if the incident had one.
+    pub review: Option<Review>,
+    /// Not reviewed, or a suspect came after the review.
+    pub open: bool,
+}
+
+/// An operator's review of an incident.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Review {
+    pub operator: String,
+    pub reason: String,
+    pub at: Millis,
+    /// The newest entry the incident had when reviewed.
+    pub through: i64,
 }
 
 #[cfg(test)]

@@ -29,6 +29,8 @@ pub(crate) struct Claim {
     pub(crate) detail: String,
     /// A first claim's event, encoded for its hash but for its place in the log and its entry.
     pub(crate) tail: Vec<u8>,
+    /// The request's subjects as stored with the entry: a JSON object of names and values.
+    pub(crate) subjects: Option<String>,
 }
 
 impl Claim {
@@ -51,11 +53,20 @@ impl Claim {
             &detail,
             Some(&digest),
         );
+        let subjects = (!req.subjects.is_empty()).then(|| {
+            let m: serde_json::Map<String, serde_json::Value> = req
+                .subjects
+                .iter()
+                .map(|(n, v)| (n.clone(), serde_json::Value::String(v.clone())))
+                .collect();
+            serde_json::Value::Object(m).to_string()
+        });
         Claim {
             headers: headers_json(&r.headers),
             digest,
             detail,
             tail,
+            subjects,
             req,
         }
     }

@@ -5,7 +5,7 @@ use crate::db::{vals, Db, Row, Val};
 use crate::error::{LedgerError, Result};
 use crate::model::{
     ChainHead, CollisionRecord, Effect, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter,
-    Incident, Millis, Page, RequestRecord, ResponseRecord, SeriesPoint, State, Stats,
+    Incident, Millis, Page, RequestRecord, ResponseRecord, Review, SeriesPoint, State, Stats,
 };
 use crate::store::EventRange;
 
@@ -15,7 +15,7 @@ pub(crate) const MAX_PAGE: usize = 100_000;
 const ENTRY_COLS: &str =
     "id, route, scope, key, state, fingerprint, attempts, replays, created_at, \
     updated_at, expires_at, effect, lease_expires_at, outcome_unknown, last_error, collisions, \
-    duplicate_of, resp_status, tool";
+    duplicate_of, resp_status, tool, subjects";
 
 fn summary_row(now: Millis) -> impl Fn(&dyn Row) -> Result<EntrySummary> {
     move |r| {
@@ -44,8 +44,21 @@ fn summary_row(now: Millis) -> impl Fn(&dyn Row) -> Result<EntrySummary> {
             duplicate_of: r.opt_int(16)?,
             response_status: r.opt_int(17)?.map(status),
             tool: r.opt_text(18)?,
+            subjects: subjects_from(r.opt_text(19)?),
         })
     }
+}
+
+/// An entry's stored subjects (a JSON object of names and values), in name order.
+fn subjects_from(json: Option<String>) -> Vec<(String, String)> {
+    let Some(Ok(serde_json::Value::Object(m))) =
+        json.map(|j| serde_json::from_str::<serde_json::Value>(&j))
+    else {
+        return Vec::new();
+    };
+    m.into_iter()
+        .map(|(n, v)| (n, v.as_str().map_or_else(|| v.to_string(), str::to_owned)))
+        .collect()
 }
 
 fn status(s: i64) -> u16 {
@@ -255,6 +268,31 @@ pub(crate) fn entries(
     if let Some(t) = &f.tool {
         w.and_p("tool = ?", t.clone());
     }
+    if let Some(sub) = &f.subject {
+        match sub.split_once('=') {
+            Some((name, value)) => {
+                w.params.push(Param::Text(value.to_owned()));
+                w.params.push(Param::Text(name.to_owned()));
+                let n = w.params.len();
+                w.and(&format!(
+                    "id IN (SELECT entry_id FROM subjects WHERE value = ?{} AND name = ?{n})",
+                    n - 1
+                ));
+            }
+            None => w.and_p(
+                "id IN (SELECT entry_id FROM subjects WHERE value = ?)",
+                sub.clone(),
+            ),
+        }
+    }
+    if let Some(term) = &f.search {
+        w.params.push(Param::Text(term.clone()));
+        let n = w.params.len();
+        w.and(&format!(
+            "(id IN (SELECT entry_id FROM subjects WHERE value = ?{n}) \
+             OR id IN (SELECT id FROM entries WHERE key = ?{n}))"
+        ));
+    }
     if let Some(k) = &f.key {
         w.and_p(ENTRY_KEY, k.clone());
     }
@@ -428,36 +466,56 @@ pub(crate) fn event_pages(
     })
 }
 
+/// Incidents, newest first: each a first entry and the entries flagged as its duplicates, keyed
+/// for paging by its newest suspect's id, with the operator's review if it has one.
 pub(crate) fn incidents(db: &mut dyn Db, page: Page, now: Millis) -> Result<Vec<Incident>> {
-    // Each incident is keyed by its most recent suspect entry id, for keyset paging.
     let mut w = Where::default();
     w.and("duplicate_of IS NOT NULL");
     if let Some(b) = page.before {
         w.and_p("id < ?", b);
     }
     let sql = format!(
-        "SELECT route, scope, fingerprint, MAX(id) AS last FROM entries{} \
-         GROUP BY route, scope, fingerprint ORDER BY last DESC LIMIT {}",
+        "SELECT duplicate_of, MAX(id) AS last FROM entries{} \
+         GROUP BY duplicate_of ORDER BY last DESC LIMIT {}",
         w.sql,
         page.limit.clamp(1, 1000)
     );
-    let groups = db.all(&sql, &w.params(), |r| {
-        Ok((r.text(0)?, r.text(1)?, r.text(2)?))
-    })?;
+    let groups = db.all(&sql, &w.params(), |r| Ok((r.int(0)?, r.int(1)?)))?;
     let mut out = Vec::with_capacity(groups.len());
-    for (route, scope, fingerprint) in groups {
+    for (first, last) in groups {
         let entries = db.all(
             &format!(
-                "SELECT {ENTRY_COLS} FROM entries WHERE route = ?1 AND scope = ?2 AND fingerprint = ?3 \
-                 AND state = 'completed' ORDER BY id LIMIT 100"
+                "SELECT {ENTRY_COLS} FROM entries WHERE id = ?1 \
+                 UNION ALL SELECT {ENTRY_COLS} FROM entries WHERE duplicate_of = ?1 \
+                 ORDER BY id LIMIT 100"
             ),
-            vals![&route, &scope, &fingerprint],
+            vals![first],
             summary_row(now),
         )?;
+        let Some(head) = entries.first() else {
+            // The first entry was purged: its suspects stay listed under their entries.
+            continue;
+        };
+        let review = db.opt(
+            "SELECT operator, reason, at, through FROM reviews WHERE entry_id = ?1",
+            vals![first],
+            |r| {
+                Ok(Review {
+                    operator: r.text(0)?,
+                    reason: r.text(1)?,
+                    at: r.int(2)?,
+                    through: r.int(3)?,
+                })
+            },
+        )?;
         out.push(Incident {
-            route,
-            scope,
-            fingerprint,
+            id: first,
+            route: head.route.clone(),
+            scope: head.scope.clone(),
+            fingerprint: head.fingerprint.clone(),
+            subjects: head.subjects.clone(),
+            open: review.as_ref().is_none_or(|r| last > r.through),
+            review,
             entries,
         });
     }

@@ -33,7 +33,7 @@ use std::sync::Mutex;
 use std::sync::LazyLock;
 
 use crate::db::{vals, Db};
-use crate::entry_row::{map_row, ROW_COLS};
+use crate::entry_row::{map_row, AFTER_ROW, ROW_COLS};
 use crate::error::Result;
 use crate::model::{self, Millis, ResponseRecord};
 use crate::read;
@@ -258,7 +258,13 @@ pub(crate) fn replayable(db: &mut dyn Db, req: &ClaimRequest) -> Result<Option<C
     let found = db.opt(
         &REPLAY_LOOKUP,
         vals![&req.route, &req.scope, &req.key],
-        |r| Ok((map_row(r)?, read::response_cols(r, 12)?, r.opt_int(15)?)),
+        |r| {
+            Ok((
+                map_row(r)?,
+                read::response_cols(r, AFTER_ROW)?,
+                r.opt_int(AFTER_ROW + 3)?,
+            ))
+        },
     )?;
     Ok(match found {
         Some((row, Some(response), head))

@@ -65,6 +65,11 @@ pub struct ClaimRequest {
     /// The MCP tool a `tools/call` entry runs (its route is the MCP endpoint): listed and filtered
     /// by it. `None` for an HTTP route's entry.
     pub tool: Option<String>,
+    /// The request's subjects (the route's `subject` names and their values), searchable.
+    pub subjects: Vec<(String, String)>,
+    /// With a route's `duplicate_on`: the digest of those values, which makes two entries the same
+    /// effect (in place of the fingerprint) — in the same scope, or in any when it starts `any:`.
+    pub dup_fp: Option<String>,
 }
 
 /// The answer to a claim.
@@ -199,6 +204,25 @@ pub struct ReconcileNote {
     pub at: Millis,
 }
 
+/// An operator's review of the incident whose first entry is `entry_id`.
+#[derive(Debug, Clone)]
+pub struct ReviewRequest {
+    pub entry_id: i64,
+    pub actor: Actor,
+    pub at: Millis,
+}
+
+/// A loop suspect the proxy saw: `key` is the key of the call that went past the guard's limit;
+/// `detail` says how many calls in which window, and what it did.
+#[derive(Debug, Clone)]
+pub struct LoopNote {
+    pub route: String,
+    pub scope: String,
+    pub key: String,
+    pub detail: serde_json::Value,
+    pub at: Millis,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SweepReport {
     pub lease_expired: u64,
@@ -267,6 +291,10 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn purge(&self, req: PurgeRequest) -> Ticket<Vec<i64>>;
     fn redrive(&self, req: RedriveRequest) -> Ticket<Redrive>;
     fn note_reconcile(&self, note: ReconcileNote) -> Ticket<()>;
+    /// Marks an incident reviewed; the newest suspect it covers.
+    fn review(&self, req: ReviewRequest) -> Ticket<i64>;
+    /// Logs a loop suspect.
+    fn note_loop(&self, note: LoopNote) -> Ticket<()>;
 
     // Reads.
     fn entry(&self, id: i64, now: Millis) -> Result<EntryDetail>;

@@ -29,6 +29,8 @@ pub fn charge(key: &str, at: Millis) -> ClaimRequest {
         ttl_ms: 60_000,
         reject_duplicates_within_ms: None,
         tool: None,
+        subjects: Vec::new(),
+        dup_fp: None,
         at,
     }
 }

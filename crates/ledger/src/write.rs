@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::canon::canonical_string;
 use crate::db::{vals, Db, Dialect, PerDialect, Val};
-use crate::entry_row::{lookup, map_row, row_by_id, Row, LOOKUP, ROW_COLS};
+use crate::entry_row::{lookup, map_row, row_by_id, Row, AFTER_ROW, LOOKUP, ROW_COLS};
 use crate::error::{LedgerError, Result};
 use crate::model::{without_secret_params, Event, EventKind, Millis, ResponseRecord, State};
 use crate::prepared::{headers_json, Claim, Completion};
@@ -16,7 +16,7 @@ use crate::store::{Actor, ClaimOutcome, ClaimRequest, CompleteOutcome, OwnerRepo
 use crate::writer::Ctx;
 
 mod operator;
-pub(crate) use operator::{note_reconcile, purge, redrive, resolve};
+pub(crate) use operator::{note_loop, note_reconcile, purge, redrive, resolve, review};
 
 /// The fields of an event the caller chooses; the rest (seq, hashes) are the chain's.
 pub(crate) struct NewEvent<'a> {
@@ -259,6 +259,7 @@ fn reject_duplicate(ctx: &mut Ctx<'_>, c: &Claim) -> Result<Option<ClaimOutcome>
         &req.route,
         &req.scope,
         &req.fingerprint,
+        req.dup_fp.as_deref(),
         &req.key,
         req.at - window,
         None,
@@ -305,37 +306,74 @@ fn claimed_before_targets_counted(db: &mut dyn Db, row: &Row, req: &ClaimRequest
         .is_some_and(|p| without_secret_params(&p, &[]) == req.request.path))
 }
 
-/// The condition "an entry under route ?1 and scope ?2 completed the effect `fingerprint` since
+/// What makes two entries of a route the same effect: their fingerprint in one scope, or their
+/// `duplicate_on` values ([`ClaimRequest::dup_fp`]) in one scope or in any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Same {
+    Fingerprint,
+    Values,
+    ValuesAnyScope,
+}
+
+impl Same {
+    /// How an entry whose duplicate values are `dup_fp` is compared.
+    fn of(dup_fp: Option<&str>) -> Same {
+        match dup_fp {
+            None => Same::Fingerprint,
+            Some(d) if d.starts_with("any:") => Same::ValuesAnyScope,
+            Some(_) => Same::Values,
+        }
+    }
+
+    const ALL: [Same; 3] = [Same::Fingerprint, Same::Values, Same::ValuesAnyScope];
+}
+
+/// The condition "an entry under route ?1 (and scope ?2) completed the effect `what` since
 /// `since`, under another key than `key`" (each argument a placeholder): the duplicate check's,
-/// shared by [`find_duplicate`] and the claim's first statement, which must agree.
-fn same_effect_elsewhere(fingerprint: &str, since: &str, key: &str) -> String {
+/// shared by [`find_duplicate`] and the claim's first statement, which must agree. `?2` is named
+/// in every form, so that each statement takes the same parameters.
+fn same_effect_elsewhere(same: Same, what: &str, since: &str, key: &str) -> String {
+    let (scope, column) = match same {
+        Same::Fingerprint => ("scope = ?2", "fingerprint"),
+        Same::Values => ("scope = ?2", "dup_fp"),
+        Same::ValuesAnyScope => ("(scope = ?2 OR 1 = 1)", "dup_fp"),
+    };
     format!(
-        "route = ?1 AND scope = ?2 AND fingerprint = {fingerprint} AND state = 'completed' \
+        "route = ?1 AND {scope} AND {column} = {what} AND state = 'completed' \
          AND completed_at >= {since} AND key <> {key}"
     )
 }
 
-pub(crate) static FIND_DUPLICATE: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT id, key FROM entries WHERE {} AND id <> ?6 ORDER BY completed_at LIMIT 1",
-        same_effect_elsewhere("?3", "?4", "?5")
-    )
+pub(crate) static FIND_DUPLICATE: LazyLock<[String; 3]> = LazyLock::new(|| {
+    Same::ALL.map(|same| {
+        format!(
+            "SELECT id, key FROM entries WHERE {} AND id <> ?6 ORDER BY completed_at LIMIT 1",
+            same_effect_elsewhere(same, "?3", "?4", "?5")
+        )
+    })
 });
 
 /// The earliest entry (other than `exclude`) that completed the same effect — route, scope and
-/// fingerprint — under another key since `since`.
+/// fingerprint, or the `duplicate_on` values `dup_fp` — under another key since `since`.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the statement's parameters, named"
+)]
 fn find_duplicate(
     db: &mut dyn Db,
     route: &str,
     scope: &str,
     fingerprint: &str,
+    dup_fp: Option<&str>,
     key: &str,
     since: Millis,
     exclude: Option<i64>,
 ) -> Result<Option<(i64, String)>> {
+    let same = Same::of(dup_fp);
+    let what = dup_fp.unwrap_or(fingerprint);
     db.opt(
-        &FIND_DUPLICATE,
-        vals![route, scope, fingerprint, since, key, exclude.unwrap_or(-1)],
+        &FIND_DUPLICATE[same as usize],
+        vals![route, scope, what, since, key, exclude.unwrap_or(-1)],
         |r| Ok((r.int(0)?, r.text(1)?)),
     )
 }
@@ -375,14 +413,16 @@ fn insert_or_lookup(db: &mut dyn Db, c: &Claim) -> Result<First> {
         req.at,
         req.at + req.ttl_ms,
         req.tool.as_deref(),
+        c.subjects.as_deref(),
+        req.dup_fp.as_deref(),
     ]
     .to_vec();
     let sql = match window {
         Some(w) => {
             params.push(Val::Int(req.at - w));
-            &sql.1
+            &sql[1 + Same::of(req.dup_fp.as_deref()) as usize]
         }
-        None => &sql.0,
+        None => &sql[0],
     };
     match db.dialect() {
         Dialect::Sqlite => {
@@ -402,7 +442,10 @@ fn insert_or_lookup(db: &mut dyn Db, c: &Claim) -> Result<First> {
                 return Ok(First::Refused);
             }
             let r = Shifted(r, 1);
-            Ok(First::Existing(map_row(&r)?, read::response_cols(&r, 12)?))
+            Ok(First::Existing(
+                map_row(&r)?,
+                read::response_cols(&r, AFTER_ROW)?,
+            ))
         }),
     }
 }
@@ -424,11 +467,11 @@ impl crate::db::Row for Shifted<'_> {
     }
 }
 
-/// [`insert_or_lookup`]'s statement, without and with the reject policy's duplicate check.
-/// ?1–?14: the new entry's route, scope, key, fingerprint, effect, lease owner, lease expiry,
-/// request method, path, headers and body, claim time, expiry and tool; ?15: the reject window's
-/// start.
-pub(crate) static INSERT_OR_LOOKUP: PerDialect<(String, String)> = PerDialect::new(|d| {
+/// [`insert_or_lookup`]'s statement, without the reject policy's duplicate check, then with it
+/// for each [`Same`]. ?1–?16: the new entry's route, scope, key, fingerprint, effect, lease owner,
+/// lease expiry, request method, path, headers and body, claim time, expiry, tool, subjects and
+/// duplicate values; ?17: the reject window's start.
+pub(crate) static INSERT_OR_LOOKUP: PerDialect<[String; 4]> = PerDialect::new(|d| {
     let build = |guard: &str| {
         // PostgreSQL types a SELECT list's parameters on their own: they are cast to the columns'.
         let (text, int, bytes) = match d {
@@ -438,9 +481,10 @@ pub(crate) static INSERT_OR_LOOKUP: PerDialect<(String, String)> = PerDialect::n
         let insert = format!(
             "{} INTO entries (route, scope, key, fingerprint, effect, state, attempts, lease_owner, \
              lease_expires_at, req_method, req_path, req_headers, req_body, created_at, updated_at, \
-             expires_at, tool) SELECT ?1{text}, ?2{text}, ?3{text}, ?4{text}, ?5{text}, 'pending', \
-             1, ?6{text}, ?7{int}, ?8{text}, ?9{text}, ?10{text}, ?11{bytes}, ?12{int}, ?12{int}, \
-             ?13{int}, ?14{text} WHERE {guard} ON CONFLICT (route, scope, key) DO NOTHING{}",
+             expires_at, tool, subjects, dup_fp) SELECT ?1{text}, ?2{text}, ?3{text}, ?4{text}, \
+             ?5{text}, 'pending', 1, ?6{text}, ?7{int}, ?8{text}, ?9{text}, ?10{text}, ?11{bytes}, \
+             ?12{int}, ?12{int}, ?13{int}, ?14{text}, ?15{text}, ?16{text} WHERE {guard} \
+             ON CONFLICT (route, scope, key) DO NOTHING{}",
             d.insert(),
             // SQLite buffers a RETURNING clause's rows in an ephemeral table it opens and closes
             // for each run; the new rowid is the connection's last insert instead.
@@ -460,18 +504,36 @@ pub(crate) static INSERT_OR_LOOKUP: PerDialect<(String, String)> = PerDialect::n
             ),
         }
     };
-    (
-        build("true"),
+    let guard = |same, what| {
         build(&format!(
             "NOT EXISTS (SELECT 1 FROM entries WHERE {})",
-            same_effect_elsewhere("?4", "?15", "?3")
-        )),
-    )
+            same_effect_elsewhere(same, what, "?17", "?3")
+        ))
+    };
+    [
+        build("true"),
+        guard(Same::Fingerprint, "?4"),
+        guard(Same::Values, "?16"),
+        guard(Same::ValuesAnyScope, "?16"),
+    ]
 });
+
+/// Indexes entry `id`'s subjects for search.
+fn write_subjects(db: &mut dyn Db, id: i64, subjects: &[(String, String)]) -> Result<()> {
+    for (name, value) in subjects {
+        db.exec(
+            "INSERT INTO subjects (value, name, entry_id) VALUES (?1, ?2, ?3) \
+             ON CONFLICT DO NOTHING",
+            vals![value, name, id],
+        )?;
+    }
+    Ok(())
+}
 
 /// Counts and logs the new entry `id` of a first claim.
 fn claimed(ctx: &mut Ctx<'_>, c: &Claim, id: i64) -> Result<ClaimOutcome> {
     let req = &c.req;
+    write_subjects(ctx.db, id, &req.subjects)?;
     moved(ctx, None, Some(State::Pending));
     append(
         ctx,
@@ -511,7 +573,8 @@ fn rearm(
          req_method = ?7, req_path = ?8, req_headers = ?9, req_body = ?10, resp_status = NULL, \
          resp_headers = NULL, resp_body = NULL, duplicate_of = NULL, updated_at = ?11, \
          completed_at = NULL, expires_at = ?12, resolved_by = NULL, resolution_reason = NULL, \
-         external_ref = NULL, stuck_logged = 0, expiry_logged = 0, tool = ?13 WHERE id = ?1",
+         external_ref = NULL, stuck_logged = 0, expiry_logged = 0, tool = ?13, subjects = ?14, \
+         dup_fp = ?15 WHERE id = ?1",
         vals![
             row.id,
             &req.fingerprint,
@@ -526,8 +589,13 @@ fn rearm(
             at,
             at + req.ttl_ms,
             req.tool.as_deref(),
+            c.subjects.as_deref(),
+            req.dup_fp.as_deref(),
         ],
     )?;
+    ctx.db
+        .exec("DELETE FROM subjects WHERE entry_id = ?1", vals![row.id])?;
+    write_subjects(ctx.db, row.id, &req.subjects)?;
     moved(ctx, Some(row.state), Some(State::Pending));
     let mut ev = row.event(at, EventKind::Claim, detail);
     ev.payload_digest = Some(c.digest.clone());
@@ -677,6 +745,7 @@ fn flag_duplicate(ctx: &mut Ctx<'_>, row: &Row, window: i64, at: Millis) -> Resu
         &row.route,
         &row.scope,
         &row.fingerprint,
+        row.dup_fp.as_deref(),
         &row.key,
         at - window,
         Some(row.id),

@@ -251,6 +251,8 @@ impl Call {
             ttl_ms: ttl,
             reject_duplicates_within_ms: None,
             tool: None,
+            subjects: Vec::new(),
+            dup_fp: None,
             at: self.at,
         }
     }
@@ -625,6 +627,8 @@ fn tool_calls(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
             ttl_ms: TTL,
             reject_duplicates_within_ms: None,
             tool: Some(tool.into()),
+            subjects: Vec::new(),
+            dup_fp: None,
             at,
         };
         let id = claimed_id(&store.claim(c).wait()?)?;

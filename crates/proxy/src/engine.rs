@@ -696,6 +696,8 @@ impl Engine {
                 .then_some(self.cfg.duplicate_window.as_millis() as i64),
             at,
             tool: None,
+            subjects: Vec::new(),
+            dup_fp: None,
         };
         match self.claim(route, &scope, &key, &fingerprint, claim).await? {
             Claimed::Run {

@@ -410,6 +410,8 @@ struct EntriesQuery {
     scope: Option<String>,
     key: Option<String>,
     tool: Option<String>,
+    subject: Option<String>,
+    search: Option<String>,
     before: Option<i64>,
     limit: Option<usize>,
 }
@@ -439,6 +441,8 @@ async fn entries(
         scope: q.scope,
         key: q.key,
         tool: q.tool,
+        subject: q.subject,
+        search: q.search,
     };
     let limit = q.limit.unwrap_or(100);
     Ok(Json(blocking(move || s.ops.entries(&filter, q.before, limit)).await?).into_response())

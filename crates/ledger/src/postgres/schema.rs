@@ -147,10 +147,29 @@ ALTER TABLE entries DROP CONSTRAINT entries_route_scope_key_key;
 DROP INDEX events_key;
 CREATE INDEX events_key ON events (key, seq) WHERE kind <> 'claim' AND kind <> 'complete';
 "#,
-    // 6: the MCP tool of a `tools/call` entry, as on SQLite (its migration 9).
+    // 6: an entry's tool, subjects and duplicate values, and reviewed incidents, as on SQLite
+    // (its migration 9).
     r#"
 ALTER TABLE entries ADD COLUMN tool TEXT;
+ALTER TABLE entries ADD COLUMN subjects TEXT;
+ALTER TABLE entries ADD COLUMN dup_fp TEXT;
 CREATE INDEX entries_tool ON entries (route, tool, id) WHERE tool IS NOT NULL;
+CREATE INDEX entries_dup ON entries (route, dup_fp, completed_at)
+    WHERE dup_fp IS NOT NULL AND state = 'completed';
+CREATE TABLE subjects (
+    value    TEXT NOT NULL,
+    name     TEXT NOT NULL,
+    entry_id BIGINT NOT NULL,
+    PRIMARY KEY (value, name, entry_id)
+);
+CREATE INDEX subjects_entry ON subjects (entry_id);
+CREATE TABLE reviews (
+    entry_id BIGINT PRIMARY KEY,
+    through  BIGINT NOT NULL,
+    operator TEXT NOT NULL,
+    reason   TEXT NOT NULL,
+    at       BIGINT NOT NULL
+);
 "#,
 ];
 

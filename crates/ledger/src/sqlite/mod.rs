@@ -434,7 +434,7 @@ mod tests {
         for i in 0..5i64 {
             let found = <dyn Db>::opt(
                 &mut conn,
-                &FIND_DUPLICATE,
+                &FIND_DUPLICATE[0],
                 vals!["charges", "agent", "f00d", i, "k", i],
                 |r| r.int(0),
             )
@@ -442,7 +442,7 @@ mod tests {
             assert_eq!(found, None);
         }
         let n = conn
-            .prepare_cached(&FIND_DUPLICATE)
+            .prepare_cached(&FIND_DUPLICATE[0])
             .unwrap()
             .get_status(StatementStatus::RePrepare);
         n
@@ -564,7 +564,7 @@ mod tests {
         migrate(&conn).unwrap();
         assert_eq!(user_version(&conn), schema::current_version());
         assert!(!hot_path_builds_btrees(&conn));
-        let (claim, _) = crate::write::INSERT_OR_LOOKUP.get(Dialect::Sqlite);
+        let claim = &crate::write::INSERT_OR_LOOKUP.get(Dialect::Sqlite)[0];
         assert!(!opcodes(&conn, claim).iter().any(|o| o == "OpenEphemeral"));
         // The other connection compiles from its copy of the schema until a statement of its own
         // finds the schema version changed.

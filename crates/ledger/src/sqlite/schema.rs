@@ -207,12 +207,35 @@ CREATE INDEX events_key ON events (key, seq) WHERE kind <> 'complete';
     // and id, and are found through the entries of the key, or through a purge's event when the
     // entry is gone (`read::EVENT_KEY`).
     Migration::Code(key_first),
-    // 9: the MCP tool of a `tools/call` entry, listed and filtered by it (`route · tool`). Only an
-    // MCP route's entries have one, so its index holds nothing for an HTTP route.
+    // 9: what an entry is about in the business's terms. `tool`: the MCP tool of a `tools/call`
+    // entry, listed and filtered by it (`route · tool`). `subjects`: the route's named values of
+    // the request (a customer, an amount), shown with the entry and searched through the
+    // `subjects` table. `dup_fp`: the route's `duplicate_on` values, which make two entries the
+    // same effect instead of their whole fingerprint. Only routes that name them have them, so
+    // their indexes hold nothing for the others. `reviews`: the incidents an operator marked
+    // reviewed, by their first entry.
     Migration::Sql(
         r#"
 ALTER TABLE entries ADD COLUMN tool TEXT;
+ALTER TABLE entries ADD COLUMN subjects TEXT;
+ALTER TABLE entries ADD COLUMN dup_fp TEXT;
 CREATE INDEX entries_tool ON entries (route, tool, id) WHERE tool IS NOT NULL;
+CREATE INDEX entries_dup ON entries (route, dup_fp, completed_at)
+    WHERE dup_fp IS NOT NULL AND state = 'completed';
+CREATE TABLE subjects (
+    value    TEXT NOT NULL,
+    name     TEXT NOT NULL,
+    entry_id INTEGER NOT NULL,
+    PRIMARY KEY (value, name, entry_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX subjects_entry ON subjects (entry_id);
+CREATE TABLE reviews (
+    entry_id INTEGER PRIMARY KEY,
+    through  INTEGER NOT NULL,
+    operator TEXT NOT NULL,
+    reason   TEXT NOT NULL,
+    at       INTEGER NOT NULL
+) STRICT;
 "#,
     ),
 ];

@@ -4,6 +4,7 @@
 use serde_json::json;
 
 use super::{append, moved, store_completion};
+use crate::canon::canonical_string;
 use crate::canon::sha256_hex;
 use crate::db::vals;
 use crate::entry_row::row_by_id;
@@ -12,8 +13,10 @@ use crate::model::{EntrySummary, EventKind, State};
 use crate::prepared::headers_json;
 use crate::read;
 use crate::store::{
-    Actor, PurgeRequest, ReconcileNote, Redrive, RedriveRequest, Resolution, ResolveRequest,
+    Actor, LoopNote, PurgeRequest, ReconcileNote, Redrive, RedriveRequest, Resolution,
+    ResolveRequest, ReviewRequest,
 };
+use crate::write::NewEvent;
 use crate::writer::Ctx;
 
 fn check_actor(actor: &Actor) -> Result<()> {
@@ -121,8 +124,12 @@ pub(crate) fn purge(ctx: &mut Ctx<'_>, req: &PurgeRequest) -> Result<Vec<i64>> {
         if req.only_expired && !row.expired(req.at) {
             continue;
         }
-        ctx.db
-            .exec("DELETE FROM collisions WHERE entry_id = ?1", vals![id])?;
+        for table in ["collisions", "subjects", "reviews"] {
+            ctx.db.exec(
+                &format!("DELETE FROM {table} WHERE entry_id = ?1"),
+                vals![id],
+            )?;
+        }
         ctx.db
             .exec("DELETE FROM entries WHERE id = ?1", vals![id])?;
         moved(ctx, Some(row.state), None);
@@ -191,5 +198,62 @@ pub(crate) fn note_reconcile(ctx: &mut Ctx<'_>, note: &ReconcileNote) -> Result<
     let mut ev = row.event(note.at, EventKind::Reconcile, note.detail.clone());
     ev.actor = Some(&note.actor);
     append(ctx, ev)?;
+    Ok(())
+}
+
+/// Marks the incident whose first entry is `req.entry_id` reviewed, through its newest suspect:
+/// a later suspect opens it again. Logged under the first entry.
+pub(crate) fn review(ctx: &mut Ctx<'_>, req: &ReviewRequest) -> Result<i64> {
+    check_actor(&req.actor)?;
+    let row = row_by_id(ctx.db, req.entry_id)?;
+    let through = ctx
+        .db
+        .opt(
+            "SELECT MAX(id) FROM entries WHERE duplicate_of = ?1",
+            vals![row.id],
+            |r| r.opt_int(0),
+        )?
+        .flatten()
+        .ok_or_else(|| LedgerError::InvalidTransition {
+            id: row.id,
+            state: "without duplicate suspects".into(),
+            action: "review",
+            needed: "the first entry of an incident",
+        })?;
+    ctx.db
+        .exec("DELETE FROM reviews WHERE entry_id = ?1", vals![row.id])?;
+    ctx.db.exec(
+        "INSERT INTO reviews (entry_id, through, operator, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        vals![
+            row.id,
+            through,
+            &req.actor.operator,
+            &req.actor.reason,
+            req.at
+        ],
+    )?;
+    let mut ev = row.event(req.at, EventKind::Review, json!({"through": through}));
+    ev.actor = Some(&req.actor);
+    append(ctx, ev)?;
+    Ok(through)
+}
+
+/// Logs a loop suspect the proxy's loop guard saw: no entry changes.
+pub(crate) fn note_loop(ctx: &mut Ctx<'_>, note: &LoopNote) -> Result<()> {
+    append(
+        ctx,
+        NewEvent {
+            at: note.at,
+            kind: EventKind::LoopSuspect,
+            entry_id: None,
+            route: &note.route,
+            scope: &note.scope,
+            key: &note.key,
+            actor: None,
+            detail: canonical_string(&note.detail),
+            payload_digest: None,
+            tail: None,
+        },
+    )?;
     Ok(())
 }

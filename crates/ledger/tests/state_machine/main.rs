@@ -116,6 +116,8 @@ fn req(key: &str, body: &str, at: Millis) -> ClaimRequest {
         ttl_ms: TTL,
         reject_duplicates_within_ms: None,
         tool: None,
+        subjects: Vec::new(),
+        dup_fp: None,
         at,
     }
 }

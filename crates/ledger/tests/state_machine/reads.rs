@@ -309,7 +309,186 @@ fn a_tool_filter_finds_exactly_the_tool_s_entries(b: Backend) {
     assert_eq!(e.summary.tool, None);
 }
 
+/// A claim's subjects are stored with its entry and searched by value, by name and value, or
+/// with the key; a purge takes them away.
+fn subjects_are_kept_searched_and_purged_with_their_entry(b: Backend) {
+    let f = fx!(b);
+    let charge = |key: &str, customer: &str, amount: &str, at| {
+        let mut r = req(key, &format!(r#"{{"c":"{customer}","a":{amount}}}"#), at);
+        r.subjects = vec![
+            ("amount".into(), amount.into()),
+            ("customer".into(), customer.into()),
+        ];
+        claimed(f.l.claim(r).wait().expect("claim"))
+    };
+    let a = charge("k-1", "cus_123", "4999", T0);
+    let b2 = charge("k-2", "cus_123", "100", T0 + 1);
+    let c = charge("k-3", "cus_999", "4999", T0 + 2);
+    complete(&f.l, a, T0 + 3, "{}");
+    let find = |filter: EntryFilter| {
+        let found =
+            f.l.entries(&filter, Page::default(), T0 + 5)
+                .expect("entries");
+        found.iter().map(|e| e.id).collect::<Vec<_>>()
+    };
+    let subject = |s: &str| EntryFilter {
+        subject: Some(s.into()),
+        ..EntryFilter::default()
+    };
+    assert_eq!(find(subject("cus_123")), [b2, a]);
+    assert_eq!(find(subject("customer=cus_123")), [b2, a]);
+    assert_eq!(find(subject("amount=cus_123")), Vec::<i64>::new());
+    assert_eq!(find(subject("4999")), [c, a], "a value under any name");
+    let search = |t: &str| EntryFilter {
+        search: Some(t.into()),
+        ..EntryFilter::default()
+    };
+    assert_eq!(find(search("cus_999")), [c]);
+    assert_eq!(find(search("k-2")), [b2], "or a key");
+    let e = f.l.entry(a, T0 + 5).expect("entry");
+    assert_eq!(
+        e.summary.subjects,
+        [
+            ("amount".to_owned(), "4999".to_owned()),
+            ("customer".to_owned(), "cus_123".to_owned())
+        ]
+    );
+    let pr = PurgeRequest {
+        ids: vec![a],
+        only_expired: false,
+        actor: actor(),
+        at: T0 + 6,
+    };
+    f.l.purge(pr).wait().expect("purge");
+    assert_eq!(find(subject("cus_123")), [b2]);
+}
+
+/// With `duplicate_on` values, two completed calls are the same effect though their requests
+/// differ (a fresh `request_id`); in one scope, or in any (`any:`); the reject policy refuses the
+/// second before it runs; an incident is reviewed until a new suspect joins it.
+fn duplicate_values_make_the_same_effect_and_incidents_are_reviewed(b: Backend) {
+    let f = fx!(b);
+    let call = |key: &str, scope: &str, rid: u32, dup: &str, at| {
+        let mut r = req(
+            key,
+            &format!(r#"{{"customer":"cus_1","amount":4999,"request_id":{rid}}}"#),
+            at,
+        );
+        r.scope = scope.into();
+        r.dup_fp = Some(dup.into());
+        r
+    };
+    let a = claimed(
+        f.l.claim(call("k-a", "billing-01", 1, "v:1", T0))
+            .wait()
+            .expect("claim"),
+    );
+    complete(&f.l, a, T0 + 10, "{}");
+    // Same values, another body and key, the same scope: a suspect.
+    let b2 = claimed(
+        f.l.claim(call("k-b", "billing-01", 2, "v:1", T0 + 20))
+            .wait()
+            .expect("claim"),
+    );
+    assert_eq!(complete(&f.l, b2, T0 + 30, "{}").duplicate_of, Some(a));
+    // Another scope: not, unless the values are compared in any scope.
+    let c = claimed(
+        f.l.claim(call("k-c", "billing-02", 3, "v:1", T0 + 40))
+            .wait()
+            .expect("claim"),
+    );
+    assert_eq!(complete(&f.l, c, T0 + 50, "{}").duplicate_of, None);
+    let x = claimed(
+        f.l.claim(call("k-x", "billing-01", 4, "any:9", T0 + 60))
+            .wait()
+            .expect("claim"),
+    );
+    complete(&f.l, x, T0 + 70, "{}");
+    let y = claimed(
+        f.l.claim(call("k-y", "billing-02", 5, "any:9", T0 + 80))
+            .wait()
+            .expect("claim"),
+    );
+    assert_eq!(complete(&f.l, y, T0 + 90, "{}").duplicate_of, Some(x));
+    // The reject policy: refused before it runs, in any scope.
+    let mut z = call("k-z", "billing-03", 6, "any:9", T0 + 100);
+    z.reject_duplicates_within_ms = Some(600_000);
+    assert!(matches!(
+        f.l.claim(z).wait().expect("claim"),
+        ClaimOutcome::ProbableDuplicate { entry_id, .. } if entry_id == x
+    ));
+    // Incidents: newest first, reviewed, opened again by a new suspect.
+    let inc = f.l.incidents(Page::default(), T0 + 200).expect("incidents");
+    assert_eq!(
+        inc.iter().map(|i| (i.id, i.open)).collect::<Vec<_>>(),
+        [(x, true), (a, true)]
+    );
+    let through =
+        f.l.review(ReviewRequest {
+            entry_id: a,
+            actor: actor(),
+            at: T0 + 210,
+        })
+        .wait()
+        .expect("review");
+    assert_eq!(through, b2);
+    let inc = f.l.incidents(Page::default(), T0 + 220).expect("incidents");
+    let reviewed = inc.iter().find(|i| i.id == a).expect("incident");
+    assert!(!reviewed.open);
+    assert_eq!(
+        reviewed.review.as_ref().map(|r| r.operator.as_str()),
+        Some("alice")
+    );
+    assert!(matches!(
+        f.l.review(ReviewRequest {
+            entry_id: c,
+            actor: actor(),
+            at: T0 + 230
+        })
+        .wait(),
+        Err(LedgerError::InvalidTransition { .. })
+    ));
+    let d = claimed(
+        f.l.claim(call("k-d", "billing-01", 7, "v:1", T0 + 240))
+            .wait()
+            .expect("claim"),
+    );
+    assert_eq!(complete(&f.l, d, T0 + 250, "{}").duplicate_of, Some(a));
+    let inc = f.l.incidents(Page::default(), T0 + 260).expect("incidents");
+    assert!(
+        inc.iter().find(|i| i.id == a).is_some_and(|i| i.open),
+        "a new suspect reopens it"
+    );
+    // A loop suspect is logged without an entry.
+    f.l.note_loop(LoopNote {
+        route: "charges".into(),
+        scope: "agent-9".into(),
+        key: "k-loop".into(),
+        detail: serde_json::json!({"calls": 21, "window_ms": 60_000, "action": "flag"}),
+        at: T0 + 270,
+    })
+    .wait()
+    .expect("note");
+    let kind = |k: &str| EventFilter {
+        kind: Some(k.into()),
+        ..EventFilter::default()
+    };
+    let loops =
+        f.l.events(&kind("loop_suspect"), Page::default())
+            .expect("events");
+    assert_eq!((loops.len(), loops[0].entry_id), (1, None));
+    assert_eq!(
+        f.l.events(&kind("review"), Page::default())
+            .expect("events")
+            .len(),
+        1
+    );
+    verify_ok(&f.l);
+}
+
 suite!(
+    subjects_are_kept_searched_and_purged_with_their_entry,
+    duplicate_values_make_the_same_effect_and_incidents_are_reviewed,
     a_tool_filter_finds_exactly_the_tool_s_entries,
     an_operator_filter_finds_the_name_and_its_qualified_forms,
     a_key_finds_exactly_its_entries_and_events,

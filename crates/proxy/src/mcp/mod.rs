@@ -296,6 +296,8 @@ impl Engine {
                 .then_some(self.cfg.duplicate_window.as_millis() as i64),
             at,
             tool: Some(p.call.name.clone()),
+            subjects: Vec::new(),
+            dup_fp: None,
         };
         let id = &p.call.id;
         let _running = self.mcp_calls.start(&session_of(req.parts), id);
