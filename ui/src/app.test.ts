@@ -8,7 +8,7 @@ function entry(id: number, over: Partial<EntrySummary> = {}): EntrySummary {
   return {
     id, route: "charges", scope: "agent-1", key: `key-${id}`, state: "pending", stuck: true, fingerprint: "ab", attempts: 1, replays: 0,
     created_at: 1_800_000_000_000, updated_at: 1_800_000_000_000, expires_at: null, effect: "write", lease_expires_at: 1_800_000_030_000,
-    outcome_unknown: true, last_error: "upstream timeout", collisions: 0, duplicate_of: null, response_status: null, tool: null, ...over,
+    outcome_unknown: true, last_error: "upstream timeout", collisions: 0, duplicate_of: null, response_status: null, tool: null, subjects: [], ...over,
   };
 }
 
@@ -87,6 +87,47 @@ describe("console UI", () => {
     expect(document.querySelector("h1")?.textContent).toContain("tools · charge");
     expect(q("tool-call").textContent).toContain('{"customer":"cus_1","amount":4999}');
     expect(q("tool-call").textContent).toContain("charged");
+  });
+
+  it("finds a customer's charges from the header's search box, the double charge marked", async () => {
+    const first = entry(3, { state: "completed", stuck: false, scope: "billing-01", subjects: [["amount", "49.99"], ["customer", "cus_123"]] });
+    const dup = entry(4, { state: "completed", stuck: false, scope: "billing-02", duplicate_of: 3, subjects: [["amount", "49.99"], ["customer", "cus_123"]] });
+    const { app, calls } = setup({ ...base, entries: () => ({ entries: [dup, first], next_before: null }) });
+    await app.start();
+    const box = q("search-input") as HTMLInputElement;
+    box.value = "customer:cus_123";
+    box.dispatchEvent(new Event("change"));
+    await tick();
+    expect(calls.filter(([c]) => c === "entries").slice(-1)[0]?.[1]).toMatchObject({ filter: { subject: "customer=cus_123", search: null, stuck: false } });
+    expect(q("row-duplicate").textContent).toBe("⚠ duplicate of #3");
+    expect([...document.querySelectorAll('[data-testid="row-subjects"]')].map((e) => e.textContent)).toEqual(["49.99 · cus_123", "49.99 · cus_123"]);
+    box.value = "cus_123";
+    box.dispatchEvent(new Event("change"));
+    await tick();
+    expect(calls.filter(([c]) => c === "entries").slice(-1)[0]?.[1]).toMatchObject({ filter: { subject: null, search: "cus_123" } });
+  });
+
+  it("titles an incident in the customer's terms and marks it reviewed with a reason", async () => {
+    const subjects: [string, string][] = [["amount", "49.99"], ["currency", "usd"], ["customer", "cus_123"]];
+    const a = entry(3, { state: "completed", stuck: false, scope: "billing-01", subjects, created_at: 1_800_000_000_000 });
+    const b = entry(4, { state: "completed", stuck: false, scope: "billing-02", subjects, duplicate_of: 3, created_at: 1_800_000_014_000 });
+    const incident = { id: 3, route: "charges", scope: "billing-01", fingerprint: "ab", subjects, entries: [a, b], review: null, open: true };
+    const { app, calls, prefs } = setup({
+      ...base,
+      incidents: () => [incident],
+      log: () => ({ events: [], next_before: null }),
+      review_incident: () => ({ operator: "dana", reason: "refunded", at: 1, through: 4 }),
+    });
+    prefs.set("operator", "dana");
+    await app.start();
+    await app.go("incidents");
+    expect(q("incident-title").textContent).toBe("cus_123 · charges · 2 × 49.99 USD · agents billing-01, billing-02 · 14 s apart");
+    q("incident-review").click();
+    await tick();
+    (q("reason-input") as HTMLTextAreaElement).value = "refunded the second";
+    q("confirm-button").click();
+    await tick();
+    expect(calls.find(([c]) => c === "review_incident")?.[1]).toMatchObject({ cmd: { entry_id: 3, operator: "dana", reason: "refunded the second" } });
   });
 
   it("copies a stored request as curl through the proxy the console runs, or names the default", async () => {

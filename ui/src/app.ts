@@ -14,13 +14,14 @@ import type { BulkKind } from "./bindings/BulkKind";
 import type { BulkTarget } from "./bindings/BulkTarget";
 import type { ResolveAs } from "./bindings/ResolveAs";
 import type { Identity } from "./bindings/Identity";
+import type { Incident } from "./bindings/Incident";
 import { allows, COMMANDS, type CommandName } from "./bindings/commands";
 import { clear, h, svg } from "./dom";
 import { bodyText, curlFor, DEFAULT_PROXY, fromLocalInput, isoTime, proxyBase, relative, seriesFor, sparkPoints, routeLabel } from "./format";
 import { toErrorBody, type Transport } from "./transport";
 import { VirtualList } from "./vlist";
 
-export type View = "overview" | "log" | "stuck" | "collisions" | "expiries" | "incidents" | "export" | "entry";
+export type View = "overview" | "log" | "stuck" | "collisions" | "expiries" | "incidents" | "export" | "entry" | "search";
 
 const NAV: [View, string, string][] = [
   ["overview", "Overview", "1"],
@@ -59,6 +60,7 @@ export class App {
   private list: VirtualList<EntrySummary> | VirtualList<Event> | null = null;
   private timers: number[] = [];
   private lastEntry: number | null = null;
+  private searchTerm = "";
   /** The signed-in operator in a browser; `null` on the desktop, where every action is offered. */
   private who: Identity | null = null;
   private operatorSlot!: HTMLElement;
@@ -114,6 +116,7 @@ export class App {
     const open = h("button", { testid: "ledger-open", on: { click: () => void this.openLedger(ledgerPath.value.trim()) } }, "Open");
     const theme = h("button", { testid: "theme-toggle", title: "dark / light", on: { click: () => this.toggleTheme() } }, "◐");
     this.ledgerLabel = h("span", { class: "ledger", testid: "ledger-label" });
+    const search = h("input", { testid: "search-input", class: "search", attrs: { placeholder: "search: cus_123, customer:cus_123, a key…", "aria-label": "search entries by a subject or a key" }, on: { change: (e) => { const v = (e.target as HTMLInputElement).value.trim(); if (v) { this.searchTerm = v; void this.go("search"); } } } });
     const nav = h(
       "nav",
       null,
@@ -125,7 +128,7 @@ export class App {
     this.main = h("main", { testid: "main" });
     this.root.append(
       // In a browser the ledger is the server's: no other can be opened from here.
-      h("header", null, h("strong", { class: "brand" }, "idemgate"), this.ledgerLabel, h("span", { class: "grow" }), ...(this.t.kind === "tauri" ? [ledgerPath, recent, open] : []), this.operatorSlot, theme),
+      h("header", null, h("strong", { class: "brand" }, "idemgate"), this.ledgerLabel, search, h("span", { class: "grow" }), ...(this.t.kind === "tauri" ? [ledgerPath, recent, open] : []), this.operatorSlot, theme),
       h("div", { class: "body" }, nav, h("section", { class: "content" }, this.banner, this.main)),
     );
   }
@@ -222,6 +225,7 @@ export class App {
         case "incidents": return await this.incidents();
         case "export": return this.exportView();
         case "entry": return await this.entry(entryId ?? this.lastEntry ?? 0);
+        case "search": return await this.entryList(`Search · ${this.searchTerm}`, "Every entry whose subject (a customer, an order) or key is this, newest first; duplicate suspects are marked.", searchFilter(this.searchTerm), []);
       }
     } catch (e) {
       this.error(e);
@@ -365,18 +369,19 @@ export class App {
       h("span", { class: "route" }, `${routeLabel(e)}${e.effect === "destructive" ? " ⚠" : ""}`),
       h("span", { class: "scope" }, e.scope || "—"),
       h("span", { class: "key" }, e.key),
+      h("span", { class: "subjects", testid: "row-subjects" }, subjectsText(e.subjects)),
       h("span", { class: "age", title: isoTime(e.created_at) }, relative(e.created_at, now)),
       h("span", { class: "num", title: "attempts" }, `${e.attempts}×`),
-      h("span", { class: "err" }, e.expires_at && this.view === "expiries" ? `expires ${relative(e.expires_at, now)}` : e.last_error ?? (e.collisions ? `${e.collisions} collision(s)` : "")),
+      h("span", { class: e.duplicate_of !== null ? "err dup" : "err", testid: e.duplicate_of !== null ? "row-duplicate" : "row-note" }, e.duplicate_of !== null ? `⚠ duplicate of #${e.duplicate_of}` : e.expires_at && this.view === "expiries" ? `expires ${relative(e.expires_at, now)}` : e.last_error ?? (e.collisions ? `${e.collisions} collision(s)` : "")),
     );
   }
 
   private async entryList(title: string, hint: string, base: Partial<EntryFilter>, bulk: ("resolve" | "release" | "replay" | "reconcile")[]): Promise<void> {
-    const filter: EntryFilter = { state: null, stuck: false, collisions: false, expired: false, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null, ...base };
+    const filter: EntryFilter = { state: null, stuck: false, collisions: false, expired: false, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null, subject: null, search: null, ...base };
     const sel = new Set<number>();
     const list = new VirtualList<EntrySummary>(ROW, (e, _i, s) => this.entryRow(e, s, bulk.length ? sel : null), async (last) => this.entryPage(filter, last), `${this.view}-list`);
     this.list = list;
-    const search = h("input", { testid: "filter-input", attrs: { placeholder: "filter: key, or route:, scope:, tool: (exact)" }, on: { change: (e) => { const v = (e.target as HTMLInputElement).value.trim(); filter.route = null; filter.scope = null; filter.key = null; filter.tool = null; if (v.startsWith("route:")) filter.route = v.slice(6); else if (v.startsWith("scope:")) filter.scope = v.slice(6); else if (v.startsWith("tool:")) filter.tool = v.slice(5); else if (v) filter.key = v; sel.clear(); void list.reset(); } } });
+    const search = h("input", { testid: "filter-input", attrs: { placeholder: "filter: a key or a customer's id, or route:, scope:, tool:, customer: … (exact)" }, on: { change: (e) => { Object.assign(filter, searchFilter((e.target as HTMLInputElement).value)); sel.clear(); void list.reset(); } } });
     const bar = h("div", { class: "filters" }, search);
     for (const a of bulk) {
       bar.append(h("button", { testid: `bulk-${a}`, attrs: this.gate("bulk"), on: { click: () => void this.bulk(a, filter, sel, list) } }, `${a[0].toUpperCase()}${a.slice(1)} selected (or all matching)`));
@@ -486,7 +491,7 @@ export class App {
   }
 
   private async expiries(): Promise<void> {
-    const base: EntryFilter = { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null };
+    const base: EntryFilter = { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null, subject: null, search: null };
     let filter = { ...base };
     const list = new VirtualList<EntrySummary>(ROW, (e, _i, s) => this.entryRow(e, s, null), async (last) => this.entryPage(filter, last), "expiries-list");
     this.list = list;
@@ -519,21 +524,53 @@ export class App {
   }
 
   private async incidents(): Promise<void> {
-    const groups = await this.t.incidents(null, 100);
-    this.main.append(h("h1", null, "Incidents"), h("p", { class: "hint" }, "Duplicate suspects: the same route, scope and request completed under different keys within the window — the classic new-UUID-on-every-retry double charge."));
-    if (!groups.length) this.main.append(h("div", { class: "empty" }, "No duplicate suspects."));
-    for (const g of groups) {
-      const first = g.entries[0];
-      this.main.append(
-        h(
-          "div",
-          { class: "panel incident", testid: "incident" },
-          h("h2", null, `${g.route} · ${g.scope || "no scope"} · executed ${g.entries.length}×`),
-          h("p", { class: "mono small" }, `fingerprint ${g.fingerprint.slice(0, 16)}… · first ${first ? isoTime(first.created_at) : "—"}`),
-          ...g.entries.map((e) => this.entryRow(e, false, null)),
-        ),
-      );
-    }
+    const [groups, loops] = await Promise.all([
+      this.t.incidents(null, 100),
+      this.t.log({ entry_id: null, route: null, scope: null, key: null, kind: "loop_suspect", operator: null, since: null, until: null, search: null }, null, 50),
+    ]);
+    let openOnly = this.prefs.getItem("incidentsOpenOnly") === "1";
+    const list = h("div", { testid: "incident-list" });
+    const draw = () => {
+      clear(list);
+      const shown = groups.filter((g) => g.open || !openOnly);
+      if (!shown.length) list.append(h("div", { class: "empty" }, openOnly && groups.length ? "Every incident is reviewed." : "No duplicate suspects."));
+      for (const g of shown) list.append(this.incidentPanel(g));
+    };
+    const toggle = h("label", { class: "toggle" }, h("input", { testid: "incidents-open-only", attrs: { type: "checkbox", checked: openOnly }, on: { change: (e) => { openOnly = (e.target as HTMLInputElement).checked; this.prefs.setItem("incidentsOpenOnly", openOnly ? "1" : "0"); draw(); } } }), " open only");
+    this.main.append(
+      h("h1", null, "Incidents"),
+      h("p", { class: "hint" }, "Duplicate suspects: the same effect (the same request, or the route's duplicate_on values such as customer, amount and currency) completed under different keys within the window — a customer charged twice. Newest first; mark one reviewed once you have dealt with it."),
+      h("div", { class: "filters" }, toggle),
+      list,
+    );
+    draw();
+    this.main.append(h("h2", null, "Loop suspects"), h("p", { class: "hint" }, "An agent sent one request more often than its route's loop_guard allows."));
+    if (!loops.events.length) this.main.append(h("div", { class: "empty" }, "No loop suspects."));
+    else this.main.append(h("div", { class: "timeline", testid: "loop-suspects" }, ...loops.events.map((ev) => h("div", { class: "row event" }, h("span", { class: "time" }, isoTime(ev.at)), h("span", { class: "route" }, `${ev.route} · ${ev.scope || "no scope"}`), h("span", { class: "who" }, loopText(ev.detail))))));
+  }
+
+  /** One incident: what it is about in the business's terms, its entries, its review. */
+  private incidentPanel(g: Incident): HTMLElement {
+    const review = h("button", { testid: "incident-review", attrs: this.gate("review_incident"), on: { click: () => void this.reviewIncident(g) } }, g.review && !g.open ? "Reviewed ✓" : "Mark reviewed…");
+    return h(
+      "div",
+      { class: `panel incident${g.open ? "" : " reviewed"}`, testid: "incident", attrs: { "data-incident-id": g.id } },
+      h("div", { class: "entry-head" }, h("h2", { testid: "incident-title" }, incidentTitle(g)), h("div", { class: "actions" }, review)),
+      g.review ? h("p", { class: "small", testid: "incident-reviewed" }, `${g.open ? "reviewed before its newest suspect" : "reviewed"} by ${g.review.operator}: ${g.review.reason} (${isoTime(g.review.at)})`) : null,
+      ...g.entries.map((e) => this.entryRow(e, false, null)),
+    );
+  }
+
+  private async reviewIncident(g: Incident): Promise<void> {
+    await this.action({
+      title: `review incident ${g.id}`,
+      preview: { action: "review", count: 1, ids: [g.id], keys: [incidentTitle(g)], destructive: false, skipped: [] },
+      run: async (operator, reason) => {
+        await this.t.reviewIncident({ entry_id: g.id, operator, reason });
+        return "review: done";
+      },
+    });
+    await this.go("incidents");
   }
 
   // ---- one entry ------------------------------------------------------------------------------
@@ -564,7 +601,7 @@ export class App {
     const facts = h(
       "div",
       { class: "facts" },
-      kv("entry", e.id), kv("scope", e.scope), kv("effect", e.effect), kv("attempts", e.attempts), kv("replays", e.replays),
+      kv("entry", e.id), kv("scope", e.scope), kv("subjects", subjectsText(e.subjects, "=")), kv("effect", e.effect), kv("attempts", e.attempts), kv("replays", e.replays),
       kv("created", `${isoTime(e.created_at)} (${relative(e.created_at, now)})`), kv("updated", isoTime(e.updated_at)),
       kv("expires", e.expires_at ? `${isoTime(e.expires_at)} (${relative(e.expires_at, now)})` : null),
       kv("lease", e.lease_expires_at ? `${e.lease_owner ?? "—"} until ${isoTime(e.lease_expires_at)}` : null),
@@ -763,6 +800,60 @@ export class App {
 }
 
 /** The manifest of an export named by its path, or the manifest itself. */
+/** The entry filter a search term asks for: `route:`, `scope:`, `tool:` or `key:` a value, any
+ * other `name:value` a subject, and a bare term a key or a subject's value. */
+export function searchFilter(term: string): Pick<EntryFilter, "route" | "scope" | "tool" | "key" | "subject" | "search"> {
+  const f = { route: null, scope: null, tool: null, key: null, subject: null, search: null } as Pick<EntryFilter, "route" | "scope" | "tool" | "key" | "subject" | "search">;
+  const v = term.trim();
+  const m = /^([A-Za-z0-9_-]+):(.+)$/.exec(v);
+  if (!m) {
+    if (v) f.search = v;
+    return f;
+  }
+  const [, name, value] = m;
+  if (name === "route" || name === "scope" || name === "tool" || name === "key") f[name] = value;
+  else f.subject = `${name}=${value}`;
+  return f;
+}
+
+/** Subjects as a row shows them (values) or the entry view (`name=value`). */
+export function subjectsText(s: [string, string][], sep?: string): string {
+  return s.map(([n, v]) => (sep ? `${n}${sep}${v}` : v)).join(" · ");
+}
+
+/** An incident's title in the business's terms: "cus_123 · charges · 2 × 49.99 USD · agents
+ * billing-01, billing-02 · 14 s apart". */
+export function incidentTitle(g: Incident): string {
+  const get = (n: string) => g.subjects.find(([k]) => k === n)?.[1];
+  const amount = get("amount");
+  const currency = get("currency");
+  const who = g.subjects.filter(([k]) => k !== "amount" && k !== "currency" && k !== "agent").map(([, v]) => v)[0] ?? `${g.fingerprint.slice(0, 12)}…`;
+  const agents = [...new Set(g.entries.map((e) => e.scope).filter((s) => s))];
+  const times = g.entries.map((e) => e.created_at);
+  const apart = times.length > 1 ? Math.max(...times) - Math.min(...times) : 0;
+  const parts = [who, g.route, `${g.entries.length} ×${amount ? ` ${amount}${currency ? ` ${currency.toUpperCase()}` : ""}` : ""}`];
+  if (agents.length) parts.push(`${agents.length > 1 ? "agents" : "agent"} ${agents.join(", ")}`);
+  if (times.length > 1) parts.push(`${duration(apart)} apart`);
+  return parts.join(" · ");
+}
+
+function duration(ms: number): string {
+  const s = Math.round(ms / 1000);
+  if (s < 120) return `${s} s`;
+  if (s < 7200) return `${Math.round(s / 60)} min`;
+  return `${Math.round(s / 3600)} h`;
+}
+
+/** A loop suspect's detail (its event's JSON), in words. */
+function loopText(detail: string): string {
+  try {
+    const d = JSON.parse(detail) as { calls?: number; max?: number; window_ms?: number; action?: string; tool?: string | null };
+    return `${d.calls ?? "?"} calls in ${Math.round((d.window_ms ?? 0) / 1000)} s (max ${d.max ?? "?"})${d.tool ? ` · tool ${d.tool}` : ""} · ${d.action === "reject" ? "refused" : "flagged"}`;
+  } catch {
+    return detail;
+  }
+}
+
 export function manifestOf(path: string): string {
   return path.endsWith(".manifest.json") ? path : `${path}.manifest.json`;
 }

@@ -8,7 +8,7 @@ describe("HttpTransport (the admin API)", () => {
       return new Response(JSON.stringify({ entries: [], next_before: null }), { status: 200 });
     }) as unknown as typeof fetch;
     const t = new HttpTransport("http://127.0.0.1:8701", "tok", fake);
-    await t.entries({ state: null, stuck: true, collisions: false, expired: false, expiring_within: null, duplicates: false, route: "charges", scope: null, key: null, tool: null }, 42, 100);
+    await t.entries({ state: null, stuck: true, collisions: false, expired: false, expiring_within: null, duplicates: false, route: "charges", scope: null, key: null, tool: null, subject: null, search: null }, 42, 100);
     expect(seen[0][0]).toBe("http://127.0.0.1:8701/admin/v1/entries?stuck=true&route=charges&before=42&limit=100");
     expect((seen[0][1]?.headers as Record<string, string>).authorization).toBe("Bearer tok");
   });
@@ -100,7 +100,7 @@ describe("HttpTransport (the admin API)", () => {
     expect(await t.cancelJob("v1")).toBe(false);
     expect(await t.cancelJob("v2")).toBe(true);
     expect(await against).toBeNull();
-    const purge = t.purge({ target: "expired", filter: { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null }, operator: "o", reason: "r", confirm_destructive: false }, "p1");
+    const purge = t.purge({ target: "expired", filter: { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null, subject: null, search: null }, operator: "o", reason: "r", confirm_destructive: false }, "p1");
     await new Promise((r) => setTimeout(r, 5));
     expect(seen[2]).toBe("POST /admin/v1/purge");
     expect(await t.cancelJob("p1")).toBe(true);
@@ -162,7 +162,7 @@ describe("HttpTransport (the admin API)", () => {
     const t = new HttpTransport("http://x", "tok", fake);
     const heard: number[] = [];
     await t.onProgress((p) => heard.push(p.done));
-    const purge = t.purge({ target: "expired", filter: { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null }, operator: "o", reason: "r", confirm_destructive: false }, "p2");
+    const purge = t.purge({ target: "expired", filter: { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null, subject: null, search: null }, operator: "o", reason: "r", confirm_destructive: false }, "p2");
     await new Promise((r) => setTimeout(r, 5));
     expect(heard).toEqual([1000]);
     expect(await t.cancelJob("p2")).toBe(true);

@@ -1,6 +1,8 @@
 // One interface to the operations, two implementations: Tauri IPC (the desktop console) and the
 // admin HTTP API (the same UI in a browser against `idemgate serve`). Every type is generated from
 // the Rust types (src/bindings, by ts-rs); errors are always an ErrorBody with a stable code.
+import type { Review } from "./bindings/Review";
+import type { ReviewCmd } from "./bindings/ReviewCmd";
 import type { ActionCmd } from "./bindings/ActionCmd";
 import type { AgainstReport } from "./bindings/AgainstReport";
 import type { BulkCmd } from "./bindings/BulkCmd";
@@ -47,6 +49,7 @@ export interface Transport {
   show(id: number): Promise<EntryView>;
   log(filter: EventFilter, before: number | null, limit: number): Promise<EventPage>;
   incidents(before: number | null, limit: number): Promise<Incident[]>;
+  reviewIncident(cmd: ReviewCmd): Promise<Review>;
   previewResolve(id: number): Promise<Preview>;
   resolve(cmd: ResolveCmd): Promise<EntrySummary>;
   previewPurge(target: PurgeTarget): Promise<Preview>;
@@ -118,6 +121,7 @@ export class TauriTransport implements Transport {
   show(id: number) { return this.op<EntryView>("show", { id }); }
   log(filter: EventFilter, before: number | null, limit: number) { return this.op<EventPage>("log", { filter, before, limit }); }
   incidents(before: number | null, limit: number) { return this.op<Incident[]>("incidents", { before, limit }); }
+  reviewIncident(cmd: ReviewCmd) { return this.op<Review>("review_incident", { cmd }); }
   previewResolve(id: number) { return this.op<Preview>("preview_resolve", { id }); }
   resolve(cmd: ResolveCmd) { return this.op<EntrySummary>("resolve", { cmd }); }
   previewPurge(target: PurgeTarget) { return this.op<Preview>("preview_purge", { target }); }
@@ -278,7 +282,7 @@ export class HttpTransport implements Transport {
   entries(f: EntryFilter, before: number | null, limit: number) {
     return this.req<EntryPage>("GET", `/admin/v1/entries${query({
       state: f.state, stuck: f.stuck, collisions: f.collisions, expired: f.expired, expiring_within_ms: f.expiring_within,
-      duplicates: f.duplicates, route: f.route, scope: f.scope, key: f.key, tool: f.tool, before, limit,
+      duplicates: f.duplicates, route: f.route, scope: f.scope, key: f.key, tool: f.tool, subject: f.subject, search: f.search, before, limit,
     })}`);
   }
   show(id: number) { return this.req<EntryView>("GET", `/admin/v1/entries/${id}`); }
@@ -286,6 +290,7 @@ export class HttpTransport implements Transport {
     return this.req<EventPage>("GET", `/admin/v1/events${query({ ...f, before, limit })}`);
   }
   incidents(before: number | null, limit: number) { return this.req<Incident[]>("GET", `/admin/v1/incidents${query({ before, limit })}`); }
+  reviewIncident(cmd: ReviewCmd) { return this.req<Review>("POST", `/admin/v1/incidents/${cmd.entry_id}/review`, { operator: cmd.operator, reason: cmd.reason }); }
   previewResolve(id: number) { return this.req<Preview>("GET", `/admin/v1/entries/${id}/resolve/preview`); }
   resolve(cmd: ResolveCmd) {
     const { entry_id, ...body } = cmd;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use idemgate_ledger::{EntryFilter, ResponseRecord};
-use idemgate_ops::{Ops, OpsError, PurgeCmd, PurgeTarget, ResolveCmd};
+use idemgate_ops::{Ops, OpsError, PurgeCmd, PurgeTarget, ResolveCmd, ReviewCmd};
 
 use crate::{interrupt, output, stopped, with_progress, ActorArgs, AsArg, LedgerArg};
 
@@ -37,6 +37,44 @@ pub(crate) struct ResolveArgs {
     actor: ActorArgs,
     #[arg(long)]
     json: bool,
+}
+
+/// The arguments of `idemgate review`.
+#[derive(Args, Debug)]
+pub(crate) struct ReviewArgs {
+    #[command(flatten)]
+    ledger: LedgerArg,
+    /// The incident's first entry (`idemgate incidents` lists them).
+    entry_id: i64,
+    /// Why: what you found; recorded in the log.
+    #[arg(long)]
+    reason: String,
+    /// Who: your name as it should appear in the log.
+    #[arg(long, env = "IDEMGATE_OPERATOR")]
+    operator: String,
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn review(out: &mut output::Out, a: ReviewArgs) -> Result<ExitCode, OpsError> {
+    let cmd = ReviewCmd {
+        entry_id: a.entry_id,
+        operator: a.operator,
+        reason: a.reason,
+    };
+    let ops = Ops::open_existing(&a.ledger.ledger)?;
+    let r = ops.review_incident(&cmd)?;
+    if a.json {
+        serde_json::to_writer_pretty(&mut *out, &r).map_err(std::io::Error::other)?;
+        writeln!(out)?;
+    } else {
+        writeln!(
+            out,
+            "incident {} reviewed through entry {} by {}",
+            a.entry_id, r.through, r.operator
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) fn resolve(out: &mut output::Out, a: ResolveArgs) -> Result<ExitCode, OpsError> {

@@ -274,6 +274,21 @@ enum Cmd {
     },
     /// Record an operator's decision on a stuck, released or failed entry.
     Resolve(decide::ResolveArgs),
+    /// Incidents, newest first: an entry and the entries flagged as its duplicates (the same
+    /// request, or the route's `duplicate_on` values), with their subjects and review.
+    Incidents {
+        #[command(flatten)]
+        ledger: LedgerArg,
+        /// Only those not reviewed (or with a suspect since the review).
+        #[arg(long)]
+        open: bool,
+        #[arg(long, default_value_t = 50, value_parser = at_least_one)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Mark an incident (its first entry) reviewed, with why; a later suspect opens it again.
+    Review(decide::ReviewArgs),
     /// Delete entries (the log keeps their events). Pending entries must be resolved first.
     ///
     /// Entries go in chunks of 1,000, each atomic. Ctrl-C or SIGTERM stops the purge between two:
@@ -528,6 +543,18 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             output::log(&mut out, &ops, &filter, limit, json)?;
         }
         Cmd::Resolve(a) => return decide::resolve(&mut out, a),
+        Cmd::Review(a) => return decide::review(&mut out, a),
+        Cmd::Incidents {
+            ledger,
+            open,
+            limit,
+            json,
+        } => {
+            let ops = Ops::open_existing(&ledger.ledger)?;
+            let mut list = ops.incidents(None, limit)?;
+            list.retain(|i| i.open || !open);
+            output::incidents(&mut out, &list, json)?;
+        }
         Cmd::Purge(a) => return decide::purge(&mut out, a),
         Cmd::Export(a) => return audit::export(&mut out, a),
         Cmd::Init(a) => return setup::init(&a),

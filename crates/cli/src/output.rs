@@ -88,7 +88,81 @@ pub fn entry_json(e: &EntrySummary) -> Value {
         "duplicate_of": e.duplicate_of,
         "response_status": e.response_status,
         "tool": e.tool,
+        "subjects": subjects_json(&e.subjects),
     })
+}
+
+fn subjects_json(s: &[(String, String)]) -> Value {
+    Value::Object(
+        s.iter()
+            .map(|(n, v)| (n.clone(), Value::String(v.clone())))
+            .collect(),
+    )
+}
+
+/// Subjects as people read them: `customer=cus_123 amount=49.99`.
+fn subjects_text(s: &[(String, String)]) -> String {
+    s.iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Incidents: each its subjects, route and scope, its entries, and its review.
+pub fn incidents(out: &mut Out, list: &[idemgate_ledger::Incident], json: bool) -> R {
+    if json {
+        let v: Vec<Value> = list
+            .iter()
+            .map(|i| {
+                json!({
+                    "id": i.id,
+                    "route": i.route,
+                    "scope": i.scope,
+                    "subjects": subjects_json(&i.subjects),
+                    "open": i.open,
+                    "review": i.review,
+                    "entries": i.entries.iter().map(entry_json).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        return pretty(out, &v);
+    }
+    for i in list {
+        let status = match (&i.review, i.open) {
+            (Some(r), false) => format!("reviewed by {}: {}", r.operator, r.reason),
+            (Some(_), true) => "open again since its review".to_owned(),
+            (None, _) => "open".to_owned(),
+        };
+        let about = match subjects_text(&i.subjects) {
+            t if t.is_empty() => i.fingerprint.chars().take(12).collect(),
+            t => t,
+        };
+        writeln!(
+            out,
+            "incident {}  {} · {} · {} entries · {status}",
+            i.id,
+            about,
+            i.route,
+            i.entries.len()
+        )?;
+        for e in &i.entries {
+            writeln!(
+                out,
+                "  {:>8}  {:<18} {:<18} {}  {}",
+                e.id,
+                short(&e.scope, 18),
+                short(&e.key, 18),
+                rfc3339(e.created_at),
+                subjects_text(&e.subjects)
+            )?;
+        }
+    }
+    writeln!(
+        out,
+        "({})",
+        counted(list.len() as u64, "incident", "incidents")
+    )?;
+    Ok(())
 }
 
 /// An entry's route as people read it: `route · tool` for an MCP call.
@@ -176,6 +250,9 @@ pub fn entries(
         }
         if let Some(d) = e.duplicate_of {
             flags.push_str(&format!(" duplicate-of={d}"));
+        }
+        if !e.subjects.is_empty() {
+            flags.push_str(&format!(" {}", subjects_text(&e.subjects)));
         }
         if let Some(err) = &e.last_error {
             if e.state == idemgate_ledger::State::Pending {

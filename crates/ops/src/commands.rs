@@ -56,6 +56,12 @@ pub const COMMANDS: &[Command] = &[
     cmd("show", Viewer, &[("GET", "/admin/v1/entries/{id}")], true),
     cmd("log", Viewer, &[("GET", "/admin/v1/events")], true),
     cmd("incidents", Viewer, &[("GET", "/admin/v1/incidents")], true),
+    cmd(
+        "review_incident",
+        Operator,
+        &[("POST", "/admin/v1/incidents/{id}/review")],
+        true,
+    ),
     // Operator actions.
     cmd(
         "preview_resolve",

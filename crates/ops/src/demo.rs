@@ -9,14 +9,16 @@
 
 use idemgate_ledger::canon::fingerprint;
 use idemgate_ledger::{
-    now_millis, Actor, ClaimOutcome, ClaimRequest, CompleteRequest, Effect, EntryFilter, Millis,
-    OwnerReport, Page, PurgeRequest, RequestRecord, Resolution, ResolveRequest, ResponseRecord,
-    Stats, Storage, Ticket,
+    now_millis, Actor, ClaimOutcome, ClaimRequest, CompleteRequest, Effect, EntryFilter, LoopNote,
+    Millis, OwnerReport, Page, PurgeRequest, RequestRecord, Resolution, ResolveRequest,
+    ResponseRecord, Stats, Storage, Ticket,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+
+use idemgate_proxy::config::{Subject, SubjectSource};
 
 use crate::{OpsError, OpsResult};
 
@@ -163,7 +165,7 @@ impl Gen {
         match route.name {
             "charges" => json!({
                 "customer": customer,
-                "amount": self.rng.random_range(5..500) * 100 + self.rng.random_range(0..100),
+                "amount": f64::from(self.rng.random_range(500..50_000u32)) / 100.0,
                 "currency": "usd",
                 "description": format!("Order #{}", self.rng.random_range(100_000..999_999)),
             }),
@@ -227,8 +229,43 @@ struct Call {
     at: Millis,
 }
 
+/// The subjects each demo route names, as `examples/idemgate.toml` would configure them.
+fn subject_spec(route: &str) -> Vec<Subject> {
+    let spec: &[(&str, &str)] = match route {
+        "charges" => &[
+            ("amount", "/amount"),
+            ("currency", "/currency"),
+            ("customer", "/customer"),
+        ],
+        "refunds" => &[("amount", "/amount"), ("charge", "/charge")],
+        "emails" => &[("to", "/to")],
+        "tickets" | "subscriptions-cancel" => &[("customer", "/customer")],
+        "webhooks" => &[("customer", "/data/customer")],
+        _ => &[],
+    };
+    spec.iter()
+        .map(|(n, p)| Subject {
+            name: (*n).into(),
+            from: SubjectSource::Pointer((*p).into()),
+        })
+        .collect()
+}
+
+/// The charges' `duplicate_on`: one customer, amount and currency, in any scope.
+const CHARGE_DUPLICATE_ON: [&str; 3] = ["/customer", "/amount", "/currency"];
+
 impl Call {
     fn claim(&self, owner: &str, ttl: i64) -> ClaimRequest {
+        let body: Option<serde_json::Value> = serde_json::from_slice(&self.body).ok();
+        let subjects = idemgate_proxy::business::subjects(
+            &subject_spec(self.route.name),
+            &Default::default(),
+            body.as_ref(),
+        );
+        let dup_fp = (self.route.name == "charges").then(|| {
+            let on = CHARGE_DUPLICATE_ON.map(str::to_owned);
+            idemgate_proxy::business::dup_fp("charges", self.scope, true, &on, body.as_ref())
+        });
         ClaimRequest {
             route: self.route.name.into(),
             scope: self.scope.into(),
@@ -251,8 +288,8 @@ impl Call {
             ttl_ms: ttl,
             reject_duplicates_within_ms: None,
             tool: None,
-            subjects: Vec::new(),
-            dup_fp: None,
+            subjects,
+            dup_fp,
             at: self.at,
         }
     }
@@ -711,13 +748,40 @@ fn double_charges(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()
     let owner = OWNERS[0];
     for i in 0..5i64 {
         let customer = format!("cus_{:05}", 41_000 + i);
-        let body = json!({"customer": customer, "amount": 4_999 + i * 1000, "currency": "usd", "description": format!("Order #{}", 700_100 + i)});
+        let amount = (4_999 + i * 1_000) as f64 / 100.0;
         let copies = if i == 0 { 3 } else { 2 };
         let t0 = now - (20 + i * 17) * MIN;
         for n in 0..copies {
-            let c = new_call(g, charges, SCOPES[(i as usize) % 2], &body, t0 + n * 45_000);
+            // A retry with a fresh request_id, from the other agent: the same charge by its
+            // customer, amount and currency, though no two bodies are equal.
+            let body = json!({"customer": customer, "amount": amount, "currency": "usd",
+                "description": format!("Order #{}", 700_100 + i), "request_id": g.uuid()});
+            let c = new_call(
+                g,
+                charges,
+                SCOPES[((i + n) as usize) % 2],
+                &body,
+                t0 + n * 14_000,
+            );
             complete_now(store, g, &c, owner, TTL, 800)?;
         }
+    }
+    // An agent in a loop: the same charge over and over, its loop guard's flag logged.
+    let looping = "agent-loop-01";
+    let body = json!({"customer": "cus_43210", "amount": 12.5, "currency": "usd", "description": "Order #700900"});
+    let c = new_call(g, charges, looping, &body, now - 9 * MIN);
+    complete_now(store, g, &c, owner, TTL, 600)?;
+    for (n, calls) in [(0i64, 21), (1, 21)] {
+        store
+            .note_loop(LoopNote {
+                route: "charges".into(),
+                scope: looping.into(),
+                key: c.key.clone(),
+                detail: json!({"calls": calls, "max": 20, "window_ms": 60_000, "action": "flag",
+                    "tool": null, "request": c.fp}),
+                at: now - (8 - n) * MIN,
+            })
+            .wait()?;
     }
     Ok(())
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::{
     desktop_operator, ActionCmd, BulkCmd, BulkKind, BulkTarget, ExportCmd, Ops, OpsError,
-    OpsResult, PurgeCmd, PurgeTarget, ResolveCmd,
+    OpsResult, PurgeCmd, PurgeTarget, ResolveCmd, ReviewCmd,
 };
 
 /// How an operation runs.
@@ -111,6 +111,8 @@ calls! {
         |o: &Ops, a: arg::log, _, _| answer(o.log(&a.filter, a.before, a.limit));
     Ledger incidents(before: Option<i64>, limit: usize)
         |o: &Ops, a: arg::incidents, _, _| answer(o.incidents(a.before, a.limit));
+    Ledger review_incident(cmd: ReviewCmd)
+        |o: &Ops, a: arg::review_incident, _, _| answer(o.review_incident(&a.cmd));
     Ledger preview_resolve(id: i64) |o: &Ops, a: arg::preview_resolve, _, _| answer(o.preview_resolve(a.id));
     Ledger resolve(cmd: ResolveCmd) |o: &Ops, a: arg::resolve, _, _| answer(o.resolve(&a.cmd));
     Ledger preview_purge(target: PurgeTarget)

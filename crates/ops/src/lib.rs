@@ -32,7 +32,7 @@ pub use demo::{seed as seed_demo, DemoOptions, DemoReport};
 pub use error::{ErrorBody, OpsError};
 pub use purge::{PurgeCmd, PurgeReport, PurgeTarget, PURGE_CHUNK};
 pub use reads::{request_diff, EntryPage, EntryView, EventPage, FieldDiff, ToolCall};
-pub use resolve::{check_response, ResolveAs, ResolveCmd};
+pub use resolve::{check_response, ResolveAs, ResolveCmd, ReviewCmd};
 pub use time::{parse_time, BadTime};
 pub use upstream::{ActionCmd, ReconcileReport, ReplayReport};
 

@@ -257,7 +257,41 @@ pub fn as_tool_call(r: Resolution) -> Resolution {
     }
 }
 
+/// An operator's review of an incident (its first entry's id): looked at, and why.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewCmd {
+    /// The incident: its first entry, which the others duplicate.
+    pub entry_id: i64,
+    /// Who reviewed it.
+    pub operator: String,
+    /// What they found.
+    pub reason: String,
+}
+
 impl Ops {
+    /// Marks an incident reviewed, through its newest suspect (a later one opens it again), and
+    /// logs it; refused for an entry that begins no incident.
+    pub fn review_incident(&self, cmd: &ReviewCmd) -> OpsResult<idemgate_ledger::Review> {
+        let actor = validate_actor(&cmd.operator, &cmd.reason)?;
+        let at = now_millis();
+        let through = self
+            .store
+            .review(idemgate_ledger::ReviewRequest {
+                entry_id: cmd.entry_id,
+                actor: actor.clone(),
+                at,
+            })
+            .wait()?;
+        Ok(idemgate_ledger::Review {
+            operator: actor.operator,
+            reason: actor.reason,
+            at,
+            through,
+        })
+    }
+
     /// What `resolve` would touch.
     pub fn preview_resolve(&self, id: i64) -> OpsResult<Preview> {
         let e = self.store.entry(id, now_millis())?.summary;

@@ -180,12 +180,41 @@ pub enum Protocol {
     Mcp,
 }
 
-/// An MCP route's settings for one tool, which win over its annotations.
+/// An MCP route's settings for one tool, which win over its annotations and the route's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ToolRule {
     pub effect: Option<Effect>,
     /// A JSON pointer into the call's arguments that holds its key.
     pub key_arg: Option<String>,
+    /// The call's subjects, from its arguments (the route's when empty).
+    pub subjects: Vec<Subject>,
+    /// The arguments that make two calls the same effect (the route's when `None`).
+    pub duplicate_on: Option<Vec<String>>,
+    pub loop_guard: Option<LoopGuard>,
+}
+
+/// A named value of a request, stored with its entry and searchable: from a JSON pointer into the
+/// body (an MCP call's arguments), or a header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    pub name: String,
+    pub from: SubjectSource,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubjectSource {
+    Pointer(String),
+    /// Lower case.
+    Header(String),
+}
+
+/// `loop_guard`: more than `max` calls of one request (or of one set of `duplicate_on` values)
+/// from one scope within `window` are a loop suspect: flagged, or refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopGuard {
+    pub max: u32,
+    pub window: Duration,
+    pub reject: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -222,6 +251,15 @@ pub struct Route {
     pub secret_headers: Vec<String>,
     /// Lower case.
     pub secret_query: Vec<String>,
+    /// The request's named values (an MCP route: of the call's arguments, unless its tool has its
+    /// own).
+    pub subjects: Vec<Subject>,
+    /// Body members (an MCP route: arguments) that make two calls the same effect, in place of
+    /// the whole request.
+    pub duplicate_on: Option<Vec<String>>,
+    /// Duplicates are looked for in every scope, not only the call's.
+    pub duplicate_any_scope: bool,
+    pub loop_guard: Option<LoopGuard>,
 }
 
 impl Route {

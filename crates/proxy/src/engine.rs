@@ -67,6 +67,7 @@ pub(crate) struct RouteMetrics {
     pub(crate) replays: Counter,
     pub(crate) collisions: Counter,
     pub(crate) duplicate_suspects: Counter,
+    pub(crate) loop_suspects: Counter,
     pub(crate) upstream_seconds: Histogram,
 }
 
@@ -83,6 +84,7 @@ impl RouteMetrics {
             replays: counter!("idemgate_replays_total", "route" => route.to_owned()),
             collisions: counter!("idemgate_collisions_total", "route" => route.to_owned()),
             duplicate_suspects: counter!("idemgate_duplicate_suspects_total", "route" => route.to_owned()),
+            loop_suspects: counter!("idemgate_loop_suspects_total", "route" => route.to_owned()),
             upstream_seconds: histogram!("idemgate_upstream_seconds", "route" => route.to_owned()),
         }
     }
@@ -102,6 +104,8 @@ pub struct Engine {
     pub(crate) tools: Vec<crate::mcp::Tools>,
     /// The MCP calls running for clients, whose cancels are held back.
     pub(crate) mcp_calls: crate::mcp::Calls,
+    /// The loop guards' counts.
+    loops: crate::business::LoopGuards,
     /// Outcomes known here that the ledger could not take yet.
     pub unsettled: Unsettled,
     /// Per route, in the configuration's order.
@@ -131,6 +135,7 @@ impl Engine {
                 .map(|_| crate::mcp::Tools::default())
                 .collect(),
             mcp_calls: crate::mcp::Calls::default(),
+            loops: crate::business::LoopGuards::default(),
             cfg,
             store,
             client: forward::client(),
@@ -298,6 +303,8 @@ struct Write {
     /// The path and query, secret parameters left out.
     target: String,
     body: Bytes,
+    subjects: Vec<(String, String)>,
+    dup_fp: Option<String>,
 }
 
 impl Engine {
@@ -635,6 +642,21 @@ impl Engine {
             let target = canon::with_target(&fingerprint, path, query);
             std::mem::replace(&mut fingerprint, target)
         });
+        // The route's business terms read the body as JSON even when it was not declared so.
+        let business = !route.subjects.is_empty() || route.duplicate_on.is_some();
+        let parsed = match (&json, business) {
+            (None, true) => canon::parse_json(&body).ok(),
+            _ => None,
+        };
+        let json = json.as_ref().or(parsed.as_ref());
+        let subjects = crate::business::subjects(&route.subjects, &parts.headers, json);
+        let dup_fp = route.duplicate_on.as_ref().map(|on| {
+            crate::business::dup_fp(&route.name, &scope, route.duplicate_any_scope, on, json)
+        });
+        if let Some(guard) = &route.loop_guard {
+            let what = dup_fp.as_deref().unwrap_or(&fingerprint);
+            self.guard_loop(req, None, &scope, &key, what, guard)?;
+        }
         if let Some((_, response)) =
             self.store
                 .cached_replay(&route.name, &scope, &key, &fingerprint, now_millis())
@@ -655,7 +677,60 @@ impl Engine {
             legacy_fingerprint,
             target: target.into_owned(),
             body,
+            subjects,
+            dup_fp,
         }))
+    }
+
+    /// Counts a call of `what` (its fingerprint, or its `duplicate_on` values) from `scope` under
+    /// `guard`: past its limit, the first call of the window is logged as a loop suspect and
+    /// counted; with `reject`, every call past it is refused, nothing forwarded.
+    pub(crate) fn guard_loop(
+        &self,
+        req: &Req<'_>,
+        tool: Option<&str>,
+        scope: &str,
+        key: &str,
+        what: &str,
+        guard: &crate::config::LoopGuard,
+    ) -> Result<(), Problem> {
+        let route = req.route;
+        let now = now_millis();
+        let name = crate::business::loop_key(&route.name, tool, scope, what);
+        let crate::business::Verdict::Past {
+            calls,
+            first,
+            retry_after,
+        } = self.loops.hit(name, guard, now)
+        else {
+            return Ok(());
+        };
+        let action = if guard.reject { "reject" } else { "flag" };
+        if first {
+            req.metrics.loop_suspects.increment(1);
+            tracing::warn!(route = %route.name, scope = %scope, key = %key, calls, action, "loop suspect: one request called more often than the loop guard allows");
+            // Logged, not waited for: the guard's answer does not depend on it.
+            let _ = self.store.note_loop(idemgate_ledger::LoopNote {
+                route: route.name.clone(),
+                scope: scope.to_owned(),
+                key: key.to_owned(),
+                detail: serde_json::json!({"calls": calls, "max": guard.max,
+                    "window_ms": guard.window.as_millis() as u64, "action": action,
+                    "tool": tool, "request": what}),
+                at: now,
+            });
+        }
+        if !guard.reject {
+            return Ok(());
+        }
+        Err(Problem::new(
+            ProblemCode::LoopSuspect,
+            format!(
+                "this request was sent {calls} times within {:?} (the route allows {}): it looks like a loop, and is refused until the window ends",
+                guard.window, guard.max
+            ),
+        )
+        .retry_after(retry_after))
     }
 
     /// A write past the replay cache: claimed, then forwarded and its outcome recorded, or
@@ -669,6 +744,8 @@ impl Engine {
             legacy_fingerprint,
             target,
             body,
+            subjects,
+            dup_fp,
         } = w;
         // Past the replay cache: a replay answered there sends nothing upstream.
         let upstream_key = keys::upstream_key(route, &scope, &key);
@@ -696,8 +773,8 @@ impl Engine {
                 .then_some(self.cfg.duplicate_window.as_millis() as i64),
             at,
             tool: None,
-            subjects: Vec::new(),
-            dup_fp: None,
+            subjects: subjects.clone(),
+            dup_fp: dup_fp.clone(),
         };
         match self.claim(route, &scope, &key, &fingerprint, claim).await? {
             Claimed::Run {

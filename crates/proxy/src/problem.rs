@@ -66,6 +66,7 @@ problem_codes! {
     KeyReuse = ("key-reuse", 422, "Idempotency key reused"),
     InFlight = ("in-flight", 409, "Request in flight"),
     ProbableDuplicate = ("probable-duplicate", 409, "Probable duplicate"),
+    LoopSuspect = ("loop-suspect", 429, "Loop suspected"),
     OutcomeUnknown = ("outcome-unknown", 502, "Outcome unknown"),
     OutcomeUnrecorded = ("outcome-unrecorded", 502, "Outcome not recorded"),
     EntryFailed = ("entry-failed", 409, "Marked failed"),

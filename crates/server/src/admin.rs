@@ -91,6 +91,7 @@ pub fn router(
         .route("/admin/v1/events", get(events))
         .route("/admin/v1/stats", get(stats))
         .route("/admin/v1/incidents", get(incidents))
+        .route("/admin/v1/incidents/{id}/review", post(review_incident))
         .route("/admin/v1/verify", get(verify))
         .route("/admin/v1/verify/against", post(verify_against))
         .route("/admin/v1/exports", get(list_exports).post(start_export))
@@ -678,6 +679,29 @@ async fn incidents(
         Json(blocking(move || s.ops.incidents(q.before, q.limit.unwrap_or(50))).await?)
             .into_response(),
     )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReviewBody {
+    operator: String,
+    reason: String,
+}
+
+async fn review_incident(
+    State(s): State<AdminState>,
+    Extension(who): Extension<Identity>,
+    Id(id): EntryId,
+    _: NoQuery,
+    b: Result<Json<serde_json::Value>, JsonRejection>,
+) -> Result<Response, Problem> {
+    let b: ReviewBody = access::acting(&who, b)?;
+    let cmd = idemgate_ops::ReviewCmd {
+        entry_id: id,
+        operator: b.operator,
+        reason: b.reason,
+    };
+    Ok(Json(blocking(move || s.ops.review_incident(&cmd)).await?).into_response())
 }
 
 async fn verify(

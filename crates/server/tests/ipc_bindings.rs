@@ -27,6 +27,8 @@ fn generate(dir: &Path) {
         Preview,
         ResolveAs,
         ResolveCmd,
+        ReviewCmd,
+        Review,
         PurgeTarget,
         PurgeCmd,
         PurgeReport,

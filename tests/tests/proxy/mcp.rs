@@ -32,6 +32,9 @@ key.arg = "/request_id"
 
 [routes.tools."refund"]
 effect = "idempotent"
+
+[routes.tools."charge"]
+subject = { customer = "/customer", amount = "/amount" }
 "#;
 
 fn fx() -> Fx {
@@ -152,6 +155,13 @@ fn a_call_retried_under_a_new_id_runs_once_and_is_answered_with_the_retry_s_id()
         .iter()
         .all(|e| e["route"] == "tools" && e["tool"] == "charge"));
     assert!(f.entries(&["--tool", "refund"]).is_empty());
+    // The tool's subjects come from its arguments.
+    let by_customer = f.entries(&["--subject", "customer=cus_1"]);
+    assert_eq!(by_customer.len(), 1, "{by_customer:?}");
+    assert_eq!(
+        by_customer[0]["subjects"],
+        json!({"amount": "4999", "customer": "cus_1"})
+    );
     let id = entries[1]["id"].to_string();
     let shown = idemgate_json(&["show", "--ledger", &f.ledger(), &id, "--json"]);
     let body: serde_json::Value =

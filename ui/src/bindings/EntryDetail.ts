@@ -16,4 +16,8 @@ duplicate_of: number | null, response_status: number | null,
 /**
  * The MCP tool of a `tools/call` entry (shown as `route · tool`); `None` on HTTP routes.
  */
-tool: string | null, };
+tool: string | null, 
+/**
+ * The request's subjects: the route's names (`customer`, `amount`) and their values.
+ */
+subjects: Array<[string, string]>, };

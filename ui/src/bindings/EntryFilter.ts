@@ -12,4 +12,12 @@ expiring_within: number | null, duplicates: boolean, route: string | null, scope
 /**
  * Entries of this MCP tool.
  */
-tool: string | null, };
+tool: string | null, 
+/**
+ * Entries with this subject: `name=value`, or a value under any name.
+ */
+subject: string | null, 
+/**
+ * Entries whose key, or a subject's value, is this (the console's search box).
+ */
+search: string | null, };

@@ -13,6 +13,7 @@ export const COMMANDS = {
   show: { role: "viewer", http: [["GET", "/admin/v1/entries/{id}"]], desktop: true },
   log: { role: "viewer", http: [["GET", "/admin/v1/events"]], desktop: true },
   incidents: { role: "viewer", http: [["GET", "/admin/v1/incidents"]], desktop: true },
+  review_incident: { role: "operator", http: [["POST", "/admin/v1/incidents/{id}/review"]], desktop: true },
   preview_resolve: { role: "operator", http: [["GET", "/admin/v1/entries/{id}/resolve/preview"]], desktop: true },
   resolve: { role: "operator", http: [["POST", "/admin/v1/entries/{id}/resolve"]], desktop: true },
   replay: { role: "operator", http: [["POST", "/admin/v1/entries/{id}/replay"]], desktop: true },

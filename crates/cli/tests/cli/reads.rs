@@ -50,7 +50,8 @@ fn entries_json_has_the_stable_fields_and_respects_limit() {
     let db = demo(dir.path(), 600);
     let all = json(&["entries", "--ledger", s(&db), "--stuck", "--json"]);
     let all = all.as_array().expect("array");
-    assert_eq!(all.len(), 12);
+    // Twelve from the HTTP routes' traffic, one MCP tool call.
+    assert_eq!(all.len(), 13);
     for e in all {
         for f in [
             "id",
@@ -65,6 +66,8 @@ fn entries_json_has_the_stable_fields_and_respects_limit() {
             "created_at",
             "updated_at",
             "expires_at",
+            "tool",
+            "subjects",
         ] {
             assert!(e.get(f).is_some(), "field {f} missing in {e}");
         }

@@ -2,6 +2,11 @@
 //! checked after — run on both backends, a real SQLite file and a real PostgreSQL database (the
 //! test cluster of `tests/pg/cluster.sh`, named by IDEMGATE_TEST_PG).
 
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario told top to bottom, its steps checked in order"
+)]
+
 use std::sync::Arc;
 
 use idemgate_ledger::testing::{fresh_postgres, postgres_exec};

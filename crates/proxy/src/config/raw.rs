@@ -142,6 +142,23 @@ pub(super) struct RawRoute {
     /// Query parameters that carry secrets (besides the ledger's own list): forwarded upstream,
     /// never stored, not part of the fingerprint.
     pub(super) secret_query: Option<Vec<String>>,
+    /// Named values of the request (`customer = "/customer"`, `agent = "header:X-Agent"`),
+    /// stored with its entry and searchable.
+    pub(super) subject: Option<std::collections::BTreeMap<String, String>>,
+    /// Body members that make two calls the same effect (duplicate suspects).
+    pub(super) duplicate_on: Option<Vec<String>>,
+    /// `"same"` (the default): duplicates within one scope; `"any"`: across scopes.
+    pub(super) duplicate_scope: Option<String>,
+    pub(super) loop_guard: Option<RawLoopGuard>,
+}
+
+/// `loop_guard = { max, window, action }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLoopGuard {
+    pub(super) max: u32,
+    pub(super) window: String,
+    pub(super) action: Option<String>,
 }
 
 /// `[routes.tools."name"]` of an MCP route.
@@ -150,6 +167,10 @@ pub(super) struct RawRoute {
 pub(super) struct RawTool {
     pub(super) effect: Option<String>,
     pub(super) key: Option<RawToolKey>,
+    /// As a route's, read from the call's arguments.
+    pub(super) subject: Option<std::collections::BTreeMap<String, String>>,
+    pub(super) duplicate_on: Option<Vec<String>>,
+    pub(super) loop_guard: Option<RawLoopGuard>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use idemgate_ledger::Effect;
 
-use super::raw::RawRoute;
+use super::raw::{RawLoopGuard, RawRoute};
 use super::{
     invalid, is_header_name, parse_duration, parse_positive, parse_size, parse_upstream,
-    query_names, read_secret, ConfigError, KeySource, Protocol, Reconcile, Retry, Route, Secrets,
-    Signature, ToolRule, UpstreamAuth, NO_TTL,
+    query_names, read_secret, ConfigError, KeySource, LoopGuard, Protocol, Reconcile, Retry, Route,
+    Secrets, Signature, Subject, SubjectSource, ToolRule, UpstreamAuth, NO_TTL,
 };
 
 /// What a route takes from `[defaults]` unless it sets its own.
@@ -92,10 +92,15 @@ pub(super) fn route(
             secret_headers.push(a.header.as_str().to_owned());
         }
     }
+    let business = business(&f, r, effect, protocol, &secret_headers)?;
     Ok(Route {
         name: r.name.clone(),
         protocol,
         tools,
+        subjects: business.subjects,
+        duplicate_on: business.duplicate_on,
+        duplicate_any_scope: business.any_scope,
+        loop_guard: business.loop_guard,
         method,
         path: r.path.clone(),
         upstream,
@@ -299,9 +304,174 @@ fn tools(
             }
             Some(k) => Some(k.arg.clone()),
         };
-        out.insert(name.clone(), ToolRule { effect, key_arg });
+        let secrets: Vec<String> = r
+            .secret_headers
+            .iter()
+            .flatten()
+            .map(|h| h.to_ascii_lowercase())
+            .collect();
+        let subjects = subjects(&at("subject"), t.subject.as_ref(), &secrets)?;
+        let duplicate_on = duplicate_on(&at("duplicate_on"), t.duplicate_on.as_ref())?;
+        let loop_guard = loop_guard(&at("loop_guard"), t.loop_guard.as_ref())?;
+        out.insert(
+            name.clone(),
+            ToolRule {
+                effect,
+                key_arg,
+                subjects,
+                duplicate_on,
+                loop_guard,
+            },
+        );
     }
     Ok(out)
+}
+
+/// A route's business terms: its subjects, its `duplicate_on` and `duplicate_scope`, its
+/// `loop_guard`. A read route has none (nothing of it is claimed).
+struct Business {
+    subjects: Vec<Subject>,
+    duplicate_on: Option<Vec<String>>,
+    any_scope: bool,
+    loop_guard: Option<LoopGuard>,
+}
+
+fn business(
+    f: &Fields<'_>,
+    r: &RawRoute,
+    effect: Effect,
+    protocol: Protocol,
+    secret_headers: &[String],
+) -> Result<Business, ConfigError> {
+    let set = r.subject.is_some()
+        || r.duplicate_on.is_some()
+        || r.duplicate_scope.is_some()
+        || r.loop_guard.is_some();
+    if set && effect == Effect::Read && protocol == Protocol::Http {
+        return Err(invalid(
+            f.at("subject"),
+            "a read route claims nothing: subject, duplicate_on, duplicate_scope and loop_guard \
+             are for write routes",
+        ));
+    }
+    let any_scope = match r.duplicate_scope.as_deref().unwrap_or("same") {
+        "same" => false,
+        "any" => true,
+        other => {
+            return Err(invalid(
+                f.at("duplicate_scope"),
+                format!("{other:?}: use \"same\" or \"any\""),
+            ))
+        }
+    };
+    Ok(Business {
+        subjects: subjects(&f.at("subject"), r.subject.as_ref(), secret_headers)?,
+        duplicate_on: duplicate_on(&f.at("duplicate_on"), r.duplicate_on.as_ref())?,
+        any_scope,
+        loop_guard: loop_guard(&f.at("loop_guard"), r.loop_guard.as_ref())?,
+    })
+}
+
+/// Headers whose values are credentials: never a subject (a subject is stored and shown).
+const CREDENTIAL_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+];
+
+/// `subject = { NAME = "/pointer" | "header:Name", … }`, in name order.
+fn subjects(
+    field: &str,
+    raw: Option<&BTreeMap<String, String>>,
+    secret_headers: &[String],
+) -> Result<Vec<Subject>, ConfigError> {
+    let mut out = Vec::new();
+    for (name, from) in raw.into_iter().flatten() {
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(invalid(
+                field,
+                format!("{name:?}: a subject's name is 1 to 64 letters, digits, _ or -"),
+            ));
+        }
+        let from = match from.strip_prefix("header:") {
+            Some(h) if !is_header_name(h) => {
+                return Err(invalid(
+                    format!("{field}.{name}"),
+                    format!("{h:?} is not a header name"),
+                ))
+            }
+            Some(h) => {
+                let h = h.to_ascii_lowercase();
+                if CREDENTIAL_HEADERS.contains(&h.as_str()) || secret_headers.contains(&h) {
+                    return Err(invalid(
+                        format!("{field}.{name}"),
+                        format!("{h} carries secrets, which are never stored"),
+                    ));
+                }
+                SubjectSource::Header(h)
+            }
+            None if from.starts_with('/') => SubjectSource::Pointer(from.clone()),
+            None => {
+                return Err(invalid(
+                    format!("{field}.{name}"),
+                    format!("{from:?}: a JSON pointer (/customer) or header:NAME"),
+                ))
+            }
+        };
+        out.push(Subject {
+            name: name.clone(),
+            from,
+        });
+    }
+    Ok(out)
+}
+
+/// `duplicate_on = ["/pointer", …]`: at least one JSON pointer.
+fn duplicate_on(
+    field: &str,
+    raw: Option<&Vec<String>>,
+) -> Result<Option<Vec<String>>, ConfigError> {
+    let Some(ps) = raw else { return Ok(None) };
+    if ps.is_empty() {
+        return Err(invalid(field, "name at least one JSON pointer"));
+    }
+    if let Some(p) = ps.iter().find(|p| !p.starts_with('/')) {
+        return Err(invalid(
+            field,
+            format!("{p:?}: a JSON pointer starts with /"),
+        ));
+    }
+    Ok(Some(ps.clone()))
+}
+
+/// `loop_guard = { max, window, action = "flag" | "reject" }`.
+fn loop_guard(field: &str, raw: Option<&RawLoopGuard>) -> Result<Option<LoopGuard>, ConfigError> {
+    let Some(g) = raw else { return Ok(None) };
+    if g.max == 0 {
+        return Err(invalid(format!("{field}.max"), "must be at least 1"));
+    }
+    let window = parse_positive(&format!("{field}.window"), &g.window, "")?;
+    let reject = match g.action.as_deref().unwrap_or("flag") {
+        "flag" => false,
+        "reject" => true,
+        other => {
+            return Err(invalid(
+                format!("{field}.action"),
+                format!("{other:?}: use \"flag\" or \"reject\""),
+            ))
+        }
+    };
+    Ok(Some(LoopGuard {
+        max: g.max,
+        window,
+        reject,
+    }))
 }
 
 /// Where the idempotency key comes from: `key.header`, `key.json` or `key.derive`; a write route

@@ -320,7 +320,8 @@ fn an_mcp_route_takes_tools_and_refuses_what_only_http_routes_have() {
         r.tools.get("charge"),
         Some(&ToolRule {
             effect: Some(Effect::Destructive),
-            key_arg: Some("/idempotency_key".into())
+            key_arg: Some("/idempotency_key".into()),
+            ..ToolRule::default()
         })
     );
     // Retries stay for the tools that may be retried.
@@ -358,4 +359,70 @@ fn an_mcp_route_takes_tools_and_refuses_what_only_http_routes_have() {
     assert!(e.contains("only an MCP route"), "{e}");
     let e = err(&format!("{BASE}[[routes]]\nname = \"r\"\npath = \"/r\"\nupstream = \"http://127.0.0.1:9\"\neffect = \"write\"\n"));
     assert!(e.contains("method") && e.contains("missing"), "{e}");
+}
+
+#[test]
+fn subjects_duplicate_values_and_loop_guards_are_checked() {
+    let route = |extra: &str| {
+        format!(
+            "{BASE}[[routes]]\nname = \"charges\"\nmethod = \"POST\"\npath = \"/v1/charges\"\n\
+             upstream = \"http://127.0.0.1:9\"\neffect = \"write\"\nsecret_headers = [\"X-Card\"]\n{extra}"
+        )
+    };
+    let c = Config::parse(&route(
+        "subject = { customer = \"/customer\", agent = \"header:X-Agent\" }\n\
+         duplicate_on = [\"/customer\", \"/amount\"]\nduplicate_scope = \"any\"\n\
+         loop_guard = { max = 20, window = \"1m\", action = \"reject\" }\n",
+    ))
+    .expect("business terms");
+    let r = &c.routes[0];
+    assert_eq!(
+        r.subjects,
+        [
+            Subject {
+                name: "agent".into(),
+                from: SubjectSource::Header("x-agent".into())
+            },
+            Subject {
+                name: "customer".into(),
+                from: SubjectSource::Pointer("/customer".into())
+            },
+        ]
+    );
+    assert!(r.duplicate_any_scope);
+    assert_eq!(
+        r.loop_guard,
+        Some(LoopGuard {
+            max: 20,
+            window: Duration::from_secs(60),
+            reject: true
+        })
+    );
+    for (extra, says) in [
+        (
+            "subject = { card = \"header:X-Card\" }\n",
+            "carries secrets",
+        ),
+        (
+            "subject = { auth = \"header:Authorization\" }\n",
+            "carries secrets",
+        ),
+        ("subject = { customer = \"customer\" }\n", "JSON pointer"),
+        ("subject = { \"a b\" = \"/x\" }\n", "name"),
+        ("duplicate_on = []\n", "at least one"),
+        ("duplicate_scope = \"all\"\n", "\"all\""),
+        ("loop_guard = { max = 0, window = \"1m\" }\n", "at least 1"),
+        (
+            "loop_guard = { max = 5, window = \"1m\", action = \"block\" }\n",
+            "block",
+        ),
+    ] {
+        let e = err(&route(extra));
+        assert!(e.contains(says), "{extra}: {e}");
+    }
+    let e = err(&format!(
+        "{BASE}[[routes]]\nname = \"r\"\nmethod = \"GET\"\npath = \"/r\"\n\
+         upstream = \"http://127.0.0.1:9\"\neffect = \"read\"\nsubject = {{ c = \"/c\" }}\n"
+    ));
+    assert!(e.contains("read route claims nothing"), "{e}");
 }

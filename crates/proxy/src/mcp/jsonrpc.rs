@@ -24,6 +24,8 @@ pub const OUTCOME_UNKNOWN: i64 = -32082;
 /// `error.code` when the ledger cannot take the claim: nothing was forwarded, so the same call may
 /// be retried (`ledger_unavailable`).
 pub const LEDGER_UNAVAILABLE: i64 = -32083;
+/// `error.code` of a call refused by the route's loop guard (`loop_suspect`, `data.retryAfter`).
+pub const LOOP_SUSPECT: i64 = -32085;
 /// `error.code` of every other refusal: `data.type` names it (`upstream_unavailable`,
 /// `probable_duplicate`, `entry_failed`, `invalid_key`, …), as the HTTP routes' problem codes do.
 pub const REFUSED: i64 = -32084;
@@ -256,6 +258,7 @@ pub fn code_of(p: ProblemCode) -> (i64, String) {
         ProblemCode::LedgerUnavailable
         | ProblemCode::LedgerWriterStopped
         | ProblemCode::LedgerClosed => (LEDGER_UNAVAILABLE, "ledger_unavailable".into()),
+        ProblemCode::LoopSuspect => (LOOP_SUSPECT, "loop_suspect".into()),
         other => (REFUSED, other.as_str().replace('-', "_")),
     }
 }

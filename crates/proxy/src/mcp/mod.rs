@@ -50,6 +50,8 @@ struct Prepared {
     upstream_key: String,
     fingerprint: String,
     accept: Accept,
+    subjects: Vec<(String, String)>,
+    dup_fp: Option<String>,
 }
 
 impl Engine {
@@ -233,6 +235,16 @@ impl Engine {
     > {
         let req = &self.req(route_at, &parts, peer);
         let p = prepare(req.route, &parts, call, effect)?;
+        let guard = req
+            .route
+            .tools
+            .get(&p.call.name)
+            .and_then(|t| t.loop_guard.as_ref())
+            .or(req.route.loop_guard.as_ref());
+        if let Some(guard) = guard {
+            let what = p.dup_fp.as_deref().unwrap_or(&p.fingerprint);
+            self.guard_loop(req, Some(&p.call.name), &p.scope, &p.key, what, guard)?;
+        }
         let cached = self.store.cached_replay(
             &req.route.name,
             &p.scope,
@@ -296,8 +308,8 @@ impl Engine {
                 .then_some(self.cfg.duplicate_window.as_millis() as i64),
             at,
             tool: Some(p.call.name.clone()),
-            subjects: Vec::new(),
-            dup_fp: None,
+            subjects: p.subjects.clone(),
+            dup_fp: p.dup_fp.clone(),
         };
         let id = &p.call.id;
         let _running = self.mcp_calls.start(&session_of(req.parts), id);
@@ -523,7 +535,26 @@ fn prepare(route: &Route, parts: &Parts, call: Call, effect: Effect) -> Result<P
         }
     };
     let fingerprint = fingerprint(&route.name, &call.name, &call.arguments);
+    // The tool's business terms, else the route's, read from the call's arguments.
+    let rule = route.tools.get(&call.name);
+    let spec = match rule {
+        Some(r) if !r.subjects.is_empty() => &r.subjects,
+        _ => &route.subjects,
+    };
+    let subjects = crate::business::subjects(spec, &parts.headers, Some(&call.arguments));
+    let on = rule
+        .and_then(|r| r.duplicate_on.as_ref())
+        .or(route.duplicate_on.as_ref());
+    let dup_fp = on.map(|on| {
+        let (tool_route, any) = (
+            format!("{}/{}", route.name, call.name),
+            route.duplicate_any_scope,
+        );
+        crate::business::dup_fp(&tool_route, &scope, any, on, Some(&call.arguments))
+    });
     Ok(Prepared {
+        subjects,
+        dup_fp,
         effect,
         scope,
         key,

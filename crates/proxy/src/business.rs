@@ -1,0 +1,263 @@
+//! A call in the business's terms: its subjects (the route's named values: a customer, an
+//! amount), the digest of its `duplicate_on` values (what makes two calls the same effect), and
+//! the loop guard that counts calls of one request from one scope.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use axum::http::HeaderMap;
+use idemgate_ledger::{canon, Millis};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::config::{LoopGuard, Subject, SubjectSource};
+
+/// The longest subject value kept (longer ones are cut, on a character boundary).
+pub const MAX_SUBJECT: usize = 256;
+
+/// A value as a subject's text: a string as it is, a number or a boolean as JSON writes it, an
+/// object or an array as canonical JSON; `None` for null.
+fn text(v: &Value) -> Option<String> {
+    let mut t = match v {
+        Value::Null => return None,
+        Value::String(s) => s.clone(),
+        Value::Number(_) | Value::Bool(_) => v.to_string(),
+        other => canon::canonical_string(other),
+    };
+    if t.len() > MAX_SUBJECT {
+        let mut end = MAX_SUBJECT;
+        while !t.is_char_boundary(end) {
+            end -= 1;
+        }
+        t.truncate(end);
+    }
+    Some(t)
+}
+
+/// The subjects `spec` names, from `json` (the body, or an MCP call's arguments) and `headers`;
+/// those the request lacks are left out.
+pub fn subjects(
+    spec: &[Subject],
+    headers: &HeaderMap,
+    json: Option<&Value>,
+) -> Vec<(String, String)> {
+    spec.iter()
+        .filter_map(|s| {
+            let v = match &s.from {
+                SubjectSource::Pointer(p) => text(json?.pointer(p)?)?,
+                SubjectSource::Header(h) => headers.get(h.as_str())?.to_str().ok()?.to_owned(),
+            };
+            Some((s.name.clone(), v))
+        })
+        .collect()
+}
+
+/// The digest of `pointers`' values in `json` (absent ones as null) for `route`: the same for two
+/// calls that are the same effect. Scoped unless `any_scope` (then prefixed `any:`, which the
+/// ledger compares across scopes).
+pub fn dup_fp(
+    route: &str,
+    scope: &str,
+    any_scope: bool,
+    pointers: &[String],
+    json: Option<&Value>,
+) -> String {
+    let values: Vec<Value> = pointers
+        .iter()
+        .map(|p| {
+            json.and_then(|j| j.pointer(p))
+                .cloned()
+                .unwrap_or(Value::Null)
+        })
+        .collect();
+    let mut h = Sha256::new();
+    h.update(b"idemgate-duplicate-on-v1\n");
+    h.update(route.as_bytes());
+    h.update(b"\n");
+    if !any_scope {
+        h.update(scope.as_bytes());
+    }
+    h.update(b"\n");
+    canon::write_canonical(&Value::Array(values), &mut h);
+    let prefix = if any_scope { "any" } else { "v" };
+    format!("{prefix}:{}", hex::encode(h.finalize()))
+}
+
+/// What the loop guard says of one more call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Within the limit.
+    Within,
+    /// Past it: the `calls` in this window so far; `first` the first time in this window (the
+    /// one to log); `retry_after` seconds until the window ends.
+    Past {
+        calls: u32,
+        first: bool,
+        retry_after: u64,
+    },
+}
+
+/// Calls counted per route, tool, scope and request, in fixed windows.
+#[derive(Debug, Default)]
+pub struct LoopGuards(Mutex<HashMap<String, Window>>);
+
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    start: Millis,
+    calls: u32,
+    logged: bool,
+}
+
+/// Past this many counted requests, windows that have ended are dropped.
+const PRUNE_AT: usize = 100_000;
+
+impl LoopGuards {
+    /// Counts a call of `what` (route, tool, scope and request, joined) at `now` under `guard`.
+    pub fn hit(&self, what: String, guard: &LoopGuard, now: Millis) -> Verdict {
+        let window = guard.window.as_millis() as i64;
+        let Ok(mut m) = self.0.lock() else {
+            return Verdict::Within;
+        };
+        if m.len() >= PRUNE_AT {
+            m.retain(|_, w| now - w.start < window);
+        }
+        let w = m.entry(what).or_insert(Window {
+            start: now,
+            calls: 0,
+            logged: false,
+        });
+        if now - w.start >= window {
+            *w = Window {
+                start: now,
+                calls: 0,
+                logged: false,
+            };
+        }
+        w.calls += 1;
+        if w.calls <= guard.max {
+            return Verdict::Within;
+        }
+        let first = !w.logged;
+        w.logged = true;
+        let left = (w.start + window - now).max(0) as u64;
+        Verdict::Past {
+            calls: w.calls,
+            first,
+            retry_after: left.div_ceil(1000).max(1),
+        }
+    }
+}
+
+/// The loop guard's name for a call: its route, tool, scope and request.
+pub fn loop_key(route: &str, tool: Option<&str>, scope: &str, request: &str) -> String {
+    let mut k = String::with_capacity(route.len() + scope.len() + request.len() + 16);
+    for part in [route, tool.unwrap_or(""), scope, request] {
+        k.push_str(part);
+        k.push('\0');
+    }
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::http::HeaderValue;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn subjects_read_members_and_headers_as_text() {
+        let spec = [
+            ("customer", SubjectSource::Pointer("/customer".into())),
+            ("amount", SubjectSource::Pointer("/amount".into())),
+            ("agent", SubjectSource::Header("x-agent".into())),
+            ("missing", SubjectSource::Pointer("/nope".into())),
+            ("items", SubjectSource::Pointer("/items".into())),
+        ]
+        .map(|(n, from)| Subject {
+            name: n.into(),
+            from,
+        });
+        let mut h = HeaderMap::new();
+        h.insert("x-agent", HeaderValue::from_static("billing-01"));
+        let body = json!({"customer": "cus_123", "amount": 49.99, "items": {"b": 1, "a": 2}});
+        assert_eq!(
+            subjects(&spec, &h, Some(&body)),
+            [
+                ("customer".to_owned(), "cus_123".to_owned()),
+                ("amount".to_owned(), "49.99".to_owned()),
+                ("agent".to_owned(), "billing-01".to_owned()),
+                ("items".to_owned(), r#"{"a":2,"b":1}"#.to_owned()),
+            ]
+        );
+        let long = json!({"customer": "é".repeat(200)});
+        let v = &subjects(&spec[..1], &h, Some(&long))[0].1;
+        assert!(v.len() <= MAX_SUBJECT && v.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn duplicate_values_ignore_the_other_members_and_may_span_scopes() {
+        let on = ["/customer".to_owned(), "/amount".to_owned()];
+        let a = json!({"customer": "cus_1", "amount": 4999, "request_id": "r-1"});
+        let b = json!({"request_id": "r-2", "amount": 4999, "customer": "cus_1"});
+        assert_eq!(
+            dup_fp("charges", "agent-1", false, &on, Some(&a)),
+            dup_fp("charges", "agent-1", false, &on, Some(&b))
+        );
+        assert_ne!(
+            dup_fp("charges", "agent-1", false, &on, Some(&a)),
+            dup_fp("charges", "agent-2", false, &on, Some(&a))
+        );
+        let any = dup_fp("charges", "agent-1", true, &on, Some(&a));
+        assert!(any.starts_with("any:"));
+        assert_eq!(any, dup_fp("charges", "agent-2", true, &on, Some(&b)));
+        assert_ne!(
+            dup_fp("charges", "agent-1", false, &on, Some(&a)),
+            dup_fp(
+                "charges",
+                "agent-1",
+                false,
+                &on,
+                Some(&json!({"customer": "cus_1"}))
+            )
+        );
+    }
+
+    #[test]
+    fn the_loop_guard_counts_in_windows_and_logs_once_per_window() {
+        let g = LoopGuards::default();
+        let guard = LoopGuard {
+            max: 3,
+            window: Duration::from_secs(60),
+            reject: false,
+        };
+        let k = || loop_key("charges", None, "agent-1", "fp");
+        for i in 0..3 {
+            assert_eq!(g.hit(k(), &guard, 1_000 + i), Verdict::Within);
+        }
+        assert_eq!(
+            g.hit(k(), &guard, 2_000),
+            Verdict::Past {
+                calls: 4,
+                first: true,
+                retry_after: 59
+            }
+        );
+        assert!(matches!(
+            g.hit(k(), &guard, 3_000),
+            Verdict::Past {
+                calls: 5,
+                first: false,
+                ..
+            }
+        ));
+        assert_eq!(
+            g.hit(loop_key("charges", None, "agent-2", "fp"), &guard, 3_000),
+            Verdict::Within
+        );
+        // A new window.
+        assert_eq!(g.hit(k(), &guard, 61_000), Verdict::Within);
+    }
+}
