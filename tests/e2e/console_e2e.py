@@ -289,10 +289,37 @@ def main():
         purges = json.loads(cli("log", "--ledger", ledger, "--kind", "purge", "--operator", OPERATOR, "--json").stdout)
         check(len(purges) == 1 and str(purges[0]["entry_id"]) == purge_id, "the purge is in the log with the operator's name")
 
-        # Incidents
+        # Incidents: titled in the customer's terms; reviewed with a reason
         s.click("nav-incidents")
         s.find("incident")
+        title = s.text("incident-title")
+        check(" · charges · " in title and " USD · agents " in title and " apart" in title, f"an incident reads in the business's terms ({title})")
         s.screenshot("incidents")
+        s.click("incident-review")
+        s.find("action-dialog")
+        s.type("reason-input", "refunded the second charge")
+        s.click("confirm-button")
+        s.wait("const m = document.querySelector('[data-testid=dialog-message]'); return m && /done/.test(m.textContent)", "review done")
+        s.click("cancel-button")
+        s.wait("return document.querySelector('[data-testid=incident-reviewed]') !== null", "the reviewed incident")
+        reviews = json.loads(cli("log", "--ledger", ledger, "--kind", "review", "--json").stdout)
+        check(len(reviews) == 1 and reviews[0]["reason"] == "refunded the second charge", "the review is logged with its reason")
+
+        # A customer's double charge from the search box, in at most three actions
+        actions = 0
+        s.click("search-input"); actions += 1
+        s.type("search-input", "cus_41000"); actions += 1  # typed, then Tab: the search runs
+        s.wait("return document.querySelectorAll('[data-testid=row-duplicate]').length > 0", "the customer's charges, the double charge marked")
+        rows = s.rows()
+        check(len(rows) == 3 and all("cus_41000" in r[1] for r in rows), f"every charge of cus_41000, with its subjects ({len(rows)} rows)")
+        s.screenshot("search")
+        dup = wd("POST", s.path("/element"), {"using": "css selector", "value": "[data-testid='entry-row']:has([data-testid='row-duplicate'])"})[ELEMENT]
+        s.click_el(dup); actions += 1
+        s.wait("const h = document.querySelector('.entry-head h1'); return h && /cus_41000|charges/.test(document.body.textContent) && document.querySelector('[data-testid=action-resolve]')", "the double charge's entry")
+        dup_of = s.js("const k = [...document.querySelectorAll('.kv')].find(k => k.firstChild.textContent === 'duplicate of'); return k ? k.lastChild.textContent : ''")
+        subjects = s.js("const k = [...document.querySelectorAll('.kv')].find(k => k.firstChild.textContent === 'subjects'); return k ? k.lastChild.textContent : ''")
+        check(dup_of.isdigit() and "customer=cus_41000" in subjects, f"the entry shows the customer ({subjects}) and the charge it duplicates (#{dup_of})")
+        check(actions <= 3, f"reached in {actions} actions")
 
         # Export NDJSON and verify it
         s.click("nav-export")
