@@ -706,7 +706,9 @@ def report(r):
                      ("entries_next_page_ms", "entries, next page"), ("stuck_first_page_ms", "stuck, first page"),
                      ("log_first_page_ms", "log, first page"), ("log_search_ms", "log, filtered search (a key)"),
                      ("log_search_first_ms", "log, the first search (builds its skip index)"),
-                     ("key_lookup_ms", "key lookup"), ("collision_diff_ms", "collision diff (entry view)")]:
+                     ("key_lookup_ms", "key lookup"), ("collision_diff_ms", "collision diff (entry view)"),
+                     ("subject_search_ms", "subject search (a customer id: the console's search box)"),
+                     ("subject_lookup_ms", "subject search by name (customer=cus_…)")]:
         if k in c:
             lines.append(f"| {label} | {c[k]:.1f} ms |")
     lines.append(f"| export of all {c['exported_events']:,} events (NDJSON) | {c['export_all_s']:.2f} s |")

@@ -114,6 +114,30 @@ fn main() {
             assert!(!p.entries.is_empty(), "the lookup finds the probe key");
         })),
     );
+    // A customer's charges, by the subject's value (a demo customer charged twice) and by name
+    // and value; the console's search box asks the first.
+    let customer = EntryFilter {
+        search: Some("cus_41000".into()),
+        ..EntryFilter::default()
+    };
+    put(
+        "subject_search_ms",
+        json!(median_ms(repeats, || {
+            let p = ops.entries(&customer, None, 100).expect("search");
+            assert!(p.entries.len() >= 3, "the search finds the double charge");
+        })),
+    );
+    let named = EntryFilter {
+        subject: Some("customer=cus_41000".into()),
+        ..EntryFilter::default()
+    };
+    put(
+        "subject_lookup_ms",
+        json!(median_ms(repeats, || {
+            let p = ops.entries(&named, None, 100).expect("lookup");
+            assert!(p.entries.len() >= 3, "the lookup finds the double charge");
+        })),
+    );
     let colliding = ops
         .entries(
             &EntryFilter {
