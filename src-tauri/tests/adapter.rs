@@ -73,7 +73,11 @@ fn lists_resolves_and_logs_with_typed_errors() {
         json!({"filter": stuck(), "before": null, "limit": 100}),
     )
     .expect("entries");
-    assert_eq!(page.entries.len(), 12);
+    assert_eq!(
+        page.entries.len(),
+        13,
+        "twelve HTTP entries and one MCP call"
+    );
     let target = page
         .entries
         .iter()
@@ -102,7 +106,7 @@ fn lists_resolves_and_logs_with_typed_errors() {
         .expect("entries")
         .entries
         .len(),
-        11
+        12
     );
     let filter = EventFilter {
         operator: Some("tester".into()),

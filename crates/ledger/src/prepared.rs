@@ -42,8 +42,18 @@ impl Claim {
         }
         let r = &req.request;
         let digest = sha256_hex(&r.body);
-        let detail = canonical_string(&json!({"attempt": 1, "fingerprint": req.fingerprint,
-            "owner": req.owner, "method": r.method, "path": r.path}));
+        let mut detail = json!({"attempt": 1, "fingerprint": req.fingerprint,
+            "owner": req.owner, "method": r.method, "path": r.path});
+        // The claim's subjects travel with it into the log, and so into exports.
+        if !req.subjects.is_empty() {
+            detail["subjects"] = req
+                .subjects
+                .iter()
+                .map(|(n, v)| (n.clone(), serde_json::Value::String(v.clone())))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
+        }
+        let detail = canonical_string(&detail);
         let tail = crate::chain::canonical_tail(
             &req.route,
             &req.scope,

@@ -40,6 +40,33 @@ fn peak_rss_mb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// A customer's charges, by the subject's value (the demo's double-charged customer) and by name
+/// and value; the console's search box asks the first.
+fn subject_search(ops: &Ops, repeats: usize, put: &mut impl FnMut(&str, Value)) {
+    let customer = EntryFilter {
+        search: Some("cus_41000".into()),
+        ..EntryFilter::default()
+    };
+    put(
+        "subject_search_ms",
+        json!(median_ms(repeats, || {
+            let p = ops.entries(&customer, None, 100).expect("search");
+            assert!(p.entries.len() >= 3, "the search finds the double charge");
+        })),
+    );
+    let named = EntryFilter {
+        subject: Some("customer=cus_41000".into()),
+        ..EntryFilter::default()
+    };
+    put(
+        "subject_lookup_ms",
+        json!(median_ms(repeats, || {
+            let p = ops.entries(&named, None, 100).expect("lookup");
+            assert!(p.entries.len() >= 3, "the lookup finds the double charge");
+        })),
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let ledger = args.get(1).expect("usage: console-bench LEDGER [REPEATS]");
@@ -114,30 +141,7 @@ fn main() {
             assert!(!p.entries.is_empty(), "the lookup finds the probe key");
         })),
     );
-    // A customer's charges, by the subject's value (a demo customer charged twice) and by name
-    // and value; the console's search box asks the first.
-    let customer = EntryFilter {
-        search: Some("cus_41000".into()),
-        ..EntryFilter::default()
-    };
-    put(
-        "subject_search_ms",
-        json!(median_ms(repeats, || {
-            let p = ops.entries(&customer, None, 100).expect("search");
-            assert!(p.entries.len() >= 3, "the search finds the double charge");
-        })),
-    );
-    let named = EntryFilter {
-        subject: Some("customer=cus_41000".into()),
-        ..EntryFilter::default()
-    };
-    put(
-        "subject_lookup_ms",
-        json!(median_ms(repeats, || {
-            let p = ops.entries(&named, None, 100).expect("lookup");
-            assert!(p.entries.len() >= 3, "the lookup finds the double charge");
-        })),
-    );
+    subject_search(&ops, repeats, &mut put);
     let colliding = ops
         .entries(
             &EntryFilter {

@@ -353,6 +353,24 @@ fn subjects_are_kept_searched_and_purged_with_their_entry(b: Backend) {
             ("customer".to_owned(), "cus_123".to_owned())
         ]
     );
+    // The claim's event carries them, and so does every export of the log.
+    let claim =
+        f.l.events(
+            &EventFilter {
+                entry_id: Some(a),
+                kind: Some("claim".into()),
+                ..EventFilter::default()
+            },
+            Page::default(),
+        )
+        .expect("events");
+    assert!(
+        claim[0]
+            .detail
+            .contains(r#""subjects":{"amount":"4999","customer":"cus_123"}"#),
+        "{}",
+        claim[0].detail
+    );
     let pr = PurgeRequest {
         ids: vec![a],
         only_expired: false,
