@@ -98,9 +98,7 @@ impl Engine {
             {
                 counter!("idemgate_mcp_cancels_held_total", "route" => req.route.name.clone())
                     .increment(1);
-                let mut r = jsonrpc::answer(Vec::new(), Accept::Json, 202);
-                r.headers_mut().remove(axum::http::header::CONTENT_TYPE);
-                Ok(r)
+                Ok(empty(202))
             }
             Message::Cancelled { .. } => self.pass(req, body).await,
             Message::Other => self.pass(req, body).await,
@@ -121,6 +119,18 @@ impl Engine {
     /// A message passed through: sent as it came (its headers too, hop-by-hop ones aside), its
     /// answer streamed back as it comes.
     async fn pass(&self, req: &Req<'_>, body: Bytes) -> Answer {
+        let answer = self.send_on(req, body, false).await?;
+        Ok(relay(answer))
+    }
+
+    /// Sends a message on to the upstream as it came; its answer, whole when `whole` asks and it
+    /// fits what idemgate keeps, else streamed.
+    async fn send_on(
+        &self,
+        req: &Req<'_>,
+        body: Bytes,
+        whole: bool,
+    ) -> Result<ReadAnswer, Problem> {
         let (route, parts) = (req.route, req.parts);
         let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let uri = forward::upstream_uri(&route.upstream, pq)
@@ -134,22 +144,9 @@ impl Engine {
             timeout: route.timeout,
         };
         req.metrics.forwarded.increment(1);
-        match forward::read_idle(&self.client, out, false, STREAM_IDLE).await {
-            Ok(ReadAnswer::Streamed {
-                status,
-                headers,
-                body,
-            }) => Ok(response(
-                status,
-                &headers,
-                http_body_util::Either::Right(http_body_util::Either::Left(body)),
-                None,
-                false,
-                None,
-            )),
-            Ok(ReadAnswer::Whole(r)) => Ok(respond_upstream(r, None, None)),
-            Err(e) => Err(no_answer(e)),
-        }
+        forward::read_idle(&self.client, out, whole, STREAM_IDLE)
+            .await
+            .map_err(no_answer)
     }
 
     /// A client ends a session (`DELETE`) while calls of it run: the server would cancel them, so
@@ -175,29 +172,16 @@ impl Engine {
         });
         counter!("idemgate_mcp_session_ends_deferred_total", "route" => self.cfg.routes[route_at].name.clone())
             .increment(1);
-        let mut r = jsonrpc::answer(Vec::new(), Accept::Json, 200);
-        r.headers_mut().remove(axum::http::header::CONTENT_TYPE);
-        r
+        empty(200)
     }
 
-    /// A `tools/list`: passed through, and its answer read for each tool's annotations.
+    /// A `tools/list`: passed through, and its answer read for each tool's annotations (unless
+    /// it is too long to keep, when it is streamed on unread).
     async fn list(&self, req: &Req<'_>, route_at: usize, body: Bytes) -> Answer {
-        let (route, parts) = (req.route, req.parts);
-        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let uri = forward::upstream_uri(&route.upstream, pq)
-            .map_err(|e| Problem::new(ProblemCode::BadRequest, e))?;
-        let headers = self.forward_headers(req, None);
-        let out = forward::Outgoing {
-            method: &parts.method,
-            uri,
-            headers: &headers,
-            body,
-            timeout: route.timeout,
+        let r = match self.send_on(req, body, true).await? {
+            ReadAnswer::Whole(r) => r,
+            streamed => return Ok(relay(streamed)),
         };
-        req.metrics.forwarded.increment(1);
-        let r = forward::exchange(&self.client, out)
-            .await
-            .map_err(no_answer)?;
         let stream = r
             .headers
             .iter()
@@ -477,6 +461,32 @@ fn replayed(
         }
         None => respond(stored, None, true, None),
     }
+}
+
+/// An upstream's answer passed on: whole, or streamed as it comes.
+fn relay(answer: ReadAnswer) -> axum::http::Response<crate::engine::ProxyBody> {
+    match answer {
+        ReadAnswer::Streamed {
+            status,
+            headers,
+            body,
+        } => response(
+            status,
+            &headers,
+            http_body_util::Either::Right(http_body_util::Either::Left(body)),
+            None,
+            false,
+            None,
+        ),
+        ReadAnswer::Whole(r) => respond_upstream(r, None, None),
+    }
+}
+
+/// An answer with no body: a notification taken (202), a session's end (200).
+fn empty(status: u16) -> axum::http::Response<crate::engine::ProxyBody> {
+    let mut r = jsonrpc::answer(Vec::new(), Accept::Json, status);
+    r.headers_mut().remove(axum::http::header::CONTENT_TYPE);
+    r
 }
 
 /// The problem for a passed-through message that brought no answer.
