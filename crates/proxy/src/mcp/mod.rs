@@ -108,8 +108,11 @@ impl Engine {
                     return self.pass(req, body).await;
                 }
                 let id = call.id.clone();
-                match self.tools_call(route_at, parts.clone(), peer, body, call, effect) {
-                    Ok(fut) => Ok(fut.await),
+                match self
+                    .tools_call(route_at, parts.clone(), peer, body, call, effect)
+                    .await
+                {
+                    Ok(r) => Ok(r),
                     Err(p) => Ok(refused(req, &id, &p, accept, 200)),
                 }
             }
@@ -205,7 +208,7 @@ impl Engine {
     /// A non-read `tools/call`: its key and fingerprint made, then answered from the replay
     /// cache, or claimed and run on a task of its own (which may stream the upstream's events to
     /// the client before its response) — to its end, whether the client stays or not.
-    fn tools_call(
+    async fn tools_call(
         self: &Arc<Self>,
         route_at: usize,
         parts: Parts,
@@ -213,10 +216,7 @@ impl Engine {
         body: Bytes,
         call: Call,
         effect: Effect,
-    ) -> Result<
-        impl std::future::Future<Output = axum::http::Response<crate::engine::ProxyBody>>,
-        Problem,
-    > {
+    ) -> Result<axum::http::Response<crate::engine::ProxyBody>, Problem> {
         let req = &self.req(route_at, &parts, peer);
         let p = prepare(req.route, &parts, call, effect)?;
         let guard = req
@@ -236,28 +236,25 @@ impl Engine {
             &p.fingerprint,
             now_millis(),
         );
-        let (sink, answer) = Sink::new();
         if let Some((_, stored)) = cached {
             req.metrics.replayed.increment(1);
             req.metrics.replays.increment(1);
-            let r = replayed(stored, &p.call.id, p.accept);
-            sink.finish_now(r);
-        } else {
-            let e = Arc::clone(self);
-            self.requests.spawn(async move {
-                let req = &e.req(route_at, &parts, peer);
-                e.run_call(req, p, body, &sink).await;
-            });
+            return Ok(replayed(stored, &p.call.id, p.accept));
         }
-        Ok(async move {
-            answer.await.unwrap_or_else(|_| {
-                let p = Problem::new(
-                    ProblemCode::Internal,
-                    "the call's task ended without an answer",
-                );
-                jsonrpc::problem_answer(&Value::Null, &p, Accept::Json)
-            })
-        })
+        let (sink, answer) = Sink::new();
+        let e = Arc::clone(self);
+        let task_parts = parts.clone();
+        self.requests.spawn(async move {
+            let req = &e.req(route_at, &task_parts, peer);
+            e.run_call(req, p, body, &sink).await;
+        });
+        Ok(answer.await.unwrap_or_else(|_| {
+            let p = Problem::new(
+                ProblemCode::Internal,
+                "the call's task ended without an answer",
+            );
+            jsonrpc::problem_answer(&Value::Null, &p, Accept::Json)
+        }))
     }
 
     /// Claims a call and runs it, or answers as its claim says; the answer goes to `sink`.
