@@ -6,11 +6,13 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use axum::http::HeaderMap;
-use idemgate_ledger::{canon, Millis};
+use idemgate_ledger::{canon, now_millis, Millis};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::config::{LoopGuard, Subject, SubjectSource};
+use crate::engine::{Engine, Req};
+use crate::problem::{Problem, ProblemCode};
 
 /// The longest subject value kept (longer ones are cut, on a character boundary).
 pub const MAX_SUBJECT: usize = 256;
@@ -145,6 +147,59 @@ impl LoopGuards {
             first,
             retry_after: left.div_ceil(1000).max(1),
         }
+    }
+}
+
+impl Engine {
+    /// Counts a call of `what` (its fingerprint, or its `duplicate_on` values) from `scope` under
+    /// `guard`: past its limit, the first call of the window is logged as a loop suspect and
+    /// counted; with `reject`, every call past it is refused, nothing forwarded.
+    pub(crate) fn guard_loop(
+        &self,
+        req: &Req<'_>,
+        tool: Option<&str>,
+        scope: &str,
+        key: &str,
+        what: &str,
+        guard: &crate::config::LoopGuard,
+    ) -> Result<(), Problem> {
+        let route = req.route;
+        let now = now_millis();
+        let name = crate::business::loop_key(&route.name, tool, scope, what);
+        let crate::business::Verdict::Past {
+            calls,
+            first,
+            retry_after,
+        } = self.loops.hit(name, guard, now)
+        else {
+            return Ok(());
+        };
+        let action = if guard.reject { "reject" } else { "flag" };
+        if first {
+            req.metrics.loop_suspects.increment(1);
+            tracing::warn!(route = %route.name, scope = %scope, key = %key, calls, action, "loop suspect: one request called more often than the loop guard allows");
+            // Logged, not waited for: the guard's answer does not depend on it.
+            let _ = self.store.note_loop(idemgate_ledger::LoopNote {
+                route: route.name.clone(),
+                scope: scope.to_owned(),
+                key: key.to_owned(),
+                detail: serde_json::json!({"calls": calls, "max": guard.max,
+                    "window_ms": guard.window.as_millis() as u64, "action": action,
+                    "tool": tool, "request": what}),
+                at: now,
+            });
+        }
+        if !guard.reject {
+            return Ok(());
+        }
+        Err(Problem::new(
+            ProblemCode::LoopSuspect,
+            format!(
+                "this request was sent {calls} times within {:?} (the route allows {}): it looks like a loop, and is refused until the window ends",
+                guard.window, guard.max
+            ),
+        )
+        .retry_after(retry_after))
     }
 }
 

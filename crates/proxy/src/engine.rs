@@ -11,7 +11,6 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response};
 use bytes::Bytes;
@@ -23,8 +22,8 @@ use idemgate_ledger::{
 };
 use metrics::{counter, histogram, Counter, Histogram};
 
-use crate::config::{Config, InFlight, Protocol, Route};
-use crate::flights::{flight_key, Flight, Flights, Landing, Seen};
+use crate::config::{Config, Protocol, Route};
+use crate::flights::Flights;
 use crate::forward::{self, HttpClient, NoAnswer, ReadAnswer};
 use crate::keys;
 use crate::problem::{Problem, ProblemCode};
@@ -35,6 +34,7 @@ use crate::request_checks::{
 use crate::settle::{Outcome, Unsettled};
 use crate::signature;
 
+pub(crate) use crate::claim::{settled, Claimed};
 pub(crate) use crate::drive::{drive, ClaimedCall};
 use crate::respond::response;
 pub use crate::respond::{respond, respond_upstream};
@@ -99,18 +99,18 @@ pub struct Engine {
     /// This instance's lease-owner id.
     pub owner: String,
     read_cache: ReadCache,
-    flights: Flights,
+    pub(crate) flights: Flights,
     /// Per route, in the configuration's order: an MCP route's tools as last listed.
     pub(crate) tools: Vec<crate::mcp::Tools>,
     /// The MCP calls running for clients, whose cancels are held back.
     pub(crate) mcp_calls: crate::mcp::Calls,
     /// The loop guards' counts.
-    loops: crate::business::LoopGuards,
+    pub(crate) loops: crate::business::LoopGuards,
     /// Outcomes known here that the ledger could not take yet.
     pub unsettled: Unsettled,
     /// Per route, in the configuration's order.
     metrics: Vec<RouteMetrics>,
-    claim_seconds: Histogram,
+    pub(crate) claim_seconds: Histogram,
     /// The write requests being served, each on a task of its own: a client that goes away does
     /// not cancel its request, and shutdown waits for them.
     pub requests: tokio_util::task::TaskTracker,
@@ -258,31 +258,6 @@ pub(crate) struct Req<'a> {
     pub(crate) metrics: &'a RouteMetrics,
     pub(crate) parts: &'a axum::http::request::Parts,
     pub(crate) peer: SocketAddr,
-}
-
-/// The answer to a duplicate of a request still in flight.
-pub(crate) fn in_flight(entry_id: i64, lease_expires_at: Millis) -> Problem {
-    let secs = ((lease_expires_at - now_millis()).max(0) as u64).div_ceil(1000);
-    Problem::new(
-        ProblemCode::InFlight,
-        "a request with this key is being processed; retry later",
-    )
-    .retry_after(secs.min(5))
-    .with("entry_id", entry_id)
-}
-
-/// What a claim came to.
-pub(crate) enum Claimed<'e> {
-    /// The entry to run now, on its `attempt`; this process's map of flights holds its key until
-    /// `landing` drops.
-    Run {
-        entry_id: i64,
-        attempt: i64,
-        landing: Landing<'e>,
-    },
-    /// The ledger's answer without running it: a replay, a collision, a held or failed entry, a
-    /// probable duplicate.
-    Settled(ClaimOutcome),
 }
 
 /// A write as far as the replay cache: what the rest of its way needs, or its answer.
@@ -682,57 +657,6 @@ impl Engine {
         }))
     }
 
-    /// Counts a call of `what` (its fingerprint, or its `duplicate_on` values) from `scope` under
-    /// `guard`: past its limit, the first call of the window is logged as a loop suspect and
-    /// counted; with `reject`, every call past it is refused, nothing forwarded.
-    pub(crate) fn guard_loop(
-        &self,
-        req: &Req<'_>,
-        tool: Option<&str>,
-        scope: &str,
-        key: &str,
-        what: &str,
-        guard: &crate::config::LoopGuard,
-    ) -> Result<(), Problem> {
-        let route = req.route;
-        let now = now_millis();
-        let name = crate::business::loop_key(&route.name, tool, scope, what);
-        let crate::business::Verdict::Past {
-            calls,
-            first,
-            retry_after,
-        } = self.loops.hit(name, guard, now)
-        else {
-            return Ok(());
-        };
-        let action = if guard.reject { "reject" } else { "flag" };
-        if first {
-            req.metrics.loop_suspects.increment(1);
-            tracing::warn!(route = %route.name, scope = %scope, key = %key, calls, action, "loop suspect: one request called more often than the loop guard allows");
-            // Logged, not waited for: the guard's answer does not depend on it.
-            let _ = self.store.note_loop(idemgate_ledger::LoopNote {
-                route: route.name.clone(),
-                scope: scope.to_owned(),
-                key: key.to_owned(),
-                detail: serde_json::json!({"calls": calls, "max": guard.max,
-                    "window_ms": guard.window.as_millis() as u64, "action": action,
-                    "tool": tool, "request": what}),
-                at: now,
-            });
-        }
-        if !guard.reject {
-            return Ok(());
-        }
-        Err(Problem::new(
-            ProblemCode::LoopSuspect,
-            format!(
-                "this request was sent {calls} times within {:?} (the route allows {}): it looks like a loop, and is refused until the window ends",
-                guard.window, guard.max
-            ),
-        )
-        .retry_after(retry_after))
-    }
-
     /// A write past the replay cache: claimed, then forwarded and its outcome recorded, or
     /// answered as its claim says (a replay, a collision, in flight, …).
     async fn claim_write(&self, req: &Req<'_>, w: Write) -> Answer {
@@ -786,82 +710,6 @@ impl Engine {
                     .await
             }
             Claimed::Settled(settled) => answer_settled(req, &key, settled),
-        }
-    }
-
-    /// Claims `(route, scope, key)` for a request with `fingerprint` (`make` builds the claim for
-    /// a time; a wait for an in-flight key claims again): the entry to run, held in this
-    /// process's map of flights until [`Claimed::Run`]'s guard drops, or what the ledger
-    /// settled. A duplicate of a request in flight is answered (or waited for) here.
-    pub(crate) async fn claim(
-        &self,
-        route: &Route,
-        scope: &str,
-        key: &str,
-        fingerprint: &str,
-        make: impl Fn(Millis) -> ClaimRequest,
-    ) -> Result<Claimed<'_>, Problem> {
-        let deadline = Instant::now() + self.cfg.wait;
-        let waits = self.cfg.in_flight == InFlight::Wait;
-        let fk = flight_key(&route.name, scope, key);
-        loop {
-            // A duplicate of a request this process is driving: answered here, or woken when it
-            // ends (the wait policy), without the ledger.
-            if let Seen::InFlight {
-                entry_id,
-                lease_expires_at,
-                ended,
-            } = self.flights.seen(&fk, fingerprint, now_millis())
-            {
-                if waits && Instant::now() < deadline {
-                    let _ = tokio::time::timeout_at(deadline.into(), ended).await;
-                    continue;
-                }
-                return Err(in_flight(entry_id, lease_expires_at));
-            }
-            let started = Instant::now();
-            let at = now_millis();
-            let outcome = self
-                .store
-                .claim(make(at))
-                .recv()
-                .await
-                .map_err(claim_failed)?;
-            self.claim_seconds.record(started.elapsed().as_secs_f64());
-            // Names only: keys and scopes are not secret, header values and bodies may be.
-            tracing::debug!(route = %route.name, scope = %scope, key = %key, outcome = outcome_label(&outcome), "claim");
-            return match outcome {
-                ClaimOutcome::Claimed { entry_id, attempt } => {
-                    let landing = self.flights.take_off(
-                        fk,
-                        Flight {
-                            entry_id,
-                            fingerprint: fingerprint.to_owned(),
-                            // The ledger's own lease: the claim's time plus the lease.
-                            lease_expires_at: at + route.lease.as_millis() as i64,
-                            done: Arc::default(),
-                        },
-                    );
-                    Ok(Claimed::Run {
-                        entry_id,
-                        attempt,
-                        landing,
-                    })
-                }
-                ClaimOutcome::InFlight {
-                    entry_id,
-                    lease_expires_at,
-                } => {
-                    // Held by another process (or this one's claim is just being answered): ask
-                    // the ledger again shortly.
-                    if waits && Instant::now() < deadline {
-                        tokio::time::sleep(Duration::from_millis(25)).await;
-                        continue;
-                    }
-                    Err(in_flight(entry_id, lease_expires_at))
-                }
-                settled => Ok(Claimed::Settled(settled)),
-            };
         }
     }
 
@@ -921,76 +769,10 @@ impl Engine {
     }
 }
 
-/// The ledger could not take a claim. Nothing was forwarded, so when it is unavailable (a full
-/// disk, a lost database) the same key may be tried again shortly.
-fn claim_failed(e: LedgerError) -> Problem {
-    let p = Problem::from(e);
-    if p.status == 503 {
-        let detail = format!(
-            "{}; nothing was forwarded, so the request may be retried with the same key",
-            p.detail
-        );
-        Problem { detail, ..p }.retry_after(1)
-    } else {
-        p
-    }
-}
-
-/// The name of a claim's outcome, for the debug log.
-fn outcome_label(o: &ClaimOutcome) -> &'static str {
-    match o {
-        ClaimOutcome::Claimed { .. } => "claimed",
-        ClaimOutcome::Replay { .. } => "replay",
-        ClaimOutcome::Collision { .. } => "collision",
-        ClaimOutcome::InFlight { .. } => "in_flight",
-        ClaimOutcome::Stuck { .. } => "stuck",
-        ClaimOutcome::Failed { .. } => "failed",
-        ClaimOutcome::ProbableDuplicate { .. } => "probable_duplicate",
-    }
-}
-
 /// The answer to a claim the ledger settled without this request running: a replay, or why it
 /// will not run (a reused key, a held or failed entry, a probable duplicate).
 fn answer_settled(req: &Req<'_>, key: &str, outcome: ClaimOutcome) -> Answer {
     settled(req.metrics, outcome).map(|r| respond(r, Some(key), true, None))
-}
-
-/// A claim the ledger settled without the request running: the stored response to give out
-/// again, or the problem that says why it will not run. Counted in the route's metrics.
-pub(crate) fn settled(
-    metrics: &RouteMetrics,
-    outcome: ClaimOutcome,
-) -> Result<idemgate_ledger::ResponseRecord, Problem> {
-    match outcome {
-        ClaimOutcome::Replay { response, .. } => {
-            metrics.replayed.increment(1);
-            metrics.replays.increment(1);
-            Ok(response)
-        }
-        ClaimOutcome::Collision { entry_id } => {
-            metrics.collisions.increment(1);
-            Err(Problem::new(ProblemCode::KeyReuse, "this key was already used with a different request; use a new key for a new operation")
-                .with("entry_id", entry_id))
-        }
-        ClaimOutcome::Stuck { entry_id } => Err(Problem::new(ProblemCode::OutcomeUnknown, "an earlier attempt with this key may or may not have happened upstream; it is held for an operator and will not be run again automatically").with_status(409)
-        .with("entry_id", entry_id)),
-        ClaimOutcome::Failed { entry_id, response } => match response {
-            Some(r) => {
-                metrics.replayed.increment(1);
-                Ok(r)
-            }
-            None => Err(Problem::new(ProblemCode::EntryFailed, "an operator marked this operation as permanently failed").with("entry_id", entry_id)),
-        },
-        ClaimOutcome::ProbableDuplicate { entry_id, key: other } => {
-            metrics.duplicate_suspects.increment(1);
-            Err(Problem::new(ProblemCode::ProbableDuplicate, format!("the same request completed under another key ({other}) within the duplicate window"))
-                .with("duplicate_of", entry_id))
-        }
-        ClaimOutcome::Claimed { .. } | ClaimOutcome::InFlight { .. } => Err(Problem::new(
-            ProblemCode::Internal,
-            "a claim that runs or waits is not settled",
-        )),
-    }
 }
 
 #[cfg(test)]

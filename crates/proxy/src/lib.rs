@@ -4,6 +4,7 @@
 //! upstream through [`redrive`]; `idemgate-server` runs the listeners.
 
 pub mod business;
+mod claim;
 pub mod config;
 mod drive;
 pub mod engine;

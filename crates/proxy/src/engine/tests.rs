@@ -1,4 +1,7 @@
 use super::*;
+use std::time::Duration;
+
+use crate::flights::{flight_key, Flight, Seen};
 
 #[test]
 fn dot_segments_are_found_plain_and_percent_encoded() {
