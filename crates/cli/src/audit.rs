@@ -30,6 +30,8 @@ pub(crate) struct ExportArgs {
     /// Replace the output file and its manifest if they exist.
     #[arg(long)]
     overwrite: bool,
+    #[command(flatten)]
+    signing: crate::archival::SigningArg,
     #[arg(long)]
     json: bool,
 }
@@ -42,6 +44,7 @@ pub(crate) fn export(out: &mut output::Out, a: ExportArgs) -> Result<ExitCode, O
         until,
         output: path,
         overwrite,
+        signing,
         json,
     } = a;
     let cmd = ExportCmd {
@@ -53,7 +56,7 @@ pub(crate) fn export(out: &mut output::Out, a: ExportArgs) -> Result<ExitCode, O
         path: path.display().to_string(),
         overwrite,
     };
-    let ops = Ops::open_existing(&ledger.ledger)?;
+    let ops = Ops::open_existing(&ledger.ledger)?.with_signer(signing.signer()?);
     let total = ops.store().head()?.map(|h| h.seq as u64);
     let manifest = with_progress("exporting", "events", total, |p| ops.export(&cmd, p))?;
     match (manifest, interrupt::asked()) {
@@ -102,20 +105,30 @@ pub(crate) fn copy(out: &mut output::Out, a: CopyArgs) -> Result<ExitCode, OpsEr
 /// The arguments of `idemgate verify`.
 #[derive(Args, Debug)]
 pub(crate) struct VerifyArgs {
+    /// The ledger: its live log from its archive checkpoint (with --archive, the whole history).
     #[arg(
         long,
         env = "IDEMGATE_LEDGER",
         value_name = "PATH|URL",
         conflicts_with = "export",
-        required_unless_present = "export"
+        required_unless_present_any = ["export", "archive"]
     )]
     ledger: Option<String>,
-    /// A manifest whose chain head the ledger must still hold.
-    #[arg(long, requires = "ledger", value_name = "MANIFEST")]
+    /// An earlier manifest: the ledger (or the export) must still hold its head; with
+    /// --public-key, the head its checkpoint signs (so this log extends the one published then).
+    #[arg(long, value_name = "MANIFEST", conflicts_with = "archive")]
     against: Option<PathBuf>,
     /// An export file (its FILE.manifest.json is checked too when present).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "archive")]
     export: Option<PathBuf>,
+    /// An archive directory: every segment (digest, chain, links, order) and, with --ledger, the
+    /// ledger's record of them and the live log after them.
+    #[arg(long, value_name = "DIR")]
+    archive: Option<PathBuf>,
+    /// The public key (from `idemgate keygen`) that must have signed the checkpoints: of the
+    /// export, of each archive segment, of the --against manifest. No secret is needed.
+    #[arg(long, value_name = "FILE")]
+    public_key: Option<PathBuf>,
     #[arg(long)]
     json: bool,
 }
@@ -125,12 +138,31 @@ pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, O
         ledger,
         against,
         export,
+        archive,
+        public_key,
         json,
     } = a;
-    let (ok, cancelled) = if let Some(file) = export {
+    let key = crate::archival::public_key(public_key.as_deref())?;
+    let (ok, cancelled) = if let Some(dir) = archive {
         let hasher = ChainHasher::from_env()?;
-        let report = with_progress("verifying", "events", None, |p| {
-            idemgate_ops::verify_export_file(&file, &hasher, p)
+        let ops = ledger.as_deref().map(Ops::open_existing).transpose()?;
+        let r = with_progress("verifying", "events", None, |p| match &ops {
+            Some(ops) => ops.verify_archive(&dir, key.as_ref(), p),
+            None => Ok(idemgate_ledger::archive::verify_archive(
+                &dir,
+                None,
+                &hasher,
+                key.as_ref(),
+                p,
+            )?),
+        })?;
+        crate::archival::verified_archive(out, &r, json)?;
+        (r.ok, r.cancelled)
+    } else if let Some(file) = export {
+        let hasher = ChainHasher::from_env()?;
+        let report = with_progress("verifying", "events", None, |p| match &against {
+            Some(m) => idemgate_ops::verify_export_extends(&file, m, &hasher, key.as_ref(), p),
+            None => idemgate_ops::verify_export_file(&file, &hasher, key.as_ref(), p),
         })?;
         output::verified_export(out, &report, json)?;
         (report.ok, report.chain.cancelled)
@@ -138,13 +170,20 @@ pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, O
         let location = ledger.unwrap_or_default();
         let ops = Ops::open_existing(&location)?;
         let total = ops.store().head()?.map(|h| h.seq as u64);
-        match against {
-            Some(m) => {
+        match (against, &key) {
+            (Some(m), Some(k)) => {
+                let r = with_progress("verifying", "events", total, |p| {
+                    ops.verify_extends(&m, k, p)
+                })?;
+                output::verified_against(out, &r, json)?;
+                (r.ok, r.chain.cancelled)
+            }
+            (Some(m), None) => {
                 let r = with_progress("verifying", "events", total, |p| ops.verify_against(&m, p))?;
                 output::verified_against(out, &r, json)?;
                 (r.ok, r.chain.cancelled)
             }
-            None => {
+            (None, _) => {
                 let r = with_progress("verifying", "events", total, |p| ops.verify(p))?;
                 output::verified(out, &r, json)?;
                 (r.ok, r.cancelled)

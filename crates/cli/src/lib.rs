@@ -5,6 +5,7 @@
 //! 2 bad usage (nothing was opened); 3 verification found a problem; 130 (SIGINT) or 143 (SIGTERM)
 //! long work stopped when asked (see `interrupt`).
 
+mod archival;
 mod audit;
 mod bulk;
 mod decide;
@@ -304,8 +305,21 @@ enum Cmd {
     /// keys still replay), the log verbatim (same hashes) and counters. Stop the proxies first: the
     /// source's write lock is held for the copy.
     Copy(audit::CopyArgs),
-    /// Recompute the hash chain of a ledger (optionally against an export manifest) or of an export.
+    /// Recompute the hash chain of a ledger (optionally against an export manifest), of an export,
+    /// or of an archive with the live log after it; with --public-key, check signed checkpoints.
     Verify(audit::VerifyArgs),
+    /// Write a new Ed25519 key pair for signed checkpoints: PREFIX.key (secret) and PREFIX.pub.
+    Keygen(archival::KeygenArgs),
+    /// Move the events logged before a time into sealed, compressed segments in a directory, then
+    /// remove them from the live ledger (verify --archive checks the whole history).
+    ///
+    /// Each segment is written, synced and renamed into place, then recorded by the ledger, and
+    /// only then are its events deleted: a crash at any point loses nothing, and running it again
+    /// finishes the work. Ctrl-C or SIGTERM stops it between two segments.
+    Archive(archival::ArchiveArgs),
+    /// Apply a configuration's retention policy (`retention run --config FILE`).
+    #[command(subcommand)]
+    Retention(archival::RetentionCmd),
 }
 
 /// A count of rows: 1 or more (0 would show nothing and say that nothing matched).
@@ -565,6 +579,9 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
         }
         Cmd::Copy(a) => return audit::copy(&mut out, a),
         Cmd::Verify(a) => return audit::verify(&mut out, a),
+        Cmd::Keygen(a) => return archival::keygen(&mut out, a),
+        Cmd::Archive(a) => return archival::archive(&mut out, a),
+        Cmd::Retention(c) => return archival::retention(&mut out, c),
     }
     out.flush().ok();
     Ok(ExitCode::SUCCESS)

@@ -628,7 +628,16 @@ pub fn verified(out: &mut Out, r: &VerifyReport, json: bool) -> R {
     if json {
         return pretty(out, r);
     }
-    chain_lines(out, r)
+    chain_lines(out, r)?;
+    if let Some(h) = &r.started_after {
+        writeln!(
+            out,
+            "from the archive checkpoint at seq {} {}: the events before it are in archive \
+             segments (verify --archive DIR checks the whole history)",
+            h.seq, h.hash
+        )?;
+    }
+    Ok(())
 }
 
 /// The last line of a verify with more than the chain to check.

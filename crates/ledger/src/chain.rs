@@ -242,6 +242,10 @@ pub struct VerifyReport {
     /// Set when verification was stopped before the end.
     #[serde(default)]
     pub cancelled: bool,
+    /// Where the verified run started when it did not start at the genesis: the last archived
+    /// event of a ledger (its earlier events are in archive segments), or the event before a range.
+    #[serde(default)]
+    pub started_after: Option<ChainHead>,
 }
 
 /// Where a verified stream must start.
@@ -251,6 +255,9 @@ pub enum ChainStart {
     Genesis,
     /// A range (an export): any first seq; its `prev_hash` is taken as given unless one is named.
     Anywhere { prev_hash: Option<String> },
+    /// Right after `head`: the next event is `head.seq + 1` and links to `head.hash` (the live
+    /// log after its archived part, or one archive segment after another).
+    After(ChainHead),
 }
 
 /// Walks events in order and checks sequence continuity, links and hashes. Stops at the first bad
@@ -273,11 +280,16 @@ where
         first_bad_seq: None,
         problem: None,
         cancelled: false,
+        started_after: match &start {
+            ChainStart::After(h) => Some(h.clone()),
+            _ => None,
+        },
     };
     let mut expect: Option<(i64, String)> = match &start {
         ChainStart::Genesis => Some((1, GENESIS.to_owned())),
         ChainStart::Anywhere { prev_hash: Some(p) } => Some((i64::MIN, p.clone())),
         ChainStart::Anywhere { prev_hash: None } => None,
+        ChainStart::After(h) => Some((h.seq + 1, h.hash.clone())),
     };
     let mut buf = Vec::with_capacity(512);
     for ev in events {

@@ -116,6 +116,21 @@ const TABLES: &[Table] = &[
             ("hash", T),
         ],
     ),
+    // After the log: a record of archived events the live log still holds names them.
+    (
+        "archived",
+        "seq",
+        &[
+            ("seq", I),
+            ("first_seq", I),
+            ("hash", T),
+            ("count", I),
+            ("file", T),
+            ("sha256", T),
+            ("bytes", I),
+            ("at", I),
+        ],
+    ),
 ];
 
 /// An owned column value.
@@ -261,7 +276,7 @@ fn copy_by_entry(src: &mut dyn Db, dst: &mut dyn Db) -> Result<()> {
 }
 
 fn copy_rows(src: &mut dyn Db, dst: &mut dyn Db, progress: Progress<'_>) -> Result<CopyReport> {
-    let mut counts = [0u64; 3];
+    let mut counts = [0u64; 4];
     let mut total = 0u64;
     for (n, (table, key, cols)) in TABLES.iter().enumerate() {
         let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::chain::{self, ChainHasher, ChainStart, VerifyReport};
+use crate::checkpoint::{PublicKey, SignedCheckpoint, Signer};
 use crate::error::{LedgerError, Result};
 use crate::model::{now_millis, rfc3339, ChainHead, Event};
 use crate::store::{EventRange, Progress, Storage};
@@ -64,6 +65,13 @@ pub struct Manifest {
     pub until: Option<String>,
     pub created_at: String,
     pub ledger: String,
+    /// `gzip` for an archive segment; absent for a plain export.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
+    /// The signed checkpoint of `chain_head`, when the ledger's operator configured a signing key:
+    /// anyone with the public key can check that this run of the log is the one they published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<SignedCheckpoint>,
 }
 
 /// The manifest path for an export file: `FILE.manifest.json`.
@@ -75,7 +83,7 @@ pub fn manifest_path(file: &Path) -> PathBuf {
 
 /// One exported event: the stored columns, `at` as RFC 3339 with milliseconds (exact).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Row {
+pub(crate) struct Row {
     seq: i64,
     at: String,
     kind: String,
@@ -112,7 +120,7 @@ impl From<Event> for Row {
 }
 
 impl Row {
-    fn into_event(self) -> Result<Event> {
+    pub(crate) fn into_event(self) -> Result<Event> {
         let at = chrono::DateTime::parse_from_rfc3339(&self.at)
             .map_err(|e| {
                 LedgerError::BadExport(format!("seq {}: bad time {:?}: {e}", self.seq, self.at))
@@ -140,10 +148,20 @@ impl Row {
 }
 
 /// Writes through to `inner` while hashing and counting bytes.
-struct HashingWriter<W: Write> {
-    inner: W,
-    hasher: Sha256,
-    bytes: u64,
+pub(crate) struct HashingWriter<W: Write> {
+    pub inner: W,
+    pub hasher: Sha256,
+    pub bytes: u64,
+}
+
+impl<W: Write> HashingWriter<W> {
+    pub fn new(inner: W) -> Self {
+        HashingWriter {
+            inner,
+            hasher: Sha256::new(),
+            bytes: 0,
+        }
+    }
 }
 
 impl<W: Write> Write for HashingWriter<W> {
@@ -164,12 +182,15 @@ impl<W: Write> Write for HashingWriter<W> {
 /// `out` is never replaced, even one made while the export ran, and an export whose file or
 /// manifest exists does not start: either is an [`std::io::ErrorKind::AlreadyExists`] error, and
 /// leaves nothing.
+/// With a `signer`, the export's last event is signed, the checkpoint logged, and the manifest
+/// carries it.
 pub fn export(
     store: &dyn Storage,
     format: Format,
     range: EventRange,
     out: &Path,
     overwrite: bool,
+    signer: Option<&Signer>,
     progress: Progress<'_>,
 ) -> Result<Option<Manifest>> {
     if !overwrite
@@ -183,11 +204,7 @@ pub fn export(
     let alg = store.chain_alg()?;
     let tmp = partial(out);
     let file = File::create(&tmp)?;
-    let mut w = HashingWriter {
-        inner: BufWriter::with_capacity(1 << 16, file),
-        hasher: Sha256::new(),
-        bytes: 0,
-    };
+    let mut w = HashingWriter::new(BufWriter::with_capacity(1 << 16, file));
     let mut count = 0u64;
     let mut first: Option<(i64, String)> = None;
     let mut last: Option<ChainHead> = None;
@@ -242,6 +259,10 @@ pub fn export(
         let _ = std::fs::remove_file(&tmp);
         return Err(e.into());
     }
+    let checkpoint = match (signer, &last) {
+        (Some(s), Some(head)) => Some(sign_and_log(store, s, head)?),
+        _ => None,
+    };
     let manifest = Manifest {
         manifest_version: 1,
         format,
@@ -262,14 +283,28 @@ pub fn export(
         until: range.until.map(rfc3339),
         created_at: rfc3339(now_millis()),
         ledger: store.location(),
+        compression: None,
+        checkpoint,
     };
     write_manifest(out, &manifest)?;
     Ok(Some(manifest))
 }
 
+/// Signs `head` now and logs the checkpoint.
+pub(crate) fn sign_and_log(
+    store: &dyn Storage,
+    signer: &Signer,
+    head: &ChainHead,
+) -> Result<SignedCheckpoint> {
+    let now = now_millis();
+    let cp = signer.sign(head, now);
+    store.note_checkpoint(cp.clone(), now).wait()?;
+    Ok(cp)
+}
+
 /// Writes `out`'s manifest beside it, renamed into place as the file was (a crash leaves the old
 /// manifest or the new one), and syncs the directory so that both renames outlive a crash.
-fn write_manifest(out: &Path, manifest: &Manifest) -> Result<()> {
+pub(crate) fn write_manifest(out: &Path, manifest: &Manifest) -> Result<()> {
     // Written beside and renamed, as the file: a crash leaves the old manifest or the new one.
     let mpath = manifest_path(out);
     let mtmp = partial(&mpath);
@@ -292,7 +327,7 @@ fn write_manifest(out: &Path, manifest: &Manifest) -> Result<()> {
 }
 
 /// `.NAME.partial` beside `path`: where it is written before it is renamed into place.
-fn partial(path: &Path) -> PathBuf {
+pub(crate) fn partial(path: &Path) -> PathBuf {
     path.with_file_name(format!(
         ".{}.partial",
         path.file_name()
@@ -362,12 +397,15 @@ pub struct ExportVerifyReport {
     pub sha256_matches: Option<bool>,
     /// Count, first/last sequence and head equal the manifest's.
     pub manifest_matches: Option<bool>,
+    /// With a public key: the manifest's checkpoint is signed by it and names the chain's head.
+    #[serde(default)]
+    pub signed: Option<bool>,
     pub chain: VerifyReport,
     pub problems: Vec<String>,
 }
 
 /// The sha256 of a file, in hex.
-fn file_sha256(path: &Path) -> Result<String> {
+pub(crate) fn file_sha256(path: &Path) -> Result<String> {
     let mut f = BufReader::new(File::open(path)?);
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
@@ -381,15 +419,24 @@ fn file_sha256(path: &Path) -> Result<String> {
     Ok(hex::encode(h.finalize()))
 }
 
-/// The chain of the rows of an export file, in its format.
-fn verify_rows(
+/// The chain of the rows of an export file, in its format (gzip-compressed when `gzip`).
+pub(crate) fn verify_rows(
     path: &Path,
     format: Format,
+    gzip: bool,
     hasher: &ChainHasher,
     start: ChainStart,
     progress: Progress<'_>,
 ) -> Result<VerifyReport> {
-    let file = BufReader::with_capacity(1 << 16, File::open(path)?);
+    let raw = File::open(path)?;
+    let file: Box<dyn BufRead> = if gzip {
+        Box::new(BufReader::with_capacity(
+            1 << 16,
+            flate2::read::GzDecoder::new(BufReader::with_capacity(1 << 16, raw)),
+        ))
+    } else {
+        Box::new(BufReader::with_capacity(1 << 16, raw))
+    };
     Ok(match format {
         Format::Ndjson => {
             let rows = file.lines().enumerate().filter_map(|(i, line)| match line {
@@ -416,9 +463,12 @@ fn verify_rows(
 
 /// Verifies an export file, and its manifest when `FILE.manifest.json` exists: the file's sha256,
 /// the chain inside it (naming the first bad sequence number), and the manifest's count and head.
+/// With `public_key`, the manifest's signed checkpoint must be signed by it and name the head the
+/// file's chain ends at.
 pub fn verify_export(
     path: &Path,
     hasher: &ChainHasher,
+    public_key: Option<&PublicKey>,
     progress: Progress<'_>,
 ) -> Result<ExportVerifyReport> {
     let mpath = manifest_path(path);
@@ -463,7 +513,10 @@ pub fn verify_export(
     let start = ChainStart::Anywhere {
         prev_hash: manifest.as_ref().and_then(|m| m.first_prev_hash.clone()),
     };
-    let chain = verify_rows(path, format, hasher, start, progress)?;
+    let gzip = manifest
+        .as_ref()
+        .is_some_and(|m| m.compression.as_deref() == Some("gzip"));
+    let chain = verify_rows(path, format, gzip, hasher, start, progress)?;
     if !chain.ok {
         if let (Some(seq), Some(p)) = (chain.first_bad_seq, &chain.problem) {
             problems.push(format!("seq {seq}: {p}"));
@@ -487,14 +540,79 @@ pub fn verify_export(
             mpath.display()
         ));
     }
-    let ok = chain.ok && sha256_matches != Some(false) && manifest_matches != Some(false);
+    let signed = match (public_key, &manifest) {
+        (Some(key), Some(m)) => {
+            let found = check_signed_head(key, m.checkpoint.as_ref(), chain.head.as_ref());
+            if let Err(why) = &found {
+                problems.push(why.clone());
+            }
+            Some(found.is_ok())
+        }
+        (Some(_), None) => Some(false),
+        (None, _) => None,
+    };
+    let ok = chain.ok
+        && sha256_matches != Some(false)
+        && manifest_matches != Some(false)
+        && signed != Some(false);
     Ok(ExportVerifyReport {
         ok,
         file: path.display().to_string(),
         manifest: manifest.map(|_| mpath.display().to_string()),
         sha256_matches,
         manifest_matches,
+        signed,
         chain,
         problems,
     })
+}
+
+/// Whether the export at `path` holds event `head.seq` with exactly `head.hash`: a later export
+/// extends an earlier one when it holds the earlier one's head and its chain verifies.
+pub fn holds(path: &Path, head: &ChainHead) -> Result<bool> {
+    let manifest: Option<Manifest> = match std::fs::read(manifest_path(path)) {
+        Ok(raw) => serde_json::from_slice(&raw).ok(),
+        Err(_) => None,
+    };
+    let format = manifest.as_ref().map_or_else(
+        || match path.extension().and_then(|e| e.to_str()) {
+            Some("csv") => Format::Csv,
+            _ => Format::Ndjson,
+        },
+        |m| m.format,
+    );
+    let file = BufReader::with_capacity(1 << 16, File::open(path)?);
+    let found = |row: Row| row.seq == head.seq && row.hash == head.hash;
+    Ok(match format {
+        Format::Ndjson => file
+            .lines()
+            .map_while(std::result::Result::ok)
+            .filter_map(|l| serde_json::from_str::<Row>(&l).ok())
+            .any(found),
+        Format::Csv => csv::Reader::from_reader(file)
+            .deserialize::<Row>()
+            .map_while(std::result::Result::ok)
+            .any(found),
+    })
+}
+
+/// Checks that `checkpoint` is signed by `key` and names `head`, the head the verified chain ends
+/// at; why not, in words.
+pub(crate) fn check_signed_head(
+    key: &PublicKey,
+    checkpoint: Option<&SignedCheckpoint>,
+    head: Option<&ChainHead>,
+) -> std::result::Result<(), String> {
+    let cp = checkpoint.ok_or("the manifest carries no signed checkpoint")?;
+    let v = key
+        .verify(&cp.note)
+        .map_err(|e| format!("signed checkpoint: {e}"))?;
+    match head {
+        Some(h) if *h == v.head => Ok(()),
+        Some(h) => Err(format!(
+            "the signed checkpoint names seq {} with hash {}, but the chain ends at seq {} with hash {} (an edited head)",
+            v.head.seq, v.head.hash, h.seq, h.hash
+        )),
+        None => Err("the signed checkpoint names a head, but the file holds no event".into()),
+    }
 }

@@ -6,11 +6,12 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::chain::{self, ChainHasher, VerifyReport};
-use crate::db::Db;
+use crate::checkpoint::SignedCheckpoint;
+use crate::db::{vals, Db};
 use crate::error::{LedgerError, Result};
 use crate::model::{
-    ChainHead, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter, Incident, Millis, Page,
-    ResponseRecord, Stats,
+    ArchivedSegment, ChainHead, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter,
+    Incident, Millis, Page, ResponseRecord, Stats,
 };
 use crate::prepared;
 use crate::read;
@@ -346,6 +347,22 @@ impl Storage for Ledger {
         self.submit(move |ctx| write::note_loop(ctx, &note))
     }
 
+    fn mark_archived(&self, seg: ArchivedSegment) -> Ticket<i64> {
+        self.submit(move |ctx| write::mark_archived(ctx, &seg))
+    }
+
+    fn drop_archived(&self, limit: u64) -> Ticket<u64> {
+        self.submit(move |ctx| write::drop_archived(ctx, limit))
+    }
+
+    fn note_checkpoint(&self, cp: SignedCheckpoint, at: Millis) -> Ticket<i64> {
+        self.submit(move |ctx| write::note_checkpoint(ctx, &cp, at))
+    }
+
+    fn note_retention(&self, detail: serde_json::Value, policy: String, at: Millis) -> Ticket<i64> {
+        self.submit(move |ctx| write::note_retention(ctx, &detail, &policy, at))
+    }
+
     fn entry(&self, id: i64, now: Millis) -> Result<EntryDetail> {
         self.read(|db| read::entry(db, id, now))
     }
@@ -386,15 +403,48 @@ impl Storage for Ledger {
         self.read(|db| read::contains(db, head))
     }
 
+    fn seq_before(&self, before: Millis) -> Result<Option<i64>> {
+        self.read(|db| {
+            db.one(
+                "SELECT MAX(seq) FROM events WHERE at < ?1",
+                vals![before],
+                |r| r.opt_int(0),
+            )
+        })
+    }
+
+    fn archived(&self) -> Result<Vec<ArchivedSegment>> {
+        self.read(read::archived)
+    }
+
+    fn scan_seqs(
+        &self,
+        first: i64,
+        last: i64,
+        f: &mut dyn FnMut(Event) -> Result<bool>,
+    ) -> Result<()> {
+        self.read(|db| read::scan_seqs(db, first, last, f))
+    }
+
     fn verify(&self, progress: Progress<'_>) -> Result<VerifyReport> {
         let alg = self.chain_alg()?;
         chain::check_alg(&self.hasher, &alg)?;
+        // The live log starts after its archived part (events at or below the checkpoint that
+        // are still here await removal: their segment holds them).
+        let archived = self.read(read::archived_through)?;
+        let (start, after) = match archived {
+            Some(h) => {
+                let seq = h.seq;
+                (chain::ChainStart::After(h), seq)
+            }
+            None => (chain::ChainStart::Genesis, 0),
+        };
         // Reading and hashing overlap: a thread reads the log in pages, this one checks them.
         let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Event>>>(4);
         std::thread::scope(|s| {
             s.spawn(move || {
                 let read = self.read(|db| {
-                    for page in read::event_pages(db, 8192) {
+                    for page in read::event_pages(db, after, 8192) {
                         if tx.send(page).is_err() {
                             break;
                         }
@@ -410,7 +460,7 @@ impl Storage for Ledger {
                 Ok(events) => events.into_iter().map(Ok).collect::<Vec<_>>(),
                 Err(e) => vec![Err(e)],
             });
-            chain::verify_events(&self.hasher, chain::ChainStart::Genesis, events, progress)
+            chain::verify_events(&self.hasher, start, events, progress)
         })
     }
 }
@@ -804,7 +854,7 @@ mod tests {
             let purged = writer
                 .purge(PurgeRequest {
                     ids: vec![id],
-                    only_expired: false,
+                    expired_by: None,
                     actor: Actor {
                         operator: "op".into(),
                         reason: "test".into(),

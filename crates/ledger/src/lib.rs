@@ -6,8 +6,10 @@
 //! machine) or PostgreSQL (one database shared by several proxies). Nothing outside this crate
 //! writes SQL.
 
+pub mod archive;
 pub mod canon;
 pub mod chain;
+pub mod checkpoint;
 pub mod copy;
 mod db;
 mod entry_row;
@@ -35,6 +37,7 @@ pub use model::*;
 pub use sqlite::schema_version;
 pub use store::*;
 pub use telemetry::register_metrics;
+pub use write::RETENTION_OPERATOR;
 pub use writer::{WriterCounters, MAX_BATCH};
 
 use std::sync::Arc;

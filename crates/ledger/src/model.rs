@@ -330,10 +330,17 @@ pub enum EventKind {
     Review,
     /// The proxy's loop guard counted more calls of one request than it allows.
     LoopSuspect,
+    /// A range of the log was sealed in an archive segment; the events up to it may leave the
+    /// live ledger.
+    Archive,
+    /// The chain's head was signed (a signed checkpoint).
+    Checkpoint,
+    /// The retention policy ran: what it purged and archived.
+    Retention,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 15] = [
+    pub const ALL: [EventKind; 18] = [
         EventKind::Claim,
         EventKind::Attempt,
         EventKind::Complete,
@@ -349,6 +356,9 @@ impl EventKind {
         EventKind::Purge,
         EventKind::Review,
         EventKind::LoopSuspect,
+        EventKind::Archive,
+        EventKind::Checkpoint,
+        EventKind::Retention,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -368,12 +378,35 @@ impl EventKind {
             EventKind::Purge => "purge",
             EventKind::Review => "review",
             EventKind::LoopSuspect => "loop_suspect",
+            EventKind::Archive => "archive",
+            EventKind::Checkpoint => "checkpoint",
+            EventKind::Retention => "retention",
         }
     }
 
     pub fn parse(s: &str) -> Option<EventKind> {
         EventKind::ALL.into_iter().find(|k| k.as_str() == s)
     }
+}
+
+/// A sealed archive segment the ledger recorded: events `first_seq..=seq` may leave the live log
+/// once this row is written, and `seq` with `hash` is where the live log's chain resumes.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchivedSegment {
+    pub first_seq: i64,
+    /// The segment's last event.
+    pub seq: i64,
+    /// The hash of its last event.
+    pub hash: String,
+    pub count: i64,
+    /// The segment's file name in the archive directory.
+    pub file: String,
+    /// The file's sha256, hex.
+    pub sha256: String,
+    pub bytes: i64,
+    /// When it was recorded.
+    pub at: Millis,
 }
 
 /// One event of the append-only log. `hash` chains it to the event before it.

@@ -4,8 +4,9 @@
 use crate::db::{vals, Db, Row, Val};
 use crate::error::{LedgerError, Result};
 use crate::model::{
-    ChainHead, CollisionRecord, Effect, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter,
-    Incident, Millis, Page, RequestRecord, ResponseRecord, Review, SeriesPoint, State, Stats,
+    ArchivedSegment, ChainHead, CollisionRecord, Effect, EntryDetail, EntryFilter, EntrySummary,
+    Event, EventFilter, Incident, Millis, Page, RequestRecord, ResponseRecord, Review, SeriesPoint,
+    State, Stats,
 };
 use crate::store::EventRange;
 
@@ -438,14 +439,29 @@ pub(crate) fn scan_events(
     )
 }
 
+/// Events `first..=last` in sequence order; `f` returns `false` to stop.
+pub(crate) fn scan_seqs(
+    db: &mut dyn Db,
+    first: i64,
+    last: i64,
+    f: &mut dyn FnMut(Event) -> Result<bool>,
+) -> Result<()> {
+    db.each(
+        &format!("SELECT {EVENT_COLS} FROM events WHERE seq BETWEEN ?1 AND ?2 ORDER BY seq"),
+        vals![first, last],
+        &mut |r| f(event_row(r)?),
+    )
+}
+
 /// The whole log in sequence order, in pages of `page` events (one short statement each, so no
 /// read holds a snapshot open for the whole walk). Ends after the first error.
 pub(crate) fn event_pages(
     db: &mut dyn Db,
+    after: i64,
     page: i64,
 ) -> impl Iterator<Item = Result<Vec<Event>>> + '_ {
     let sql = format!("SELECT {EVENT_COLS} FROM events WHERE seq > ?1 ORDER BY seq LIMIT {page}");
-    let mut after = 0i64;
+    let mut after = after;
     let mut done = false;
     std::iter::from_fn(move || {
         if done {
@@ -580,24 +596,61 @@ pub(crate) fn stats(db: &mut dyn Db, now: Millis, hours: u32) -> Result<Stats> {
     })
 }
 
-/// The newest event's sequence number and hash, if the log is not empty.
+/// The newest event's sequence number and hash; when every event has been archived, the last
+/// archived one's. `None` for a log that never had an event.
 pub(crate) fn head(db: &mut dyn Db) -> Result<Option<ChainHead>> {
-    db.opt(
+    let live = db.opt(
         "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1",
         &[],
+        chain_head,
+    )?;
+    match live {
+        Some(h) => Ok(Some(h)),
+        None => archived_through(db),
+    }
+}
+
+fn chain_head(r: &dyn Row) -> Result<ChainHead> {
+    Ok(ChainHead {
+        seq: r.int(0)?,
+        hash: r.text(1)?,
+    })
+}
+
+/// The last event a recorded archive segment holds: the live log's chain resumes after it.
+pub(crate) fn archived_through(db: &mut dyn Db) -> Result<Option<ChainHead>> {
+    db.opt(
+        "SELECT seq, hash FROM archived ORDER BY seq DESC LIMIT 1",
+        &[],
+        chain_head,
+    )
+}
+
+/// The archive segments the ledger recorded, oldest first.
+pub(crate) fn archived(db: &mut dyn Db) -> Result<Vec<ArchivedSegment>> {
+    db.all(
+        "SELECT first_seq, seq, hash, count, file, sha256, bytes, at FROM archived ORDER BY seq",
+        &[],
         |r| {
-            Ok(ChainHead {
-                seq: r.int(0)?,
-                hash: r.text(1)?,
+            Ok(ArchivedSegment {
+                first_seq: r.int(0)?,
+                seq: r.int(1)?,
+                hash: r.text(2)?,
+                count: r.int(3)?,
+                file: r.text(4)?,
+                sha256: r.text(5)?,
+                bytes: r.int(6)?,
+                at: r.int(7)?,
             })
         },
     )
 }
 
-/// Whether the log holds event `head.seq` with exactly `head.hash`.
+/// Whether the log holds event `head.seq` with exactly `head.hash`, live or as the last event of
+/// a recorded archive segment.
 pub(crate) fn contains(db: &mut dyn Db, head: &ChainHead) -> Result<bool> {
     let found = db.opt(
-        "SELECT hash FROM events WHERE seq = ?1",
+        "SELECT hash FROM events WHERE seq = ?1 UNION ALL SELECT hash FROM archived WHERE seq = ?1",
         vals![head.seq],
         |r| r.text(0),
     )?;

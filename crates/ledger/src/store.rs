@@ -4,10 +4,11 @@
 use serde::{Deserialize, Serialize};
 
 use crate::chain::VerifyReport;
+use crate::checkpoint::SignedCheckpoint;
 use crate::error::{LedgerError, Result};
 use crate::model::{
-    ChainHead, Effect, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter, Incident,
-    Millis, Page, RequestRecord, ResponseRecord, Stats,
+    ArchivedSegment, ChainHead, Effect, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter,
+    Incident, Millis, Page, RequestRecord, ResponseRecord, Stats,
 };
 
 /// A write that has been queued. It resolves once the batch holding it is durable (fsync'd) or has
@@ -171,8 +172,9 @@ pub struct ResolveRequest {
 #[derive(Debug, Clone)]
 pub struct PurgeRequest {
     pub ids: Vec<i64>,
-    /// Only purge those of `ids` that are expired at `at` (the rest are skipped, not an error).
-    pub only_expired: bool,
+    /// Only purge those of `ids` that had expired by this time (the rest, pending ones included,
+    /// are skipped, not an error): `at` for `purge --expired`, earlier for a retention policy.
+    pub expired_by: Option<Millis>,
     pub actor: Actor,
     pub at: Millis,
 }
@@ -296,6 +298,18 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Logs a loop suspect.
     fn note_loop(&self, note: LoopNote) -> Ticket<()>;
 
+    // Archival, signing, retention.
+    /// Records a sealed archive segment and logs it: from then on its events may be deleted
+    /// ([`Storage::drop_archived`]). Refused unless the segment starts right after the last one
+    /// and ends at an event the log holds, with that event's hash. The seq of its log event.
+    fn mark_archived(&self, seg: ArchivedSegment) -> Ticket<i64>;
+    /// Deletes up to `limit` of the oldest events a recorded segment holds; how many went.
+    fn drop_archived(&self, limit: u64) -> Ticket<u64>;
+    /// Logs a signed checkpoint; the seq of its event.
+    fn note_checkpoint(&self, cp: SignedCheckpoint, at: Millis) -> Ticket<i64>;
+    /// Logs a run of the retention policy `policy` and what it did.
+    fn note_retention(&self, detail: serde_json::Value, policy: String, at: Millis) -> Ticket<i64>;
+
     // Reads.
     fn entry(&self, id: i64, now: Millis) -> Result<EntryDetail>;
     fn entries(&self, filter: &EntryFilter, page: Page, now: Millis) -> Result<Vec<EntrySummary>>;
@@ -314,8 +328,20 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn incidents(&self, page: Page, now: Millis) -> Result<Vec<Incident>>;
     fn stats(&self, now: Millis, hours: u32) -> Result<Stats>;
     fn head(&self) -> Result<Option<ChainHead>>;
-    /// Whether the log holds event `head.seq` with exactly `head.hash`.
+    /// Whether the log holds event `head.seq` with exactly `head.hash` (live, or as the last
+    /// event of a recorded archive segment).
     fn contains(&self, head: &ChainHead) -> Result<bool>;
+    /// The seq of the last live event logged before `before`.
+    fn seq_before(&self, before: Millis) -> Result<Option<i64>>;
+    /// The recorded archive segments, oldest first.
+    fn archived(&self) -> Result<Vec<ArchivedSegment>>;
+    /// Streams the live events `first..=last` in sequence order; `f` returns `false` to stop.
+    fn scan_seqs(
+        &self,
+        first: i64,
+        last: i64,
+        f: &mut dyn FnMut(Event) -> Result<bool>,
+    ) -> Result<()>;
     /// Recomputes the whole chain.
     fn verify(&self, progress: Progress<'_>) -> Result<VerifyReport>;
 }

@@ -15,7 +15,10 @@ use crate::read;
 use crate::store::{Actor, ClaimOutcome, ClaimRequest, CompleteOutcome, OwnerReport, SweepReport};
 use crate::writer::Ctx;
 
+mod archival;
 mod operator;
+pub use archival::RETENTION_OPERATOR;
+pub(crate) use archival::{drop_archived, mark_archived, note_checkpoint, note_retention};
 pub(crate) use operator::{note_loop, note_reconcile, purge, redrive, resolve, review};
 
 /// The fields of an event the caller chooses; the rest (seq, hashes) are the chain's.

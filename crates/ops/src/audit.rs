@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use idemgate_ledger::checkpoint::PublicKey;
 use idemgate_ledger::copy::CopyReport;
 use idemgate_ledger::export::{self, ExportVerifyReport, Format, Manifest};
 use idemgate_ledger::{ChainHasher, ChainHead, EventRange, LedgerError, Progress, VerifyReport};
@@ -40,6 +41,9 @@ pub struct AgainstReport {
     pub heads: Vec<(ChainHead, bool)>,
     /// What is wrong, in words, when `ok` is false.
     pub problems: Vec<String>,
+    /// With a public key: the manifest's checkpoint is signed by it (and its head is held).
+    #[serde(default)]
+    pub signed: Option<bool>,
 }
 
 impl Ops {
@@ -77,6 +81,7 @@ impl Ops {
             cmd.range,
             path,
             cmd.overwrite,
+            self.signer.as_deref(),
             progress,
         ) {
             // There before it started (the file or its manifest), or made while it ran.
@@ -102,14 +107,7 @@ impl Ops {
         manifest: &Path,
         progress: Progress<'_>,
     ) -> OpsResult<AgainstReport> {
-        let raw = std::fs::read(manifest)
-            .map_err(|e| OpsError::invalid("against", &format!("{}: {e}", manifest.display())))?;
-        let m: Manifest = serde_json::from_slice(&raw).map_err(|e| {
-            OpsError::invalid(
-                "against",
-                &format!("{}: not a manifest: {e}", manifest.display()),
-            )
-        })?;
+        let m = read_manifest(manifest)?;
         self.verify_against_manifest(&m, progress)
     }
 
@@ -150,7 +148,40 @@ impl Ops {
             chain,
             heads,
             problems,
+            signed: None,
         })
+    }
+
+    /// `verify --against MANIFEST --public-key K`: as [`Ops::verify_against`], and the manifest's
+    /// checkpoint must be signed by `key` and its signed head held: this ledger extends the log
+    /// that was published then.
+    pub fn verify_extends(
+        &self,
+        manifest: &Path,
+        key: &PublicKey,
+        progress: Progress<'_>,
+    ) -> OpsResult<AgainstReport> {
+        let m = read_manifest(manifest)?;
+        let mut r = self.verify_against_manifest(&m, progress)?;
+        let signed = signed_head(&m, key).and_then(|h| {
+            if self.store.contains(&h)? {
+                Ok(h)
+            } else {
+                Err(OpsError::Conflict(format!(
+                    "the ledger does not hold the signed head, seq {} with hash {}",
+                    h.seq, h.hash
+                )))
+            }
+        });
+        match signed {
+            Ok(_) => r.signed = Some(true),
+            Err(e) => {
+                r.problems.push(e.to_string());
+                r.signed = Some(false);
+                r.ok = false;
+            }
+        }
+        Ok(r)
     }
 
     /// Verifies an export file against its manifest (`FILE.manifest.json`), without this ledger.
@@ -159,8 +190,67 @@ impl Ops {
         file: &Path,
         progress: Progress<'_>,
     ) -> OpsResult<ExportVerifyReport> {
-        verify_export_file(file, &self.hasher, progress)
+        verify_export_file(file, &self.hasher, None, progress)
     }
+}
+
+fn read_manifest(manifest: &Path) -> OpsResult<Manifest> {
+    let raw = std::fs::read(manifest)
+        .map_err(|e| OpsError::invalid("against", &format!("{}: {e}", manifest.display())))?;
+    serde_json::from_slice(&raw).map_err(|e| {
+        OpsError::invalid(
+            "against",
+            &format!("{}: not a manifest: {e}", manifest.display()),
+        )
+    })
+}
+
+/// The head `m`'s checkpoint signs, when `key` signed it.
+fn signed_head(m: &Manifest, key: &PublicKey) -> OpsResult<ChainHead> {
+    let cp = m.checkpoint.as_ref().ok_or_else(|| {
+        OpsError::Conflict("the earlier manifest carries no signed checkpoint".into())
+    })?;
+    let v = key
+        .verify(&cp.note)
+        .map_err(|e| OpsError::Conflict(format!("the earlier manifest's checkpoint: {e}")))?;
+    Ok(v.head)
+}
+
+/// `verify --export NEW --against OLD [--public-key K]`: NEW verifies (signed by `key`, when given)
+/// and holds OLD's head (its signed head, with a key): the later export extends the earlier one.
+pub fn verify_export_extends(
+    file: &Path,
+    manifest: &Path,
+    hasher: &ChainHasher,
+    key: Option<&PublicKey>,
+    progress: Progress<'_>,
+) -> OpsResult<ExportVerifyReport> {
+    let old = read_manifest(manifest)?;
+    let mut r = verify_export_file(file, hasher, key, progress)?;
+    let head = match key {
+        Some(k) => signed_head(&old, k),
+        None => old
+            .chain_head
+            .clone()
+            .ok_or_else(|| OpsError::Conflict("the earlier manifest names no head".into())),
+    };
+    let held = head.and_then(|h| {
+        if export::holds(file, &h)? {
+            Ok(())
+        } else {
+            Err(OpsError::Conflict(format!(
+                "{} does not hold the earlier head, seq {} with hash {}: it does not extend it",
+                file.display(),
+                h.seq,
+                h.hash
+            )))
+        }
+    });
+    if let Err(e) = held {
+        r.problems.push(e.to_string());
+        r.ok = false;
+    }
+    Ok(r)
 }
 
 /// Copies the ledger at `from` into a new, empty one at `to` (SQLite → PostgreSQL, or back), with
@@ -179,12 +269,14 @@ pub fn copy_ledger(from: &str, to: &str, progress: Progress<'_>) -> OpsResult<Co
 }
 
 /// Verifies an export without opening any ledger.
+/// With `public_key`, its manifest's signed checkpoint must be that key's and name the file's head.
 pub fn verify_export_file(
     file: &Path,
     hasher: &ChainHasher,
+    public_key: Option<&PublicKey>,
     progress: Progress<'_>,
 ) -> OpsResult<ExportVerifyReport> {
-    Ok(export::verify_export(file, hasher, progress)?)
+    Ok(export::verify_export(file, hasher, public_key, progress)?)
 }
 
 #[cfg(test)]

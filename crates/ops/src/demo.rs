@@ -821,7 +821,7 @@ fn past_purge(store: &dyn Storage, now: Millis) -> OpsResult<()> {
         store
             .purge(PurgeRequest {
                 ids: expired.iter().map(|e| e.id).collect(),
-                only_expired: true,
+                expired_by: Some(now - 90 * MIN),
                 actor: actor(
                     "dana@compliance",
                     "erasure request #4411: purge expired entries of the customer",

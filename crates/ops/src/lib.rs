@@ -16,15 +16,17 @@ mod error;
 mod purge;
 mod reads;
 mod resolve;
+mod retention;
 mod time;
 mod upstream;
 
 use std::sync::Arc;
 
+use idemgate_ledger::checkpoint::Signer;
 use idemgate_ledger::{Actor, ChainHasher, Millis, OpenOptions, Page, Storage};
 use serde::{Deserialize, Serialize};
 
-pub use audit::{copy_ledger, verify_export_file, AgainstReport, ExportCmd};
+pub use audit::{copy_ledger, verify_export_extends, verify_export_file, AgainstReport, ExportCmd};
 pub use bulk::{
     BulkCmd, BulkFailure, BulkKind, BulkReport, BulkTarget, MAX_BULK, MAX_BULK_FAILURES,
 };
@@ -33,6 +35,7 @@ pub use error::{ErrorBody, OpsError};
 pub use purge::{PurgeCmd, PurgeReport, PurgeTarget, PURGE_CHUNK};
 pub use reads::{request_diff, EntryPage, EntryView, EventPage, FieldDiff, ToolCall};
 pub use resolve::{check_response, ResolveAs, ResolveCmd, ReviewCmd};
+pub use retention::{ArchiveCmd, RetentionPolicy, RetentionReport, RetentionStatus};
 pub use time::{parse_time, BadTime};
 pub use upstream::{ActionCmd, ReconcileReport, ReplayReport};
 
@@ -53,6 +56,8 @@ pub const MAX_HOURS: u32 = 24 * 90;
 pub struct Ops {
     store: Arc<dyn Storage>,
     hasher: ChainHasher,
+    /// Signs checkpoints of the chain (exports, archives, the server's interval), when configured.
+    signer: Option<Arc<Signer>>,
 }
 
 /// What an action will touch, shown before it runs.
@@ -176,7 +181,22 @@ fn page(before: Option<i64>, limit: usize, max: usize) -> OpsResult<Page> {
 impl Ops {
     /// The operations over an open ledger and its chain hasher.
     pub fn new(store: Arc<dyn Storage>, hasher: ChainHasher) -> Ops {
-        Ops { store, hasher }
+        Ops {
+            store,
+            hasher,
+            signer: None,
+        }
+    }
+
+    /// These operations, signing checkpoints with `signer`.
+    pub fn with_signer(mut self, signer: Option<Signer>) -> Ops {
+        self.signer = signer.map(Arc::new);
+        self
+    }
+
+    /// Whether checkpoints are signed.
+    pub fn signs(&self) -> bool {
+        self.signer.is_some()
     }
 
     /// Opens an existing ledger (never creates one), with the chain key from the environment.

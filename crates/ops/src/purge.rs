@@ -193,19 +193,20 @@ impl Ops {
         if preview.destructive && !cmd.confirm_destructive {
             return Err(OpsError::ConfirmationRequired(preview.keys));
         }
-        let only_expired = matches!(cmd.target, PurgeTarget::Expired { .. });
+        let expired = matches!(cmd.target, PurgeTarget::Expired { .. });
         let mut purged = Vec::with_capacity(preview.ids.len());
         // Chunks keep each transaction short; each chunk is atomic.
         let chunks = preview.ids.chunks(PURGE_CHUNK);
         let last = chunks.len().saturating_sub(1);
         for (i, chunk) in chunks.enumerate() {
+            let at = now_millis();
             let done = self
                 .store
                 .purge(PurgeRequest {
                     ids: chunk.to_vec(),
-                    only_expired,
+                    expired_by: expired.then_some(at),
                     actor: actor.clone(),
-                    at: now_millis(),
+                    at,
                 })
                 .wait()?;
             purged.extend(done);

@@ -6,10 +6,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use idemgate_ledger::Effect;
+mod audit;
 mod operators;
 mod raw;
 mod route;
 
+pub use audit::{Retention, Signing, SIGNING_KEY_ENV};
 pub use operators::{new_token, OperatorCred, Role, TokenHash, SHARED_ADMIN};
 use raw::RawConfig;
 
@@ -319,6 +321,10 @@ pub struct Config {
     pub wait: Duration,
     pub duplicate_window: Duration,
     pub routes: Vec<Route>,
+    /// `[retention]`, when the server applies a policy.
+    pub retention: Option<Retention>,
+    /// Signed checkpoints, when a signing key is configured.
+    pub signing: Option<Signing>,
 }
 
 impl Config {
@@ -477,6 +483,17 @@ impl Config {
         let mut errors = Vec::new();
         let d = defaults(&raw.defaults, &mut errors);
         let server = server(&raw, &mut errors);
+        let retention = raw
+            .retention
+            .as_ref()
+            .map(|r| take(&mut errors, audit::retention(r)));
+        let signing = take(
+            &mut errors,
+            audit::signing(
+                raw.server.signing_key_file.as_deref(),
+                raw.server.checkpoint_interval.as_deref(),
+            ),
+        );
         let (Some(d), Some(server)) = (d, server) else {
             return Err(one_or_several(errors));
         };
@@ -498,6 +515,8 @@ impl Config {
         }
         each_route_serves_something(&routes)?;
         Ok(Config {
+            retention: retention.flatten(),
+            signing: signing.flatten(),
             listen: server.listen,
             admin_listen: server.admin_listen,
             ledger: raw.server.ledger,

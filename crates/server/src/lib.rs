@@ -7,6 +7,7 @@
 pub mod access;
 pub mod admin;
 pub mod exports;
+pub mod upkeep;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -59,7 +60,18 @@ impl Server {
     /// the configured ledger, creating it when missing.
     pub fn open(cfg: Arc<Config>) -> Result<Server, ServeError> {
         let token = check(&cfg)?;
-        let ops = Ops::open_or_create(&cfg.ledger)?;
+        let signer = match &cfg.signing {
+            Some(s) => Some(
+                idemgate_ledger::checkpoint::Signer::from_file(&s.key_file).map_err(|e| {
+                    ConfigError::Invalid {
+                        field: "server.signing_key_file".into(),
+                        message: e.to_string(),
+                    }
+                })?,
+            ),
+            None => None,
+        };
+        let ops = Ops::open_or_create(&cfg.ledger)?.with_signer(signer);
         Ok(Server { cfg, token, ops })
     }
 
@@ -196,6 +208,7 @@ async fn serve(
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let sweeper = tokio::spawn(sweep_loop(engine.clone(), stop_rx.clone()));
+    let upkeep = upkeep::spawn(&cfg, &ops, &stop_rx);
     let settler = engine.clone();
     // The proxy listener calls the engine directly: no router, no boxed body, no extensions.
     let proxy_service = move |peer: SocketAddr| {
@@ -243,6 +256,9 @@ async fn serve(
         );
     }
     let _ = sweeper.await;
+    for u in upkeep {
+        let _ = u.await;
+    }
     exports.close();
     // The last chance for outcomes the ledger could not take: after this they live only in the
     // entries' leases, stuck for an operator once they pass.

@@ -12,6 +12,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 mod actions;
+mod archival;
 mod audit;
 mod reads;
 mod setup;

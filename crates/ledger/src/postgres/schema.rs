@@ -171,6 +171,48 @@ CREATE TABLE reviews (
     at       BIGINT NOT NULL
 );
 "#,
+    // 7: archival, as on SQLite (its migration 10): a DELETE of an event is allowed only at or
+    // below the last recorded archive checkpoint, whose row must name a logged event and its hash
+    // (or a range no live event is in any more).
+    r#"
+CREATE TABLE archived (
+    seq       BIGINT PRIMARY KEY,
+    first_seq BIGINT NOT NULL,
+    hash      TEXT NOT NULL,
+    count     BIGINT NOT NULL,
+    file      TEXT NOT NULL,
+    sha256    TEXT NOT NULL,
+    bytes     BIGINT NOT NULL,
+    at        BIGINT NOT NULL
+);
+CREATE FUNCTION idemgate_archived_checks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF (NOT EXISTS (SELECT 1 FROM events WHERE seq = NEW.seq AND hash = NEW.hash)
+        AND EXISTS (SELECT 1 FROM events WHERE seq <= NEW.seq))
+       OR NEW.seq <= (SELECT COALESCE(MAX(seq), 0) FROM archived) THEN
+        RAISE EXCEPTION 'an archive checkpoint must name a logged event past the last one';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER archived_checks BEFORE INSERT ON archived
+    FOR EACH ROW EXECUTE FUNCTION idemgate_archived_checks();
+CREATE TRIGGER archived_append_only BEFORE UPDATE OR DELETE ON archived
+    FOR EACH ROW EXECUTE FUNCTION idemgate_append_only();
+CREATE TRIGGER archived_no_truncate BEFORE TRUNCATE ON archived
+    FOR EACH STATEMENT EXECUTE FUNCTION idemgate_append_only();
+CREATE FUNCTION idemgate_events_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.seq <= (SELECT COALESCE(MAX(seq), 0) FROM archived) THEN
+        RETURN OLD;
+    END IF;
+    RAISE EXCEPTION 'the idemgate log is append-only: DELETE refused';
+END $$;
+DROP TRIGGER events_append_only ON events;
+CREATE TRIGGER events_append_only BEFORE UPDATE ON events
+    FOR EACH ROW EXECUTE FUNCTION idemgate_append_only();
+CREATE TRIGGER events_delete_archived_only BEFORE DELETE ON events
+    FOR EACH ROW EXECUTE FUNCTION idemgate_events_delete();
+"#,
 ];
 
 pub fn current_version() -> i64 {

@@ -238,6 +238,45 @@ CREATE TABLE reviews (
 ) STRICT;
 "#,
     ),
+    // 10: archival. `archived` records each sealed segment of the log (its range, its last
+    // event's hash, its file and digest); its greatest `seq` is the ledger's `archived_through`.
+    // A row is refused unless it is beyond the last one and names an event the log holds, with
+    // that event's hash — or a range no live event is in any more (a ledger copied with its
+    // archive record): so events are deleted only once a segment that ends with them has been
+    // recorded, and the delete trigger refuses every other DELETE, as before. Rows never change.
+    Migration::Sql(
+        r#"
+CREATE TABLE archived (
+    seq       INTEGER PRIMARY KEY,
+    first_seq INTEGER NOT NULL,
+    hash      TEXT NOT NULL,
+    count     INTEGER NOT NULL,
+    file      TEXT NOT NULL,
+    sha256    TEXT NOT NULL,
+    bytes     INTEGER NOT NULL,
+    at        INTEGER NOT NULL
+) STRICT;
+CREATE TRIGGER archived_checks BEFORE INSERT ON archived
+    WHEN (NOT EXISTS (SELECT 1 FROM events WHERE seq = NEW.seq AND hash = NEW.hash)
+           AND EXISTS (SELECT 1 FROM events WHERE seq <= NEW.seq))
+      OR NEW.seq <= COALESCE((SELECT MAX(seq) FROM archived), 0)
+BEGIN
+    SELECT RAISE(ABORT, 'an archive checkpoint must name a logged event past the last one');
+END;
+CREATE TRIGGER archived_append_only_update BEFORE UPDATE ON archived BEGIN
+    SELECT RAISE(ABORT, 'the idemgate archive record is append-only: UPDATE refused');
+END;
+CREATE TRIGGER archived_append_only_delete BEFORE DELETE ON archived BEGIN
+    SELECT RAISE(ABORT, 'the idemgate archive record is append-only: DELETE refused');
+END;
+DROP TRIGGER events_append_only_delete;
+CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events
+    WHEN OLD.seq > COALESCE((SELECT MAX(seq) FROM archived), 0)
+BEGIN
+    SELECT RAISE(ABORT, 'the idemgate log is append-only: DELETE refused');
+END;
+"#,
+    ),
 ];
 
 /// The entries' state check as written by migration 1, and as migration 7 rewrites it.

@@ -113,6 +113,9 @@ pub(crate) fn purge(ctx: &mut Ctx<'_>, req: &PurgeRequest) -> Result<Vec<i64>> {
     let mut purged = Vec::with_capacity(req.ids.len());
     for &id in &req.ids {
         let row = row_by_id(ctx.db, id)?;
+        if req.expired_by.is_some_and(|by| !row.expired(by)) {
+            continue;
+        }
         if row.state == State::Pending {
             return Err(LedgerError::InvalidTransition {
                 id,
@@ -120,9 +123,6 @@ pub(crate) fn purge(ctx: &mut Ctx<'_>, req: &PurgeRequest) -> Result<Vec<i64>> {
                 action: "purge",
                 needed: "completed, released or failed (resolve a pending entry first)",
             });
-        }
-        if req.only_expired && !row.expired(req.at) {
-            continue;
         }
         for table in ["collisions", "subjects", "reviews"] {
             ctx.db.exec(

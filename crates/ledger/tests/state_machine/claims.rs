@@ -223,7 +223,7 @@ fn a_failing_job_is_undone_alone_and_its_batch_lands(b: Backend) {
         .collect();
     let purge = f.l.purge(PurgeRequest {
         ids: vec![a, b],
-        only_expired: false,
+        expired_by: None,
         actor: actor(),
         at: T0 + 2,
     });

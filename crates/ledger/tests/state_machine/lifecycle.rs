@@ -385,9 +385,9 @@ fn purge_removes_entries_but_keeps_the_chain_verifiable(b: Backend) {
     let a = claimed(f.l.claim(req("a", "{}", T0)).wait().expect("claim"));
     let b = claimed(f.l.claim(req("b", "{}", T0)).wait().expect("claim"));
     complete(&f.l, a, T0 + 1, "{}");
-    let pr = |ids: Vec<i64>, only_expired| PurgeRequest {
+    let pr = |ids: Vec<i64>, only_expired: bool| PurgeRequest {
         ids,
-        only_expired,
+        expired_by: only_expired.then_some(T0 + 2),
         actor: actor(),
         at: T0 + 2,
     };

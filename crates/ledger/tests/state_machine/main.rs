@@ -244,6 +244,7 @@ fn req_at(key: &str, path: &str, at: Millis) -> ClaimRequest {
 }
 
 // After the macros above, which the modules use.
+mod archive;
 mod claims;
 mod lifecycle;
 mod reads;

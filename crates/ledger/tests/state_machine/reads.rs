@@ -28,7 +28,7 @@ fn a_key_finds_exactly_its_entries_and_events(b: Backend) {
     complete(&f.l, purged, T0 + 4, "{}");
     let pr = PurgeRequest {
         ids: vec![purged],
-        only_expired: false,
+        expired_by: None,
         actor: actor(),
         at: T0 + 5,
     };
@@ -233,7 +233,7 @@ fn an_operator_filter_finds_the_name_and_its_qualified_forms(b: Backend) {
         complete(&f.l, id, T0 + 1, "{}");
         f.l.purge(PurgeRequest {
             ids: vec![id],
-            only_expired: false,
+            expired_by: None,
             actor: Actor {
                 operator: (*name).into(),
                 reason: "r".into(),
@@ -373,7 +373,7 @@ fn subjects_are_kept_searched_and_purged_with_their_entry(b: Backend) {
     );
     let pr = PurgeRequest {
         ids: vec![a],
-        only_expired: false,
+        expired_by: None,
         actor: actor(),
         at: T0 + 6,
     };

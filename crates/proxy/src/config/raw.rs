@@ -13,6 +13,7 @@ pub(super) struct RawConfig {
     pub(super) routes: Vec<RawRoute>,
     #[serde(default)]
     pub(super) operators: Vec<RawOperator>,
+    pub(super) retention: Option<super::audit::RawRetention>,
 }
 
 /// `[[operators]]`: who may use the admin API, with which role, and the hash of their token.
@@ -37,6 +38,8 @@ pub(super) struct RawServer {
     pub(super) console_dir: Option<String>,
     pub(super) export_dir: Option<String>,
     pub(super) body_timeout: Option<String>,
+    pub(super) signing_key_file: Option<String>,
+    pub(super) checkpoint_interval: Option<String>,
 }
 
 pub(super) fn default_listen() -> String {

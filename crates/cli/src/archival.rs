@@ -1,0 +1,301 @@
+//! The commands of the audit trail over years: `keygen` (a checkpoint signing key), `archive`
+//! (old events into sealed segments), `retention run` (a configuration's policy, by hand), and
+//! the archive's part of `verify`.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use idemgate_ledger::archive::{ArchiveReport, ArchiveVerifyReport};
+use idemgate_ledger::checkpoint::{self, PublicKey, Signer};
+use idemgate_ops::{ArchiveCmd, Ops, OpsError};
+use idemgate_proxy::Config;
+
+use crate::{interrupt, output, stopped, with_progress, LedgerArg};
+
+/// The arguments of `idemgate keygen`.
+#[derive(Args, Debug)]
+pub(crate) struct KeygenArgs {
+    /// Writes PREFIX.key (the signing key, readable by its owner only) and PREFIX.pub (the public
+    /// key, for auditors). Neither may exist.
+    #[arg(long, value_name = "PREFIX")]
+    out: PathBuf,
+    /// The key's name, which is the origin of every checkpoint it signs (default HOST/idemgate).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+/// A signing key's file, for the commands that sign what they write.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct SigningArg {
+    /// Sign a checkpoint of what is written with this key (from `idemgate keygen`), log it, and
+    /// put it in the manifest.
+    #[arg(long, env = "IDEMGATE_SIGNING_KEY_FILE", value_name = "FILE")]
+    signing_key: Option<PathBuf>,
+}
+
+impl SigningArg {
+    pub(crate) fn signer(&self) -> Result<Option<Signer>, OpsError> {
+        self.signing_key
+            .as_deref()
+            .map(|f| {
+                Signer::from_file(f).map_err(|e| OpsError::invalid("signing-key", &e.to_string()))
+            })
+            .transpose()
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace) && !h.contains('+'))
+        .unwrap_or_else(|| "localhost".into())
+}
+
+pub(crate) fn keygen(out: &mut output::Out, a: KeygenArgs) -> Result<ExitCode, OpsError> {
+    let name = a
+        .name
+        .unwrap_or_else(|| format!("{}/idemgate", host_name()));
+    let (private, public) =
+        checkpoint::generate(&name).map_err(|e| OpsError::invalid("name", &e.to_string()))?;
+    let with = |ext: &str| {
+        let mut s = a.out.as_os_str().to_owned();
+        s.push(ext);
+        PathBuf::from(s)
+    };
+    let (key, pubf) = (with(".key"), with(".pub"));
+    for p in [&key, &pubf] {
+        if p.symlink_metadata().is_ok() {
+            return Err(OpsError::Conflict(format!(
+                "{} exists: a signing key is never replaced (choose another --out)",
+                p.display()
+            )));
+        }
+    }
+    write_new(&key, &private, 0o600)?;
+    if let Err(e) = write_new(&pubf, &public, 0o644) {
+        let _ = std::fs::remove_file(&key);
+        return Err(e);
+    }
+    writeln!(
+        out,
+        "wrote {} (the signing key: keep it secret; the server reads it through \
+         signing_key_file or IDEMGATE_SIGNING_KEY_FILE)",
+        key.display()
+    )?;
+    writeln!(
+        out,
+        "wrote {} (the public key: auditors verify with it)",
+        pubf.display()
+    )?;
+    writeln!(out, "{public}")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Creates `path` with `text` and a newline, with `mode`, failing if it exists.
+fn write_new(path: &Path, text: &str, mode: u32) -> Result<(), OpsError> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(|e| OpsError::invalid("out", &format!("{}: {e}", path.display())))?;
+    f.write_all(text.as_bytes())?;
+    f.write_all(b"\n")?;
+    f.sync_all()?;
+    Ok(())
+}
+
+/// The arguments of `idemgate archive`.
+#[derive(Args, Debug)]
+pub(crate) struct ArchiveArgs {
+    #[command(flatten)]
+    ledger: LedgerArg,
+    /// Archive the events logged before this: RFC 3339, a date, a duration ago (90d) or Unix ms.
+    #[arg(long, value_parser = idemgate_ops::parse_time)]
+    before: i64,
+    /// The archive directory (it must exist): segments and their manifests go there.
+    #[arg(long, value_name = "DIR")]
+    to: PathBuf,
+    /// The most events in one segment.
+    #[arg(long, value_name = "N")]
+    segment_events: Option<u64>,
+    #[command(flatten)]
+    signing: SigningArg,
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn archive(out: &mut output::Out, a: ArchiveArgs) -> Result<ExitCode, OpsError> {
+    let ops = Ops::open_existing(&a.ledger.ledger)?.with_signer(a.signing.signer()?);
+    let cmd = ArchiveCmd {
+        before: a.before,
+        dir: a.to.display().to_string(),
+        segment_events: a.segment_events,
+    };
+    let report = with_progress("archiving", "events", None, |p| ops.archive(&cmd, p))?;
+    archived(out, &report, a.json)?;
+    if let (true, Some(stop)) = (report.cancelled, interrupt::asked()) {
+        return Ok(stopped(
+            stop,
+            "archive",
+            "every segment written so far is recorded and its events removed; run it again for the rest",
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn archived(out: &mut output::Out, r: &ArchiveReport, json: bool) -> Result<(), OpsError> {
+    if json {
+        serde_json::to_writer_pretty(&mut *out, r).map_err(std::io::Error::other)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    for s in &r.segments {
+        writeln!(
+            out,
+            "sealed {} (seq {}–{}, {} events, {} bytes)",
+            s.file, s.first_seq, s.seq, s.count, s.bytes
+        )?;
+    }
+    match &r.archived_through {
+        Some(h) => writeln!(
+            out,
+            "archived through seq {} ({}); {} events left the live ledger",
+            h.seq, h.hash, r.removed
+        )?,
+        None => writeln!(out, "nothing archived: no event is that old")?,
+    }
+    Ok(())
+}
+
+/// `idemgate retention …`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum RetentionCmd {
+    /// Apply a configuration's `[retention]` policy once, as the server does at its interval: for a
+    /// ledger no server runs on.
+    Run {
+        /// The configuration with the `[retention]` policy (and its ledger, unless --ledger).
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// The ledger, when not the one the configuration names.
+        #[arg(long, env = "IDEMGATE_LEDGER", value_name = "PATH|URL")]
+        ledger: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub(crate) fn retention(out: &mut output::Out, c: RetentionCmd) -> Result<ExitCode, OpsError> {
+    let RetentionCmd::Run {
+        config,
+        ledger,
+        json,
+    } = c;
+    let cfg = Config::load_for_operations(&config.display().to_string())
+        .map_err(|e| OpsError::BadConfig(e.to_string()))?;
+    let Some(r) = &cfg.retention else {
+        return Err(OpsError::BadConfig(format!(
+            "{}: no [retention] policy",
+            config.display()
+        )));
+    };
+    let signer = match &cfg.signing {
+        Some(s) => {
+            Some(Signer::from_file(&s.key_file).map_err(|e| OpsError::BadConfig(e.to_string()))?)
+        }
+        None => None,
+    };
+    let ops =
+        Ops::open_existing(&ledger.unwrap_or_else(|| cfg.ledger.clone()))?.with_signer(signer);
+    let policy = idemgate_server::upkeep::policy(r);
+    let report = with_progress("archiving", "events", None, |p| {
+        ops.retention_run(&policy, p)
+    })?;
+    if json {
+        serde_json::to_writer_pretty(&mut *out, &report).map_err(std::io::Error::other)?;
+        writeln!(out)?;
+    } else {
+        writeln!(out, "{}", report.policy)?;
+        writeln!(
+            out,
+            "purged {}",
+            output::counted(report.purged, "entry", "entries")
+        )?;
+        if let Some(a) = &report.archive {
+            archived(out, a, false)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The public key `verify --public-key` names.
+pub(crate) fn public_key(path: Option<&Path>) -> Result<Option<PublicKey>, OpsError> {
+    path.map(|p| {
+        PublicKey::from_file(p).map_err(|e| OpsError::invalid("public-key", &e.to_string()))
+    })
+    .transpose()
+}
+
+pub(crate) fn verified_archive(
+    out: &mut output::Out,
+    r: &ArchiveVerifyReport,
+    json: bool,
+) -> Result<(), OpsError> {
+    if json {
+        serde_json::to_writer_pretty(&mut *out, r).map_err(std::io::Error::other)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(out, "archive {}", r.dir)?;
+    for s in &r.segments {
+        writeln!(
+            out,
+            "  {} seq {}–{} {} events{}: {}",
+            s.file,
+            s.first_seq.unwrap_or(0),
+            s.last_seq.unwrap_or(0),
+            s.count,
+            if s.checkpoint.is_some() {
+                ", signed"
+            } else {
+                ""
+            },
+            if s.ok { "ok" } else { "BAD" }
+        )?;
+    }
+    if let Some(l) = &r.live {
+        writeln!(
+            out,
+            "live log: {} events after seq {}{}",
+            l.count,
+            l.started_after.as_ref().map_or(0, |h| h.seq),
+            if l.ok { "" } else { " (BAD)" }
+        )?;
+    }
+    writeln!(
+        out,
+        "{} events verified{}",
+        r.count,
+        r.head
+            .as_ref()
+            .map(|h| format!(", head seq {} {}", h.seq, h.hash))
+            .unwrap_or_default()
+    )?;
+    for p in &r.problems {
+        writeln!(out, "  {p}")?;
+    }
+    writeln!(
+        out,
+        "{}",
+        match (r.ok, r.cancelled) {
+            (true, _) => "OK",
+            (false, true) => "STOPPED",
+            (false, false) => "FAILED",
+        }
+    )?;
+    Ok(())
+}

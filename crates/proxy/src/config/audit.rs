@@ -1,0 +1,118 @@
+//! `[retention]` and the signing of checkpoints (`server.signing_key_file`,
+//! `server.checkpoint_interval`): what keeps the audit trail over years, checked at start-up.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use idemgate_ledger::checkpoint::Signer;
+use serde::Deserialize;
+
+use super::{invalid, parse_positive, ConfigError};
+
+/// `[retention]` as TOML writes it.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRetention {
+    entries: Option<String>,
+    log_hot: Option<String>,
+    archive_dir: Option<String>,
+    interval: Option<String>,
+}
+
+/// What the server removes from the live ledger by policy, and how often it looks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retention {
+    /// Completed, released and failed entries this long past their expiry are purged.
+    pub entries: Option<Duration>,
+    /// Events older than this are archived into `archive_dir`, then leave the live ledger.
+    pub log_hot: Option<Duration>,
+    pub archive_dir: Option<PathBuf>,
+    /// How often the server applies the policy (and once at start).
+    pub interval: Duration,
+}
+
+pub(super) fn retention(r: &RawRetention) -> Result<Retention, ConfigError> {
+    let span = |field: &str, v: &Option<String>| {
+        v.as_deref()
+            .map(|s| parse_positive(field, s, ""))
+            .transpose()
+    };
+    let entries = span("retention.entries", &r.entries)?;
+    let log_hot = span("retention.log_hot", &r.log_hot)?;
+    let interval = parse_positive(
+        "retention.interval",
+        r.interval.as_deref().unwrap_or("1h"),
+        "",
+    )?;
+    if entries.is_none() && log_hot.is_none() {
+        return Err(invalid(
+            "retention",
+            "set `entries` (purge entries this long past their expiry), `log_hot` (archive \
+             events older than this), or both",
+        ));
+    }
+    let archive_dir = match (&r.archive_dir, log_hot) {
+        (Some(d), _) => {
+            let p = PathBuf::from(d);
+            if !p.is_dir() {
+                return Err(invalid(
+                    "retention.archive_dir",
+                    format!("{d:?} is not a directory (create it, owned by the server's user)"),
+                ));
+            }
+            Some(std::path::absolute(&p).unwrap_or(p))
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                "retention.archive_dir",
+                "`log_hot` archives events: name the directory they go to",
+            ))
+        }
+        (None, None) => None,
+    };
+    Ok(Retention {
+        entries,
+        log_hot,
+        archive_dir,
+        interval,
+    })
+}
+
+/// Signed checkpoints: the key's file (from the configuration, else `IDEMGATE_SIGNING_KEY_FILE`)
+/// and how often the server signs the chain's head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signing {
+    pub key_file: PathBuf,
+    pub interval: Duration,
+}
+
+/// The environment variable naming the signing key's file when the configuration does not.
+pub const SIGNING_KEY_ENV: &str = "IDEMGATE_SIGNING_KEY_FILE";
+
+pub(super) fn signing(
+    file: Option<&str>,
+    interval: Option<&str>,
+) -> Result<Option<Signing>, ConfigError> {
+    let (field, file) = match file {
+        Some(f) => ("server.signing_key_file", f.to_owned()),
+        None => match std::env::var(SIGNING_KEY_ENV) {
+            Ok(f) if !f.is_empty() => (SIGNING_KEY_ENV, f),
+            _ => {
+                if interval.is_some() {
+                    return Err(invalid(
+                        "server.checkpoint_interval",
+                        "no signing key: set server.signing_key_file (idemgate keygen makes one)",
+                    ));
+                }
+                return Ok(None);
+            }
+        },
+    };
+    let interval = parse_positive("server.checkpoint_interval", interval.unwrap_or("1h"), "")?;
+    // Read now, so that `serve --check` finds a key that will not load.
+    Signer::from_file(std::path::Path::new(&file)).map_err(|e| invalid(field, e.to_string()))?;
+    Ok(Some(Signing {
+        key_file: PathBuf::from(file),
+        interval,
+    }))
+}
