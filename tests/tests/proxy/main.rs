@@ -22,6 +22,7 @@ mod operator;
 mod outcomes;
 mod reads;
 mod requests;
+mod retention;
 mod signals;
 mod upstreams;
 

@@ -426,3 +426,51 @@ fn subjects_duplicate_values_and_loop_guards_are_checked() {
     ));
     assert!(e.contains("read route claims nothing"), "{e}");
 }
+
+#[test]
+fn a_retention_policy_and_a_signing_key_are_checked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().display();
+    let ok = Config::parse(&format!(
+        "{BASE}[retention]\nentries = \"30d\"\nlog_hot = \"90d\"\narchive_dir = \"{d}\"\n"
+    ))
+    .expect("a policy");
+    let r = ok.retention.expect("retention");
+    assert_eq!(r.entries, Some(Duration::from_secs(30 * 86_400)));
+    assert_eq!(r.interval, Duration::from_secs(3600));
+    assert!(Config::parse(BASE).expect("none").retention.is_none());
+    for (toml, field) in [
+        ("[retention]\n", "retention"),
+        ("[retention]\nlog_hot = \"90d\"\n", "retention.archive_dir"),
+        (
+            "[retention]\nlog_hot = \"90d\"\narchive_dir = \"/no/such/dir\"\n",
+            "retention.archive_dir",
+        ),
+        ("[retention]\nentries = \"soon\"\n", "retention.entries"),
+        ("[retention]\nentries = \"1d\"\nkeep = \"1d\"\n", "keep"),
+    ] {
+        let e = err(&format!("{BASE}{toml}"));
+        assert!(e.contains(field), "{toml}: {e}");
+    }
+    // A signing key is read at start: a missing or public one is refused there.
+    let (private, public) =
+        idemgate_ledger::checkpoint::generate("cfg.example/idemgate").expect("keys");
+    let key = dir.path().join("k.key");
+    let pubf = dir.path().join("k.pub");
+    std::fs::write(&key, &private).expect("key");
+    std::fs::write(&pubf, &public).expect("pub");
+    let with_key = |f: &std::path::Path, extra: &str| {
+        format!(
+            "[server]\nledger = \"x.db\"\nsigning_key_file = \"{}\"\n{extra}",
+            f.display()
+        )
+    };
+    let c = Config::parse(&with_key(&key, "checkpoint_interval = \"10m\"\n")).expect("signing");
+    assert_eq!(
+        c.signing.map(|s| s.interval),
+        Some(Duration::from_secs(600))
+    );
+    assert!(err(&with_key(&pubf, "")).contains("server.signing_key_file"));
+    assert!(err(&with_key(&dir.path().join("none"), "")).contains("server.signing_key_file"));
+    assert!(err(&format!("{BASE}checkpoint_interval = \"1h\"\n")).contains("checkpoint_interval"));
+}

@@ -1,0 +1,138 @@
+//! The server keeps the audit trail on its own: it applies its retention policy (never to a stuck
+//! entry) and signs the chain's head at its interval, while it serves.
+
+use idemgate_ledger::checkpoint::PublicKey;
+
+use super::*;
+
+const RETAINING: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+ledger = "{ledger}"
+signing_key_file = "{key}"
+checkpoint_interval = "1s"
+
+[retention]
+entries = "1s"
+log_hot = "1m"
+archive_dir = "{archive}"
+interval = "1s"
+
+[[routes]]
+name = "charges"
+method = "POST"
+path = "/v1/charges"
+upstream = "{upstream}"
+effect = "write"
+timeout = "1s"
+"#;
+
+fn listed(ledger: &str, filter: &str) -> usize {
+    idemgate_json(&["entries", "--ledger", ledger, filter, "--json"])
+        .as_array()
+        .map_or(0, Vec::len)
+}
+
+fn events_of(ledger: &str, kind: &str) -> Vec<serde_json::Value> {
+    idemgate_json(&[
+        "log", "--ledger", ledger, "--kind", kind, "--limit", "1000", "--json",
+    ])
+    .as_array()
+    .cloned()
+    .unwrap_or_default()
+}
+
+#[test]
+fn the_server_applies_its_retention_policy_and_signs_its_head() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = dir.path().join("ledger.db");
+    let l = ledger.display().to_string();
+    // Expired entries from two minutes ago, and one stuck entry (its lease passed at once).
+    {
+        let ops = idemgate_ops::Ops::open_or_create(&l).expect("ledger");
+        idemgate_ledger::testing::expired_charges(ops.store().as_ref(), 30);
+        ops.store()
+            .claim(charge_claim("stuck-1", "gone", 1))
+            .wait()
+            .expect("claim");
+    }
+    let archive = dir.path().join("archive");
+    std::fs::create_dir(&archive).expect("mkdir");
+    let prefix = dir.path().join("signing");
+    let made = idemgate(&["keygen", "--out", prefix.to_str().expect("utf8")]);
+    assert!(made.status.success());
+    let public = PublicKey::from_file(&dir.path().join("signing.pub")).expect("the public key");
+    let up = upstream::Upstream::start();
+    let cfg = config(RETAINING, &up.url(), &ledger)
+        .replace(
+            "{key}",
+            &dir.path().join("signing.key").display().to_string(),
+        )
+        .replace("{archive}", &archive.display().to_string());
+    let mut proxy = Proxy::start(dir.path(), &cfg, &ledger);
+
+    // The policy runs at start: the expired entries go, the stuck one stays; the old events are
+    // archived and leave the live ledger.
+    eventually(30, "the expired entries purged", || {
+        (listed(&l, "--expired") == 0).then_some(())
+    });
+    assert_eq!(listed(&l, "--stuck"), 1);
+    let purges: Vec<_> = events_of(&l, "purge");
+    assert_eq!(purges.len(), 30);
+    assert!(purges.iter().all(|p| p["operator"] == "idemgate-retention"
+        && p["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("entries = 1s"))));
+    eventually(30, "a segment archived", || {
+        std::fs::read_dir(&archive)
+            .expect("dir")
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with(".ndjson.gz"))
+            .then_some(())
+    });
+    assert!(!events_of(&l, "retention").is_empty());
+
+    // A call through the proxy, and the head it leads to is signed within the interval.
+    let r = proxy.send(
+        "POST",
+        "/v1/charges",
+        &[
+            ("idempotency-key", "after-1"),
+            ("content-type", "application/json"),
+        ],
+        b"{}",
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let claimed_at = idemgate_json(&["log", "--ledger", &l, "--key", "after-1", "--json"])[0]
+        ["seq"]
+        .as_i64()
+        .expect("seq");
+    let signed = eventually(30, "a checkpoint past the call", || {
+        events_of(&l, "checkpoint")
+            .into_iter()
+            .find(|e| e["detail"]["seq"].as_i64().is_some_and(|s| s >= claimed_at))
+    });
+    // What the log holds is a note the public key verifies, naming a head the log has.
+    let d = &signed["detail"];
+    let v = public
+        .verify(d["note"].as_str().expect("note"))
+        .expect("signed by the configured key");
+    assert_eq!(v.head.hash, d["hash"].as_str().expect("hash"));
+    proxy.terminate();
+
+    // The whole history verifies, with the public key and no secret.
+    let out = idemgate(&[
+        "verify",
+        "--ledger",
+        &l,
+        "--archive",
+        archive.to_str().expect("utf8"),
+        "--public-key",
+        dir.path().join("signing.pub").to_str().expect("utf8"),
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(out.status.success(), "{v}");
+    assert_eq!(listed(&l, "--stuck"), 1);
+}
