@@ -30,6 +30,10 @@ pub(crate) struct ExportArgs {
     /// Replace the output file and its manifest if they exist.
     #[arg(long)]
     overwrite: bool,
+    /// Export the entries created in the range with their outcomes (state, subjects, status, the
+    /// stored response's sha256, who resolved them and why) instead of the log.
+    #[arg(long)]
+    entries: bool,
     #[command(flatten)]
     signing: crate::archival::SigningArg,
     #[arg(long)]
@@ -44,6 +48,7 @@ pub(crate) fn export(out: &mut output::Out, a: ExportArgs) -> Result<ExitCode, O
         until,
         output: path,
         overwrite,
+        entries,
         signing,
         json,
     } = a;
@@ -57,6 +62,18 @@ pub(crate) fn export(out: &mut output::Out, a: ExportArgs) -> Result<ExitCode, O
         overwrite,
     };
     let ops = Ops::open_existing(&ledger.ledger)?.with_signer(signing.signer()?);
+    if entries {
+        let manifest = with_progress("exporting", "entries", None, |p| {
+            ops.export_entries(&cmd, p)
+        })?;
+        match (manifest, interrupt::asked()) {
+            (Some(m), _) => output::exported_entries(out, &path, &m, json)?,
+            (None, Some(stop)) => return Ok(stopped(stop, "export", "no file written")),
+            (None, None) => unreachable!("an export stops only when asked"),
+        }
+        out.flush().ok();
+        return Ok(ExitCode::SUCCESS);
+    }
     let total = ops.store().head()?.map(|h| h.seq as u64);
     let manifest = with_progress("exporting", "events", total, |p| ops.export(&cmd, p))?;
     match (manifest, interrupt::asked()) {

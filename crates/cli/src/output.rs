@@ -574,6 +574,33 @@ pub fn exported(out: &mut Out, path: &Path, m: &Manifest, json: bool) -> R {
     Ok(())
 }
 
+pub fn exported_entries(
+    out: &mut Out,
+    path: &Path,
+    m: &idemgate_ledger::entries_export::EntriesManifest,
+    json: bool,
+) -> R {
+    if json {
+        return pretty(out, m);
+    }
+    writeln!(
+        out,
+        "exported {} to {}",
+        counted(m.count, "entry", "entries"),
+        path.display()
+    )?;
+    writeln!(
+        out,
+        "manifest {}",
+        idemgate_ledger::export::manifest_path(path).display()
+    )?;
+    writeln!(out, "sha256   {}", m.sha256)?;
+    if let Some(h) = &m.ledger_head {
+        writeln!(out, "log head seq {} {}", h.seq, h.hash)?;
+    }
+    Ok(())
+}
+
 fn chain_lines(out: &mut Out, r: &VerifyReport) -> R {
     if r.ok {
         writeln!(

@@ -210,10 +210,7 @@ pub fn export(
     let mut last: Option<ChainHead> = None;
     let mut cancelled = false;
     {
-        let mut sink = match format {
-            Format::Csv => Sink::Csv(csv::Writer::from_writer(&mut w)),
-            Format::Ndjson => Sink::Ndjson(&mut w, Vec::with_capacity(512)),
-        };
+        let mut sink = Sink::new(format, &mut w);
         let mut io_err: Option<std::io::Error> = None;
         store.scan_events(range, &mut |ev: Event| {
             if first.is_none() {
@@ -304,7 +301,7 @@ pub(crate) fn sign_and_log(
 
 /// Writes `out`'s manifest beside it, renamed into place as the file was (a crash leaves the old
 /// manifest or the new one), and syncs the directory so that both renames outlive a crash.
-pub(crate) fn write_manifest(out: &Path, manifest: &Manifest) -> Result<()> {
+pub(crate) fn write_manifest(out: &Path, manifest: &impl Serialize) -> Result<()> {
     // Written beside and renamed, as the file: a crash leaves the old manifest or the new one.
     let mpath = manifest_path(out);
     let mtmp = partial(&mpath);
@@ -339,7 +336,7 @@ pub(crate) fn partial(path: &Path) -> PathBuf {
 /// Moves the written `tmp` to `out`. Without `overwrite`, by a hard link, which fails if `out`
 /// exists however recently it was made; where the file system has no hard links, by a rename after
 /// one last look.
-fn put_in_place(tmp: &Path, out: &Path, overwrite: bool) -> std::io::Result<()> {
+pub(crate) fn put_in_place(tmp: &Path, out: &Path, overwrite: bool) -> std::io::Result<()> {
     if overwrite {
         return std::fs::rename(tmp, out);
     }
@@ -351,20 +348,28 @@ fn put_in_place(tmp: &Path, out: &Path, overwrite: bool) -> std::io::Result<()> 
     }
 }
 
-fn already_exists(out: &Path) -> std::io::Error {
+pub(crate) fn already_exists(out: &Path) -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::AlreadyExists,
         format!("{} exists", out.display()),
     )
 }
 
-enum Sink<'a, W: Write> {
+/// Rows out, as CSV or NDJSON.
+pub(crate) enum Sink<'a, W: Write> {
     Csv(csv::Writer<&'a mut W>),
     Ndjson(&'a mut W, Vec<u8>),
 }
 
-impl<W: Write> Sink<'_, W> {
-    fn write(&mut self, row: &Row) -> std::io::Result<()> {
+impl<'a, W: Write> Sink<'a, W> {
+    pub(crate) fn new(format: Format, w: &'a mut W) -> Self {
+        match format {
+            Format::Csv => Sink::Csv(csv::Writer::from_writer(w)),
+            Format::Ndjson => Sink::Ndjson(w, Vec::with_capacity(512)),
+        }
+    }
+
+    pub(crate) fn write(&mut self, row: &impl Serialize) -> std::io::Result<()> {
         match self {
             Sink::Csv(c) => c
                 .serialize(row)
@@ -378,7 +383,7 @@ impl<W: Write> Sink<'_, W> {
         }
     }
 
-    fn flush(&mut self) -> std::io::Result<()> {
+    pub(crate) fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Sink::Csv(c) => c.flush(),
             Sink::Ndjson(w, _) => w.flush(),
@@ -474,6 +479,9 @@ pub fn verify_export(
     let mpath = manifest_path(path);
     let manifest: Option<Manifest> = if mpath.exists() {
         let raw = std::fs::read(&mpath)?;
+        if let Ok(m) = serde_json::from_slice::<crate::entries_export::EntriesManifest>(&raw) {
+            return crate::entries_export::verify(path, &mpath, &m, public_key);
+        }
         Some(
             serde_json::from_slice(&raw)
                 .map_err(|e| LedgerError::BadExport(format!("{}: {e}", mpath.display())))?,

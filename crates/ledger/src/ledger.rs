@@ -403,6 +403,14 @@ impl Storage for Ledger {
         self.read(|db| read::contains(db, head))
     }
 
+    fn scan_entries(
+        &self,
+        range: EventRange,
+        f: &mut dyn FnMut(crate::entries_export::EntryRow) -> Result<bool>,
+    ) -> Result<()> {
+        self.read(|db| read::scan_entries(db, range, f))
+    }
+
     fn seq_before(&self, before: Millis) -> Result<Option<i64>> {
         self.read(|db| {
             db.one(

@@ -12,6 +12,7 @@ pub mod chain;
 pub mod checkpoint;
 pub mod copy;
 mod db;
+pub mod entries_export;
 mod entry_row;
 pub mod error;
 pub mod export;

@@ -439,6 +439,56 @@ pub(crate) fn scan_events(
     )
 }
 
+/// The entries created in `range`, oldest first, as an entries export writes them; `f` returns
+/// `false` to stop.
+pub(crate) fn scan_entries(
+    db: &mut dyn Db,
+    range: EventRange,
+    f: &mut dyn FnMut(crate::entries_export::EntryRow) -> Result<bool>,
+) -> Result<()> {
+    use crate::entries_export::{time, EntryRow};
+    db.each(
+        "SELECT id, route, tool, scope, key, effect, state, created_at, completed_at, expires_at, \
+         attempts, replays, collisions, duplicate_of, subjects, resp_status, resp_body, \
+         resolved_by, resolution_reason, external_ref FROM entries \
+         WHERE created_at >= ?1 AND created_at < ?2 ORDER BY id",
+        vals![
+            range.since.unwrap_or(i64::MIN),
+            range.until.unwrap_or(i64::MAX)
+        ],
+        &mut |r| {
+            let status = r.opt_int(15)?.and_then(|s| u16::try_from(s).ok());
+            f(EntryRow {
+                id: r.int(0)?,
+                route: r.text(1)?,
+                tool: r.opt_text(2)?,
+                scope: r.text(3)?,
+                key: r.text(4)?,
+                effect: r.text(5)?,
+                state: r.text(6)?,
+                created_at: time(Some(r.int(7)?)).unwrap_or_default(),
+                completed_at: time(r.opt_int(8)?),
+                expires_at: time(r.opt_int(9)?),
+                attempts: r.int(10)?,
+                replays: r.int(11)?,
+                collisions: r.int(12)?,
+                duplicate_of: r.opt_int(13)?,
+                subjects: r.opt_text(14)?,
+                response_sha256: match status {
+                    Some(_) => Some(crate::canon::sha256_hex(
+                        &r.opt_blob(16)?.unwrap_or_default(),
+                    )),
+                    None => None,
+                },
+                status,
+                resolved_by: r.opt_text(17)?,
+                resolution_reason: r.opt_text(18)?,
+                external_ref: r.opt_text(19)?,
+            })
+        },
+    )
+}
+
 /// Events `first..=last` in sequence order; `f` returns `false` to stop.
 pub(crate) fn scan_seqs(
     db: &mut dyn Db,

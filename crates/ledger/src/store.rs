@@ -331,6 +331,13 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Whether the log holds event `head.seq` with exactly `head.hash` (live, or as the last
     /// event of a recorded archive segment).
     fn contains(&self, head: &ChainHead) -> Result<bool>;
+    /// Streams the entries created in `range`, oldest first, with their outcomes; `f` returns
+    /// `false` to stop.
+    fn scan_entries(
+        &self,
+        range: EventRange,
+        f: &mut dyn FnMut(crate::entries_export::EntryRow) -> Result<bool>,
+    ) -> Result<()>;
     /// The seq of the last live event logged before `before`.
     fn seq_before(&self, before: Millis) -> Result<Option<i64>>;
     /// The recorded archive segments, oldest first.

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use idemgate_ledger::checkpoint::PublicKey;
 use idemgate_ledger::copy::CopyReport;
+use idemgate_ledger::entries_export::EntriesManifest;
 use idemgate_ledger::export::{self, ExportVerifyReport, Format, Manifest};
 use idemgate_ledger::{ChainHasher, ChainHead, EventRange, LedgerError, Progress, VerifyReport};
 use serde::{Deserialize, Serialize};
@@ -49,33 +50,8 @@ pub struct AgainstReport {
 impl Ops {
     /// Exports a range of the log; `Ok(None)` when cancelled through `progress`.
     pub fn export(&self, cmd: &ExportCmd, progress: Progress<'_>) -> OpsResult<Option<Manifest>> {
-        check_range(cmd.range.since, cmd.range.until)?;
-        let path = Path::new(&cmd.path);
-        if cmd.path.trim().is_empty() {
-            return Err(OpsError::invalid("path", "name an output file"));
-        }
-        // An export is a file with its manifest beside it: neither goes to standard output.
-        if cmd.path == "-" {
-            return Err(OpsError::invalid(
-                "path",
-                "an export is a file with its manifest beside it: name a file, not -",
-            ));
-        }
-        if path.is_dir() {
-            return Err(OpsError::invalid(
-                "path",
-                &format!("{} is a directory: name a file in it", path.display()),
-            ));
-        }
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            if !dir.is_dir() {
-                return Err(OpsError::invalid(
-                    "path",
-                    &format!("directory {} does not exist", dir.display()),
-                ));
-            }
-        }
-        match export::export(
+        let path = check_export(cmd)?;
+        let r = export::export(
             self.store.as_ref(),
             cmd.format,
             cmd.range,
@@ -83,16 +59,28 @@ impl Ops {
             cmd.overwrite,
             self.signer.as_deref(),
             progress,
-        ) {
-            // There before it started (the file or its manifest), or made while it ran.
-            Err(LedgerError::Io(e)) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                Err(OpsError::Conflict(format!(
-                    "{} already exists: name another file, or replace it and its manifest (--overwrite; the console's \"Replace\")",
-                    path.display()
-                )))
-            }
-            r => Ok(r?),
-        }
+        );
+        exported(r, path)
+    }
+
+    /// Exports the entries created in a range with their outcomes (state, subjects, status, the
+    /// stored response's digest, resolution); `Ok(None)` when cancelled through `progress`.
+    pub fn export_entries(
+        &self,
+        cmd: &ExportCmd,
+        progress: Progress<'_>,
+    ) -> OpsResult<Option<EntriesManifest>> {
+        let path = check_export(cmd)?;
+        let r = idemgate_ledger::entries_export::export_entries(
+            self.store.as_ref(),
+            cmd.format,
+            cmd.range,
+            path,
+            cmd.overwrite,
+            self.signer.as_deref(),
+            progress,
+        );
+        exported(r, path)
     }
 
     /// Verifies the ledger's whole chain; `progress` hears the events checked and may stop it.
@@ -191,6 +179,52 @@ impl Ops {
         progress: Progress<'_>,
     ) -> OpsResult<ExportVerifyReport> {
         verify_export_file(file, &self.hasher, None, progress)
+    }
+}
+
+/// The file an export writes, checked: named, not standard output, not a directory, in a
+/// directory that exists.
+fn check_export(cmd: &ExportCmd) -> OpsResult<&Path> {
+    check_range(cmd.range.since, cmd.range.until)?;
+    let path = Path::new(&cmd.path);
+    if cmd.path.trim().is_empty() {
+        return Err(OpsError::invalid("path", "name an output file"));
+    }
+    // An export is a file with its manifest beside it: neither goes to standard output.
+    if cmd.path == "-" {
+        return Err(OpsError::invalid(
+            "path",
+            "an export is a file with its manifest beside it: name a file, not -",
+        ));
+    }
+    if path.is_dir() {
+        return Err(OpsError::invalid(
+            "path",
+            &format!("{} is a directory: name a file in it", path.display()),
+        ));
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            return Err(OpsError::invalid(
+                "path",
+                &format!("directory {} does not exist", dir.display()),
+            ));
+        }
+    }
+    Ok(path)
+}
+
+/// An export's result, its refusal to replace a file said the way operators read it.
+fn exported<T>(r: idemgate_ledger::Result<T>, path: &Path) -> OpsResult<T> {
+    match r {
+        // There before it started (the file or its manifest), or made while it ran.
+        Err(LedgerError::Io(e)) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(OpsError::Conflict(format!(
+                "{} already exists: name another file, or replace it and its manifest (--overwrite; the console's \"Replace\")",
+                path.display()
+            )))
+        }
+        r => Ok(r?),
     }
 }
 

@@ -332,3 +332,76 @@ fn an_export_never_replaces_an_existing_file_unless_told_to() {
     assert_ne!(file_sha(&manifest), before.1);
     assert_eq!(verify_json(&["--export", s(&file)]).0, 0);
 }
+
+#[test]
+fn entries_export_with_their_outcomes_in_both_formats() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = demo(dir.path(), 1500);
+    let all = json(&["entries", "--ledger", s(&db), "--json"]);
+    let n = all.as_array().map_or(0, Vec::len);
+    let nd = dir.path().join("entries.ndjson");
+    let m = json(&[
+        "export",
+        "--ledger",
+        s(&db),
+        "--entries",
+        "--format",
+        "ndjson",
+        "-o",
+        s(&nd),
+        "--json",
+    ]);
+    assert_eq!(
+        (m["kind"].as_str(), m["count"].as_u64()),
+        (Some("entries"), Some(n as u64))
+    );
+    let rows: Vec<Value> = std::fs::read_to_string(&nd)
+        .expect("read")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("row"))
+        .collect();
+    assert_eq!(rows.len(), n);
+    // Outcomes: a completed entry has its status and the digest of its stored response; an
+    // operator's resolution names who and why; subjects are there for the routes that name them.
+    assert!(rows.iter().any(|r| r["state"] == "completed"
+        && r["status"].as_u64().is_some()
+        && r["response_sha256"].as_str().is_some_and(|d| d.len() == 64)));
+    assert!(rows
+        .iter()
+        .any(|r| r["resolved_by"].is_string() && r["resolution_reason"].is_string()));
+    assert!(rows.iter().any(|r| r["subjects"]
+        .as_str()
+        .is_some_and(|s| s.contains("customer"))));
+    let (code, v) = verify_json(&["--export", s(&nd)]);
+    assert_eq!(code, 0, "{v}");
+    // CSV: a header and one line per entry.
+    let csv = dir.path().join("entries.csv");
+    ok(&[
+        "export",
+        "--ledger",
+        s(&db),
+        "--entries",
+        "--format",
+        "csv",
+        "-o",
+        s(&csv),
+    ]);
+    let text = std::fs::read_to_string(&csv).expect("csv");
+    let mut r = csv_reader(&text);
+    assert!(r
+        .headers()
+        .expect("header")
+        .iter()
+        .any(|h| h == "response_sha256"));
+    assert_eq!(r.records().count(), n);
+    // An edited row is caught by the manifest's digest.
+    rewrite_lines(&nd, |l| {
+        l[0] = l[0].replacen("\"state\":\"", "\"state\":\"x", 1);
+    });
+    let (code, v) = verify_json(&["--export", s(&nd)]);
+    assert_eq!(code, 3, "{v}");
+}
+
+fn csv_reader(text: &str) -> csv::Reader<&[u8]> {
+    csv::Reader::from_reader(text.as_bytes())
+}
