@@ -406,6 +406,56 @@ describe("console UI, keyboard and ledgers", () => {
     expect(JSON.parse(q("export-result").textContent ?? "")).toEqual(manifest);
   });
 
+  it("shows the retention policy's last run on the overview, and says when none has run", async () => {
+    const status = { policy: "retention policy: entries = 30d, log_hot = 90d, archive_dir = /arch", last_run_at: Date.now() - 60_000, last_run: { purged: 12, segments: 2, archived_through: 9000, removed: 9000 }, segments: 5, archived_through: 9000, archive_dir: "/arch" };
+    const { app } = setup({ ...base, retention_status: () => status });
+    await app.start();
+    expect(q("retention-policy").textContent).toBe(status.policy);
+    expect(q("retention-last-run").textContent).toContain("purged 12 · 2 segment(s) sealed");
+    expect(q("retention-archive").textContent).toBe("archived through #9000 in 5 segment(s) · /arch");
+    const none = setup({ ...base, retention_status: () => ({ ...status, policy: null, last_run_at: null, last_run: null, segments: 0, archived_through: null, archive_dir: null }) });
+    await none.app.start();
+    expect(q("retention-none")).toBeTruthy();
+  });
+
+  it("lists the archive's segments and verifies them with progress, naming a bad one", async () => {
+    const seg = (first: number, last: number, over: Record<string, unknown> = {}) => ({ file: `events-${first}-${last}.ndjson.gz`, first_seq: first, last_seq: last, count: last - first + 1, bytes: 90_000, checkpoint: { origin: "h/idemgate", seq: last, hash: "abcdef0123456789", time: "t", key: "k", note: "n" }, recorded: true, checked: false, ok: true, problems: [], ...over });
+    const status = { policy: "p", last_run_at: 1, last_run: null, segments: 2, archived_through: 20, archive_dir: "/arch" };
+    let progress: ((e: { payload: unknown }) => void) | null = null;
+    const listen = async (_: string, f: (e: { payload: unknown }) => void) => { progress = f; return () => { progress = null; }; };
+    const report = { ok: false, dir: "/arch", segments: [seg(1, 10, { checked: true }), seg(11, 20, { checked: true, ok: false, problems: ["altered: seq 15: hash does not match the event's contents"] })], live: null, count: 20, head: null, problems: ["events-11-20.ndjson.gz: altered: seq 15: hash does not match the event's contents"], unfinished: [], cancelled: false };
+    const { app, calls } = setup({ ...base, retention_status: () => status, archive_segments: () => [seg(1, 10), seg(11, 20)], verify_archive: async (a) => { progress?.({ payload: { job: a.job, done: 4096, total: null } }); return report; } }, listen);
+    await app.start();
+    await app.go("export");
+    expect((q("archive-dir") as HTMLInputElement).value).toBe("/arch");
+    q("action-archive-list").click();
+    for (let i = 0; i < 20 && !document.querySelector('[data-testid="segment-row"]'); i++) await tick();
+    expect(calls.find(([c]) => c === "archive_segments")?.[1]).toEqual({ dir: "/arch" });
+    expect(document.querySelectorAll('[data-testid="segment-row"]').length).toBe(2);
+    expect(q("segment-signed").textContent).toBe("#10 abcdef012345… by h/idemgate");
+    q("action-archive-verify").click();
+    for (let i = 0; i < 20 && !document.querySelector('[data-testid="archive-verdict"]'); i++) await tick();
+    expect(calls.find(([c]) => c === "verify_archive")?.[1]).toMatchObject({ dir: "/arch" });
+    expect(q("archive-verdict").textContent).toBe("FAILED");
+    expect(q("archive-problem").textContent).toContain("events-11-20.ndjson.gz: altered: seq 15");
+    const statuses = [...document.querySelectorAll('[data-testid="segment-status"]')].map((e) => e.textContent);
+    expect(statuses).toEqual(["ok", "altered: seq 15: hash does not match the event's contents"]);
+  });
+
+  it("exports entries with their outcomes on the desktop", async () => {
+    const manifest = { manifest_version: 1, kind: "entries", format: "csv", file: "e.csv", sha256: "00", bytes: 3, count: 2, since: null, until: null, ledger_head: null, created_at: "t", ledger: "l" };
+    const { app, calls } = setup({ ...base, export_entries: () => manifest });
+    await app.start();
+    await app.go("export");
+    (q("export-what") as HTMLSelectElement).value = "entries";
+    (q("export-format") as HTMLSelectElement).value = "csv";
+    (q("export-path") as HTMLInputElement).value = "/audit/e.csv";
+    q("action-export").click();
+    for (let i = 0; i < 20 && !q("export-result").textContent?.includes("entries"); i++) await tick();
+    expect(calls.find(([c]) => c === "export_entries")?.[1]).toMatchObject({ cmd: { format: "csv", path: "/audit/e.csv" } });
+    expect(calls.some(([c]) => c === "export")).toBe(false);
+  });
+
   it("checks an export's manifest against the open ledger (desktop: by the export's path)", async () => {
     const report = { ok: true, chain: { ok: true, alg: "sha256", count: 10, first_seq: 1, head: null, first_bad_seq: null, problem: null, cancelled: false }, heads: [[{ seq: 10, hash: "h" }, true]], problems: [] };
     const { app, calls } = setup({ ...base, verify_against: () => report });

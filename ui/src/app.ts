@@ -19,6 +19,7 @@ import { allows, COMMANDS, type CommandName } from "./bindings/commands";
 import { clear, h, svg } from "./dom";
 import { bodyText, curlFor, DEFAULT_PROXY, fromLocalInput, isoTime, proxyBase, relative, seriesFor, sparkPoints, routeLabel } from "./format";
 import { toErrorBody, type Transport } from "./transport";
+import { archivePanel, retentionPanel, type RunJob } from "./audit";
 import { VirtualList } from "./vlist";
 
 export type View = "overview" | "log" | "stuck" | "collisions" | "expiries" | "incidents" | "export" | "entry" | "search";
@@ -61,6 +62,8 @@ export class App {
   private timers: number[] = [];
   private lastEntry: number | null = null;
   private searchTerm = "";
+  /** The archive directory the Export view opens with: the retention policy's, or the last one used. */
+  private archiveDir: string | null = null;
   /** The signed-in operator in a browser; `null` on the desktop, where every action is offered. */
   private who: Identity | null = null;
   private operatorSlot!: HTMLElement;
@@ -277,8 +280,10 @@ export class App {
         ),
       );
     }
+    const retention = await this.t.retentionStatus().catch(() => null);
+    this.archiveDir ??= retention?.archive_dir ?? null;
     // The embedded proxy is the desktop console's; a browser talks to a running `idemgate serve`.
-    this.main.append(grid, ...(this.t.kind === "tauri" ? [await this.proxyPanel()] : []));
+    this.main.append(grid, retentionPanel(retention, now), ...(this.t.kind === "tauri" ? [await this.proxyPanel()] : []));
   }
 
   private async proxyPanel(): Promise<HTMLElement> {
@@ -761,18 +766,20 @@ export class App {
     const vpath = h("input", { testid: "verify-path", attrs: { placeholder: "/path/to/audit.ndjson (its .manifest.json is checked too)" } });
     const vout = h("pre", { testid: "verify-result", class: "small" });
     const against = h("input", { testid: "against-file", attrs: { type: "file", accept: ".json,application/json" } }) as HTMLInputElement;
-    const job = async (label: string, outEl: HTMLElement, f: (id: string) => Promise<unknown>) => {
+    const what = h("select", { testid: "export-what" }, h("option", { attrs: { value: "events" } }, "the log"), h("option", { attrs: { value: "entries" } }, "entries with outcomes"));
+    const job: RunJob = async (label, outEl, f, show) => {
       const id = `${label}-${Date.now()}`;
       const bar = h("progress", { testid: "job-progress" });
       const stop = h("button", { testid: "job-cancel", on: { click: () => void this.t.cancelJob(id) } }, "Cancel");
       const status = h("span", { class: "hint" });
       clear(outEl);
       outEl.append(bar, stop, status);
-      const unlisten = await this.t.onProgress((p) => { if (p.job === id) status.textContent = ` ${p.done} events`; });
+      const unlisten = await this.t.onProgress((p) => { if (p.job === id) status.textContent = ` ${p.done} ${what.value === "entries" && label === "export" ? "entries" : "events"}`; });
       try {
         const r = await f(id);
         clear(outEl);
-        outEl.textContent = r === null ? (label === "export" ? "cancelled: nothing was written" : "cancelled") : JSON.stringify(r, null, 2);
+        if (r !== null && show) outEl.append(show(r));
+        else outEl.textContent = r === null ? (label === "export" ? "cancelled: nothing was written" : "cancelled") : JSON.stringify(r, null, 2);
       } catch (e) {
         clear(outEl);
         const b = toErrorBody(e);
@@ -789,12 +796,13 @@ export class App {
       h("p", { class: "hint" }, local
         ? "A contiguous run of the log as NDJSON or CSV, with FILE.manifest.json recording the count, the chain head and the file's sha256 — for compliance. Verify recomputes the chain and checks the manifest."
         : "A contiguous run of the log as NDJSON or CSV, made on the server and downloaded with FILE.manifest.json (the count, the chain head and the file's sha256) — for compliance. Keep both in one folder: idemgate verify --export FILE checks them."),
-      h("div", { class: "panel" }, h("div", { class: "filters" }, format, h("label", null, "since ", since), h("label", null, "until ", until), ...(local ? [path, h("label", { attrs: { title: "An existing file is refused: an earlier export is evidence. Tick this to replace it and its manifest." } }, overwrite, " Replace an existing file")] : []),
-        h("button", { testid: "action-export", class: "primary", attrs: this.gate("export"), on: { click: () => { if (local) this.prefs.setItem("exportPath", path.value); void job("export", out, (id) => this.t.exportLog({ format: format.value as "ndjson" | "csv", range: { since: fromLocalInput(since.value), until: fromLocalInput(until.value) }, path: local ? path.value.trim() : "", overwrite: local && overwrite.checked }, id)); } } }, "Export")), out),
+      h("div", { class: "panel" }, h("div", { class: "filters" }, ...(local ? [what] : []), format, h("label", null, "since ", since), h("label", null, "until ", until), ...(local ? [path, h("label", { attrs: { title: "An existing file is refused: an earlier export is evidence. Tick this to replace it and its manifest." } }, overwrite, " Replace an existing file")] : []),
+        h("button", { testid: "action-export", class: "primary", attrs: this.gate("export"), on: { click: () => { if (local) this.prefs.setItem("exportPath", path.value); const cmd = { format: format.value as "ndjson" | "csv", range: { since: fromLocalInput(since.value), until: fromLocalInput(until.value) }, path: local ? path.value.trim() : "", overwrite: local && overwrite.checked }; void job("export", out, (id) => (local && what.value === "entries" ? this.t.exportEntries(cmd, id) : this.t.exportLog(cmd, id))); } } }, "Export")), out),
       h("div", { class: "panel" }, h("div", { class: "filters" }, ...(local ? [vpath,
         h("button", { testid: "action-verify", on: { click: () => void job("verify", vout, (id) => this.t.verifyExport(vpath.value.trim(), id)) } }, "Verify file")] : [h("label", null, "manifest ", against)]),
         h("button", { testid: "action-verify-against", attrs: { title: "Does this ledger still hold the heads the export's manifest recorded? (a cut-off tail of the log shows here)", ...this.gate("verify_against") }, on: { click: () => void job("verify-against", vout, (id) => local ? this.t.verifyAgainst(manifestOf(vpath.value.trim()), id) : readManifest(against).then((m) => this.t.verifyAgainstManifest(m, id))) } }, "Check against the ledger"),
         h("button", { testid: "action-verify-ledger", attrs: this.gate("verify_ledger"), on: { click: () => void job("verify-ledger", vout, (id) => this.t.verifyLedger(id)) } }, "Verify the ledger")), vout),
+      ...(local ? [archivePanel(this.t, this.archiveDir ?? this.prefs.getItem("archiveDir") ?? "", job, (d) => { this.archiveDir = d; this.prefs.setItem("archiveDir", d); })] : []),
     );
   }
 }

@@ -19,6 +19,10 @@ import type { EventPage } from "./bindings/EventPage";
 import type { ExportCmd } from "./bindings/ExportCmd";
 import type { ExportJob } from "./bindings/ExportJob";
 import type { ExportVerifyReport } from "./bindings/ExportVerifyReport";
+import type { EntriesManifest } from "./bindings/EntriesManifest";
+import type { ArchiveVerifyReport } from "./bindings/ArchiveVerifyReport";
+import type { RetentionStatus } from "./bindings/RetentionStatus";
+import type { SegmentCheck } from "./bindings/SegmentCheck";
 import type { CommandName } from "./bindings/commands";
 import type { Identity } from "./bindings/Identity";
 import type { Incident } from "./bindings/Incident";
@@ -67,6 +71,14 @@ export interface Transport {
   /** `null` when cancelled before the end in a browser (the desktop's report says `cancelled`). */
   verifyLedger(job: string): Promise<VerifyReport | null>;
   verifyExport(path: string, job: string): Promise<ExportVerifyReport>;
+  /** The retention policy's last run, as the log recorded it, and the archive's extent. */
+  retentionStatus(): Promise<RetentionStatus>;
+  /** The entries of a range with their outcomes, to a file (desktop). */
+  exportEntries(cmd: ExportCmd, job: string): Promise<EntriesManifest | null>;
+  /** The archive segments in `dir`, from their manifests (desktop). */
+  archiveSegments(dir: string): Promise<SegmentCheck[]>;
+  /** Every segment in `dir` and the live log after them, verified (desktop). */
+  verifyArchive(dir: string, job: string): Promise<ArchiveVerifyReport>;
   /** The ledger's chain, and whether it holds the heads of the manifest at `path` (desktop). */
   verifyAgainst(path: string, job: string): Promise<AgainstReport>;
   /** The same, with the manifest itself (a browser, which has the file, not a path). */
@@ -133,6 +145,10 @@ export class TauriTransport implements Transport {
   exportLog(cmd: ExportCmd, job: string) { return this.op<Manifest | null>("export", { cmd }, job); }
   verifyLedger(job: string) { return this.op<VerifyReport>("verify_ledger", {}, job); }
   verifyExport(path: string, job: string) { return this.op<ExportVerifyReport>("verify_export", { path }, job); }
+  retentionStatus() { return this.op<RetentionStatus>("retention_status", {}); }
+  exportEntries(cmd: ExportCmd, job: string) { return this.op<EntriesManifest | null>("export_entries", { cmd }, job); }
+  archiveSegments(dir: string) { return this.op<SegmentCheck[]>("archive_segments", { dir }); }
+  verifyArchive(dir: string, job: string) { return this.op<ArchiveVerifyReport>("verify_archive", { dir }, job); }
   verifyAgainst(path: string, job: string) { return this.op<AgainstReport>("verify_against", { path }, job); }
   async verifyAgainstManifest(): Promise<AgainstReport> {
     throw { code: "unsupported", message: "the desktop console checks a manifest by its path" } satisfies ErrorBody;
@@ -338,6 +354,10 @@ export class HttpTransport implements Transport {
   }
   verifyLedger(job: string) { return this.cancellable<VerifyReport>(job, "GET", "/admin/v1/verify"); }
   async verifyExport(): Promise<ExportVerifyReport> { return unsupported("verifying an export file"); }
+  retentionStatus() { return this.req<RetentionStatus>("GET", "/admin/v1/retention"); }
+  async exportEntries(): Promise<EntriesManifest | null> { return unsupported("exporting entries (idemgate export --entries does)"); }
+  async archiveSegments(): Promise<SegmentCheck[]> { return unsupported("reading the archive directory (idemgate verify --archive DIR does)"); }
+  async verifyArchive(): Promise<ArchiveVerifyReport> { return unsupported("verifying the archive (idemgate verify --ledger L --archive DIR does)"); }
   async verifyAgainst(): Promise<AgainstReport> { return unsupported("reading a manifest by its path"); }
   verifyAgainstManifest(manifest: Manifest, job: string) { return this.cancellable<AgainstReport>(job, "POST", "/admin/v1/verify/against", manifest); }
   /** Cancels an export (deleting it on the server), or a verify or a purge (dropping its request). */

@@ -103,6 +103,7 @@ pub const COMMANDS: &[Command] = &[
     ),
     cmd("purge", Admin, &[("POST", "/admin/v1/purge")], true),
     cmd("export", Admin, &[("POST", "/admin/v1/exports")], true),
+    cmd("export_entries", Admin, &[], true),
     cmd(
         "export_status",
         Viewer,
@@ -135,6 +136,15 @@ pub const COMMANDS: &[Command] = &[
         true,
     ),
     cmd("verify_export", Admin, &[], true),
+    // The archive: the policy's last run for everyone, the segments for an administrator.
+    cmd(
+        "retention_status",
+        Viewer,
+        &[("GET", "/admin/v1/retention")],
+        true,
+    ),
+    cmd("archive_segments", Admin, &[], true),
+    cmd("verify_archive", Admin, &[], true),
     // The desktop console's own: its jobs and its embedded proxy.
     cmd("cancel_job", Viewer, &[], true),
     cmd("proxy_status", Viewer, &[], true),

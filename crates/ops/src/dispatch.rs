@@ -121,6 +121,13 @@ calls! {
         |o: &Ops, a: arg::preview_bulk, _, _| answer(o.preview_bulk(a.action, &a.target));
     Job purge(cmd: PurgeCmd) |o: &Ops, a: arg::purge, _, p| answer(o.purge(&a.cmd, p));
     Job export(cmd: ExportCmd) |o: &Ops, a: arg::export, _, p| answer(o.export(&a.cmd, p));
+    Job export_entries(cmd: ExportCmd)
+        |o: &Ops, a: arg::export_entries, _, p| answer(o.export_entries(&a.cmd, p));
+    Ledger retention_status() |o: &Ops, _: arg::retention_status, _, _| answer(o.retention_status());
+    Ledger archive_segments(dir: String)
+        |o: &Ops, a: arg::archive_segments, _, _| answer(o.archive_segments(Path::new(&a.dir)));
+    Job verify_archive(dir: String)
+        |o: &Ops, a: arg::verify_archive, _, p| answer(o.verify_archive(Path::new(&a.dir), None, p));
     Job verify_ledger() |o: &Ops, _: arg::verify_ledger, _, p| answer(o.verify(p));
     Job verify_export(path: String)
         |o: &Ops, a: arg::verify_export, _, p| answer(o.verify_export(Path::new(&a.path), p));

@@ -35,7 +35,7 @@ pub use error::{ErrorBody, OpsError};
 pub use purge::{PurgeCmd, PurgeReport, PurgeTarget, PURGE_CHUNK};
 pub use reads::{request_diff, EntryPage, EntryView, EventPage, FieldDiff, ToolCall};
 pub use resolve::{check_response, ResolveAs, ResolveCmd, ReviewCmd};
-pub use retention::{ArchiveCmd, RetentionPolicy, RetentionReport, RetentionStatus};
+pub use retention::{ArchiveCmd, RetentionPolicy, RetentionReport, RetentionRun, RetentionStatus};
 pub use time::{parse_time, BadTime};
 pub use upstream::{ActionCmd, ReconcileReport, ReplayReport};
 

@@ -102,13 +102,31 @@ pub struct RetentionStatus {
     /// When it last ran.
     pub last_run_at: Option<Millis>,
     /// What it did then.
-    pub last_run: Option<serde_json::Value>,
+    pub last_run: Option<RetentionRun>,
     /// Segments the ledger recorded.
     pub segments: u64,
     /// The last archived event's seq.
     pub archived_through: Option<i64>,
     /// Where the last run archived to.
     pub archive_dir: Option<String>,
+}
+
+/// What one run of the policy did, as its log event records it.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetentionRun {
+    /// Entries purged.
+    #[serde(default)]
+    pub purged: u64,
+    /// Segments sealed.
+    #[serde(default)]
+    pub segments: u64,
+    /// The last archived event after the run.
+    #[serde(default)]
+    pub archived_through: Option<i64>,
+    /// Events that left the live ledger.
+    #[serde(default)]
+    pub removed: u64,
 }
 
 impl Ops {
@@ -295,7 +313,7 @@ impl Ops {
                 .and_then(|d| d.get("archive_dir"))
                 .and_then(|d| d.as_str())
                 .map(str::to_owned),
-            last_run: detail,
+            last_run: detail.and_then(|d| serde_json::from_value(d).ok()),
             segments: recorded.len() as u64,
             archived_through: recorded.last().map(|s| s.seq),
         })

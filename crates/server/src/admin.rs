@@ -91,6 +91,7 @@ pub fn router(
         .route("/admin/v1/events", get(events))
         .route("/admin/v1/stats", get(stats))
         .route("/admin/v1/incidents", get(incidents))
+        .route("/admin/v1/retention", get(retention))
         .route("/admin/v1/incidents/{id}/review", post(review_incident))
         .route("/admin/v1/verify", get(verify))
         .route("/admin/v1/verify/against", post(verify_against))
@@ -679,6 +680,10 @@ async fn incidents(
         Json(blocking(move || s.ops.incidents(q.before, q.limit.unwrap_or(50))).await?)
             .into_response(),
     )
+}
+
+async fn retention(State(s): State<AdminState>, _: NoQuery) -> Result<Response, Problem> {
+    Ok(Json(blocking(move || s.ops.retention_status()).await?).into_response())
 }
 
 #[derive(Debug, Deserialize)]

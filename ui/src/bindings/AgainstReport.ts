@@ -21,4 +21,8 @@ heads: Array<[ChainHead, boolean]>,
 /**
  * What is wrong, in words, when `ok` is false.
  */
-problems: Array<string>, };
+problems: Array<string>, 
+/**
+ * With a public key: the manifest's checkpoint is signed by it (and its head is held).
+ */
+signed: boolean | null, };

@@ -12,4 +12,8 @@ sha256_matches: boolean | null,
 /**
  * Count, first/last sequence and head equal the manifest's.
  */
-manifest_matches: boolean | null, chain: VerifyReport, problems: Array<string>, };
+manifest_matches: boolean | null, 
+/**
+ * With a public key: the manifest's checkpoint is signed by it and names the chain's head.
+ */
+signed: boolean | null, chain: VerifyReport, problems: Array<string>, };

@@ -12,4 +12,9 @@ first_bad_seq: number | null, problem: string | null,
 /**
  * Set when verification was stopped before the end.
  */
-cancelled: boolean, };
+cancelled: boolean, 
+/**
+ * Where the verified run started when it did not start at the genesis: the last archived
+ * event of a ledger (its earlier events are in archive segments), or the event before a range.
+ */
+started_after: ChainHead | null, };
