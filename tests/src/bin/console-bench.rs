@@ -1,7 +1,8 @@
-//! The console's data calls timed on a ledger (bench/run.py runs it on a 1M-event demo ledger):
-//! the same `Ops` calls the console's commands make, each repeated and the median kept, then one
-//! export and one verify of every event, and this process's peak RSS (the console backend without
-//! its webview). Prints one JSON object.
+//! The console's data calls timed on a ledger (bench/run.py runs it on a demo ledger): the same
+//! `Ops` calls the console's commands make, each repeated and the median kept, then an export of
+//! the newest million events, a verify of every event, the archival of the older ones and a verify
+//! of the whole history, and this process's peak RSS (the console backend without its webview).
+//! Prints one JSON object.
 //!
 //! Usage: console-bench LEDGER [REPEATS]
 
@@ -13,7 +14,7 @@ use std::time::Instant;
 
 use idemgate_ledger::export::Format;
 use idemgate_ledger::{EntryFilter, EventFilter, EventRange};
-use idemgate_ops::{ExportCmd, Ops};
+use idemgate_ops::{ArchiveCmd, ExportCmd, Ops};
 use serde_json::{json, Map, Value};
 
 fn median_ms(repeats: usize, mut f: impl FnMut()) -> f64 {
@@ -166,16 +167,40 @@ fn main() {
     println!("{}", Value::Object(out));
 }
 
-/// A whole-log export and a whole-chain verify, timed.
+/// The newest events kept live (and exported); the rest are archived.
+const NEWEST: i64 = 1_000_000;
+
+/// The time of event `seq`, for a range that starts at it.
+fn time_of(ops: &Ops, seq: i64) -> i64 {
+    ops.log(&EventFilter::default(), Some(seq + 1), 1)
+        .expect("log")
+        .events
+        .first()
+        .map_or(0, |e| e.at)
+}
+
+/// An export of the newest million events (or a tenth of a smaller log), a whole-chain verify,
+/// then the archival of every older event and a verify of the whole history across the segments
+/// and the live log, timed. Archival changes the ledger: it runs last.
 fn audit(ops: &Ops, put: &mut impl FnMut(&str, Value)) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("all.ndjson");
+    let head = ops.store().head().expect("head").map_or(0, |h| h.seq);
+    let keep = if head > 2 * NEWEST {
+        NEWEST
+    } else {
+        (head / 10).max(1)
+    };
+    let cut = time_of(ops, head - keep + 1);
+    let path = dir.path().join("newest.ndjson");
     let s = Instant::now();
     let manifest = ops
         .export(
             &ExportCmd {
                 format: Format::Ndjson,
-                range: EventRange::default(),
+                range: EventRange {
+                    since: Some(cut),
+                    until: None,
+                },
                 path: path.display().to_string(),
                 overwrite: false,
             },
@@ -183,10 +208,40 @@ fn audit(ops: &Ops, put: &mut impl FnMut(&str, Value)) {
         )
         .expect("export")
         .expect("manifest");
-    put("export_all_s", json!(s.elapsed().as_secs_f64()));
+    put("export_s", json!(s.elapsed().as_secs_f64()));
     put("exported_events", json!(manifest.count));
+    drop(std::fs::remove_file(&path));
     let s = Instant::now();
     let v = ops.verify(&mut |_| true).expect("verify");
     assert!(v.ok, "verify: {:?}", v.problem);
     put("verify_all_s", json!(s.elapsed().as_secs_f64()));
+
+    let archive = dir.path().join("archive");
+    std::fs::create_dir(&archive).expect("archive dir");
+    let s = Instant::now();
+    let r = ops
+        .archive(
+            &ArchiveCmd {
+                before: cut,
+                dir: archive.display().to_string(),
+                segment_events: None,
+            },
+            &mut |_| true,
+        )
+        .expect("archive");
+    put("archive_s", json!(s.elapsed().as_secs_f64()));
+    put(
+        "archived_events",
+        json!(r.segments.iter().map(|s| s.count).sum::<i64>()),
+    );
+    put(
+        "archive_mb",
+        json!(r.segments.iter().map(|s| s.bytes).sum::<i64>() as f64 / 1e6),
+    );
+    let s = Instant::now();
+    let v = ops
+        .verify_archive(&archive, None, &mut |_| true)
+        .expect("verify archive");
+    assert!(v.ok, "verify --archive: {:?}", v.problems);
+    put("verify_history_s", json!(s.elapsed().as_secs_f64()));
 }
