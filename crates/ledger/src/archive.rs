@@ -201,20 +201,11 @@ fn seal(
              run verify"
         )));
     }
-    w.flush()?;
-    let HashingWriter {
-        inner,
-        hasher,
-        bytes,
-    } = w;
-    let file = inner.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
-    drop(file);
+    let (sha256, bytes) = w.sync()?;
     pause_at("written");
     // Nothing recorded points at this name yet, so what is there is replaced.
     std::fs::rename(&tmp, &path)?;
     pause_at("renamed");
-    let sha256 = hex::encode(sha2::Digest::finalize(hasher));
     let checkpoint = match (signer, &head) {
         (Some(s), Some(h)) => Some(export::sign_and_log(store, s, h)?),
         _ => None,
@@ -637,14 +628,7 @@ fn check_segment(
     let path = dir.join(name);
     let empty = VerifyReport {
         ok: false,
-        alg: hasher.alg().to_owned(),
-        count: 0,
-        first_seq: None,
-        head: None,
-        first_bad_seq: None,
-        problem: None,
-        cancelled: false,
-        started_after: None,
+        ..VerifyReport::empty(hasher.alg())
     };
     if !path.exists() {
         check.problems.push(format!(

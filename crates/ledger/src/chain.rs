@@ -248,6 +248,23 @@ pub struct VerifyReport {
     pub started_after: Option<ChainHead>,
 }
 
+impl VerifyReport {
+    /// A report of nothing verified yet, under `alg`.
+    pub fn empty(alg: &str) -> VerifyReport {
+        VerifyReport {
+            ok: true,
+            alg: alg.to_owned(),
+            count: 0,
+            first_seq: None,
+            head: None,
+            first_bad_seq: None,
+            problem: None,
+            cancelled: false,
+            started_after: None,
+        }
+    }
+}
+
 /// Where a verified stream must start.
 #[derive(Debug, Clone)]
 pub enum ChainStart {
@@ -272,18 +289,11 @@ where
     I: IntoIterator<Item = Result<Event>>,
 {
     let mut report = VerifyReport {
-        ok: true,
-        alg: hasher.alg().to_owned(),
-        count: 0,
-        first_seq: None,
-        head: None,
-        first_bad_seq: None,
-        problem: None,
-        cancelled: false,
         started_after: match &start {
             ChainStart::After(h) => Some(h.clone()),
             _ => None,
         },
+        ..VerifyReport::empty(hasher.alg())
     };
     let mut expect: Option<(i64, String)> = match &start {
         ChainStart::Genesis => Some((1, GENESIS.to_owned())),

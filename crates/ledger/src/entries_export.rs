@@ -7,7 +7,7 @@
 //! entry's history is the log's.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -117,15 +117,7 @@ pub fn export_entries(
         return Ok(None);
     }
     progress(count);
-    w.flush()?;
-    let HashingWriter {
-        inner,
-        hasher,
-        bytes,
-    } = w;
-    let file = inner.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
-    drop(file);
+    let (sha256, bytes) = w.sync()?;
     if let Err(e) = export::put_in_place(&tmp, out, overwrite) {
         let _ = std::fs::remove_file(&tmp);
         return Err(e.into());
@@ -142,7 +134,7 @@ pub fn export_entries(
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default(),
-        sha256: hex::encode(sha2::Digest::finalize(hasher)),
+        sha256,
         bytes,
         count,
         since: range.since.map(rfc3339),
@@ -199,15 +191,8 @@ pub(crate) fn verify(
         manifest_matches: Some(count_ok),
         signed,
         chain: VerifyReport {
-            ok: true,
-            alg: "none (entries are not chained)".into(),
             count: rows,
-            first_seq: None,
-            head: None,
-            first_bad_seq: None,
-            problem: None,
-            cancelled: false,
-            started_after: None,
+            ..VerifyReport::empty("none (entries are not chained)")
         },
         problems,
     })

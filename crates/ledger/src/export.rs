@@ -164,6 +164,21 @@ impl<W: Write> HashingWriter<W> {
     }
 }
 
+impl HashingWriter<BufWriter<File>> {
+    /// Flushes and syncs the file: what was written is on disk, with its sha256 (hex) and size.
+    pub fn sync(mut self) -> std::io::Result<(String, u64)> {
+        self.flush()?;
+        let HashingWriter {
+            inner,
+            hasher,
+            bytes,
+        } = self;
+        let file = inner.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        Ok((hex::encode(hasher.finalize()), bytes))
+    }
+}
+
 impl<W: Write> Write for HashingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.inner.write(buf)?;
@@ -243,15 +258,7 @@ pub fn export(
         return Ok(None);
     }
     progress(count);
-    w.flush()?;
-    let HashingWriter {
-        inner,
-        hasher,
-        bytes,
-    } = w;
-    let file = inner.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
-    drop(file);
+    let (sha256, bytes) = w.sync()?;
     if let Err(e) = put_in_place(&tmp, out, overwrite) {
         let _ = std::fs::remove_file(&tmp);
         return Err(e.into());
@@ -268,7 +275,7 @@ pub fn export(
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default(),
-        sha256: hex::encode(hasher.finalize()),
+        sha256,
         bytes,
         count,
         first_seq: first.as_ref().map(|f| f.0),
