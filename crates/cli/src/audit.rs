@@ -159,6 +159,12 @@ pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, O
         public_key,
         json,
     } = a;
+    if public_key.is_some() && archive.is_none() && export.is_none() && against.is_none() {
+        return Err(OpsError::invalid(
+            "public-key",
+            "checks the signed checkpoints of --export, --archive or --against: name one",
+        ));
+    }
     let key = crate::archival::public_key(public_key.as_deref())?;
     let (ok, cancelled) = if let Some(dir) = archive {
         let hasher = ChainHasher::from_env()?;

@@ -120,6 +120,22 @@ pub fn check(config: &Path) -> Result<ExitCode, CmdError> {
             r.upstream
         );
     }
+    if let Some(r) = &cfg.retention {
+        let _ = writeln!(
+            out,
+            "{} (every {})",
+            idemgate_server::upkeep::policy(r).describe(),
+            idemgate_ops::RetentionPolicy::span(r.interval)
+        );
+    }
+    if let Some(sg) = &cfg.signing {
+        let _ = writeln!(
+            out,
+            "checkpoints signed with {} every {}",
+            sg.key_file.display(),
+            idemgate_ops::RetentionPolicy::span(sg.interval)
+        );
+    }
     if let Some(addr) = cfg.admin_listen {
         let mut who: Vec<String> = cfg
             .operators

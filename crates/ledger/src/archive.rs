@@ -31,7 +31,7 @@ use crate::export::{self, Format, HashingWriter, Manifest, Row};
 use crate::model::{now_millis, rfc3339, ArchivedSegment, ChainHead, Event, Millis};
 use crate::store::{Progress, Storage};
 
-/// Events per segment unless told otherwise: about 40 MB compressed.
+/// Events per segment unless told otherwise: one file per million events.
 pub const SEGMENT_EVENTS: u64 = 1_000_000;
 
 /// Events deleted per transaction once their segment is recorded: short enough to leave the

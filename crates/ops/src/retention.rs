@@ -46,6 +46,11 @@ impl RetentionPolicy {
         self.entries_ms.is_none() && self.log_hot_ms.is_none()
     }
 
+    /// A duration in its largest whole unit, as the configuration writes it (`30d`, `1h`).
+    pub fn span(d: std::time::Duration) -> String {
+        span(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
     /// The policy in words, as the log records it as the reason of what it does.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();

@@ -87,6 +87,10 @@ fn a_signed_export_verifies_with_the_public_key_alone_and_not_otherwise() {
 
     let (code, v) = verify_json(&["--export", s(&file), "--public-key", s(&public)]);
     assert_eq!((code, &v["signed"]), (0, &Value::Bool(true)), "{v}");
+    // A public key checks checkpoints of something named: alone with a ledger it is refused.
+    let out = idemgate(&["verify", "--ledger", s(&db), "--public-key", s(&public)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("public-key"));
     let (code, v) = verify_json(&["--export", s(&file), "--public-key", s(&other)]);
     assert_eq!(code, 3, "{v}");
     assert!(v["problems"].to_string().contains("not signed"), "{v}");
@@ -410,6 +414,12 @@ fn the_retention_policy_purges_long_expired_entries_but_never_a_stuck_one() {
         ),
     )
     .expect("config");
+    let checked = ok(&["serve", "--config", s(&cfg), "--check"]);
+    assert!(
+        checked.contains("retention policy: entries = 1s, log_hot = 2h")
+            && checked.contains("(every 1h)"),
+        "{checked}"
+    );
     let r = json(&["retention", "run", "--config", s(&cfg), "--json"]);
     let purged = r["purged"].as_u64().expect("purged");
     assert_eq!(
