@@ -14,8 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use idemgate_ledger::{
-    export, now_millis, EntryFilter, EventFilter, EventRange, Millis, Progress, ResponseRecord,
-    Result, VerifyReport,
+    now_millis, EntryFilter, EventFilter, Millis, Progress, ResponseRecord, Result, VerifyReport,
 };
 use idemgate_ops::{
     dispatch, ActionCmd, BulkCmd, BulkKind, BulkTarget, Ops, PurgeCmd, PurgeTarget, ResolveAs,
@@ -25,8 +24,10 @@ use idemgate_proxy::problem::{Problem, ProblemCode};
 use idemgate_proxy::Engine;
 use serde::{Deserialize, Serialize};
 
+mod audit;
+
 use crate::access::{self, Access, Identity};
-use crate::exports::{Download, Exports};
+use crate::exports::Exports;
 use crate::Bound;
 
 #[derive(Debug, Clone)]
@@ -91,17 +92,23 @@ pub fn router(
         .route("/admin/v1/events", get(events))
         .route("/admin/v1/stats", get(stats))
         .route("/admin/v1/incidents", get(incidents))
-        .route("/admin/v1/retention", get(retention))
+        .route("/admin/v1/retention", get(audit::retention))
         .route("/admin/v1/incidents/{id}/review", post(review_incident))
-        .route("/admin/v1/verify", get(verify))
-        .route("/admin/v1/verify/against", post(verify_against))
-        .route("/admin/v1/exports", get(list_exports).post(start_export))
+        .route("/admin/v1/verify", get(audit::verify))
+        .route("/admin/v1/verify/against", post(audit::verify_against))
+        .route(
+            "/admin/v1/exports",
+            get(audit::list_exports).post(audit::start_export),
+        )
         .route(
             "/admin/v1/exports/{id}",
-            get(show_export).delete(delete_export),
+            get(audit::show_export).delete(audit::delete_export),
         )
-        .route("/admin/v1/exports/{id}/file", get(export_file))
-        .route("/admin/v1/exports/{id}/manifest", get(export_manifest))
+        .route("/admin/v1/exports/{id}/file", get(audit::export_file))
+        .route(
+            "/admin/v1/exports/{id}/manifest",
+            get(audit::export_manifest),
+        )
         .route("/admin/v1/server", get(server_info))
         .route("/admin/v1/whoami", get(whoami))
         .route("/admin/v1/openapi.json", get(openapi))
@@ -613,6 +620,13 @@ async fn bulk(
     .await
 }
 
+/// A time of a query or body, as the CLI takes it.
+fn time_arg(field: &str, t: Option<&str>) -> Result<Option<Millis>, Problem> {
+    t.map(idemgate_ops::parse_time)
+        .transpose()
+        .map_err(|e| Problem::from(idemgate_ops::OpsError::invalid(field, &e.to_string())))
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EventsQuery {
@@ -682,10 +696,6 @@ async fn incidents(
     )
 }
 
-async fn retention(State(s): State<AdminState>, _: NoQuery) -> Result<Response, Problem> {
-    Ok(Json(blocking(move || s.ops.retention_status()).await?).into_response())
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReviewBody {
@@ -707,139 +717,6 @@ async fn review_incident(
         reason: b.reason,
     };
     Ok(Json(blocking(move || s.ops.review_incident(&cmd)).await?).into_response())
-}
-
-async fn verify(
-    State(s): State<AdminState>,
-    _: NoQuery,
-    headers: HeaderMap,
-) -> Result<Response, Problem> {
-    long_work(wants_lines(&headers), move |progress| {
-        let r = s.ops.verify(progress)?;
-        log_if_stopped(&r);
-        Ok(r)
-    })
-    .await
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExportBody {
-    format: export::Format,
-    /// As the CLI takes them ([`idemgate_ops::parse_time`]).
-    since: Option<String>,
-    until: Option<String>,
-}
-
-/// A time of a query or body, as the CLI takes it.
-fn time_arg(field: &str, t: Option<&str>) -> Result<Option<Millis>, Problem> {
-    t.map(idemgate_ops::parse_time)
-        .transpose()
-        .map_err(|e| Problem::from(idemgate_ops::OpsError::invalid(field, &e.to_string())))
-}
-
-async fn start_export(
-    State(s): State<AdminState>,
-    _: NoQuery,
-    b: Result<Json<ExportBody>, JsonRejection>,
-) -> Result<Response, Problem> {
-    let Json(b) = b.map_err(bad_json)?;
-    let range = EventRange {
-        since: time_arg("since", b.since.as_deref())?,
-        until: time_arg("until", b.until.as_deref())?,
-    };
-    let job = s.exports.start(&s.ops, b.format, range)?;
-    let location = HeaderValue::from_str(&format!("/admin/v1/exports/{}", job.id))
-        .map_err(|e| Problem::new(ProblemCode::Internal, e.to_string()))?;
-    Ok((
-        StatusCode::ACCEPTED,
-        [(header::LOCATION, location)],
-        Json(job),
-    )
-        .into_response())
-}
-
-async fn list_exports(State(s): State<AdminState>, _: NoQuery) -> Response {
-    Json(s.exports.list()).into_response()
-}
-
-async fn show_export(
-    State(s): State<AdminState>,
-    Id(id): ExportId,
-    _: NoQuery,
-) -> Result<Response, Problem> {
-    Ok(Json(s.exports.get(&id)?).into_response())
-}
-
-async fn delete_export(
-    State(s): State<AdminState>,
-    Id(id): ExportId,
-    _: NoQuery,
-) -> Result<Response, Problem> {
-    s.exports.delete(&id)?;
-    Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-async fn export_file(
-    State(s): State<AdminState>,
-    Id(id): ExportId,
-    _: NoQuery,
-    req: Request,
-) -> Result<Response, Problem> {
-    serve_download(s.exports.download(&id, false)?, req).await
-}
-
-async fn export_manifest(
-    State(s): State<AdminState>,
-    Id(id): ExportId,
-    _: NoQuery,
-    req: Request,
-) -> Result<Response, Problem> {
-    serve_download(s.exports.download(&id, true)?, req).await
-}
-
-/// Streams a finished export's file (ranges too, so a large download can resume), to be saved
-/// under its own name.
-async fn serve_download(d: Download, req: Request) -> Result<Response, Problem> {
-    use tower::ServiceExt;
-    let gone = || {
-        Problem::new(
-            ProblemCode::ExportNotFound,
-            "the export's file is gone (deleted meanwhile)",
-        )
-    };
-    let r = tower_http::services::ServeFile::new(&d.path)
-        .oneshot(req)
-        .await
-        .map_err(|_| gone())?;
-    if r.status() == StatusCode::NOT_FOUND {
-        return Err(gone());
-    }
-    let mut r = r.map(axum::body::Body::new);
-    let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(d.kind));
-    // The name is the export's own (idemgate-export-<hex id>.<format>): nothing to quote.
-    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{}\"", d.name)) {
-        h.insert(header::CONTENT_DISPOSITION, v);
-    }
-    Ok(r)
-}
-
-/// `verify --ledger L --against MANIFEST` over HTTP: the body is the manifest, as an export
-/// wrote it (the CLI's or the admin API's).
-async fn verify_against(
-    State(s): State<AdminState>,
-    _: NoQuery,
-    headers: HeaderMap,
-    b: Result<Json<export::Manifest>, JsonRejection>,
-) -> Result<Response, Problem> {
-    let Json(m) = b.map_err(bad_json)?;
-    long_work(wants_lines(&headers), move |progress| {
-        let r = s.ops.verify_against_manifest(&m, progress)?;
-        log_if_stopped(&r.chain);
-        Ok(r)
-    })
-    .await
 }
 
 /// `GET /admin/v1/whoami`: the operator the token stands for, and their role (the browser
