@@ -207,7 +207,7 @@ fn seal(
     std::fs::rename(&tmp, &path)?;
     pause_at("renamed");
     let checkpoint = match (signer, &head) {
-        (Some(s), Some(h)) => Some(export::sign_and_log(store, s, h)?),
+        (Some(s), Some(h)) => Some(s.sign_and_log(store, h)?.0),
         _ => None,
     };
     let now = now_millis();

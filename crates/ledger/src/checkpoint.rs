@@ -153,6 +153,18 @@ impl Signer {
         }
     }
 
+    /// Signs `head` now and logs the checkpoint in `store`: the checkpoint, and its event's seq.
+    pub fn sign_and_log(
+        &self,
+        store: &dyn crate::store::Storage,
+        head: &ChainHead,
+    ) -> crate::error::Result<(SignedCheckpoint, i64)> {
+        let now = crate::model::now_millis();
+        let cp = self.sign(head, now);
+        let seq = store.note_checkpoint(cp.clone(), now).wait()?;
+        Ok((cp, seq))
+    }
+
     /// Signs `head` as of `at`.
     pub fn sign(&self, head: &ChainHead, at: Millis) -> SignedCheckpoint {
         let time = rfc3339(at);

@@ -7,7 +7,6 @@
 //! entry's history is the log's.
 
 use std::fs::File;
-use std::io::BufWriter;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -15,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::chain::VerifyReport;
 use crate::checkpoint::{PublicKey, SignedCheckpoint, Signer};
 use crate::error::Result;
-use crate::export::{self, ExportVerifyReport, Format, HashingWriter};
+use crate::export::{self, ExportVerifyReport, Format, Written};
 use crate::model::{now_millis, rfc3339, ChainHead, Millis};
 use crate::store::{EventRange, Progress, Storage};
 
@@ -82,48 +81,20 @@ pub fn export_entries(
     signer: Option<&Signer>,
     progress: Progress<'_>,
 ) -> Result<Option<EntriesManifest>> {
-    if !overwrite
-        && [out, &export::manifest_path(out)]
-            .iter()
-            .any(|p| p.symlink_metadata().is_ok())
-    {
-        return Err(export::already_exists(out).into());
-    }
     let ledger_head = store.head()?;
-    let tmp = export::partial(out);
-    let mut w = HashingWriter::new(BufWriter::with_capacity(1 << 16, File::create(&tmp)?));
-    let mut count = 0u64;
-    let mut cancelled = false;
-    let written = {
-        let mut sink = export::Sink::new(format, &mut w);
-        let r = store.scan_entries(range, &mut |row: EntryRow| {
-            sink.write(&row)?;
-            count += 1;
-            if count.is_multiple_of(4096) && !progress(count) {
-                cancelled = true;
-                return Ok(false);
-            }
-            Ok(true)
-        });
-        r.and_then(|()| Ok(sink.flush()?))
-    };
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    if cancelled {
-        drop(w);
-        let _ = std::fs::remove_file(&tmp);
+    let written = export::write_rows(out, format, overwrite, progress, |row| {
+        store.scan_entries(range, row)
+    })?;
+    let Some(Written {
+        sha256,
+        bytes,
+        count,
+    }) = written
+    else {
         return Ok(None);
-    }
-    progress(count);
-    let (sha256, bytes) = w.sync()?;
-    if let Err(e) = export::put_in_place(&tmp, out, overwrite) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e.into());
-    }
+    };
     let checkpoint = match (signer, &ledger_head) {
-        (Some(s), Some(h)) => Some(export::sign_and_log(store, s, h)?),
+        (Some(s), Some(h)) => Some(s.sign_and_log(store, h)?.0),
         _ => None,
     };
     let manifest = EntriesManifest {

@@ -208,25 +208,11 @@ pub fn export(
     signer: Option<&Signer>,
     progress: Progress<'_>,
 ) -> Result<Option<Manifest>> {
-    if !overwrite
-        && [out, &manifest_path(out)]
-            .iter()
-            .any(|p| p.symlink_metadata().is_ok())
-    {
-        return Err(already_exists(out).into());
-    }
     let ledger_head = store.head()?;
     let alg = store.chain_alg()?;
-    let tmp = partial(out);
-    let file = File::create(&tmp)?;
-    let mut w = HashingWriter::new(BufWriter::with_capacity(1 << 16, file));
-    let mut count = 0u64;
     let mut first: Option<(i64, String)> = None;
     let mut last: Option<ChainHead> = None;
-    let mut cancelled = false;
-    {
-        let mut sink = Sink::new(format, &mut w);
-        let mut io_err: Option<std::io::Error> = None;
+    let written = write_rows(out, format, overwrite, progress, |row| {
         store.scan_events(range, &mut |ev: Event| {
             if first.is_none() {
                 first = Some((ev.seq, ev.prev_hash.clone()));
@@ -235,36 +221,19 @@ pub fn export(
                 seq: ev.seq,
                 hash: ev.hash.clone(),
             });
-            if let Err(e) = sink.write(&Row::from(ev)) {
-                io_err = Some(e);
-                return Ok(false);
-            }
-            count += 1;
-            if count.is_multiple_of(4096) && !progress(count) {
-                cancelled = true;
-                return Ok(false);
-            }
-            Ok(true)
-        })?;
-        let flushed = sink.flush();
-        if let Some(e) = io_err.or(flushed.err()) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e.into());
-        }
-    }
-    if cancelled {
-        drop(w);
-        let _ = std::fs::remove_file(&tmp);
+            row(Row::from(ev))
+        })
+    })?;
+    let Some(Written {
+        sha256,
+        bytes,
+        count,
+    }) = written
+    else {
         return Ok(None);
-    }
-    progress(count);
-    let (sha256, bytes) = w.sync()?;
-    if let Err(e) = put_in_place(&tmp, out, overwrite) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e.into());
-    }
+    };
     let checkpoint = match (signer, &last) {
-        (Some(s), Some(head)) => Some(sign_and_log(store, s, head)?),
+        (Some(s), Some(head)) => Some(s.sign_and_log(store, head)?.0),
         _ => None,
     };
     let manifest = Manifest {
@@ -294,16 +263,69 @@ pub fn export(
     Ok(Some(manifest))
 }
 
-/// Signs `head` now and logs the checkpoint.
-pub(crate) fn sign_and_log(
-    store: &dyn Storage,
-    signer: &Signer,
-    head: &ChainHead,
-) -> Result<SignedCheckpoint> {
-    let now = now_millis();
-    let cp = signer.sign(head, now);
-    store.note_checkpoint(cp.clone(), now).wait()?;
-    Ok(cp)
+/// An export's file, written and in place.
+pub(crate) struct Written {
+    pub sha256: String,
+    pub bytes: u64,
+    /// The rows in it.
+    pub count: u64,
+}
+
+/// Writes to `out` the rows `scan` hands to the function it is given (which answers whether to go
+/// on), as every export file is written: never over a file or manifest already there unless
+/// `overwrite`; beside its place, synced, and renamed in when whole; nothing left behind when it
+/// fails or when `progress` (told the rows so far every 4096) stops it, which is `Ok(None)`.
+pub(crate) fn write_rows<R: Serialize>(
+    out: &Path,
+    format: Format,
+    overwrite: bool,
+    progress: Progress<'_>,
+    scan: impl FnOnce(&mut dyn FnMut(R) -> Result<bool>) -> Result<()>,
+) -> Result<Option<Written>> {
+    if !overwrite
+        && [out, &manifest_path(out)]
+            .iter()
+            .any(|p| p.symlink_metadata().is_ok())
+    {
+        return Err(already_exists(out).into());
+    }
+    let tmp = partial(out);
+    let mut w = HashingWriter::new(BufWriter::with_capacity(1 << 16, File::create(&tmp)?));
+    let mut count = 0u64;
+    let mut cancelled = false;
+    let scanned = {
+        let mut sink = Sink::new(format, &mut w);
+        scan(&mut |row: R| {
+            sink.write(&row)?;
+            count += 1;
+            if count.is_multiple_of(4096) && !progress(count) {
+                cancelled = true;
+                return Ok(false);
+            }
+            Ok(true)
+        })
+        .and_then(|()| Ok(sink.flush()?))
+    };
+    if let Err(e) = scanned {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    if cancelled {
+        drop(w);
+        let _ = std::fs::remove_file(&tmp);
+        return Ok(None);
+    }
+    progress(count);
+    let (sha256, bytes) = w.sync()?;
+    if let Err(e) = put_in_place(&tmp, out, overwrite) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.into());
+    }
+    Ok(Some(Written {
+        sha256,
+        bytes,
+        count,
+    }))
 }
 
 /// Writes `out`'s manifest beside it, renamed into place as the file was (a crash leaves the old
@@ -343,7 +365,7 @@ pub(crate) fn partial(path: &Path) -> PathBuf {
 /// Moves the written `tmp` to `out`. Without `overwrite`, by a hard link, which fails if `out`
 /// exists however recently it was made; where the file system has no hard links, by a rename after
 /// one last look.
-pub(crate) fn put_in_place(tmp: &Path, out: &Path, overwrite: bool) -> std::io::Result<()> {
+fn put_in_place(tmp: &Path, out: &Path, overwrite: bool) -> std::io::Result<()> {
     if overwrite {
         return std::fs::rename(tmp, out);
     }
@@ -355,7 +377,7 @@ pub(crate) fn put_in_place(tmp: &Path, out: &Path, overwrite: bool) -> std::io::
     }
 }
 
-pub(crate) fn already_exists(out: &Path) -> std::io::Error {
+fn already_exists(out: &Path) -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::AlreadyExists,
         format!("{} exists", out.display()),
@@ -363,7 +385,7 @@ pub(crate) fn already_exists(out: &Path) -> std::io::Error {
 }
 
 /// Rows out, as CSV or NDJSON.
-pub(crate) enum Sink<'a, W: Write> {
+enum Sink<'a, W: Write> {
     Csv(csv::Writer<&'a mut W>),
     Ndjson(&'a mut W, Vec<u8>),
 }
@@ -431,15 +453,12 @@ pub(crate) fn file_sha256(path: &Path) -> Result<String> {
     Ok(hex::encode(h.finalize()))
 }
 
-/// The chain of the rows of an export file, in its format (gzip-compressed when `gzip`).
-pub(crate) fn verify_rows(
+/// The rows of an export file as events, in its format (gzip-compressed when `gzip`).
+fn read_rows(
     path: &Path,
     format: Format,
     gzip: bool,
-    hasher: &ChainHasher,
-    start: ChainStart,
-    progress: Progress<'_>,
-) -> Result<VerifyReport> {
+) -> Result<Box<dyn Iterator<Item = Result<Event>>>> {
     let raw = File::open(path)?;
     let file: Box<dyn BufRead> = if gzip {
         Box::new(BufReader::with_capacity(
@@ -450,8 +469,8 @@ pub(crate) fn verify_rows(
         Box::new(BufReader::with_capacity(1 << 16, raw))
     };
     Ok(match format {
-        Format::Ndjson => {
-            let rows = file.lines().enumerate().filter_map(|(i, line)| match line {
+        Format::Ndjson => Box::new(file.lines().enumerate().filter_map(|(i, line)| {
+            match line {
                 Ok(l) if l.trim().is_empty() => None,
                 Ok(l) => Some(
                     serde_json::from_str::<Row>(&l)
@@ -459,18 +478,40 @@ pub(crate) fn verify_rows(
                         .and_then(Row::into_event),
                 ),
                 Err(e) => Some(Err(e.into())),
-            });
-            chain::verify_events(hasher, start, rows, progress)?
-        }
-        Format::Csv => {
-            let mut rdr = csv::Reader::from_reader(file);
-            let rows = rdr.deserialize::<Row>().map(|r| {
-                r.map_err(|e| LedgerError::BadExport(e.to_string()))
-                    .and_then(Row::into_event)
-            });
-            chain::verify_events(hasher, start, rows, progress)?
-        }
+            }
+        })),
+        Format::Csv => Box::new(
+            csv::Reader::from_reader(file)
+                .into_deserialize::<Row>()
+                .map(|r| {
+                    r.map_err(|e| LedgerError::BadExport(e.to_string()))
+                        .and_then(Row::into_event)
+                }),
+        ),
     })
+}
+
+/// The chain of the rows of an export file, in its format (gzip-compressed when `gzip`).
+pub(crate) fn verify_rows(
+    path: &Path,
+    format: Format,
+    gzip: bool,
+    hasher: &ChainHasher,
+    start: ChainStart,
+    progress: Progress<'_>,
+) -> Result<VerifyReport> {
+    chain::verify_events(hasher, start, read_rows(path, format, gzip)?, progress)
+}
+
+/// An export's format and compression: its manifest's, else the file name's (`.csv`, or NDJSON).
+fn format_of(path: &Path, manifest: Option<&Manifest>) -> (Format, bool) {
+    match manifest {
+        Some(m) => (m.format, m.compression.as_deref() == Some("gzip")),
+        None => match path.extension().and_then(|e| e.to_str()) {
+            Some("csv") => (Format::Csv, false),
+            _ => (Format::Ndjson, false),
+        },
+    }
 }
 
 /// Verifies an export file, and its manifest when `FILE.manifest.json` exists: the file's sha256,
@@ -505,13 +546,7 @@ pub fn verify_export(
     if let Some(m) = &manifest {
         chain::check_alg(hasher, &m.alg)?;
     }
-    let format = match &manifest {
-        Some(m) => m.format,
-        None => match path.extension().and_then(|e| e.to_str()) {
-            Some("csv") => Format::Csv,
-            _ => Format::Ndjson,
-        },
-    };
+    let (format, gzip) = format_of(path, manifest.as_ref());
     let mut problems = Vec::new();
 
     let sha256_matches = match &manifest {
@@ -528,9 +563,6 @@ pub fn verify_export(
     let start = ChainStart::Anywhere {
         prev_hash: manifest.as_ref().and_then(|m| m.first_prev_hash.clone()),
     };
-    let gzip = manifest
-        .as_ref()
-        .is_some_and(|m| m.compression.as_deref() == Some("gzip"));
     let chain = verify_rows(path, format, gzip, hasher, start, progress)?;
     if !chain.ok {
         if let (Some(seq), Some(p)) = (chain.first_bad_seq, &chain.problem) {
@@ -585,30 +617,12 @@ pub fn verify_export(
 /// Whether the export at `path` holds event `head.seq` with exactly `head.hash`: a later export
 /// extends an earlier one when it holds the earlier one's head and its chain verifies.
 pub fn holds(path: &Path, head: &ChainHead) -> Result<bool> {
-    let manifest: Option<Manifest> = match std::fs::read(manifest_path(path)) {
-        Ok(raw) => serde_json::from_slice(&raw).ok(),
-        Err(_) => None,
-    };
-    let format = manifest.as_ref().map_or_else(
-        || match path.extension().and_then(|e| e.to_str()) {
-            Some("csv") => Format::Csv,
-            _ => Format::Ndjson,
-        },
-        |m| m.format,
-    );
-    let file = BufReader::with_capacity(1 << 16, File::open(path)?);
-    let found = |row: Row| row.seq == head.seq && row.hash == head.hash;
-    Ok(match format {
-        Format::Ndjson => file
-            .lines()
-            .map_while(std::result::Result::ok)
-            .filter_map(|l| serde_json::from_str::<Row>(&l).ok())
-            .any(found),
-        Format::Csv => csv::Reader::from_reader(file)
-            .deserialize::<Row>()
-            .map_while(std::result::Result::ok)
-            .any(found),
-    })
+    let manifest: Option<Manifest> = std::fs::read(manifest_path(path))
+        .ok()
+        .and_then(|raw| serde_json::from_slice(&raw).ok());
+    let (format, gzip) = format_of(path, manifest.as_ref());
+    Ok(read_rows(path, format, gzip)?
+        .any(|e| e.is_ok_and(|e| e.seq == head.seq && e.hash == head.hash)))
 }
 
 /// Checks that `checkpoint` is signed by `key` and names `head`, the head the verified chain ends

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::chain::{self, ChainHasher, VerifyReport};
 use crate::checkpoint::SignedCheckpoint;
-use crate::db::{vals, Db};
+use crate::db::Db;
 use crate::error::{LedgerError, Result};
 use crate::model::{
     ArchivedSegment, ChainHead, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter,
@@ -412,13 +412,7 @@ impl Storage for Ledger {
     }
 
     fn seq_before(&self, before: Millis) -> Result<Option<i64>> {
-        self.read(|db| {
-            db.one(
-                "SELECT MAX(seq) FROM events WHERE at < ?1",
-                vals![before],
-                |r| r.opt_int(0),
-            )
-        })
+        self.read(|db| read::seq_before(db, before))
     }
 
     fn archived(&self) -> Result<Vec<ArchivedSegment>> {

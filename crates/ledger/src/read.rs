@@ -413,9 +413,7 @@ pub(crate) fn seq_bounds(db: &mut dyn Db, range: EventRange) -> Result<Option<(i
         None => db.one("SELECT MIN(seq) FROM events", &[], |r| r.opt_int(0))?,
     };
     let hi = match range.until {
-        Some(u) => db.one("SELECT MAX(seq) FROM events WHERE at < ?1", vals![u], |r| {
-            r.opt_int(0)
-        })?,
+        Some(u) => seq_before(db, u)?,
         None => db.one("SELECT MAX(seq) FROM events", &[], |r| r.opt_int(0))?,
     };
     Ok(match (lo, hi) {
@@ -424,19 +422,24 @@ pub(crate) fn seq_bounds(db: &mut dyn Db, range: EventRange) -> Result<Option<(i
     })
 }
 
+/// The seq of the last live event logged before `before`.
+pub(crate) fn seq_before(db: &mut dyn Db, before: Millis) -> Result<Option<i64>> {
+    db.one(
+        "SELECT MAX(seq) FROM events WHERE at < ?1",
+        vals![before],
+        |r| r.opt_int(0),
+    )
+}
+
 pub(crate) fn scan_events(
     db: &mut dyn Db,
     range: EventRange,
     f: &mut dyn FnMut(Event) -> Result<bool>,
 ) -> Result<()> {
-    let Some((lo, hi)) = seq_bounds(db, range)? else {
-        return Ok(());
-    };
-    db.each(
-        &format!("SELECT {EVENT_COLS} FROM events WHERE seq BETWEEN ?1 AND ?2 ORDER BY seq"),
-        vals![lo, hi],
-        &mut |r| f(event_row(r)?),
-    )
+    match seq_bounds(db, range)? {
+        Some((lo, hi)) => scan_seqs(db, lo, hi, f),
+        None => Ok(()),
+    }
 }
 
 /// The entries created in `range`, oldest first, as an entries export writes them; `f` returns

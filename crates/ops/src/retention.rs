@@ -339,10 +339,7 @@ impl Ops {
         if Some(head.seq) == unless_at {
             return Ok(None);
         }
-        let now = now_millis();
-        let cp = signer.sign(&head, now);
-        let seq = self.store.note_checkpoint(cp.clone(), now).wait()?;
-        Ok(Some((cp, seq)))
+        Ok(Some(signer.sign_and_log(self.store.as_ref(), &head)?))
     }
 }
 

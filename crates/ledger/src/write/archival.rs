@@ -41,27 +41,19 @@ pub(crate) fn mark_archived(ctx: &mut Ctx<'_>, seg: &ArchivedSegment) -> Result<
             seg.at
         ],
     )?;
-    append(
+    log(
         ctx,
-        NewEvent {
-            at: seg.at,
-            kind: EventKind::Archive,
-            entry_id: None,
-            route: "",
-            scope: "",
-            key: "",
-            actor: None,
-            detail: canonical_string(&json!({
-                "first_seq": seg.first_seq,
-                "seq": seg.seq,
-                "hash": seg.hash,
-                "count": seg.count,
-                "file": seg.file,
-                "sha256": seg.sha256,
-            })),
-            payload_digest: None,
-            tail: None,
-        },
+        seg.at,
+        EventKind::Archive,
+        None,
+        &json!({
+            "first_seq": seg.first_seq,
+            "seq": seg.seq,
+            "hash": seg.hash,
+            "count": seg.count,
+            "file": seg.file,
+            "sha256": seg.sha256,
+        }),
     )
 }
 
@@ -88,27 +80,19 @@ pub(crate) fn drop_archived(ctx: &mut Ctx<'_>, limit: u64) -> Result<u64> {
 
 /// Logs a signed checkpoint of the chain.
 pub(crate) fn note_checkpoint(ctx: &mut Ctx<'_>, cp: &SignedCheckpoint, at: Millis) -> Result<i64> {
-    append(
+    log(
         ctx,
-        NewEvent {
-            at,
-            kind: EventKind::Checkpoint,
-            entry_id: None,
-            route: "",
-            scope: "",
-            key: "",
-            actor: None,
-            detail: canonical_string(&json!({
-                "origin": cp.origin,
-                "seq": cp.seq,
-                "hash": cp.hash,
-                "time": cp.time,
-                "key": cp.key,
-                "note": cp.note,
-            })),
-            payload_digest: None,
-            tail: None,
-        },
+        at,
+        EventKind::Checkpoint,
+        None,
+        &json!({
+            "origin": cp.origin,
+            "seq": cp.seq,
+            "hash": cp.hash,
+            "time": cp.time,
+            "key": cp.key,
+            "note": cp.note,
+        }),
     )
 }
 
@@ -123,16 +107,27 @@ pub(crate) fn note_retention(
         operator: RETENTION_OPERATOR.to_owned(),
         reason: policy.to_owned(),
     };
+    log(ctx, at, EventKind::Retention, Some(&actor), detail)
+}
+
+/// Appends an event about the ledger itself, not about an entry or a key.
+fn log(
+    ctx: &mut Ctx<'_>,
+    at: Millis,
+    kind: EventKind,
+    actor: Option<&Actor>,
+    detail: &serde_json::Value,
+) -> Result<i64> {
     append(
         ctx,
         NewEvent {
             at,
-            kind: EventKind::Retention,
+            kind,
             entry_id: None,
             route: "",
             scope: "",
             key: "",
-            actor: Some(&actor),
+            actor,
             detail: canonical_string(detail),
             payload_digest: None,
             tail: None,

@@ -11,13 +11,7 @@ use super::*;
 
 /// `n` claims, one event each, logged at `T0 + i` seconds.
 fn with_claims(l: &Ledger, n: i64) {
-    for i in 0..n {
-        claimed(
-            l.claim(req(&format!("k{i}"), "{}", T0 + i * 1000))
-                .wait()
-                .expect("claim"),
-        );
-    }
+    with_claims_from(l, 0, n);
 }
 
 fn live_seqs(l: &Ledger) -> Vec<i64> {
@@ -137,6 +131,7 @@ fn whole_count(head: &ChainHead) -> u64 {
     u64::try_from(head.seq).expect("seq")
 }
 
+/// `n` claims, keys `k{from}`…, logged at `T0 + i` seconds.
 fn with_claims_from(l: &Ledger, from: i64, n: i64) {
     for i in from..from + n {
         claimed(
