@@ -6,6 +6,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use idemgate_ledger::archive::{ArchiveReport, ArchiveVerifyReport};
@@ -37,11 +38,13 @@ pub(crate) struct SigningArg {
 }
 
 impl SigningArg {
-    pub(crate) fn signer(&self) -> Result<Option<Signer>, OpsError> {
+    pub(crate) fn signer(&self) -> Result<Option<Arc<Signer>>, OpsError> {
         self.signing_key
             .as_deref()
             .map(|f| {
-                Signer::from_file(f).map_err(|e| OpsError::invalid("signing-key", &e.to_string()))
+                Signer::from_file(f)
+                    .map(Arc::new)
+                    .map_err(|e| OpsError::invalid("signing-key", &e.to_string()))
             })
             .transpose()
     }
@@ -150,9 +153,7 @@ pub(crate) fn archive(out: &mut output::Out, a: ArchiveArgs) -> Result<ExitCode,
 
 fn archived(out: &mut output::Out, r: &ArchiveReport, json: bool) -> Result<(), OpsError> {
     if json {
-        serde_json::to_writer_pretty(&mut *out, r).map_err(std::io::Error::other)?;
-        writeln!(out)?;
-        return Ok(());
+        return output::pretty(out, r);
     }
     for s in &r.segments {
         writeln!(
@@ -203,12 +204,7 @@ pub(crate) fn retention(out: &mut output::Out, c: RetentionCmd) -> Result<ExitCo
             config.display()
         )));
     };
-    let signer = match &cfg.signing {
-        Some(s) => {
-            Some(Signer::from_file(&s.key_file).map_err(|e| OpsError::BadConfig(e.to_string()))?)
-        }
-        None => None,
-    };
+    let signer = cfg.signing.as_ref().map(|s| s.signer.clone());
     let ops =
         Ops::open_existing(&ledger.unwrap_or_else(|| cfg.ledger.clone()))?.with_signer(signer);
     let policy = idemgate_server::upkeep::policy(r);
@@ -216,8 +212,7 @@ pub(crate) fn retention(out: &mut output::Out, c: RetentionCmd) -> Result<ExitCo
         ops.retention_run(&policy, p)
     })?;
     if json {
-        serde_json::to_writer_pretty(&mut *out, &report).map_err(std::io::Error::other)?;
-        writeln!(out)?;
+        output::pretty(out, &report)?;
     } else {
         writeln!(out, "{}", report.policy)?;
         writeln!(
@@ -246,9 +241,7 @@ pub(crate) fn verified_archive(
     json: bool,
 ) -> Result<(), OpsError> {
     if json {
-        serde_json::to_writer_pretty(&mut *out, r).map_err(std::io::Error::other)?;
-        writeln!(out)?;
-        return Ok(());
+        return output::pretty(out, r);
     }
     writeln!(out, "archive {}", r.dir)?;
     for s in &r.segments {
@@ -288,14 +281,6 @@ pub(crate) fn verified_archive(
     for p in &r.problems {
         writeln!(out, "  {p}")?;
     }
-    writeln!(
-        out,
-        "{}",
-        match (r.ok, r.cancelled) {
-            (true, _) => "OK",
-            (false, true) => "STOPPED",
-            (false, false) => "FAILED",
-        }
-    )?;
+    writeln!(out, "{}", output::verdict(r.ok, r.cancelled))?;
     Ok(())
 }

@@ -191,7 +191,7 @@ fn event_json(e: &Event) -> Value {
     })
 }
 
-fn pretty(out: &mut Out, v: &impl serde::Serialize) -> R {
+pub(crate) fn pretty(out: &mut Out, v: &impl serde::Serialize) -> R {
     serde_json::to_writer_pretty(&mut *out, v).map_err(std::io::Error::other)?;
     writeln!(out)?;
     Ok(())
@@ -562,15 +562,21 @@ pub fn exported(out: &mut Out, path: &Path, m: &Manifest, json: bool) -> R {
         m.last_seq.unwrap_or(0),
         path.display()
     )?;
+    file_lines(out, path, &m.sha256)?;
+    if let Some(h) = &m.chain_head {
+        writeln!(out, "head     seq {} {}", h.seq, h.hash)?;
+    }
+    Ok(())
+}
+
+/// Where an export's manifest went, and the file's digest.
+fn file_lines(out: &mut Out, path: &Path, sha256: &str) -> R {
     writeln!(
         out,
         "manifest {}",
         idemgate_ledger::export::manifest_path(path).display()
     )?;
-    writeln!(out, "sha256   {}", m.sha256)?;
-    if let Some(h) = &m.chain_head {
-        writeln!(out, "head     seq {} {}", h.seq, h.hash)?;
-    }
+    writeln!(out, "sha256   {sha256}")?;
     Ok(())
 }
 
@@ -589,12 +595,7 @@ pub fn exported_entries(
         counted(m.count, "entry", "entries"),
         path.display()
     )?;
-    writeln!(
-        out,
-        "manifest {}",
-        idemgate_ledger::export::manifest_path(path).display()
-    )?;
-    writeln!(out, "sha256   {}", m.sha256)?;
+    file_lines(out, path, &m.sha256)?;
     if let Some(h) = &m.ledger_head {
         writeln!(out, "log head seq {} {}", h.seq, h.hash)?;
     }
@@ -668,7 +669,7 @@ pub fn verified(out: &mut Out, r: &VerifyReport, json: bool) -> R {
 }
 
 /// The last line of a verify with more than the chain to check.
-fn verdict(ok: bool, stopped: bool) -> &'static str {
+pub(crate) fn verdict(ok: bool, stopped: bool) -> &'static str {
     match (ok, stopped) {
         (true, _) => "OK",
         (false, true) => "STOPPED",

@@ -189,8 +189,8 @@ impl Ops {
     }
 
     /// These operations, signing checkpoints with `signer`.
-    pub fn with_signer(mut self, signer: Option<Signer>) -> Ops {
-        self.signer = signer.map(Arc::new);
+    pub fn with_signer(mut self, signer: Option<Arc<Signer>>) -> Ops {
+        self.signer = signer;
         self
     }
 

@@ -60,17 +60,7 @@ impl Server {
     /// the configured ledger, creating it when missing.
     pub fn open(cfg: Arc<Config>) -> Result<Server, ServeError> {
         let token = check(&cfg)?;
-        let signer = match &cfg.signing {
-            Some(s) => Some(
-                idemgate_ledger::checkpoint::Signer::from_file(&s.key_file).map_err(|e| {
-                    ConfigError::Invalid {
-                        field: "server.signing_key_file".into(),
-                        message: e.to_string(),
-                    }
-                })?,
-            ),
-            None => None,
-        };
+        let signer = cfg.signing.as_ref().map(|s| s.signer.clone());
         let ops = Ops::open_or_create(&cfg.ledger)?.with_signer(signer);
         Ok(Server { cfg, token, ops })
     }

@@ -2,6 +2,7 @@
 //! `server.checkpoint_interval`): what keeps the audit trail over years, checked at start-up.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use idemgate_ledger::checkpoint::Signer;
@@ -78,11 +79,12 @@ pub(super) fn retention(r: &RawRetention) -> Result<Retention, ConfigError> {
     })
 }
 
-/// Signed checkpoints: the key's file (from the configuration, else `IDEMGATE_SIGNING_KEY_FILE`)
-/// and how often the server signs the chain's head.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Signed checkpoints: the key's file (from the configuration, else `IDEMGATE_SIGNING_KEY_FILE`),
+/// the key read from it, and how often the server signs the chain's head.
+#[derive(Debug, Clone)]
 pub struct Signing {
     pub key_file: PathBuf,
+    pub signer: Arc<Signer>,
     pub interval: Duration,
 }
 
@@ -110,9 +112,11 @@ pub(super) fn signing(
     };
     let interval = parse_positive("server.checkpoint_interval", interval.unwrap_or("1h"), "")?;
     // Read now, so that `serve --check` finds a key that will not load.
-    Signer::from_file(std::path::Path::new(&file)).map_err(|e| invalid(field, e.to_string()))?;
+    let signer = Signer::from_file(std::path::Path::new(&file))
+        .map_err(|e| invalid(field, e.to_string()))?;
     Ok(Some(Signing {
         key_file: PathBuf::from(file),
+        signer: Arc::new(signer),
         interval,
     }))
 }
