@@ -14,6 +14,41 @@ pub(crate) enum Val<'a> {
     Int(i64),
     Text(&'a str),
     Blob(&'a [u8]),
+    /// An array of texts (PostgreSQL only).
+    Texts(&'a [&'a str]),
+    /// An array of integers (PostgreSQL only).
+    Ints(&'a [i64]),
+}
+
+/// A parameter kept past the statement that named it (a statement sent later: [`Db::defer_exec`]).
+#[derive(Debug, Clone)]
+pub(crate) enum OwnedVal {
+    Null,
+    Int(i64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+impl Val<'_> {
+    pub fn to_owned_val(self) -> OwnedVal {
+        match self {
+            Val::Null | Val::Texts(_) | Val::Ints(_) => OwnedVal::Null,
+            Val::Int(i) => OwnedVal::Int(i),
+            Val::Text(s) => OwnedVal::Text(s.to_owned()),
+            Val::Blob(b) => OwnedVal::Blob(b.to_vec()),
+        }
+    }
+}
+
+impl OwnedVal {
+    pub fn as_val(&self) -> Val<'_> {
+        match self {
+            OwnedVal::Null => Val::Null,
+            OwnedVal::Int(i) => Val::Int(*i),
+            OwnedVal::Text(s) => Val::Text(s),
+            OwnedVal::Blob(b) => Val::Blob(b),
+        }
+    }
 }
 
 impl From<i64> for Val<'_> {
@@ -147,6 +182,12 @@ pub(crate) trait Db {
     /// both); an error then surfaces there.
     fn defer(&mut self, sql: &str) -> Result<()> {
         self.batch(sql)
+    }
+    /// Like `exec`, but may be held back and sent with the next statement; an error then surfaces
+    /// there (or at the next statement after it), and fails whatever ran it. Statements still run
+    /// in the order they were given.
+    fn defer_exec(&mut self, sql: &str, params: &[Val<'_>]) -> Result<()> {
+        self.exec(sql, params).map(|_| ())
     }
     /// Runs several statements (pipelined where the backend can).
     fn exec_all(&mut self, stmts: &[(&str, Vec<Val<'_>>)]) -> Result<()> {

@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use crate::ahead::Touch;
 use crate::chain::{self, ChainHasher, VerifyReport};
 use crate::checkpoint::SignedCheckpoint;
 use crate::db::Db;
@@ -199,9 +200,18 @@ impl Ledger {
         T: Send + 'static,
         F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
     {
+        self.submit_touching(Touch::Any, f)
+    }
+
+    /// [`Ledger::submit`] for a job that changes only what `touch` names ([`crate::ahead`]).
+    fn submit_touching<T, F>(&self, touch: Touch, f: F) -> Ticket<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
+    {
         // Replays counted so far go first, in the same batch or an earlier one.
         self.queue_replay_counts();
-        self.writer.submit(f)
+        self.writer.submit_touching(touch, f)
     }
 
     fn read<T>(&self, f: impl FnOnce(&mut dyn Db) -> Result<T>) -> Result<T> {
@@ -298,8 +308,14 @@ impl Storage for Ledger {
                 return Ticket::ready(Ok(ClaimOutcome::Replay { entry_id, response }));
             }
         }
+        // The reject policy's duplicate check reads other keys' entries: such a claim may depend
+        // on anything before it.
+        let touch = match req.reject_duplicates_within_ms {
+            None => Touch::Key(req.route.clone(), req.scope.clone(), req.key.clone()),
+            Some(_) => Touch::Any,
+        };
         let claim = prepared::Claim::new(req);
-        self.submit(move |ctx| write::claim(ctx, &claim))
+        self.submit_touching(touch, move |ctx| write::claim(ctx, &claim))
     }
 
     fn record_attempt(&self, report: OwnerReport, attempt: i64, lease_ms: i64) -> Ticket<()> {
@@ -307,8 +323,9 @@ impl Storage for Ledger {
     }
 
     fn complete(&self, req: CompleteRequest) -> Ticket<CompleteOutcome> {
+        let touch = Touch::Entry(req.entry_id);
         let completion = prepared::Completion::new(req);
-        self.submit(move |ctx| write::complete(ctx, &completion))
+        self.submit_touching(touch, move |ctx| write::complete(ctx, &completion))
     }
 
     fn mark_unknown(&self, report: OwnerReport) -> Ticket<()> {

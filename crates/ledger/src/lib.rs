@@ -6,6 +6,7 @@
 //! machine) or PostgreSQL (one database shared by several proxies). Nothing outside this crate
 //! writes SQL.
 
+mod ahead;
 pub mod archive;
 pub mod canon;
 pub mod chain;

@@ -29,6 +29,16 @@ pub fn register_metrics() {
         metrics::Unit::Seconds,
         "The COMMIT alone: on SQLite the WAL's write and fsync"
     );
+    metrics::describe_histogram!(
+        "idemgate_ledger_write_lock_wait_seconds",
+        metrics::Unit::Seconds,
+        "A batch's wait for the ledger's write lock (PostgreSQL: other instances' batches hold it)"
+    );
+    metrics::describe_histogram!(
+        "idemgate_ledger_write_lock_held_seconds",
+        metrics::Unit::Seconds,
+        "How long a batch held the write lock: its statements and its COMMIT"
+    );
     metrics::describe_counter!(
         "idemgate_ledger_commit_failures_total",
         "Batches that could not begin or commit; every write in them was refused"
@@ -47,12 +57,28 @@ pub fn register_metrics() {
     }
 }
 
-/// A transaction committed: `writes` jobs in it, `commit` the `COMMIT` statement alone (on
-/// SQLite the WAL's write and its fsync; on PostgreSQL the round trip and the server's flush).
-pub(crate) fn committed(writes: usize, commit: Duration) {
+/// A committed batch, timed.
+pub(crate) struct Batch {
+    /// The jobs in it.
+    pub writes: usize,
+    /// From asking for the write lock to holding it.
+    pub lock_wait: Duration,
+    /// From holding the write lock to the commit's end.
+    pub lock_held: Duration,
+    /// The `COMMIT` statement alone (on SQLite the WAL's write and its fsync; on PostgreSQL the
+    /// round trip and the server's flush).
+    pub commit: Duration,
+}
+
+/// A transaction committed.
+pub(crate) fn committed(b: Batch) {
     metrics::counter!("idemgate_ledger_commits_total").increment(1);
-    metrics::counter!("idemgate_ledger_writes_total").increment(writes as u64);
-    metrics::histogram!("idemgate_ledger_commit_seconds").record(commit.as_secs_f64());
+    metrics::counter!("idemgate_ledger_writes_total").increment(b.writes as u64);
+    metrics::histogram!("idemgate_ledger_commit_seconds").record(b.commit.as_secs_f64());
+    metrics::histogram!("idemgate_ledger_write_lock_wait_seconds")
+        .record(b.lock_wait.as_secs_f64());
+    metrics::histogram!("idemgate_ledger_write_lock_held_seconds")
+        .record(b.lock_held.as_secs_f64());
 }
 
 /// A batch could not begin or commit: every job in it was answered `ledger-unavailable`.

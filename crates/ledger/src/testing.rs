@@ -116,6 +116,39 @@ fn connect(url: &str) -> Result<PgConn, String> {
     PgConn::connect(&target).map_err(|e| e.to_string())
 }
 
+/// Holds the PostgreSQL ledger's write lock until dropped: every instance's writer waits in its
+/// next batch's begin, and the jobs queued meanwhile all go in the batch after it.
+pub struct WriteLockHeld(PgConn);
+
+impl std::fmt::Debug for WriteLockHeld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteLockHeld")
+    }
+}
+
+/// Takes the write lock of the PostgreSQL ledger at `url` on a connection of its own.
+///
+/// # Panics
+/// When the lock cannot be taken.
+pub fn hold_write_lock(url: &str) -> WriteLockHeld {
+    let mut c = connect(url).expect("connect");
+    c.batch(&format!(
+        "SELECT pg_advisory_lock({})",
+        crate::postgres::WRITE_LOCK
+    ))
+    .expect("take the write lock");
+    WriteLockHeld(c)
+}
+
+impl Drop for WriteLockHeld {
+    fn drop(&mut self) {
+        let _ = self.0.batch(&format!(
+            "SELECT pg_advisory_unlock({})",
+            crate::postgres::WRITE_LOCK
+        ));
+    }
+}
+
 /// A new, empty database on the test cluster; its URL. `None` when PostgreSQL tests are skipped.
 pub fn fresh_postgres(tag: &str) -> Option<String> {
     static N: AtomicU32 = AtomicU32::new(0);

@@ -159,7 +159,16 @@ fn add_replays(db: &mut dyn Db, id: i64, n: i64, last: Millis) -> Result<()> {
 pub(crate) fn claim(ctx: &mut Ctx<'_>, c: &Claim) -> Result<ClaimOutcome> {
     let req = &c.req;
     let at = req.at;
-    let (row, stored) = match insert_or_lookup(ctx.db, c)? {
+    let ahead = match (ctx.ahead.as_deref_mut(), req.reject_duplicates_within_ms) {
+        (Some(a), None) => a.claim(&req.route, &req.scope, &req.key),
+        _ => None,
+    };
+    let first = match ahead {
+        Some(None) => First::Inserted(insert_ahead(ctx, c)?),
+        Some(Some((row, stored))) => First::Existing(row, stored),
+        None => insert_or_lookup(ctx.db, c)?,
+    };
+    let (row, stored) = match first {
         First::Inserted(id) => return claimed(ctx, c, id),
         First::Existing(row, stored) => (row, stored),
         First::Refused => {
@@ -444,7 +453,7 @@ fn insert_or_lookup(db: &mut dyn Db, c: &Claim) -> Result<First> {
             if r.opt_int(1)?.is_none() {
                 return Ok(First::Refused);
             }
-            let r = Shifted(r, 1);
+            let r = crate::ahead::Shifted(r, 1);
             Ok(First::Existing(
                 map_row(&r)?,
                 read::response_cols(&r, AFTER_ROW)?,
@@ -453,22 +462,44 @@ fn insert_or_lookup(db: &mut dyn Db, c: &Claim) -> Result<First> {
     }
 }
 
-/// A row read from column `.1` on (a statement's leading columns are something else).
-struct Shifted<'a>(&'a dyn crate::db::Row, usize);
-
-impl crate::db::Row for Shifted<'_> {
-    fn opt_int(&self, i: usize) -> Result<Option<i64>> {
-        self.0.opt_int(i + self.1)
-    }
-
-    fn opt_text(&self, i: usize) -> Result<Option<String>> {
-        self.0.opt_text(i + self.1)
-    }
-
-    fn opt_blob(&self, i: usize) -> Result<Option<Vec<u8>>> {
-        self.0.opt_blob(i + self.1)
-    }
+/// A new key's entry, when the batch read ahead that it has none: its id is handed out here and
+/// its insert sent with the batch's next statement.
+fn insert_ahead(ctx: &mut Ctx<'_>, c: &Claim) -> Result<i64> {
+    let id = match ctx.ahead.as_deref_mut() {
+        Some(a) => a.new_id(),
+        None => return Err(LedgerError::Internal("no rows were read ahead".into())),
+    };
+    let req = &c.req;
+    let request = &req.request;
+    let params = vals![
+        &req.route,
+        &req.scope,
+        &req.key,
+        &req.fingerprint,
+        req.effect.as_str(),
+        &req.owner,
+        req.at + req.lease_ms,
+        &request.method,
+        &request.path,
+        &c.headers,
+        &request.body,
+        req.at,
+        req.at + req.ttl_ms,
+        req.tool.as_deref(),
+        c.subjects.as_deref(),
+        req.dup_fp.as_deref(),
+        id,
+    ];
+    ctx.exec_later(INSERT_WITH_ID, params)?;
+    Ok(id)
 }
+
+/// [`insert_ahead`]'s statement: [`INSERT_OR_LOOKUP`]'s parameters ?1–?16, and the id ?17.
+const INSERT_WITH_ID: &str =
+    "INSERT INTO entries (route, scope, key, fingerprint, effect, state, attempts, lease_owner, \
+     lease_expires_at, req_method, req_path, req_headers, req_body, created_at, updated_at, \
+     expires_at, tool, subjects, dup_fp, id) VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 1, ?6, ?7, \
+     ?8, ?9, ?10, ?11, ?12, ?12, ?13, ?14, ?15, ?16, ?17)";
 
 /// [`insert_or_lookup`]'s statement, without the reject policy's duplicate check, then with it
 /// for each [`Same`]. ?1–?16: the new entry's route, scope, key, fingerprint, effect, lease owner,
@@ -522,9 +553,9 @@ pub(crate) static INSERT_OR_LOOKUP: PerDialect<[String; 4]> = PerDialect::new(|d
 });
 
 /// Indexes entry `id`'s subjects for search.
-fn write_subjects(db: &mut dyn Db, id: i64, subjects: &[(String, String)]) -> Result<()> {
+fn write_subjects(ctx: &mut Ctx<'_>, id: i64, subjects: &[(String, String)]) -> Result<()> {
     for (name, value) in subjects {
-        db.exec(
+        ctx.exec_later(
             "INSERT INTO subjects (value, name, entry_id) VALUES (?1, ?2, ?3) \
              ON CONFLICT DO NOTHING",
             vals![value, name, id],
@@ -536,7 +567,7 @@ fn write_subjects(db: &mut dyn Db, id: i64, subjects: &[(String, String)]) -> Re
 /// Counts and logs the new entry `id` of a first claim.
 fn claimed(ctx: &mut Ctx<'_>, c: &Claim, id: i64) -> Result<ClaimOutcome> {
     let req = &c.req;
-    write_subjects(ctx.db, id, &req.subjects)?;
+    write_subjects(ctx, id, &req.subjects)?;
     moved(ctx, None, Some(State::Pending));
     append(
         ctx,
@@ -598,7 +629,7 @@ fn rearm(
     )?;
     ctx.db
         .exec("DELETE FROM subjects WHERE entry_id = ?1", vals![row.id])?;
-    write_subjects(ctx.db, row.id, &req.subjects)?;
+    write_subjects(ctx, row.id, &req.subjects)?;
     moved(ctx, Some(row.state), Some(State::Pending));
     let mut ev = row.event(at, EventKind::Claim, detail);
     ev.payload_digest = Some(c.digest.clone());
@@ -612,18 +643,24 @@ fn rearm(
 /// The entry must be PENDING and leased by `owner`.
 fn owned(db: &mut dyn Db, id: i64, owner: &str, action: &'static str) -> Result<Row> {
     let row = row_by_id(db, id)?;
+    check_owned(&row, owner, action)?;
+    Ok(row)
+}
+
+/// `row` must be PENDING and leased by `owner`.
+fn check_owned(row: &Row, owner: &str, action: &'static str) -> Result<()> {
     if row.state != State::Pending {
         return Err(LedgerError::InvalidTransition {
-            id,
+            id: row.id,
             state: row.state.to_string(),
             action,
             needed: "pending",
         });
     }
     if row.lease_owner.as_deref() != Some(owner) {
-        return Err(LedgerError::LeaseLost(id));
+        return Err(LedgerError::LeaseLost(row.id));
     }
-    Ok(row)
+    Ok(())
 }
 
 /// Records a retry after an outcome that was not executed, and renews the lease for it.
@@ -663,25 +700,19 @@ pub(crate) fn complete(ctx: &mut Ctx<'_>, c: &Completion) -> Result<CompleteOutc
             ctx.db.exec(&COMPLETION.get(Dialect::Sqlite).0, &params)?;
             row
         }
-        // Checked and written in one statement: one round trip.
-        Dialect::Postgres => {
-            let mut params = params;
-            params.push(Val::Text(&req.owner));
-            match ctx
-                .db
-                .opt(&COMPLETION.get(Dialect::Postgres).1, &params, map_row)?
-            {
-                Some(row) => row,
-                // Not updated: say why.
-                None => {
-                    owned(ctx.db, req.entry_id, &req.owner, "complete")?;
-                    return Err(LedgerError::Corrupt(format!(
-                        "entry {} could not be completed",
-                        req.entry_id
-                    )));
+        // Read ahead (checked here), written with the batch's next statement.
+        Dialect::Postgres if ctx.ahead.is_some() => {
+            let ahead = ctx.ahead.as_deref_mut().and_then(|a| a.entry(req.entry_id));
+            match ahead {
+                Some(row) => {
+                    check_owned(&row, &req.owner, "complete")?;
+                    ctx.exec_later(&COMPLETION.get(Dialect::Postgres).0, &params)?;
+                    row
                 }
+                None => complete_now(ctx, req, params)?,
             }
         }
+        Dialect::Postgres => complete_now(ctx, req, params)?,
     };
     moved(ctx, Some(State::Pending), Some(State::Completed));
     let mut ev = row.event(req.at, EventKind::Complete, json!({"status": resp.status}));
@@ -692,6 +723,29 @@ pub(crate) fn complete(ctx: &mut Ctx<'_>, c: &Completion) -> Result<CompleteOutc
         None => None,
     };
     Ok(CompleteOutcome { duplicate_of })
+}
+
+/// A completion on PostgreSQL, checked and written in one statement: one round trip.
+fn complete_now<'a>(
+    ctx: &mut Ctx<'_>,
+    req: &'a crate::store::CompleteRequest,
+    mut params: Vec<Val<'a>>,
+) -> Result<Row> {
+    params.push(Val::Text(&req.owner));
+    match ctx
+        .db
+        .opt(&COMPLETION.get(Dialect::Postgres).1, &params, map_row)?
+    {
+        Some(row) => Ok(row),
+        // Not updated: say why.
+        None => {
+            owned(ctx.db, req.entry_id, &req.owner, "complete")?;
+            Err(LedgerError::Corrupt(format!(
+                "entry {} could not be completed",
+                req.entry_id
+            )))
+        }
+    }
 }
 
 /// The completion of an entry (?1) with a response (status ?2, headers ?3, body ?4) at ?5, replayed

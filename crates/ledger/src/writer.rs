@@ -19,6 +19,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use crate::ahead::{Ahead, Touch};
 use crate::chain::{ChainHasher, GENESIS};
 use crate::db::{vals, Db, Dialect, PerDialect, Val};
 use crate::error::{LedgerError, Result};
@@ -37,6 +38,20 @@ pub(crate) struct Ctx<'c> {
     pub head: Head,
     pub hasher: &'c ChainHasher,
     pub out: Deferred,
+    /// The rows this batch read ahead (PostgreSQL's first run of a batch: [`crate::ahead`]).
+    pub ahead: Option<&'c mut Ahead>,
+}
+
+impl Ctx<'_> {
+    /// A write whose result the job does not need: while reading ahead, sent with the batch's
+    /// next statement instead of on its own round trip.
+    pub fn exec_later(&mut self, sql: &str, params: &[Val<'_>]) -> Result<()> {
+        if self.ahead.is_some() {
+            self.db.defer_exec(sql, params)
+        } else {
+            self.db.exec(sql, params).map(|_| ())
+        }
+    }
 }
 
 /// Writes deferred to the end of a batch: they are only ever read after it commits, and one
@@ -100,6 +115,8 @@ pub(crate) trait WriteConn: Send + 'static {
 
 /// A queued write (see the module's comment on running it twice).
 trait Job: Send {
+    /// What it may change.
+    fn touch(&self) -> &Touch;
     /// Runs against the open batch transaction; `true` if it failed.
     fn run(&mut self, ctx: &mut Ctx<'_>) -> bool;
     /// There is no transaction to run in.
@@ -109,6 +126,7 @@ trait Job: Send {
 }
 
 struct Queued<T, F> {
+    touch: Touch,
     f: F,
     result: Option<Result<T>>,
     reply: tokio::sync::oneshot::Sender<Result<T>>,
@@ -119,6 +137,10 @@ where
     T: Send,
     F: FnMut(&mut Ctx<'_>) -> Result<T> + Send,
 {
+    fn touch(&self) -> &Touch {
+        &self.touch
+    }
+
     fn run(&mut self, ctx: &mut Ctx<'_>) -> bool {
         // A job that panics fails alone (rolled back to its savepoint on the batch's second run),
         // instead of ending the writer thread, after which every write in the process would be
@@ -240,10 +262,19 @@ impl Writer {
         }
     }
 
-    /// Queues a job. `f` runs inside the batch transaction (possibly twice: see the module's
-    /// comment); its result is sent once the batch has committed (or the commit's error, if it
-    /// did not).
+    /// Queues a job that may change anything. `f` runs inside the batch transaction (possibly
+    /// twice: see the module's comment); its result is sent once the batch has committed (or the
+    /// commit's error, if it did not).
     pub fn submit<T, F>(&self, f: F) -> Ticket<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
+    {
+        self.submit_touching(Touch::Any, f)
+    }
+
+    /// [`Writer::submit`] for a job that changes only what `touch` names.
+    pub fn submit_touching<T, F>(&self, touch: Touch, f: F) -> Ticket<T>
     where
         T: Send + 'static,
         F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
@@ -257,6 +288,7 @@ impl Writer {
         }
         let (reply, ticket) = Ticket::channel();
         let job: Box<dyn Job> = Box::new(Queued {
+            touch,
             f,
             result: None,
             reply,
@@ -307,6 +339,7 @@ fn run_jobs(
     hasher: &ChainHasher,
     deferred: &mut Deferred,
     savepoints: bool,
+    mut ahead: Option<&mut Ahead>,
 ) -> bool {
     // With savepoints, each job runs inside savepoint `job`, with one statement between jobs: a
     // success releases and re-opens it; a failure rolls back to it (which keeps it open). COMMIT
@@ -321,11 +354,15 @@ fn run_jobs(
         if let Err(e) = &savepoint {
             tracing::error!(error = %e, "savepoint failed");
         }
+        if let (Some(a), Touch::Any) = (ahead.as_deref_mut(), job.touch()) {
+            a.touching(&Touch::Any);
+        }
         let mut ctx = Ctx {
             db: &mut *db,
             head: head.clone(),
             hasher,
             out: Deferred::default(),
+            ahead: ahead.as_deref_mut(),
         };
         let failed = job.run(&mut ctx);
         let Ctx {
@@ -333,6 +370,9 @@ fn run_jobs(
             out,
             ..
         } = ctx;
+        if let Some(a) = ahead.as_deref_mut() {
+            a.touching(job.touch());
+        }
         if !failed {
             head = new_head;
             deferred.merge(out);
@@ -356,6 +396,68 @@ fn batch_failed(failures: &mut Failures, counters: &WriterCounters, error: &dyn 
     counters.failed_at.store(now_millis(), Ordering::Relaxed);
 }
 
+/// Runs `batch` in one transaction up to its last writes (again, each job in its savepoint, if a
+/// job fails): whether a transaction began (or why not), when the write lock was taken, and the
+/// last writes' result.
+fn run_batch(
+    conn: &mut impl WriteConn,
+    batch: &mut [Box<dyn Job>],
+    hasher: &ChainHasher,
+    deferred: &mut Deferred,
+) -> (std::result::Result<(), String>, Option<Instant>, Result<()>) {
+    let mut begun = Ok(());
+    let mut locked = None;
+    let mut flushed = Err(LedgerError::Internal("the batch did not run".into()));
+    for savepoints in [false, true] {
+        let head = match begin(conn) {
+            Ok(h) => h,
+            Err(e) => {
+                begun = Err(e.to_string());
+                break;
+            }
+        };
+        locked.get_or_insert_with(Instant::now);
+        deferred.clear();
+        let mut ahead = None;
+        if !savepoints && conn.db().dialect() == Dialect::Postgres {
+            match Ahead::read(conn.db(), batch.iter().map(|j| j.touch())) {
+                Ok(a) => ahead = a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the batch's rows ahead failed");
+                    let _ = conn.db().batch("ROLLBACK");
+                    continue;
+                }
+            }
+        }
+        if !run_jobs(
+            conn.db(),
+            batch,
+            head,
+            hasher,
+            deferred,
+            savepoints,
+            ahead.as_mut(),
+        ) {
+            // A job failed: undo the batch and run it again with a savepoint per job.
+            let _ = conn.db().batch("ROLLBACK");
+            continue;
+        }
+        flushed = flush(
+            conn.db(),
+            deferred,
+            ahead.as_ref().and_then(Ahead::taken_through),
+        );
+        if flushed.is_err() && ahead.is_some() {
+            // A write sent behind failed (it surfaces here): run the batch again, each job in
+            // its savepoint, to fail that job alone.
+            let _ = conn.db().batch("ROLLBACK");
+            continue;
+        }
+        break;
+    }
+    (begun, locked, flushed)
+}
+
 fn writer_loop(
     mut conn: impl WriteConn,
     hasher: ChainHasher,
@@ -374,29 +476,10 @@ fn writer_loop(
                 Err(_) => break,
             }
         }
-        let mut begun = Ok(());
-        for savepoints in [false, true] {
-            let head = match begin(&mut conn) {
-                Ok(h) => h,
-                Err(e) => {
-                    begun = Err(e.to_string());
-                    break;
-                }
-            };
-            deferred.clear();
-            if run_jobs(
-                conn.db(),
-                &mut batch,
-                head,
-                &hasher,
-                &mut deferred,
-                savepoints,
-            ) {
-                break;
-            }
-            // A job failed: undo the batch and run it again with a savepoint per job.
-            let _ = conn.db().batch("ROLLBACK");
-        }
+        // When the batch asked for the write lock and when it got it: other instances' batches
+        // wait for the span from `locked` to the commit (on PostgreSQL, across instances).
+        let asked = Instant::now();
+        let (begun, locked, flushed) = run_batch(&mut conn, &mut batch, &hasher, &mut deferred);
         if let Err(e) = begun {
             batch_failed(
                 &mut failures,
@@ -410,22 +493,27 @@ fn writer_loop(
             continue;
         }
         let db = conn.db();
-        let flushed = flush(db, &deferred);
         deferred.clear();
         let committed = flushed
             .and_then(|()| {
                 let started = Instant::now();
-                db.batch("COMMIT").map(|()| started.elapsed())
+                db.batch("COMMIT").map(|()| started)
             })
             .map_err(|e| e.to_string());
         match &committed {
-            Ok(took) => {
+            Ok(started) => {
                 conn.committed();
                 counters.commits.fetch_add(1, Ordering::Relaxed);
                 counters
                     .jobs
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                telemetry::committed(batch.len(), *took);
+                let locked = locked.unwrap_or(asked);
+                telemetry::committed(telemetry::Batch {
+                    writes: batch.len(),
+                    lock_wait: locked - asked,
+                    lock_held: locked.elapsed(),
+                    commit: started.elapsed(),
+                });
                 failures.succeeded();
             }
             Err(e) => {
@@ -445,7 +533,7 @@ fn writer_loop(
 /// hourly counts and the entry counts. Deferring them costs nothing in consistency — no job reads
 /// the log or the counters — and saves a statement (on PostgreSQL a round trip) per event and per
 /// counter, and a hot-row update per job.
-pub(crate) fn flush(db: &mut dyn Db, out: &Deferred) -> Result<()> {
+pub(crate) fn flush(db: &mut dyn Db, out: &Deferred, new_ids_through: Option<i64>) -> Result<()> {
     let dialect = db.dialect();
     // SQLite numbers the rows itself (see `EVENT_INSERTS`); the last one's number is checked below.
     let own_seq = dialect == Dialect::Postgres;
@@ -508,6 +596,9 @@ pub(crate) fn flush(db: &mut dyn Db, out: &Deferred) -> Result<()> {
                 vals![state.as_str(), n].to_vec(),
             ));
         }
+    }
+    if let Some(id) = new_ids_through {
+        stmts.push((crate::ahead::MOVE_SEQUENCE, vals![id].to_vec()));
     }
     db.exec_all(&stmts)
 }

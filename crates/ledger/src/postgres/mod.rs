@@ -26,13 +26,13 @@ use tokio_postgres::types::{IsNull, ToSql, Type};
 use tokio_postgres::{Client, Config, NoTls, Socket, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::db::{Db, Dialect, Row, Val};
+use crate::db::{Db, Dialect, OwnedVal, Row, Val};
 use crate::error::{LedgerError, Result};
 use crate::ledger::{self, Ledger, OpenOptions, ReadPool};
 use crate::writer::{WriteConn, Writer, MAX_BATCH};
 
 /// The advisory lock a write batch holds (any constant; "idemgate" in ASCII, truncated).
-const WRITE_LOCK: i64 = 0x6964_656d_6761_7465;
+pub(crate) const WRITE_LOCK: i64 = 0x6964_656d_6761_7465;
 /// The advisory lock migrations hold.
 const MIGRATE_LOCK: i64 = 0x6964_656d_6d69_6772;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -200,7 +200,13 @@ pub(crate) struct PgConn {
     rt: tokio::runtime::Runtime,
     client: Client,
     statements: HashMap<String, Statement>,
-    pending: String,
+    pending: Vec<Pending>,
+}
+
+/// A statement held back to go out with the next one ([`Db::defer`], [`Db::defer_exec`]).
+enum Pending {
+    Simple(String),
+    Prepared(Statement, Vec<OwnedVal>),
 }
 
 impl PgConn {
@@ -223,7 +229,7 @@ impl PgConn {
             rt,
             client,
             statements: HashMap::new(),
-            pending: String::new(),
+            pending: Vec::new(),
         })
     }
 
@@ -247,8 +253,7 @@ impl PgConn {
         }
         // A deferred ROLLBACK TO must reach the server before anything is parsed.
         if !self.pending.is_empty() {
-            let pending = std::mem::take(&mut self.pending);
-            self.rt.block_on(self.client.batch_execute(&pending))?;
+            PgConn::run(&self.rt, &self.client, &mut self.pending, async { Ok(()) })?;
         }
         if self.statements.len() >= 512 {
             self.statements.clear();
@@ -258,19 +263,40 @@ impl PgConn {
         Ok(stmt)
     }
 
-    /// Runs `f` with the deferred statements sent ahead of it, in the same round trip.
+    /// Runs `f` with the deferred statements sent ahead of it, in order, in the same round trip.
+    /// The first error among them is the call's.
     fn run<T>(
         rt: &tokio::runtime::Runtime,
         client: &Client,
-        pending: &mut String,
+        pending: &mut Vec<Pending>,
         f: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     ) -> Result<T> {
         if pending.is_empty() {
             return Ok(rt.block_on(f)?);
         }
         let before = std::mem::take(pending);
-        let (a, b) = rt.block_on(futures_util::future::join(client.batch_execute(&before), f));
-        a?;
+        let params: Vec<Vec<Val<'_>>> = before
+            .iter()
+            .map(|p| match p {
+                Pending::Simple(_) => Vec::new(),
+                Pending::Prepared(_, ps) => ps.iter().map(OwnedVal::as_val).collect(),
+            })
+            .collect();
+        // Each future sends its statement when first polled, and `join_all` polls them in order.
+        let sent = futures_util::future::join_all(before.iter().zip(&params).map(|(p, ps)| {
+            let fut: std::pin::Pin<Box<dyn std::future::Future<Output = _>>> = match p {
+                Pending::Simple(sql) => Box::pin(client.batch_execute(sql)),
+                Pending::Prepared(stmt, _) => {
+                    let ps = ps.iter().map(|v| v as &(dyn ToSql + Sync));
+                    Box::pin(async move { client.execute_raw(stmt, ps).await.map(|_| ()) })
+                }
+            };
+            fut
+        }));
+        let (a, b) = rt.block_on(futures_util::future::join(sent, f));
+        for r in a {
+            r?;
+        }
         Ok(b?)
     }
 }
@@ -301,6 +327,8 @@ impl ToSql for Val<'_> {
             Val::Int(i) => i.to_sql(ty, out),
             Val::Text(s) => s.to_sql(ty, out),
             Val::Blob(b) => b.to_sql(ty, out),
+            Val::Texts(v) => v.to_sql(ty, out),
+            Val::Ints(v) => v.to_sql(ty, out),
         }
     }
 
@@ -371,10 +399,14 @@ impl Db for PgConn {
     }
 
     fn defer(&mut self, sql: &str) -> Result<()> {
-        if !self.pending.is_empty() {
-            self.pending.push_str("; ");
-        }
-        self.pending.push_str(sql);
+        self.pending.push(Pending::Simple(sql.to_owned()));
+        Ok(())
+    }
+
+    fn defer_exec(&mut self, sql: &str, p: &[Val<'_>]) -> Result<()> {
+        let stmt = self.statement(sql)?;
+        let owned = p.iter().map(|v| v.to_owned_val()).collect();
+        self.pending.push(Pending::Prepared(stmt, owned));
         Ok(())
     }
 

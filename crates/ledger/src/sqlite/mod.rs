@@ -272,6 +272,12 @@ impl ToSql for Val<'_> {
             Val::Int(i) => ValueRef::Integer(i),
             Val::Text(s) => ValueRef::Text(s.as_bytes()),
             Val::Blob(b) => ValueRef::Blob(b),
+            // Arrays are PostgreSQL's; no SQLite statement binds one.
+            Val::Texts(_) | Val::Ints(_) => {
+                return Err(rusqlite::Error::ToSqlConversionFailure(
+                    "SQLite has no array parameters".into(),
+                ))
+            }
         }))
     }
 }

@@ -325,7 +325,100 @@ fn two_ledgers_on_one_database_claim_each_key_once(b: Backend) {
     verify_ok(&other);
 }
 
+/// Jobs queued together share a batch, and each one decides from what the jobs before it in that
+/// batch did (on PostgreSQL the batch reads its rows ahead, once): a second claim of a key just
+/// claimed is in flight, a claim of a key just completed is its replay.
+fn jobs_in_one_batch_decide_after_the_jobs_before_them(b: Backend) {
+    let f = fx!(b);
+    let done = claimed(f.l.claim(req("done", "{}", T0)).wait().expect("claim"));
+    let completion = |at| CompleteRequest {
+        entry_id: done,
+        owner: "proxy-a".into(),
+        response: resp(201, "{}"),
+        ttl_ms: TTL,
+        duplicate_window_ms: None,
+        at,
+    };
+    let (commits_before, _) = f.l.writer_counters();
+    // Queued while another connection holds PostgreSQL's write lock: the writer waits in its
+    // first batch (a filler or two) and takes every job after them in the next. Two groups,
+    // because a unique key refuses a second insert of "k" whatever the writer decided, and the
+    // batch would then run again without reading ahead.
+    let hold = || match b {
+        Backend::Postgres => Some(testing::hold_write_lock(&f.location)),
+        Backend::Sqlite => None,
+    };
+    let filler = |n: i64| -> Vec<_> {
+        (0..10)
+            .map(|i| f.l.claim(req(&format!("f{n}-{i}"), "{}", T0 + n)))
+            .collect()
+    };
+    let held = hold();
+    let before = filler(1);
+    let first = f.l.claim(req("k", "{}", T0 + 1));
+    let second = f.l.claim(req("k", "{}", T0 + 1));
+    drop(held);
+    for t in before {
+        claimed(t.wait().expect("filler"));
+    }
+    let k = claimed(first.wait().expect("first claim"));
+    assert!(
+        matches!(second.wait(), Ok(ClaimOutcome::InFlight { entry_id, .. }) if entry_id == k),
+        "a second claim of a key claimed in the same batch is in flight"
+    );
+    let held = hold();
+    let before = filler(2);
+    let completed = f.l.complete(completion(T0 + 2));
+    let replay = f.l.claim(req("done", "{}", T0 + 2));
+    drop(held);
+    for t in before {
+        claimed(t.wait().expect("filler"));
+    }
+    completed.wait().expect("completion");
+    assert!(
+        matches!(replay.wait(), Ok(ClaimOutcome::Replay { entry_id, .. }) if entry_id == done),
+        "a claim of a key completed in the same batch is its replay"
+    );
+    // A job that fails makes the writer run its batch again without reading ahead: alone here.
+    assert!(matches!(
+        f.l.complete(completion(T0 + 3)).wait(),
+        Err(LedgerError::InvalidTransition { .. })
+    ));
+    let (commits_after, _) = f.l.writer_counters();
+    assert!(
+        commits_after - commits_before < 24,
+        "24 queued jobs took {} commits: no batching",
+        commits_after - commits_before
+    );
+    assert_eq!(kinds(&f.l, done), ["claim", "complete"]);
+    verify_ok(&f.l);
+}
+
+/// The log names entries by id, so a purged entry's id is never a new entry's. PostgreSQL only:
+/// a SQLite ledger numbers a new entry one past the highest left, which can be a purged one's.
+fn a_purged_entrys_id_is_never_handed_out_again(b: Backend) {
+    if matches!(b, Backend::Sqlite) {
+        return;
+    }
+    let f = fx!(b);
+    let a = claimed(f.l.claim(req("a", "{}", T0)).wait().expect("claim"));
+    complete(&f.l, a, T0 + 1, "{}");
+    f.l.purge(PurgeRequest {
+        ids: vec![a],
+        expired_by: None,
+        actor: actor(),
+        at: T0 + 2,
+    })
+    .wait()
+    .expect("purge");
+    let b = claimed(f.l.claim(req("b", "{}", T0 + 3)).wait().expect("claim"));
+    assert!(b > a, "entry {b} took the purged entry {a}'s id");
+    verify_ok(&f.l);
+}
+
 suite!(
+    jobs_in_one_batch_decide_after_the_jobs_before_them,
+    a_purged_entrys_id_is_never_handed_out_again,
     new_key_is_claimed_durably_then_in_flight_then_replayed,
     different_fingerprint_is_a_collision_and_keeps_the_rejected_request,
     an_entry_fingerprinted_without_its_target_matches_only_its_own_target,

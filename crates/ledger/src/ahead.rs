@@ -1,0 +1,224 @@
+//! Reads ahead, writes behind: how a PostgreSQL batch costs a few round trips instead of one per
+//! job.
+//!
+//! On PostgreSQL every statement is a round trip, made while the batch holds the write lock that
+//! the writers of all instances share. Most jobs are claims (one key's row) and completions (one
+//! entry's row), whose only statement that returns something is the read of that row. So, at the
+//! start of a batch and in one statement, the writer reads every such row ([`Ahead::read`]); each
+//! job then decides from its row and sends its writes later ([`crate::db::Db::defer_exec`]), in
+//! order, with the batch's last statements. A new entry's id comes from the entries' sequence,
+//! read with the rows: under the write lock no one else inserts.
+//!
+//! **Invariant: a job decides from a row read ahead only if no job before it in the batch could
+//! have changed that row.** A claim changes only its key's row, a completion only its entry's; any
+//! other job ([`Touch::Any`]) may change anything, and ends reading ahead for the batch. A claim
+//! whose decision reads other rows (the reject policy's duplicate check) counts as
+//! [`Touch::Any`]. Statements still run in the order the jobs gave them, so a job that reads
+//! (anything not read ahead) sees every earlier job's writes. A write sent later that fails fails
+//! the batch's first run; the writer then runs it again, each job in its savepoint, without
+//! reading ahead.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::db::{Db, Row as _, Val};
+use crate::entry_row::{map_row, Row, AFTER_ROW, ROW_COLS};
+use crate::error::Result;
+use crate::model::ResponseRecord;
+use crate::read;
+
+/// What a queued job may change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Touch {
+    /// The row of one key (route, scope, key): a claim.
+    Key(String, String, String),
+    /// One entry's row: a completion.
+    Entry(i64),
+    /// Anything.
+    Any,
+}
+
+type Key = (String, String, String);
+
+/// The rows a batch read ahead, and what its jobs have touched so far.
+#[derive(Default)]
+pub(crate) struct Ahead {
+    by_key: HashMap<Key, (Row, Option<ResponseRecord>)>,
+    /// The keys read ahead (found or not).
+    keys: HashSet<Key>,
+    by_id: HashMap<i64, Row>,
+    /// The entry id of each key found.
+    key_ids: HashMap<Key, i64>,
+    touched_keys: HashSet<Key>,
+    touched_ids: HashSet<i64>,
+    /// Cleared by a job that may change anything.
+    valid: bool,
+    /// The last entry id in use or handed out; the next new entry's is one past it.
+    last_id: i64,
+    /// Whether a new entry took an id here (the sequence must then be moved past it).
+    took_ids: bool,
+}
+
+impl Ahead {
+    /// Reads, in one statement, the rows of the claims and completions of `touches` that come
+    /// before the first [`Touch::Any`], and the entries' last id. `None` if there is nothing to
+    /// read.
+    pub fn read<'t>(
+        db: &mut dyn Db,
+        touches: impl Iterator<Item = &'t Touch>,
+    ) -> Result<Option<Ahead>> {
+        let (mut routes, mut scopes, mut keys, mut ids) = (vec![], vec![], vec![], vec![]);
+        for t in touches {
+            match t {
+                Touch::Key(r, s, k) => {
+                    routes.push(r.as_str());
+                    scopes.push(s.as_str());
+                    keys.push(k.as_str());
+                }
+                Touch::Entry(id) => ids.push(*id),
+                Touch::Any => break,
+            }
+        }
+        if keys.is_empty() && ids.is_empty() {
+            return Ok(None);
+        }
+        let mut ahead = Ahead {
+            keys: routes
+                .iter()
+                .zip(&scopes)
+                .zip(&keys)
+                .map(|((r, s), k)| ((*r).to_owned(), (*s).to_owned(), (*k).to_owned()))
+                .collect(),
+            valid: true,
+            ..Ahead::default()
+        };
+        let sql = &*READ_AHEAD;
+        let params = [
+            Val::Texts(&routes),
+            Val::Texts(&scopes),
+            Val::Texts(&keys),
+            Val::Ints(&ids),
+        ];
+        let mut rows = Vec::new();
+        db.each(sql, &params, &mut |r| {
+            let last = r.int(0)?;
+            let found = match r.opt_int(1)? {
+                None => None,
+                Some(_) => {
+                    let shifted = Shifted(r, 1);
+                    let by_id = shifted.flag(AFTER_ROW + 3)?;
+                    let stored = read::response_cols(&shifted, AFTER_ROW)?;
+                    Some((map_row(&shifted)?, stored, by_id))
+                }
+            };
+            rows.push((last, found));
+            Ok(true)
+        })?;
+        for (last, found) in rows {
+            ahead.last_id = last;
+            if let Some((row, stored, by_id)) = found {
+                let key = (row.route.clone(), row.scope.clone(), row.key.clone());
+                ahead.key_ids.insert(key.clone(), row.id);
+                if by_id {
+                    ahead.by_id.insert(row.id, row);
+                } else {
+                    ahead.by_key.insert(key, (row, stored));
+                }
+            }
+        }
+        Ok(Some(ahead))
+    }
+
+    /// A claim's key as read ahead: `Some(None)` if it has no entry, `Some(Some(..))` its row and
+    /// stored response; `None` if not read ahead or touched since (read it now).
+    pub fn claim(
+        &mut self,
+        route: &str,
+        scope: &str,
+        key: &str,
+    ) -> Option<Option<(Row, Option<ResponseRecord>)>> {
+        let k = (route.to_owned(), scope.to_owned(), key.to_owned());
+        if !self.valid || !self.keys.contains(&k) || self.touched_keys.contains(&k) {
+            return None;
+        }
+        match self.key_ids.get(&k) {
+            Some(id) if self.touched_ids.contains(id) => None,
+            Some(_) => self.by_key.remove(&k).map(Some),
+            None => Some(None),
+        }
+    }
+
+    /// A completion's entry as read ahead; `None` if not read ahead or touched since.
+    pub fn entry(&mut self, id: i64) -> Option<Row> {
+        if !self.valid || self.touched_ids.contains(&id) {
+            return None;
+        }
+        self.by_id.remove(&id)
+    }
+
+    /// The id of a new entry.
+    pub fn new_id(&mut self) -> i64 {
+        self.last_id += 1;
+        self.took_ids = true;
+        self.last_id
+    }
+
+    /// The last id handed out, if any was.
+    pub fn taken_through(&self) -> Option<i64> {
+        self.took_ids.then_some(self.last_id)
+    }
+
+    /// A job that may change `t` is about to run.
+    pub fn touching(&mut self, t: &Touch) {
+        match t {
+            Touch::Key(r, s, k) => {
+                let key = (r.clone(), s.clone(), k.clone());
+                if let Some(id) = self.key_ids.get(&key) {
+                    self.touched_ids.insert(*id);
+                }
+                self.touched_keys.insert(key);
+            }
+            Touch::Entry(id) => {
+                self.touched_ids.insert(*id);
+            }
+            Touch::Any => self.valid = false,
+        }
+    }
+}
+
+/// The batch's read ahead: the entries' last id (the larger of the highest row's and the
+/// sequence's: a purged entry's id is never handed out again), then one row per entry found by
+/// key (?1–?3: arrays of routes, scopes and keys; with its stored response) or by id (?4), and
+/// which of the two (1: by id); a single row of NULLs after the id if none is found.
+static READ_AHEAD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT GREATEST((SELECT COALESCE(MAX(id), 0) FROM entries), \
+         COALESCE(pg_sequence_last_value(pg_get_serial_sequence('entries', 'id')::regclass), 0)), \
+         e.* FROM (SELECT 1) AS one LEFT JOIN (\
+         SELECT {ROW_COLS}, resp_status, resp_headers, resp_body, CAST(0 AS BIGINT) AS by_id FROM entries \
+         WHERE (route, scope, key) IN (SELECT * FROM unnest(?1::text[], ?2::text[], ?3::text[])) \
+         UNION ALL \
+         SELECT {ROW_COLS}, NULL, NULL, NULL, CAST(1 AS BIGINT) FROM entries WHERE id = ANY(?4::bigint[])\
+         ) AS e ON true"
+    )
+});
+
+/// After a batch that gave new entries ids: moves the entries' sequence to the last (?1), so an
+/// id is handed out once, whoever inserts next.
+pub(crate) const MOVE_SEQUENCE: &str = "SELECT setval(pg_get_serial_sequence('entries', 'id'), ?1)";
+
+/// A row read from column `.1` on (a statement's leading columns are something else).
+pub(crate) struct Shifted<'a>(pub &'a dyn crate::db::Row, pub usize);
+
+impl crate::db::Row for Shifted<'_> {
+    fn opt_int(&self, i: usize) -> Result<Option<i64>> {
+        self.0.opt_int(i + self.1)
+    }
+
+    fn opt_text(&self, i: usize) -> Result<Option<String>> {
+        self.0.opt_text(i + self.1)
+    }
+
+    fn opt_blob(&self, i: usize) -> Result<Option<Vec<u8>>> {
+        self.0.opt_blob(i + self.1)
+    }
+}
