@@ -43,6 +43,15 @@ IPS = os.path.abspath(os.environ.get("IPS_BIN", os.path.join(
 # The peer takes minutes to build; a smoke run (BENCH_PEER=0, as CI's) goes without its row.
 PEER = os.environ.get("BENCH_PEER", "0" if SMOKE else "1") == "1"
 PEER_NAME = "idempotent-proxy-server"
+# The same peer with its Redis as durable as idemgate's ledger: every write fsync'd before the
+# answer (`appendfsync always`).
+PEER_DURABLE = "idempotent-proxy-server, Redis fsync always"
+PG = "idemgate (PostgreSQL)"
+# Two `idemgate serve` instances sharing one PostgreSQL ledger, loaded at once (half the
+# connections each): what the shared write lock leaves of a second instance.
+PG_TWO = "idemgate (PostgreSQL, 2 instances)"
+# The admin token of the benchmark's own instances (their /metrics report the write lock's use).
+ADMIN_TOKEN = "bench-" + uuid.uuid4().hex
 OUT = os.path.join(ROOT, "target/bench")
 # Each key's body names its order, as real calls do (one identical body under every key would make
 # every call after the first a duplicate suspect, which idemgate flags and logs). A replay sends its
@@ -155,11 +164,14 @@ class Stack:
     def __init__(self, work):
         self.work = work
         self.procs = []
-        self.ports = {k: free_port() for k in ["upstream", "nginx", "redis", "ips", "idemgate", "idemgate_pg", "pg"]}
+        self.ports = {k: free_port() for k in ["upstream", "nginx", "redis", "ips", "redis_durable", "ips_durable",
+                                               "idemgate", "idemgate_pg", "idemgate_pg2", "admin_pg",
+                                               "admin_pg2", "pg"]}
         # name -> processes whose CPU time (with their children's) is that target's cost per request
         self.roots = {}
         self.nginx_masters = {}
         self.pg_env = None
+        self.peers = {}
 
     def spawn(self, name, args, cwd=None, env=None):
         log = open(os.path.join(self.work, f"{name}.log"), "w")
@@ -191,25 +203,33 @@ http {{
         self.start_idemgate()
 
     def start_peer(self):
+        # idempotent-proxy-server keeps its idempotency records in Redis (Debian's redis-server):
+        # once at Redis' defaults (no fsync per write), once with every write fsync'd.
+        self.start_ips(PEER_NAME, "redis", "ips", ["--appendonly", "no"])
+        self.start_ips(PEER_DURABLE, "redis_durable", "ips_durable",
+                       ["--appendonly", "yes", "--appendfsync", "always"])
+
+    def start_ips(self, name, redis_port, ips_port, persistence):
         up = self.ports["upstream"]
-        # idempotent-proxy-server keeps its idempotency records in Redis (Debian's redis-server,
-        # default persistence: no fsync per write).
-        redis = self.spawn("redis", ["redis-server", "--port", str(self.ports["redis"]), "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "no"])
-        wait_port(self.ports["redis"], "redis-server")
-        ips_dir = os.path.join(self.work, "ips")
+        data = os.path.join(self.work, redis_port)
+        os.makedirs(data, exist_ok=True)
+        redis = self.spawn(redis_port, ["redis-server", "--port", str(self.ports[redis_port]), "--bind", "127.0.0.1",
+                                        "--dir", data, "--save", "", *persistence])
+        wait_port(self.ports[redis_port], redis_port)
+        ips_dir = os.path.join(self.work, ips_port)
         os.makedirs(ips_dir, exist_ok=True)
         with open(os.path.join(ips_dir, ".env"), "w") as f:
-            f.write(f"SERVER_ADDR=127.0.0.1:{self.ports['ips']}\n"
-                    f"REDIS_URL=redis://127.0.0.1:{self.ports['redis']}\n"
+            f.write(f"SERVER_ADDR=127.0.0.1:{self.ports[ips_port]}\n"
+                    f"REDIS_URL=redis://127.0.0.1:{self.ports[redis_port]}\n"
                     f"URL_CHARGES=http://127.0.0.1:{up}/v1/charges\n"
                     # Its idempotency window is REQUEST_TIMEOUT (default 10 s, after which a
                     # replayed key runs again); one hour, so replays stay replays for the whole run.
                     "REQUEST_TIMEOUT=3600000\n"
                     "LOG_LEVEL=error\n")
-        self.ips = self.spawn("ips", [IPS], cwd=ips_dir)
-        wait_port(self.ports["ips"], "idempotent-proxy-server", self.ips)
-        self.roots["idempotent-proxy-server"] = [self.ips.pid, redis.pid]
+        ips = self.spawn(ips_port, [IPS], cwd=ips_dir)
+        wait_port(self.ports[ips_port], name, ips)
+        self.roots[name] = [ips.pid, redis.pid]
+        self.peers[name] = ips
 
     def start_idemgate(self):
         # idemgate: SQLite ledger on disk, every claim fsync'd (WAL, synchronous=FULL) before forwarding.
@@ -224,10 +244,13 @@ http {{
         # Plain, on loopback: the test cluster offers TLS, and without sslmode the ledger would
         # encrypt, and the row would not compare with the others.
         url += "?sslmode=disable"
-        self.idemgate_pg = self.serve("idemgate-pg", self.ports["idemgate_pg"], url)
+        self.idemgate_pg = self.serve("idemgate-pg", self.ports["idemgate_pg"], url, admin=self.ports["admin_pg"])
+        self.idemgate_pg2 = self.serve("idemgate-pg2", self.ports["idemgate_pg2"], url, admin=self.ports["admin_pg2"])
         # The PostgreSQL server's processes do that ledger's work: the postmaster and its backends.
         with open(os.path.join(self.pg_env["IDEMGATE_PG_DIR"], "data", "postmaster.pid")) as f:
-            self.roots["idemgate (PostgreSQL)"] = [self.idemgate_pg.pid, int(f.readline())]
+            postmaster = int(f.readline())
+        self.roots[PG] = [self.idemgate_pg.pid, postmaster]
+        self.roots[PG_TWO] = [self.idemgate_pg.pid, self.idemgate_pg2.pid, postmaster]
 
     def start_upstream(self):
         """The static upstream: one nginx worker answering every request with a small JSON 201."""
@@ -246,13 +269,14 @@ http {{
         wait_port(up, "upstream nginx")
         self.roots[DIRECT] = [self.nginx_masters["upstream"]]
 
-    def serve(self, name, port, ledger, binary=IDEMGATE, env=None):
-        """`idemgate serve` (`binary`, with `env` added to the environment) on `ledger`, on `port`."""
+    def serve(self, name, port, ledger, binary=IDEMGATE, env=None, admin=None):
+        """`idemgate serve` (`binary`, with `env` added to the environment) on `ledger`, on `port`;
+        its admin API (for /metrics) on `admin`, if given."""
         up = self.ports["upstream"]
         with open(os.path.join(self.work, f"{name}.toml"), "w") as f:
             f.write(f"""[server]
 listen = "127.0.0.1:{port}"
-admin_listen = "off"
+admin_listen = "{f'127.0.0.1:{admin}' if admin else 'off'}"
 ledger = "{ledger}"
 
 [[routes]]
@@ -273,7 +297,7 @@ upstream = "http://127.0.0.1:{up}"
 effect = "read"
 timeout = "5s"
 """)
-        env = {**os.environ, "IDEMGATE_LOG": "warn", **(env or {})}
+        env = {**os.environ, "IDEMGATE_LOG": "warn", "IDEMGATE_ADMIN_TOKEN": ADMIN_TOKEN, **(env or {})}
         p = self.spawn(name, [binary, "serve", "--config", f"{name}.toml"], env=env)
         wait_port(port, f"{name} serve", p)
         return p
@@ -303,15 +327,60 @@ timeout = "5s"
 
 
 def targets(stack):
-    """name -> (port, path): how each proxy (and each reference row) is addressed."""
+    """name -> (port, path): how each proxy (and each reference row) is addressed; a tuple of
+    ports for a target of several instances, loaded at once."""
     return {
         DIRECT: (stack.ports["upstream"], "/v1/charges"),
         PASS_THROUGH: (stack.ports["idemgate"], "/v1/passthrough"),
         "nginx": (stack.ports["nginx"], "/v1/charges"),
-        **({PEER_NAME: (stack.ports["ips"], "/URL_CHARGES")} if PEER else {}),
+        **({PEER_NAME: (stack.ports["ips"], "/URL_CHARGES"),
+            PEER_DURABLE: (stack.ports["ips_durable"], "/URL_CHARGES")} if PEER else {}),
         "idemgate": (stack.ports["idemgate"], "/v1/charges"),
-        "idemgate (PostgreSQL)": (stack.ports["idemgate_pg"], "/v1/charges"),
+        PG: (stack.ports["idemgate_pg"], "/v1/charges"),
+        PG_TWO: ((stack.ports["idemgate_pg"], stack.ports["idemgate_pg2"]), "/v1/charges"),
     }
+
+
+def admin_ports(stack, name):
+    """The admin ports whose /metrics report `name`'s ledger writer (the PostgreSQL targets)."""
+    return {PG: [stack.ports["admin_pg"]], PG_TWO: [stack.ports["admin_pg"], stack.ports["admin_pg2"]]}.get(name, [])
+
+
+LOCK_SERIES = ["idemgate_ledger_commits_total", "idemgate_ledger_writes_total",
+               "idemgate_ledger_write_lock_held_seconds_sum", "idemgate_ledger_write_lock_wait_seconds_sum"]
+
+
+def lock_counters(ports):
+    """The write-lock series of the instances on admin `ports`, summed (None without any)."""
+    if not ports:
+        return None
+    total = dict.fromkeys(LOCK_SERIES, 0.0)
+    for port in ports:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(f"GET /metrics HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ADMIN_TOKEN}\r\n"
+                      "connection: close\r\n\r\n".encode())
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        for line in data.decode(errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] in total:
+                total[parts[0]] += float(parts[1])
+    return total
+
+
+def lock_use(c0, c1):
+    """What the write lock did between two lock_counters: jobs per batch, and per batch the time
+    it held the lock and waited for it (ms)."""
+    if c0 is None or c1 is None:
+        return {}
+    d = {k: c1[k] - c0[k] for k in LOCK_SERIES}
+    commits = d["idemgate_ledger_commits_total"]
+    if not commits:
+        return {}
+    return {"batches": commits, "jobs_per_batch": d["idemgate_ledger_writes_total"] / commits,
+            "lock_held_ms": d["idemgate_ledger_write_lock_held_seconds_sum"] * 1000 / commits,
+            "lock_wait_ms": d["idemgate_ledger_write_lock_wait_seconds_sum"] * 1000 / commits}
 
 
 WRK_SCRIPT = r"""
@@ -377,16 +446,29 @@ def parse_wrk(text):
     }
 
 
-def wrk(port, path, fresh, run_id, script, roots, seconds=SECONDS):
-    """One wrk run; also the CPU time the target's processes (`roots`, with their children) spent
-    per request: what the proxy costs, whatever share of the 2 cores wrk and the upstream took."""
-    env = dict(os.environ, BENCH_RUN=run_id, BENCH_FRESH=str(fresh), BENCH_REPLAY_KEYS=str(REPLAY_KEYS),
+def wrk(port, path, fresh, run_id, script, roots, seconds=SECONDS, admin=()):
+    """One wrk run (one per port, at once, the connections shared out, for a target of several
+    instances); also the CPU time the target's processes (`roots`, with their children) spent per
+    request: what the proxy costs, whatever share of the 2 cores wrk and the upstream took. With
+    `admin` ports, also how the ledger's write lock was used."""
+    ports = port if isinstance(port, tuple) else (port,)
+    env = dict(os.environ, BENCH_FRESH=str(fresh), BENCH_REPLAY_KEYS=str(REPLAY_KEYS),
                BENCH_BODY=BODY, BENCH_PATH=path)
-    cpu0 = cpu_seconds(roots)
-    out = subprocess.run(["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency", "-s", script,
-                          f"http://127.0.0.1:{port}"], env=env, capture_output=True, text=True, check=True)
-    r = parse_wrk(out.stdout)
+    cpu0, lock0 = cpu_seconds(roots), lock_counters(admin)
+    procs = [subprocess.Popen(["wrk", f"-t{max(1, 2 // len(ports))}", f"-c{CONNECTIONS // len(ports)}",
+                               f"-d{seconds}s", "--latency", "-s", script, f"http://127.0.0.1:{p}"],
+                              env=dict(env, BENCH_RUN=f"{run_id}-{i}"), stdout=subprocess.PIPE, text=True)
+             for i, p in enumerate(ports)]
+    outs = [parse_wrk(p.communicate()[0]) for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit(f"bench: wrk failed against {ports}")
+    r = {"rps": sum(o["rps"] for o in outs), "requests": sum(o["requests"] for o in outs),
+         "errors": sum(o["errors"] for o in outs),
+         # Several instances: the slower one's latency.
+         "p50_ms": max((o["p50_ms"] for o in outs if o["p50_ms"] is not None), default=None),
+         "p99_ms": max((o["p99_ms"] for o in outs if o["p99_ms"] is not None), default=None)}
     r["cpu_us"] = (cpu_seconds(roots) - cpu0) * 1e6 / r["requests"] if r["requests"] else None
+    r.update(lock_use(lock0, lock_counters(admin)))
     return r
 
 
@@ -571,8 +653,11 @@ def main():
     try:
         stack.start()
         t = targets(stack)
-        # The replay keys: executed once on every target before any run.
+        # The replay keys: executed once on every target before any run (once per ledger: the two
+        # PostgreSQL instances share one).
         for name, (port, path) in t.items():
+            if isinstance(port, tuple):
+                continue
             for k in range(REPLAY_KEYS):
                 status = http_post(port, path, f"replay-{k}")
                 if not 200 <= status < 300:
@@ -585,10 +670,13 @@ def main():
                 order = names if rnd % 2 == 0 else list(reversed(names))
                 for n in order:
                     port, path = t[n]
-                    r = wrk(port, path, fresh, f"r{rnd}-{scenario[:5]}-{n}", script, stack.roots[n])
+                    r = wrk(port, path, fresh, f"r{rnd}-{scenario[:5]}-{n}", script, stack.roots[n],
+                            admin=admin_ports(stack, n))
+                    lock = (f"  {r['jobs_per_batch']:.1f} jobs a batch, lock held {r['lock_held_ms']:.2f} ms, "
+                            f"waited {r['lock_wait_ms']:.2f} ms" if "lock_held_ms" in r else "")
                     print(f"  {scenario:<18} round {rnd + 1} {n:<34} {r['rps']:>9.0f} req/s  "
                           f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  errors {r['errors']}  "
-                          f"CPU {r['cpu_us'] or 0:.0f} µs/req", flush=True)
+                          f"CPU {r['cpu_us'] or 0:.0f} µs/req{lock}", flush=True)
                     runs[n].append(r)
             results["scenarios"][scenario] = {
                 n: {"rps": statistics.median(x["rps"] for x in rs),
@@ -596,11 +684,13 @@ def main():
                     "p99_ms": statistics.median(x["p99_ms"] for x in rs if x["p99_ms"] is not None),
                     "errors": sum(x["errors"] for x in rs),
                     "cpu_us": statistics.median(x["cpu_us"] for x in rs if x["cpu_us"] is not None),
+                    **{k: statistics.median(x[k] for x in rs)
+                       for k in ["jobs_per_batch", "lock_held_ms", "lock_wait_ms"] if all(k in x for x in rs)},
                     "runs": rs}
                 for n, rs in runs.items()}
         # Added latency at a fixed 1k req/s, against calling the upstream directly.
         rate_targets = {"direct": (stack.ports["upstream"], "/v1/charges"),
-                        **{n: x for n, x in t.items() if n != DIRECT}}
+                        **{n: x for n, x in t.items() if n not in (DIRECT, PG_TWO)}}
         dev = block_device(work)
         for n, (port, path) in rate_targets.items():
             t0, d0 = cpu_times(), disk_counters(dev)
@@ -617,7 +707,7 @@ def main():
                   f"one at a time p50 {pct(one, 50):.3f} ms  p99 {pct(one, 99):.3f} ms; steal {steal:.1%}; "
                   "disk {} MB written, {} ms a write, {} ms a flush".format(*disk_cells(disk)), flush=True)
         results["serve_peak_rss_mb"] = peak_rss_mb(stack.idemgate.pid)
-        results["ips_peak_rss_mb"] = peak_rss_mb(stack.ips.pid) if PEER else None
+        results["ips_peak_rss_mb"] = peak_rss_mb(stack.peers[PEER_NAME].pid) if PEER else None
     finally:
         stack.stop()
     results["proxies_steal"] = steal_since(proxies_t0)
@@ -669,15 +759,30 @@ def report(r):
                  f"*{DIRECT}* is the ceiling of any answer on this machine, *{PASS_THROUGH}* the ceiling of "
                  "idemgate's HTTP path.")
     lines.append("")
-    lines.append("| scenario | proxy | req/s | p50 ms | p99 ms | errors | CPU µs/req | req/s vs nginx | req/s vs idempotent-proxy-server |")
-    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("| scenario | proxy | req/s | p50 ms | p99 ms | errors | CPU µs/req | vs nginx | "
+                 "vs idempotent-proxy-server | vs idempotent-proxy-server, fsync always |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for sc, rows in r["scenarios"].items():
         ngx, ips = rows["nginx"]["rps"], rows.get(PEER_NAME, {}).get("rps")
+        durable = rows.get(PEER_DURABLE, {}).get("rps")
         for n, x in rows.items():
             name = f"*{n}*" if n in REFERENCES else n
             cpu = f"{x['cpu_us']:.0f}" if x.get("cpu_us") is not None else "–"
             lines.append(f"| {sc} | {name} | {x['rps']:.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {x['errors']} | "
-                         f"{cpu} | {ratio(x['rps'], ngx)} | {ratio(x['rps'], ips)} |")
+                         f"{cpu} | {ratio(x['rps'], ngx)} | {ratio(x['rps'], ips)} | {ratio(x['rps'], durable)} |")
+    lines.append("")
+    lines.append("The PostgreSQL ledger's write lock (from the instances' /metrics; medians of the runs): how many "
+                 "jobs a batch carried, how long it held the lock (its statements and its COMMIT), how long it "
+                 "waited for it; and first calls against the SQLite row:")
+    lines.append("")
+    lines.append("| scenario | target | jobs a batch | lock held ms a batch | lock wait ms a batch | req/s vs idemgate (SQLite) |")
+    lines.append("|---|---|---:|---:|---:|---:|")
+    for sc, rows in r["scenarios"].items():
+        for n in [PG, PG_TWO]:
+            x = rows.get(n, {})
+            if "lock_held_ms" in x:
+                lines.append(f"| {sc} | {n} | {x['jobs_per_batch']:.1f} | {x['lock_held_ms']:.2f} | "
+                             f"{x['lock_wait_ms']:.2f} | {ratio(x['rps'], rows['idemgate']['rps'])} |")
     lines.append("")
     lines.append("Fixed 1,000 req/s (open loop, fresh keys), latency from the scheduled send time; and, as the "
                  f"floor under it, {SEQUENTIAL:,} fresh-key requests one at a time on one connection (nothing "
@@ -717,7 +822,7 @@ def report(r):
     lines.append(f"| verify of the whole history (segments + live log) | {c['verify_history_s']:.2f} s |")
     lines.append(f"| console backend peak RSS | {c['peak_rss_mb']:.0f} MB |")
     lines.append(f"| `idemgate serve` peak RSS under the load above | {r['serve_peak_rss_mb'] or 0:.0f} MB |")
-    if r["ips_peak_rss_mb"] is not None:
+    if r.get("ips_peak_rss_mb") is not None:
         lines.append(f"| idempotent-proxy-server peak RSS under the same load | {r['ips_peak_rss_mb']:.0f} MB |")
     lines.append("")
     return "\n".join(lines)
