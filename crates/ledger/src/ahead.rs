@@ -31,8 +31,8 @@ use crate::read;
 pub(crate) enum Touch {
     /// The row of one key (route, scope, key): a claim.
     Key(String, String, String),
-    /// One entry's row: a completion.
-    Entry(i64),
+    /// One entry's row: a completion, with the start of its duplicate window if it has one.
+    Entry(i64, Option<i64>),
     /// Anything.
     Any,
 }
@@ -45,7 +45,10 @@ pub(crate) struct Ahead {
     by_key: HashMap<Key, (Row, Option<ResponseRecord>)>,
     /// The keys read ahead (found or not).
     keys: HashSet<Key>,
-    by_id: HashMap<i64, Row>,
+    /// Each completion's entry, and whether an entry that may be its duplicate had completed.
+    by_id: HashMap<i64, (Row, bool)>,
+    /// The effects (route, fingerprint or duplicate values) completed by this batch so far.
+    completed: HashSet<(String, String)>,
     /// The entry id of each key found.
     key_ids: HashMap<Key, i64>,
     touched_keys: HashSet<Key>,
@@ -66,7 +69,8 @@ impl Ahead {
         db: &mut dyn Db,
         touches: impl Iterator<Item = &'t Touch>,
     ) -> Result<Option<Ahead>> {
-        let (mut routes, mut scopes, mut keys, mut ids) = (vec![], vec![], vec![], vec![]);
+        let (mut routes, mut scopes, mut keys) = (vec![], vec![], vec![]);
+        let (mut ids, mut sinces) = (vec![], vec![]);
         for t in touches {
             match t {
                 Touch::Key(r, s, k) => {
@@ -74,7 +78,10 @@ impl Ahead {
                     scopes.push(s.as_str());
                     keys.push(k.as_str());
                 }
-                Touch::Entry(id) => ids.push(*id),
+                Touch::Entry(id, since) => {
+                    ids.push(*id);
+                    sinces.push(since.unwrap_or(i64::MAX));
+                }
                 Touch::Any => break,
             }
         }
@@ -97,6 +104,7 @@ impl Ahead {
             Val::Texts(&scopes),
             Val::Texts(&keys),
             Val::Ints(&ids),
+            Val::Ints(&sinces),
         ];
         let mut rows = Vec::new();
         db.each(sql, &params, &mut |r| {
@@ -106,8 +114,9 @@ impl Ahead {
                 Some(_) => {
                     let shifted = Shifted(r, 1);
                     let by_id = shifted.flag(AFTER_ROW + 3)?;
+                    let maybe_duplicate = shifted.flag(AFTER_ROW + 4)?;
                     let stored = read::response_cols(&shifted, AFTER_ROW)?;
-                    Some((map_row(&shifted)?, stored, by_id))
+                    Some((map_row(&shifted)?, stored, by_id, maybe_duplicate))
                 }
             };
             rows.push((last, found));
@@ -115,11 +124,11 @@ impl Ahead {
         })?;
         for (last, found) in rows {
             ahead.last_id = last;
-            if let Some((row, stored, by_id)) = found {
+            if let Some((row, stored, by_id, maybe_duplicate)) = found {
                 let key = (row.route.clone(), row.scope.clone(), row.key.clone());
                 ahead.key_ids.insert(key.clone(), row.id);
                 if by_id {
-                    ahead.by_id.insert(row.id, row);
+                    ahead.by_id.insert(row.id, (row, maybe_duplicate));
                 } else {
                     ahead.by_key.insert(key, (row, stored));
                 }
@@ -147,12 +156,26 @@ impl Ahead {
         }
     }
 
-    /// A completion's entry as read ahead; `None` if not read ahead or touched since.
-    pub fn entry(&mut self, id: i64) -> Option<Row> {
+    /// A completion's entry as read ahead, and whether an entry that may be its duplicate had
+    /// completed before the batch; `None` if not read ahead or touched since.
+    pub fn entry(&mut self, id: i64) -> Option<(Row, bool)> {
         if !self.valid || self.touched_ids.contains(&id) {
             return None;
         }
         self.by_id.remove(&id)
+    }
+
+    /// `row` completed in this batch.
+    pub fn completed(&mut self, row: &Row) {
+        self.completed.insert(effect(row));
+    }
+
+    /// Whether `row` (just completed, and read ahead with no possible duplicate before the
+    /// batch) can have none: no entry of this batch completed its effect. The duplicate check
+    /// looks for an entry that completed the same effect, and nothing but a completion (or a job
+    /// that ends reading ahead) completes one.
+    pub fn no_duplicate(&self, row: &Row) -> bool {
+        self.valid && !self.completed.contains(&effect(row))
     }
 
     /// The id of a new entry.
@@ -177,7 +200,7 @@ impl Ahead {
                 }
                 self.touched_keys.insert(key);
             }
-            Touch::Entry(id) => {
+            Touch::Entry(id, _) => {
                 self.touched_ids.insert(*id);
             }
             Touch::Any => self.valid = false,
@@ -185,19 +208,40 @@ impl Ahead {
     }
 }
 
+/// The effect a duplicate shares: the route, and the duplicate values or the fingerprint.
+fn effect(row: &Row) -> (String, String) {
+    (
+        row.route.clone(),
+        row.dup_fp
+            .clone()
+            .unwrap_or_else(|| row.fingerprint.clone()),
+    )
+}
+
 /// The batch's read ahead: the entries' last id (the larger of the highest row's and the
 /// sequence's: a purged entry's id is never handed out again), then one row per entry found by
-/// key (?1–?3: arrays of routes, scopes and keys; with its stored response) or by id (?4), and
-/// which of the two (1: by id); a single row of NULLs after the id if none is found.
+/// key (?1–?3: arrays of routes, scopes and keys; with its stored response) or by id (?4, with
+/// the start of its duplicate window in ?5), which of the two (1: by id), and for an entry found
+/// by id whether another entry completed its effect in the window. That last check asks less than
+/// the duplicate check (`write::FIND_DUPLICATE`: neither the key nor, for duplicate values, the
+/// scope), so where it is false the duplicate check finds nothing; where it is true the check
+/// runs. A single row of NULLs after the id if no entry is found.
 static READ_AHEAD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "SELECT GREATEST((SELECT COALESCE(MAX(id), 0) FROM entries), \
          COALESCE(pg_sequence_last_value(pg_get_serial_sequence('entries', 'id')::regclass), 0)), \
          e.* FROM (SELECT 1) AS one LEFT JOIN (\
-         SELECT {ROW_COLS}, resp_status, resp_headers, resp_body, CAST(0 AS BIGINT) AS by_id FROM entries \
+         SELECT {ROW_COLS}, resp_status, resp_headers, resp_body, CAST(0 AS BIGINT) AS by_id, \
+         CAST(0 AS BIGINT) AS maybe_duplicate FROM entries \
          WHERE (route, scope, key) IN (SELECT * FROM unnest(?1::text[], ?2::text[], ?3::text[])) \
          UNION ALL \
-         SELECT {ROW_COLS}, NULL, NULL, NULL, CAST(1 AS BIGINT) FROM entries WHERE id = ANY(?4::bigint[])\
+         SELECT {ROW_COLS}, NULL, NULL, NULL, CAST(1 AS BIGINT), CAST(CAST(CASE WHEN dup_fp IS NULL THEN \
+         EXISTS (SELECT 1 FROM entries d WHERE d.route = x.route AND d.scope = x.scope \
+         AND d.fingerprint = x.fingerprint AND d.state = 'completed' AND d.completed_at >= a.since \
+         AND d.id <> x.id) ELSE EXISTS (SELECT 1 FROM entries d WHERE d.route = x.route \
+         AND d.dup_fp = x.dup_fp AND d.state = 'completed' AND d.completed_at >= a.since \
+         AND d.id <> x.id) END AS INTEGER) AS BIGINT) \
+         FROM entries x JOIN unnest(?4::bigint[], ?5::bigint[]) AS a(want, since) ON x.id = a.want\
          ) AS e ON true"
     )
 });

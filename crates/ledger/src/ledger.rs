@@ -323,7 +323,7 @@ impl Storage for Ledger {
     }
 
     fn complete(&self, req: CompleteRequest) -> Ticket<CompleteOutcome> {
-        let touch = Touch::Entry(req.entry_id);
+        let touch = Touch::Entry(req.entry_id, req.duplicate_window_ms.map(|w| req.at - w));
         let completion = prepared::Completion::new(req);
         self.submit_touching(touch, move |ctx| write::complete(ctx, &completion))
     }

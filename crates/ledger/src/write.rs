@@ -691,37 +691,45 @@ pub(crate) fn complete(ctx: &mut Ctx<'_>, c: &Completion) -> Result<CompleteOutc
     let req = &c.req;
     let resp = &req.response;
     let params = completion_params(req.entry_id, resp, &c.headers, req.at, req.ttl_ms);
-    // Only a PENDING entry leased by `owner` completes.
-    let row = match ctx.db.dialect() {
+    // Only a PENDING entry leased by `owner` completes. `maybe_duplicate`: false where the batch
+    // read ahead that no other entry completed its effect in the window.
+    let (row, maybe_duplicate) = match ctx.db.dialect() {
         // Read, then written: a RETURNING clause would have SQLite buffer the row in an ephemeral
         // table it opens and closes on every run (the writer holds the lock in between anyway).
         Dialect::Sqlite => {
             let row = owned(ctx.db, req.entry_id, &req.owner, "complete")?;
             ctx.db.exec(&COMPLETION.get(Dialect::Sqlite).0, &params)?;
-            row
+            (row, true)
         }
         // Read ahead (checked here), written with the batch's next statement.
         Dialect::Postgres if ctx.ahead.is_some() => {
             let ahead = ctx.ahead.as_deref_mut().and_then(|a| a.entry(req.entry_id));
             match ahead {
-                Some(row) => {
+                Some((row, maybe_duplicate)) => {
                     check_owned(&row, &req.owner, "complete")?;
                     ctx.exec_later(&COMPLETION.get(Dialect::Postgres).0, &params)?;
-                    row
+                    (row, maybe_duplicate)
                 }
-                None => complete_now(ctx, req, params)?,
+                None => (complete_now(ctx, req, params)?, true),
             }
         }
-        Dialect::Postgres => complete_now(ctx, req, params)?,
+        Dialect::Postgres => (complete_now(ctx, req, params)?, true),
     };
     moved(ctx, Some(State::Pending), Some(State::Completed));
     let mut ev = row.event(req.at, EventKind::Complete, json!({"status": resp.status}));
     ev.payload_digest = Some(c.digest.clone());
     append(ctx, ev)?;
+    let none_before = |ctx: &Ctx<'_>| {
+        !maybe_duplicate && ctx.ahead.as_deref().is_some_and(|a| a.no_duplicate(&row))
+    };
     let duplicate_of = match req.duplicate_window_ms {
+        Some(_) if none_before(ctx) => None,
         Some(window) => flag_duplicate(ctx, &row, window, req.at)?,
         None => None,
     };
+    if let Some(a) = ctx.ahead.as_deref_mut() {
+        a.completed(&row);
+    }
     Ok(CompleteOutcome { duplicate_of })
 }
 

@@ -394,6 +394,45 @@ fn jobs_in_one_batch_decide_after_the_jobs_before_them(b: Backend) {
     verify_ok(&f.l);
 }
 
+/// A completion in a batch sees the completions before it in that batch: of two keys that
+/// completed the same request in one batch, the second is flagged the first one's duplicate.
+fn a_duplicate_completed_in_the_same_batch_is_flagged(b: Backend) {
+    let f = fx!(b);
+    let body = r#"{"amount":100}"#;
+    let first = claimed(f.l.claim(req("first", body, T0)).wait().expect("claim"));
+    let second = claimed(f.l.claim(req("second", body, T0)).wait().expect("claim"));
+    let completion = |entry_id, at| CompleteRequest {
+        entry_id,
+        owner: "proxy-a".into(),
+        response: resp(201, "{}"),
+        ttl_ms: TTL,
+        duplicate_window_ms: Some(600_000),
+        at,
+    };
+    let held = match b {
+        Backend::Postgres => Some(testing::hold_write_lock(&f.location)),
+        Backend::Sqlite => None,
+    };
+    let filler: Vec<_> = (0..5)
+        .map(|i| {
+            f.l.claim(req(&format!("f{i}"), &format!("{{\"n\":{i}}}"), T0 + 1))
+        })
+        .collect();
+    let a = f.l.complete(completion(first, T0 + 1));
+    let b2 = f.l.complete(completion(second, T0 + 2));
+    drop(held);
+    for t in filler {
+        claimed(t.wait().expect("filler"));
+    }
+    assert_eq!(a.wait().expect("first completion").duplicate_of, None);
+    assert_eq!(
+        b2.wait().expect("second completion").duplicate_of,
+        Some(first),
+        "the second completion of the same request is the first one's duplicate"
+    );
+    verify_ok(&f.l);
+}
+
 /// The log names entries by id, so a purged entry's id is never a new entry's. PostgreSQL only:
 /// a SQLite ledger numbers a new entry one past the highest left, which can be a purged one's.
 fn a_purged_entrys_id_is_never_handed_out_again(b: Backend) {
@@ -418,6 +457,7 @@ fn a_purged_entrys_id_is_never_handed_out_again(b: Backend) {
 
 suite!(
     jobs_in_one_batch_decide_after_the_jobs_before_them,
+    a_duplicate_completed_in_the_same_batch_is_flagged,
     a_purged_entrys_id_is_never_handed_out_again,
     new_key_is_claimed_durably_then_in_flight_then_replayed,
     different_fingerprint_is_a_collision_and_keeps_the_rejected_request,
