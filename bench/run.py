@@ -841,6 +841,8 @@ def check(r):
                 bad.append(f"{sc}/{n}: no CPU time measured for its processes")
             if x["errors"] and (n.startswith("idemgate") or n == DIRECT):
                 bad.append(f"{sc}/{n}: {x['errors']} errors")
+            if n in (PG, PG_TWO) and "lock_held_ms" not in x:
+                bad.append(f"{sc}/{n}: no write-lock series on the instances' /metrics")
     for n, x in r["rate"].items():
         if x["errors"] and (n.startswith("idemgate") or n == "direct"):
             bad.append(f"1k req/s {n}: {x['errors']} errors")

@@ -6,15 +6,17 @@
 //! entry's row), whose only statement that returns something is the read of that row. So, at the
 //! start of a batch and in one statement, the writer reads every such row ([`Ahead::read`]); each
 //! job then decides from its row and sends its writes later ([`crate::db::Db::defer_exec`]), in
-//! order, with the batch's last statements. A new entry's id comes from the entries' sequence,
-//! read with the rows: under the write lock no one else inserts.
+//! order, with the batch's last statements. A new entry's id is handed out here, past both the
+//! highest row and the entries' sequence (read with the rows: under the write lock no one else
+//! inserts), and the sequence is moved past it.
 //!
 //! **Invariant: a job decides from a row read ahead only if no job before it in the batch could
 //! have changed that row.** A claim changes only its key's row, a completion only its entry's; any
 //! other job ([`Touch::Any`]) may change anything, and ends reading ahead for the batch. A claim
 //! whose decision reads other rows (the reject policy's duplicate check) counts as
-//! [`Touch::Any`]. Statements still run in the order the jobs gave them, so a job that reads
-//! (anything not read ahead) sees every earlier job's writes. A write sent later that fails fails
+//! [`Touch::Any`]. A completion's duplicate check is skipped only if no other entry had completed
+//! its effect before the batch and none did in it. Statements still run in the order the jobs
+//! gave them, so a job that reads (anything not read ahead) sees every earlier job's writes. A write sent later that fails fails
 //! the batch's first run; the writer then runs it again, each job in its savepoint, without
 //! reading ahead.
 

@@ -273,6 +273,13 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
         counter(&after, "idemgate_ledger_writes_total") >= writes + 2,
         "{after}"
     );
+    // Every commit asked for the write lock and held it: one observation of each per commit.
+    for name in [
+        "idemgate_ledger_write_lock_held_seconds_count",
+        "idemgate_ledger_write_lock_wait_seconds_count",
+    ] {
+        assert!(counter(&after, name) >= commits + 2, "{name}: {after}");
+    }
     let openapi = f.proxy.admin_get("/admin/v1/openapi.json").json();
     assert!(openapi["paths"]["/admin/v1/entries"].is_object());
     let kind = openapi["paths"]["/admin/v1/events"]["get"]["parameters"]
