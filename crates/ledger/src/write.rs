@@ -407,28 +407,9 @@ enum First {
 /// trip; on SQLite it is a second statement, run only for a key that exists.
 fn insert_or_lookup(db: &mut dyn Db, c: &Claim) -> Result<First> {
     let req = &c.req;
-    let request = &req.request;
     let window = req.reject_duplicates_within_ms;
     let sql = INSERT_OR_LOOKUP.get(db.dialect());
-    let mut params = vals![
-        &req.route,
-        &req.scope,
-        &req.key,
-        &req.fingerprint,
-        req.effect.as_str(),
-        &req.owner,
-        req.at + req.lease_ms,
-        &request.method,
-        &request.path,
-        &c.headers,
-        &request.body,
-        req.at,
-        req.at + req.ttl_ms,
-        req.tool.as_deref(),
-        c.subjects.as_deref(),
-        req.dup_fp.as_deref(),
-    ]
-    .to_vec();
+    let mut params = new_entry(c);
     let sql = match window {
         Some(w) => {
             params.push(Val::Int(req.at - w));
@@ -469,9 +450,17 @@ fn insert_ahead(ctx: &mut Ctx<'_>, c: &Claim) -> Result<i64> {
         Some(a) => a.new_id(),
         None => return Err(LedgerError::Internal("no rows were read ahead".into())),
     };
+    let mut params = new_entry(c);
+    params.push(Val::Int(id));
+    ctx.exec_later(INSERT_WITH_ID, &params)?;
+    Ok(id)
+}
+
+/// A new entry's values, [`INSERT_OR_LOOKUP`]'s ?1–?16.
+fn new_entry(c: &Claim) -> Vec<Val<'_>> {
     let req = &c.req;
     let request = &req.request;
-    let params = vals![
+    vals![
         &req.route,
         &req.scope,
         &req.key,
@@ -488,10 +477,8 @@ fn insert_ahead(ctx: &mut Ctx<'_>, c: &Claim) -> Result<i64> {
         req.tool.as_deref(),
         c.subjects.as_deref(),
         req.dup_fp.as_deref(),
-        id,
-    ];
-    ctx.exec_later(INSERT_WITH_ID, params)?;
-    Ok(id)
+    ]
+    .to_vec()
 }
 
 /// [`insert_ahead`]'s statement: [`INSERT_OR_LOOKUP`]'s parameters ?1–?16, and the id ?17.
