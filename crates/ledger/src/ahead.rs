@@ -22,7 +22,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::db::{Db, Row as _, Val};
+use crate::db::{Db, Row as _, Shifted, Val};
 use crate::entry_row::{map_row, Row, AFTER_ROW, ROW_COLS};
 use crate::error::Result;
 use crate::model::ResponseRecord;
@@ -251,20 +251,3 @@ static READ_AHEAD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 /// After a batch that gave new entries ids: moves the entries' sequence to the last (?1), so an
 /// id is handed out once, whoever inserts next.
 pub(crate) const MOVE_SEQUENCE: &str = "SELECT setval(pg_get_serial_sequence('entries', 'id'), ?1)";
-
-/// A row read from column `.1` on (a statement's leading columns are something else).
-pub(crate) struct Shifted<'a>(pub &'a dyn crate::db::Row, pub usize);
-
-impl crate::db::Row for Shifted<'_> {
-    fn opt_int(&self, i: usize) -> Result<Option<i64>> {
-        self.0.opt_int(i + self.1)
-    }
-
-    fn opt_text(&self, i: usize) -> Result<Option<String>> {
-        self.0.opt_text(i + self.1)
-    }
-
-    fn opt_blob(&self, i: usize) -> Result<Option<Vec<u8>>> {
-        self.0.opt_blob(i + self.1)
-    }
-}

@@ -110,6 +110,23 @@ pub(crate) trait Row {
     }
 }
 
+/// A row read from column `.1` on (a statement's leading columns are something else).
+pub(crate) struct Shifted<'a>(pub &'a dyn Row, pub usize);
+
+impl Row for Shifted<'_> {
+    fn opt_int(&self, i: usize) -> Result<Option<i64>> {
+        self.0.opt_int(i + self.1)
+    }
+
+    fn opt_text(&self, i: usize) -> Result<Option<String>> {
+        self.0.opt_text(i + self.1)
+    }
+
+    fn opt_blob(&self, i: usize) -> Result<Option<Vec<u8>>> {
+        self.0.opt_blob(i + self.1)
+    }
+}
+
 fn null(i: usize) -> crate::LedgerError {
     crate::LedgerError::Corrupt(format!("unexpected NULL in column {i}"))
 }

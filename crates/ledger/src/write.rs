@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use serde_json::json;
 
 use crate::canon::canonical_string;
-use crate::db::{vals, Db, Dialect, PerDialect, Val};
+use crate::db::{vals, Db, Dialect, PerDialect, Shifted, Val};
 use crate::entry_row::{lookup, map_row, row_by_id, Row, AFTER_ROW, LOOKUP, ROW_COLS};
 use crate::error::{LedgerError, Result};
 use crate::model::{without_secret_params, Event, EventKind, Millis, ResponseRecord, State};
@@ -163,10 +163,11 @@ fn add_replays(db: &mut dyn Db, id: i64, n: i64, last: Millis) -> Result<()> {
 pub(crate) fn claim(ctx: &mut Ctx<'_>, c: &Claim) -> Result<ClaimOutcome> {
     let req = &c.req;
     let at = req.at;
-    let ahead = match (ctx.ahead.as_deref_mut(), req.reject_duplicates_within_ms) {
-        (Some(a), None) => a.claim(&req.route, &req.scope, &req.key),
-        _ => None,
-    };
+    // A claim under the reject policy is `Touch::Any`: reading ahead ended before it ran.
+    let ahead = ctx
+        .ahead
+        .as_deref_mut()
+        .and_then(|a| a.claim(&req.route, &req.scope, &req.key));
     let first = match ahead {
         Some(None) => First::Inserted(insert_ahead(ctx, c)?),
         Some(Some((row, stored))) => First::Existing(row, stored),
@@ -438,7 +439,7 @@ fn insert_or_lookup(db: &mut dyn Db, c: &Claim) -> Result<First> {
             if r.opt_int(1)?.is_none() {
                 return Ok(First::Refused);
             }
-            let r = crate::ahead::Shifted(r, 1);
+            let r = Shifted(r, 1);
             Ok(First::Existing(
                 map_row(&r)?,
                 read::response_cols(&r, AFTER_ROW)?,
@@ -456,11 +457,11 @@ fn insert_ahead(ctx: &mut Ctx<'_>, c: &Claim) -> Result<i64> {
     };
     let mut params = new_entry(c);
     params.push(Val::Int(id));
-    ctx.exec_later(INSERT_WITH_ID, &params)?;
+    ctx.exec_later(&INSERT_WITH_ID, &params)?;
     Ok(id)
 }
 
-/// A new entry's values, [`INSERT_OR_LOOKUP`]'s ?1–?16.
+/// A new entry's values, ?1–?16 of [`INSERT_OR_LOOKUP`] and [`INSERT_WITH_ID`].
 fn new_entry(c: &Claim) -> Vec<Val<'_>> {
     let req = &c.req;
     let request = &req.request;
@@ -485,12 +486,28 @@ fn new_entry(c: &Claim) -> Vec<Val<'_>> {
     .to_vec()
 }
 
-/// [`insert_ahead`]'s statement: [`INSERT_OR_LOOKUP`]'s parameters ?1–?16, and the id ?17.
-const INSERT_WITH_ID: &str =
-    "INSERT INTO entries (route, scope, key, fingerprint, effect, state, attempts, lease_owner, \
-     lease_expires_at, req_method, req_path, req_headers, req_body, created_at, updated_at, \
-     expires_at, tool, subjects, dup_fp, id) VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 1, ?6, ?7, \
-     ?8, ?9, ?10, ?11, ?12, ?12, ?13, ?14, ?15, ?16, ?17)";
+/// [`insert_ahead`]'s statement (PostgreSQL): [`new_entry`]'s values ?1–?16, and the id ?17.
+static INSERT_WITH_ID: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO entries ({NEW_ENTRY_COLS}, id) VALUES ({}, ?17)",
+        new_entry_marks("", "", "")
+    )
+});
+
+/// The columns a new entry is inserted with; [`new_entry_marks`] gives their values.
+const NEW_ENTRY_COLS: &str = "route, scope, key, fingerprint, effect, state, attempts, \
+     lease_owner, lease_expires_at, req_method, req_path, req_headers, req_body, created_at, \
+     updated_at, expires_at, tool, subjects, dup_fp";
+
+/// [`NEW_ENTRY_COLS`]' values from [`new_entry`]'s parameters, each text, integer and bytes
+/// parameter followed by `text`, `int` and `bytes` (a cast, where the statement needs one).
+fn new_entry_marks(text: &str, int: &str, bytes: &str) -> String {
+    format!(
+        "?1{text}, ?2{text}, ?3{text}, ?4{text}, ?5{text}, 'pending', 1, ?6{text}, ?7{int}, \
+         ?8{text}, ?9{text}, ?10{text}, ?11{bytes}, ?12{int}, ?12{int}, ?13{int}, ?14{text}, \
+         ?15{text}, ?16{text}"
+    )
+}
 
 /// [`insert_or_lookup`]'s statement, without the reject policy's duplicate check, then with it
 /// for each [`Same`]. ?1–?16: the new entry's route, scope, key, fingerprint, effect, lease owner,
@@ -504,13 +521,10 @@ pub(crate) static INSERT_OR_LOOKUP: PerDialect<[String; 4]> = PerDialect::new(|d
             Dialect::Postgres => ("::text", "::bigint", "::bytea"),
         };
         let insert = format!(
-            "{} INTO entries (route, scope, key, fingerprint, effect, state, attempts, lease_owner, \
-             lease_expires_at, req_method, req_path, req_headers, req_body, created_at, updated_at, \
-             expires_at, tool, subjects, dup_fp) SELECT ?1{text}, ?2{text}, ?3{text}, ?4{text}, \
-             ?5{text}, 'pending', 1, ?6{text}, ?7{int}, ?8{text}, ?9{text}, ?10{text}, ?11{bytes}, \
-             ?12{int}, ?12{int}, ?13{int}, ?14{text}, ?15{text}, ?16{text} WHERE {guard} \
+            "{} INTO entries ({NEW_ENTRY_COLS}) SELECT {} WHERE {guard} \
              ON CONFLICT (route, scope, key) DO NOTHING{}",
             d.insert(),
+            new_entry_marks(text, int, bytes),
             // SQLite buffers a RETURNING clause's rows in an ephemeral table it opens and closes
             // for each run; the new rowid is the connection's last insert instead.
             match d {
@@ -692,31 +706,25 @@ pub(crate) fn complete(ctx: &mut Ctx<'_>, c: &Completion) -> Result<CompleteOutc
             ctx.db.exec(&COMPLETION.get(Dialect::Sqlite).0, &params)?;
             (row, true)
         }
-        // Read ahead (checked here), written with the batch's next statement.
-        Dialect::Postgres if ctx.ahead.is_some() => {
-            let ahead = ctx.ahead.as_deref_mut().and_then(|a| a.entry(req.entry_id));
-            match ahead {
-                Some((row, maybe_duplicate)) => {
-                    check_owned(&row, &req.owner, "complete")?;
-                    ctx.exec_later(&COMPLETION.get(Dialect::Postgres).0, &params)?;
-                    (row, maybe_duplicate)
-                }
-                None => (complete_now(ctx, req, params)?, true),
+        Dialect::Postgres => match ctx.ahead.as_deref_mut().and_then(|a| a.entry(req.entry_id)) {
+            // Read ahead (checked here), written with the batch's next statement.
+            Some((row, maybe_duplicate)) => {
+                check_owned(&row, &req.owner, "complete")?;
+                ctx.exec_later(&COMPLETION.get(Dialect::Postgres).0, &params)?;
+                (row, maybe_duplicate)
             }
-        }
-        Dialect::Postgres => (complete_now(ctx, req, params)?, true),
+            None => (complete_now(ctx, req, params)?, true),
+        },
     };
     moved(ctx, Some(State::Pending), Some(State::Completed));
     let mut ev = row.event(req.at, EventKind::Complete, json!({"status": resp.status}));
     ev.payload_digest = Some(c.digest.clone());
     append(ctx, ev)?;
-    let none_before = |ctx: &Ctx<'_>| {
-        !maybe_duplicate && ctx.ahead.as_deref().is_some_and(|a| a.no_duplicate(&row))
-    };
+    let none_before =
+        !maybe_duplicate && ctx.ahead.as_deref().is_some_and(|a| a.no_duplicate(&row));
     let duplicate_of = match req.duplicate_window_ms {
-        Some(_) if none_before(ctx) => None,
-        Some(window) => flag_duplicate(ctx, &row, window, req.at)?,
-        None => None,
+        Some(window) if !none_before => flag_duplicate(ctx, &row, window, req.at)?,
+        _ => None,
     };
     if let Some(a) = ctx.ahead.as_deref_mut() {
         a.completed(&row);
