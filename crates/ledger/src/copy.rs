@@ -322,13 +322,31 @@ fn copy_rows(src: &mut dyn Db, dst: &mut dyn Db, progress: Progress<'_>) -> Resu
     dst.batch(
         "UPDATE entry_counts SET n = (SELECT COUNT(*) FROM entries WHERE entries.state = entry_counts.state)",
     )?;
-    if dst.dialect() == Dialect::Postgres {
-        // Explicit ids do not advance an identity column: move it past them.
-        for table in ["entries", "collisions"] {
-            dst.batch(&format!(
-                "SELECT setval(pg_get_serial_sequence('{table}', 'id'), \
-                 (SELECT COALESCE(MAX(id), 0) + 1 FROM {table}), false)"
-            ))?;
+    // New ids go past the copied ones, and past a purged entry's that its events still name.
+    let named = dst.one("SELECT COALESCE(MAX(entry_id), 0) FROM events", &[], |r| {
+        r.int(0)
+    })?;
+    match dst.dialect() {
+        // Explicit ids do not advance an identity column: move it past them. Set as called, so
+        // that the sequence's last value (which the writer reads) is the highest id.
+        Dialect::Postgres => {
+            for table in ["entries", "collisions"] {
+                dst.exec(
+                    &format!(
+                        "SELECT setval(pg_get_serial_sequence('{table}', 'id'), \
+                         GREATEST(m, ?1, 1), GREATEST(m, ?1) > 0) \
+                         FROM (SELECT COALESCE(MAX(id), 0) AS m FROM {table}) AS t"
+                    ),
+                    &[Val::Int(if table == "entries" { named } else { 0 })],
+                )?;
+            }
+        }
+        // Explicit ids move `sqlite_sequence` past themselves (schema migration 11).
+        Dialect::Sqlite => {
+            dst.exec(
+                "UPDATE sqlite_sequence SET seq = MAX(seq, ?1) WHERE name = 'entries'",
+                &[Val::Int(named)],
+            )?;
         }
     }
     Ok(CopyReport {

@@ -277,6 +277,11 @@ BEGIN
 END;
 "#,
     ),
+    // 11: an id is never handed out twice. The log, the collisions and every `duplicate_of` link
+    // name entries by id, so an entry purged while it was the newest must not lend its id to the
+    // next claim (a rowid is one past the highest row left); likewise a collision's id and an
+    // event's sequence number.
+    Migration::Code(never_reuse_ids),
 ];
 
 /// The entries' state check as written by migration 1, and as migration 7 rewrites it.
@@ -286,24 +291,26 @@ pub const STATE_CHECK_EQ: &str = "CHECK (state = 'pending' OR state = 'completed
 
 /// Migration 7. SQLite's ALTER TABLE cannot change a CHECK constraint, and rebuilding `entries`
 /// would copy every stored request and response at start-up. A CHECK constraint is not stored
-/// in the rows, so its text in `sqlite_schema` is changed in place ([`rewrite_entries_sql`]),
+/// in the rows, so its text in `sqlite_schema` is changed in place ([`rewrite_table_sql`]),
 /// inside the migrations' transaction.
 fn state_check_as_comparisons(conn: &Connection) -> Result<()> {
-    rewrite_entries_sql(
+    rewrite_table_sql(
         conn,
+        "entries",
         STATE_CHECK_IN,
         STATE_CHECK_EQ,
         "the entries table does not have the state check that migration 1 created",
     )
 }
 
-/// Replaces `from` with `to` in the `entries` table's text in `sqlite_schema`, by SQLite's
+/// Replaces `from` with `to` in `table`'s text in `sqlite_schema`, by SQLite's
 /// procedure for schema changes its ALTER TABLE cannot make (lang_altertable.html, "Making Other
 /// Kinds Of Table Schema Changes"): writable schema, the new text, the schema version bumped so
 /// that every other connection reads the schema again. Refuses, changing nothing, a table whose
 /// text does not have `from` (`refusal`: why).
-pub(super) fn rewrite_entries_sql(
+pub(super) fn rewrite_table_sql(
     conn: &Connection,
+    table: &str,
     from: &str,
     to: &str,
     refusal: &str,
@@ -313,8 +320,8 @@ pub(super) fn rewrite_entries_sql(
     let changed = conn
         .execute(
             "UPDATE sqlite_schema SET sql = replace(sql, ?1, ?2) \
-             WHERE type = 'table' AND name = 'entries' AND instr(sql, ?1) > 0",
-            [from, to],
+             WHERE type = 'table' AND name = ?3 AND instr(sql, ?1) > 0",
+            [from, to, table],
         )
         .map_err(LedgerError::from)
         .and_then(|n| match n {
@@ -339,8 +346,9 @@ pub const UNIQUE_KEY_FIRST: &str = "UNIQUE (key, route, scope)";
 /// migrations' transaction, so no other connection sees the index between the two. Then the
 /// log's key index drops its claims.
 fn key_first(conn: &Connection) -> Result<()> {
-    rewrite_entries_sql(
+    rewrite_table_sql(
         conn,
+        "entries",
         UNIQUE_ROUTE_FIRST,
         UNIQUE_KEY_FIRST,
         "the entries table does not have the unique constraint that migration 1 created",
@@ -349,6 +357,53 @@ fn key_first(conn: &Connection) -> Result<()> {
         "REINDEX sqlite_autoindex_entries_1;
          DROP INDEX events_key;
          CREATE INDEX events_key ON events (key, seq) WHERE kind <> 'claim' AND kind <> 'complete';",
+    )?;
+    Ok(())
+}
+
+/// The tables whose ids are never reused, with their id column as migration 1 wrote it.
+pub const ROWID_TABLES: [(&str, &str); 3] = [
+    ("entries", "id                INTEGER PRIMARY KEY,"),
+    ("collisions", "id          INTEGER PRIMARY KEY,"),
+    ("events", "seq            INTEGER PRIMARY KEY,"),
+];
+
+/// Migration 11. SQLite's `AUTOINCREMENT` keeps each table's highest id ever in `sqlite_sequence`
+/// and numbers past it; the keyword changes no row (an `AUTOINCREMENT` table's b-tree is a plain
+/// rowid table's), so it is added to the tables' text in place, as in migrations 7 and 8, instead
+/// of copying every stored request and response. The high-water marks start at the highest id
+/// anything the ledger still holds names (a purged entry's events, collisions, subjects or review;
+/// a link to an entry names an older one), and past the archived events. An entry purged before
+/// the upgrade whose every event was archived since is named by nothing left to read.
+fn never_reuse_ids(conn: &Connection) -> Result<()> {
+    // `sqlite_sequence` is made by the first AUTOINCREMENT table created, and stays.
+    conn.execute_batch(
+        "CREATE TABLE idemgate_make_sequence (id INTEGER PRIMARY KEY AUTOINCREMENT);
+         DROP TABLE idemgate_make_sequence;",
+    )?;
+    for (table, column) in ROWID_TABLES {
+        let autoincrement = column.replace(" PRIMARY KEY,", " PRIMARY KEY AUTOINCREMENT,");
+        rewrite_table_sql(
+            conn,
+            table,
+            column,
+            &autoincrement,
+            &format!("the {table} table does not have the id column that migration 1 created"),
+        )?;
+    }
+    conn.execute_batch(
+        "DELETE FROM sqlite_sequence WHERE name IN ('entries', 'collisions', 'events');
+         INSERT INTO sqlite_sequence (name, seq) VALUES
+           ('entries', max(
+              coalesce((SELECT max(id) FROM entries), 0),
+              coalesce((SELECT max(entry_id) FROM events), 0),
+              coalesce((SELECT max(entry_id) FROM collisions), 0),
+              coalesce((SELECT max(entry_id) FROM subjects), 0),
+              coalesce((SELECT max(entry_id) FROM reviews), 0))),
+           ('collisions', coalesce((SELECT max(id) FROM collisions), 0)),
+           ('events', max(
+              coalesce((SELECT max(seq) FROM events), 0),
+              coalesce((SELECT max(seq) FROM archived), 0)));",
     )?;
     Ok(())
 }
