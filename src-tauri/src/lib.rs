@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use idemgate_ledger::Progress;
 use idemgate_ops::{
-    dispatch, os_user, ErrorBody, JobProgress, LedgerInfo, Ops, OpsError, OpsResult,
+    dispatch, os_user, Code, ErrorBody, JobProgress, LedgerInfo, Ops, OpsError, OpsResult,
 };
 use idemgate_proxy::{Config, Engine};
 use idemgate_server::{ProxyStatus, Server};
@@ -105,7 +105,7 @@ fn err(e: &OpsError) -> ErrorBody {
 
 fn internal(e: impl std::fmt::Display) -> ErrorBody {
     ErrorBody {
-        code: "internal".into(),
+        code: Code::Internal,
         message: e.to_string(),
     }
 }
@@ -232,7 +232,7 @@ impl Console {
                 .await
             }
             None => Err(ErrorBody {
-                code: "invalid-argument".into(),
+                code: Code::InvalidArgument,
                 message: format!("{name:?} is not an operation of the command table"),
             }),
         }
@@ -270,7 +270,7 @@ impl Console {
 
     async fn engine(&self) -> R<Engine> {
         let cfg = self.proxy.lock().await.as_ref().map(|p| p.cfg.clone()).ok_or_else(|| ErrorBody {
-            code: "no-config".into(),
+            code: Code::NoConfig,
             message: "replay and reconcile talk to the upstream: start the embedded proxy from its configuration first".into(),
         })?;
         Ok(self.ops()?.upstream(cfg))
@@ -291,18 +291,18 @@ impl Console {
             .is_some_and(|p| p.status.lock().map(|s| s.running).unwrap_or(false))
         {
             return Err(ErrorBody {
-                code: "conflict".into(),
+                code: Code::Conflict,
                 message: "the embedded proxy is already running; stop it first".into(),
             });
         }
         let path = config.clone();
         let (cfg, server) = tauri::async_runtime::spawn_blocking(move || -> R<_> {
             let cfg = Arc::new(Config::load(&path).map_err(|e| ErrorBody {
-                code: e.code().into(),
+                code: e.code(),
                 message: e.to_string(),
             })?);
             let server = Server::open(cfg.clone()).map_err(|e| ErrorBody {
-                code: e.code().into(),
+                code: e.code(),
                 message: e.to_string(),
             })?;
             Ok((cfg, server))
@@ -362,7 +362,7 @@ impl Console {
                 .and_then(|p| p.status.lock().ok().map(|s| s.clone()))
                 .unwrap_or_default();
             Err(ErrorBody {
-                code: "proxy-start".into(),
+                code: Code::ProxyStart,
                 message: s.error.unwrap_or_else(|| "the proxy did not start".into()),
             })
         }

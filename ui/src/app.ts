@@ -1,6 +1,7 @@
 // The console: views over the operations, and the operator actions. Every decision (what is
 // stuck, what may be resolved, what a purge touches) is made by the operations behind the
 // transport; this file shows their answers and asks the operator for a reason.
+import type { Code } from "./bindings/Code";
 import type { EntryFilter } from "./bindings/EntryFilter";
 import type { EntrySummary } from "./bindings/EntrySummary";
 import type { EntryView } from "./bindings/EntryView";
@@ -466,7 +467,7 @@ export class App {
       await this.t.resolve({ entry_id: id, as: o.as, response, external_ref: o.external_ref, ...cmd });
     } else if (action === "replay") {
       const r = await this.t.replay(id, cmd);
-      if (r.problem) throw { code: String((r.problem as Record<string, unknown>).code ?? "replay"), message: String((r.problem as Record<string, unknown>).detail ?? "") };
+      if (r.problem) throw { code: ((r.problem as Record<string, unknown>).code ?? "upstream-error") as Code, message: String((r.problem as Record<string, unknown>).detail ?? "") } satisfies ErrorBody;
     } else if (action === "reconcile") {
       await this.t.reconcile(id, cmd);
     } else if (action === "purge") {

@@ -23,6 +23,7 @@ import type { EntriesManifest } from "./bindings/EntriesManifest";
 import type { ArchiveVerifyReport } from "./bindings/ArchiveVerifyReport";
 import type { RetentionStatus } from "./bindings/RetentionStatus";
 import type { SegmentCheck } from "./bindings/SegmentCheck";
+import type { Code } from "./bindings/Code";
 import type { CommandName } from "./bindings/commands";
 import type { Identity } from "./bindings/Identity";
 import type { Incident } from "./bindings/Incident";
@@ -228,7 +229,9 @@ export class HttpTransport implements Transport {
     }
     if (!r.ok) {
       const data = await r.json().catch(() => null);
-      throw { code: data?.code ?? `http-${r.status}`, message: data?.detail ?? r.statusText } satisfies ErrorBody;
+      // Not problem+json: something between the console and the admin API answered.
+      if (typeof data?.code !== "string") throw { code: "network", message: `HTTP ${r.status} ${r.statusText}` } satisfies ErrorBody;
+      throw { code: data.code as Code, message: data.detail ?? r.statusText } satisfies ErrorBody;
     }
     return r;
   }
@@ -269,7 +272,7 @@ export class HttpTransport implements Transport {
         const line = buf.slice(0, end).trim();
         buf = buf.slice(end + 1);
         if (line === "") continue;
-        const m = JSON.parse(line) as { progress?: number; result?: T; problem?: { code?: string; detail?: string; title?: string } };
+        const m = JSON.parse(line) as { progress?: number; result?: T; problem?: { code?: Code; detail?: string; title?: string } };
         if (m.progress !== undefined) this.progress(job, m.progress);
         else if (m.result !== undefined) return m.result;
         else if (m.problem !== undefined) throw { code: m.problem.code ?? "internal", message: m.problem.detail ?? m.problem.title ?? "" } satisfies ErrorBody;

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use idemgate_ops::{ActionCmd, Ops, OpsError};
+use idemgate_ops::{ActionCmd, Code, Ops, OpsError};
 use idemgate_proxy::Config;
 use idemgate_server::Server;
 
@@ -25,12 +25,12 @@ pub enum CmdError {
 }
 
 impl CmdError {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
             CmdError::Serve(e) => e.code(),
             CmdError::Config(e) => e.code(),
             CmdError::Ops(e) => e.code(),
-            CmdError::Runtime(_) => "runtime",
+            CmdError::Runtime(_) => Code::Runtime,
         }
     }
 }

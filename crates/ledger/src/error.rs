@@ -1,5 +1,6 @@
 //! The ledger's errors. Each has a stable code used at the boundaries (CLI, admin API, console).
 
+pub use idemgate_code::Code;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -49,26 +50,26 @@ pub enum LedgerError {
 }
 
 impl LedgerError {
-    /// A stable, machine-readable code.
-    pub fn code(&self) -> &'static str {
+    /// Its code: the CLI's `error[code]`, the admin API's problem code and status.
+    pub fn code(&self) -> Code {
         match self {
-            LedgerError::NotFound(_) => "ledger-not-found",
-            LedgerError::TooNew { .. } => "ledger-too-new",
-            LedgerError::ChainKeyRequired => "chain-key-required",
-            LedgerError::ChainKeyUnexpected => "chain-key-unexpected",
-            LedgerError::EntryNotFound(_) => "entry-not-found",
-            LedgerError::InvalidTransition { .. } => "invalid-transition",
-            LedgerError::LeaseLost(_) => "lease-lost",
-            LedgerError::NotEmpty(_) => "ledger-not-empty",
-            LedgerError::Unsupported(_) => "unsupported",
-            LedgerError::MissingActor => "missing-actor",
-            LedgerError::Unavailable(_) => "ledger-unavailable",
-            LedgerError::Closed => "ledger-closed",
-            LedgerError::Db(_) | LedgerError::Pg(_) => "database",
-            LedgerError::Io(_) => "io",
-            LedgerError::Corrupt(_) => "corrupt",
-            LedgerError::BadExport(_) => "bad-export",
-            LedgerError::Internal(_) => "internal",
+            LedgerError::NotFound(_) => Code::LedgerNotFound,
+            LedgerError::TooNew { .. } => Code::LedgerTooNew,
+            LedgerError::ChainKeyRequired => Code::ChainKeyRequired,
+            LedgerError::ChainKeyUnexpected => Code::ChainKeyUnexpected,
+            LedgerError::EntryNotFound(_) => Code::EntryNotFound,
+            LedgerError::InvalidTransition { .. } => Code::InvalidTransition,
+            LedgerError::LeaseLost(_) => Code::LeaseLost,
+            LedgerError::NotEmpty(_) => Code::LedgerNotEmpty,
+            LedgerError::Unsupported(_) => Code::Unsupported,
+            LedgerError::MissingActor => Code::MissingActor,
+            LedgerError::Unavailable(_) => Code::LedgerUnavailable,
+            LedgerError::Closed => Code::LedgerClosed,
+            LedgerError::Db(_) | LedgerError::Pg(_) => Code::Database,
+            LedgerError::Io(_) => Code::Io,
+            LedgerError::Corrupt(_) => Code::Corrupt,
+            LedgerError::BadExport(_) => Code::BadExport,
+            LedgerError::Internal(_) => Code::Internal,
         }
     }
 

@@ -8,7 +8,9 @@ use idemgate_ledger::{Effect, EntryFilter, EntrySummary, Progress, ResponseRecor
 use idemgate_proxy::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::{validate_actor, ActionCmd, Ops, OpsError, OpsResult, Preview, ResolveAs, ResolveCmd};
+use crate::{
+    validate_actor, ActionCmd, Code, Ops, OpsError, OpsResult, Preview, ResolveAs, ResolveCmd,
+};
 
 /// The most entries one bulk action takes: a larger set is narrowed by its filter first.
 pub const MAX_BULK: usize = 100_000;
@@ -93,7 +95,7 @@ pub struct BulkFailure {
     /// Its key.
     pub key: String,
     /// The error's stable code.
-    pub code: String,
+    pub code: Code,
     /// The error, in words.
     pub message: String,
 }
@@ -186,8 +188,8 @@ impl Ops {
         action: &ActionCmd,
         e: &EntrySummary,
         upstream: Option<&(&Engine, tokio::runtime::Handle)>,
-    ) -> Result<(), (String, String)> {
-        let failed = |err: OpsError| (err.code().to_owned(), err.to_string());
+    ) -> Result<(), (Code, String)> {
+        let failed = |err: OpsError| (err.code(), err.to_string());
         match (cmd.action, cmd.as_, upstream) {
             (BulkKind::Resolve, Some(as_), _) => self
                 .resolve(&cmd.resolve_cmd(e.id, as_))
@@ -200,7 +202,7 @@ impl Ops {
                 match r.problem {
                     None => Ok(()),
                     Some(p) => Err((
-                        p["code"].as_str().unwrap_or("upstream").to_owned(),
+                        serde_json::from_value(p["code"].clone()).unwrap_or(Code::UpstreamError),
                         p["detail"].as_str().unwrap_or("").to_owned(),
                     )),
                 }

@@ -1,3 +1,4 @@
+pub use idemgate_ledger::error::Code;
 use idemgate_ledger::LedgerError;
 use thiserror::Error;
 
@@ -78,37 +79,22 @@ impl OpsError {
         }
     }
 
-    /// The stable code: `error[code]` in the CLI, the problem's `code` over HTTP, `ErrorBody.code`
-    /// in the console.
-    pub fn code(&self) -> &'static str {
+    /// Its code: `error[code]` in the CLI, the problem's `code` and status over HTTP,
+    /// `ErrorBody.code` in the console.
+    pub fn code(&self) -> Code {
         match self {
-            OpsError::Invalid { .. } => "invalid-argument",
-            OpsError::MissingOperator => "missing-operator",
-            OpsError::MissingReason => "missing-reason",
-            OpsError::Conflict(_) => "conflict",
-            OpsError::ConfirmationRequired(_) => "confirmation-required",
-            OpsError::UnknownRoute { .. } => "unknown-route",
-            OpsError::NoProbe(_) => "no-probe",
-            OpsError::StoredRequest(_) => "bad-request",
-            OpsError::BadConfig(_) => "bad-config",
-            OpsError::Internal(_) => "internal",
-            OpsError::NoConfig => "no-config",
+            OpsError::Invalid { .. } => Code::InvalidArgument,
+            OpsError::MissingOperator => Code::MissingOperator,
+            OpsError::MissingReason => Code::MissingReason,
+            OpsError::Conflict(_) => Code::Conflict,
+            OpsError::ConfirmationRequired(_) => Code::ConfirmationRequired,
+            OpsError::UnknownRoute { .. } => Code::RouteNotConfigured,
+            OpsError::NoProbe(_) => Code::NoProbe,
+            OpsError::StoredRequest(_) => Code::StoredRequestUnusable,
+            OpsError::BadConfig(_) => Code::BadConfig,
+            OpsError::Internal(_) => Code::Internal,
+            OpsError::NoConfig => Code::NoConfig,
             OpsError::Ledger(e) => e.code(),
-        }
-    }
-
-    /// The HTTP status the admin API answers with.
-    pub fn http_status(&self) -> u16 {
-        match self {
-            OpsError::Invalid { .. } | OpsError::MissingOperator | OpsError::MissingReason => 400,
-            OpsError::Conflict(_)
-            | OpsError::ConfirmationRequired(_)
-            | OpsError::UnknownRoute { .. }
-            | OpsError::NoProbe(_)
-            | OpsError::StoredRequest(_)
-            | OpsError::NoConfig => 409,
-            OpsError::BadConfig(_) | OpsError::Internal(_) => 500,
-            OpsError::Ledger(e) => idemgate_proxy::problem::ledger_status(e),
         }
     }
 }
@@ -118,7 +104,7 @@ impl OpsError {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ErrorBody {
     /// The stable code.
-    pub code: String,
+    pub code: Code,
     /// The error, in words.
     pub message: String,
 }
@@ -126,7 +112,7 @@ pub struct ErrorBody {
 impl From<&OpsError> for ErrorBody {
     fn from(e: &OpsError) -> ErrorBody {
         ErrorBody {
-            code: e.code().to_owned(),
+            code: e.code(),
             message: e.to_string(),
         }
     }
@@ -145,9 +131,7 @@ impl From<idemgate_proxy::redrive::RedriveError> for OpsError {
 /// The admin API answers an operation's error as problem+json with its stable code.
 impl From<OpsError> for idemgate_proxy::problem::Problem {
     fn from(e: OpsError) -> Self {
-        use idemgate_proxy::problem::{Problem, ProblemCode};
-        let code = ProblemCode::parse(e.code()).unwrap_or(ProblemCode::Internal);
-        Problem::new(code, e.to_string()).with_status(e.http_status())
+        idemgate_proxy::problem::Problem::new(e.code(), e.to_string())
     }
 }
 

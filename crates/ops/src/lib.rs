@@ -31,7 +31,7 @@ pub use bulk::{
     BulkCmd, BulkFailure, BulkKind, BulkReport, BulkTarget, MAX_BULK, MAX_BULK_FAILURES,
 };
 pub use demo::{seed as seed_demo, DemoOptions, DemoReport};
-pub use error::{ErrorBody, OpsError};
+pub use error::{Code, ErrorBody, OpsError};
 pub use purge::{PurgeCmd, PurgeReport, PurgeTarget, PURGE_CHUNK};
 pub use reads::{request_diff, EntryPage, EntryView, EventPage, FieldDiff, ToolCall};
 pub use resolve::{check_response, ResolveAs, ResolveCmd, ReviewCmd};

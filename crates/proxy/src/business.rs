@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{LoopGuard, Subject, SubjectSource};
 use crate::engine::{Engine, Req};
-use crate::problem::{Problem, ProblemCode};
+use crate::problem::{Code, Problem};
 
 /// The longest subject value kept (longer ones are cut, on a character boundary).
 pub const MAX_SUBJECT: usize = 256;
@@ -193,7 +193,7 @@ impl Engine {
             return Ok(());
         }
         Err(Problem::new(
-            ProblemCode::LoopSuspect,
+            Code::LoopSuspect,
             format!(
                 "this request was sent {calls} times within {:?} (the route allows {}): it looks like a loop, and is refused until the window ends",
                 guard.window, guard.max

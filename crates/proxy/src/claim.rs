@@ -10,13 +10,13 @@ use idemgate_ledger::{now_millis, ClaimOutcome, ClaimRequest, LedgerError, Milli
 use crate::config::{InFlight, Route};
 use crate::engine::{Engine, RouteMetrics};
 use crate::flights::{flight_key, Flight, Landing, Seen};
-use crate::problem::{Problem, ProblemCode};
+use crate::problem::{Code, Problem};
 
 /// The answer to a duplicate of a request still in flight.
 pub(crate) fn in_flight(entry_id: i64, lease_expires_at: Millis) -> Problem {
     let secs = ((lease_expires_at - now_millis()).max(0) as u64).div_ceil(1000);
     Problem::new(
-        ProblemCode::InFlight,
+        Code::InFlight,
         "a request with this key is being processed; retry later",
     )
     .retry_after(secs.min(5))
@@ -157,25 +157,25 @@ pub(crate) fn settled(
         }
         ClaimOutcome::Collision { entry_id } => {
             metrics.collisions.increment(1);
-            Err(Problem::new(ProblemCode::KeyReuse, "this key was already used with a different request; use a new key for a new operation")
+            Err(Problem::new(Code::KeyReuse, "this key was already used with a different request; use a new key for a new operation")
                 .with("entry_id", entry_id))
         }
-        ClaimOutcome::Stuck { entry_id } => Err(Problem::new(ProblemCode::OutcomeUnknown, "an earlier attempt with this key may or may not have happened upstream; it is held for an operator and will not be run again automatically").with_status(409)
+        ClaimOutcome::Stuck { entry_id } => Err(Problem::new(Code::OutcomeUnknown, "an earlier attempt with this key may or may not have happened upstream; it is held for an operator and will not be run again automatically").with_status(409)
         .with("entry_id", entry_id)),
         ClaimOutcome::Failed { entry_id, response } => match response {
             Some(r) => {
                 metrics.replayed.increment(1);
                 Ok(r)
             }
-            None => Err(Problem::new(ProblemCode::EntryFailed, "an operator marked this operation as permanently failed").with("entry_id", entry_id)),
+            None => Err(Problem::new(Code::EntryFailed, "an operator marked this operation as permanently failed").with("entry_id", entry_id)),
         },
         ClaimOutcome::ProbableDuplicate { entry_id, key: other } => {
             metrics.duplicate_suspects.increment(1);
-            Err(Problem::new(ProblemCode::ProbableDuplicate, format!("the same request completed under another key ({other}) within the duplicate window"))
+            Err(Problem::new(Code::ProbableDuplicate, format!("the same request completed under another key ({other}) within the duplicate window"))
                 .with("duplicate_of", entry_id))
         }
         ClaimOutcome::Claimed { .. } | ClaimOutcome::InFlight { .. } => Err(Problem::new(
-            ProblemCode::Internal,
+            Code::Internal,
             "a claim that runs or waits is not settled",
         )),
     }

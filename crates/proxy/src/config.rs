@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use idemgate_ledger::Effect;
+
+use crate::problem::Code;
 mod audit;
 mod operators;
 mod raw;
@@ -33,8 +35,8 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    pub fn code(&self) -> &'static str {
-        "bad-config"
+    pub fn code(&self) -> Code {
+        Code::BadConfig
     }
 
     /// The error, saying which file it is in.

@@ -14,7 +14,7 @@ use crate::config::Route;
 use crate::engine::{Engine, RouteMetrics};
 use crate::forward::{self, Attempt, UpstreamResponse};
 pub(crate) use crate::mcp::Via;
-use crate::problem::{Problem, ProblemCode};
+use crate::problem::{Code, Problem};
 use crate::settle::Outcome;
 
 /// A claimed entry's request, as the upstream gets it, and the attempt the entry is on.
@@ -138,7 +138,7 @@ pub(crate) async fn drive(
         } else {
             format!("{why}; the request was not executed and may be retried with the same key once the ledger, which cannot take writes right now, records that (until then a retry gets 409 or 503)")
         };
-        return Err(Problem::new(ProblemCode::UpstreamUnavailable, detail)
+        return Err(Problem::new(Code::UpstreamUnavailable, detail)
             .retry_after(retry_after.unwrap_or(1))
             .with("entry_id", entry_id)
             .counted());
@@ -187,7 +187,7 @@ async fn record_executed(
             }
             // An operator decided the entry while it was in flight: the ledger's decision
             // stands, and this response was not recorded, so it is not given out either.
-            Err(LedgerError::LeaseLost(_) | LedgerError::InvalidTransition { .. }) => Err(Problem::new(ProblemCode::ResolvedMeanwhile, "an operator resolved this key while the request was in flight; retry to get the recorded outcome")
+            Err(LedgerError::LeaseLost(_) | LedgerError::InvalidTransition { .. }) => Err(Problem::new(Code::ResolvedMeanwhile, "an operator resolved this key while the request was in flight; retry to get the recorded outcome")
             .with("entry_id", entry_id)),
             // The effect happened and the ledger could not record it (a full disk, a
             // lost database): the entry stays pending under this lease, so it is never run
@@ -203,7 +203,7 @@ async fn record_executed(
                 } else {
                     format!("the upstream executed the request (status {}), but the ledger could not record its outcome ({err}); it will not be run again: retries get 409 until an operator resolves the entry", resp.status)
                 };
-                let p = Problem::new(ProblemCode::OutcomeUnrecorded, detail)
+                let p = Problem::new(Code::OutcomeUnrecorded, detail)
                     .with("entry_id", entry_id)
                     .with("upstream_status", resp.status);
                 Err(if kept { p.retry_after(1) } else { p })
@@ -237,7 +237,7 @@ async fn hold_unknown(
         error = %why,
         "outcome unknown: the entry is held for an operator"
     );
-    Problem::new(ProblemCode::OutcomeUnknown, format!("{why}; the request may have been executed upstream, so it will not be retried automatically — an operator must resolve it")).with_status(if timed_out { 504 } else { 502 })
+    Problem::new(Code::OutcomeUnknown, format!("{why}; the request may have been executed upstream, so it will not be retried automatically — an operator must resolve it")).with_status(if timed_out { 504 } else { 502 })
         .with("entry_id", entry_id)
         .counted()
 }

@@ -26,7 +26,7 @@ use crate::config::{Config, Protocol, Route};
 use crate::flights::Flights;
 use crate::forward::{self, HttpClient, NoAnswer, ReadAnswer};
 use crate::keys;
-use crate::problem::{Problem, ProblemCode};
+use crate::problem::{Code, Problem};
 use crate::read_cache::ReadCache;
 use crate::request_checks::{
     check_headers, declared_json, dot_segment, has_dot_segment, route_path, too_large,
@@ -165,7 +165,7 @@ impl Engine {
         self.requests
             .spawn(work)
             .await
-            .map_err(|j| Problem::new(ProblemCode::Internal, j.to_string()))?
+            .map_err(|j| Problem::new(Code::Internal, j.to_string()))?
     }
 
     /// The problem for a request no route takes: `405` with `Allow` when routes take its path
@@ -181,14 +181,11 @@ impl Engine {
             }
         }
         if allow.is_empty() {
-            return Problem::new(
-                ProblemCode::UnknownRoute,
-                format!("no route for {method} {path}"),
-            );
+            return Problem::new(Code::UnknownRoute, format!("no route for {method} {path}"));
         }
         let allow = allow.join(", ");
         let p = Problem::new(
-            ProblemCode::MethodNotAllowed,
+            Code::MethodNotAllowed,
             format!("no route for {method} {path}; its routes take {allow}"),
         );
         match HeaderValue::from_str(&allow) {
@@ -347,12 +344,7 @@ impl Engine {
             match len.trim().parse::<u64>() {
                 Ok(n) if n > route.max_body as u64 => return Err(too_large(route.max_body)),
                 Ok(_) => {}
-                Err(_) => {
-                    return Err(Problem::new(
-                        ProblemCode::BadRequest,
-                        "invalid Content-Length",
-                    ))
-                }
+                Err(_) => return Err(Problem::new(Code::BadRequest, "invalid Content-Length")),
             }
         }
         let body = match tokio::time::timeout(
@@ -363,7 +355,7 @@ impl Engine {
         {
             Err(_) => {
                 return Err(Problem::new(
-                    ProblemCode::BodyTimeout,
+                    Code::BodyTimeout,
                     format!("the body did not arrive within {:?}", self.cfg.body_timeout),
                 ))
             }
@@ -372,7 +364,7 @@ impl Engine {
             }
             Ok(Err(e)) => {
                 return Err(Problem::new(
-                    ProblemCode::BadBody,
+                    Code::BadBody,
                     format!("the request body could not be read: {e}"),
                 ))
             }
@@ -404,7 +396,7 @@ impl Engine {
             }
         }
         let uri = forward::upstream_uri(&route.upstream, pq)
-            .map_err(|e| Problem::new(ProblemCode::BadRequest, e))?;
+            .map_err(|e| Problem::new(Code::BadRequest, e))?;
         let headers = self.forward_headers(req, None);
         // Kept whole to cache it; else streamed.
         let whole = cached.is_some();
@@ -472,15 +464,15 @@ impl Engine {
                     ))
                 }
                 Err(NoAnswer::Connect(why)) => {
-                    Err(Problem::new(ProblemCode::UpstreamUnavailable, why).retry_after(1))
+                    Err(Problem::new(Code::UpstreamUnavailable, why).retry_after(1))
                 }
                 Err(NoAnswer::Timeout(why)) => {
-                    Err(Problem::new(ProblemCode::UpstreamError, why).with_status(504))
+                    Err(Problem::new(Code::UpstreamError, why).with_status(504))
                 }
-                Err(NoAnswer::Broken(why)) => Err(Problem::new(ProblemCode::UpstreamError, why)),
+                Err(NoAnswer::Broken(why)) => Err(Problem::new(Code::UpstreamError, why)),
                 // Only a HEAD's answer is read whole without a way to stream the rest.
                 Err(NoAnswer::TooLarge { status }) => Err(Problem::new(
-                    ProblemCode::UpstreamError,
+                    Code::UpstreamError,
                     forward::too_large(status),
                 )),
             };
@@ -732,7 +724,7 @@ impl Engine {
             Err(e) => {
                 let rep = self.report(entry_id, format!("bad upstream uri: {e}"));
                 self.settle(Outcome::Release(rep)).await?;
-                return Err(Problem::new(ProblemCode::BadRequest, e));
+                return Err(Problem::new(Code::BadRequest, e));
             }
         };
         let call = ClaimedCall {

@@ -7,7 +7,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::config::{KeySource, Route};
-use crate::problem::{Problem, ProblemCode};
+use crate::problem::{Code, Problem};
 
 pub const MAX_KEY_LEN: usize = 255;
 pub const MAX_SCOPE_LEN: usize = 128;
@@ -30,7 +30,7 @@ fn single_header<'h>(
     };
     if values.next().is_some() {
         return Err(Problem::new(
-            ProblemCode::DuplicateHeader,
+            Code::DuplicateHeader,
             format!("the {what} header {name} must appear once"),
         ));
     }
@@ -42,11 +42,11 @@ pub fn scope(route: &Route, headers: &HeaderMap) -> Result<String, Problem> {
         return Ok(String::new());
     };
     let invalid = || {
-        Problem::new(ProblemCode::InvalidScope, format!("{h} must be at most {MAX_SCOPE_LEN} printable ASCII characters, not starting or ending with a space"))
+        Problem::new(Code::InvalidScope, format!("{h} must be at most {MAX_SCOPE_LEN} printable ASCII characters, not starting or ending with a space"))
     };
     let v = single_header(headers, h, "scope", invalid)?.unwrap_or("");
     if v.is_empty() && route.scope_required {
-        return Err(Problem::new(ProblemCode::MissingScope, format!("send {h}: on this route it names the caller, whose keys are kept apart from every other caller's")));
+        return Err(Problem::new(Code::MissingScope, format!("send {h}: on this route it names the caller, whose keys are kept apart from every other caller's")));
     }
     if v.len() > MAX_SCOPE_LEN || !visible_ascii(v) {
         return Err(invalid());
@@ -77,13 +77,13 @@ pub fn header_key(headers: &HeaderMap, name: &str) -> Result<Option<String>, Pro
 }
 
 fn invalid_key(got: &str) -> Problem {
-    Problem::new(ProblemCode::InvalidKey, format!(
+    Problem::new(Code::InvalidKey, format!(
             "an idempotency key is 1 to {MAX_KEY_LEN} printable ASCII characters, not starting or ending with a space ({got})"
         ))
 }
 
 fn missing(detail: String) -> Problem {
-    Problem::new(ProblemCode::MissingKey, detail)
+    Problem::new(Code::MissingKey, detail)
 }
 
 /// The key an upstream is sent (`forward_key`) for `key` in `scope`.
@@ -155,7 +155,7 @@ pub fn scoped(scope: &str, key: &str) -> String {
 fn parse_json(body: &[u8]) -> Result<Value, Problem> {
     canon::parse_json(body).map_err(|e| {
         Problem::new(
-            ProblemCode::InvalidBody,
+            Code::InvalidBody,
             format!("this route reads its key from the JSON body: {e}"),
         )
     })
@@ -206,7 +206,7 @@ pub fn extract_parsed(
                 Some(Value::Number(n)) => n.to_string(),
                 Some(_) => {
                     return Err(Problem::new(
-                        ProblemCode::InvalidKey,
+                        Code::InvalidKey,
                         format!("{ptr} must be a string or a number"),
                     ))
                 }

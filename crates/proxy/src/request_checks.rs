@@ -7,7 +7,7 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use idemgate_ledger::canon;
 
 use crate::engine::{MAX_HEADERS, MAX_HEADER_BYTES};
-use crate::problem::{Problem, ProblemCode};
+use crate::problem::{Code, Problem};
 
 /// The path a route is chosen by: `path` percent-decoded, as the upstream reads it (every web
 /// framework decodes a path before it routes it). Else `/v1/%63ancel` went by a broader route
@@ -68,7 +68,7 @@ pub(crate) fn has_dot_segment(path: &str) -> bool {
 
 pub(crate) fn dot_segment(path: &str) -> Problem {
     Problem::new(
-        ProblemCode::InvalidPath,
+        Code::InvalidPath,
         format!("{path} has a . or .. segment: send the path it stands for"),
     )
 }
@@ -81,7 +81,7 @@ pub(crate) fn check_headers(headers: &HeaderMap) -> Result<(), Problem> {
         .map(|(n, v)| n.as_str().len() + v.len())
         .sum();
     if headers.len() > MAX_HEADERS || bytes > MAX_HEADER_BYTES {
-        return Err(Problem::new(ProblemCode::HeadersTooLarge, format!(
+        return Err(Problem::new(Code::HeadersTooLarge, format!(
                 "{} header fields, {bytes} bytes: at most {MAX_HEADERS} fields and {MAX_HEADER_BYTES} bytes",
                 headers.len()
             )));
@@ -113,7 +113,7 @@ pub(crate) fn declared_json(
     // `canon::parse_json`).
     canon::parse_json(body).map(Some).map_err(|e| {
         Problem::new(
-            ProblemCode::InvalidBody,
+            Code::InvalidBody,
             format!("the body is declared as JSON but is not: {e}"),
         )
     })
@@ -133,7 +133,7 @@ fn sent_as_is(headers: &HeaderMap) -> Result<(), Problem> {
     match coded {
         None => Ok(()),
         Some(c) => Err(Problem::new(
-            ProblemCode::UnsupportedEncoding,
+            Code::UnsupportedEncoding,
             format!(
                 "a write's body is fingerprinted and stored as sent: send it without \
                  Content-Encoding (got {c:?})"
@@ -148,7 +148,7 @@ fn sent_as_is(headers: &HeaderMap) -> Result<(), Problem> {
 
 pub(crate) fn too_large(limit: usize) -> Problem {
     Problem::new(
-        ProblemCode::BodyTooLarge,
+        Code::BodyTooLarge,
         format!("the body exceeds this route's limit of {limit} bytes"),
     )
 }

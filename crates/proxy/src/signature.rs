@@ -7,7 +7,7 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 use crate::config::Signature;
-use crate::problem::{Problem, ProblemCode};
+use crate::problem::{Code, Problem};
 
 type HmacSha256 = hmac::Hmac<Sha256>;
 
@@ -42,7 +42,7 @@ pub fn sign(secret: &[u8], t: i64, body: &[u8]) -> String {
 }
 
 fn unauthorized(detail: &str) -> Problem {
-    Problem::new(ProblemCode::BadSignature, detail)
+    Problem::new(Code::BadSignature, detail)
 }
 
 pub fn verify(

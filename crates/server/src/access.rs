@@ -17,7 +17,7 @@ use axum::response::Response;
 use axum::Json;
 use idemgate_ops::commands::{self, Role};
 use idemgate_proxy::config::{OperatorCred, TokenHash, SHARED_ADMIN};
-use idemgate_proxy::problem::{Problem, ProblemCode};
+use idemgate_proxy::problem::{Code, Problem};
 use idemgate_proxy::Secret;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -221,7 +221,7 @@ pub async fn guard(State(access): State<Arc<Access>>, mut req: Request, next: Ne
         Err(Denied::Unlisted) if commands::methods_of(&path).next().is_some() => {
             let allow: Vec<&str> = commands::methods_of(&path).collect();
             let mut r = Problem::new(
-                ProblemCode::MethodNotAllowed,
+                Code::MethodNotAllowed,
                 format!("{path} takes {}", allow.join(", ")),
             )
             .into_response();
@@ -241,7 +241,7 @@ fn refusal(d: Denied, method: &str, path: &str) -> Response {
     match d {
         Denied::Missing | Denied::Invalid => {
             let mut r = Problem::new(
-                ProblemCode::Unauthorized,
+                Code::Unauthorized,
                 "send Authorization: Bearer <token> (an operator's token, or the admin token)",
             )
             .into_response();
@@ -250,18 +250,18 @@ fn refusal(d: Denied, method: &str, path: &str) -> Response {
             r
         }
         Denied::Throttled(wait) => Problem::new(
-            ProblemCode::TooManyAttempts,
+            Code::TooManyAttempts,
             "too many bad tokens from this address: wait, then send the right one",
         )
         .retry_after(wait.as_secs_f64().ceil().max(1.0) as u64)
         .into_response(),
         Denied::Role { need, have } => Problem::new(
-            ProblemCode::Forbidden,
+            Code::Forbidden,
             format!("{method} {path} needs the role {need}; this token's is {have}"),
         )
         .into_response(),
         Denied::Unlisted => Problem::new(
-            ProblemCode::Forbidden,
+            Code::Forbidden,
             format!("{method} {path} is in no role's commands"),
         )
         .into_response(),
@@ -301,7 +301,7 @@ pub fn acting<T: DeserializeOwned>(
             Some(Value::String(n)) if who.shared => claimed(n),
             Some(other) => {
                 return Err(Problem::new(
-                    ProblemCode::OperatorMismatch,
+                    Code::OperatorMismatch,
                     format!(
                         "operator {other}: this token is {:?}'s, and the log records actions \
                          under the token's operator; leave operator out",
@@ -314,7 +314,7 @@ pub fn acting<T: DeserializeOwned>(
     }
     serde_json::from_value(v).map_err(|e| {
         Problem::new(
-            ProblemCode::InvalidArgument,
+            Code::InvalidArgument,
             format!("Failed to deserialize the JSON body into the target type: {e}"),
         )
     })

@@ -20,7 +20,7 @@ use idemgate_ops::{
     dispatch, ActionCmd, BulkCmd, BulkKind, BulkTarget, Ops, PurgeCmd, PurgeTarget, ResolveAs,
     ResolveCmd,
 };
-use idemgate_proxy::problem::{Problem, ProblemCode};
+use idemgate_proxy::problem::{Code, Problem};
 use idemgate_proxy::Engine;
 use serde::{Deserialize, Serialize};
 
@@ -117,7 +117,7 @@ pub fn router(
             state.access.clone(),
             access::guard,
         ))
-        .fallback(|| async { Problem::new(ProblemCode::NotFound, "no such admin endpoint") })
+        .fallback(|| async { Problem::new(Code::NotFound, "no such admin endpoint") })
         .layer(middleware::from_fn(problems_only));
     let mut r = Router::new()
         .route("/healthz", get(healthz))
@@ -163,11 +163,11 @@ async fn problems_only(req: Request, next: Next) -> Response {
         .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
         .unwrap_or_default();
     let code = match status.as_u16() {
-        405 => ProblemCode::MethodNotAllowed,
-        415 => ProblemCode::UnsupportedMediaType,
-        422 => ProblemCode::InvalidRequest,
-        s if s >= 500 => ProblemCode::Internal,
-        _ => ProblemCode::BadRequest,
+        405 => Code::MethodNotAllowed,
+        415 => Code::UnsupportedMediaType,
+        422 => Code::InvalidRequest,
+        s if s >= 500 => Code::Internal,
+        _ => Code::BadRequest,
     };
     let detail = if text.is_empty() {
         status.canonical_reason().unwrap_or("Error").to_owned()
@@ -200,7 +200,7 @@ impl<S: Send + Sync> FromRequestParts<S> for NoQuery {
                     .filter(|n| !n.is_empty())
                     .collect();
                 Err(Problem::new(
-                    ProblemCode::InvalidArgument,
+                    Code::InvalidArgument,
                     format!(
                         "{} takes no query parameters: {}",
                         parts.uri.path(),
@@ -222,7 +222,7 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> 
     async fn from_request_parts(parts: &mut request::Parts, s: &S) -> Result<Self, Problem> {
         let Path(id) = Path::<T>::from_request_parts(parts, s)
             .await
-            .map_err(|e| Problem::new(ProblemCode::InvalidArgument, e.body_text()))?;
+            .map_err(|e| Problem::new(Code::InvalidArgument, e.body_text()))?;
         Ok(Id(id))
     }
 }
@@ -231,7 +231,7 @@ type EntryId = Id<i64>;
 type ExportId = Id<String>;
 
 fn bad_query(e: QueryRejection) -> Problem {
-    Problem::new(ProblemCode::InvalidArgument, e.body_text())
+    Problem::new(Code::InvalidArgument, e.body_text())
 }
 
 /// A resolve's JSON body: room for the largest response the ledger keeps, in hex (twice its
@@ -241,13 +241,13 @@ const RESOLVE_BODY_LIMIT: usize = 2 * idemgate_ledger::MAX_RESPONSE_BODY + (1 <<
 pub(crate) fn bad_json(e: JsonRejection) -> Problem {
     match e {
         JsonRejection::MissingJsonContentType(_) => Problem::new(
-            ProblemCode::UnsupportedMediaType,
+            Code::UnsupportedMediaType,
             "send the body as JSON, with Content-Type: application/json",
         ),
         _ if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            Problem::new(ProblemCode::BodyTooLarge, e.body_text())
+            Problem::new(Code::BodyTooLarge, e.body_text())
         }
-        _ => Problem::new(ProblemCode::InvalidArgument, e.body_text()),
+        _ => Problem::new(Code::InvalidArgument, e.body_text()),
     }
 }
 
@@ -257,7 +257,7 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, Problem> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| Problem::new(ProblemCode::Internal, e.to_string()))?
+        .map_err(|e| Problem::new(Code::Internal, e.to_string()))?
         .map_err(Problem::from)
 }
 
@@ -323,7 +323,7 @@ async fn long_work<T: Serialize + Send + 'static>(
         // A full channel (a slow reader) skips a progress line; a closed one stops the work.
         let r = f(&mut |n| !matches!(tx.try_send(Line::Progress(n)), Err(TrySendError::Closed(_))));
         let last = match r.map_err(Problem::from).and_then(|v| {
-            serde_json::to_value(v).map_err(|e| Problem::new(ProblemCode::Internal, e.to_string()))
+            serde_json::to_value(v).map_err(|e| Problem::new(Code::Internal, e.to_string()))
         }) {
             Ok(v) => Line::Result(v),
             Err(p) => Line::Problem(p),
@@ -335,7 +335,7 @@ async fn long_work<T: Serialize + Send + 'static>(
         Some(line) => line,
         None => {
             return Err(Problem::new(
-                ProblemCode::Internal,
+                Code::Internal,
                 "the work ended without an answer",
             ))
         }
@@ -434,7 +434,7 @@ async fn entries(
         None => None,
         Some(x) => Some(idemgate_ledger::State::parse(x).ok_or_else(|| {
             Problem::new(
-                ProblemCode::InvalidArgument,
+                Code::InvalidArgument,
                 format!("state {x:?}: pending, completed, released or failed"),
             )
         })?),
@@ -758,7 +758,7 @@ async fn healthz(State(s): State<AdminState>) -> Response {
 
 fn writer_stopped() -> Problem {
     Problem::new(
-        ProblemCode::LedgerWriterStopped,
+        Code::LedgerWriterStopped,
         "the ledger writer has stopped: no write can succeed in this process; restart it",
     )
 }
@@ -772,7 +772,7 @@ async fn readyz(State(s): State<AdminState>) -> Response {
         return writer_stopped().into_response();
     }
     match h.last_failure_at {
-        Some(at) if now_millis() - at < NOT_READY_AFTER_FAILURE => Problem::new(ProblemCode::LedgerUnavailable, format!(
+        Some(at) if now_millis() - at < NOT_READY_AFTER_FAILURE => Problem::new(Code::LedgerUnavailable, format!(
                 "a ledger commit failed {} ms ago; see idemgate_ledger_commit_failures_total and the log",
                 (now_millis() - at).max(0)
             ))

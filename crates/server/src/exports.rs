@@ -23,7 +23,7 @@ use idemgate_ledger::{now_millis, rfc3339, EventRange, Millis};
 use idemgate_ops::{ErrorBody, ExportCmd, Ops};
 use serde::Serialize;
 
-use idemgate_proxy::problem::{Problem, ProblemCode};
+use idemgate_proxy::problem::{Code, Problem};
 
 /// Exports running at once: each holds a blocking thread and a read of its whole range.
 pub const MAX_RUNNING: usize = 2;
@@ -158,7 +158,7 @@ pub struct Download {
 }
 
 fn not_found(id: &str) -> Problem {
-    Problem::new(ProblemCode::ExportNotFound, format!("no export {id:?} in this process (an ended export is kept for an hour, and none outlives the process)"))
+    Problem::new(Code::ExportNotFound, format!("no export {id:?} in this process (an ended export is kept for an hour, and none outlives the process)"))
 }
 
 impl Exports {
@@ -188,14 +188,14 @@ impl Exports {
         let mut inner = self.lock();
         if inner.closed {
             return Err(Problem::new(
-                ProblemCode::ShuttingDown,
+                Code::ShuttingDown,
                 "this process is stopping and starts no more exports",
             ));
         }
         prune(&mut inner, now);
         let running = inner.jobs.iter().filter(|j| j.ended_at.is_none()).count();
         if running >= MAX_RUNNING {
-            return Err(Problem::new(ProblemCode::TooManyExports, format!("{running} exports are running, the most at once; try again once one has ended, or delete one"))
+            return Err(Problem::new(Code::TooManyExports, format!("{running} exports are running, the most at once; try again once one has ended, or delete one"))
             .retry_after(5));
         }
         if inner.jobs.len() >= MAX_KEPT {
@@ -209,7 +209,7 @@ impl Exports {
             None => {
                 let s = make_spool(&self.base).map_err(|e| {
                     Problem::new(
-                        ProblemCode::ExportFailed,
+                        Code::ExportFailed,
                         format!(
                             "cannot make a spool directory in {}: {e}",
                             self.base.display()
@@ -259,7 +259,7 @@ impl Exports {
             let r = match export.await {
                 Ok(r) => r.map_err(|e| ErrorBody::from(&e)),
                 Err(e) => Err(ErrorBody {
-                    code: "internal".into(),
+                    code: Code::Internal,
                     message: format!("the export stopped: {e}"),
                 }),
             };
@@ -283,7 +283,7 @@ impl Exports {
             }
             Ok(None) => {
                 job.error = Some(ErrorBody {
-                    code: "cancelled".into(),
+                    code: Code::Cancelled,
                     message: "the export was cancelled".into(),
                 });
             }
@@ -324,12 +324,12 @@ impl Exports {
             .ok_or_else(|| not_found(id))?;
         let Some(m) = &job.manifest else {
             return Err(match &job.error {
-                None => Problem::new(ProblemCode::ExportRunning, format!(
+                None => Problem::new(Code::ExportRunning, format!(
                         "export {id} has written {} events so far; download it once its state is done",
                         job.done.load(Ordering::Relaxed)
                     ))
                 .retry_after(1),
-                Some(e) => Problem::new(ProblemCode::ExportFailed, format!("export {id} failed, so there is nothing to download: {}", e.message)).with_status(409),
+                Some(e) => Problem::new(Code::ExportFailed, format!("export {id} failed, so there is nothing to download: {}", e.message)).with_status(409),
             });
         };
         Ok(if manifest {

@@ -18,7 +18,7 @@ use std::time::Duration;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use idemgate_ledger::{now_millis, LedgerError};
-use idemgate_ops::Ops;
+use idemgate_ops::{Code, Ops};
 use idemgate_proxy::engine;
 use idemgate_proxy::{metrics_handle, Config, ConfigError, Engine, Secret};
 use tokio::net::TcpListener;
@@ -94,11 +94,11 @@ pub fn check(cfg: &Config) -> Result<Option<Secret>, ServeError> {
 }
 
 impl ServeError {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            ServeError::Config(_) => "bad-config",
-            ServeError::NoAdminToken => "no-admin-token",
-            ServeError::Bind { .. } => "bind",
+            ServeError::Config(e) => e.code(),
+            ServeError::NoAdminToken => Code::NoAdminToken,
+            ServeError::Bind { .. } => Code::Bind,
             ServeError::Ops(e) => e.code(),
         }
     }

@@ -35,6 +35,7 @@ fn generate(dir: &Path) {
         ExportCmd,
         AgainstReport,
         ErrorBody,
+        Code,
         Stats,
         Incident,
         EntryFilter,

@@ -9,26 +9,7 @@ use idemgate_ledger::canon;
 use serde_json::{json, Map, Value};
 
 use crate::engine::ProxyBody;
-use crate::problem::{Problem, ProblemCode};
-
-/// `error.code` of a call whose key is in flight: `data.type` is `idempotency_key_in_progress`,
-/// `data.retryAfter` the seconds to wait.
-pub const IN_PROGRESS: i64 = -32080;
-/// `error.code` of a key used before with another tool or other arguments:
-/// `idempotency_key_reuse`.
-pub const KEY_REUSE: i64 = -32081;
-/// `error.code` of a call whose earlier attempt may or may not have run upstream, held for an
-/// operator (`outcome_unknown`, with `data.entryId`), or that ran and is not yet recorded
-/// (`outcome_unrecorded`).
-pub const OUTCOME_UNKNOWN: i64 = -32082;
-/// `error.code` when the ledger cannot take the claim: nothing was forwarded, so the same call may
-/// be retried (`ledger_unavailable`).
-pub const LEDGER_UNAVAILABLE: i64 = -32083;
-/// `error.code` of a call refused by the route's loop guard (`loop_suspect`, `data.retryAfter`).
-pub const LOOP_SUSPECT: i64 = -32085;
-/// `error.code` of every other refusal: `data.type` names it (`upstream_unavailable`,
-/// `probable_duplicate`, `entry_failed`, `invalid_key`, …), as the HTTP routes' problem codes do.
-pub const REFUSED: i64 = -32084;
+use crate::problem::{Code, Problem};
 
 /// JSON-RPC's own codes for a message idemgate will not take.
 pub const PARSE_ERROR: i64 = -32700;
@@ -248,26 +229,24 @@ pub fn error_message(id: &Value, code: i64, message: &str, data: Option<Value>) 
     serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "error": error})).unwrap_or_default()
 }
 
-/// The JSON-RPC error code and `data.type` of an idemgate problem.
-pub fn code_of(p: ProblemCode) -> (i64, String) {
-    match p {
-        ProblemCode::InFlight => (IN_PROGRESS, "idempotency_key_in_progress".into()),
-        ProblemCode::KeyReuse => (KEY_REUSE, "idempotency_key_reuse".into()),
-        ProblemCode::OutcomeUnknown => (OUTCOME_UNKNOWN, "outcome_unknown".into()),
-        ProblemCode::OutcomeUnrecorded => (OUTCOME_UNKNOWN, "outcome_unrecorded".into()),
-        ProblemCode::LedgerUnavailable
-        | ProblemCode::LedgerWriterStopped
-        | ProblemCode::LedgerClosed => (LEDGER_UNAVAILABLE, "ledger_unavailable".into()),
-        ProblemCode::LoopSuspect => (LOOP_SUSPECT, "loop_suspect".into()),
-        other => (REFUSED, other.as_str().replace('-', "_")),
-    }
+/// The JSON-RPC error answering request `id` when the upstream's transport refused the call with
+/// `status` (its answer itself is passed on as it came).
+pub fn upstream_refused(id: &Value, status: u16) -> Vec<u8> {
+    let (code, ty) = Code::UpstreamRefused.jsonrpc();
+    let data = json!({"type": ty, "status": status});
+    error_message(
+        id,
+        code,
+        &format!("the upstream refused the call ({status})"),
+        Some(data),
+    )
 }
 
 /// An idemgate problem as the JSON-RPC error answering request `id`: `data` has its `type`, its
 /// `detail`, the `status` an HTTP route would have answered, `retryAfter` (seconds) and the
 /// entry's id (`entryId`, `duplicateOf`) when it has them.
 pub fn problem_message(id: &Value, p: &Problem) -> Vec<u8> {
-    let (code, ty) = code_of(p.code);
+    let (code, ty) = p.code.jsonrpc();
     let mut data = json!({"type": ty, "detail": p.detail, "status": p.status});
     if let Some(s) = p.retry_after {
         data["retryAfter"] = json!(s);
@@ -381,27 +360,17 @@ mod tests {
 
     #[test]
     fn problems_become_the_documented_codes() {
-        let p = Problem::new(ProblemCode::InFlight, "busy")
+        let p = Problem::new(Code::InFlight, "busy")
             .retry_after(2)
             .with("entry_id", 9);
         let v: Value = serde_json::from_slice(&problem_message(&json!(3), &p)).expect("json");
         assert_eq!(v["id"], json!(3));
-        assert_eq!(v["error"]["code"], json!(IN_PROGRESS));
+        assert_eq!(v["error"]["code"], json!(-32080));
         assert_eq!(
             v["error"]["data"]["type"],
             json!("idempotency_key_in_progress")
         );
         assert_eq!(v["error"]["data"]["retryAfter"], json!(2));
         assert_eq!(v["error"]["data"]["entryId"], json!(9));
-        assert_eq!(code_of(ProblemCode::KeyReuse).0, KEY_REUSE);
-        assert_eq!(code_of(ProblemCode::OutcomeUnknown).0, OUTCOME_UNKNOWN);
-        assert_eq!(
-            code_of(ProblemCode::LedgerUnavailable).0,
-            LEDGER_UNAVAILABLE
-        );
-        assert_eq!(
-            code_of(ProblemCode::UpstreamUnavailable),
-            (REFUSED, "upstream_unavailable".into())
-        );
     }
 }

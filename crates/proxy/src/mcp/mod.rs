@@ -33,7 +33,7 @@ use crate::config::Route;
 use crate::engine::{settled, Answer, Claimed, Engine, Req};
 use crate::forward::{self, NoAnswer, ReadAnswer};
 use crate::keys;
-use crate::problem::{Problem, ProblemCode};
+use crate::problem::{Code, Problem};
 use crate::respond::{respond, respond_upstream, response};
 
 /// How long a passed-through stream (the server's GET stream, a long answer) may stay quiet
@@ -137,7 +137,7 @@ impl Engine {
         let (route, parts) = (req.route, req.parts);
         let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let uri = forward::upstream_uri(&route.upstream, pq)
-            .map_err(|e| Problem::new(ProblemCode::BadRequest, e))?;
+            .map_err(|e| Problem::new(Code::BadRequest, e))?;
         let headers = self.forward_headers(req, None);
         let out = forward::Outgoing {
             method: &parts.method,
@@ -249,10 +249,7 @@ impl Engine {
             e.run_call(req, p, body, &sink).await;
         });
         Ok(answer.await.unwrap_or_else(|_| {
-            let p = Problem::new(
-                ProblemCode::Internal,
-                "the call's task ended without an answer",
-            );
+            let p = Problem::new(Code::Internal, "the call's task ended without an answer");
             jsonrpc::problem_answer(&Value::Null, &p, Accept::Json)
         }))
     }
@@ -319,7 +316,7 @@ impl Engine {
             Err(e) => {
                 let rep = self.report(entry_id, format!("bad upstream uri: {e}"));
                 let _ = self.settle(crate::settle::Outcome::Release(rep)).await;
-                let p2 = Problem::new(ProblemCode::BadRequest, e);
+                let p2 = Problem::new(Code::BadRequest, e);
                 return sink.finish_now(jsonrpc::problem_answer(id, &p2, p.accept));
             }
         };
@@ -345,12 +342,7 @@ impl Engine {
             }
             // The transport's refusal, passed on as it came.
             Ok(r) => {
-                let m = jsonrpc::error_message(
-                    id,
-                    jsonrpc::REFUSED,
-                    &format!("the upstream refused the call ({})", r.status),
-                    Some(json!({"type": "upstream_refused", "status": r.status})),
-                );
+                let m = jsonrpc::upstream_refused(id, r.status);
                 (respond_upstream(r, None, None), m)
             }
             Err(e) => (
@@ -489,13 +481,11 @@ fn empty(status: u16) -> axum::http::Response<crate::engine::ProxyBody> {
 /// The problem for a passed-through message that brought no answer.
 fn no_answer(e: NoAnswer) -> Problem {
     match e {
-        NoAnswer::Connect(why) => {
-            Problem::new(ProblemCode::UpstreamUnavailable, why).retry_after(1)
-        }
-        NoAnswer::Timeout(why) => Problem::new(ProblemCode::UpstreamError, why).with_status(504),
-        NoAnswer::Broken(why) => Problem::new(ProblemCode::UpstreamError, why),
+        NoAnswer::Connect(why) => Problem::new(Code::UpstreamUnavailable, why).retry_after(1),
+        NoAnswer::Timeout(why) => Problem::new(Code::UpstreamError, why).with_status(504),
+        NoAnswer::Broken(why) => Problem::new(Code::UpstreamError, why),
         NoAnswer::TooLarge { status } => {
-            Problem::new(ProblemCode::UpstreamError, forward::too_large(status))
+            Problem::new(Code::UpstreamError, forward::too_large(status))
         }
     }
 }
@@ -514,7 +504,7 @@ fn prepare(route: &Route, parts: &Parts, call: Call, effect: Effect) -> Result<P
         Value::String(s) => Ok(s.clone()),
         Value::Number(n) => Ok(n.to_string()),
         _ => Err(Problem::new(
-            ProblemCode::InvalidKey,
+            Code::InvalidKey,
             format!("{what} must be a string or a number"),
         )),
     };

@@ -7,7 +7,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idemgate_ledger::{export, EventRange};
-use idemgate_proxy::problem::{Problem, ProblemCode};
+use idemgate_proxy::problem::{Code, Problem};
 use serde::Deserialize;
 
 use super::{
@@ -57,7 +57,7 @@ pub(super) async fn start_export(
     };
     let job = s.exports.start(&s.ops, b.format, range)?;
     let location = HeaderValue::from_str(&format!("/admin/v1/exports/{}", job.id))
-        .map_err(|e| Problem::new(ProblemCode::Internal, e.to_string()))?;
+        .map_err(|e| Problem::new(Code::Internal, e.to_string()))?;
     Ok((
         StatusCode::ACCEPTED,
         [(header::LOCATION, location)],
@@ -111,7 +111,7 @@ async fn serve_download(d: Download, req: Request) -> Result<Response, Problem> 
     use tower::ServiceExt;
     let gone = || {
         Problem::new(
-            ProblemCode::ExportNotFound,
+            Code::ExportNotFound,
             "the export's file is gone (deleted meanwhile)",
         )
     };
