@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use idemgate_ledger::{
     canon, now_millis, without_secret_params, ClaimOutcome, ClaimRequest, Effect, LedgerError,
@@ -27,9 +27,10 @@ use crate::flights::Flights;
 use crate::forward::{self, HttpClient, NoAnswer, ReadAnswer};
 use crate::keys;
 use crate::problem::{Code, Problem};
+use crate::read_body;
 use crate::read_cache::ReadCache;
 use crate::request_checks::{
-    check_headers, declared_json, dot_segment, has_dot_segment, route_path, too_large,
+    check_headers, declared_json, dot_segment, has_dot_segment, route_path,
 };
 use crate::settle::{Outcome, Unsettled};
 use crate::signature;
@@ -336,40 +337,8 @@ impl Engine {
     /// checked.
     pub(crate) async fn body(&self, req: &Req<'_>, body: Incoming) -> Result<Bytes, Problem> {
         let (route, parts) = (req.route, req.parts);
-        if let Some(len) = parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-        {
-            match len.trim().parse::<u64>() {
-                Ok(n) if n > route.max_body as u64 => return Err(too_large(route.max_body)),
-                Ok(_) => {}
-                Err(_) => return Err(Problem::new(Code::BadRequest, "invalid Content-Length")),
-            }
-        }
-        let body = match tokio::time::timeout(
-            self.cfg.body_timeout,
-            Limited::new(body, route.max_body).collect(),
-        )
-        .await
-        {
-            Err(_) => {
-                return Err(Problem::new(
-                    Code::BodyTimeout,
-                    format!("the body did not arrive within {:?}", self.cfg.body_timeout),
-                ))
-            }
-            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-                return Err(too_large(route.max_body))
-            }
-            Ok(Err(e)) => {
-                return Err(Problem::new(
-                    Code::BadBody,
-                    format!("the request body could not be read: {e}"),
-                ))
-            }
-            Ok(Ok(b)) => b.to_bytes(),
-        };
+        let body =
+            read_body::read(body, &parts.headers, route.max_body, self.cfg.body_timeout).await?;
         if let Some(sig) = &route.signature {
             let h = parts
                 .headers

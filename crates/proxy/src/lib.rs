@@ -13,6 +13,7 @@ pub mod forward;
 pub mod keys;
 pub mod mcp;
 pub mod problem;
+mod read_body;
 pub mod read_cache;
 pub mod redrive;
 mod request_checks;

@@ -61,6 +61,60 @@ fn signatures_good_bad_and_stale() {
     assert_eq!(f.entries(&[]).len(), 1, "refused requests write nothing");
 }
 
+/// A client that sends its whole body before it reads (Python's `http.client` and `requests`, as
+/// many agent SDKs do) reads the 413, not a connection reset under it; one that asks `Expect:
+/// 100-continue` is answered without being asked for the body.
+#[test]
+fn an_oversized_body_is_refused_with_an_answer_its_client_reads() {
+    let f = Fx::new();
+    let out = std::process::Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/clients/oversized.py"))
+        .arg(format!("http://{}/v1/charges", f.proxy.addr))
+        .arg((2 << 20).to_string())
+        .arg("5")
+        .output()
+        .expect("python3 (with python3-requests: .ci/deps installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 10, "{lines:?}");
+    for l in &lines {
+        assert_eq!(
+            (&l["status"], &l["code"]),
+            (
+                &serde_json::json!(413),
+                &serde_json::json!("body-too-large")
+            ),
+            "{l}"
+        );
+    }
+
+    let mut s = std::net::TcpStream::connect(f.proxy.addr).expect("connect");
+    let head = format!(
+        "POST /v1/charges HTTP/1.1\r\nhost: x\r\nidempotency-key: k-expect\r\n\
+         content-type: application/json\r\nx-agent-id: agent-7\r\n\
+         expect: 100-continue\r\ncontent-length: {}\r\n\r\n",
+        4 << 20
+    );
+    std::io::Write::write_all(&mut s, head.as_bytes()).expect("send the head");
+    let mut answer = Vec::new();
+    std::io::Read::read_to_end(&mut s, &mut answer).expect("the answer");
+    assert!(
+        answer.starts_with(b"HTTP/1.1 413"),
+        "no 100 Continue, at once the 413: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert_eq!(parse_response(&answer).code(), "body-too-large");
+    assert_eq!(f.up.counts.total(), 0);
+    assert!(f.entries(&[]).is_empty(), "refused requests write nothing");
+}
+
 #[test]
 fn oversized_bodies_and_unknown_routes_write_nothing() {
     let f = Fx::new();
