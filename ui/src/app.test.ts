@@ -111,7 +111,7 @@ describe("console UI", () => {
     const subjects: [string, string][] = [["amount", "49.99"], ["currency", "usd"], ["customer", "cus_123"]];
     const a = entry(3, { state: "completed", stuck: false, scope: "billing-01", subjects, created_at: 1_800_000_000_000 });
     const b = entry(4, { state: "completed", stuck: false, scope: "billing-02", subjects, duplicate_of: 3, created_at: 1_800_000_014_000 });
-    const incident = { id: 3, route: "charges", scope: "billing-01", fingerprint: "ab", subjects, entries: [a, b], review: null, open: true };
+    const incident = { id: 3, route: "charges", scope: "billing-01", fingerprint: "ab", subjects, first_purged: false, entries: [a, b], review: null, open: true };
     const { app, calls, prefs } = setup({
       ...base,
       incidents: () => [incident],
@@ -128,6 +128,17 @@ describe("console UI", () => {
     q("confirm-button").click();
     await tick();
     expect(calls.find(([c]) => c === "review_incident")?.[1]).toMatchObject({ cmd: { entry_id: 3, operator: "dana", reason: "refunded the second" } });
+  });
+
+  it("keeps an incident whose first entry was purged, titled from its duplicates, and says so", async () => {
+    const subjects: [string, string][] = [["amount", "49.99"], ["currency", "usd"], ["customer", "cus_9"]];
+    const b = entry(4, { state: "completed", stuck: false, scope: "billing-02", subjects, duplicate_of: 3, created_at: 1_800_000_014_000 });
+    const incident = { id: 3, route: "charges", scope: "billing-02", fingerprint: "ab", subjects, first_purged: true, entries: [b], review: null, open: true };
+    const { app } = setup({ ...base, incidents: () => [incident], log: () => ({ events: [], next_before: null }) });
+    await app.start();
+    await app.go("incidents");
+    expect(q("incident-title").textContent).toContain("cus_9 · charges");
+    expect(q("incident-first-purged").textContent).toBe("first entry #3 purged; its duplicates below still happened");
   });
 
   it("copies a stored request as curl through the proxy the console runs, or names the default", async () => {

@@ -120,6 +120,7 @@ pub fn incidents(out: &mut Out, list: &[idemgate_ledger::Incident], json: bool) 
                     "scope": i.scope,
                     "subjects": subjects_json(&i.subjects),
                     "open": i.open,
+                    "first_purged": i.first_purged,
                     "review": i.review,
                     "entries": i.entries.iter().map(entry_json).collect::<Vec<_>>(),
                 })
@@ -145,6 +146,9 @@ pub fn incidents(out: &mut Out, list: &[idemgate_ledger::Incident], json: bool) 
             i.route,
             i.entries.len()
         )?;
+        if i.first_purged {
+            writeln!(out, "  {:>8}  (purged: the first entry)", i.id)?;
+        }
         for e in &i.entries {
             writeln!(
                 out,

@@ -531,8 +531,10 @@ pub struct Incident {
     pub route: String,
     pub scope: String,
     pub fingerprint: String,
-    /// The first entry's subjects.
+    /// The first entry's subjects (its oldest suspect's, when it was purged).
     pub subjects: Vec<(String, String)>,
+    /// The first entry was purged: `entries` holds its suspects only, which still happened.
+    pub first_purged: bool,
     /// The first entry and its duplicate suspects, oldest first.
     pub entries: Vec<EntrySummary>,
     /// An operator's review, if the incident had one.

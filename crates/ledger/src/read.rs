@@ -561,8 +561,8 @@ pub(crate) fn incidents(db: &mut dyn Db, page: Page, now: Millis) -> Result<Vec<
             vals![first],
             summary_row(now),
         )?;
+        // Titled from the first entry, or from its oldest suspect when it was purged.
         let Some(head) = entries.first() else {
-            // The first entry was purged: its suspects stay listed under their entries.
             continue;
         };
         let review = db.opt(
@@ -583,6 +583,7 @@ pub(crate) fn incidents(db: &mut dyn Db, page: Page, now: Millis) -> Result<Vec<
             scope: head.scope.clone(),
             fingerprint: head.fingerprint.clone(),
             subjects: head.subjects.clone(),
+            first_purged: head.id != first,
             open: review.as_ref().is_none_or(|r| last > r.through),
             review,
             entries,

@@ -11,9 +11,13 @@ export type Incident = {
  */
 id: number, route: string, scope: string, fingerprint: string, 
 /**
- * The first entry's subjects.
+ * The first entry's subjects (its oldest suspect's, when it was purged).
  */
 subjects: Array<[string, string]>, 
+/**
+ * The first entry was purged: `entries` holds its suspects only, which still happened.
+ */
+first_purged: boolean, 
 /**
  * The first entry and its duplicate suspects, oldest first.
  */

@@ -124,7 +124,7 @@ pub(crate) fn purge(ctx: &mut Ctx<'_>, req: &PurgeRequest) -> Result<Vec<i64>> {
                 needed: "completed, released or failed (resolve a pending entry first)",
             });
         }
-        for table in ["collisions", "subjects", "reviews"] {
+        for table in ["collisions", "subjects"] {
             ctx.db.exec(
                 &format!("DELETE FROM {table} WHERE entry_id = ?1"),
                 vals![id],
@@ -142,6 +142,13 @@ pub(crate) fn purge(ctx: &mut Ctx<'_>, req: &PurgeRequest) -> Result<Vec<i64>> {
         append(ctx, ev)?;
         purged.push(id);
     }
+    // An incident's review is keyed by its first entry, and lasts while any of the incident's
+    // entries does: a purged first entry leaves its suspects an incident still reviewed.
+    ctx.db.exec(
+        "DELETE FROM reviews WHERE NOT EXISTS (SELECT 1 FROM entries \
+         WHERE entries.id = reviews.entry_id OR entries.duplicate_of = reviews.entry_id)",
+        &[],
+    )?;
     Ok(purged)
 }
 
@@ -202,37 +209,45 @@ pub(crate) fn note_reconcile(ctx: &mut Ctx<'_>, note: &ReconcileNote) -> Result<
 }
 
 /// Marks the incident whose first entry is `req.entry_id` reviewed, through its newest suspect:
-/// a later suspect opens it again. Logged under the first entry.
+/// a later suspect opens it again. Logged under the first entry, or under its oldest suspect
+/// when the first entry was purged.
 pub(crate) fn review(ctx: &mut Ctx<'_>, req: &ReviewRequest) -> Result<i64> {
     check_actor(&req.actor)?;
-    let row = row_by_id(ctx.db, req.entry_id)?;
-    let through = ctx
-        .db
-        .opt(
-            "SELECT MAX(id) FROM entries WHERE duplicate_of = ?1",
-            vals![row.id],
-            |r| r.opt_int(0),
-        )?
-        .flatten()
-        .ok_or_else(|| LedgerError::InvalidTransition {
-            id: row.id,
-            state: "without duplicate suspects".into(),
-            action: "review",
-            needed: "the first entry of an incident",
-        })?;
+    let first = req.entry_id;
+    let (oldest, through) = ctx.db.one(
+        "SELECT MIN(id), MAX(id) FROM entries WHERE duplicate_of = ?1",
+        vals![first],
+        |r| Ok((r.opt_int(0)?, r.opt_int(1)?)),
+    )?;
+    let row = match row_by_id(ctx.db, first) {
+        Err(LedgerError::EntryNotFound(_)) if oldest.is_some() => {
+            row_by_id(ctx.db, oldest.unwrap_or(first))?
+        }
+        r => r?,
+    };
+    let through = through.ok_or_else(|| LedgerError::InvalidTransition {
+        id: first,
+        state: "without duplicate suspects".into(),
+        action: "review",
+        needed: "the first entry of an incident",
+    })?;
     ctx.db
-        .exec("DELETE FROM reviews WHERE entry_id = ?1", vals![row.id])?;
+        .exec("DELETE FROM reviews WHERE entry_id = ?1", vals![first])?;
     ctx.db.exec(
         "INSERT INTO reviews (entry_id, through, operator, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
         vals![
-            row.id,
+            first,
             through,
             &req.actor.operator,
             &req.actor.reason,
             req.at
         ],
     )?;
-    let mut ev = row.event(req.at, EventKind::Review, json!({"through": through}));
+    let mut ev = row.event(
+        req.at,
+        EventKind::Review,
+        json!({"incident": first, "through": through}),
+    );
     ev.actor = Some(&req.actor);
     append(ctx, ev)?;
     Ok(through)

@@ -504,8 +504,77 @@ fn duplicate_values_make_the_same_effect_and_incidents_are_reviewed(b: Backend) 
     verify_ok(&f.l);
 }
 
+/// An incident whose first entry was purged keeps its suspects (they were charges too): listed,
+/// titled from the oldest left, its review kept, reviewable again, gone with its last entry.
+fn an_incident_whose_first_entry_was_purged_stays_with_its_suspects(b: Backend) {
+    let f = fx!(b);
+    let suspect = |key: &str, rid: u32, at| {
+        let mut r = req(key, &format!(r#"{{"amount":4999,"request_id":{rid}}}"#), at);
+        r.dup_fp = Some("v:1".into());
+        let id = claimed(f.l.claim(r).wait().expect("claim"));
+        (id, complete(&f.l, id, at + 1, "{}").duplicate_of)
+    };
+    let (first, _) = suspect("k-1", 1, T0);
+    let (second, of) = suspect("k-2", 2, T0 + 10);
+    assert_eq!(of, Some(first));
+    let review = |at| {
+        f.l.review(ReviewRequest {
+            entry_id: first,
+            actor: actor(),
+            at,
+        })
+        .wait()
+    };
+    assert_eq!(review(T0 + 20).expect("review"), second);
+    let purge = |ids: Vec<i64>, at| {
+        f.l.purge(PurgeRequest {
+            ids,
+            expired_by: None,
+            actor: actor(),
+            at,
+        })
+        .wait()
+        .expect("purge")
+    };
+    purge(vec![first], T0 + 30);
+    let inc = f.l.incidents(Page::default(), T0 + 40).expect("incidents");
+    assert_eq!(inc.len(), 1, "{inc:?}");
+    assert_eq!((inc[0].id, inc[0].first_purged), (first, true));
+    assert_eq!(
+        inc[0].entries.iter().map(|e| e.id).collect::<Vec<_>>(),
+        [second]
+    );
+    assert_eq!(inc[0].route, "charges");
+    assert!(!inc[0].open, "the review outlives the first entry");
+    // It can be reviewed again, logged under its oldest entry left.
+    assert_eq!(review(T0 + 70).expect("review"), second);
+    let logged =
+        f.l.events(
+            &EventFilter {
+                kind: Some("review".into()),
+                ..EventFilter::default()
+            },
+            Page::default(),
+        )
+        .expect("events");
+    assert_eq!(
+        logged[0].entry_id,
+        Some(second),
+        "under the oldest suspect left"
+    );
+    assert!(logged[0].detail.contains(&format!("\"incident\":{first}")));
+    purge(vec![second], T0 + 90);
+    assert!(f
+        .l
+        .incidents(Page::default(), T0 + 100)
+        .expect("incidents")
+        .is_empty());
+    verify_ok(&f.l);
+}
+
 suite!(
     subjects_are_kept_searched_and_purged_with_their_entry,
+    an_incident_whose_first_entry_was_purged_stays_with_its_suspects,
     duplicate_values_make_the_same_effect_and_incidents_are_reviewed,
     a_tool_filter_finds_exactly_the_tool_s_entries,
     an_operator_filter_finds_the_name_and_its_qualified_forms,
