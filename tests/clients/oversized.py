@@ -2,7 +2,7 @@
 read, with Python's http.client and with requests; prints one JSON line per try: the client, the
 status and the problem's code, or the error the client met.
 
-Usage: python3 oversized.py URL BYTES TRIES
+Usage: /usr/bin/python3 oversized.py URL BYTES TRIES
 """
 
 import http.client

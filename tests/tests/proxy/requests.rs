@@ -67,13 +67,15 @@ fn signatures_good_bad_and_stale() {
 #[test]
 fn an_oversized_body_is_refused_with_an_answer_its_client_reads() {
     let f = Fx::new();
-    let out = std::process::Command::new("python3")
+    // Debian's interpreter, which .ci/deps gives python3-requests (another first on PATH may
+    // lack it).
+    let out = std::process::Command::new("/usr/bin/python3")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/clients/oversized.py"))
         .arg(format!("http://{}/v1/charges", f.proxy.addr))
         .arg((2 << 20).to_string())
         .arg("5")
         .output()
-        .expect("python3 (with python3-requests: .ci/deps installs it)");
+        .expect("/usr/bin/python3 (with python3-requests: .ci/deps installs both)");
     assert!(
         out.status.success(),
         "{}",
