@@ -10,6 +10,7 @@ Usage: python sdk_test.py IDEMGATE_BIN   (run by tests/mcp/run.sh, which install
 """
 
 import asyncio
+import inspect
 import json
 import os
 import socket
@@ -116,23 +117,14 @@ timeout = "20s"
                 p.kill()
 
 
-def eventually(what: str, check, seconds: float = 30):
-    """Polls `check` until it returns a true value, and returns it; fails after `seconds`."""
+async def eventually(what: str, check, seconds: float = 30):
+    """Polls `check` (a function, or one that awaits) until it gives a true value, and returns it;
+    fails after `seconds`."""
     deadline = time.time() + seconds
     while True:
         got = check()
-        if got:
-            return got
-        if time.time() > deadline:
-            raise AssertionError(f"{what}: not within {seconds}s")
-        time.sleep(0.05)
-
-
-async def eventually_async(what: str, check, seconds: float = 30):
-    """`eventually` for a check that awaits."""
-    deadline = time.time() + seconds
-    while True:
-        got = await check()
+        if inspect.isawaitable(got):
+            got = await got
         if got:
             return got
         if time.time() > deadline:
@@ -181,7 +173,7 @@ async def retried_charge_runs_once(stack: Stack, mode: str) -> None:
         mine = [e for e in stack.entries(tool="charge") if e["scope"] == "py-agent"]
         return any(e["replays"] >= 1 for e in mine)
 
-    eventually("the replay counted on the entry", replayed)
+    await eventually("the replay counted on the entry", replayed)
 
 
 async def progress_is_streamed(stack: Stack, mode: str) -> None:
@@ -210,7 +202,7 @@ async def a_client_that_gives_up_does_not_cancel(stack: Stack, mode: str) -> Non
     except Exception:  # the SDK's timeout (an McpError, or a task group's wrapper of it)
         pass
     # The upstream finishes the call the client gave up on: its count reaches one.
-    await eventually_async("the call ran to its end", lambda: ran_once(stack, mode, order))
+    await eventually("the call ran to its end", lambda: ran_once(stack, mode, order))
     async with client(stack, mode) as c:
         r = await c.call_tool("slow_charge", args)
     assert f"ch_{order}_1" in text(r), text(r)
