@@ -330,14 +330,14 @@ fn copy_rows(src: &mut dyn Db, dst: &mut dyn Db, progress: Progress<'_>) -> Resu
         // Explicit ids do not advance an identity column: move it past them. Set as called, so
         // that the sequence's last value (which the writer reads) is the highest id.
         Dialect::Postgres => {
-            for table in ["entries", "collisions"] {
+            for (table, past) in [("entries", named), ("collisions", 0)] {
                 dst.exec(
                     &format!(
                         "SELECT setval(pg_get_serial_sequence('{table}', 'id'), \
                          GREATEST(m, ?1, 1), GREATEST(m, ?1) > 0) \
                          FROM (SELECT COALESCE(MAX(id), 0) AS m FROM {table}) AS t"
                     ),
-                    &[Val::Int(if table == "entries" { named } else { 0 })],
+                    &[Val::Int(past)],
                 )?;
             }
         }

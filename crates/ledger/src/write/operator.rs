@@ -219,11 +219,9 @@ pub(crate) fn review(ctx: &mut Ctx<'_>, req: &ReviewRequest) -> Result<i64> {
         vals![first],
         |r| Ok((r.opt_int(0)?, r.opt_int(1)?)),
     )?;
-    let row = match row_by_id(ctx.db, first) {
-        Err(LedgerError::EntryNotFound(_)) if oldest.is_some() => {
-            row_by_id(ctx.db, oldest.unwrap_or(first))?
-        }
-        r => r?,
+    let row = match (row_by_id(ctx.db, first), oldest) {
+        (Err(LedgerError::EntryNotFound(_)), Some(oldest)) => row_by_id(ctx.db, oldest)?,
+        (r, _) => r?,
     };
     let through = through.ok_or_else(|| LedgerError::InvalidTransition {
         id: first,
