@@ -206,7 +206,8 @@ impl Console {
         job: Option<String>,
         progress: impl Fn(u64) + Send + 'static,
     ) -> R<serde_json::Value> {
-        dispatch::as_desktop(&mut args, &os_user());
+        dispatch::as_desktop(&name, &mut args, &os_user());
+        let args = dispatch::Args::json(&name, args).map_err(|e| err(&e))?;
         match dispatch::kind(&name) {
             Some(dispatch::Kind::Upstream) => {
                 let e = self.engine().await?;
@@ -233,7 +234,7 @@ impl Console {
             }
             None => Err(ErrorBody {
                 code: Code::InvalidArgument,
-                message: format!("{name:?} is not an operation of the command table"),
+                message: format!("{name:?} is not an operation"),
             }),
         }
     }

@@ -4,7 +4,7 @@
 
 use idemgate_console::{Console, LedgerChoice};
 use idemgate_ledger::export::Manifest;
-use idemgate_ledger::{EntryFilter, EntrySummary, EventFilter, Stats};
+use idemgate_ledger::{EntryFilter, EntrySummary, Stats};
 use idemgate_ops::*;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -42,13 +42,6 @@ fn demo() -> (tempfile::TempDir, String) {
     (dir, path)
 }
 
-fn stuck() -> EntryFilter {
-    EntryFilter {
-        stuck: true,
-        ..Default::default()
-    }
-}
-
 #[test]
 fn a_named_ledger_must_exist_and_is_never_created() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -67,12 +60,8 @@ fn lists_resolves_and_logs_with_typed_errors() {
     let (_d, path) = demo();
     let c = Console::open(&LedgerChoice::Named(path.clone()));
     assert_eq!(c.ledger_info().location.as_deref(), Some(path.as_str()));
-    let page = op::<EntryPage>(
-        &c,
-        "entries",
-        json!({"filter": stuck(), "before": null, "limit": 100}),
-    )
-    .expect("entries");
+    let page =
+        op::<EntryPage>(&c, "entries", json!({"stuck": true, "limit": 100})).expect("entries");
     assert_eq!(
         page.entries.len(),
         13,
@@ -92,50 +81,33 @@ fn lists_resolves_and_logs_with_typed_errors() {
         reason: reason.into(),
         confirm_destructive: false,
     };
-    let resolve = |cmd: ResolveCmd| op::<EntrySummary>(&c, "resolve", json!({ "cmd": cmd }));
+    let resolve = |cmd: ResolveCmd| op::<EntrySummary>(&c, "resolve", json!(cmd));
     let e = resolve(cmd(" ")).expect_err("no reason");
     assert_eq!(e.code, "missing-reason");
     let done = resolve(cmd("upstream has no record")).expect("resolve");
     assert_eq!(done.state, idemgate_ledger::State::Released);
     assert_eq!(
-        op::<EntryPage>(
-            &c,
-            "entries",
-            json!({"filter": stuck(), "before": null, "limit": 100})
-        )
-        .expect("entries")
-        .entries
-        .len(),
+        op::<EntryPage>(&c, "entries", json!({"stuck": true, "limit": 100}))
+            .expect("entries")
+            .entries
+            .len(),
         12
     );
-    let filter = EventFilter {
-        operator: Some("tester".into()),
-        ..Default::default()
-    };
-    let log: EventPage = op(
-        &c,
-        "log",
-        json!({"filter": filter, "before": null, "limit": 10}),
-    )
-    .expect("log");
+    let log: EventPage = op(&c, "log", json!({"operator": "tester", "limit": 10})).expect("log");
     assert_eq!(log.events[0].entry_id, Some(target.id));
     // The name typed, and beside it the account the console runs as.
     assert_eq!(
         log.events[0].operator.as_deref(),
         Some(format!("tester (OS user {})", idemgate_ops::os_user()).as_str())
     );
-    let e = op::<EntryView>(&c, "show", json!({"id": 99_999_999})).expect_err("missing");
+    let e = op::<EntryView>(&c, "show", json!({"entry_id": 99_999_999})).expect_err("missing");
     assert_eq!(e.code, "entry-not-found");
-    let destructive = op::<EntryPage>(
-        &c,
-        "entries",
-        json!({"filter": stuck(), "before": null, "limit": 100}),
-    )
-    .expect("entries")
-    .entries
-    .into_iter()
-    .find(|e| e.effect == idemgate_ledger::Effect::Destructive)
-    .expect("destructive");
+    let destructive = op::<EntryPage>(&c, "entries", json!({"stuck": true, "limit": 100}))
+        .expect("entries")
+        .entries
+        .into_iter()
+        .find(|e| e.effect == idemgate_ledger::Effect::Destructive)
+        .expect("destructive");
     let e = resolve(ResolveCmd {
         entry_id: destructive.id,
         ..cmd("r")
@@ -168,13 +140,9 @@ fn a_postgresql_ledger_opens_by_url_and_takes_operator_actions() {
     assert_eq!(info.location.as_deref(), Some(url.as_str()));
     let c = Console::open(&LedgerChoice::Named(url.clone()));
     assert_eq!(c.ledger_info().location.as_deref(), Some(url.as_str()));
-    let stuck_before = op::<EntryPage>(
-        &c,
-        "entries",
-        json!({"filter": stuck(), "before": null, "limit": 100}),
-    )
-    .expect("entries")
-    .entries;
+    let stuck_before = op::<EntryPage>(&c, "entries", json!({"stuck": true, "limit": 100}))
+        .expect("entries")
+        .entries;
     let target = stuck_before
         .iter()
         .find(|e| e.effect != idemgate_ledger::Effect::Destructive)
@@ -188,14 +156,10 @@ fn a_postgresql_ledger_opens_by_url_and_takes_operator_actions() {
         reason: "checked upstream".into(),
         confirm_destructive: false,
     };
-    let done: EntrySummary = op(&c, "resolve", json!({ "cmd": cmd })).expect("resolve");
+    let done: EntrySummary = op(&c, "resolve", json!(cmd)).expect("resolve");
     assert_eq!(done.state, idemgate_ledger::State::Released);
-    let after = op::<EntryPage>(
-        &c,
-        "entries",
-        json!({"filter": stuck(), "before": null, "limit": 100}),
-    )
-    .expect("entries");
+    let after =
+        op::<EntryPage>(&c, "entries", json!({"stuck": true, "limit": 100})).expect("entries");
     assert_eq!(after.entries.len(), stuck_before.len() - 1);
     let stats: Stats = op(&c, "stats", json!({"hours": 24})).expect("stats");
     assert!(stats.head.is_some());
@@ -212,7 +176,7 @@ fn export_verifies_and_cancels_cleanly() {
         path: out.clone(),
         overwrite: false,
     };
-    let m = job::<Option<Manifest>>(&c, "export", json!({ "cmd": cmd }), Some("j1"), |_| {})
+    let m = job::<Option<Manifest>>(&c, "export", json!(cmd), Some("j1"), |_| {})
         .expect("export")
         .expect("manifest");
     assert!(m.count >= 9_000);
@@ -257,7 +221,7 @@ fn export_verifies_and_cancels_cleanly() {
         path: out2.clone(),
         ..cmd
     };
-    let got: Option<Manifest> = job(&c, "export", json!({ "cmd": cmd }), Some("j3"), move |_| {
+    let got: Option<Manifest> = job(&c, "export", json!(cmd), Some("j3"), move |_| {
         c2.cancel_job("j3");
     })
     .expect("export");
@@ -286,7 +250,7 @@ fn a_purge_is_a_job_that_reports_progress_and_stops_when_cancelled() {
     };
     let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let (c2, h2) = (c.clone(), heard.clone());
-    let r: PurgeReport = job(&c, "purge", json!({ "cmd": cmd }), Some("p1"), move |n| {
+    let r: PurgeReport = job(&c, "purge", json!(cmd), Some("p1"), move |n| {
         h2.lock().expect("lock").push(n);
         assert!(c2.cancel_job("p1"));
     })
@@ -295,8 +259,7 @@ fn a_purge_is_a_job_that_reports_progress_and_stops_when_cancelled() {
     assert_eq!(r.purged.len(), PURGE_CHUNK);
     assert_eq!(*heard.lock().expect("lock"), [PURGE_CHUNK as u64]);
     assert!(!c.cancel_job("p1"), "the job ended with its purge");
-    let r: PurgeReport =
-        job(&c, "purge", json!({ "cmd": cmd }), Some("p2"), |_| {}).expect("purge");
+    let r: PurgeReport = job(&c, "purge", json!(cmd), Some("p2"), |_| {}).expect("purge");
     assert!(!r.cancelled);
     assert_eq!(r.purged.len(), 10);
 }
@@ -305,8 +268,8 @@ fn a_purge_is_a_job_that_reports_progress_and_stops_when_cancelled() {
 fn the_embedded_proxy_starts_stops_and_reports_bad_configs() {
     let (dir, path) = demo();
     let c = Console::open(&LedgerChoice::Named(path.clone()));
-    let act = json!({"operator": "o", "reason": "r", "confirm_destructive": false});
-    let e = op::<ReplayReport>(&c, "replay", json!({"id": 1, "cmd": act})).expect_err("no config");
+    let act = json!({"entry_id": 1, "operator": "o", "reason": "r", "confirm_destructive": false});
+    let e = op::<ReplayReport>(&c, "replay", act).expect_err("no config");
     assert_eq!(e.code, "no-config");
     // A name the command table does not have is refused by name.
     let e = op::<Value>(&c, "drop_everything", json!({})).expect_err("unknown");

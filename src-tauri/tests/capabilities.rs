@@ -84,9 +84,9 @@ fn declared_registered_granted_and_called_commands_are_one_set() {
     );
     assert_eq!(declared, called, "build.rs COMMANDS vs ui/src/transport.ts");
     // `call` runs the table's operations by name; the other commands are the console's own.
-    let callable: BTreeSet<String> = idemgate_ops::dispatch::CALLS
+    let callable: BTreeSet<String> = idemgate_ops::dispatch::SPECS
         .iter()
-        .map(|(n, _)| (*n).to_owned())
+        .map(|s| s.name.to_owned())
         .collect();
     let mut own: BTreeSet<String> = idemgate_ops::commands::desktop()
         .map(str::to_owned)
@@ -96,18 +96,6 @@ fn declared_registered_granted_and_called_commands_are_one_set() {
     assert_eq!(
         declared, own,
         "build.rs COMMANDS vs the command table's own desktop commands and call"
-    );
-    let ops_called: BTreeSet<String> = transport
-        .match_indices("this.op<")
-        .map(|(i, _)| {
-            let rest = &transport[i..];
-            let q = rest.find("(\"").expect("operation name") + 2;
-            rest[q..q + rest[q..].find('"').expect("quote")].to_owned()
-        })
-        .collect();
-    assert_eq!(
-        ops_called, callable,
-        "the operations ui/src/transport.ts calls vs those call runs"
     );
 }
 

@@ -62,7 +62,7 @@ stuck=$(curl -sf -H "Authorization: Bearer $IDEMGATE_ADMIN_TOKEN" \
   || { echo "schemathesis: the demo ledger has no stuck charges entry" >&2; exit 1; }
 cat > schemathesis.toml <<TOML
 [[operations]]
-include-name = "POST /admin/v1/entries/{id}/reconcile"
+include-name = "POST /admin/v1/entries/{entry_id}/reconcile"
 parameters = { "path.id" = $stuck }
 TOML
 

@@ -66,7 +66,7 @@ describe("console UI", () => {
     const rows = document.querySelectorAll('[data-testid="entry-row"]');
     expect([...rows].map((r) => (r as HTMLElement).dataset.entryId)).toEqual(["7", "5"]);
     const call = calls.find(([c]) => c === "entries");
-    expect(call?.[1]).toMatchObject({ filter: { stuck: true }, before: null, limit: 200 });
+    expect(call?.[1]).toMatchObject({ stuck: true, before: null, limit: 200 });
   });
 
   it("shows an MCP entry as route · tool with its call, and filters by tool", async () => {
@@ -82,7 +82,7 @@ describe("console UI", () => {
     input.value = "tool:charge";
     input.dispatchEvent(new Event("change"));
     await tick();
-    expect(calls.filter(([c]) => c === "entries").slice(-1)[0]?.[1]).toMatchObject({ filter: { tool: "charge", key: null } });
+    expect(calls.filter(([c]) => c === "entries").slice(-1)[0]?.[1]).toMatchObject({ tool: "charge", key: null });
     await app.go("entry", 9);
     expect(document.querySelector("h1")?.textContent).toContain("tools · charge");
     expect(q("tool-call").textContent).toContain('{"customer":"cus_1","amount":4999}');
@@ -98,13 +98,13 @@ describe("console UI", () => {
     box.value = "customer:cus_123";
     box.dispatchEvent(new Event("change"));
     await tick();
-    expect(calls.filter(([c]) => c === "entries").slice(-1)[0]?.[1]).toMatchObject({ filter: { subject: "customer=cus_123", search: null, stuck: false } });
+    expect(calls.filter(([c]) => c === "entries").slice(-1)[0]?.[1]).toMatchObject({ subject: "customer=cus_123", search: null, stuck: false });
     expect(q("row-duplicate").textContent).toBe("⚠ duplicate of #3");
     expect([...document.querySelectorAll('[data-testid="row-subjects"]')].map((e) => e.textContent)).toEqual(["49.99 · cus_123", "49.99 · cus_123"]);
     box.value = "cus_123";
     box.dispatchEvent(new Event("change"));
     await tick();
-    expect(calls.filter(([c]) => c === "entries").slice(-1)[0]?.[1]).toMatchObject({ filter: { subject: null, search: "cus_123" } });
+    expect(calls.filter(([c]) => c === "entries").slice(-1)[0]?.[1]).toMatchObject({ subject: null, search: "cus_123" });
   });
 
   it("titles an incident in the customer's terms and marks it reviewed with a reason", async () => {
@@ -127,7 +127,7 @@ describe("console UI", () => {
     (q("reason-input") as HTMLTextAreaElement).value = "refunded the second";
     q("confirm-button").click();
     await tick();
-    expect(calls.find(([c]) => c === "review_incident")?.[1]).toMatchObject({ cmd: { entry_id: 3, operator: "dana", reason: "refunded the second" } });
+    expect(calls.find(([c]) => c === "review_incident")?.[1]).toMatchObject({ entry_id: 3, operator: "dana", reason: "refunded the second" });
   });
 
   it("keeps an incident whose first entry was purged, titled from its duplicates, and says so", async () => {
@@ -178,7 +178,7 @@ describe("console UI", () => {
     q("confirm-button").click();
     await tick();
     const r = calls.find(([c]) => c === "resolve");
-    expect(r?.[1]).toMatchObject({ cmd: { entry_id: 7, as: "completed", external_ref: "ch_9", operator: "dana", reason: "found it upstream", confirm_destructive: false } });
+    expect(r?.[1]).toMatchObject({ entry_id: 7, as: "completed", external_ref: "ch_9", operator: "dana", reason: "found it upstream", confirm_destructive: false });
   });
 
   it("asks a failed entry's response for its error status instead of sending 200", async () => {
@@ -206,7 +206,7 @@ describe("console UI", () => {
     q("confirm-button").click();
     await tick();
     const r = calls.find(([c]) => c === "resolve");
-    expect(r?.[1]).toMatchObject({ cmd: { entry_id: 7, as: "failed", response: { status: 402, headers: [], body: '{"error":"card_declined"}' } } });
+    expect(r?.[1]).toMatchObject({ entry_id: 7, as: "failed", response: { status: 402, headers: [], body: '{"error":"card_declined"}' } });
     // Back to completed, an emptied status is a success again.
     as.value = "completed";
     as.dispatchEvent(new Event("change"));
@@ -232,7 +232,7 @@ describe("console UI", () => {
     expect(q("confirm-button").textContent).toContain("Confirm again");
     q("confirm-button").click();
     await tick();
-    expect(calls.find(([c]) => c === "resolve")?.[1]).toMatchObject({ cmd: { as: "released", confirm_destructive: true } });
+    expect(calls.find(([c]) => c === "resolve")?.[1]).toMatchObject({ as: "released", confirm_destructive: true });
   });
 
   it("purges every expired entry as a job: its progress after each chunk, and Stop cancels it between two", async () => {
@@ -255,7 +255,7 @@ describe("console UI", () => {
     q("confirm-button").click();
     await tick();
     const purge = calls.find(([c]) => c === "purge");
-    expect(purge?.[1]).toMatchObject({ cmd: { target: "expired", filter: { expired: true }, operator: "dana", reason: "retention" } });
+    expect(purge?.[1]).toMatchObject({ target: "expired", filter: { expired: true }, operator: "dana", reason: "retention" });
     const bar = q("action-dialog").querySelector("progress") as HTMLProgressElement;
     expect([bar.value, bar.max]).toEqual([1000, 2500]);
     expect(q("cancel-button").textContent).toBe("Stop");
@@ -298,7 +298,7 @@ describe("console UI", () => {
     await tick();
     const bulk = calls.filter(([c]) => c === "bulk");
     expect(bulk).toHaveLength(1);
-    expect(bulk[0][1]).toMatchObject({ cmd: { action: "resolve", as: "released", target: { ids: [1, 3] }, operator: "dana", reason: "processor confirms none ran", confirm_destructive: false } });
+    expect(bulk[0][1]).toMatchObject({ action: "resolve", as: "released", target: { ids: [1, 3] }, operator: "dana", reason: "processor confirms none ran", confirm_destructive: false });
     expect(calls.some(([c]) => c === "resolve")).toBe(false);
     expect(q("dialog-message").textContent).toBe("1 of 2 done; 1 failed: 1: entry 1 cannot be resolved");
   });
@@ -337,7 +337,7 @@ describe("console UI, keyboard and ledgers", () => {
     key("Enter");
     await tick();
     expect(app.view).toBe("entry");
-    expect(calls.find(([c]) => c === "show")?.[1]).toEqual({ id: 5 });
+    expect(calls.find(([c]) => c === "show")?.[1]).toEqual({ entry_id: 5 });
   });
 
   it("opens another ledger from the header and remembers it", async () => {
@@ -402,18 +402,18 @@ describe("console UI, keyboard and ledgers", () => {
 
   it("exports on the desktop without replacing a file unless Replace is ticked", async () => {
     const manifest = { manifest_version: 1, format: "ndjson", alg: "sha256", file: "a.ndjson", sha256: "00", bytes: 3, count: 2, first_seq: 1, last_seq: 2, first_prev_hash: null, chain_head: null, ledger_head: null, since: null, until: null, created_at: "t", ledger: "l" };
-    const { app, calls } = setup({ ...base, export: (a) => { if (!(a.cmd as { overwrite: boolean }).overwrite) throw { code: "conflict", message: "/audit/a.ndjson already exists" }; return manifest; } });
+    const { app, calls } = setup({ ...base, export: (a) => { if (!(a as { overwrite: boolean }).overwrite) throw { code: "conflict", message: "/audit/a.ndjson already exists" }; return manifest; } });
     await app.start();
     await app.go("export");
     (q("export-path") as HTMLInputElement).value = " /audit/a.ndjson ";
     q("action-export").click();
     for (let i = 0; i < 20 && !q("export-result").textContent?.includes("conflict"); i++) await tick();
     expect(q("export-result").textContent).toBe("conflict: /audit/a.ndjson already exists");
-    expect(calls.find(([c]) => c === "export")?.[1]).toMatchObject({ cmd: { path: "/audit/a.ndjson", overwrite: false } });
+    expect(calls.find(([c]) => c === "export")?.[1]).toMatchObject({ path: "/audit/a.ndjson", overwrite: false });
     (q("export-overwrite") as HTMLInputElement).checked = true;
     q("action-export").click();
     for (let i = 0; i < 20 && !q("export-result").textContent?.includes("sha256"); i++) await tick();
-    expect(calls.filter(([c]) => c === "export")[1][1]).toMatchObject({ cmd: { path: "/audit/a.ndjson", overwrite: true } });
+    expect(calls.filter(([c]) => c === "export")[1][1]).toMatchObject({ path: "/audit/a.ndjson", overwrite: true });
     expect(JSON.parse(q("export-result").textContent ?? "")).toEqual(manifest);
   });
 
@@ -441,12 +441,12 @@ describe("console UI, keyboard and ledgers", () => {
     expect((q("archive-dir") as HTMLInputElement).value).toBe("/arch");
     q("action-archive-list").click();
     for (let i = 0; i < 20 && !document.querySelector('[data-testid="segment-row"]'); i++) await tick();
-    expect(calls.find(([c]) => c === "archive_segments")?.[1]).toEqual({ dir: "/arch" });
+    expect(calls.find(([c]) => c === "archive_segments")?.[1]).toEqual({ path: "/arch" });
     expect(document.querySelectorAll('[data-testid="segment-row"]').length).toBe(2);
     expect(q("segment-signed").textContent).toBe("#10 abcdef012345… by h/idemgate");
     q("action-archive-verify").click();
     for (let i = 0; i < 20 && !document.querySelector('[data-testid="archive-verdict"]'); i++) await tick();
-    expect(calls.find(([c]) => c === "verify_archive")?.[1]).toMatchObject({ dir: "/arch" });
+    expect(calls.find(([c]) => c === "verify_archive")?.[1]).toMatchObject({ path: "/arch" });
     expect(q("archive-verdict").textContent).toBe("FAILED");
     expect(q("archive-problem").textContent).toContain("events-11-20.ndjson.gz: altered: seq 15");
     const statuses = [...document.querySelectorAll('[data-testid="segment-status"]')].map((e) => e.textContent);
@@ -463,7 +463,7 @@ describe("console UI, keyboard and ledgers", () => {
     (q("export-path") as HTMLInputElement).value = "/audit/e.csv";
     q("action-export").click();
     for (let i = 0; i < 20 && !q("export-result").textContent?.includes("entries"); i++) await tick();
-    expect(calls.find(([c]) => c === "export_entries")?.[1]).toMatchObject({ cmd: { format: "csv", path: "/audit/e.csv" } });
+    expect(calls.find(([c]) => c === "export_entries")?.[1]).toMatchObject({ format: "csv", path: "/audit/e.csv" });
     expect(calls.some(([c]) => c === "export")).toBe(false);
   });
 

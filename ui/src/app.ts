@@ -7,7 +7,7 @@ import type { EntrySummary } from "./bindings/EntrySummary";
 import type { EntryView } from "./bindings/EntryView";
 import type { ErrorBody } from "./bindings/ErrorBody";
 import type { Event } from "./bindings/Event";
-import type { EventFilter } from "./bindings/EventFilter";
+import type { LogRequest } from "./bindings/LogRequest";
 import type { Manifest } from "./bindings/Manifest";
 import type { Preview } from "./bindings/Preview";
 import type { BulkCmd } from "./bindings/BulkCmd";
@@ -240,7 +240,7 @@ export class App {
 
   private async overview(): Promise<void> {
     const hours = 72;
-    const s = await this.t.stats(hours);
+    const s = await this.t.ops.stats({ hours });
     const now = Date.now();
     const stat = (label: string, value: number | string, testid?: string, go?: View) =>
       h("div", { class: `stat${go ? " clickable" : ""}`, testid, on: go ? { click: () => void this.go(go) } : undefined }, h("div", { class: "value" }, value), h("div", { class: "label" }, label));
@@ -281,7 +281,7 @@ export class App {
         ),
       );
     }
-    const retention = await this.t.retentionStatus().catch(() => null);
+    const retention = await this.t.ops.retention_status({}).catch(() => null);
     this.archiveDir ??= retention?.archive_dir ?? null;
     // The embedded proxy is the desktop console's; a browser talks to a running `idemgate serve`.
     this.main.append(grid, retentionPanel(retention, now), ...(this.t.kind === "tauri" ? [await this.proxyPanel()] : []));
@@ -314,8 +314,8 @@ export class App {
   // ---- log ------------------------------------------------------------------------------------
 
   private async log(): Promise<void> {
-    const f: EventFilter = { entry_id: null, route: null, scope: null, key: null, kind: null, operator: null, since: null, until: null, search: null };
-    const input = (field: keyof EventFilter, placeholder: string, testid?: string) =>
+    const f: LogRequest = { entry_id: null, route: null, scope: null, key: null, kind: null, operator: null, since: null, until: null, search: null };
+    const input = (field: keyof LogRequest, placeholder: string, testid?: string) =>
       h("input", { testid, attrs: { placeholder, "aria-label": placeholder }, on: { change: (e) => { const v = (e.target as HTMLInputElement).value.trim(); (f as Record<string, unknown>)[field] = v === "" ? null : v; void list.reset(); } } });
     const time = (field: "since" | "until", label: string) =>
       h("label", null, label, h("input", { testid: `log-${field}`, attrs: { type: "datetime-local" }, on: { change: (e) => { f[field] = fromLocalInput((e.target as HTMLInputElement).value); void list.reset(); } } }));
@@ -336,7 +336,7 @@ export class App {
           h("span", { class: "who" }, ev.operator ? `${ev.operator}: ${ev.reason ?? ""}` : ev.detail),
         ),
       async (last) => {
-        const p = await this.t.log(f, last ? last.seq : null, PAGE);
+        const p = await this.t.ops.log({ ...f, before: last ? last.seq : null, limit: PAGE });
         return { items: p.events, more: p.next_before !== null };
       },
       "log-list",
@@ -353,7 +353,7 @@ export class App {
       window.setInterval(async () => {
         if (!live.checked || this.view !== "log") return;
         const head = list.items[0]?.seq ?? 0;
-        const page = await this.t.log(f, null, PAGE).catch(() => null);
+        const page = await this.t.ops.log({ ...f, limit: PAGE }).catch(() => null);
         if (page) list.prepend(page.events.filter((e) => e.seq > head));
       }, 2000),
     );
@@ -397,7 +397,8 @@ export class App {
   }
 
   private async entryPage(filter: EntryFilter, last: EntrySummary | undefined): Promise<{ items: EntrySummary[]; more: boolean }> {
-    const p = await this.t.entries(filter, last ? last.id : null, PAGE);
+    const { expiring_within, ...rest } = filter;
+    const p = await this.t.ops.entries({ ...rest, expiring_within_ms: expiring_within, before: last ? last.id : null, limit: PAGE });
     return { items: p.entries, more: p.next_before !== null };
   }
 
@@ -406,7 +407,7 @@ export class App {
       // Which entries, how many and whether any is destructive: the operations layer decides.
       const kind: BulkKind = action === "release" ? "resolve" : action;
       const target: BulkTarget = { filter, ids: sel.size ? [...sel] : null };
-      const preview = await this.t.previewBulk(kind, target);
+      const preview = await this.t.ops.preview_bulk({ action: kind, target });
       const outcome = action === "resolve" ? this.resolveFields() : null;
       await this.action({
         title: `${action} ${preview.count} entr${preview.count === 1 ? "y" : "ies"}`,
@@ -420,7 +421,7 @@ export class App {
             response: o?.body ? { status: o.status, headers: [], body: o.body } : null,
             external_ref: o?.external_ref ?? null,
           };
-          return this.runJob("bulk", preview.count, progress, stop, (job) => this.t.bulk(cmd, job), {
+          return this.runJob("bulk", preview.count, progress, stop, (job) => this.t.ops.bulk(cmd, job), {
             stopped: "what was done stays done (the log lists it); the rest are as they were",
             done: (r) => {
               const failures = r.failures.slice(0, 5).map((f) => `${f.id}: ${f.message}`).join("; ");
@@ -459,19 +460,19 @@ export class App {
   private async perform(action: string, id: number, operator: string, reason: string, confirm: boolean, outcome?: { as: ResolveAs; external_ref: string | null; body: string | null; status: number }): Promise<void> {
     const cmd = { operator, reason, confirm_destructive: confirm };
     if (action === "release") {
-      await this.t.resolve({ entry_id: id, as: "released", response: null, external_ref: null, ...cmd });
+      await this.t.ops.resolve({ entry_id: id, as: "released", response: null, external_ref: null, ...cmd });
     } else if (action === "resolve") {
       const o = outcome ?? { as: "completed" as ResolveAs, external_ref: null, body: null, status: 200 };
       // The content type is ops's to choose (JSON when the body is, else plain text).
       const response = o.body ? { status: o.status, headers: [] as [string, string][], body: o.body } : null;
-      await this.t.resolve({ entry_id: id, as: o.as, response, external_ref: o.external_ref, ...cmd });
+      await this.t.ops.resolve({ entry_id: id, as: o.as, response, external_ref: o.external_ref, ...cmd });
     } else if (action === "replay") {
-      const r = await this.t.replay(id, cmd);
+      const r = await this.t.ops.replay({ entry_id: id, ...cmd });
       if (r.problem) throw { code: ((r.problem as Record<string, unknown>).code ?? "upstream-error") as Code, message: String((r.problem as Record<string, unknown>).detail ?? "") } satisfies ErrorBody;
     } else if (action === "reconcile") {
-      await this.t.reconcile(id, cmd);
+      await this.t.ops.reconcile({ entry_id: id, ...cmd });
     } else if (action === "purge") {
-      await this.t.purge({ target: "ids", ids: [id], ...cmd }, `purge-${id}-${Date.now()}`);
+      await this.t.ops.purge({ target: "ids", ids: [id], ...cmd }, `purge-${id}-${Date.now()}`);
     }
   }
 
@@ -510,13 +511,13 @@ export class App {
         click: async () => {
           if (!filter.expired) return this.error({ code: "invalid-argument", message: "only expired entries are purged; switch to 'expired'" });
           const target = { target: "expired" as const, filter: { ...filter, expired: true } };
-          const preview = await this.t.previewPurge(target).catch((e) => (this.error(e), null));
+          const preview = await this.t.ops.preview_purge(target).catch((e) => (this.error(e), null));
           if (!preview) return;
           await this.action({
             title: "Purge every expired entry matching the filter",
             preview,
             run: (operator, reason, progress, stop) =>
-              this.runJob("purge", preview.count, progress, stop, (job) => this.t.purge({ ...target, operator, reason, confirm_destructive: preview.destructive }, job), {
+              this.runJob("purge", preview.count, progress, stop, (job) => this.t.ops.purge({ ...target, operator, reason, confirm_destructive: preview.destructive }, job), {
                 stopped: "the entries purged before Stop stay purged (the log lists them); the rest are as they were",
                 done: (r) => `purged ${r.purged.length} entr${r.purged.length === 1 ? "y" : "ies"}${r.cancelled ? ` of ${preview.count}: stopped; the rest are as they were` : ""}`,
               }),
@@ -531,8 +532,8 @@ export class App {
 
   private async incidents(): Promise<void> {
     const [groups, loops] = await Promise.all([
-      this.t.incidents(null, 100),
-      this.t.log({ entry_id: null, route: null, scope: null, key: null, kind: "loop_suspect", operator: null, since: null, until: null, search: null }, null, 50),
+      this.t.ops.incidents({ limit: 100 }),
+      this.t.ops.log({ kind: "loop_suspect", limit: 50 }),
     ]);
     let openOnly = this.prefs.getItem("incidentsOpenOnly") === "1";
     const list = h("div", { testid: "incident-list" });
@@ -573,7 +574,7 @@ export class App {
       title: `review incident ${g.id}`,
       preview: { action: "review", count: 1, ids: [g.id], keys: [incidentTitle(g)], destructive: false, skipped: [] },
       run: async (operator, reason) => {
-        await this.t.reviewIncident({ entry_id: g.id, operator, reason });
+        await this.t.ops.review_incident({ entry_id: g.id, operator, reason });
         return "review: done";
       },
     });
@@ -584,7 +585,7 @@ export class App {
 
   private async entry(id: number): Promise<void> {
     this.lastEntry = id;
-    const v: EntryView = await this.t.show(id);
+    const v: EntryView = await this.t.ops.show({ entry_id: id });
     const e = v.entry;
     const now = Date.now();
     const kv = (k: string, val: string | number | null | undefined) => h("div", { class: "kv" }, h("span", null, k), h("span", { class: "mono" }, val === null || val === undefined || val === "" ? "—" : String(val)));
@@ -660,7 +661,7 @@ export class App {
 
   private async entryAction(name: string, id: number): Promise<void> {
     try {
-      const preview = name === "purge" ? await this.t.previewPurge({ target: "ids", ids: [id] }) : await this.t.previewResolve(id);
+      const preview = name === "purge" ? await this.t.ops.preview_purge({ target: "ids", ids: [id] }) : await this.t.ops.preview_resolve({ entry_id: id });
       const fields = name === "resolve" ? this.resolveFields() : null;
       await this.action({
         title: `${name} entry ${id}`,
@@ -799,11 +800,11 @@ export class App {
         ? "A contiguous run of the log as NDJSON or CSV, with FILE.manifest.json recording the count, the chain head and the file's sha256 — for compliance. Verify recomputes the chain and checks the manifest."
         : "A contiguous run of the log as NDJSON or CSV, made on the server and downloaded with FILE.manifest.json (the count, the chain head and the file's sha256) — for compliance. Keep both in one folder: idemgate verify --export FILE checks them."),
       h("div", { class: "panel" }, h("div", { class: "filters" }, ...(local ? [what] : []), format, h("label", null, "since ", since), h("label", null, "until ", until), ...(local ? [path, h("label", { attrs: { title: "An existing file is refused: an earlier export is evidence. Tick this to replace it and its manifest." } }, overwrite, " Replace an existing file")] : []),
-        h("button", { testid: "action-export", class: "primary", attrs: this.gate("export"), on: { click: () => { if (local) this.prefs.setItem("exportPath", path.value); const cmd = { format: format.value as "ndjson" | "csv", range: { since: fromLocalInput(since.value), until: fromLocalInput(until.value) }, path: local ? path.value.trim() : "", overwrite: local && overwrite.checked }; void job("export", out, (id) => (local && what.value === "entries" ? this.t.exportEntries(cmd, id) : this.t.exportLog(cmd, id))); } } }, "Export")), out),
+        h("button", { testid: "action-export", class: "primary", attrs: this.gate("export"), on: { click: () => { if (local) this.prefs.setItem("exportPath", path.value); const cmd = { format: format.value as "ndjson" | "csv", range: { since: fromLocalInput(since.value), until: fromLocalInput(until.value) }, path: local ? path.value.trim() : "", overwrite: local && overwrite.checked }; void job("export", out, (id) => (local && what.value === "entries" ? this.t.ops.export_entries(cmd, id) : this.t.exportLog(cmd, id))); } } }, "Export")), out),
       h("div", { class: "panel" }, h("div", { class: "filters" }, ...(local ? [vpath,
-        h("button", { testid: "action-verify", on: { click: () => void job("verify", vout, (id) => this.t.verifyExport(vpath.value.trim(), id)) } }, "Verify file")] : [h("label", null, "manifest ", against)]),
-        h("button", { testid: "action-verify-against", attrs: { title: "Does this ledger still hold the heads the export's manifest recorded? (a cut-off tail of the log shows here)", ...this.gate("verify_against") }, on: { click: () => void job("verify-against", vout, (id) => local ? this.t.verifyAgainst(manifestOf(vpath.value.trim()), id) : readManifest(against).then((m) => this.t.verifyAgainstManifest(m, id))) } }, "Check against the ledger"),
-        h("button", { testid: "action-verify-ledger", attrs: this.gate("verify_ledger"), on: { click: () => void job("verify-ledger", vout, (id) => this.t.verifyLedger(id)) } }, "Verify the ledger")), vout),
+        h("button", { testid: "action-verify", on: { click: () => void job("verify", vout, (id) => this.t.ops.verify_export({ path: vpath.value.trim() }, id)) } }, "Verify file")] : [h("label", null, "manifest ", against)]),
+        h("button", { testid: "action-verify-against", attrs: { title: "Does this ledger still hold the heads the export's manifest recorded? (a cut-off tail of the log shows here)", ...this.gate("verify_against") }, on: { click: () => void job("verify-against", vout, (id) => local ? this.t.ops.verify_against({ path: manifestOf(vpath.value.trim()) }, id) : readManifest(against).then((m) => this.t.ops.verify_against_manifest(m, id))) } }, "Check against the ledger"),
+        h("button", { testid: "action-verify-ledger", attrs: this.gate("verify_ledger"), on: { click: () => void job("verify-ledger", vout, (id) => this.t.ops.verify_ledger({}, id)) } }, "Verify the ledger")), vout),
       ...(local ? [archivePanel(this.t, this.archiveDir ?? this.prefs.getItem("archiveDir") ?? "", job, (d) => { this.archiveDir = d; this.prefs.setItem("archiveDir", d); })] : []),
     );
   }

@@ -79,7 +79,7 @@ export function archivePanel(t: Transport, dir: string, runJob: RunJob, remember
     remember(input.value.trim());
     clear(out);
     try {
-      out.append(segmentTable(await t.archiveSegments(input.value.trim())));
+      out.append(segmentTable(await t.ops.archive_segments({ path: input.value.trim() })));
     } catch (e) {
       const b = toErrorBody(e);
       out.textContent = `${b.code}: ${b.message}`;
@@ -95,7 +95,7 @@ export function archivePanel(t: Transport, dir: string, runJob: RunJob, remember
       { class: "filters" },
       input,
       h("button", { testid: "action-archive-list", on: { click: () => void list() } }, "List segments"),
-      h("button", { testid: "action-archive-verify", on: { click: () => { remember(input.value.trim()); void runJob("verify-archive", out, (id) => t.verifyArchive(input.value.trim(), id), (r) => archiveReport(r as ArchiveVerifyReport)); } } }, "Verify the archive"),
+      h("button", { testid: "action-archive-verify", on: { click: () => { remember(input.value.trim()); void runJob("verify-archive", out, (id) => t.ops.verify_archive({ path: input.value.trim() }, id), (r) => archiveReport(r as ArchiveVerifyReport)); } } }, "Verify the archive"),
     ),
     out,
   );

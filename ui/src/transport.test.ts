@@ -8,9 +8,26 @@ describe("HttpTransport (the admin API)", () => {
       return new Response(JSON.stringify({ entries: [], next_before: null }), { status: 200 });
     }) as unknown as typeof fetch;
     const t = new HttpTransport("http://127.0.0.1:8701", "tok", fake);
-    await t.entries({ state: null, stuck: true, collisions: false, expired: false, expiring_within: null, duplicates: false, route: "charges", scope: null, key: null, tool: null, subject: null, search: null }, 42, 100);
+    await t.ops.entries({ state: null, stuck: true, collisions: false, route: "charges", before: 42, limit: 100 });
     expect(seen[0][0]).toBe("http://127.0.0.1:8701/admin/v1/entries?stuck=true&route=charges&before=42&limit=100");
     expect((seen[0][1]?.headers as Record<string, string>).authorization).toBe("Bearer tok");
+  });
+
+  it("puts a request's path parameters in the route and the rest in the body, and refuses what only the desktop offers", async () => {
+    const seen: [string, RequestInit | undefined][] = [];
+    const fake = (async (url: string, init?: RequestInit) => {
+      seen.push([url, init]);
+      return new Response(JSON.stringify({}), { status: 200 });
+    }) as unknown as typeof fetch;
+    const t = new HttpTransport("http://x", "tok", fake);
+    await t.ops.replay({ entry_id: 7, operator: "o", reason: "r", confirm_destructive: true });
+    await t.ops.show({ entry_id: 8 });
+    expect(seen.map(([u, i]) => `${i?.method} ${u} ${i?.body ?? ""}`.trim())).toEqual([
+      'POST http://x/admin/v1/entries/7/replay {"operator":"o","reason":"r","confirm_destructive":true}',
+      "GET http://x/admin/v1/entries/8",
+    ]);
+    await expect(t.ops.archive_segments({ path: "/var/lib/idemgate/archive" })).rejects.toMatchObject({ code: "unsupported" });
+    expect(seen).toHaveLength(2);
   });
 
   it("asks the server where its proxy listens", async () => {
@@ -36,7 +53,7 @@ describe("HttpTransport (the admin API)", () => {
   it("turns problem+json into an ErrorBody with the stable code", async () => {
     const fake = (async () => new Response(JSON.stringify({ code: "missing-reason", detail: "a reason is required" }), { status: 400 })) as unknown as typeof fetch;
     const t = new HttpTransport("http://x", "tok", fake);
-    await expect(t.resolve({ entry_id: 1, as: "released", response: null, external_ref: null, operator: "o", reason: "", confirm_destructive: false })).rejects.toEqual({ code: "missing-reason", message: "a reason is required" });
+    await expect(t.ops.resolve({ entry_id: 1, as: "released", response: null, external_ref: null, operator: "o", reason: "", confirm_destructive: false })).rejects.toEqual({ code: "missing-reason", message: "a reason is required" });
   });
 
   it("exports as a job on the server, then saves the file and its manifest under their own names", async () => {
@@ -90,9 +107,9 @@ describe("HttpTransport (the admin API)", () => {
       return new Promise<Response>((_, reject) => init?.signal?.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))));
     }) as unknown as typeof fetch;
     const t = new HttpTransport("http://x", "tok", fake);
-    const ledger = t.verifyLedger("v1");
+    const ledger = t.ops.verify_ledger({}, "v1");
     const manifest = { manifest_version: 1, format: "ndjson", alg: "sha256", file: "f.ndjson", sha256: "00", bytes: 3, count: 2, first_seq: 1, last_seq: 2, first_prev_hash: null, chain_head: null, ledger_head: null, since: null, until: null, created_at: "t", ledger: "l" } as const;
-    const against = t.verifyAgainstManifest(manifest, "v2");
+    const against = t.ops.verify_against_manifest(manifest, "v2");
     await new Promise((r) => setTimeout(r, 5));
     expect(seen).toEqual(["GET /admin/v1/verify", "POST /admin/v1/verify/against"]);
     expect(await t.cancelJob("v1")).toBe(true);
@@ -100,7 +117,7 @@ describe("HttpTransport (the admin API)", () => {
     expect(await t.cancelJob("v1")).toBe(false);
     expect(await t.cancelJob("v2")).toBe(true);
     expect(await against).toBeNull();
-    const purge = t.purge({ target: "expired", filter: { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null, subject: null, search: null }, operator: "o", reason: "r", confirm_destructive: false }, "p1");
+    const purge = t.ops.purge({ target: "expired", filter: { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null, subject: null, search: null }, operator: "o", reason: "r", confirm_destructive: false }, "p1");
     await new Promise((r) => setTimeout(r, 5));
     expect(seen[2]).toBe("POST /admin/v1/purge");
     expect(await t.cancelJob("p1")).toBe(true);
@@ -112,9 +129,9 @@ describe("HttpTransport (the admin API)", () => {
     let fail = false;
     const fake = (async () => (fail ? new Response(JSON.stringify({ code: "ledger-unavailable", detail: "disk gone" }), { status: 503 }) : new Response(JSON.stringify(report), { status: 200 }))) as unknown as typeof fetch;
     const t = new HttpTransport("http://x", "tok", fake);
-    expect(await t.verifyLedger("v3")).toEqual(report);
+    expect(await t.ops.verify_ledger({}, "v3")).toEqual(report);
     fail = true;
-    await expect(t.verifyLedger("v4")).rejects.toEqual({ code: "ledger-unavailable", message: "disk gone" });
+    await expect(t.ops.verify_ledger({}, "v4")).rejects.toEqual({ code: "ledger-unavailable", message: "disk gone" });
     expect(await t.cancelJob("v4")).toBe(false);
   });
 
@@ -140,13 +157,13 @@ describe("HttpTransport (the admin API)", () => {
     const t = new HttpTransport("http://x", "tok", fake);
     const heard: string[] = [];
     await t.onProgress((p) => heard.push(`${p.job} ${p.done}`));
-    expect(await t.verifyLedger("v5")).toEqual(report);
+    expect(await t.ops.verify_ledger({}, "v5")).toEqual(report);
     expect(heard).toEqual(["v5 4096", "v5 8192", "v5 8200"]);
     expect(accepts).toEqual(["application/x-ndjson"]);
     last = JSON.stringify({ problem: { code: "ledger-unavailable", detail: "disk gone", status: 503 } });
-    await expect(t.verifyLedger("v6")).rejects.toEqual({ code: "ledger-unavailable", message: "disk gone" });
+    await expect(t.ops.verify_ledger({}, "v6")).rejects.toEqual({ code: "ledger-unavailable", message: "disk gone" });
     last = "";
-    await expect(t.verifyLedger("v7")).rejects.toEqual({ code: "network", message: "the answer ended before its result" });
+    await expect(t.ops.verify_ledger({}, "v7")).rejects.toEqual({ code: "network", message: "the answer ended before its result" });
   });
 
   it("cancels a purge whose answer has begun, and says it was cancelled after what it heard", async () => {
@@ -162,7 +179,7 @@ describe("HttpTransport (the admin API)", () => {
     const t = new HttpTransport("http://x", "tok", fake);
     const heard: number[] = [];
     await t.onProgress((p) => heard.push(p.done));
-    const purge = t.purge({ target: "expired", filter: { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null, subject: null, search: null }, operator: "o", reason: "r", confirm_destructive: false }, "p2");
+    const purge = t.ops.purge({ target: "expired", filter: { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null, subject: null, search: null }, operator: "o", reason: "r", confirm_destructive: false }, "p2");
     await new Promise((r) => setTimeout(r, 5));
     expect(heard).toEqual([1000]);
     expect(await t.cancelJob("p2")).toBe(true);
@@ -182,12 +199,12 @@ describe("TauriTransport (the desktop console)", () => {
     const seen: [string, unknown][] = [];
     const t = new TauriTransport(async (cmd, args) => { seen.push([cmd, args]); return null; }, async () => () => {});
     const cmd = { target: "ids" as const, ids: [7], operator: "o", reason: "r", confirm_destructive: false };
-    await t.purge(cmd, "p1");
-    await t.stats(24);
+    await t.ops.purge(cmd, "p1");
+    await t.ops.stats({ hours: 24 });
     await t.ledgerInfo();
     await t.cancelJob("p1");
     expect(seen).toEqual([
-      ["call", { name: "purge", args: { cmd }, job: "p1" }],
+      ["call", { name: "purge", args: cmd, job: "p1" }],
       ["call", { name: "stats", args: { hours: 24 }, job: null }],
       ["ledger_info", undefined],
       ["cancel_job", { job: "p1" }],

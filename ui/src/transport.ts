@@ -1,89 +1,31 @@
 // One interface to the operations, two implementations: Tauri IPC (the desktop console) and the
-// admin HTTP API (the same UI in a browser against `idemgate serve`). Every type is generated from
-// the Rust types (src/bindings, by ts-rs); errors are always an ErrorBody with a stable code.
-import type { Review } from "./bindings/Review";
-import type { ReviewCmd } from "./bindings/ReviewCmd";
-import type { ActionCmd } from "./bindings/ActionCmd";
-import type { AgainstReport } from "./bindings/AgainstReport";
-import type { BulkCmd } from "./bindings/BulkCmd";
-import type { BulkKind } from "./bindings/BulkKind";
-import type { BulkReport } from "./bindings/BulkReport";
-import type { BulkTarget } from "./bindings/BulkTarget";
-import type { EntryFilter } from "./bindings/EntryFilter";
-import type { EntryPage } from "./bindings/EntryPage";
-import type { EntrySummary } from "./bindings/EntrySummary";
-import type { EntryView } from "./bindings/EntryView";
+// admin HTTP API (the same UI in a browser against `idemgate serve`). The operations' client and
+// every type are generated from the Rust declarations (src/bindings); errors are always an
+// ErrorBody with a stable code.
 import type { ErrorBody } from "./bindings/ErrorBody";
-import type { EventFilter } from "./bindings/EventFilter";
-import type { EventPage } from "./bindings/EventPage";
 import type { ExportCmd } from "./bindings/ExportCmd";
 import type { ExportJob } from "./bindings/ExportJob";
-import type { ExportVerifyReport } from "./bindings/ExportVerifyReport";
-import type { EntriesManifest } from "./bindings/EntriesManifest";
-import type { ArchiveVerifyReport } from "./bindings/ArchiveVerifyReport";
-import type { RetentionStatus } from "./bindings/RetentionStatus";
-import type { SegmentCheck } from "./bindings/SegmentCheck";
 import type { Code } from "./bindings/Code";
-import type { CommandName } from "./bindings/commands";
 import type { Identity } from "./bindings/Identity";
-import type { Incident } from "./bindings/Incident";
 import type { JobProgress } from "./bindings/JobProgress";
 import type { LedgerInfo } from "./bindings/LedgerInfo";
 import type { Manifest } from "./bindings/Manifest";
-import type { Preview } from "./bindings/Preview";
 import type { ProxyStatus } from "./bindings/ProxyStatus";
 import type { ServerInfo } from "./bindings/ServerInfo";
-import type { PurgeCmd } from "./bindings/PurgeCmd";
-import type { PurgeReport } from "./bindings/PurgeReport";
-import type { PurgeTarget } from "./bindings/PurgeTarget";
-import type { ReconcileReport } from "./bindings/ReconcileReport";
-import type { ReplayReport } from "./bindings/ReplayReport";
-import type { ResolveCmd } from "./bindings/ResolveCmd";
-import type { Stats } from "./bindings/Stats";
-import type { VerifyReport } from "./bindings/VerifyReport";
+import { OPS, opsClient, type OpName, type Ops } from "./bindings/ops";
 
 export interface Transport {
   readonly kind: "tauri" | "http";
+  /** Every operation, typed (generated from their declarations in crates/ops/src/op). */
+  readonly ops: Ops;
   /** Who the admin API knows the caller as, and their role; `null` on the desktop, where the
    * console acts as the OS user on a ledger it opens itself. */
   whoami(): Promise<Identity | null>;
   ledgerInfo(): Promise<LedgerInfo>;
   openLedger(path: string): Promise<LedgerInfo>;
-  stats(hours: number): Promise<Stats>;
-  entries(filter: EntryFilter, before: number | null, limit: number): Promise<EntryPage>;
-  show(id: number): Promise<EntryView>;
-  log(filter: EventFilter, before: number | null, limit: number): Promise<EventPage>;
-  incidents(before: number | null, limit: number): Promise<Incident[]>;
-  reviewIncident(cmd: ReviewCmd): Promise<Review>;
-  previewResolve(id: number): Promise<Preview>;
-  resolve(cmd: ResolveCmd): Promise<EntrySummary>;
-  previewPurge(target: PurgeTarget): Promise<Preview>;
-  /** A purge as a job (progress after each chunk of entries; Cancel stops it between two). `null`
-   * when cancelled in a browser, where the report is lost with the request: the log says what
-   * was purged. */
-  purge(cmd: PurgeCmd, job: string): Promise<PurgeReport | null>;
-  replay(id: number, cmd: ActionCmd): Promise<ReplayReport>;
-  reconcile(id: number, cmd: ActionCmd): Promise<ReconcileReport>;
-  previewBulk(action: BulkKind, target: BulkTarget): Promise<Preview>;
-  /** A bulk action as a job (progress after each entry; Cancel stops it between two). `null` when
-   * cancelled in a browser, where the report is lost with the request: the log says what was done. */
-  bulk(cmd: BulkCmd, job: string): Promise<BulkReport | null>;
+  /** A range of the log exported: to a file of the desktop, or as the server's export job whose
+   * file and manifest the browser then saves. `null` when cancelled. */
   exportLog(cmd: ExportCmd, job: string): Promise<Manifest | null>;
-  /** `null` when cancelled before the end in a browser (the desktop's report says `cancelled`). */
-  verifyLedger(job: string): Promise<VerifyReport | null>;
-  verifyExport(path: string, job: string): Promise<ExportVerifyReport>;
-  /** The retention policy's last run, as the log recorded it, and the archive's extent. */
-  retentionStatus(): Promise<RetentionStatus>;
-  /** The entries of a range with their outcomes, to a file (desktop). */
-  exportEntries(cmd: ExportCmd, job: string): Promise<EntriesManifest | null>;
-  /** The archive segments in `dir`, from their manifests (desktop). */
-  archiveSegments(dir: string): Promise<SegmentCheck[]>;
-  /** Every segment in `dir` and the live log after them, verified (desktop). */
-  verifyArchive(dir: string, job: string): Promise<ArchiveVerifyReport>;
-  /** The ledger's chain, and whether it holds the heads of the manifest at `path` (desktop). */
-  verifyAgainst(path: string, job: string): Promise<AgainstReport>;
-  /** The same, with the manifest itself (a browser, which has the file, not a path). */
-  verifyAgainstManifest(manifest: Manifest, job: string): Promise<AgainstReport | null>;
   cancelJob(job: string): Promise<boolean>;
   onProgress(f: (p: JobProgress) => void): Promise<() => void>;
   proxyStatus(): Promise<ProxyStatus>;
@@ -120,40 +62,14 @@ export class TauriTransport implements Transport {
     }
   }
 
-  /** An operation of the command table, by name (the console's `call` command); `job` names long
-   * work, for its progress events and Cancel. */
-  private op<T>(name: CommandName, args: Record<string, unknown>, job: string | null = null): Promise<T> {
-    return this.call<T>("call", { name, args, job });
-  }
+  /** Every operation through the console's one `call` command; `job` names long work, for its
+   * progress events and Cancel. */
+  readonly ops: Ops = opsClient((name, args, job) => this.call<unknown>("call", { name, args, job }));
 
   async whoami(): Promise<Identity | null> { return null; }
   ledgerInfo() { return this.call<LedgerInfo>("ledger_info"); }
   openLedger(path: string) { return this.call<LedgerInfo>("open_ledger", { path }); }
-  stats(hours: number) { return this.op<Stats>("stats", { hours }); }
-  entries(filter: EntryFilter, before: number | null, limit: number) { return this.op<EntryPage>("entries", { filter, before, limit }); }
-  show(id: number) { return this.op<EntryView>("show", { id }); }
-  log(filter: EventFilter, before: number | null, limit: number) { return this.op<EventPage>("log", { filter, before, limit }); }
-  incidents(before: number | null, limit: number) { return this.op<Incident[]>("incidents", { before, limit }); }
-  reviewIncident(cmd: ReviewCmd) { return this.op<Review>("review_incident", { cmd }); }
-  previewResolve(id: number) { return this.op<Preview>("preview_resolve", { id }); }
-  resolve(cmd: ResolveCmd) { return this.op<EntrySummary>("resolve", { cmd }); }
-  previewPurge(target: PurgeTarget) { return this.op<Preview>("preview_purge", { target }); }
-  purge(cmd: PurgeCmd, job: string) { return this.op<PurgeReport>("purge", { cmd }, job); }
-  replay(id: number, cmd: ActionCmd) { return this.op<ReplayReport>("replay", { id, cmd }); }
-  reconcile(id: number, cmd: ActionCmd) { return this.op<ReconcileReport>("reconcile", { id, cmd }); }
-  previewBulk(action: BulkKind, target: BulkTarget) { return this.op<Preview>("preview_bulk", { action, target }); }
-  bulk(cmd: BulkCmd, job: string) { return this.op<BulkReport>("bulk", { cmd }, job); }
-  exportLog(cmd: ExportCmd, job: string) { return this.op<Manifest | null>("export", { cmd }, job); }
-  verifyLedger(job: string) { return this.op<VerifyReport>("verify_ledger", {}, job); }
-  verifyExport(path: string, job: string) { return this.op<ExportVerifyReport>("verify_export", { path }, job); }
-  retentionStatus() { return this.op<RetentionStatus>("retention_status", {}); }
-  exportEntries(cmd: ExportCmd, job: string) { return this.op<EntriesManifest | null>("export_entries", { cmd }, job); }
-  archiveSegments(dir: string) { return this.op<SegmentCheck[]>("archive_segments", { dir }); }
-  verifyArchive(dir: string, job: string) { return this.op<ArchiveVerifyReport>("verify_archive", { dir }, job); }
-  verifyAgainst(path: string, job: string) { return this.op<AgainstReport>("verify_against", { path }, job); }
-  async verifyAgainstManifest(): Promise<AgainstReport> {
-    throw { code: "unsupported", message: "the desktop console checks a manifest by its path" } satisfies ErrorBody;
-  }
+  exportLog(cmd: ExportCmd, job: string) { return this.ops.export(cmd, job); }
   cancelJob(job: string) { return this.call<boolean>("cancel_job", { job }); }
   onProgress(f: (p: JobProgress) => void) { return this.listen("job-progress", (e) => f(e.payload as JobProgress)); }
   proxyStatus() { return this.call<ProxyStatus>("proxy_status"); }
@@ -285,6 +201,25 @@ export class HttpTransport implements Transport {
     for (const f of this.listeners) f({ job, done, total: null });
   }
 
+  /** Every operation through its admin API route: path parameters from the request, the rest
+   * as the query (`GET`) or the JSON body; long work as lines a job's Cancel can stop. */
+  readonly ops: Ops = opsClient((name, req, job) => this.op(name, req as Record<string, unknown>, job));
+
+  private async op(name: OpName, req: Record<string, unknown>, job: string | null): Promise<unknown> {
+    const { http, kind } = OPS[name];
+    if (http === null) return unsupported(`${name.replaceAll("_", " ")} (on files of the console's own machine)`);
+    const rest = { ...req };
+    const path = http.path.replace(/\{(\w+)\}/g, (_, k: string) => {
+      const v = rest[k];
+      delete rest[k];
+      return encodeURIComponent(String(v));
+    });
+    const get = http.method === "GET";
+    const url = get ? `${path}${query(rest)}` : path;
+    if (job !== null && (kind === "job" || kind === "upstream_job")) return this.cancellable(job, http.method, url, get ? undefined : rest);
+    return this.req(http.method, url, get ? undefined : rest);
+  }
+
   whoami() { return this.req<Identity>("GET", "/admin/v1/whoami"); }
   /** The server's ledger, as `GET /admin/v1/server` names it (the server, and why, when it cannot). */
   async ledgerInfo(): Promise<LedgerInfo> {
@@ -297,30 +232,6 @@ export class HttpTransport implements Transport {
     }
   }
   async openLedger(): Promise<LedgerInfo> { return unsupported("opening another ledger"); }
-  stats(hours: number) { return this.req<Stats>("GET", `/admin/v1/stats${query({ hours })}`); }
-  entries(f: EntryFilter, before: number | null, limit: number) {
-    return this.req<EntryPage>("GET", `/admin/v1/entries${query({
-      state: f.state, stuck: f.stuck, collisions: f.collisions, expired: f.expired, expiring_within_ms: f.expiring_within,
-      duplicates: f.duplicates, route: f.route, scope: f.scope, key: f.key, tool: f.tool, subject: f.subject, search: f.search, before, limit,
-    })}`);
-  }
-  show(id: number) { return this.req<EntryView>("GET", `/admin/v1/entries/${id}`); }
-  log(f: EventFilter, before: number | null, limit: number) {
-    return this.req<EventPage>("GET", `/admin/v1/events${query({ ...f, before, limit })}`);
-  }
-  incidents(before: number | null, limit: number) { return this.req<Incident[]>("GET", `/admin/v1/incidents${query({ before, limit })}`); }
-  reviewIncident(cmd: ReviewCmd) { return this.req<Review>("POST", `/admin/v1/incidents/${cmd.entry_id}/review`, { operator: cmd.operator, reason: cmd.reason }); }
-  previewResolve(id: number) { return this.req<Preview>("GET", `/admin/v1/entries/${id}/resolve/preview`); }
-  resolve(cmd: ResolveCmd) {
-    const { entry_id, ...body } = cmd;
-    return this.req<EntrySummary>("POST", `/admin/v1/entries/${entry_id}/resolve`, body);
-  }
-  previewPurge(target: PurgeTarget) { return this.req<Preview>("POST", "/admin/v1/purge/preview", target); }
-  purge(cmd: PurgeCmd, job: string) { return this.cancellable<PurgeReport>(job, "POST", "/admin/v1/purge", cmd); }
-  replay(id: number, cmd: ActionCmd) { return this.req<ReplayReport>("POST", `/admin/v1/entries/${id}/replay`, cmd); }
-  reconcile(id: number, cmd: ActionCmd) { return this.req<ReconcileReport>("POST", `/admin/v1/entries/${id}/reconcile`, cmd); }
-  previewBulk(action: BulkKind, target: BulkTarget) { return this.req<Preview>("POST", "/admin/v1/bulk/preview", { action, target }); }
-  bulk(cmd: BulkCmd, job: string) { return this.cancellable<BulkReport>(job, "POST", "/admin/v1/bulk", cmd); }
   /**
    * An export job on the server (the path is the server's to choose, so `cmd.path` is not sent):
    * followed to its end, then its file and manifest are saved as downloads, under the names
@@ -355,14 +266,6 @@ export class HttpTransport implements Transport {
       this.cancelled.delete(job);
     }
   }
-  verifyLedger(job: string) { return this.cancellable<VerifyReport>(job, "GET", "/admin/v1/verify"); }
-  async verifyExport(): Promise<ExportVerifyReport> { return unsupported("verifying an export file"); }
-  retentionStatus() { return this.req<RetentionStatus>("GET", "/admin/v1/retention"); }
-  async exportEntries(): Promise<EntriesManifest | null> { return unsupported("exporting entries (idemgate export --entries does)"); }
-  async archiveSegments(): Promise<SegmentCheck[]> { return unsupported("reading the archive directory (idemgate verify --archive DIR does)"); }
-  async verifyArchive(): Promise<ArchiveVerifyReport> { return unsupported("verifying the archive (idemgate verify --ledger L --archive DIR does)"); }
-  async verifyAgainst(): Promise<AgainstReport> { return unsupported("reading a manifest by its path"); }
-  verifyAgainstManifest(manifest: Manifest, job: string) { return this.cancellable<AgainstReport>(job, "POST", "/admin/v1/verify/against", manifest); }
   /** Cancels an export (deleting it on the server), or a verify or a purge (dropping its request). */
   async cancelJob(job: string) {
     const call = this.calls.get(job);

@@ -192,6 +192,7 @@ pub fn operator_action(action: Action, a: ProxyActionArgs) -> Result<ExitCode, C
     let ops = Ops::open_existing(&ledger)?;
     let engine = ops.upstream(cfg);
     let cmd = ActionCmd {
+        entry_id: a.entry_id,
         operator: a.actor.operator,
         reason: a.actor.reason,
         confirm_destructive: a.actor.confirm_destructive,
@@ -200,11 +201,11 @@ pub fn operator_action(action: Action, a: ProxyActionArgs) -> Result<ExitCode, C
     let out = rt.block_on(async {
         match action {
             Action::Replay => ops
-                .replay(&engine, a.entry_id, &cmd)
+                .replay(&engine, &cmd)
                 .await
                 .map(|r| serde_json::to_value(r).unwrap_or_default()),
             Action::Reconcile => ops
-                .reconcile(&engine, a.entry_id, &cmd)
+                .reconcile(&engine, &cmd)
                 .await
                 .map(|r| serde_json::to_value(r).unwrap_or_default()),
         }

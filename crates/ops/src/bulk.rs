@@ -152,6 +152,15 @@ impl BulkCmd {
             confirm_destructive: self.confirm_destructive,
         }
     }
+
+    fn action_cmd(&self, id: i64) -> ActionCmd {
+        ActionCmd {
+            entry_id: id,
+            operator: self.operator.clone(),
+            reason: self.reason.clone(),
+            confirm_destructive: self.confirm_destructive,
+        }
+    }
 }
 
 impl Ops {
@@ -185,7 +194,6 @@ impl Ops {
     fn bulk_one(
         &self,
         cmd: &BulkCmd,
-        action: &ActionCmd,
         e: &EntrySummary,
         upstream: Option<&(&Engine, tokio::runtime::Handle)>,
     ) -> Result<(), (Code, String)> {
@@ -197,7 +205,7 @@ impl Ops {
                 .map_err(failed),
             (BulkKind::Replay, _, Some((engine, rt))) => {
                 let r = rt
-                    .block_on(self.replay(engine, e.id, action))
+                    .block_on(self.replay(engine, &cmd.action_cmd(e.id)))
                     .map_err(failed)?;
                 match r.problem {
                     None => Ok(()),
@@ -208,7 +216,7 @@ impl Ops {
                 }
             }
             (BulkKind::Reconcile, _, Some((engine, rt))) => rt
-                .block_on(self.reconcile(engine, e.id, action))
+                .block_on(self.reconcile(engine, &cmd.action_cmd(e.id)))
                 .map(drop)
                 .map_err(failed),
             _ => Err(failed(OpsError::NoConfig)),
@@ -261,11 +269,6 @@ impl Ops {
         if !destructive.is_empty() && !cmd.confirm_destructive {
             return Err(OpsError::ConfirmationRequired(destructive));
         }
-        let action = ActionCmd {
-            operator: cmd.operator.clone(),
-            reason: cmd.reason.clone(),
-            confirm_destructive: cmd.confirm_destructive,
-        };
         let mut report = BulkReport {
             action: cmd.action,
             total: targets.len(),
@@ -277,7 +280,7 @@ impl Ops {
         };
         for (i, e) in targets.iter().enumerate() {
             report.attempted += 1;
-            match self.bulk_one(cmd, &action, e, runtime.as_ref()) {
+            match self.bulk_one(cmd, e, runtime.as_ref()) {
                 Ok(()) => report.succeeded += 1,
                 Err((code, message)) => {
                     report.failed += 1;

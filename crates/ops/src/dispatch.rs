@@ -1,154 +1,197 @@
-//! One call by name: how a host that speaks JSON (the desktop console's IPC) runs any operation of
-//! the command table without a function of its own per operation. Each operation is one line
-//! below: its name, its arguments as the host's JSON names them, and the call it makes.
+//! One call by name: how a host runs any operation ([`crate::op`]) without a function of its
+//! own per operation. The desktop console hands its JSON arguments over as they are; the admin
+//! API hands over its path and query parameters as text beside its JSON body, and each is read
+//! as the operation's request type asks (`limit=10` as a number, `stuck=true` as a boolean).
 
-use std::path::Path;
-
-use idemgate_ledger::{EntryFilter, EventFilter, Progress};
+use idemgate_ledger::Progress;
 use idemgate_proxy::Engine;
-use serde::Serialize;
+use serde::de::value::{MapDeserializer, StringDeserializer};
+use serde::de::{DeserializeOwned, IntoDeserializer, Visitor};
+use serde::{Deserializer, Serialize};
 use serde_json::Value;
 
-use crate::{
-    desktop_operator, ActionCmd, BulkCmd, BulkKind, BulkTarget, ExportCmd, Ops, OpsError,
-    OpsResult, PurgeCmd, PurgeTarget, ResolveCmd, ReviewCmd,
-};
+use crate::op::Cx;
+pub use crate::op::{spec, Kind, Spec, SPECS};
+use crate::{desktop_operator, OpsError, OpsResult};
 
-/// How an operation runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// A ledger read or write: blocking, off the async threads.
-    Ledger,
-    /// Long work: blocking, reporting progress, stoppable between two reports.
-    Job,
-    /// Long work that reaches the upstream for some of its commands (a bulk replay): given the
-    /// data plane when the host has one.
-    UpstreamJob,
-    /// Reaches the upstream through the route configuration's data plane: async.
-    Upstream,
+/// An operation's arguments: named values, from JSON or from text (a path or query parameter).
+#[derive(Debug, Clone, Default)]
+pub struct Args(Vec<(String, Field)>);
+
+#[derive(Debug, Clone)]
+enum Field {
+    Json(Value),
+    /// Its name (for a message that says which parameter is wrong), its value.
+    Text(String, String),
 }
 
-fn answer<T: Serialize>(r: OpsResult<T>) -> OpsResult<Value> {
+impl Args {
+    /// The members of a JSON object; refused for any other JSON.
+    pub fn json(name: &str, v: Value) -> OpsResult<Args> {
+        match v {
+            Value::Object(m) => Ok(Args(
+                m.into_iter().map(|(k, v)| (k, Field::Json(v))).collect(),
+            )),
+            Value::Null => Ok(Args::default()),
+            other => Err(OpsError::invalid(
+                name,
+                &format!("the arguments are a JSON object, not {other}"),
+            )),
+        }
+    }
+
+    /// Adds a parameter given as text, read as the request's field asks.
+    pub fn text(&mut self, name: impl Into<String>, value: impl Into<String>) {
+        let name = name.into();
+        self.0.push((name.clone(), Field::Text(name, value.into())));
+    }
+
+    /// Whether a parameter of this name is given.
+    pub fn has(&self, name: &str) -> bool {
+        self.0.iter().any(|(n, _)| n == name)
+    }
+
+    pub(crate) fn decode<T: DeserializeOwned>(self, name: &str) -> OpsResult<T> {
+        let bad = |e: &dyn std::fmt::Display| OpsError::invalid(name, &e.to_string());
+        if self.0.iter().all(|(_, f)| matches!(f, Field::Json(_))) {
+            let m = self.0.into_iter().map(|(k, f)| match f {
+                Field::Json(v) => (k, v),
+                Field::Text(_, t) => (k, Value::String(t)),
+            });
+            return serde_json::from_value(Value::Object(m.collect())).map_err(|e| bad(&e));
+        }
+        let d = MapDeserializer::<_, serde::de::value::Error>::new(self.0.into_iter());
+        T::deserialize(d).map_err(|e| bad(&e))
+    }
+}
+
+impl<'de, E: serde::de::Error> IntoDeserializer<'de, E> for Field {
+    type Deserializer = FieldDeserializer<E>;
+    fn into_deserializer(self) -> Self::Deserializer {
+        FieldDeserializer(self, std::marker::PhantomData)
+    }
+}
+
+#[derive(Debug)]
+struct FieldDeserializer<E>(Field, std::marker::PhantomData<E>);
+
+/// A text parameter read as a number or a boolean: parsed, then visited as one.
+macro_rules! parsed {
+    ($($method:ident $t:ty => $visit:ident, $what:literal),* $(,)?) => {$(
+        fn $method<V: Visitor<'de>>(self, v: V) -> Result<V::Value, E> {
+            match self.0 {
+                Field::Json(j) => j.$method(v).map_err(E::custom),
+                Field::Text(name, t) => match t.parse::<$t>() {
+                    Ok(n) => v.$visit(n),
+                    Err(_) => Err(E::custom(format_args!("{name}={t:?}: not {}", $what))),
+                },
+            }
+        }
+    )*};
+}
+
+/// Everything else: JSON as JSON, text as a string.
+macro_rules! as_given {
+    ($($method:ident $(($($arg:ident : $at:ty),*))?),* $(,)?) => {$(
+        fn $method<V: Visitor<'de>>(self, $($($arg: $at,)*)? v: V) -> Result<V::Value, E> {
+            match self.0 {
+                Field::Json(j) => j.$method($($($arg,)*)? v).map_err(E::custom),
+                Field::Text(_, t) => StringDeserializer::<E>::new(t).$method($($($arg,)*)? v),
+            }
+        }
+    )*};
+}
+
+impl<'de, E: serde::de::Error> Deserializer<'de> for FieldDeserializer<E> {
+    type Error = E;
+
+    parsed! {
+        deserialize_bool bool => visit_bool, "true or false",
+        deserialize_i8 i8 => visit_i8, "a whole number",
+        deserialize_i16 i16 => visit_i16, "a whole number",
+        deserialize_i32 i32 => visit_i32, "a whole number",
+        deserialize_i64 i64 => visit_i64, "a whole number",
+        deserialize_u8 u8 => visit_u8, "a whole number, 0 or more",
+        deserialize_u16 u16 => visit_u16, "a whole number, 0 or more",
+        deserialize_u32 u32 => visit_u32, "a whole number, 0 or more",
+        deserialize_u64 u64 => visit_u64, "a whole number, 0 or more",
+        deserialize_f32 f32 => visit_f32, "a number",
+        deserialize_f64 f64 => visit_f64, "a number",
+    }
+
+    as_given! {
+        deserialize_any, deserialize_char, deserialize_str, deserialize_string, deserialize_bytes,
+        deserialize_byte_buf, deserialize_unit, deserialize_seq, deserialize_map,
+        deserialize_identifier, deserialize_ignored_any,
+        deserialize_unit_struct(name: &'static str),
+        deserialize_newtype_struct(name: &'static str),
+        deserialize_tuple(len: usize),
+        deserialize_tuple_struct(name: &'static str, len: usize),
+        deserialize_struct(name: &'static str, fields: &'static [&'static str]),
+        deserialize_enum(name: &'static str, variants: &'static [&'static str]),
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, v: V) -> Result<V::Value, E> {
+        match self.0 {
+            Field::Json(j) => j.deserialize_option(v).map_err(E::custom),
+            Field::Text(..) => v.visit_some(self),
+        }
+    }
+}
+
+pub(crate) fn answer<T: Serialize>(r: OpsResult<T>) -> OpsResult<Value> {
     serde_json::to_value(r?).map_err(|e| OpsError::Internal(e.to_string()))
 }
 
-fn args<T: serde::de::DeserializeOwned>(name: &str, v: Value) -> OpsResult<T> {
-    serde_json::from_value(v).map_err(|e| OpsError::invalid(name, &e.to_string()))
+/// Runs the operation `name` with `args`. All but [`Kind::Upstream`] operations block (call
+/// them off the async threads); `progress` hears long work; `upstream` is the data plane a
+/// [`Kind::UpstreamJob`] may need.
+pub fn run(
+    ops: &crate::Ops,
+    upstream: Option<&Engine>,
+    name: &str,
+    args: Args,
+    progress: Progress<'_>,
+) -> OpsResult<Value> {
+    match spec(name).map(|s| s.kind) {
+        Some(Kind::Upstream) => Err(crate::op::refuse(name)),
+        _ => crate::op::call(ops, name, args, Cx { upstream, progress })
+            .unwrap_or_else(|| Err(no_such(name))),
+    }
 }
 
-macro_rules! calls {
-    ($( $kind:ident $name:ident ( $($f:ident : $t:ty),* $(,)? ) $run:expr; )*) => {
-        /// Each operation's arguments, as a host sends them.
-        #[allow(non_camel_case_types, missing_docs)]
-        mod arg {
-            use super::*;
-            $(
-                #[derive(Debug, serde::Deserialize)]
-                #[serde(deny_unknown_fields)]
-                pub struct $name { $(pub $f: $t),* }
-            )*
-        }
-
-        /// The operations a host may call by name, and how each runs.
-        pub const CALLS: &[(&str, Kind)] = &[$( (stringify!($name), Kind::$kind) ),*];
-
-        /// Runs the operation `name` with `args` (a JSON object of its arguments). All but
-        /// `Kind::Upstream` operations block (call them off the async threads); `progress` hears
-        /// long work. `upstream` is the data plane a `Kind::UpstreamJob` may need.
-        pub fn run(
-            ops: &Ops,
-            upstream: Option<&Engine>,
-            name: &str,
-            args: Value,
-            progress: Progress<'_>,
-        ) -> OpsResult<Value> {
-            let _ = (&upstream, &progress);
-            $( calls!(@sync $kind $name ops upstream name args progress $run); )*
-            Err(OpsError::invalid("command", &format!("{name:?}: no such operation, or it reaches the upstream (run_upstream)")))
-        }
-
-        /// Runs the `Kind::Upstream` operation `name` with `args`, through `engine`.
-        pub async fn run_upstream(
-            ops: &Ops,
-            engine: &Engine,
-            name: &str,
-            args: Value,
-        ) -> OpsResult<Value> {
-            let _ = engine;
-            $( calls!(@async $kind $name ops engine name args $run); )*
-            Err(OpsError::invalid("command", &format!("{name:?}: no such operation that reaches the upstream")))
-        }
-    };
-    (@sync Ledger $name:ident $ops:ident $up:ident $n:ident $args:ident $p:ident $run:expr) => {
-        if $n == stringify!($name) {
-            let a: arg::$name = args(stringify!($name), $args)?;
-            let f: &dyn Fn(&Ops, arg::$name, Option<&Engine>, Progress<'_>) -> OpsResult<Value> = &$run;
-            return f($ops, a, $up, $p);
-        }
-    };
-    (@sync Job $name:ident $ops:ident $up:ident $n:ident $args:ident $p:ident $run:expr) => {
-        calls!(@sync Ledger $name $ops $up $n $args $p $run);
-    };
-    (@sync UpstreamJob $name:ident $ops:ident $up:ident $n:ident $args:ident $p:ident $run:expr) => {
-        calls!(@sync Ledger $name $ops $up $n $args $p $run);
-    };
-    (@sync Upstream $($rest:tt)*) => {};
-    (@async Upstream $name:ident $ops:ident $e:ident $n:ident $args:ident $run:expr) => {
-        if $n == stringify!($name) {
-            let a: arg::$name = args(stringify!($name), $args)?;
-            return $run($ops, $e, a).await;
-        }
-    };
-    (@async $other:ident $($rest:tt)*) => {};
+/// Runs the [`Kind::Upstream`] operation `name` with `args`, through `engine`.
+pub async fn run_upstream(
+    ops: &crate::Ops,
+    engine: &Engine,
+    name: &str,
+    args: Args,
+) -> OpsResult<Value> {
+    match spec(name).map(|s| s.kind) {
+        Some(Kind::Upstream) => crate::op::call_upstream(ops, engine, name, args)
+            .await
+            .unwrap_or_else(|| Err(no_such(name))),
+        Some(_) => Err(crate::op::refuse(name)),
+        None => Err(no_such(name)),
+    }
 }
 
-calls! {
-    Ledger stats(hours: u32) |o: &Ops, a: arg::stats, _, _| answer(o.stats(a.hours));
-    Ledger entries(filter: EntryFilter, before: Option<i64>, limit: usize)
-        |o: &Ops, a: arg::entries, _, _| answer(o.entries(&a.filter, a.before, a.limit));
-    Ledger show(id: i64) |o: &Ops, a: arg::show, _, _| answer(o.show(a.id));
-    Ledger log(filter: EventFilter, before: Option<i64>, limit: usize)
-        |o: &Ops, a: arg::log, _, _| answer(o.log(&a.filter, a.before, a.limit));
-    Ledger incidents(before: Option<i64>, limit: usize)
-        |o: &Ops, a: arg::incidents, _, _| answer(o.incidents(a.before, a.limit));
-    Ledger review_incident(cmd: ReviewCmd)
-        |o: &Ops, a: arg::review_incident, _, _| answer(o.review_incident(&a.cmd));
-    Ledger preview_resolve(id: i64) |o: &Ops, a: arg::preview_resolve, _, _| answer(o.preview_resolve(a.id));
-    Ledger resolve(cmd: ResolveCmd) |o: &Ops, a: arg::resolve, _, _| answer(o.resolve(&a.cmd));
-    Ledger preview_purge(target: PurgeTarget)
-        |o: &Ops, a: arg::preview_purge, _, _| answer(o.preview_purge(&a.target));
-    Ledger preview_bulk(action: BulkKind, target: BulkTarget)
-        |o: &Ops, a: arg::preview_bulk, _, _| answer(o.preview_bulk(a.action, &a.target));
-    Job purge(cmd: PurgeCmd) |o: &Ops, a: arg::purge, _, p| answer(o.purge(&a.cmd, p));
-    Job export(cmd: ExportCmd) |o: &Ops, a: arg::export, _, p| answer(o.export(&a.cmd, p));
-    Job export_entries(cmd: ExportCmd)
-        |o: &Ops, a: arg::export_entries, _, p| answer(o.export_entries(&a.cmd, p));
-    Ledger retention_status() |o: &Ops, _: arg::retention_status, _, _| answer(o.retention_status());
-    Ledger archive_segments(dir: String)
-        |o: &Ops, a: arg::archive_segments, _, _| answer(o.archive_segments(Path::new(&a.dir)));
-    Job verify_archive(dir: String)
-        |o: &Ops, a: arg::verify_archive, _, p| answer(o.verify_archive(Path::new(&a.dir), None, p));
-    Job verify_ledger() |o: &Ops, _: arg::verify_ledger, _, p| answer(o.verify(p));
-    Job verify_export(path: String)
-        |o: &Ops, a: arg::verify_export, _, p| answer(o.verify_export(Path::new(&a.path), p));
-    Job verify_against(path: String)
-        |o: &Ops, a: arg::verify_against, _, p| answer(o.verify_against(Path::new(&a.path), p));
-    UpstreamJob bulk(cmd: BulkCmd) |o: &Ops, a: arg::bulk, e, p| answer(o.bulk(&a.cmd, e, p));
-    Upstream replay(id: i64, cmd: ActionCmd)
-        async |o: &Ops, e: &Engine, a: arg::replay| answer(o.replay(e, a.id, &a.cmd).await);
-    Upstream reconcile(id: i64, cmd: ActionCmd)
-        async |o: &Ops, e: &Engine, a: arg::reconcile| answer(o.reconcile(e, a.id, &a.cmd).await);
+fn no_such(name: &str) -> OpsError {
+    OpsError::invalid("command", &format!("{name:?}: no such operation"))
 }
 
-/// How `name` runs, when it is an operation a host may call by name.
+/// How `name` runs, when it is an operation.
 pub fn kind(name: &str) -> Option<Kind> {
-    CALLS.iter().find(|(n, _)| *n == name).map(|(_, k)| *k)
+    spec(name).map(|s| s.kind)
 }
 
 /// An action's arguments as the desktop console records them: the operator's name typed, with
-/// the OS user beside it ([`desktop_operator`]). Only `cmd.operator` names who acts.
-pub fn as_desktop(args: &mut Value, os_user: &str) {
-    if let Some(Value::String(op)) = args.get_mut("cmd").and_then(|c| c.get_mut("operator")) {
+/// the OS user beside it ([`desktop_operator`]). Only `operator` names who acts.
+pub fn as_desktop(name: &str, args: &mut Value, os_user: &str) {
+    if !spec(name).is_some_and(|s| s.acts) {
+        return;
+    }
+    if let Some(Value::String(op)) = args.get_mut("operator") {
         *op = desktop_operator(op, os_user);
     }
 }
@@ -156,36 +199,24 @@ pub fn as_desktop(args: &mut Value, os_user: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands;
+    use crate::Ops;
 
-    #[test]
-    fn every_desktop_command_of_the_table_is_callable_but_the_hosts_own() {
-        let host_own = [
-            "ledger_info",
-            "open_ledger",
-            "cancel_job",
-            "proxy_status",
-            "proxy_start",
-            "proxy_stop",
-        ];
-        let table: std::collections::BTreeSet<&str> = commands::desktop()
-            .filter(|n| !host_own.contains(n))
-            .collect();
-        let callable: std::collections::BTreeSet<&str> = CALLS.iter().map(|(n, _)| *n).collect();
-        assert_eq!(callable.len(), CALLS.len(), "no name twice");
-        assert_eq!(table, callable);
+    fn ledger() -> (tempfile::TempDir, Ops) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ops =
+            Ops::open_or_create(&dir.path().join("l.db").display().to_string()).expect("ledger");
+        (dir, ops)
     }
 
     #[test]
     fn a_call_runs_its_operation_and_refuses_what_it_does_not_know() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let ops =
-            Ops::open_or_create(&dir.path().join("l.db").display().to_string()).expect("ledger");
+        let (_dir, ops) = ledger();
+        let json = |v| Args::json("stats", v).expect("object");
         let stats = run(
             &ops,
             None,
             "stats",
-            serde_json::json!({"hours": 1}),
+            json(serde_json::json!({"hours": 1})),
             &mut |_| true,
         )
         .expect("stats");
@@ -196,17 +227,64 @@ mod tests {
                 serde_json::json!({"hours": 1, "extra": 1}),
                 "stats",
             ),
-            ("stats", serde_json::json!({}), "stats"),
+            ("stats", serde_json::json!({"hours": "1"}), "stats"),
             ("nothing", serde_json::json!({}), "command"),
             ("replay", serde_json::json!({}), "command"),
         ] {
-            match run(&ops, None, name, a, &mut |_| true) {
+            match run(&ops, None, name, json(a), &mut |_| true) {
                 Err(OpsError::Invalid { field: f, .. }) => assert_eq!(f, field, "{name}"),
                 other => panic!("{name}: {other:?}"),
             }
         }
-        let mut a = serde_json::json!({"id": 1, "cmd": {"operator": "alice", "reason": "r"}});
-        as_desktop(&mut a, "ada");
-        assert_eq!(a["cmd"]["operator"], "alice (OS user ada)");
+        assert!(Args::json("stats", serde_json::json!([1])).is_err());
+        let mut a = serde_json::json!({"entry_id": 1, "operator": "alice", "reason": "r"});
+        as_desktop("replay", &mut a, "ada");
+        assert_eq!(a["operator"], "alice (OS user ada)");
+        let mut a = serde_json::json!({"operator": "alice"});
+        as_desktop("log", &mut a, "ada");
+        assert_eq!(
+            a["operator"], "alice",
+            "a filter by operator is not an action"
+        );
+    }
+
+    #[test]
+    fn text_parameters_are_read_as_the_request_asks() {
+        let (_dir, ops) = ledger();
+        let mut a = Args::default();
+        for (k, v) in [
+            ("state", "pending"),
+            ("stuck", "true"),
+            ("limit", "10"),
+            ("route", "42"),
+        ] {
+            a.text(k, v);
+        }
+        let page = run(&ops, None, "entries", a, &mut |_| true).expect("entries");
+        assert_eq!(page["entries"], serde_json::json!([]));
+        for (k, v, says) in [
+            (
+                "limit",
+                "ten",
+                "limit=\"ten\": not a whole number, 0 or more",
+            ),
+            ("stuck", "yes", "stuck=\"yes\": not true or false"),
+            ("state", "lost", "unknown variant `lost`"),
+            ("colour", "red", "unknown field `colour`"),
+        ] {
+            let mut a = Args::default();
+            a.text(k, v);
+            match run(&ops, None, "entries", a, &mut |_| true) {
+                Err(OpsError::Invalid { message, .. }) => {
+                    assert!(message.contains(says), "{k}: {message}")
+                }
+                other => panic!("{k}: {other:?}"),
+            }
+        }
+        let mut a = Args::json("log", serde_json::json!({"limit": 5})).expect("object");
+        a.text("since", "2026-01-01");
+        a.text("entry_id", "3");
+        let page = run(&ops, None, "log", a, &mut |_| true).expect("log");
+        assert_eq!(page["events"], serde_json::json!([]));
     }
 }

@@ -13,6 +13,7 @@ pub mod commands;
 mod demo;
 pub mod dispatch;
 mod error;
+pub mod op;
 mod purge;
 mod reads;
 mod resolve;

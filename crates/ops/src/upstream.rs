@@ -23,6 +23,8 @@ use crate::{validate_actor, Ops, OpsError, OpsResult};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActionCmd {
+    /// The entry.
+    pub entry_id: i64,
     /// Who acts, as the log records it.
     pub operator: String,
     /// Why, as the log records it.
@@ -87,12 +89,8 @@ impl Ops {
     /// first attempt sent, and the outcome is recorded on the entry as the proxy records one.
     /// The ledger refuses an entry in another state; a destructive route needs
     /// `confirm_destructive`.
-    pub async fn replay(
-        &self,
-        upstream: &Engine,
-        id: i64,
-        cmd: &ActionCmd,
-    ) -> OpsResult<ReplayReport> {
+    pub async fn replay(&self, upstream: &Engine, cmd: &ActionCmd) -> OpsResult<ReplayReport> {
+        let id = cmd.entry_id;
         let actor = validate_actor(&cmd.operator, &cmd.reason)?;
         let d = self.entry_now(id).await?;
         let route = Self::route_of(upstream, &d)?;
@@ -132,9 +130,9 @@ impl Ops {
     pub async fn reconcile(
         &self,
         upstream: &Engine,
-        id: i64,
         cmd: &ActionCmd,
     ) -> OpsResult<ReconcileReport> {
+        let id = cmd.entry_id;
         let actor = validate_actor(&cmd.operator, &cmd.reason)?;
         let d = self.entry_now(id).await?;
         let route = Self::route_of(upstream, &d)?;

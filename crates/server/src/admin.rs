@@ -6,25 +6,21 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, Request, State};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::http::{header, request, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Extension, Json, Router};
-use idemgate_ledger::{
-    now_millis, EntryFilter, EventFilter, Millis, Progress, ResponseRecord, Result, VerifyReport,
-};
-use idemgate_ops::{
-    dispatch, ActionCmd, BulkCmd, BulkKind, BulkTarget, Ops, PurgeCmd, PurgeTarget, ResolveAs,
-    ResolveCmd,
-};
+use idemgate_ledger::{now_millis, Millis, Progress, Result};
+use idemgate_ops::Ops;
 use idemgate_proxy::problem::{Code, Problem};
 use idemgate_proxy::Engine;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 mod audit;
+mod call;
 
 use crate::access::{self, Access, Identity};
 use crate::exports::Exports;
@@ -72,30 +68,7 @@ pub fn router(
         metrics,
         listening,
     };
-    let api = Router::new()
-        .route("/admin/v1/entries", get(entries))
-        .route("/admin/v1/entries/{id}", get(show))
-        .route(
-            "/admin/v1/entries/{id}/resolve",
-            post(resolve).layer(DefaultBodyLimit::max(RESOLVE_BODY_LIMIT)),
-        )
-        .route(
-            "/admin/v1/entries/{id}/resolve/preview",
-            get(preview_resolve),
-        )
-        .route("/admin/v1/entries/{id}/replay", post(replay))
-        .route("/admin/v1/entries/{id}/reconcile", post(reconcile))
-        .route("/admin/v1/purge", post(purge))
-        .route("/admin/v1/purge/preview", post(preview_purge))
-        .route("/admin/v1/bulk", post(bulk))
-        .route("/admin/v1/bulk/preview", post(preview_bulk))
-        .route("/admin/v1/events", get(events))
-        .route("/admin/v1/stats", get(stats))
-        .route("/admin/v1/incidents", get(incidents))
-        .route("/admin/v1/retention", get(audit::retention))
-        .route("/admin/v1/incidents/{id}/review", post(review_incident))
-        .route("/admin/v1/verify", get(audit::verify))
-        .route("/admin/v1/verify/against", post(audit::verify_against))
+    let api = call::routes(Router::new())
         .route(
             "/admin/v1/exports",
             get(audit::list_exports).post(audit::start_export),
@@ -227,16 +200,7 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> 
     }
 }
 
-type EntryId = Id<i64>;
 type ExportId = Id<String>;
-
-fn bad_query(e: QueryRejection) -> Problem {
-    Problem::new(Code::InvalidArgument, e.body_text())
-}
-
-/// A resolve's JSON body: room for the largest response the ledger keeps, in hex (twice its
-/// size), and the rest. Other bodies have axum's 2 MiB.
-const RESOLVE_BODY_LIMIT: usize = 2 * idemgate_ledger::MAX_RESPONSE_BODY + (1 << 20);
 
 pub(crate) fn bad_json(e: JsonRejection) -> Problem {
     match e {
@@ -391,332 +355,10 @@ impl hyper::body::Body for Lines {
     }
 }
 
-/// Says in the log when a verify's chain walk stopped because its client went away.
-fn log_if_stopped(chain: &VerifyReport) {
-    if chain.cancelled {
-        tracing::info!(
-            events = chain.count,
-            "a verify stopped after {} events: its client went away",
-            chain.count
-        );
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EntriesQuery {
-    state: Option<String>,
-    #[serde(default)]
-    stuck: bool,
-    #[serde(default)]
-    collisions: bool,
-    #[serde(default)]
-    expired: bool,
-    expiring_within_ms: Option<i64>,
-    #[serde(default)]
-    duplicates: bool,
-    route: Option<String>,
-    scope: Option<String>,
-    key: Option<String>,
-    tool: Option<String>,
-    subject: Option<String>,
-    search: Option<String>,
-    before: Option<i64>,
-    limit: Option<usize>,
-}
-
-async fn entries(
-    State(s): State<AdminState>,
-    q: Result<Query<EntriesQuery>, QueryRejection>,
-) -> Result<Response, Problem> {
-    let Query(q) = q.map_err(bad_query)?;
-    let state = match q.state.as_deref() {
-        None => None,
-        Some(x) => Some(idemgate_ledger::State::parse(x).ok_or_else(|| {
-            Problem::new(
-                Code::InvalidArgument,
-                format!("state {x:?}: pending, completed, released or failed"),
-            )
-        })?),
-    };
-    let filter = EntryFilter {
-        state,
-        stuck: q.stuck,
-        collisions: q.collisions,
-        expired: q.expired,
-        expiring_within: q.expiring_within_ms,
-        duplicates: q.duplicates,
-        route: q.route,
-        scope: q.scope,
-        key: q.key,
-        tool: q.tool,
-        subject: q.subject,
-        search: q.search,
-    };
-    let limit = q.limit.unwrap_or(100);
-    Ok(Json(blocking(move || s.ops.entries(&filter, q.before, limit)).await?).into_response())
-}
-
-async fn show(
-    State(s): State<AdminState>,
-    Id(id): EntryId,
-    _: NoQuery,
-) -> Result<Response, Problem> {
-    Ok(Json(blocking(move || s.ops.show(id)).await?).into_response())
-}
-
-async fn preview_resolve(
-    State(s): State<AdminState>,
-    Id(id): EntryId,
-    _: NoQuery,
-) -> Result<Response, Problem> {
-    Ok(Json(blocking(move || s.ops.preview_resolve(id)).await?).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ResolveBody {
-    #[serde(rename = "as")]
-    as_: ResolveAs,
-    response: Option<ResponseRecord>,
-    external_ref: Option<String>,
-    operator: String,
-    reason: String,
-    #[serde(default)]
-    confirm_destructive: bool,
-}
-
-async fn resolve(
-    State(s): State<AdminState>,
-    Extension(who): Extension<Identity>,
-    Id(id): EntryId,
-    _: NoQuery,
-    b: Result<Json<serde_json::Value>, JsonRejection>,
-) -> Result<Response, Problem> {
-    let b: ResolveBody = access::acting(&who, b)?;
-    let cmd = ResolveCmd {
-        entry_id: id,
-        as_: b.as_,
-        response: b.response,
-        external_ref: b.external_ref,
-        operator: b.operator,
-        reason: b.reason,
-        confirm_destructive: b.confirm_destructive,
-    };
-    Ok(Json(blocking(move || s.ops.resolve(&cmd)).await?).into_response())
-}
-
-async fn replay(
-    State(s): State<AdminState>,
-    Extension(who): Extension<Identity>,
-    Id(id): EntryId,
-    _: NoQuery,
-    b: Result<Json<serde_json::Value>, JsonRejection>,
-) -> Result<Response, Problem> {
-    upstream_action(s, &who, "replay", id, b).await
-}
-
-async fn reconcile(
-    State(s): State<AdminState>,
-    Extension(who): Extension<Identity>,
-    Id(id): EntryId,
-    _: NoQuery,
-    b: Result<Json<serde_json::Value>, JsonRejection>,
-) -> Result<Response, Problem> {
-    upstream_action(s, &who, "reconcile", id, b).await
-}
-
-/// An operation that reaches the upstream (`name`: replay or reconcile) on entry `id`. On a task
-/// of its own, as the proxy runs a write: an operator's client that goes away does not cancel it
-/// between the upstream's effect and the ledger's record of it.
-async fn upstream_action(
-    s: AdminState,
-    who: &Identity,
-    name: &'static str,
-    id: i64,
-    b: Result<Json<serde_json::Value>, JsonRejection>,
-) -> Result<Response, Problem> {
-    let cmd: ActionCmd = access::acting(who, b)?;
-    let args = serde_json::json!({ "id": id, "cmd": cmd });
-    let e = Arc::clone(&s.engine);
-    let report = s
-        .engine
-        .to_the_end(async move { Ok(dispatch::run_upstream(&s.ops, &e, name, args).await?) })
-        .await?;
-    Ok(Json(report).into_response())
-}
-
-async fn purge(
-    State(s): State<AdminState>,
-    Extension(who): Extension<Identity>,
-    _: NoQuery,
-    headers: HeaderMap,
-    b: Result<Json<serde_json::Value>, JsonRejection>,
-) -> Result<Response, Problem> {
-    let cmd: PurgeCmd = access::acting(&who, b)?;
-    // Between chunks, each atomic and logged, a purge whose client went away stops: what is
-    // purged stays purged, and a second purge takes the rest.
-    long_work(wants_lines(&headers), move |progress| {
-        let r = s.ops.purge(&cmd, progress)?;
-        if r.cancelled {
-            tracing::warn!(
-                purged = r.purged.len(),
-                "a purge stopped after {} entries: its client went away",
-                r.purged.len()
-            );
-        }
-        Ok(r)
-    })
-    .await
-}
-
-async fn preview_purge(
-    State(s): State<AdminState>,
-    _: NoQuery,
-    b: Result<Json<PurgeTarget>, JsonRejection>,
-) -> Result<Response, Problem> {
-    let Json(t) = b.map_err(bad_json)?;
-    Ok(Json(blocking(move || s.ops.preview_purge(&t)).await?).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BulkPreviewBody {
-    action: BulkKind,
-    target: BulkTarget,
-}
-
-async fn preview_bulk(
-    State(s): State<AdminState>,
-    _: NoQuery,
-    b: Result<Json<BulkPreviewBody>, JsonRejection>,
-) -> Result<Response, Problem> {
-    let Json(b) = b.map_err(bad_json)?;
-    Ok(Json(blocking(move || s.ops.preview_bulk(b.action, &b.target)).await?).into_response())
-}
-
-/// A bulk action, answered as long work: it stops between two entries when its client goes away,
-/// and each replay or reconcile it started runs to its recorded end.
-async fn bulk(
-    State(s): State<AdminState>,
-    Extension(who): Extension<Identity>,
-    _: NoQuery,
-    headers: HeaderMap,
-    b: Result<Json<serde_json::Value>, JsonRejection>,
-) -> Result<Response, Problem> {
-    let cmd: BulkCmd = access::acting(&who, b)?;
-    long_work(wants_lines(&headers), move |progress| {
-        let r = s.ops.bulk(&cmd, Some(&s.engine), progress)?;
-        if r.cancelled {
-            tracing::warn!(
-                action = r.action.as_str(),
-                "a bulk action stopped after {} of {} entries: its client went away",
-                r.attempted,
-                r.total
-            );
-        }
-        Ok(r)
-    })
-    .await
-}
-
-/// A time of a query or body, as the CLI takes it.
 fn time_arg(field: &str, t: Option<&str>) -> Result<Option<Millis>, Problem> {
     t.map(idemgate_ops::parse_time)
         .transpose()
         .map_err(|e| Problem::from(idemgate_ops::OpsError::invalid(field, &e.to_string())))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EventsQuery {
-    entry_id: Option<i64>,
-    route: Option<String>,
-    scope: Option<String>,
-    key: Option<String>,
-    kind: Option<String>,
-    operator: Option<String>,
-    /// As the CLI takes it ([`idemgate_ops::parse_time`]).
-    since: Option<String>,
-    until: Option<String>,
-    search: Option<String>,
-    before: Option<i64>,
-    limit: Option<usize>,
-}
-
-async fn events(
-    State(s): State<AdminState>,
-    q: Result<Query<EventsQuery>, QueryRejection>,
-) -> Result<Response, Problem> {
-    let Query(q) = q.map_err(bad_query)?;
-    let filter = EventFilter {
-        entry_id: q.entry_id,
-        route: q.route,
-        scope: q.scope,
-        key: q.key,
-        kind: q.kind,
-        operator: q.operator,
-        since: time_arg("since", q.since.as_deref())?,
-        until: time_arg("until", q.until.as_deref())?,
-        search: q.search,
-    };
-    let limit = q.limit.unwrap_or(100);
-    Ok(Json(blocking(move || s.ops.log(&filter, q.before, limit)).await?).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StatsQuery {
-    hours: Option<u32>,
-}
-
-async fn stats(
-    State(s): State<AdminState>,
-    q: Result<Query<StatsQuery>, QueryRejection>,
-) -> Result<Response, Problem> {
-    let Query(q) = q.map_err(bad_query)?;
-    Ok(Json(blocking(move || s.ops.stats(q.hours.unwrap_or(24))).await?).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PageQuery {
-    before: Option<i64>,
-    limit: Option<usize>,
-}
-
-async fn incidents(
-    State(s): State<AdminState>,
-    q: Result<Query<PageQuery>, QueryRejection>,
-) -> Result<Response, Problem> {
-    let Query(q) = q.map_err(bad_query)?;
-    Ok(
-        Json(blocking(move || s.ops.incidents(q.before, q.limit.unwrap_or(50))).await?)
-            .into_response(),
-    )
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReviewBody {
-    operator: String,
-    reason: String,
-}
-
-async fn review_incident(
-    State(s): State<AdminState>,
-    Extension(who): Extension<Identity>,
-    Id(id): EntryId,
-    _: NoQuery,
-    b: Result<Json<serde_json::Value>, JsonRejection>,
-) -> Result<Response, Problem> {
-    let b: ReviewBody = access::acting(&who, b)?;
-    let cmd = idemgate_ops::ReviewCmd {
-        entry_id: id,
-        operator: b.operator,
-        reason: b.reason,
-    };
-    Ok(Json(blocking(move || s.ops.review_incident(&cmd)).await?).into_response())
 }
 
 /// `GET /admin/v1/whoami`: the operator the token stands for, and their role (the browser

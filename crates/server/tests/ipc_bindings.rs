@@ -13,49 +13,16 @@ fn generate(dir: &Path) {
     let cfg = ts_rs::Config::new()
         .with_out_dir(dir)
         .with_large_int("number");
+    // Every operation's request and answer, and what they name; then what the hosts add.
+    let ops = idemgate_ops::op::export_types(&cfg).expect("the operations' types");
+    std::fs::write(dir.join("ops.ts"), idemgate_ops::op::ts::client(&ops)).expect("ops.ts");
     macro_rules! export {
         ($($t:ty),* $(,)?) => { $( <$t>::export_all(&cfg).expect(stringify!($t)); )* };
     }
-    use idemgate_ledger::export::*;
-    use idemgate_ledger::*;
     use idemgate_ops::*;
     export!(
-        EntryPage,
-        EventPage,
-        EntryView,
-        FieldDiff,
-        Preview,
-        ResolveAs,
-        ResolveCmd,
-        ReviewCmd,
-        Review,
-        PurgeTarget,
-        PurgeCmd,
-        PurgeReport,
-        ExportCmd,
-        AgainstReport,
         ErrorBody,
         Code,
-        Stats,
-        Incident,
-        EntryFilter,
-        EventFilter,
-        VerifyReport,
-        Manifest,
-        ExportVerifyReport,
-        idemgate_ledger::entries_export::EntriesManifest,
-        idemgate_ledger::archive::SegmentCheck,
-        idemgate_ledger::archive::ArchiveVerifyReport,
-        RetentionStatus,
-        RetentionRun,
-        ActionCmd,
-        ReplayReport,
-        ReconcileReport,
-        BulkCmd,
-        BulkKind,
-        BulkTarget,
-        BulkReport,
-        BulkFailure,
         LedgerInfo,
         JobProgress,
         idemgate_server::ProxyStatus,

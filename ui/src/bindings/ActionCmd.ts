@@ -5,6 +5,10 @@
  */
 export type ActionCmd = { 
 /**
+ * The entry.
+ */
+entry_id: number, 
+/**
  * Who acts, as the log records it.
  */
 operator: string, 

@@ -1,40 +1,16 @@
-//! The audit routes of the admin API: verification (of the ledger, of it against a manifest),
-//! exports as jobs a client downloads, and the retention policy's status.
+//! The admin API's export jobs: a file the server writes, which its client downloads when done.
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idemgate_ledger::{export, EventRange};
 use idemgate_proxy::problem::{Code, Problem};
 use serde::Deserialize;
 
-use super::{
-    bad_json, blocking, log_if_stopped, long_work, time_arg, wants_lines, AdminState, ExportId, Id,
-    NoQuery,
-};
+use super::{bad_json, time_arg, AdminState, ExportId, Id, NoQuery};
 use crate::exports::Download;
-
-pub(super) async fn retention(
-    State(s): State<AdminState>,
-    _: NoQuery,
-) -> Result<Response, Problem> {
-    Ok(Json(blocking(move || s.ops.retention_status()).await?).into_response())
-}
-
-pub(super) async fn verify(
-    State(s): State<AdminState>,
-    _: NoQuery,
-    headers: HeaderMap,
-) -> Result<Response, Problem> {
-    long_work(wants_lines(&headers), move |progress| {
-        let r = s.ops.verify(progress)?;
-        log_if_stopped(&r);
-        Ok(r)
-    })
-    .await
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -130,21 +106,4 @@ async fn serve_download(d: Download, req: Request) -> Result<Response, Problem> 
         h.insert(header::CONTENT_DISPOSITION, v);
     }
     Ok(r)
-}
-
-/// `verify --ledger L --against MANIFEST` over HTTP: the body is the manifest, as an export
-/// wrote it (the CLI's or the admin API's).
-pub(super) async fn verify_against(
-    State(s): State<AdminState>,
-    _: NoQuery,
-    headers: HeaderMap,
-    b: Result<Json<export::Manifest>, JsonRejection>,
-) -> Result<Response, Problem> {
-    let Json(m) = b.map_err(bad_json)?;
-    long_work(wants_lines(&headers), move |progress| {
-        let r = s.ops.verify_against_manifest(&m, progress)?;
-        log_if_stopped(&r.chain);
-        Ok(r)
-    })
-    .await
 }

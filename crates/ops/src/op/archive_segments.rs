@@ -1,0 +1,16 @@
+use idemgate_ledger::archive::SegmentCheck;
+
+use crate::op::common::PathArg;
+
+operation! {
+    /// The archive segments in a directory of this host, from their manifests (not verified),
+    /// each marked recorded or not by this ledger.
+    Op {
+        name: archive_segments,
+        role: Admin,
+        kind: Ledger,
+    }
+    fn run(ops, req: PathArg, _) -> Vec<SegmentCheck> {
+        ops.archive_segments(std::path::Path::new(&req.path))
+    }
+}

@@ -1,0 +1,51 @@
+//! Requests several operations share.
+
+use idemgate_ledger::Millis;
+use serde::{Deserialize, Deserializer};
+
+/// No arguments.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoArgs {}
+
+/// One entry, by its id.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntryRef {
+    /// The entry's id.
+    pub entry_id: i64,
+}
+
+/// A file or a directory of the host that runs the operation.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathArg {
+    /// Its path.
+    pub path: String,
+}
+
+/// A time as the CLI takes it ([`crate::parse_time`]: RFC 3339, a date, `-2h`, or epoch
+/// milliseconds), or epoch milliseconds as a JSON number.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(type = "number | string"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Time(pub Millis);
+
+impl<'de> Deserialize<'de> for Time {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Millis(Millis),
+            Text(String),
+        }
+        match Given::deserialize(d)? {
+            Given::Millis(m) => Ok(Time(m)),
+            Given::Text(t) => crate::parse_time(&t)
+                .map(Time)
+                .map_err(|e| serde::de::Error::custom(e.to_string())),
+        }
+    }
+}

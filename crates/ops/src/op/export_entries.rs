@@ -1,0 +1,18 @@
+use idemgate_ledger::entries_export::EntriesManifest;
+
+use crate::ExportCmd;
+
+operation! {
+    /// Exports the entries created in a range, with their outcomes, to a file of this host.
+    ///
+    /// Each entry's state, subjects, status, the stored response's digest and its resolution;
+    /// `null` when cancelled.
+    Op {
+        name: export_entries,
+        role: Admin,
+        kind: Job,
+    }
+    fn run(ops, req: ExportCmd, cx) -> Option<EntriesManifest> {
+        ops.export_entries(&req, cx.progress)
+    }
+}

@@ -1,0 +1,72 @@
+use idemgate_ledger::EventFilter;
+use serde::Deserialize;
+
+use crate::op::common::Time;
+use crate::EventPage;
+
+/// Which events, and which page of them: every filter narrows.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(rename = "LogRequest"))]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    /// Of this entry.
+    #[cfg_attr(feature = "ts", ts(optional = nullable))]
+    pub entry_id: Option<i64>,
+    /// Of this route.
+    #[cfg_attr(feature = "ts", ts(optional = nullable))]
+    pub route: Option<String>,
+    /// Of this scope.
+    #[cfg_attr(feature = "ts", ts(optional = nullable))]
+    pub scope: Option<String>,
+    /// Of this key.
+    #[cfg_attr(feature = "ts", ts(optional = nullable))]
+    pub key: Option<String>,
+    /// Of this kind (`claimed`, `resolved`, `loop_suspect`, …).
+    #[cfg_attr(feature = "ts", ts(optional = nullable))]
+    pub kind: Option<String>,
+    /// Logged under this operator.
+    #[cfg_attr(feature = "ts", ts(optional = nullable))]
+    pub operator: Option<String>,
+    /// At or after this time.
+    #[cfg_attr(feature = "ts", ts(optional = nullable))]
+    pub since: Option<Time>,
+    /// Before this time.
+    #[cfg_attr(feature = "ts", ts(optional = nullable))]
+    pub until: Option<Time>,
+    /// Whose key, route, scope, reason or detail holds this text.
+    #[cfg_attr(feature = "ts", ts(optional = nullable))]
+    pub search: Option<String>,
+    /// Older than this sequence number (the previous page's `next_before`).
+    #[cfg_attr(feature = "ts", ts(optional = nullable))]
+    pub before: Option<i64>,
+    /// At most this many (100 when left out; at most 10,000).
+    #[cfg_attr(feature = "ts", ts(optional = nullable))]
+    pub limit: Option<usize>,
+}
+
+operation! {
+    /// A page of the log, newest first.
+    ///
+    /// Every claim, outcome, replay and operator action, each with its sequence number, its
+    /// time and its chain hash.
+    Op {
+        name: log,
+        role: Viewer,
+        kind: Ledger,
+        http: GET "/admin/v1/events",
+    }
+    fn run(ops, req: Request, _) -> EventPage {
+        let filter = EventFilter {
+            entry_id: req.entry_id,
+            route: req.route,
+            scope: req.scope,
+            key: req.key,
+            kind: req.kind,
+            operator: req.operator,
+            since: req.since.map(|t| t.0),
+            until: req.until.map(|t| t.0),
+            search: req.search,
+        };
+        ops.log(&filter, req.before, req.limit.unwrap_or(100))
+    }
+}

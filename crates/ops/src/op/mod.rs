@@ -1,0 +1,322 @@
+//! Every operation a host runs, one file each. A file declares its operation once, with
+//! [`operation!`]: its doc (the OpenAPI description and the console's help), its role, how it
+//! runs, its admin API route, its request and answer types and its function. The list at the
+//! bottom of this file registers them; from it come the dispatch table the hosts call
+//! ([`crate::dispatch`]), the command table that gates roles ([`crate::commands`]), the admin
+//! API's routes and the console's typed client.
+//!
+//! A request is one flat object: the admin API merges an operation's path parameters, its query
+//! parameters (`GET`) or its JSON body (`POST`) into it, and the desktop console sends it as is.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::commands::Role;
+
+/// How an operation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A ledger read or write: blocking, off the async threads.
+    Ledger,
+    /// Long work: blocking, reporting progress, stoppable between two reports.
+    Job,
+    /// Long work that reaches the upstream for some of its commands (a bulk replay): given the
+    /// data plane when the host has one.
+    UpstreamJob,
+    /// Reaches the upstream through the route configuration's data plane: async.
+    Upstream,
+}
+
+impl Kind {
+    /// Whether it reports progress and can be stopped (a host runs it as a job).
+    pub fn is_job(self) -> bool {
+        matches!(self, Kind::Job | Kind::UpstreamJob)
+    }
+}
+
+/// An operation's admin API route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http {
+    /// `GET` takes the request from the path and the query, `POST` from the path and a JSON body.
+    pub method: &'static str,
+    /// As the router writes it: `/admin/v1/entries/{entry_id}`.
+    pub path: &'static str,
+}
+
+impl Http {
+    /// The names of the path's parameters, in order.
+    pub fn params(&self) -> impl Iterator<Item = &'static str> {
+        self.path
+            .split('/')
+            .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+    }
+}
+
+/// What an operation is, as its hosts need to know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spec {
+    /// Its name: the console's call, the key of the UI's table, the OpenAPI operation id.
+    pub name: &'static str,
+    /// Its doc comment: the first line a summary, the rest its description.
+    pub doc: &'static str,
+    /// The least role that may run it through the admin API.
+    pub role: Role,
+    /// How it runs.
+    pub kind: Kind,
+    /// Its admin API route; `None` when it reads or writes files of the host that runs it (the
+    /// desktop console's own disk), which a remote client must not name.
+    pub http: Option<Http>,
+    /// Whether it acts under an operator's name (`operator` in its request): the admin API
+    /// fills it in from the token.
+    pub acts: bool,
+    /// The largest JSON body the admin API takes for it, in bytes.
+    pub max_body: usize,
+}
+
+/// The largest JSON body an operation takes unless it says otherwise: 2 MiB.
+pub const DEFAULT_MAX_BODY: usize = 2 << 20;
+
+/// The types an operation's request and answer are: plain serde types, and TypeScript types
+/// for the console when the bindings are built.
+#[cfg(feature = "ts")]
+pub trait Wire: ts_rs::TS + 'static {}
+#[cfg(feature = "ts")]
+impl<T: ts_rs::TS + 'static> Wire for T {}
+/// The types an operation's request and answer are: plain serde types, and TypeScript types
+/// for the console when the bindings are built.
+#[cfg(not(feature = "ts"))]
+pub trait Wire: 'static {}
+#[cfg(not(feature = "ts"))]
+impl<T: 'static> Wire for T {}
+
+/// What a blocking operation is handed besides its request.
+pub struct Cx<'a, 'p> {
+    /// The data plane, when the host has one (a bulk replay needs it).
+    pub upstream: Option<&'a idemgate_proxy::Engine>,
+    /// Hears long work's progress; answering `false` stops it at that report.
+    pub progress: idemgate_ledger::Progress<'p>,
+}
+
+impl std::fmt::Debug for Cx<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cx").finish_non_exhaustive()
+    }
+}
+
+/// Declares one operation (see the module's doc). The doc comment comes first; `http`, `acts`
+/// and `max_body` may be left out; then its function, `fn` for a blocking one, `async fn` with the data
+/// plane for [`Kind::Upstream`].
+macro_rules! operation {
+    (
+        $(#[doc = $doc:literal])*
+        $op:ident {
+            name: $name:ident,
+            role: $role:ident,
+            kind: $kind:ident,
+            $(http: $method:ident $path:literal,)?
+            $(acts: $acts:literal,)?
+            $(max_body: $max:expr,)?
+        }
+        fn run($ops:ident, $req:ident : $request:ty, $cx:pat) -> $answer:ty $body:block
+    ) => {
+        $crate::op::operation!(@spec $(#[doc = $doc])* $op $name $role $kind [$($method $path)?] [$($acts)?] [$($max)?] $request, $answer);
+        impl $crate::op::Operation for $op {
+            fn run(
+                $ops: &$crate::Ops,
+                $req: $request,
+                $cx: $crate::op::Cx<'_, '_>,
+            ) -> $crate::OpsResult<$answer> $body
+            async fn run_upstream(
+                _: &$crate::Ops,
+                _: &idemgate_proxy::Engine,
+                _: $request,
+            ) -> $crate::OpsResult<$answer> {
+                Err($crate::op::refuse(stringify!($name)))
+            }
+        }
+    };
+    (
+        $(#[doc = $doc:literal])*
+        $op:ident {
+            name: $name:ident,
+            role: $role:ident,
+            kind: Upstream,
+            $(http: $method:ident $path:literal,)?
+            $(acts: $acts:literal,)?
+            $(max_body: $max:expr,)?
+        }
+        async fn run($ops:ident, $engine:ident, $req:ident : $request:ty) -> $answer:ty $body:block
+    ) => {
+        $crate::op::operation!(@spec $(#[doc = $doc])* $op $name $role Upstream [$($method $path)?] [$($acts)?] [$($max)?] $request, $answer);
+        impl $crate::op::Operation for $op {
+            fn run(
+                _: &$crate::Ops,
+                _: $request,
+                _: $crate::op::Cx<'_, '_>,
+            ) -> $crate::OpsResult<$answer> {
+                Err($crate::op::refuse(stringify!($name)))
+            }
+            async fn run_upstream(
+                $ops: &$crate::Ops,
+                $engine: &idemgate_proxy::Engine,
+                $req: $request,
+            ) -> $crate::OpsResult<$answer> $body
+        }
+    };
+    (@spec $(#[doc = $doc:literal])* $op:ident $name:ident $role:ident $kind:ident [$($method:ident $path:literal)?] [$($acts:literal)?] [$($max:expr)?] $request:ty, $answer:ty) => {
+        $(#[doc = $doc])*
+        #[derive(Debug)]
+        pub struct $op;
+        impl $crate::op::Declared for $op {
+            const SPEC: $crate::op::Spec = $crate::op::Spec {
+                name: stringify!($name),
+                doc: concat!($($doc, "\n"),*),
+                role: $crate::commands::Role::$role,
+                kind: $crate::op::Kind::$kind,
+                http: $crate::op::operation!(@http $($method $path)?),
+                acts: $crate::op::operation!(@acts $($acts)?),
+                max_body: $crate::op::operation!(@max $($max)?),
+            };
+            type Request = $request;
+            type Answer = $answer;
+        }
+    };
+    (@http) => { None };
+    (@http $method:ident $path:literal) => {
+        Some($crate::op::Http { method: stringify!($method), path: $path })
+    };
+    (@acts) => { false };
+    (@max) => { $crate::op::DEFAULT_MAX_BODY };
+    (@max $max:expr) => { $max };
+    (@acts $acts:literal) => { $acts };
+}
+pub(crate) use operation;
+
+/// An operation's declaration, as [`operation!`] writes it.
+pub trait Declared {
+    /// What it is.
+    const SPEC: Spec;
+    /// What it is asked.
+    type Request: DeserializeOwned + Wire;
+    /// What it answers.
+    type Answer: Serialize + Wire;
+}
+
+/// An operation's function: [`operation!`] writes the one its kind runs, and the other
+/// refuses.
+pub trait Operation: Declared {
+    /// Runs a blocking operation (every kind but [`Kind::Upstream`]).
+    fn run(ops: &crate::Ops, req: Self::Request, cx: Cx<'_, '_>) -> crate::OpsResult<Self::Answer>;
+    /// Runs a [`Kind::Upstream`] operation through `engine`, the data plane.
+    fn run_upstream<'a>(
+        ops: &'a crate::Ops,
+        engine: &'a idemgate_proxy::Engine,
+        req: Self::Request,
+    ) -> impl std::future::Future<Output = crate::OpsResult<Self::Answer>> + Send + 'a;
+}
+
+/// The error of an operation called the way its kind does not run.
+pub fn refuse(name: &str) -> crate::OpsError {
+    crate::OpsError::invalid(
+        "command",
+        &format!("{name:?} does not run this way (an upstream call is async, the others block)"),
+    )
+}
+
+/// Registers the operations: from this one list come [`SPECS`], the blocking and the async
+/// dispatch, and (with the bindings) the console's TypeScript client.
+macro_rules! registry {
+    ($($module:ident),* $(,)?) => {
+        $(mod $module;)*
+
+        /// Every operation, in the order the console lists them.
+        pub const SPECS: &[Spec] = &[$(<$module::Op as Declared>::SPEC),*];
+
+        /// Runs the blocking operation `name` on `args`, its answer as JSON.
+        pub(crate) fn call(
+            ops: &crate::Ops,
+            name: &str,
+            args: crate::dispatch::Args,
+            cx: Cx<'_, '_>,
+        ) -> Option<crate::OpsResult<serde_json::Value>> {
+            $(
+                if name == <$module::Op as Declared>::SPEC.name {
+                    return Some(args.decode(name).and_then(|req| {
+                        crate::dispatch::answer(<$module::Op as Operation>::run(ops, req, cx))
+                    }));
+                }
+            )*
+            None
+        }
+
+        /// Runs the [`Kind::Upstream`] operation `name` on `args` through `engine`.
+        pub(crate) async fn call_upstream(
+            ops: &crate::Ops,
+            engine: &idemgate_proxy::Engine,
+            name: &str,
+            args: crate::dispatch::Args,
+        ) -> Option<crate::OpsResult<serde_json::Value>> {
+            $(
+                if name == <$module::Op as Declared>::SPEC.name {
+                    let req = match args.decode(name) {
+                        Ok(r) => r,
+                        Err(e) => return Some(Err(e)),
+                    };
+                    return Some(crate::dispatch::answer(
+                        <$module::Op as Operation>::run_upstream(ops, engine, req).await,
+                    ));
+                }
+            )*
+            None
+        }
+
+        /// Each operation's request and answer as TypeScript type names, exporting their
+        /// declarations (and what they name) into `cfg`'s directory.
+        #[cfg(feature = "ts")]
+        pub fn export_types(cfg: &ts_rs::Config) -> Result<Vec<(Spec, String, String)>, ts_rs::ExportError> {
+            Ok(vec![$(
+                (
+                    <$module::Op as Declared>::SPEC,
+                    ts::export::<<$module::Op as Declared>::Request>(cfg)?,
+                    ts::export::<<$module::Op as Declared>::Answer>(cfg)?,
+                )
+            ),*])
+        }
+    };
+}
+
+pub mod common;
+#[cfg(feature = "ts")]
+pub mod ts;
+
+registry![
+    stats,
+    entries,
+    show,
+    log,
+    incidents,
+    review_incident,
+    preview_resolve,
+    resolve,
+    replay,
+    reconcile,
+    preview_bulk,
+    bulk,
+    preview_purge,
+    purge,
+    export,
+    export_entries,
+    verify_ledger,
+    verify_against,
+    verify_against_manifest,
+    verify_export,
+    retention_status,
+    archive_segments,
+    verify_archive,
+];
+
+/// An operation by its name.
+pub fn spec(name: &str) -> Option<&'static Spec> {
+    SPECS.iter().find(|s| s.name == name)
+}

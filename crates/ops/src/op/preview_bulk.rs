@@ -1,0 +1,30 @@
+use serde::Deserialize;
+
+use crate::{BulkKind, BulkTarget, Preview};
+
+/// A bulk action to preview.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(rename = "BulkPreviewRequest"))]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    /// What would run on each entry.
+    pub action: BulkKind,
+    /// Which entries.
+    pub target: BulkTarget,
+}
+
+operation! {
+    /// What a bulk action would touch.
+    ///
+    /// The exact count and keys, and whether any is on a destructive route. The action itself
+    /// takes the entries that match when it runs.
+    Op {
+        name: preview_bulk,
+        role: Operator,
+        kind: Ledger,
+        http: POST "/admin/v1/bulk/preview",
+    }
+    fn run(ops, req: Request, _) -> Preview {
+        ops.preview_bulk(req.action, &req.target)
+    }
+}

@@ -1,0 +1,28 @@
+use serde::Deserialize;
+
+
+/// How long an hourly series the counts come with.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(rename = "StatsRequest"))]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    /// The hourly series' length, in hours (0: none; at most 90 days). 24 when left out.
+    #[cfg_attr(feature = "ts", ts(optional = nullable))]
+    pub hours: Option<u32>,
+}
+
+operation! {
+    /// The ledger's counts.
+    ///
+    /// Entries by state, stuck and expired entries, collisions and duplicate suspects, and an
+    /// hourly series of the last `hours`.
+    Op {
+        name: stats,
+        role: Viewer,
+        kind: Ledger,
+        http: GET "/admin/v1/stats",
+    }
+    fn run(ops, req: Request, _) -> idemgate_ledger::Stats {
+        ops.stats(req.hours.unwrap_or(24))
+    }
+}
