@@ -63,7 +63,7 @@ stuck=$(curl -sf -H "Authorization: Bearer $IDEMGATE_ADMIN_TOKEN" \
 cat > schemathesis.toml <<TOML
 [[operations]]
 include-name = "POST /admin/v1/entries/{entry_id}/reconcile"
-parameters = { "path.id" = $stuck }
+parameters = { "path.entry_id" = $stuck }
 TOML
 
 # One worker: with two, hypothesis' lambda-source parsing raced in CPython's `ast` (a SystemError

@@ -7,6 +7,7 @@ import type { EntrySummary } from "./bindings/EntrySummary";
 import type { EntryView } from "./bindings/EntryView";
 import type { ErrorBody } from "./bindings/ErrorBody";
 import type { Event } from "./bindings/Event";
+import type { EventKind } from "./bindings/EventKind";
 import type { LogRequest } from "./bindings/LogRequest";
 import type { Manifest } from "./bindings/Manifest";
 import type { Preview } from "./bindings/Preview";
@@ -320,7 +321,7 @@ export class App {
     const time = (field: "since" | "until", label: string) =>
       h("label", null, label, h("input", { testid: `log-${field}`, attrs: { type: "datetime-local" }, on: { change: (e) => { f[field] = fromLocalInput((e.target as HTMLInputElement).value); void list.reset(); } } }));
     const kinds = ["", "claim", "attempt", "complete", "outcome_unknown", "release", "collision", "duplicate_suspect", "lease_expired", "expired", "resolve", "replay", "reconcile", "purge"];
-    const kind = h("select", { testid: "log-kind", on: { change: (e) => { const v = (e.target as HTMLSelectElement).value; f.kind = v || null; void list.reset(); } } }, ...kinds.map((k) => h("option", { attrs: { value: k } }, k || "any kind")));
+    const kind = h("select", { testid: "log-kind", on: { change: (e) => { const v = (e.target as HTMLSelectElement).value; f.kind = (v || null) as EventKind | null; void list.reset(); } } }, ...kinds.map((k) => h("option", { attrs: { value: k } }, k || "any kind")));
     const live = h("input", { testid: "log-live", attrs: { type: "checkbox", checked: true } });
     const list = new VirtualList<Event>(
       ROW,

@@ -12,7 +12,7 @@ macro_rules! codes {
         /// Every code an idemgate error carries: a problem+json answer's `code` (also the last
         /// part of its `type`), the CLI's `error[code]`, the console's `ErrorBody.code`. A public
         /// contract: codes are added, never renamed.
-        #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+        #[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
         pub enum Code {
             $($(#[$doc])* #[serde(rename = $code)] $variant,)*

@@ -49,7 +49,7 @@ pub struct ArchiveOptions {
 }
 
 /// What a run of archival did.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct ArchiveReport {
     /// The segments this run recorded.
@@ -296,7 +296,7 @@ fn read_manifest(path: &Path) -> Result<Option<Manifest>> {
 }
 
 /// One segment as verification found it.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SegmentCheck {
     pub file: String,
@@ -316,7 +316,7 @@ pub struct SegmentCheck {
 }
 
 /// What verifying an archive (and the live log after it) found.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArchiveVerifyReport {
     pub ok: bool,

@@ -228,7 +228,7 @@ fn write_tail(t: &CanonicalTail<'_>, out: &mut Vec<u8>) {
 }
 
 /// What a verification found.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VerifyReport {
     pub ok: bool,

@@ -315,7 +315,7 @@ pub struct VerifiedCheckpoint {
 
 /// A signed checkpoint as manifests and the log carry it: the signed note, and what it says
 /// spelled out beside it.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SignedCheckpoint {
     pub origin: String,

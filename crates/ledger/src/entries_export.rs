@@ -46,7 +46,7 @@ pub struct EntryRow {
 }
 
 /// The manifest of an entries export (`FILE.manifest.json`).
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EntriesManifest {
     pub manifest_version: u32,

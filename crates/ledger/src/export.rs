@@ -18,7 +18,7 @@ use crate::error::{LedgerError, Result};
 use crate::model::{now_millis, rfc3339, ChainHead, Event};
 use crate::store::{EventRange, Progress, Storage};
 
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
@@ -43,7 +43,7 @@ impl Format {
     }
 }
 
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
     pub manifest_version: u32,
@@ -421,7 +421,7 @@ impl<'a, W: Write> Sink<'a, W> {
 }
 
 /// What verifying an export found.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExportVerifyReport {
     pub ok: bool,

@@ -23,7 +23,7 @@ pub fn rfc3339(ms: Millis) -> String {
 }
 
 /// The state of an entry. See docs/design.md, "Ledger model".
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
@@ -68,7 +68,7 @@ impl std::fmt::Display for State {
 }
 
 /// The side-effect tag of a route; picks retry and replay defaults.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Effect {
@@ -102,7 +102,7 @@ impl Effect {
 }
 
 /// A canonical request as stored: secrets are redacted before it reaches the database.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct RequestRecord {
     pub method: String,
@@ -111,11 +111,12 @@ pub struct RequestRecord {
     pub headers: Vec<(String, String)>,
     #[serde(with = "body_serde")]
     #[cfg_attr(feature = "ts", ts(type = "string | { hex: string }"))]
+    #[cfg_attr(feature = "ts", schemars(schema_with = "body_schema"))]
     pub body: Vec<u8>,
 }
 
 /// A stored response, replayed verbatim (status, selected headers, body).
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ResponseRecord {
@@ -123,7 +124,24 @@ pub struct ResponseRecord {
     pub headers: Vec<(String, String)>,
     #[serde(with = "body_serde")]
     #[cfg_attr(feature = "ts", ts(type = "string | { hex: string }"))]
+    #[cfg_attr(feature = "ts", schemars(schema_with = "body_schema"))]
     pub body: Vec<u8>,
+}
+
+/// A body's schema: as [`body_serde`] writes it.
+#[cfg(feature = "ts")]
+fn body_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "anyOf": [
+            { "type": "string" },
+            {
+                "type": "object",
+                "properties": { "hex": { "type": "string", "pattern": "^([0-9a-f]{2})*$" } },
+                "required": ["hex"],
+                "additionalProperties": false
+            }
+        ]
+    })
 }
 
 /// Bodies serialise as a UTF-8 string when they are valid UTF-8, else as
@@ -252,7 +270,7 @@ impl RequestRecord {
 }
 
 /// One row of an entry list, with the stable field names of the CLI's `--json`.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EntrySummary {
     pub id: i64,
@@ -282,7 +300,7 @@ pub struct EntrySummary {
 }
 
 /// Everything the ledger knows about one entry.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EntryDetail {
     #[serde(flatten)]
@@ -299,7 +317,7 @@ pub struct EntryDetail {
 }
 
 /// A request rejected because its key was already bound to another fingerprint.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CollisionRecord {
     pub id: i64,
@@ -310,6 +328,7 @@ pub struct CollisionRecord {
 }
 
 /// Kinds of log events. Stored as their snake-case names.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
@@ -391,7 +410,7 @@ impl EventKind {
 
 /// A sealed archive segment the ledger recorded: events `first_seq..=seq` may leave the live log
 /// once this row is written, and `seq` with `hash` is where the live log's chain resumes.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArchivedSegment {
     pub first_seq: i64,
@@ -410,7 +429,7 @@ pub struct ArchivedSegment {
 }
 
 /// One event of the append-only log. `hash` chains it to the event before it.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
     pub seq: i64,
@@ -432,7 +451,7 @@ pub struct Event {
 }
 
 /// Filters for entry lists; all conditions must hold.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EntryFilter {
@@ -459,7 +478,7 @@ pub struct EntryFilter {
 }
 
 /// Filters for the log.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventFilter {
@@ -492,7 +511,7 @@ impl Default for Page {
 }
 
 /// The chain head: the last sequence number and its hash.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChainHead {
     pub seq: i64,
@@ -500,7 +519,7 @@ pub struct ChainHead {
 }
 
 /// Counts for the overview. Cheap to compute: each is an indexed lookup or a maintained counter.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     pub entries_by_state: Vec<(State, i64)>,
@@ -514,7 +533,7 @@ pub struct Stats {
     pub series: Vec<SeriesPoint>,
 }
 
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeriesPoint {
     pub hour: Millis,
@@ -523,7 +542,7 @@ pub struct SeriesPoint {
 }
 
 /// A group of entries that probably performed the same customer-facing effect under several keys.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Incident {
     /// The incident's first entry: the one the others duplicate.
@@ -544,7 +563,7 @@ pub struct Incident {
 }
 
 /// An operator's review of an incident.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Review {
     pub operator: String,

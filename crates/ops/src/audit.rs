@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::{check_range, Ops, OpsError, OpsResult};
 
 /// What to export and where: the CLI's and the console's export.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExportCmd {
@@ -31,7 +31,7 @@ pub struct ExportCmd {
 }
 
 /// `verify --ledger PATH --against MANIFEST`.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgainstReport {
     /// Whether the chain verifies and the ledger still holds every head the manifest recorded.

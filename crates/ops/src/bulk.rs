@@ -18,7 +18,7 @@ pub const MAX_BULK: usize = 100_000;
 pub const MAX_BULK_FAILURES: usize = 100;
 
 /// Which action a bulk action runs on each entry.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BulkKind {
@@ -48,7 +48,7 @@ impl BulkKind {
 
 /// The entries a bulk action acts on: every entry `filter` matches, or, with `ids`, those of them
 /// that it matches (a selection made in a filtered list stays within the filter).
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BulkTarget {
@@ -60,7 +60,7 @@ pub struct BulkTarget {
 }
 
 /// A bulk action: what to run, on which entries, by whom and why.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BulkCmd {
@@ -78,8 +78,10 @@ pub struct BulkCmd {
     #[serde(default)]
     pub external_ref: Option<String>,
     /// Who acts, as the log records it.
+    #[cfg_attr(feature = "ts", schemars(length(max = 200), pattern(r"\S")))]
     pub operator: String,
     /// Why, as the log records it.
+    #[cfg_attr(feature = "ts", schemars(length(max = 4000), pattern(r"\S")))]
     pub reason: String,
     /// Needed when any entry is on a `destructive` route.
     #[serde(default)]
@@ -87,7 +89,7 @@ pub struct BulkCmd {
 }
 
 /// One entry a bulk action could not act on.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BulkFailure {
     /// The entry.
@@ -101,7 +103,7 @@ pub struct BulkFailure {
 }
 
 /// How a bulk action ended.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BulkReport {
     /// The action it ran.

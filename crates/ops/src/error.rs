@@ -100,7 +100,7 @@ impl OpsError {
 }
 
 /// An error as the console and other clients receive it: the stable code and the message.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ErrorBody {
     /// The stable code.

@@ -62,7 +62,7 @@ pub struct Ops {
 }
 
 /// What an action will touch, shown before it runs.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Preview {
     /// The action it previews.
@@ -80,7 +80,7 @@ pub struct Preview {
 }
 
 /// Which ledger a client has open, or why none is.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerInfo {
     /// The open ledger (a PostgreSQL URL without its password), if one is open.
@@ -90,7 +90,7 @@ pub struct LedgerInfo {
 }
 
 /// Progress of a long operation (export, verify, bulk purge), identified by the client's job id.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobProgress {
     /// The client's id of the job.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::{validate_actor, Ops, OpsError, OpsResult, Preview};
 
 /// What a purge acts on.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "target", rename_all = "lowercase")]
 pub enum PurgeTarget {
@@ -27,15 +27,17 @@ pub enum PurgeTarget {
 }
 
 /// A purge: what, by whom and why.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PurgeCmd {
     /// What it purges.
     #[serde(flatten)]
     pub target: PurgeTarget,
     /// Who acts, as the log records it.
+    #[cfg_attr(feature = "ts", schemars(length(max = 200), pattern(r"\S")))]
     pub operator: String,
     /// Why, as the log records it.
+    #[cfg_attr(feature = "ts", schemars(length(max = 4000), pattern(r"\S")))]
     pub reason: String,
     /// Needed when an entry is on a `destructive` route.
     #[serde(default)]
@@ -125,7 +127,7 @@ mod purge_wire {
 }
 
 /// How a purge ended.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PurgeReport {
     /// The entries purged.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::{check_range, page, Ops, OpsError, OpsResult, MAX_HOURS, MAX_INCIDENTS, MAX_PAGE};
 
 /// A page of entries; pass `next_before` back as `before` for the next one.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EntryPage {
     /// The entries, newest first.
@@ -20,7 +20,7 @@ pub struct EntryPage {
 }
 
 /// A page of events, newest first.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventPage {
     /// The events, newest first.
@@ -30,7 +30,7 @@ pub struct EventPage {
 }
 
 /// One entry with its whole timeline.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EntryView {
     /// The entry: its request, response, state and resolution.
@@ -45,7 +45,7 @@ pub struct EntryView {
 
 /// An MCP `tools/call` entry as people read it: `route · tool`, its arguments, and what came
 /// back — the tool's result (its text content joined), or a JSON-RPC error.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
     /// `route · tool`.
@@ -110,7 +110,7 @@ impl ToolCall {
 
 /// One field that differs between two requests: `field` is `method`, `path`, `header:NAME` or a
 /// JSON pointer into the body (`/amount`); values are canonical JSON (or text), absent when missing.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FieldDiff {
     /// What differs.

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::{validate_actor, Ops, OpsError, OpsResult, Preview, DEFAULT_RESOLUTION_TTL_MS};
 
 /// How an operator resolves an entry.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ResolveAs {
@@ -36,7 +36,7 @@ impl ResolveAs {
 }
 
 /// A resolve of one entry: as what, with which response, by whom and why.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResolveCmd {
@@ -50,8 +50,10 @@ pub struct ResolveCmd {
     /// A reference to the effect in the upstream system (e.g. the charge id found there).
     pub external_ref: Option<String>,
     /// Who acts, as the log records it.
+    #[cfg_attr(feature = "ts", schemars(length(max = 200), pattern(r"\S")))]
     pub operator: String,
     /// Why, as the log records it.
+    #[cfg_attr(feature = "ts", schemars(length(max = 4000), pattern(r"\S")))]
     pub reason: String,
     /// Needed when the entry is on a `destructive` route.
     #[serde(default)]
@@ -258,15 +260,17 @@ pub fn as_tool_call(r: Resolution) -> Resolution {
 }
 
 /// An operator's review of an incident (its first entry's id): looked at, and why.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReviewCmd {
     /// The incident: its first entry, which the others duplicate.
     pub entry_id: i64,
     /// Who reviewed it.
+    #[cfg_attr(feature = "ts", schemars(length(max = 200), pattern(r"\S")))]
     pub operator: String,
     /// What they found.
+    #[cfg_attr(feature = "ts", schemars(length(max = 4000), pattern(r"\S")))]
     pub reason: String,
 }
 

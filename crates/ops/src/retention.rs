@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::{Ops, OpsError, OpsResult, PURGE_CHUNK};
 
 /// What `idemgate archive` (and the console) asks for.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArchiveCmd {
@@ -29,7 +29,7 @@ pub struct ArchiveCmd {
 }
 
 /// A retention policy: how long what stays in the live ledger.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetentionPolicy {
     /// Completed, released and failed entries this long past their expiry are purged (ms).
@@ -83,7 +83,7 @@ fn span(ms: i64) -> String {
 }
 
 /// What one run of a retention policy did.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetentionReport {
     /// The policy, in words.
@@ -99,7 +99,7 @@ pub struct RetentionReport {
 }
 
 /// The retention policy's last run, as the log recorded it, and the archive so far.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetentionStatus {
     /// The policy of the last run, in words.
@@ -117,7 +117,7 @@ pub struct RetentionStatus {
 }
 
 /// What one run of the policy did, as its log event records it.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetentionRun {
     /// Entries purged.

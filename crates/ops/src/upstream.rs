@@ -19,15 +19,17 @@ use serde_json::json;
 use crate::{validate_actor, Ops, OpsError, OpsResult};
 
 /// Who asks for a replay or a reconcile, and why.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActionCmd {
     /// The entry.
     pub entry_id: i64,
     /// Who acts, as the log records it.
+    #[cfg_attr(feature = "ts", schemars(length(max = 200), pattern(r"\S")))]
     pub operator: String,
     /// Why, as the log records it.
+    #[cfg_attr(feature = "ts", schemars(length(max = 4000), pattern(r"\S")))]
     pub reason: String,
     /// Needed when the entry is on a `destructive` route.
     #[serde(default)]
@@ -35,7 +37,7 @@ pub struct ActionCmd {
 }
 
 /// How a replay ended.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReplayReport {
     /// The entry after the replay.
@@ -48,7 +50,7 @@ pub struct ReplayReport {
 }
 
 /// What a reconcile probe decided.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReconcileReport {
     /// The entry after the reconcile.

@@ -22,7 +22,7 @@ use serde_json::Value;
 use subtle::ConstantTimeEq;
 
 /// The operator a request was made by, as `GET /admin/v1/whoami` answers.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Identity {
     /// The name the log records for what they do.

@@ -19,7 +19,7 @@ use idemgate_proxy::problem::{Code, Problem};
 use idemgate_proxy::Engine;
 use serde::Serialize;
 
-mod audit;
+pub(crate) mod audit;
 mod call;
 
 use crate::access::{self, Access, Identity};
@@ -39,7 +39,7 @@ pub struct AdminState {
 
 /// `GET /admin/v1/server`: which process the admin API is, and where its proxy listens (a client
 /// of the admin listener, the console in a browser, has no other way to know).
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ServerInfo {
     /// idemgate's version.

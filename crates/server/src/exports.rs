@@ -36,7 +36,7 @@ const SPOOL_PREFIX: &str = "idemgate-exports-";
 /// The file in a spool that its process holds locked.
 const SPOOL_LOCK: &str = ".lock";
 
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ExportState {
@@ -46,7 +46,7 @@ pub enum ExportState {
 }
 
 /// An export job, as the admin API shows it.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExportJob {
     pub id: String,

@@ -7,6 +7,8 @@
 pub mod access;
 pub mod admin;
 pub mod exports;
+#[cfg(feature = "ts")]
+pub mod openapi;
 pub mod upkeep;
 
 use std::convert::Infallible;
@@ -360,7 +362,7 @@ async fn sweep_loop(engine: Arc<Engine>, mut stop: tokio::sync::watch::Receiver<
 }
 
 /// A server's state, as the console shows its embedded one.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProxyStatus {
     pub running: bool,

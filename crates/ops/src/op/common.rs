@@ -4,13 +4,13 @@ use idemgate_ledger::Millis;
 use serde::{Deserialize, Deserializer};
 
 /// No arguments.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NoArgs {}
 
 /// One entry, by its id.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EntryRef {
@@ -19,7 +19,7 @@ pub struct EntryRef {
 }
 
 /// A file or a directory of the host that runs the operation.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PathArg {
@@ -47,5 +47,19 @@ impl<'de> Deserialize<'de> for Time {
                 .map(Time)
                 .map_err(|e| serde::de::Error::custom(e.to_string())),
         }
+    }
+}
+
+#[cfg(feature = "ts")]
+impl schemars::JsonSchema for Time {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Time".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A time: RFC 3339, a date, a span back from now (`-2h`), or epoch milliseconds.",
+            "anyOf": [{ "type": "integer" }, { "type": "string" }]
+        })
     }
 }

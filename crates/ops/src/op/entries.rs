@@ -4,10 +4,10 @@ use serde::Deserialize;
 use crate::EntryPage;
 
 /// Which entries, and which page of them: every filter narrows.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(rename = "EntriesRequest"))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Request {
+pub struct EntriesRequest {
     /// Entries in this state.
     #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub state: Option<State>,
@@ -52,7 +52,7 @@ pub struct Request {
     pub limit: Option<usize>,
 }
 
-impl Request {
+impl EntriesRequest {
     /// The ledger's filter this request names.
     pub fn filter(&self) -> EntryFilter {
         EntryFilter {
@@ -83,7 +83,7 @@ operation! {
         kind: Ledger,
         http: GET "/admin/v1/entries",
     }
-    fn run(ops, req: Request, _) -> EntryPage {
+    fn run(ops, req: EntriesRequest, _) -> EntryPage {
         ops.entries(&req.filter(), req.before, req.limit.unwrap_or(100))
     }
 }

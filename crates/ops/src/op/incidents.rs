@@ -3,10 +3,10 @@ use serde::Deserialize;
 
 
 /// Which page of incidents.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(rename = "IncidentsRequest"))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Request {
+pub struct IncidentsRequest {
     /// Older than this incident (its first entry's id).
     #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub before: Option<i64>,
@@ -26,7 +26,7 @@ operation! {
         kind: Ledger,
         http: GET "/admin/v1/incidents",
     }
-    fn run(ops, req: Request, _) -> Vec<Incident> {
+    fn run(ops, req: IncidentsRequest, _) -> Vec<Incident> {
         ops.incidents(req.before, req.limit.unwrap_or(50))
     }
 }

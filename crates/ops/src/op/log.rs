@@ -1,14 +1,14 @@
-use idemgate_ledger::EventFilter;
+use idemgate_ledger::{EventFilter, EventKind};
 use serde::Deserialize;
 
 use crate::op::common::Time;
 use crate::EventPage;
 
 /// Which events, and which page of them: every filter narrows.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(rename = "LogRequest"))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Request {
+pub struct LogRequest {
     /// Of this entry.
     #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub entry_id: Option<i64>,
@@ -21,9 +21,9 @@ pub struct Request {
     /// Of this key.
     #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub key: Option<String>,
-    /// Of this kind (`claimed`, `resolved`, `loop_suspect`, …).
+    /// Of this kind.
     #[cfg_attr(feature = "ts", ts(optional = nullable))]
-    pub kind: Option<String>,
+    pub kind: Option<EventKind>,
     /// Logged under this operator.
     #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub operator: Option<String>,
@@ -55,13 +55,13 @@ operation! {
         kind: Ledger,
         http: GET "/admin/v1/events",
     }
-    fn run(ops, req: Request, _) -> EventPage {
+    fn run(ops, req: LogRequest, _) -> EventPage {
         let filter = EventFilter {
             entry_id: req.entry_id,
             route: req.route,
             scope: req.scope,
             key: req.key,
-            kind: req.kind,
+            kind: req.kind.map(|k| k.as_str().to_owned()),
             operator: req.operator,
             since: req.since.map(|t| t.0),
             until: req.until.map(|t| t.0),

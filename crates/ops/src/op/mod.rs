@@ -77,14 +77,14 @@ pub struct Spec {
 /// The largest JSON body an operation takes unless it says otherwise: 2 MiB.
 pub const DEFAULT_MAX_BODY: usize = 2 << 20;
 
-/// The types an operation's request and answer are: plain serde types, and TypeScript types
-/// for the console when the bindings are built.
+/// The types an operation's request and answer are: plain serde types, and TypeScript types and
+/// JSON Schemas when the contract is generated (the console's bindings, the OpenAPI document).
 #[cfg(feature = "ts")]
-pub trait Wire: ts_rs::TS + 'static {}
+pub trait Wire: ts_rs::TS + schemars::JsonSchema + 'static {}
 #[cfg(feature = "ts")]
-impl<T: ts_rs::TS + 'static> Wire for T {}
-/// The types an operation's request and answer are: plain serde types, and TypeScript types
-/// for the console when the bindings are built.
+impl<T: ts_rs::TS + schemars::JsonSchema + 'static> Wire for T {}
+/// The types an operation's request and answer are: plain serde types, and TypeScript types and
+/// JSON Schemas when the contract is generated (the console's bindings, the OpenAPI document).
 #[cfg(not(feature = "ts"))]
 pub trait Wire: 'static {}
 #[cfg(not(feature = "ts"))]
@@ -269,6 +269,19 @@ macro_rules! registry {
                 }
             )*
             None
+        }
+
+        /// Each operation with its request's schema (inline: its members are the operation's
+        /// parameters) and its answer's (a reference into `gen`'s definitions).
+        #[cfg(feature = "ts")]
+        pub fn schemas(gen: &mut schemars::SchemaGenerator) -> Vec<(Spec, schemars::Schema, schemars::Schema)> {
+            vec![$(
+                (
+                    <$module::Op as Declared>::SPEC,
+                    <<$module::Op as Declared>::Request as schemars::JsonSchema>::json_schema(gen),
+                    gen.subschema_for::<<$module::Op as Declared>::Answer>(),
+                )
+            ),*]
         }
 
         /// Each operation's request and answer as TypeScript type names, exporting their

@@ -3,10 +3,10 @@ use serde::Deserialize;
 use crate::{BulkKind, BulkTarget, Preview};
 
 /// A bulk action to preview.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(rename = "BulkPreviewRequest"))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Request {
+pub struct BulkPreviewRequest {
     /// What would run on each entry.
     pub action: BulkKind,
     /// Which entries.
@@ -24,7 +24,7 @@ operation! {
         kind: Ledger,
         http: POST "/admin/v1/bulk/preview",
     }
-    fn run(ops, req: Request, _) -> Preview {
+    fn run(ops, req: BulkPreviewRequest, _) -> Preview {
         ops.preview_bulk(req.action, &req.target)
     }
 }

@@ -2,10 +2,10 @@ use serde::Deserialize;
 
 
 /// How long an hourly series the counts come with.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(rename = "StatsRequest"))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Request {
+pub struct StatsRequest {
     /// The hourly series' length, in hours (0: none; at most 90 days). 24 when left out.
     #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub hours: Option<u32>,
@@ -22,7 +22,7 @@ operation! {
         kind: Ledger,
         http: GET "/admin/v1/stats",
     }
-    fn run(ops, req: Request, _) -> idemgate_ledger::Stats {
+    fn run(ops, req: StatsRequest, _) -> idemgate_ledger::Stats {
         ops.stats(req.hours.unwrap_or(24))
     }
 }

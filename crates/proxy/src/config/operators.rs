@@ -12,7 +12,7 @@ use super::raw::RawOperator;
 use super::{invalid, ConfigError};
 
 /// What an operator may do through the admin API. Each role can do what the one before it can.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {

@@ -12,9 +12,11 @@ use serde::Deserialize;
 use super::{bad_json, time_arg, AdminState, ExportId, Id, NoQuery};
 use crate::exports::Download;
 
+/// An export job to start: which events, in which format.
+#[cfg_attr(feature = "ts", derive(schemars::JsonSchema))]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct ExportBody {
+pub struct ExportBody {
     format: export::Format,
     /// As the CLI takes them ([`idemgate_ops::parse_time`]).
     since: Option<String>,

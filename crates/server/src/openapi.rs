@@ -1,0 +1,365 @@
+//! The admin API's OpenAPI document, generated: each operation's path item from its declaration
+//! ([`idemgate_ops::op`]: route, doc, role, request and answer types, their JSON Schemas), and
+//! the server's own routes (export jobs, who the token is, metrics, health) from theirs. The
+//! server serves the checked-in `openapi.json`; `tests/openapi_document.rs` fails when it differs
+//! from what this writes.
+
+use idemgate_ops::commands::{self, Role};
+use idemgate_ops::dispatch::{Kind, Spec};
+use idemgate_proxy::problem::Code;
+use schemars::generate::SchemaSettings;
+use schemars::{JsonSchema, SchemaGenerator};
+use serde_json::{json, Map, Value};
+
+const DESCRIPTION: &str = "The ops operations over HTTP. Every endpoint but /healthz and /readyz \
+needs Authorization: Bearer <token>: an operator's token ([[operators]] in the configuration; \
+`idemgate token new` makes one) or the shared admin token (IDEMGATE_ADMIN_TOKEN, the operator \
+`admin`). Each operation's x-idemgate-role is the least role it needs (viewer < operator < \
+admin); a lower one gets 403, and repeated bad tokens from one address get 429 for a while. An \
+action is logged under the token's operator. Errors are RFC 9457 problem+json with a stable code. \
+A member of a JSON body or a query parameter that an endpoint does not know is refused (400 \
+invalid-argument), never ignored.";
+
+const LINES: &str = "With Accept: application/x-ndjson the answer comes as the work goes, one \
+JSON document a line: a progress line each time it reports, then the result (what the \
+application/json answer holds). A failure before its first report is an ordinary problem+json \
+answer with its status; one after is the last line. A client that goes away stops the work at \
+its next report.";
+
+/// The whole document.
+pub fn document() -> Value {
+    let mut gen = SchemaSettings::openapi3().into_generator();
+    let mut paths = Map::new();
+    for (spec, request, answer) in idemgate_ops::op::schemas(&mut gen) {
+        let Some(http) = spec.http else { continue };
+        let (request, answer) = (openapi3(&mut gen, request), openapi3(&mut gen, answer));
+        let item = operation(&spec, http.path, http.method, request, answer);
+        put(&mut paths, http.path, http.method, item);
+    }
+    host_routes(&mut gen, &mut paths);
+    let mut schemas = gen.take_definitions(true);
+    schemas.insert("Problem".into(), problem_schema());
+    json!({
+        "openapi": "3.0.3",
+        "info": { "title": "idemgate admin API", "version": "1", "description": DESCRIPTION },
+        "servers": [{ "url": "http://127.0.0.1:8701" }],
+        "security": [{ "bearer": [] }],
+        "paths": paths,
+        "components": {
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+            "schemas": schemas,
+        },
+    })
+}
+
+/// A schema given inline, in OpenAPI 3.0's dialect (as the generator writes its definitions).
+fn openapi3(gen: &mut SchemaGenerator, mut schema: schemars::Schema) -> Value {
+    for t in gen.transforms_mut() {
+        t.transform(&mut schema);
+    }
+    schema.to_value()
+}
+
+/// A parameter is given or not: its schema without the `null` an optional member allows.
+fn not_null(mut schema: Value) -> Value {
+    if let Some(s) = schema.as_object_mut() {
+        s.remove("nullable");
+        s.remove("default");
+        if let Some(Value::Array(any)) = s.get("anyOf") {
+            let given: Vec<Value> = any
+                .iter()
+                .filter(|a| !(a["nullable"] == true && a["enum"] == json!([null])))
+                .cloned()
+                .collect();
+            if given.len() == 1 {
+                let mut only = given[0].clone();
+                if let (Some(o), Some(d)) = (only.as_object_mut(), s.get("description")) {
+                    o.insert("description".into(), d.clone());
+                }
+                return only;
+            }
+        }
+    }
+    schema
+}
+
+fn put(paths: &mut Map<String, Value>, path: &str, method: &str, item: Value) {
+    let entry = paths.entry(path).or_insert_with(|| json!({}));
+    entry[method.to_ascii_lowercase()] = item;
+}
+
+/// A doc comment's first paragraph (the summary) and the rest (the description).
+pub fn summary(doc: &str) -> (String, String) {
+    let lines: Vec<&str> = doc.lines().map(str::trim).collect();
+    let end = lines
+        .iter()
+        .position(|l| l.is_empty())
+        .unwrap_or(lines.len());
+    let rest: Vec<&str> = lines[end..]
+        .iter()
+        .copied()
+        .skip_while(|l| l.is_empty())
+        .collect();
+    (lines[..end].join(" "), rest.join("\n").trim().to_owned())
+}
+
+/// An operation's path item: its parameters from its request's members (the path's, then the
+/// query's for `GET`), or its request as the JSON body (less the path's).
+fn operation(spec: &Spec, path: &str, method: &str, request: Value, answer: Value) -> Value {
+    let params: Vec<&str> = path
+        .split('/')
+        .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+        .collect();
+    let members = request["properties"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let required: Vec<&str> = request["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut parameters: Vec<Value> = params
+        .iter()
+        .map(|p| parameter(p, "path", true, members.get(*p)))
+        .collect();
+    let mut item = Map::new();
+    let (first, rest) = summary(spec.doc);
+    item.insert("operationId".into(), json!(spec.name));
+    item.insert("summary".into(), json!(first));
+    let description = match (rest.is_empty(), spec.kind.is_job()) {
+        (true, false) => String::new(),
+        (false, false) => rest,
+        (true, true) => LINES.to_owned(),
+        (false, true) => format!("{rest}\n\n{LINES}"),
+    };
+    if !description.is_empty() {
+        item.insert("description".into(), json!(description));
+    }
+    if method == "GET" {
+        for (name, schema) in &members {
+            if !params.contains(&name.as_str()) {
+                parameters.push(parameter(
+                    name,
+                    "query",
+                    required.contains(&name.as_str()),
+                    Some(schema),
+                ));
+            }
+        }
+    } else {
+        let mut body = request.clone();
+        if let Some(props) = body.get_mut("properties").and_then(Value::as_object_mut) {
+            for p in &params {
+                props.remove(*p);
+            }
+        }
+        if let Some(req) = body.get_mut("required").and_then(Value::as_array_mut) {
+            req.retain(|r| !params.iter().any(|p| r == p));
+        }
+        if spec.acts {
+            // The token's operator stands in for a body that leaves it out.
+            if let Some(req) = body.get_mut("required").and_then(Value::as_array_mut) {
+                req.retain(|r| r != "operator");
+            }
+        }
+        item.insert(
+            "requestBody".into(),
+            json!({ "required": true, "content": { "application/json": { "schema": body } } }),
+        );
+    }
+    if !parameters.is_empty() {
+        item.insert("parameters".into(), json!(parameters));
+    }
+    let mut ok = json!({ "application/json": { "schema": answer } });
+    if spec.kind.is_job() {
+        ok["application/x-ndjson"] = json!({ "schema": lines_schema(&answer) });
+    }
+    let mut responses = json!({ "200": { "description": "OK", "content": ok } });
+    let post = method != "GET";
+    for status in errors(spec, !params.is_empty(), post) {
+        responses[status.to_string()] = problem(status, spec.role, spec.max_body);
+    }
+    item.insert("responses".into(), responses);
+    item.insert("x-idemgate-role".into(), json!(spec.role.as_str()));
+    Value::Object(item)
+}
+
+fn parameter(name: &str, place: &str, required: bool, schema: Option<&Value>) -> Value {
+    let mut schema = not_null(
+        schema
+            .cloned()
+            .unwrap_or_else(|| json!({ "type": "string" })),
+    );
+    let description = schema.as_object_mut().and_then(|s| s.remove("description"));
+    let mut p = json!({ "name": name, "in": place, "required": required, "schema": schema });
+    if let Some(d) = description {
+        p["description"] = d;
+    }
+    p
+}
+
+/// The error statuses an operation may answer: what every route may, what a named entry or a
+/// body may, and what an action may meet.
+fn errors(spec: &Spec, named: bool, body: bool) -> Vec<u16> {
+    let mut s = vec![400, 401, 403, 429, 503];
+    if named || body {
+        s.push(404);
+    }
+    if body && spec.role > Role::Viewer && !matches!(spec.kind, Kind::Ledger if !spec.acts) {
+        s.push(409);
+    }
+    if body {
+        s.extend([413, 415]);
+    }
+    s.sort_unstable();
+    s
+}
+
+fn problem(status: u16, role: Role, max_body: usize) -> Value {
+    let description = match status {
+        400 => "invalid argument".to_owned(),
+        401 => "missing or wrong bearer token".to_owned(),
+        403 => format!("the token's role is below {role} (x-idemgate-role)"),
+        404 => "not-found: no such entry".to_owned(),
+        409 => "the entry's state does not allow it (conflict), a destructive route needs \
+                confirm_destructive (confirmation-required), or the body names another operator \
+                (operator-mismatch)"
+            .to_owned(),
+        413 => format!("body-too-large: the body is over {} MiB", max_body >> 20),
+        415 => "unsupported-media-type: the body is not sent as Content-Type: application/json"
+            .to_owned(),
+        429 => "too many bad tokens from this address lately: wait Retry-After seconds".to_owned(),
+        503 => "ledger unavailable".to_owned(),
+        _ => "error".to_owned(),
+    };
+    json!({
+        "description": description,
+        "content": { "application/problem+json": { "schema": { "$ref": "#/components/schemas/Problem" } } },
+    })
+}
+
+fn lines_schema(answer: &Value) -> Value {
+    json!({
+        "description": "one of these a line",
+        "oneOf": [
+            { "type": "object", "properties": { "progress": { "type": "integer", "minimum": 0 } }, "required": ["progress"], "additionalProperties": false },
+            { "type": "object", "properties": { "result": answer }, "required": ["result"], "additionalProperties": false },
+            { "type": "object", "properties": { "problem": { "$ref": "#/components/schemas/Problem" } }, "required": ["problem"], "additionalProperties": false },
+        ],
+    })
+}
+
+fn problem_schema() -> Value {
+    let codes: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
+    json!({
+        "type": "object",
+        "properties": {
+            "type": { "type": "string" },
+            "title": { "type": "string" },
+            "status": { "type": "integer" },
+            "detail": { "type": "string" },
+            "code": {
+                "type": "string",
+                "description": "stable; also the last part of type (urn:idemgate:problem:CODE)",
+                "enum": codes,
+            },
+        },
+        "required": ["type", "title", "status", "code"],
+    })
+}
+
+/// The role the command table gives a host route.
+fn role_of(method: &str, path: &str) -> Role {
+    commands::for_route(method, path).map_or(Role::Admin, |c| c.role)
+}
+
+fn schema_of<T: JsonSchema>(gen: &mut SchemaGenerator) -> Value {
+    gen.subschema_for::<T>().to_value()
+}
+
+/// The server's own routes: export jobs, who it is, its metrics and its health.
+fn host_routes(gen: &mut SchemaGenerator, paths: &mut Map<String, Value>) {
+    let job = schema_of::<crate::exports::ExportJob>(gen);
+    let export_id = json!({ "name": "id", "in": "path", "required": true, "description": "the export's id, as POST /admin/v1/exports gave it", "schema": { "type": "string" } });
+    let host = |method: &str,
+                path: &str,
+                summary: &str,
+                ok: (u16, Value),
+                errors: &[u16],
+                extra: Value| {
+        let role = role_of(method, path);
+        let mut r = json!({ ok.0.to_string(): ok.1 });
+        for s in errors {
+            r[s.to_string()] = problem(*s, role, idemgate_ops::op::DEFAULT_MAX_BODY);
+        }
+        let mut item =
+            json!({ "summary": summary, "responses": r, "x-idemgate-role": role.as_str() });
+        if let (Some(i), Some(e)) = (item.as_object_mut(), extra.as_object()) {
+            i.extend(e.clone());
+        }
+        item
+    };
+    let json_ok = |schema: Value| json!({ "description": "OK", "content": { "application/json": { "schema": schema } } });
+    let file = |kinds: &[&str]| {
+        let content: Map<String, Value> = kinds
+            .iter()
+            .map(|k| ((*k).to_owned(), json!({ "schema": { "type": "string" } })))
+            .collect();
+        json!({ "description": "the export", "headers": { "Content-Disposition": { "schema": { "type": "string" } } }, "content": content })
+    };
+    let routes = [
+        ("GET", "/admin/v1/exports", host("GET", "/admin/v1/exports", "The exports of this process (running, or ended within the hour), newest first.", (200, json_ok(json!({ "type": "array", "items": job }))), &[400, 401, 403, 429], json!({}))),
+        ("POST", "/admin/v1/exports", host("POST", "/admin/v1/exports", "Start an export of the log (a time range of it) as a job. The file and its manifest are written on the server, in a private spool under server.export_dir; follow the job, then download them. The client never names a path on the server.", (202, json!({ "description": "Accepted: the job, running", "content": { "application/json": { "schema": job } }, "headers": { "Location": { "description": "the job's URL", "schema": { "type": "string" } } } })), &[400, 401, 403, 413, 415, 429, 500, 503], json!({ "requestBody": { "required": true, "content": { "application/json": { "schema": schema_of::<crate::admin::audit::ExportBody>(gen) } } } }))),
+        ("GET", "/admin/v1/exports/{id}", host("GET", "/admin/v1/exports/{id}", "An export job: its state, progress, and when done its manifest and where to download it.", (200, json_ok(job.clone())), &[400, 401, 403, 404, 429], json!({ "parameters": [export_id] }))),
+        ("DELETE", "/admin/v1/exports/{id}", host("DELETE", "/admin/v1/exports/{id}", "Cancel a running export, or delete an ended one's files.", (204, json!({ "description": "deleted" })), &[400, 401, 403, 404, 429], json!({ "parameters": [export_id] }))),
+        ("GET", "/admin/v1/exports/{id}/file", host("GET", "/admin/v1/exports/{id}/file", "Download a done export's file (Range requests too), named by Content-Disposition as its manifest's file.", (200, file(&["application/x-ndjson", "text/csv"])), &[400, 401, 403, 404, 409, 416, 429], json!({ "parameters": [export_id] }))),
+        ("GET", "/admin/v1/exports/{id}/manifest", host("GET", "/admin/v1/exports/{id}/manifest", "Download a done export's manifest (what idemgate verify --export reads beside the file).", (200, json!({ "description": "the manifest", "headers": { "Content-Disposition": { "schema": { "type": "string" } } }, "content": { "application/json": { "schema": schema_of::<idemgate_ledger::export::Manifest>(gen) } } })), &[400, 401, 403, 404, 409, 416, 429], json!({ "parameters": [export_id] }))),
+        ("GET", "/admin/v1/server", host("GET", "/admin/v1/server", "The server: its version, where its proxy and admin API listen, and its ledger.", (200, json_ok(schema_of::<crate::admin::ServerInfo>(gen))), &[401, 403, 429], json!({}))),
+        ("GET", "/admin/v1/whoami", host("GET", "/admin/v1/whoami", "The operator the token names, their role, and whether it is the shared admin token.", (200, json_ok(schema_of::<crate::access::Identity>(gen))), &[401, 403, 429], json!({}))),
+        ("GET", "/admin/v1/openapi.json", host("GET", "/admin/v1/openapi.json", "This document.", (200, json_ok(json!({ "type": "object" }))), &[400, 401, 403, 429], json!({}))),
+        ("GET", "/metrics", host("GET", "/metrics", "Prometheus metrics.", (200, json!({ "description": "Prometheus text", "content": { "text/plain": { "schema": { "type": "string" } } } })), &[401, 403, 429], json!({}))),
+    ];
+    for (method, path, mut item) in routes {
+        for status in ["206", "304"] {
+            if path.ends_with("/file") || path.ends_with("/manifest") {
+                item["responses"][status] = if status == "304" {
+                    json!({ "description": "not modified" })
+                } else {
+                    json!({ "description": "the requested range", "content": item["responses"]["200"]["content"].clone() })
+                };
+            }
+        }
+        put(paths, path, method, item);
+    }
+    let text_ok = |d: &str| json!({ "description": d, "content": { "text/plain": { "schema": { "type": "string" } } } });
+    let unavailable = |d: &str| json!({ "description": d, "content": { "application/problem+json": { "schema": { "$ref": "#/components/schemas/Problem" } } } });
+    put(
+        paths,
+        "/healthz",
+        "GET",
+        json!({ "summary": "Liveness: 503 only when this process can never write again (its ledger writer has stopped).", "security": [], "responses": { "200": text_ok("alive"), "503": unavailable("ledger-writer-stopped: restart the process") } }),
+    );
+    put(
+        paths,
+        "/readyz",
+        "GET",
+        json!({ "summary": "Readiness: 503 while the ledger cannot take writes (a commit failed in the last 5 s, or the writer has stopped).", "security": [], "responses": { "200": text_ok("ready"), "503": unavailable("ledger-unavailable (Retry-After) or ledger-writer-stopped") } }),
+    );
+}
+
+/// The document's endpoints as a Markdown table (docs/admin-api.md holds it): each route, the
+/// least role it needs, and its summary.
+pub fn endpoints(doc: &Value) -> String {
+    let mut s = String::from("| endpoint | role | what |\n|---|---|---|\n");
+    for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+        for (method, op) in item.as_object().into_iter().flatten() {
+            let role = op["x-idemgate-role"].as_str().unwrap_or("none");
+            let what = op["summary"].as_str().unwrap_or("").replace('|', "\\|");
+            s.push_str(&format!(
+                "| `{} {path}` | {role} | {what} |\n",
+                method.to_ascii_uppercase()
+            ));
+        }
+    }
+    s
+}

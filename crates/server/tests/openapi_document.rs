@@ -1,0 +1,100 @@
+//! The admin API's OpenAPI document is generated from the operations' declarations and the
+//! types (`idemgate_server::openapi`). This test fails when the checked-in `openapi.json`, which
+//! the server serves, differs from what they generate (drift), or when an operation is not
+//! documented well enough to be used from it;
+//! `UPDATE_BINDINGS=1 cargo test -p idemgate-server --features ts --test openapi_document`
+//! rewrites it.
+#![cfg(feature = "ts")]
+
+use std::path::Path;
+
+#[test]
+fn the_served_document_is_the_generated_one() {
+    let doc = idemgate_server::openapi::document();
+    let text = serde_json::to_string_pretty(&doc).expect("json") + "\n";
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/openapi.json");
+    if std::env::var("UPDATE_BINDINGS").is_ok() {
+        std::fs::write(&path, &text).expect("write openapi.json");
+    }
+    assert!(
+        std::fs::read_to_string(&path).expect("openapi.json") == text,
+        "crates/server/src/openapi.json is out of date: run UPDATE_BINDINGS=1 cargo test -p \
+         idemgate-server --features ts --test openapi_document"
+    );
+    // docs/admin-api.md's list of endpoints is the document's.
+    let md = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/admin-api.md");
+    let text = std::fs::read_to_string(&md).expect("admin-api.md");
+    let (open, close) = (
+        "<!-- endpoints: generated from the OpenAPI document -->\n",
+        "<!-- /endpoints -->",
+    );
+    let start = text.find(open).expect("the endpoints' opening marker") + open.len();
+    let end = text.find(close).expect("the endpoints' closing marker");
+    let table = idemgate_server::openapi::endpoints(&doc);
+    if std::env::var("UPDATE_BINDINGS").is_ok() {
+        let updated = format!("{}{table}{}", &text[..start], &text[end..]);
+        std::fs::write(&md, updated).expect("write admin-api.md");
+    } else {
+        assert!(
+            text[start..end] == table,
+            "docs/admin-api.md's endpoints are out of date (see above)"
+        );
+    }
+}
+
+#[test]
+fn every_operation_says_what_it_does_who_may_and_what_it_takes() {
+    let doc = idemgate_server::openapi::document();
+    let mut seen = 0;
+    for spec in idemgate_ops::dispatch::SPECS {
+        let (first, _) = idemgate_server::openapi::summary(spec.doc);
+        assert!(
+            first.len() > 10 && first.ends_with('.'),
+            "{}: its doc comment's first paragraph is its summary, a sentence: {first:?}",
+            spec.name
+        );
+        let Some(http) = spec.http else { continue };
+        let op = &doc["paths"][http.path][http.method.to_ascii_lowercase()];
+        assert_eq!(op["operationId"], spec.name, "{http:?}");
+        assert_eq!(op["x-idemgate-role"], spec.role.as_str(), "{}", spec.name);
+        assert!(
+            op["responses"]["200"]["content"]["application/json"]["schema"].is_object(),
+            "{}",
+            spec.name
+        );
+        // Every member of the request is a parameter or a member of the body, each described.
+        let params = op["parameters"].as_array().cloned().unwrap_or_default();
+        for p in &params {
+            assert!(
+                p["description"].is_string(),
+                "{}: parameter {} undescribed",
+                spec.name,
+                p["name"]
+            );
+        }
+        for name in http.params() {
+            assert!(
+                params
+                    .iter()
+                    .any(|p| p["name"] == name && p["in"] == "path"),
+                "{}: {name}",
+                spec.name
+            );
+        }
+        if http.method == "POST" {
+            assert!(
+                op["requestBody"]["content"]["application/json"]["schema"].is_object(),
+                "{}",
+                spec.name
+            );
+        }
+        seen += 1;
+    }
+    assert!(seen >= 15, "{seen} operations with a route");
+    // The codes are the one Code list.
+    let codes = doc["components"]["schemas"]["Problem"]["properties"]["code"]["enum"]
+        .as_array()
+        .expect("codes")
+        .len();
+    assert_eq!(codes, idemgate_proxy::problem::Code::ALL.len());
+}
