@@ -400,6 +400,19 @@ describe("console UI, keyboard and ledgers", () => {
     expect(saved).toEqual(["idemgate-export-ab12.csv", "idemgate-export-ab12.csv.manifest.json"]);
   });
 
+  it("shows the log's head to note beside the export, and says when the log is empty", async () => {
+    let head: { seq: number; hash: string } | null = { seq: 5821, hash: "ab12cd" };
+    const { app } = setup({ ...base, head: () => head });
+    await app.start();
+    await app.go("export");
+    for (let i = 0; i < 20 && !q("log-head").textContent; i++) await tick();
+    expect(q("log-head").textContent).toBe("The log's head now: #5821 ab12cd");
+    head = null;
+    await app.go("export");
+    for (let i = 0; i < 20 && !q("log-head").textContent; i++) await tick();
+    expect(q("log-head").textContent).toBe("The log is empty.");
+  });
+
   it("exports on the desktop without replacing a file unless Replace is ticked", async () => {
     const manifest = { manifest_version: 1, format: "ndjson", alg: "sha256", file: "a.ndjson", sha256: "00", bytes: 3, count: 2, first_seq: 1, last_seq: 2, first_prev_hash: null, chain_head: null, ledger_head: null, since: null, until: null, created_at: "t", ledger: "l" };
     const { app, calls } = setup({ ...base, export: (a) => { if (!(a as { overwrite: boolean }).overwrite) throw { code: "conflict", message: "/audit/a.ndjson already exists" }; return manifest; } });

@@ -795,6 +795,9 @@ export class App {
     // In a browser the export is made on the server and downloaded: no path here, and no file
     // here to verify (`idemgate verify --export FILE` does, beside its saved manifest).
     const local = this.t.kind === "tauri";
+    // The head to note now and check later: the log must still hold it, and only have grown.
+    const head = h("p", { class: "hint", testid: "log-head" });
+    void this.t.ops.head({}).then((at) => { head.textContent = at ? `The log's head now: #${at.seq} ${at.hash}` : "The log is empty."; }, (e) => this.error(e));
     this.main.append(
       h("h1", null, "Export"),
       h("p", { class: "hint" }, local
@@ -805,7 +808,7 @@ export class App {
       h("div", { class: "panel" }, h("div", { class: "filters" }, ...(local ? [vpath,
         h("button", { testid: "action-verify", on: { click: () => void job("verify", vout, (id) => this.t.ops.verify_export({ path: vpath.value.trim() }, id)) } }, "Verify file")] : [h("label", null, "manifest ", against)]),
         h("button", { testid: "action-verify-against", attrs: { title: "Does this ledger still hold the heads the export's manifest recorded? (a cut-off tail of the log shows here)", ...this.gate("verify_against") }, on: { click: () => void job("verify-against", vout, (id) => local ? this.t.ops.verify_against({ path: manifestOf(vpath.value.trim()) }, id) : readManifest(against).then((m) => this.t.ops.verify_against_manifest(m, id))) } }, "Check against the ledger"),
-        h("button", { testid: "action-verify-ledger", attrs: this.gate("verify_ledger"), on: { click: () => void job("verify-ledger", vout, (id) => this.t.ops.verify_ledger({}, id)) } }, "Verify the ledger")), vout),
+        h("button", { testid: "action-verify-ledger", attrs: this.gate("verify_ledger"), on: { click: () => void job("verify-ledger", vout, (id) => this.t.ops.verify_ledger({}, id)) } }, "Verify the ledger")), head, vout),
       ...(local ? [archivePanel(this.t, this.archiveDir ?? this.prefs.getItem("archiveDir") ?? "", job, (d) => { this.archiveDir = d; this.prefs.setItem("archiveDir", d); })] : []),
     );
   }

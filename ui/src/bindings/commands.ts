@@ -19,6 +19,7 @@ export const COMMANDS = {
   export: { role: "admin", http: [], desktop: true },
   export_entries: { role: "admin", http: [], desktop: true },
   verify_ledger: { role: "admin", http: [["GET", "/admin/v1/verify"]], desktop: true },
+  head: { role: "viewer", http: [["GET", "/admin/v1/head"]], desktop: true },
   verify_against: { role: "admin", http: [], desktop: true },
   verify_against_manifest: { role: "admin", http: [["POST", "/admin/v1/verify/against"]], desktop: true },
   verify_export: { role: "admin", http: [], desktop: true },

@@ -5,6 +5,7 @@ import type { ArchiveVerifyReport } from "./ArchiveVerifyReport";
 import type { BulkCmd } from "./BulkCmd";
 import type { BulkPreviewRequest } from "./BulkPreviewRequest";
 import type { BulkReport } from "./BulkReport";
+import type { ChainHead } from "./ChainHead";
 import type { EntriesManifest } from "./EntriesManifest";
 import type { EntriesRequest } from "./EntriesRequest";
 import type { EntryPage } from "./EntryPage";
@@ -54,6 +55,7 @@ export const OPS = {
   export: { role: "admin", kind: "job", http: null, acts: false },
   export_entries: { role: "admin", kind: "job", http: null, acts: false },
   verify_ledger: { role: "admin", kind: "job", http: { method: "GET", path: "/admin/v1/verify" }, acts: false },
+  head: { role: "viewer", kind: "ledger", http: { method: "GET", path: "/admin/v1/head" }, acts: false },
   verify_against: { role: "admin", kind: "job", http: null, acts: false },
   verify_against_manifest: { role: "admin", kind: "job", http: { method: "POST", path: "/admin/v1/verify/against" }, acts: false },
   verify_export: { role: "admin", kind: "job", http: null, acts: false },
@@ -196,6 +198,14 @@ export interface Ops {
    */
   verify_ledger(req: NoArgs, job: string): Promise<VerifyReport | null>;
   /**
+   * The log's head: its last event's sequence number and chain hash.
+   *
+   * What an auditor notes to check later that the log still holds it and has only grown
+   * from it (`verify --against` a manifest that recorded it). `null` while the log is
+   * empty.
+   */
+  head(req: NoArgs): Promise<ChainHead | null>;
+  /**
    * Verifies the chain, and that the ledger still holds the heads an export's manifest (a
    * file of this host) recorded.
    *
@@ -251,6 +261,7 @@ export function opsClient(call: Call): Ops {
     export: (req: ExportCmd, job: string) => call("export", req, job) as Promise<Manifest | null | null>,
     export_entries: (req: ExportCmd, job: string) => call("export_entries", req, job) as Promise<EntriesManifest | null | null>,
     verify_ledger: (req: NoArgs, job: string) => call("verify_ledger", req, job) as Promise<VerifyReport | null>,
+    head: (req: NoArgs) => call("head", req, null) as Promise<ChainHead | null>,
     verify_against: (req: PathArg, job: string) => call("verify_against", req, job) as Promise<AgainstReport | null>,
     verify_against_manifest: (req: Manifest, job: string) => call("verify_against_manifest", req, job) as Promise<AgainstReport | null>,
     verify_export: (req: PathArg, job: string) => call("verify_export", req, job) as Promise<ExportVerifyReport | null>,

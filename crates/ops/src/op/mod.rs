@@ -321,6 +321,7 @@ registry![
     export,
     export_entries,
     verify_ledger,
+    head,
     verify_against,
     verify_against_manifest,
     verify_export,
