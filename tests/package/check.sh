@@ -3,7 +3,8 @@
 # server's: its contents (binary, unit, conffile, manual page, completions, console), an install
 # that makes the service's user and an admin token only it reads, the unit as systemd-analyze
 # verifies it, the installed binary serving the installed configuration (one route added) in
-# front of a counting tool, where a retried charge runs once; then a purge that keeps the ledger.
+# front of a counting tool, where a retried charge runs once, with the README's audit-trail recipe
+# (a signing key its group reads, a retention policy) applied; then a purge that keeps the ledger.
 # The console's: its binary, a valid desktop entry and its icons.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,7 +17,7 @@ cleanup() {
   [ -n "$serve" ] && kill "$serve" 2>/dev/null || true
   [ -n "$tool" ] && kill "$tool" 2>/dev/null || true
   dpkg --purge idemgate >/dev/null 2>&1 || true
-  rm -rf /var/lib/idemgate "$work"
+  rm -rf /var/lib/idemgate /etc/idemgate/checkpoint.key /etc/idemgate/checkpoint.pub "$work"
   for u in idemgate-op idemgate-other; do userdel "$u" >/dev/null 2>&1 || true; done
   getent passwd idemgate >/dev/null && deluser --system --quiet idemgate >/dev/null 2>&1 || true
   getent group idemgate >/dev/null && delgroup --system --quiet idemgate >/dev/null 2>&1 || true
@@ -46,6 +47,22 @@ systemd-analyze verify "${unit#.}" || fail "systemd-analyze verify ${unit#.}"
 runuser -u idemgate -- /usr/bin/idemgate serve --config /etc/idemgate/idemgate.toml --check \
   >"$work/check.out" || fail "the installed configuration does not pass serve --check"
 grep -q "admin API on 127.0.0.1:8701" "$work/check.out" || fail "$(cat "$work/check.out")"
+
+# The README's audit-trail recipe, run as written: a signing key the service's group reads, the
+# archive directory, the retention policy. No systemd here: its restart is the serve below.
+recipe() {
+  awk -v n="$1" '/^### An audit trail that lasts/ { on = 1 }
+    on && /^```sh$/ { if (++c == n) { p = 1; next } }
+    p && /^```$/ { exit }
+    p' README.md
+}
+[ -n "$(recipe 1)" ] || fail "no audit-trail recipe in README.md"
+(systemctl() { echo "systemctl $*"; }; set -e; eval "$(recipe 1)") >"$work/recipe.log" 2>&1 \
+  || { cat "$work/recipe.log" >&2; fail "the README's audit-trail recipe"; }
+[ "$(stat -c '%a %U %G' /etc/idemgate/checkpoint.key)" = "640 root idemgate" ] \
+  || fail "the signing key is $(stat -c '%a %U %G' /etc/idemgate/checkpoint.key), not 640 root idemgate"
+grep -q '^signing_key_file = "/etc/idemgate/checkpoint.key"' /etc/idemgate/idemgate.toml \
+  || fail "the recipe did not set signing_key_file"
 
 # The installed configuration, as the service's user reads it, with a route to a counting tool.
 python3 examples/fake-tool.py 9042 >"$work/tool.log" 2>&1 & tool=$!
@@ -77,6 +94,14 @@ grep -qi '^idempotent-replayed: true' "$work/headers" || fail "the retry was not
 token=$(cat /etc/idemgate/admin-token)
 curl -sf -H "Authorization: Bearer $token" localhost:8701/admin/v1/whoami | grep -q '"name":"admin"' \
   || fail "the admin token from the install does not open the admin API"
+# The service, as its user, runs the recipe's retention policy (at once, then at its interval).
+for _ in $(seq 100); do
+  curl -sf -H "Authorization: Bearer $token" "localhost:8701/admin/v1/events?kind=retention&limit=1" \
+    | grep -q '"kind":"retention"' && break
+  sleep 0.1
+done
+curl -sf -H "Authorization: Bearer $token" "localhost:8701/admin/v1/events?kind=retention&limit=1" \
+  | grep -q '"kind":"retention"' || { cat "$work/serve.log" >&2; fail "the service ran no retention policy"; }
 # An operator in the group idemgate reads and acts on the service's ledger; anyone else does not.
 useradd --no-create-home --groups idemgate idemgate-op && useradd --no-create-home idemgate-other
 runuser -u idemgate-op -- /usr/bin/idemgate entries --ledger /var/lib/idemgate/ledger.db --json \
@@ -87,6 +112,9 @@ runuser -u idemgate-other -- /usr/bin/idemgate entries --ledger /var/lib/idemgat
   >/dev/null 2>&1 && fail "a user outside the group idemgate read the ledger"
 kill "$serve" && wait "$serve" 2>/dev/null || true
 serve=
+# The auditor's half of the recipe: the whole history, with the public key.
+(set -e; eval "$(recipe 2)") >"$work/verify.log" 2>&1 \
+  || { cat "$work/verify.log" >&2; fail "the README's verify of the whole history"; }
 
 dpkg --purge idemgate >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log" >&2; fail "dpkg --purge"; }
 [ ! -e /usr/bin/idemgate ] && [ ! -e /etc/idemgate/admin-token ] || fail "the purge left the binary or the token"

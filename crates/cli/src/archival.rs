@@ -3,7 +3,7 @@
 //! the archive's part of `verify`.
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -26,6 +26,10 @@ pub(crate) struct KeygenArgs {
     /// The key's name, which is the origin of every checkpoint it signs (default HOST/idemgate).
     #[arg(long)]
     name: Option<String>,
+    /// Let this group read the signing key too (0640): the group of the user the server runs as
+    /// (`idemgate` for the package's service), so that it can sign without owning the key.
+    #[arg(long, value_name = "GROUP")]
+    group: Option<String>,
 }
 
 /// A signing key's file, for the commands that sign what they write.
@@ -70,6 +74,7 @@ pub(crate) fn keygen(out: &mut output::Out, a: KeygenArgs) -> Result<ExitCode, O
         PathBuf::from(s)
     };
     let (key, pubf) = (with(".key"), with(".pub"));
+    let gid = a.group.as_deref().map(group_id).transpose()?;
     for p in [&key, &pubf] {
         if p.symlink_metadata().is_ok() {
             return Err(OpsError::Conflict(format!(
@@ -79,7 +84,8 @@ pub(crate) fn keygen(out: &mut output::Out, a: KeygenArgs) -> Result<ExitCode, O
         }
     }
     write_new(&key, &private, 0o600)?;
-    if let Err(e) = write_new(&pubf, &public, 0o644) {
+    let written = share_with_group(&key, gid).and_then(|()| write_new(&pubf, &public, 0o644));
+    if let Err(e) = written {
         let _ = std::fs::remove_file(&key);
         return Err(e);
     }
@@ -96,6 +102,30 @@ pub(crate) fn keygen(out: &mut output::Out, a: KeygenArgs) -> Result<ExitCode, O
     )?;
     writeln!(out, "{public}")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The id of the group `name`, from the group database.
+fn group_id(name: &str) -> Result<u32, OpsError> {
+    let groups = std::fs::read_to_string("/etc/group")
+        .map_err(|e| OpsError::invalid("group", &format!("/etc/group: {e}")))?;
+    groups
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            Some((f.next()?, f.nth(1)?))
+        })
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, gid)| gid.parse().ok())
+        .ok_or_else(|| OpsError::invalid("group", &format!("{name:?}: no such group")))
+}
+
+/// Gives the key at `path` to group `gid` and lets the group read it; the file was made 0600, so
+/// nobody else could read it in between.
+fn share_with_group(path: &Path, gid: Option<u32>) -> Result<(), OpsError> {
+    let Some(gid) = gid else { return Ok(()) };
+    let fail = |e: std::io::Error| OpsError::invalid("group", &format!("{}: {e}", path.display()));
+    std::os::unix::fs::chown(path, None, Some(gid)).map_err(fail)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o640)).map_err(fail)
 }
 
 /// Creates `path` with `text` and a newline, with `mode`, failing if it exists.

@@ -36,6 +36,8 @@ const ED25519: u8 = 0x01;
 pub enum CheckpointError {
     #[error("not a signing key: {0}")]
     BadSigningKey(String),
+    #[error("cannot read the signing key {0}")]
+    UnreadableSigningKey(String),
     #[error("not a public key: {0}")]
     BadPublicKey(String),
     #[error("not a signed checkpoint: {0}")]
@@ -123,8 +125,15 @@ impl Signer {
 
     /// Reads a signer key from a file.
     pub fn from_file(path: &std::path::Path) -> Result<Signer, CheckpointError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| CheckpointError::BadSigningKey(format!("{}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                " (the server reads it as its own user: `idemgate keygen --group GROUP` \
+                     writes a key that user's group may read)"
+            } else {
+                ""
+            };
+            CheckpointError::UnreadableSigningKey(format!("{}: {e}{hint}", path.display()))
+        })?;
         Signer::parse(&text)
     }
 

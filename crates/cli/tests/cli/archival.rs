@@ -50,6 +50,54 @@ fn keygen_writes_a_key_only_its_owner_reads_and_never_replaces_one() {
 }
 
 #[test]
+fn keygen_lets_the_servers_group_read_the_key_and_a_server_that_cannot_says_why() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A group this user may give a file to: its own primary group, by name.
+    let gid = std::fs::metadata(dir.path()).expect("stat").gid();
+    let groups = std::fs::read_to_string("/etc/group").expect("/etc/group");
+    let group = groups
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() > 2 && f[2] == gid.to_string())
+        .map(|f| f[0].to_owned())
+        .expect("the primary group's name");
+    let p = dir.path().join("shared");
+    ok(&["keygen", "--out", s(&p), "--group", &group]);
+    let key = dir.path().join("shared.key");
+    assert_eq!(mode(&key), 0o640);
+    assert_eq!(std::fs::metadata(&key).expect("stat").gid(), gid);
+    // A group that does not exist is refused before anything is written.
+    let out = idemgate(&[
+        "keygen",
+        "--out",
+        s(&dir.path().join("y")),
+        "--group",
+        "no-such-group-x",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such group"));
+    assert!(!dir.path().join("y.key").exists() && !dir.path().join("y.pub").exists());
+    // A key the server cannot read is named as unreadable, not as a bad key.
+    let missing = dir.path().join("gone.key");
+    let cfg = dir.path().join("idemgate.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nledger = \"{}\"\nsigning_key_file = \"{}\"\n",
+            dir.path().join("l.db").display(),
+            missing.display()
+        ),
+    )
+    .expect("config");
+    let out = idemgate(&["serve", "--config", s(&cfg), "--check"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("cannot read the signing key"), "{err}");
+    assert!(!err.contains("not a signing key"), "{err}");
+}
+
+#[test]
 fn a_signed_export_verifies_with_the_public_key_alone_and_not_otherwise() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = demo(dir.path(), 400);
