@@ -1,69 +1,15 @@
-//! Human and `--json` rendering. JSON field names are stable (docs/design.md, "CLI"); times are RFC 3339.
+//! What the reads print: entries, one entry, the log, incidents.
 
 use std::io::Write;
-use std::path::Path;
 
-use idemgate_ledger::export::{ExportVerifyReport, Manifest};
-use idemgate_ledger::{rfc3339, EntryFilter, EntrySummary, Event, EventFilter, VerifyReport};
-use idemgate_ops::{
-    AgainstReport, BulkReport, DemoReport, EntryView, Ops, OpsError, Preview, PurgeReport,
-};
+use idemgate_ledger::{rfc3339, EntryFilter, EntrySummary, Event, EventFilter};
+use idemgate_ops::{EntryView, Ops};
 use serde_json::{json, Value};
 
-/// Standard output, which its reader may close before the end (`idemgate log | head`). What
-/// nobody reads any more is dropped, and the command ends as it would have, with its own exit
-/// code: not `error[io]: Broken pipe` and exit 1, which also hid a verification's 3.
-pub struct Out {
-    inner: std::io::StdoutLock<'static>,
-    closed: bool,
-}
-
-impl Out {
-    pub fn stdout() -> Out {
-        Out {
-            inner: std::io::stdout().lock(),
-            closed: false,
-        }
-    }
-
-    fn closed_on_broken_pipe<T>(
-        &mut self,
-        r: std::io::Result<T>,
-        dropped: T,
-    ) -> std::io::Result<T> {
-        match r {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                self.closed = true;
-                Ok(dropped)
-            }
-            r => r,
-        }
-    }
-}
-
-impl Write for Out {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.closed {
-            return Ok(buf.len());
-        }
-        let r = self.inner.write(buf);
-        self.closed_on_broken_pipe(r, buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        if self.closed {
-            return Ok(());
-        }
-        let r = self.inner.flush();
-        self.closed_on_broken_pipe(r, ())
-    }
-}
-
-type R = Result<(), OpsError>;
-
-fn opt_time(t: Option<i64>) -> Value {
-    t.map_or(Value::Null, |t| Value::String(rfc3339(t)))
-}
+use super::{
+    body_text, counted, opt_time, pretty, route_label, short, state_label, subjects_json,
+    subjects_text, Out, R,
+};
 
 /// The stable JSON shape of an entry.
 pub fn entry_json(e: &EntrySummary) -> Value {
@@ -90,22 +36,6 @@ pub fn entry_json(e: &EntrySummary) -> Value {
         "tool": e.tool,
         "subjects": subjects_json(&e.subjects),
     })
-}
-
-fn subjects_json(s: &[(String, String)]) -> Value {
-    Value::Object(
-        s.iter()
-            .map(|(n, v)| (n.clone(), Value::String(v.clone())))
-            .collect(),
-    )
-}
-
-/// Subjects as people read them: `customer=cus_123 amount=49.99`.
-fn subjects_text(s: &[(String, String)]) -> String {
-    s.iter()
-        .map(|(n, v)| format!("{n}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// Incidents: each its subjects, route and scope, its entries, and its review.
@@ -169,15 +99,7 @@ pub fn incidents(out: &mut Out, list: &[idemgate_ledger::Incident], json: bool) 
     Ok(())
 }
 
-/// An entry's route as people read it: `route · tool` for an MCP call.
-fn route_label(e: &EntrySummary) -> String {
-    match &e.tool {
-        Some(t) => format!("{} · {t}", e.route),
-        None => e.route.clone(),
-    }
-}
-
-fn event_json(e: &Event) -> Value {
+pub(super) fn event_json(e: &Event) -> Value {
     json!({
         "seq": e.seq,
         "at": rfc3339(e.at),
@@ -193,30 +115,6 @@ fn event_json(e: &Event) -> Value {
         "prev_hash": e.prev_hash,
         "hash": e.hash,
     })
-}
-
-pub(crate) fn pretty(out: &mut Out, v: &impl serde::Serialize) -> R {
-    serde_json::to_writer_pretty(&mut *out, v).map_err(std::io::Error::other)?;
-    writeln!(out)?;
-    Ok(())
-}
-
-fn short(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_owned()
-    } else {
-        let mut t: String = s.chars().take(n.saturating_sub(1)).collect();
-        t.push('…');
-        t
-    }
-}
-
-fn state_label(e: &EntrySummary) -> String {
-    let mut s = e.state.to_string();
-    if e.stuck {
-        s.push_str(" (stuck)");
-    }
-    s
 }
 
 pub fn entries(
@@ -282,18 +180,8 @@ pub fn entries(
     Ok(())
 }
 
-fn body_text(b: &[u8]) -> String {
-    match std::str::from_utf8(b) {
-        Ok(s) => match serde_json::from_str::<Value>(s) {
-            Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_else(|_| s.to_owned()),
-            Err(_) => s.to_owned(),
-        },
-        Err(_) => format!("<{} bytes, not UTF-8>", b.len()),
-    }
-}
-
 /// An MCP entry's call: its tool, arguments and what came back.
-fn tool_call(out: &mut Out, c: &idemgate_ops::ToolCall) -> R {
+pub(super) fn tool_call(out: &mut Out, c: &idemgate_ops::ToolCall) -> R {
     writeln!(out, "\ncall  {}", c.label)?;
     let args = serde_json::to_string_pretty(&c.arguments).unwrap_or_default();
     writeln!(out, "  arguments {args}")?;
@@ -308,7 +196,7 @@ fn tool_call(out: &mut Out, c: &idemgate_ops::ToolCall) -> R {
 }
 
 /// An entry as `show --json` gives it.
-fn show_json(out: &mut Out, v: &EntryView) -> R {
+pub(super) fn show_json(out: &mut Out, v: &EntryView) -> R {
     let mut entry = entry_json(&v.entry.summary);
     let d = &v.entry;
     if let Some(obj) = entry.as_object_mut() {
@@ -420,7 +308,7 @@ pub fn show(out: &mut Out, v: &EntryView, json: bool) -> R {
     Ok(())
 }
 
-fn event_line(out: &mut Out, ev: &Event) -> R {
+pub(super) fn event_line(out: &mut Out, ev: &Event) -> R {
     let who = match (&ev.operator, &ev.reason) {
         (Some(o), Some(r)) => format!("  by {o}: {r}"),
         _ => String::new(),
@@ -473,261 +361,4 @@ pub fn log(out: &mut Out, ops: &Ops, filter: &EventFilter, limit: usize, json: b
         eprintln!("(the newest {shown} events; older ones with a larger --limit, or --until)");
     }
     Ok(())
-}
-
-pub fn resolved(out: &mut Out, e: &EntrySummary, json: bool) -> R {
-    if json {
-        return pretty(out, &entry_json(e));
-    }
-    writeln!(
-        out,
-        "entry {} ({} {}) is now {}",
-        e.id, e.route, e.key, e.state
-    )?;
-    Ok(())
-}
-
-pub fn preview(out: &mut Out, p: &Preview, json: bool) -> R {
-    if json {
-        return pretty(out, p);
-    }
-    writeln!(
-        out,
-        "{} would touch {}{}",
-        p.action,
-        counted(p.count as u64, "entry", "entries"),
-        if p.destructive {
-            " (destructive route: needs --confirm-destructive)"
-        } else {
-            ""
-        }
-    )?;
-    for (id, key) in p.ids.iter().zip(&p.keys) {
-        writeln!(out, "  {id}  {key}")?;
-    }
-    for (id, why) in &p.skipped {
-        writeln!(out, "  skipped {id}: {why}")?;
-    }
-    Ok(())
-}
-
-pub fn bulk(out: &mut Out, r: &BulkReport, json: bool) -> R {
-    if json {
-        return pretty(out, r);
-    }
-    writeln!(
-        out,
-        "{}: {} of {} done{}{}",
-        r.action.as_str(),
-        r.succeeded,
-        counted(r.total as u64, "entry", "entries"),
-        if r.failed > 0 {
-            format!(", {} failed", r.failed)
-        } else {
-            String::new()
-        },
-        if r.cancelled { " (stopped)" } else { "" }
-    )?;
-    for f in &r.failures {
-        writeln!(
-            out,
-            "  {}  {}  error[{}]: {}",
-            f.id, f.key, f.code, f.message
-        )?;
-    }
-    Ok(())
-}
-
-pub fn purged(out: &mut Out, r: &PurgeReport, json: bool) -> R {
-    if json {
-        return pretty(out, r);
-    }
-    writeln!(
-        out,
-        "purged {}{}",
-        counted(r.purged.len() as u64, "entry", "entries"),
-        if r.purged.is_empty() { "" } else { ":" }
-    )?;
-    for id in &r.purged {
-        writeln!(out, "  {id}")?;
-    }
-    Ok(())
-}
-
-pub fn exported(out: &mut Out, path: &Path, m: &Manifest, json: bool) -> R {
-    if json {
-        return pretty(out, m);
-    }
-    writeln!(
-        out,
-        "exported {} events (seq {}..{}) to {}",
-        m.count,
-        m.first_seq.unwrap_or(0),
-        m.last_seq.unwrap_or(0),
-        path.display()
-    )?;
-    file_lines(out, path, &m.sha256)?;
-    if let Some(h) = &m.chain_head {
-        writeln!(out, "head     seq {} {}", h.seq, h.hash)?;
-    }
-    Ok(())
-}
-
-/// Where an export's manifest went, and the file's digest.
-fn file_lines(out: &mut Out, path: &Path, sha256: &str) -> R {
-    writeln!(
-        out,
-        "manifest {}",
-        idemgate_ledger::export::manifest_path(path).display()
-    )?;
-    writeln!(out, "sha256   {sha256}")?;
-    Ok(())
-}
-
-pub fn exported_entries(
-    out: &mut Out,
-    path: &Path,
-    m: &idemgate_ledger::entries_export::EntriesManifest,
-    json: bool,
-) -> R {
-    if json {
-        return pretty(out, m);
-    }
-    writeln!(
-        out,
-        "exported {} to {}",
-        counted(m.count, "entry", "entries"),
-        path.display()
-    )?;
-    file_lines(out, path, &m.sha256)?;
-    if let Some(h) = &m.ledger_head {
-        writeln!(out, "log head seq {} {}", h.seq, h.hash)?;
-    }
-    Ok(())
-}
-
-fn chain_lines(out: &mut Out, r: &VerifyReport) -> R {
-    if r.ok {
-        writeln!(
-            out,
-            "chain OK: {} events ({}), head seq {}",
-            r.count,
-            r.alg,
-            r.head.as_ref().map_or(0, |h| h.seq)
-        )?;
-    } else if r.cancelled {
-        writeln!(
-            out,
-            "chain not verified: stopped after {} events, none of them bad",
-            r.count
-        )?;
-    } else if let Some(seq) = r.first_bad_seq {
-        writeln!(
-            out,
-            "chain BROKEN at seq {seq}: {} ({} events verified before it)",
-            r.problem.as_deref().unwrap_or(""),
-            r.count
-        )?;
-    } else {
-        writeln!(
-            out,
-            "chain not verified: {}",
-            r.problem.as_deref().unwrap_or("")
-        )?;
-    }
-    Ok(())
-}
-
-pub fn copied(out: &mut Out, r: &idemgate_ledger::copy::CopyReport, json: bool) -> R {
-    if json {
-        return pretty(out, r);
-    }
-    writeln!(
-        out,
-        "copied {}, {}, {}",
-        counted(r.entries, "entry", "entries"),
-        counted(r.collisions, "collision", "collisions"),
-        counted(r.events, "event", "events")
-    )?;
-    match &r.head {
-        Some(h) => writeln!(out, "chain head seq {} {}", h.seq, h.hash)?,
-        None => writeln!(out, "the log is empty")?,
-    }
-    Ok(())
-}
-
-pub fn verified(out: &mut Out, r: &VerifyReport, json: bool) -> R {
-    if json {
-        return pretty(out, r);
-    }
-    chain_lines(out, r)?;
-    if let Some(h) = &r.started_after {
-        writeln!(
-            out,
-            "from the archive checkpoint at seq {} {}: the events before it are in archive \
-             segments (verify --archive DIR checks the whole history)",
-            h.seq, h.hash
-        )?;
-    }
-    Ok(())
-}
-
-/// The last line of a verify with more than the chain to check.
-pub(crate) fn verdict(ok: bool, stopped: bool) -> &'static str {
-    match (ok, stopped) {
-        (true, _) => "OK",
-        (false, true) => "STOPPED",
-        (false, false) => "FAILED",
-    }
-}
-
-pub fn verified_against(out: &mut Out, r: &AgainstReport, json: bool) -> R {
-    if json {
-        return pretty(out, r);
-    }
-    chain_lines(out, &r.chain)?;
-    for (h, held) in &r.heads {
-        writeln!(
-            out,
-            "manifest head seq {} {}: {}",
-            h.seq,
-            short(&h.hash, 16),
-            if *held { "held" } else { "MISSING" }
-        )?;
-    }
-    writeln!(out, "{}", verdict(r.ok, r.chain.cancelled))?;
-    Ok(())
-}
-
-pub fn verified_export(out: &mut Out, r: &ExportVerifyReport, json: bool) -> R {
-    if json {
-        return pretty(out, r);
-    }
-    writeln!(out, "export {}", r.file)?;
-    chain_lines(out, &r.chain)?;
-    for p in &r.problems {
-        writeln!(out, "  {p}")?;
-    }
-    writeln!(out, "{}", verdict(r.ok, r.chain.cancelled))?;
-    Ok(())
-}
-
-pub fn demo(out: &mut Out, path: &str, r: &DemoReport) -> R {
-    let s = &r.stats;
-    writeln!(out, "seeded {path}: {} events", r.events)?;
-    for (state, n) in &s.entries_by_state {
-        writeln!(out, "  {state:<10} {n}")?;
-    }
-    writeln!(
-        out,
-        "  stuck {}, collisions {}, expired {}, duplicate suspects {}",
-        s.stuck, s.collisions, s.expired, s.duplicate_suspects
-    )?;
-    writeln!(out, "try: idemgate entries --ledger {path} --stuck")?;
-    Ok(())
-}
-
-/// "1 entry", "2 entries".
-pub(crate) fn counted(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }
