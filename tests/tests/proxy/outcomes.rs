@@ -166,6 +166,72 @@ fn an_unknown_outcome_is_retried_when_the_upstream_dedupes_the_forwarded_key() {
     );
 }
 
+/// Two routes with the same retry policy as `charges`, whose effect alone decides what is tried
+/// again: an idempotent one and a destructive one.
+const EFFECT_ROUTES: &str = r#"
+[[routes]]
+name = "refresh"
+method = "POST"
+path = "/v1/refresh"
+upstream = "{upstream}"
+effect = "idempotent"
+timeout = "1s"
+retry = { attempts = 3, base = "10ms", max = "50ms" }
+
+[[routes]]
+name = "refunds"
+method = "POST"
+path = "/v1/refunds"
+upstream = "{upstream}"
+effect = "destructive"
+timeout = "1s"
+retry = { attempts = 3, base = "10ms", max = "50ms" }
+"#;
+
+#[test]
+fn an_idempotent_call_is_tried_again_after_an_unknown_outcome_and_a_destructive_one_never() {
+    let f = Fx::with(&format!("{CONFIG}{EFFECT_ROUTES}"));
+    let send = |path: &str, key: &str, fault: &str| {
+        f.proxy.send(
+            "POST",
+            path,
+            &[("idempotency-key", key), ("x-fault", fault)],
+            br#"{"amount":5}"#,
+        )
+    };
+    // A 500 may have acted: an idempotent call runs again, and its second answer is the outcome.
+    let r = send("/v1/refresh", "k-refresh", "fail-first:1:500");
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(
+        f.requests("k-refresh"),
+        2,
+        "tried again after the unknown outcome"
+    );
+    // A destructive call is held for an operator instead.
+    let r = send("/v1/refunds", "k-refund", "fail-first:1:500");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.code(), "outcome-unknown");
+    assert_eq!(
+        f.requests("k-refund"),
+        1,
+        "a destructive call is never run twice"
+    );
+    // Not even when the upstream says it did nothing: its retry policy is one attempt.
+    let r = send("/v1/refunds", "k-refund-503", "fail-first:1:503");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.code(), "upstream-unavailable");
+    assert_eq!(f.requests("k-refund-503"), 1);
+    // The same faults on the write route `charges`: the 503 is tried again, the 500 is not.
+    let charge = |key: &str, fault: &str| f.charge(key, r#"{"amount":5}"#, &[("x-fault", fault)]);
+    assert_eq!(charge("k-charge-503", "fail-first:1:503").status, 201);
+    assert_eq!(f.requests("k-charge-503"), 2);
+    assert_eq!(
+        charge("k-charge-500", "fail-first:1:500").code(),
+        "outcome-unknown"
+    );
+    assert_eq!(f.requests("k-charge-500"), 1);
+}
+
 #[test]
 fn not_executed_outcomes_are_retried_with_backoff() {
     let f = Fx::new();
