@@ -508,3 +508,30 @@ fn a_configuration_from_init_serves_a_first_protected_call() {
     assert_eq!(me.status, 200, "{}", me.text());
     assert_eq!(me.json()["name"], "admin");
 }
+
+#[test]
+fn the_stuck_and_expired_gauges_count_what_the_overview_counts() {
+    // Entries that expire a second after their outcome, so one is expired within the test.
+    let f = Fx::with(&CONFIG.replace(r#"ttl = "1h""#, r#"ttl = "1s""#));
+    let held = f.charge("k-held", r#"{"amount":1}"#, &[("x-fault", "status:502")]);
+    assert_eq!(held.code(), "outcome-unknown");
+    assert_eq!(f.charge("k-done", r#"{"amount":1}"#, &[]).status, 201);
+    // The server sets both gauges from the ledger's counts every few seconds.
+    let gauges = || {
+        let text = f.proxy.admin_get("/metrics").text();
+        (
+            metric(&text, "idemgate_stuck_entries"),
+            metric(&text, "idemgate_expired_entries"),
+        )
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while gauges() != (Some(1), Some(1)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(gauges(), (Some(1), Some(1)), "one stuck, one expired");
+    let stats = f.proxy.admin_get("/admin/v1/stats?hours=0").json();
+    assert_eq!(
+        (stats["stuck"].as_u64(), stats["expired"].as_u64()),
+        (Some(1), Some(1))
+    );
+}
