@@ -709,3 +709,62 @@ loop_guard = { max = 2, window = "1m", action = "reject" }"#,
     );
     assert!(last_message(&r)["result"].is_object(), "{}", r.text());
 }
+
+#[test]
+fn a_stateless_call_of_the_2026_07_28_revision_retried_under_a_new_id_runs_once() {
+    let f = fx();
+    // No session: each message names its protocol revision, method and tool in headers.
+    let stateless = |id: i64| {
+        let msg = call(id, "charge", json!({"order": "o-stateless", "amount": 5}));
+        f.proxy.send(
+            "POST",
+            "/mcp",
+            &[
+                ("content-type", "application/json"),
+                ("accept", ACCEPT),
+                ("x-agent-id", "agent-7"),
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "charge"),
+            ],
+            &serde_json::to_vec(&msg).expect("json"),
+        )
+    };
+    let first = stateless(1);
+    assert!(
+        last_message(&first)["result"].is_object(),
+        "{}",
+        first.text()
+    );
+    // The revision requires a new id on every re-issue: the retry's answer carries its own.
+    let again = stateless(2);
+    let m = last_message(&again);
+    assert_eq!(m["id"], 2, "{m}");
+    assert_eq!(m["result"], last_message(&first)["result"]);
+    assert_eq!(
+        effects(&f, "charge", "o-stateless"),
+        1,
+        "the retry was replayed"
+    );
+    // The call went upstream once, with the revision's headers as the client sent them.
+    let calls = f.up.counts.mcp_calls.lock().expect("lock").clone();
+    let sent: Vec<_> = calls
+        .iter()
+        .filter(|(tool, args, _)| tool == "charge" && args["order"] == "o-stateless")
+        .collect();
+    assert_eq!(sent.len(), 1);
+    let header = |n: &str| {
+        sent[0]
+            .2
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(
+        header("mcp-protocol-version").as_deref(),
+        Some("2026-07-28")
+    );
+    assert_eq!(header("mcp-method").as_deref(), Some("tools/call"));
+    assert_eq!(header("mcp-name").as_deref(), Some("charge"));
+    assert_eq!(header("mcp-session-id"), None);
+}
