@@ -499,6 +499,11 @@ fn a_duplicate_in_flight_is_told_to_wait_and_a_client_that_leaves_does_not_cance
         1,
         "only the cancel of a call idemgate does not run reaches the tool"
     );
+    let held = f.proxy.admin_get("/metrics").text();
+    assert!(
+        held.contains("idemgate_mcp_cancels_held_total{route=\"tools\"} 1\n"),
+        "the held cancel is counted:\n{held}"
+    );
     assert_eq!(
         first.join().expect("first").json()["result"]["structuredContent"]["effect"],
         1
@@ -767,4 +772,64 @@ fn a_stateless_call_of_the_2026_07_28_revision_retried_under_a_new_id_runs_once(
     assert_eq!(header("mcp-method").as_deref(), Some("tools/call"));
     assert_eq!(header("mcp-name").as_deref(), Some("charge"));
     assert_eq!(header("mcp-session-id"), None);
+}
+
+#[test]
+fn a_session_ended_while_its_call_runs_is_ended_upstream_after_the_call() {
+    use std::sync::atomic::Ordering;
+    let f = fx();
+    let hello = rpc(
+        &f,
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"}}}),
+        &[],
+    );
+    let session = hello
+        .header("mcp-session-id")
+        .unwrap_or_else(|| panic!("no session: {}", hello.text()))
+        .to_owned();
+    let (addr, sid) = (f.proxy.addr, session.clone());
+    let running = std::thread::spawn(move || {
+        let msg = call(1, "charge", json!({"order": "o-end", "fault": "slow:1500"}));
+        request(
+            addr,
+            "POST",
+            "/mcp",
+            &[
+                ("content-type", "application/json"),
+                ("accept", ACCEPT),
+                ("x-agent-id", "agent-7"),
+                ("mcp-protocol-version", "2025-11-25"),
+                ("mcp-session-id", &sid),
+            ],
+            &serde_json::to_vec(&msg).expect("json"),
+        )
+    });
+    eventually(5, "the call upstream", || {
+        (effects(&f, "charge", "o-end") == 1).then_some(())
+    });
+    // The client ends its session while the call runs: answered at once, passed on after it.
+    let end = f.proxy.send(
+        "DELETE",
+        "/mcp",
+        &[
+            ("mcp-session-id", &session),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        b"",
+    );
+    assert_eq!(end.status, 200, "{}", end.text());
+    let ended = || f.up.counts.mcp_sessions_ended.load(Ordering::SeqCst);
+    assert_eq!(ended(), 0, "not while its call runs");
+    let metrics = f.proxy.admin_get("/metrics").text();
+    assert!(
+        metrics.contains("idemgate_mcp_session_ends_deferred_total{route=\"tools\"} 1\n"),
+        "{metrics}"
+    );
+    let r = running.join().expect("the call");
+    assert!(last_message(&r)["result"].is_object(), "{}", r.text());
+    eventually(5, "the session ended upstream", || {
+        (ended() == 1).then_some(())
+    });
 }
