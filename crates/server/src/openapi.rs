@@ -232,19 +232,34 @@ fn problem(status: u16, role: Role, max_body: usize) -> Value {
         503 => "ledger unavailable".to_owned(),
         _ => "error".to_owned(),
     };
+    problem_response(&description)
+}
+
+/// An error response: problem+json, described.
+fn problem_response(description: &str) -> Value {
+    let problem = json!({ "$ref": "#/components/schemas/Problem" });
     json!({
         "description": description,
-        "content": { "application/problem+json": { "schema": { "$ref": "#/components/schemas/Problem" } } },
+        "content": { "application/problem+json": { "schema": problem } },
     })
 }
 
+/// A job's answer as it goes: progress lines, then the result or the problem.
 fn lines_schema(answer: &Value) -> Value {
+    let line = |member: &str, schema: Value| {
+        json!({
+            "type": "object",
+            "properties": { member: schema },
+            "required": [member],
+            "additionalProperties": false,
+        })
+    };
     json!({
         "description": "one of these a line",
         "oneOf": [
-            { "type": "object", "properties": { "progress": { "type": "integer", "minimum": 0 } }, "required": ["progress"], "additionalProperties": false },
-            { "type": "object", "properties": { "result": answer }, "required": ["result"], "additionalProperties": false },
-            { "type": "object", "properties": { "problem": { "$ref": "#/components/schemas/Problem" } }, "required": ["problem"], "additionalProperties": false },
+            line("progress", json!({ "type": "integer", "minimum": 0 })),
+            line("result", answer.clone()),
+            line("problem", json!({ "$ref": "#/components/schemas/Problem" })),
         ],
     })
 }
@@ -277,74 +292,238 @@ fn schema_of<T: JsonSchema>(gen: &mut SchemaGenerator) -> Value {
     gen.subschema_for::<T>().to_value()
 }
 
+/// One of the server's own routes, as the document describes it.
+struct HostRoute {
+    method: &'static str,
+    path: &'static str,
+    summary: &'static str,
+    /// Its success status and response.
+    ok: (u16, Value),
+    errors: &'static [u16],
+    /// Its parameters or its request body, when it has them.
+    extra: Value,
+}
+
 /// The server's own routes: export jobs, who it is, its metrics and its health.
 fn host_routes(gen: &mut SchemaGenerator, paths: &mut Map<String, Value>) {
-    let job = schema_of::<crate::exports::ExportJob>(gen);
-    let export_id = json!({ "name": "id", "in": "path", "required": true, "description": "the export's id, as POST /admin/v1/exports gave it", "schema": { "type": "string" } });
-    let host = |method: &str,
-                path: &str,
-                summary: &str,
-                ok: (u16, Value),
-                errors: &[u16],
-                extra: Value| {
-        let role = role_of(method, path);
-        let mut r = json!({ ok.0.to_string(): ok.1 });
-        for s in errors {
-            r[s.to_string()] = problem(*s, role, idemgate_ops::op::DEFAULT_MAX_BODY);
+    for r in host_table(gen) {
+        let role = role_of(r.method, r.path);
+        let mut responses = json!({ r.ok.0.to_string(): r.ok.1 });
+        for s in r.errors {
+            responses[s.to_string()] = problem(*s, role, idemgate_ops::op::DEFAULT_MAX_BODY);
         }
-        let mut item =
-            json!({ "summary": summary, "responses": r, "x-idemgate-role": role.as_str() });
-        if let (Some(i), Some(e)) = (item.as_object_mut(), extra.as_object()) {
+        if r.path.ends_with("/file") || r.path.ends_with("/manifest") {
+            let content = responses["200"]["content"].clone();
+            responses["206"] = json!({ "description": "the requested range", "content": content });
+            responses["304"] = json!({ "description": "not modified" });
+        }
+        let mut item = json!({
+            "summary": r.summary,
+            "responses": responses,
+            "x-idemgate-role": role.as_str(),
+        });
+        if let (Some(i), Some(e)) = (item.as_object_mut(), r.extra.as_object()) {
             i.extend(e.clone());
         }
-        item
-    };
-    let json_ok = |schema: Value| json!({ "description": "OK", "content": { "application/json": { "schema": schema } } });
-    let file = |kinds: &[&str]| {
-        let content: Map<String, Value> = kinds
-            .iter()
-            .map(|k| ((*k).to_owned(), json!({ "schema": { "type": "string" } })))
-            .collect();
-        json!({ "description": "the export", "headers": { "Content-Disposition": { "schema": { "type": "string" } } }, "content": content })
-    };
-    let routes = [
-        ("GET", "/admin/v1/exports", host("GET", "/admin/v1/exports", "The exports of this process (running, or ended within the hour), newest first.", (200, json_ok(json!({ "type": "array", "items": job }))), &[400, 401, 403, 429], json!({}))),
-        ("POST", "/admin/v1/exports", host("POST", "/admin/v1/exports", "Start an export of the log (a time range of it) as a job. The file and its manifest are written on the server, in a private spool under server.export_dir; follow the job, then download them. The client never names a path on the server.", (202, json!({ "description": "Accepted: the job, running", "content": { "application/json": { "schema": job } }, "headers": { "Location": { "description": "the job's URL", "schema": { "type": "string" } } } })), &[400, 401, 403, 413, 415, 429, 500, 503], json!({ "requestBody": { "required": true, "content": { "application/json": { "schema": schema_of::<crate::admin::audit::ExportBody>(gen) } } } }))),
-        ("GET", "/admin/v1/exports/{id}", host("GET", "/admin/v1/exports/{id}", "An export job: its state, progress, and when done its manifest and where to download it.", (200, json_ok(job.clone())), &[400, 401, 403, 404, 429], json!({ "parameters": [export_id] }))),
-        ("DELETE", "/admin/v1/exports/{id}", host("DELETE", "/admin/v1/exports/{id}", "Cancel a running export, or delete an ended one's files.", (204, json!({ "description": "deleted" })), &[400, 401, 403, 404, 429], json!({ "parameters": [export_id] }))),
-        ("GET", "/admin/v1/exports/{id}/file", host("GET", "/admin/v1/exports/{id}/file", "Download a done export's file (Range requests too), named by Content-Disposition as its manifest's file.", (200, file(&["application/x-ndjson", "text/csv"])), &[400, 401, 403, 404, 409, 416, 429], json!({ "parameters": [export_id] }))),
-        ("GET", "/admin/v1/exports/{id}/manifest", host("GET", "/admin/v1/exports/{id}/manifest", "Download a done export's manifest (what idemgate verify --export reads beside the file).", (200, json!({ "description": "the manifest", "headers": { "Content-Disposition": { "schema": { "type": "string" } } }, "content": { "application/json": { "schema": schema_of::<idemgate_ledger::export::Manifest>(gen) } } })), &[400, 401, 403, 404, 409, 416, 429], json!({ "parameters": [export_id] }))),
-        ("GET", "/admin/v1/server", host("GET", "/admin/v1/server", "The server: its version, where its proxy and admin API listen, and its ledger.", (200, json_ok(schema_of::<crate::admin::ServerInfo>(gen))), &[401, 403, 429], json!({}))),
-        ("GET", "/admin/v1/whoami", host("GET", "/admin/v1/whoami", "The operator the token names, their role, and whether it is the shared admin token.", (200, json_ok(schema_of::<crate::access::Identity>(gen))), &[401, 403, 429], json!({}))),
-        ("GET", "/admin/v1/openapi.json", host("GET", "/admin/v1/openapi.json", "This document.", (200, json_ok(json!({ "type": "object" }))), &[400, 401, 403, 429], json!({}))),
-        ("GET", "/metrics", host("GET", "/metrics", "Prometheus metrics.", (200, json!({ "description": "Prometheus text", "content": { "text/plain": { "schema": { "type": "string" } } } })), &[401, 403, 429], json!({}))),
-    ];
-    for (method, path, mut item) in routes {
-        for status in ["206", "304"] {
-            if path.ends_with("/file") || path.ends_with("/manifest") {
-                item["responses"][status] = if status == "304" {
-                    json!({ "description": "not modified" })
-                } else {
-                    json!({ "description": "the requested range", "content": item["responses"]["200"]["content"].clone() })
-                };
-            }
-        }
-        put(paths, path, method, item);
+        put(paths, r.path, r.method, item);
     }
-    let text_ok = |d: &str| json!({ "description": d, "content": { "text/plain": { "schema": { "type": "string" } } } });
-    let unavailable = |d: &str| json!({ "description": d, "content": { "application/problem+json": { "schema": { "$ref": "#/components/schemas/Problem" } } } });
-    put(
-        paths,
-        "/healthz",
-        "GET",
-        json!({ "summary": "Liveness: 503 only when this process can never write again (its ledger writer has stopped).", "security": [], "responses": { "200": text_ok("alive"), "503": unavailable("ledger-writer-stopped: restart the process") } }),
-    );
-    put(
-        paths,
-        "/readyz",
-        "GET",
-        json!({ "summary": "Readiness: 503 while the ledger cannot take writes (a commit failed in the last 5 s, or the writer has stopped).", "security": [], "responses": { "200": text_ok("ready"), "503": unavailable("ledger-unavailable (Retry-After) or ledger-writer-stopped") } }),
-    );
+    let text_ok = |d: &str| {
+        let text = json!({ "schema": { "type": "string" } });
+        json!({ "description": d, "content": { "text/plain": text } })
+    };
+    let health = [
+        (
+            "/healthz",
+            "Liveness: 503 only when this process can never write again (its ledger writer has \
+             stopped).",
+            "alive",
+            "ledger-writer-stopped: restart the process",
+        ),
+        (
+            "/readyz",
+            "Readiness: 503 while the ledger cannot take writes (a commit failed in the last 5 s, \
+             or the writer has stopped).",
+            "ready",
+            "ledger-unavailable (Retry-After) or ledger-writer-stopped",
+        ),
+    ];
+    for (path, summary, ok, unavailable) in health {
+        let item = json!({
+            "summary": summary,
+            "security": [],
+            "responses": { "200": text_ok(ok), "503": problem_response(unavailable) },
+        });
+        put(paths, path, "GET", item);
+    }
+}
+
+/// A success response: `schema` as JSON.
+fn json_ok(schema: Value) -> Value {
+    json!({ "description": "OK", "content": { "application/json": { "schema": schema } } })
+}
+
+/// A download, named by `Content-Disposition`: `content` by media type.
+fn download(what: &str, content: Value) -> Value {
+    json!({
+        "description": what,
+        "headers": { "Content-Disposition": { "schema": { "type": "string" } } },
+        "content": content,
+    })
+}
+
+fn host_table(gen: &mut SchemaGenerator) -> Vec<HostRoute> {
+    let mut routes = export_routes(gen);
+    routes.extend(info_routes(gen));
+    routes
+}
+
+fn route(
+    method: &'static str,
+    path: &'static str,
+    summary: &'static str,
+    ok: (u16, Value),
+    errors: &'static [u16],
+    extra: Value,
+) -> HostRoute {
+    HostRoute {
+        method,
+        path,
+        summary,
+        ok,
+        errors,
+        extra,
+    }
+}
+
+/// The export jobs' routes.
+fn export_routes(gen: &mut SchemaGenerator) -> Vec<HostRoute> {
+    let job = schema_of::<crate::exports::ExportJob>(gen);
+    let body = schema_of::<crate::admin::audit::ExportBody>(gen);
+    let manifest = schema_of::<idemgate_ledger::export::Manifest>(gen);
+    let export_id = json!({ "parameters": [{
+        "name": "id", "in": "path", "required": true,
+        "description": "the export's id, as POST /admin/v1/exports gave it",
+        "schema": { "type": "string" },
+    }] });
+    let text = json!({ "schema": { "type": "string" } });
+    vec![
+        route(
+            "GET",
+            "/admin/v1/exports",
+            "The exports of this process (running, or ended within the hour), newest first.",
+            (200, json_ok(json!({ "type": "array", "items": job }))),
+            &[400, 401, 403, 429],
+            json!({}),
+        ),
+        route(
+            "POST",
+            "/admin/v1/exports",
+            "Start an export of the log (a time range of it) as a job. The file and its manifest \
+             are written on the server, in a private spool under server.export_dir; follow the \
+             job, then download them. The client never names a path on the server.",
+            (
+                202,
+                json!({
+                    "description": "Accepted: the job, running",
+                    "content": { "application/json": { "schema": job } },
+                    "headers": { "Location": {
+                        "description": "the job's URL", "schema": { "type": "string" } } },
+                }),
+            ),
+            &[400, 401, 403, 413, 415, 429, 500, 503],
+            json!({ "requestBody": {
+                "required": true, "content": { "application/json": { "schema": body } } } }),
+        ),
+        route(
+            "GET",
+            "/admin/v1/exports/{id}",
+            "An export job: its state, progress, and when done its manifest and where to \
+             download it.",
+            (200, json_ok(job.clone())),
+            &[400, 401, 403, 404, 429],
+            export_id.clone(),
+        ),
+        route(
+            "DELETE",
+            "/admin/v1/exports/{id}",
+            "Cancel a running export, or delete an ended one's files.",
+            (204, json!({ "description": "deleted" })),
+            &[400, 401, 403, 404, 429],
+            export_id.clone(),
+        ),
+        route(
+            "GET",
+            "/admin/v1/exports/{id}/file",
+            "Download a done export's file (Range requests too), named by Content-Disposition \
+             as its manifest's file.",
+            (
+                200,
+                download(
+                    "the export",
+                    json!({ "application/x-ndjson": text, "text/csv": text }),
+                ),
+            ),
+            &[400, 401, 403, 404, 409, 416, 429],
+            export_id.clone(),
+        ),
+        route(
+            "GET",
+            "/admin/v1/exports/{id}/manifest",
+            "Download a done export's manifest (what idemgate verify --export reads beside the \
+             file).",
+            (
+                200,
+                download(
+                    "the manifest",
+                    json!({ "application/json": { "schema": manifest } }),
+                ),
+            ),
+            &[400, 401, 403, 404, 409, 416, 429],
+            export_id,
+        ),
+    ]
+}
+
+/// Who the server and the token are, this document, and the metrics.
+fn info_routes(gen: &mut SchemaGenerator) -> Vec<HostRoute> {
+    let text = json!({ "schema": { "type": "string" } });
+    vec![
+        route(
+            "GET",
+            "/admin/v1/server",
+            "The server: its version, where its proxy and admin API listen, and its ledger.",
+            (200, json_ok(schema_of::<crate::admin::ServerInfo>(gen))),
+            &[401, 403, 429],
+            json!({}),
+        ),
+        route(
+            "GET",
+            "/admin/v1/whoami",
+            "The operator the token names, their role, and whether it is the shared admin token.",
+            (200, json_ok(schema_of::<crate::access::Identity>(gen))),
+            &[401, 403, 429],
+            json!({}),
+        ),
+        route(
+            "GET",
+            "/admin/v1/openapi.json",
+            "This document.",
+            (200, json_ok(json!({ "type": "object" }))),
+            &[400, 401, 403, 429],
+            json!({}),
+        ),
+        route(
+            "GET",
+            "/metrics",
+            "Prometheus metrics.",
+            (
+                200,
+                json!({ "description": "Prometheus text", "content": { "text/plain": text } }),
+            ),
+            &[401, 403, 429],
+            json!({}),
+        ),
+    ]
 }
 
 /// The document's endpoints as a Markdown table (docs/admin-api.md holds it): each route, the

@@ -58,7 +58,8 @@ impl schemars::JsonSchema for Time {
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
-            "description": "A time: RFC 3339, a date, a span back from now (`-2h`), or epoch milliseconds.",
+            "description":
+                "A time: RFC 3339, a date, a span back from now (`-2h`), or epoch milliseconds.",
             "anyOf": [{ "type": "integer" }, { "type": "string" }]
         })
     }

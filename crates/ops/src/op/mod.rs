@@ -58,7 +58,7 @@ impl Http {
 pub struct Spec {
     /// Its name: the console's call, the key of the UI's table, the OpenAPI operation id.
     pub name: &'static str,
-    /// Its doc comment: the first line a summary, the rest its description.
+    /// Its doc comment: the first paragraph its summary, the rest its description.
     pub doc: &'static str,
     /// The least role that may run it through the admin API.
     pub role: Role,
@@ -105,8 +105,8 @@ impl std::fmt::Debug for Cx<'_, '_> {
 }
 
 /// Declares one operation (see the module's doc). The doc comment comes first; `http`, `acts`
-/// and `max_body` may be left out; then its function, `fn` for a blocking one, `async fn` with the data
-/// plane for [`Kind::Upstream`].
+/// and `max_body` may be left out; then its function: `fn` for a blocking one, `async fn` with
+/// the data plane for [`Kind::Upstream`].
 macro_rules! operation {
     (
         $(#[doc = $doc:literal])*
@@ -120,7 +120,10 @@ macro_rules! operation {
         }
         fn run($ops:ident, $req:ident : $request:ty, $cx:pat) -> $answer:ty $body:block
     ) => {
-        $crate::op::operation!(@spec $(#[doc = $doc])* $op $name $role $kind [$($method $path)?] [$($acts)?] [$($max)?] $request, $answer);
+        $crate::op::operation!(
+            @spec $(#[doc = $doc])* $op $name $role $kind
+            [$($method $path)?] [$($acts)?] [$($max)?] $request, $answer
+        );
         impl $crate::op::Operation for $op {
             fn run(
                 $ops: &$crate::Ops,
@@ -148,7 +151,10 @@ macro_rules! operation {
         }
         async fn run($ops:ident, $engine:ident, $req:ident : $request:ty) -> $answer:ty $body:block
     ) => {
-        $crate::op::operation!(@spec $(#[doc = $doc])* $op $name $role Upstream [$($method $path)?] [$($acts)?] [$($max)?] $request, $answer);
+        $crate::op::operation!(
+            @spec $(#[doc = $doc])* $op $name $role Upstream
+            [$($method $path)?] [$($acts)?] [$($max)?] $request, $answer
+        );
         impl $crate::op::Operation for $op {
             fn run(
                 _: &$crate::Ops,
@@ -164,7 +170,10 @@ macro_rules! operation {
             ) -> $crate::OpsResult<$answer> $body
         }
     };
-    (@spec $(#[doc = $doc:literal])* $op:ident $name:ident $role:ident $kind:ident [$($method:ident $path:literal)?] [$($acts:literal)?] [$($max:expr)?] $request:ty, $answer:ty) => {
+    (
+        @spec $(#[doc = $doc:literal])* $op:ident $name:ident $role:ident $kind:ident
+        [$($method:ident $path:literal)?] [$($acts:literal)?] [$($max:expr)?] $request:ty, $answer:ty
+    ) => {
         $(#[doc = $doc])*
         #[derive(Debug)]
         pub struct $op;
@@ -274,7 +283,9 @@ macro_rules! registry {
         /// Each operation with its request's schema (inline: its members are the operation's
         /// parameters) and its answer's (a reference into `gen`'s definitions).
         #[cfg(feature = "ts")]
-        pub fn schemas(gen: &mut schemars::SchemaGenerator) -> Vec<(Spec, schemars::Schema, schemars::Schema)> {
+        pub fn schemas(
+            gen: &mut schemars::SchemaGenerator,
+        ) -> Vec<(Spec, schemars::Schema, schemars::Schema)> {
             vec![$(
                 (
                     <$module::Op as Declared>::SPEC,
@@ -287,7 +298,9 @@ macro_rules! registry {
         /// Each operation's request and answer as TypeScript type names, exporting their
         /// declarations (and what they name) into `cfg`'s directory.
         #[cfg(feature = "ts")]
-        pub fn export_types(cfg: &ts_rs::Config) -> Result<Vec<(Spec, String, String)>, ts_rs::ExportError> {
+        pub fn export_types(
+            cfg: &ts_rs::Config,
+        ) -> Result<Vec<(Spec, String, String)>, ts_rs::ExportError> {
             Ok(vec![$(
                 (
                     <$module::Op as Declared>::SPEC,
