@@ -215,6 +215,10 @@ def main():
         s.wait("return document.querySelectorAll('[data-testid=entry-row]').length > 0", "stuck rows")
         rows = s.rows()
         check(len(rows) == len(stuck_before), f"Stuck lists the {len(stuck_before)} stuck entries")
+        head = s.js("return [...document.querySelectorAll('[data-testid=list-header] [role=columnheader]')].map(c => c.textContent)")
+        check("idempotency key" in head and "state" in head and "subjects" in head, f"the list names its columns ({', '.join(head)})")
+        hover = s.js("const k = document.querySelector('[data-testid=entry-row] [data-testid=row-key]'); return [k.title, k.textContent]")
+        check(hover[0] != "" and hover[0] == hover[1], f"a row's key is whole on hover ({hover[0]})")
         s.screenshot("stuck")
         target = next(r for r in rows if "⚠" not in r[1])
         entry_id = target[0]

@@ -67,6 +67,11 @@ describe("console UI", () => {
     expect([...rows].map((r) => (r as HTMLElement).dataset.entryId)).toEqual(["7", "5"]);
     const call = calls.find(([c]) => c === "entries");
     expect(call?.[1]).toMatchObject({ stuck: true, before: null, limit: 200 });
+    // Each column is named above the rows, and a value cut to fit is whole on hover.
+    const head = [...document.querySelectorAll('[data-testid="list-header"] [role="columnheader"]')].map((c) => c.textContent);
+    expect(head).toEqual(["id", "state", "route", "scope", "idempotency key", "subjects", "created", "×", "note"]);
+    const key = document.querySelector('[data-testid="entry-row"] [data-testid="row-key"]') as HTMLElement;
+    expect(key.title).toBe(key.textContent);
   });
 
   it("shows an MCP entry as route · tool with its call, and filters by tool", async () => {

@@ -22,10 +22,11 @@ export function entryRow(app: App, e: EntrySummary, selected: boolean, sel: Set<
     check,
     h("span", { class: "id" }, `${e.id}`),
     h("span", { class: `state s-${e.state}${e.stuck ? " stuck" : ""}` }, e.stuck ? "stuck" : e.state),
-    h("span", { class: "route" }, `${routeLabel(e)}${e.effect === "destructive" ? " ⚠" : ""}`),
-    h("span", { class: "scope" }, e.scope || "—"),
-    h("span", { class: "key" }, e.key),
-    h("span", { class: "subjects", testid: "row-subjects" }, subjectsText(e.subjects)),
+    // Cut to fit; the whole value on hover (and in the entry view).
+    h("span", { class: "route", attrs: { title: `${routeLabel(e)}${e.effect === "destructive" ? " (destructive)" : ""}` } }, `${routeLabel(e)}${e.effect === "destructive" ? " ⚠" : ""}`),
+    h("span", { class: "scope", attrs: { title: e.scope } }, e.scope || "—"),
+    h("span", { class: "key", testid: "row-key", attrs: { title: e.key } }, e.key),
+    h("span", { class: "subjects", testid: "row-subjects", attrs: { title: subjectsText(e.subjects, "=") } }, subjectsText(e.subjects)),
     h("span", { class: "age", title: isoTime(e.created_at) }, relative(e.created_at, now)),
     h("span", { class: "num", title: "attempts" }, `${e.attempts}×`),
     h("span", { class: e.duplicate_of !== null ? "err dup" : "err", testid: e.duplicate_of !== null ? "row-duplicate" : "row-note" }, e.duplicate_of !== null ? `⚠ duplicate of #${e.duplicate_of}` : e.expires_at && app.view === "expiries" ? `expires ${relative(e.expires_at, now)}` : e.last_error ?? (e.collisions ? `${e.collisions} collision(s)` : "")),
@@ -42,8 +43,24 @@ export async function entryList(app: App, title: string, hint: string, base: Par
   for (const a of bulk) {
     bar.append(h("button", { testid: `bulk-${a}`, attrs: app.gate("bulk"), on: { click: () => void bulkAction(app, a, filter, sel, list) } }, `${a[0].toUpperCase()}${a.slice(1)} selected (or all matching)`));
   }
-  app.main.append(h("h1", null, title), h("p", { class: "hint" }, hint), bar, list.el);
+  app.main.append(h("h1", null, title), h("p", { class: "hint" }, hint), bar, entryHeader(bulk.length > 0), list.el);
   await list.reset();
+}
+
+/** The column names above a list of entries, in the order of [`entryRow`]'s cells. */
+export function entryHeader(selectable: boolean): HTMLElement {
+  const cells: [string, string, string][] = [
+    ["id", "id", "the entry's id"],
+    ["state", "state", "pending, completed, released or failed; stuck when held for an operator"],
+    ["route", "route", "the route (· the MCP tool); ⚠ a destructive one"],
+    ["scope", "scope", "the scope: the agent or tenant the key belongs to"],
+    ["key", "idempotency key", "the idempotency key"],
+    ["subjects", "subjects", "the business subjects: customer, amount, …"],
+    ["age", "created", "when the first call came"],
+    ["num", "×", "attempts upstream"],
+    ["err", "note", "the last error, a duplicate or an expiry"],
+  ];
+  return h("div", { class: "row entry head", testid: "list-header", attrs: { role: "row" } }, ...(selectable ? [h("span", { class: "check" })] : []), ...cells.map(([c, label, title]) => h("span", { class: c, attrs: { role: "columnheader", title } }, label)));
 }
 
 export async function entryPage(app: App, filter: EntryFilter, last: EntrySummary | undefined): Promise<{ items: EntrySummary[]; more: boolean }> {

@@ -7,6 +7,9 @@ import { fromLocalInput, isoTime } from "../format";
 import { VirtualList } from "../vlist";
 import { type App, ROW, PAGE } from "../app";
 
+/** The log's column names, in the order of its rows' cells. */
+const LOG_COLUMNS: [string, string][] = [["seq", "seq"], ["time", "time"], ["kind", "kind"], ["route", "route · scope"], ["key", "idempotency key"], ["who", "operator: reason, or detail"]];
+
 export async function logView(app: App): Promise<void> {
   const f: LogRequest = { entry_id: null, route: null, scope: null, key: null, kind: null, operator: null, since: null, until: null, search: null };
   const input = (field: keyof LogRequest, placeholder: string, testid?: string) =>
@@ -25,9 +28,10 @@ export async function logView(app: App): Promise<void> {
         h("span", { class: "seq" }, `#${ev.seq}`),
         h("span", { class: "time" }, isoTime(ev.at)),
         h("span", { class: `kind k-${ev.kind}` }, ev.kind),
-        h("span", { class: "route" }, `${ev.route}${ev.scope ? ` · ${ev.scope}` : ""}`),
-        h("span", { class: "key" }, ev.key),
-        h("span", { class: "who" }, ev.operator ? `${ev.operator}: ${ev.reason ?? ""}` : ev.detail),
+        // Cut to fit; the whole value on hover.
+        h("span", { class: "route", attrs: { title: `${ev.route}${ev.scope ? ` · ${ev.scope}` : ""}` } }, `${ev.route}${ev.scope ? ` · ${ev.scope}` : ""}`),
+        h("span", { class: "key", attrs: { title: ev.key } }, ev.key),
+        h("span", { class: "who", attrs: { title: ev.operator ? `${ev.operator}: ${ev.reason ?? ""}` : ev.detail } }, ev.operator ? `${ev.operator}: ${ev.reason ?? ""}` : ev.detail),
       ),
     async (last) => {
       const p = await app.t.ops.log({ ...f, before: last ? last.seq : null, limit: PAGE });
@@ -40,6 +44,7 @@ export async function logView(app: App): Promise<void> {
     h("h1", null, "Log"),
     h("p", { class: "hint" }, "The append-only, hash-chained event stream, newest first. Filters apply on Enter; / focuses search; j/k and Enter open an entry."),
     h("div", { class: "filters" }, input("search", "search key, route, reason…", "filter-input"), input("route", "route"), input("scope", "scope"), input("key", "key"), kind, input("operator", "operator", "log-operator"), time("since", "since"), time("until", "until"), h("label", null, live, "live")),
+    h("div", { class: "row event head", testid: "list-header", attrs: { role: "row" } }, ...LOG_COLUMNS.map(([c, label]) => h("span", { class: c, attrs: { role: "columnheader" } }, label))),
     list.el,
   );
   await list.reset();
