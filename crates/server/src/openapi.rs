@@ -6,6 +6,7 @@
 
 use idemgate_ops::commands::{self, Role};
 use idemgate_ops::dispatch::{Kind, Spec};
+use idemgate_ops::op::Http;
 use idemgate_proxy::problem::Code;
 use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, SchemaGenerator};
@@ -33,7 +34,7 @@ pub fn document() -> Value {
     for (spec, request, answer) in idemgate_ops::op::schemas(&mut gen) {
         let Some(http) = spec.http else { continue };
         let (request, answer) = (openapi3(&mut gen, request), openapi3(&mut gen, answer));
-        let item = operation(&spec, http.path, http.method, request, answer);
+        let item = operation(&spec, &http, request, answer);
         put(&mut paths, http.path, http.method, item);
     }
     host_routes(&mut gen, &mut paths);
@@ -105,11 +106,8 @@ pub fn summary(doc: &str) -> (String, String) {
 
 /// An operation's path item: its parameters from its request's members (the path's, then the
 /// query's for `GET`), or its request as the JSON body (less the path's).
-fn operation(spec: &Spec, path: &str, method: &str, request: Value, answer: Value) -> Value {
-    let params: Vec<&str> = path
-        .split('/')
-        .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-        .collect();
+fn operation(spec: &Spec, http: &Http, request: Value, answer: Value) -> Value {
+    let (params, method): (Vec<&str>, _) = (http.params().collect(), http.method);
     let members = request["properties"]
         .as_object()
         .cloned()
@@ -153,14 +151,12 @@ fn operation(spec: &Spec, path: &str, method: &str, request: Value, answer: Valu
                 props.remove(*p);
             }
         }
+        // The path gives its parameters; the token's operator stands in for a body that leaves
+        // it out.
         if let Some(req) = body.get_mut("required").and_then(Value::as_array_mut) {
-            req.retain(|r| !params.iter().any(|p| r == p));
-        }
-        if spec.acts {
-            // The token's operator stands in for a body that leaves it out.
-            if let Some(req) = body.get_mut("required").and_then(Value::as_array_mut) {
-                req.retain(|r| r != "operator");
-            }
+            let dropped =
+                |r: &Value| params.iter().any(|p| r == p) || (spec.acts && r == "operator");
+            req.retain(|r| !dropped(r));
         }
         item.insert(
             "requestBody".into(),
