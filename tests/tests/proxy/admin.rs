@@ -524,11 +524,9 @@ fn the_stuck_and_expired_gauges_count_what_the_overview_counts() {
             metric(&text, "idemgate_expired_entries"),
         )
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while gauges() != (Some(1), Some(1)) && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    assert_eq!(gauges(), (Some(1), Some(1)), "one stuck, one expired");
+    eventually(30, "one stuck and one expired in the gauges", || {
+        (gauges() == (Some(1), Some(1))).then_some(())
+    });
     let stats = f.proxy.admin_get("/admin/v1/stats?hours=0").json();
     assert_eq!(
         (stats["stuck"].as_u64(), stats["expired"].as_u64()),
