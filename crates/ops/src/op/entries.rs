@@ -4,51 +4,41 @@ use serde::Deserialize;
 use crate::EntryPage;
 
 /// Which entries, and which page of them: every filter narrows.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "ts",
+    derive(ts_rs::TS, schemars::JsonSchema),
+    ts(optional_fields = nullable)
+)]
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EntriesRequest {
     /// Entries in this state.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub state: Option<State>,
     /// Pending past their lease: the proxy will not answer them.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub stuck: Option<bool>,
     /// Keys reused with a different request.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub collisions: Option<bool>,
     /// Past their retention, awaiting purge.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub expired: Option<bool>,
     /// Expiring within this many milliseconds from now (and not yet expired).
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub expiring_within_ms: Option<i64>,
     /// Suspected duplicates of an earlier call.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub duplicates: Option<bool>,
     /// Of this route.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub route: Option<String>,
     /// Of this scope (a tenant, an agent).
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub scope: Option<String>,
     /// With this idempotency key.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub key: Option<String>,
     /// Of this MCP tool.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub tool: Option<String>,
     /// With this subject: `name=value`, or a value under any name.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub subject: Option<String>,
     /// Whose key, or a subject's value, is this.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub search: Option<String>,
     /// Older than this entry id (the previous page's `next_before`).
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub before: Option<i64>,
     /// At most this many (100 when left out; at most 10,000).
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub limit: Option<usize>,
 }
 

@@ -3,15 +3,17 @@ use serde::Deserialize;
 
 
 /// Which page of incidents.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "ts",
+    derive(ts_rs::TS, schemars::JsonSchema),
+    ts(optional_fields = nullable)
+)]
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IncidentsRequest {
     /// Older than this incident (its first entry's id).
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub before: Option<i64>,
     /// At most this many (50 when left out; at most 1,000).
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub limit: Option<usize>,
 }
 

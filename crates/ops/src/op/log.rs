@@ -5,42 +5,35 @@ use crate::op::common::Time;
 use crate::EventPage;
 
 /// Which events, and which page of them: every filter narrows.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "ts",
+    derive(ts_rs::TS, schemars::JsonSchema),
+    ts(optional_fields = nullable)
+)]
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogRequest {
     /// Of this entry.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub entry_id: Option<i64>,
     /// Of this route.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub route: Option<String>,
     /// Of this scope.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub scope: Option<String>,
     /// Of this key.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub key: Option<String>,
     /// Of this kind.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub kind: Option<EventKind>,
     /// Logged under this operator.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub operator: Option<String>,
     /// At or after this time.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub since: Option<Time>,
     /// Before this time.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub until: Option<Time>,
     /// Whose key, route, scope, reason or detail holds this text.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub search: Option<String>,
     /// Older than this sequence number (the previous page's `next_before`).
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub before: Option<i64>,
     /// At most this many (100 when left out; at most 10,000).
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub limit: Option<usize>,
 }
 

@@ -2,12 +2,15 @@ use serde::Deserialize;
 
 
 /// How long an hourly series the counts come with.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "ts",
+    derive(ts_rs::TS, schemars::JsonSchema),
+    ts(optional_fields = nullable)
+)]
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StatsRequest {
     /// The hourly series' length, in hours (0: none; at most 90 days). 24 when left out.
-    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub hours: Option<u32>,
 }
 
