@@ -280,6 +280,27 @@ mod tests {
         LedgerError::Unavailable("commit failed: disk I/O error".into())
     }
 
+    /// An `Unsettled` whose metrics go to a recorder of its own, and that recorder's handle.
+    fn counted() -> (Unsettled, metrics_exporter_prometheus::PrometheusHandle) {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let u = metrics::with_local_recorder(&recorder, Unsettled::default);
+        (u, handle)
+    }
+
+    /// The value of the metric `name` in `handle`'s rendering.
+    fn value(handle: &metrics_exporter_prometheus::PrometheusHandle, name: &str) -> u64 {
+        let text = handle.render();
+        let line = text
+            .lines()
+            .find(|l| l.split(' ').next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} not in\n{text}"));
+        line.rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("a whole number")
+    }
+
     #[tokio::test]
     async fn kept_outcomes_are_recorded_in_order_and_a_decided_entry_keeps_its_decision() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -291,7 +312,7 @@ mod tests {
             // Its lease passes at once: stuck, for an operator.
             claimed(&*store, "resolved", 1).await,
         );
-        let u = Unsettled::default();
+        let (u, metrics) = counted();
         assert!(u.keep(completion(done, b"charged"), &outage()));
         assert!(u.keep(Outcome::Release(report(free)), &outage()));
         assert!(u.keep(Outcome::Unknown(report(held)), &outage()));
@@ -314,6 +335,13 @@ mod tests {
             .expect("resolve");
         u.record(&*store).await;
         assert!(u.is_empty());
+        assert_eq!(value(&metrics, "idemgate_outcomes_recorded_late_total"), 3);
+        // The operator's decision stood: the kept release was dropped, and counted.
+        assert_eq!(
+            value(&metrics, "idemgate_outcomes_unrecorded_dropped_total"),
+            1
+        );
+        assert_eq!(value(&metrics, "idemgate_outcomes_unrecorded"), 0);
         let state = |id| store.entry(id, now_millis()).expect("entry");
         let d = state(done);
         assert_eq!(d.summary.state, State::Completed);
@@ -326,7 +354,7 @@ mod tests {
 
     #[tokio::test]
     async fn only_an_outage_is_kept_and_only_as_much_as_fits() {
-        let u = Unsettled::default();
+        let (u, metrics) = counted();
         assert!(!u.keep(Outcome::Release(report(1)), &LedgerError::LeaseLost(1)));
         assert!(!u.keep(Outcome::Release(report(1)), &LedgerError::Closed));
         assert!(!u.keep(
@@ -341,6 +369,13 @@ mod tests {
         assert!(!u.keep(completion(2, &more), &outage()));
         assert!(u.keep(completion(3, &more[1..]), &outage()));
         assert!(!u.keep(completion(4, b"x"), &outage()));
+        // Each outage outcome with no room is counted as dropped; a refusal for good is not an
+        // outage's and is only logged.
+        assert_eq!(
+            value(&metrics, "idemgate_outcomes_unrecorded_dropped_total"),
+            2
+        );
+        assert_eq!(value(&metrics, "idemgate_outcomes_unrecorded"), 2);
         // Bytes aside, no more than MAX_KEPT outcomes.
         let u = Unsettled::default();
         for id in 0..MAX_KEPT as i64 {
