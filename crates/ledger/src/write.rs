@@ -281,7 +281,7 @@ fn reject_duplicate(ctx: &mut Ctx<'_>, c: &Claim) -> Result<Option<ClaimOutcome>
         req.at - window,
         None,
     )?;
-    let Some((id, key)) = found else {
+    let Some((id, key, _)) = found else {
         return Ok(None);
     };
     append(
@@ -364,14 +364,16 @@ fn same_effect_elsewhere(same: Same, what: &str, since: &str, key: &str) -> Stri
 pub(crate) static FIND_DUPLICATE: LazyLock<[String; 3]> = LazyLock::new(|| {
     Same::ALL.map(|same| {
         format!(
-            "SELECT id, key FROM entries WHERE {} AND id <> ?6 ORDER BY completed_at LIMIT 1",
+            "SELECT id, key, duplicate_of FROM entries WHERE {} AND id <> ?6 \
+             ORDER BY completed_at LIMIT 1",
             same_effect_elsewhere(same, "?3", "?4", "?5")
         )
     })
 });
 
 /// The earliest entry (other than `exclude`) that completed the same effect — route, scope and
-/// fingerprint, or the `duplicate_on` values `dup_fp` — under another key since `since`.
+/// fingerprint, or the `duplicate_on` values `dup_fp` — under another key since `since`: its id,
+/// its key, and the first entry of its incident when it is itself a suspect.
 #[allow(
     clippy::too_many_arguments,
     reason = "the statement's parameters, named"
@@ -385,13 +387,13 @@ fn find_duplicate(
     key: &str,
     since: Millis,
     exclude: Option<i64>,
-) -> Result<Option<(i64, String)>> {
+) -> Result<Option<(i64, String, Option<i64>)>> {
     let same = Same::of(dup_fp);
     let what = dup_fp.unwrap_or(fingerprint);
     db.opt(
         &FIND_DUPLICATE[same as usize],
         vals![route, scope, what, since, key, exclude.unwrap_or(-1)],
-        |r| Ok((r.int(0)?, r.text(1)?)),
+        |r| Ok((r.int(0)?, r.text(1)?, r.opt_int(2)?)),
     )
 }
 
@@ -802,7 +804,10 @@ fn store_completion(
     Ok(())
 }
 
-/// Marks `row` a duplicate suspect when its effect completed under another key within `window`.
+/// Marks `row` a duplicate suspect when its effect completed under another key within `window`,
+/// in that entry's incident: when the earliest such entry is a suspect itself (its incident's first
+/// entry was purged, or completed before the window), `row` joins its incident rather than opening
+/// a second one for the same repeated effect.
 fn flag_duplicate(ctx: &mut Ctx<'_>, row: &Row, window: i64, at: Millis) -> Result<Option<i64>> {
     let found = find_duplicate(
         ctx.db,
@@ -814,22 +819,21 @@ fn flag_duplicate(ctx: &mut Ctx<'_>, row: &Row, window: i64, at: Millis) -> Resu
         at - window,
         Some(row.id),
     )?;
-    let Some((dup_id, dup_key)) = found else {
+    let Some((like, like_key, incident)) = found else {
         return Ok(None);
     };
+    let first = incident.unwrap_or(like);
     ctx.db.exec(
         "UPDATE entries SET duplicate_of = ?2 WHERE id = ?1",
-        vals![row.id, dup_id],
+        vals![row.id, first],
     )?;
-    append(
-        ctx,
-        row.event(
-            at,
-            EventKind::DuplicateSuspect,
-            json!({"duplicate_of": dup_id, "duplicate_of_key": dup_key, "fingerprint": row.fingerprint}),
-        ),
-    )?;
-    Ok(Some(dup_id))
+    let detail = if first == like {
+        json!({"duplicate_of": first, "duplicate_of_key": like_key, "fingerprint": row.fingerprint})
+    } else {
+        json!({"duplicate_of": first, "like": like, "like_key": like_key, "fingerprint": row.fingerprint})
+    };
+    append(ctx, row.event(at, EventKind::DuplicateSuspect, detail))?;
+    Ok(Some(first))
 }
 
 pub(crate) fn mark_unknown(ctx: &mut Ctx<'_>, rep: &OwnerReport) -> Result<()> {

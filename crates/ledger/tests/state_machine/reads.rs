@@ -505,8 +505,9 @@ fn duplicate_values_make_the_same_effect_and_incidents_are_reviewed(b: Backend) 
 }
 
 /// An incident whose first entry was purged keeps its suspects (they were charges too): listed,
-/// titled from the oldest left, its review kept, reviewable again, gone with its last entry.
-fn an_incident_whose_first_entry_was_purged_stays_with_its_suspects(b: Backend) {
+/// titled from the oldest left, its review kept, reviewable again, joined by a new suspect, gone
+/// with its last entry.
+fn an_incident_whose_first_entry_was_purged_stays_and_takes_new_suspects(b: Backend) {
     let f = fx!(b);
     let suspect = |key: &str, rid: u32, at| {
         let mut r = req(key, &format!(r#"{{"amount":4999,"request_id":{rid}}}"#), at);
@@ -563,7 +564,18 @@ fn an_incident_whose_first_entry_was_purged_stays_with_its_suspects(b: Backend) 
         "under the oldest suspect left"
     );
     assert!(logged[0].detail.contains(&format!("\"incident\":{first}")));
-    purge(vec![second], T0 + 90);
+    // The effect repeated again: it joins the same incident (and reopens it), not a second one
+    // under the oldest suspect.
+    let (third, of) = suspect("k-3", 3, T0 + 80);
+    assert_eq!(of, Some(first));
+    let inc = f.l.incidents(Page::default(), T0 + 85).expect("incidents");
+    assert_eq!(inc.len(), 1, "{inc:?}");
+    assert_eq!(
+        inc[0].entries.iter().map(|e| e.id).collect::<Vec<_>>(),
+        [second, third]
+    );
+    assert!(inc[0].open, "a new suspect reopens it");
+    purge(vec![second, third], T0 + 90);
     assert!(f
         .l
         .incidents(Page::default(), T0 + 100)
@@ -574,7 +586,7 @@ fn an_incident_whose_first_entry_was_purged_stays_with_its_suspects(b: Backend) 
 
 suite!(
     subjects_are_kept_searched_and_purged_with_their_entry,
-    an_incident_whose_first_entry_was_purged_stays_with_its_suspects,
+    an_incident_whose_first_entry_was_purged_stays_and_takes_new_suspects,
     duplicate_values_make_the_same_effect_and_incidents_are_reviewed,
     a_tool_filter_finds_exactly_the_tool_s_entries,
     an_operator_filter_finds_the_name_and_its_qualified_forms,
