@@ -99,11 +99,15 @@ describe("console UI", () => {
     const dup = entry(4, { state: "completed", stuck: false, scope: "billing-02", duplicate_of: 3, subjects: [["amount", "49.99"], ["customer", "cus_123"]] });
     const { app, calls } = setup({ ...base, entries: () => ({ entries: [dup, first], next_before: null }) });
     await app.start();
+    await app.go("stuck");
+    const current = () => [...document.querySelectorAll("nav button.active, nav [aria-current]")].map((b) => (b as HTMLElement).dataset.testid);
+    expect(current()).toEqual(["nav-stuck"]);
     const box = q("search-input") as HTMLInputElement;
     box.value = "customer:cus_123";
     box.dispatchEvent(new Event("change"));
     await tick();
     expect(calls.filter(([c]) => c === "entries").slice(-1)[0]?.[1]).toMatchObject({ subject: "customer=cus_123", search: null, stuck: false });
+    expect(current(), "the sidebar marks no view while Search shows").toEqual([]);
     expect(q("row-duplicate").textContent).toBe("⚠ duplicate of #3");
     expect([...document.querySelectorAll('[data-testid="row-subjects"]')].map((e) => e.textContent)).toEqual(["49.99 · cus_123", "49.99 · cus_123"]);
     box.value = "cus_123";

@@ -214,7 +214,13 @@ export class App {
     this.timers = [];
     this.view = view;
     this.list = null;
-    for (const b of this.root.querySelectorAll("nav button")) b.classList.toggle("active", (b as HTMLElement).dataset.testid === `nav-${view}`);
+    // The sidebar marks the view shown and nothing else: Search and an entry have no item of their own.
+    for (const b of this.root.querySelectorAll("nav button")) {
+      const here = (b as HTMLElement).dataset.testid === `nav-${view}`;
+      b.classList.toggle("active", here);
+      if (here) b.setAttribute("aria-current", "page");
+      else b.removeAttribute("aria-current");
+    }
     clear(this.main);
     this.main.dataset.view = view;
     try {
