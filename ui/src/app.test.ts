@@ -533,6 +533,33 @@ describe("console UI, keyboard and ledgers", () => {
     expect(q("verify-result").textContent).toMatch(/^invalid-argument: m.manifest.json: not a manifest/);
   });
 
+  it("lists and verifies the server's own archive in a browser, naming no path of the server", async () => {
+    const seg = { file: "events-1-10.ndjson.gz", first_seq: 1, last_seq: 10, count: 10, bytes: 9000, checkpoint: null, recorded: true, checked: false, ok: true, problems: [] };
+    const report = { ok: true, dir: "/var/lib/idemgate/archive", segments: [{ ...seg, checked: true }], live: null, count: 42, head: { seq: 42, hash: "h" }, problems: [], unfinished: [], cancelled: false };
+    const urls: string[] = [];
+    const fake = (async (url: string) => {
+      urls.push(url);
+      if (url.endsWith("/admin/v1/whoami")) return new Response(JSON.stringify(ADA), { status: 200 });
+      if (url.endsWith("/admin/v1/archive")) return new Response(JSON.stringify([seg]), { status: 200 });
+      if (url.endsWith("/admin/v1/archive/verify")) return new Response(`{"progress":10}\n{"result":${JSON.stringify(report)}}\n`, { status: 200, headers: { "content-type": "application/x-ndjson" } });
+      return new Response(JSON.stringify(base.stats()), { status: 200 });
+    }) as unknown as typeof fetch;
+    document.body.innerHTML = "";
+    const root = document.createElement("div");
+    document.body.append(root);
+    const app = new App(root, new HttpTransport("http://x", "tok", fake, () => undefined, 1), { getItem: () => null, setItem: () => undefined });
+    await app.start();
+    await app.go("export");
+    expect(q("archive-dir"), "no directory of the server is asked for").toBeNull();
+    q("action-archive-list").click();
+    for (let i = 0; i < 20 && !document.querySelector('[data-testid="segment-row"]'); i++) await new Promise((r) => setTimeout(r, 5));
+    expect(document.querySelectorAll('[data-testid="segment-row"]').length).toBe(1);
+    q("action-archive-verify").click();
+    for (let i = 0; i < 20 && !document.querySelector('[data-testid="archive-verdict"]'); i++) await new Promise((r) => setTimeout(r, 5));
+    expect(q("archive-verdict").textContent).toBe("OK · 42 events verified, segments and live log, head #42");
+    expect(urls.filter((u) => u.includes("/admin/v1/archive"))).toEqual(["http://x/admin/v1/archive", "http://x/admin/v1/archive/verify"]);
+  });
+
   it("offers a viewer only what a viewer may do, and records actions under the token's operator", async () => {
     const show = { entry: { ...entry(7, { state: "completed", stuck: false }), request: { method: "POST", path: "/v1/charges", headers: [], body: "{}" }, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [] };
     let who: Record<string, unknown> = { name: "vic", role: "viewer", shared: false };
@@ -563,6 +590,8 @@ describe("console UI, keyboard and ledgers", () => {
     await app.go("export");
     expect(q("action-export").hasAttribute("disabled")).toBe(true);
     expect(q("action-verify-ledger").hasAttribute("disabled")).toBe(true);
+    expect(q("action-archive-list").hasAttribute("disabled"), "a viewer lists the archive").toBe(false);
+    expect(q("action-archive-verify").hasAttribute("disabled")).toBe(true);
     // An operator resolves, but purges and exports no more than a viewer.
     who = { name: "olga", role: "operator", shared: false };
     app = await open();

@@ -6,6 +6,7 @@ import type { RetentionStatus } from "./bindings/RetentionStatus";
 import type { SegmentCheck } from "./bindings/SegmentCheck";
 import { clear, h } from "./dom";
 import { isoTime, relative } from "./format";
+import type { CommandName } from "./bindings/commands";
 import { toErrorBody, type Transport } from "./transport";
 
 /** The Overview's panel on retention: the policy of the last run, when it ran, what it did. */
@@ -71,31 +72,52 @@ export function archiveReport(r: ArchiveVerifyReport): HTMLElement {
   );
 }
 
-/** The Export view's archive panel (desktop): the directory, its segments, and a verify with progress. */
-export function archivePanel(t: Transport, dir: string, runJob: RunJob, remember: (dir: string) => void): HTMLElement {
-  const input = h("input", { testid: "archive-dir", attrs: { placeholder: "/var/lib/idemgate/archive", value: dir } });
+/** Where the archive panel's work goes: a directory of this machine (desktop), or the server's own archive (a browser). */
+export interface ArchivePanel {
+  t: Transport;
+  /** The directory to offer (desktop); `null` in a browser, which may not name the server's paths. */
+  dir: string | null;
+  runJob: RunJob;
+  remember: (dir: string) => void;
+  /** A button's attributes for an operation the signed-in role may not run (disabled, with why). */
+  gate: (op: CommandName) => Record<string, string | boolean>;
+}
+
+/** The Export view's archive panel: its segments, and a verify with progress. */
+export function archivePanel(p: ArchivePanel): HTMLElement {
+  const { t, runJob } = p;
+  const input = p.dir === null ? null : h("input", { testid: "archive-dir", attrs: { placeholder: "/var/lib/idemgate/archive", value: p.dir } });
+  const path = () => {
+    const d = input?.value.trim() ?? "";
+    if (input) p.remember(d);
+    return d;
+  };
   const out = h("div", { testid: "archive-result" });
   const list = async () => {
-    remember(input.value.trim());
+    const d = path();
     clear(out);
     try {
-      out.append(segmentTable(await t.ops.archive_segments({ path: input.value.trim() })));
+      out.append(segmentTable(await (input ? t.ops.archive_segments({ path: d }) : t.ops.archived({}))));
     } catch (e) {
       const b = toErrorBody(e);
       out.textContent = `${b.code}: ${b.message}`;
     }
   };
+  const verify = () => {
+    const d = path();
+    void runJob("verify-archive", out, (id) => (input ? t.ops.verify_archive({ path: d }, id) : t.ops.verify_history({}, id)), (r) => archiveReport(r as ArchiveVerifyReport));
+  };
   return h(
     "div",
     { class: "panel", testid: "archive-panel" },
     h("h2", null, "Archive"),
-    h("p", { class: "hint" }, "Sealed, compressed segments of the old log, each with a manifest and its signed head. Verify walks every segment and the live log after them, and names a missing, altered or reordered segment."),
+    h("p", { class: "hint" }, `Sealed, compressed segments of the old log, each with a manifest and its signed head${input ? "" : ", in the server's archive ([retention] archive_dir)"}. Verify walks every segment and the live log after them, and names a missing, altered or reordered segment.`),
     h(
       "div",
       { class: "filters" },
-      input,
-      h("button", { testid: "action-archive-list", on: { click: () => void list() } }, "List segments"),
-      h("button", { testid: "action-archive-verify", on: { click: () => { remember(input.value.trim()); void runJob("verify-archive", out, (id) => t.ops.verify_archive({ path: input.value.trim() }, id), (r) => archiveReport(r as ArchiveVerifyReport)); } } }, "Verify the archive"),
+      ...(input ? [input] : []),
+      h("button", { testid: "action-archive-list", attrs: p.gate(input ? "archive_segments" : "archived"), on: { click: () => void list() } }, "List segments"),
+      h("button", { testid: "action-archive-verify", attrs: p.gate(input ? "verify_archive" : "verify_history"), on: { click: verify } }, "Verify the archive"),
     ),
     out,
   );

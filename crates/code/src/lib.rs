@@ -100,6 +100,8 @@ codes! {
     StoredRequestUnusable = ("stored-request-unusable", 409, "Stored request unusable"),
     NoProbe = ("no-probe", 409, "No reconcile probe"),
     NoConfig = ("no-config", 409, "No route configuration"),
+    /// The server keeps no archive: its `[retention]` sets no `archive_dir`.
+    NoArchive = ("no-archive", 409, "No archive configured"),
     BadConfig = ("bad-config", 500, "Bad configuration"),
     ExportNotFound = ("export-not-found", 404, "No such export"),
     ExportRunning = ("export-running", 409, "Export still running"),

@@ -49,6 +49,9 @@ pub enum OpsError {
     /// Replay or reconcile without the route configuration.
     #[error("replay and reconcile send requests upstream: they need the route configuration (--config, or the console's embedded proxy)")]
     NoConfig,
+    /// The archive of the host's own configuration was asked for, and it has none.
+    #[error("no archive is configured here: `[retention] archive_dir` is not set")]
+    NoArchive,
     /// The ledger refused or failed.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
@@ -94,6 +97,7 @@ impl OpsError {
             OpsError::BadConfig(_) => Code::BadConfig,
             OpsError::Internal(_) => Code::Internal,
             OpsError::NoConfig => Code::NoConfig,
+            OpsError::NoArchive => Code::NoArchive,
             OpsError::Ledger(e) => e.code(),
         }
     }

@@ -21,6 +21,7 @@ mod retention;
 mod time;
 mod upstream;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use idemgate_ledger::checkpoint::Signer;
@@ -59,6 +60,9 @@ pub struct Ops {
     hasher: ChainHasher,
     /// Signs checkpoints of the chain (exports, archives, the server's interval), when configured.
     signer: Option<Arc<Signer>>,
+    /// The archive the host's retention policy writes, when it has one: what a client that may not
+    /// name the host's paths (the admin API) lists and verifies.
+    archive_dir: Option<PathBuf>,
 }
 
 /// What an action will touch, shown before it runs.
@@ -186,7 +190,14 @@ impl Ops {
             store,
             hasher,
             signer: None,
+            archive_dir: None,
         }
+    }
+
+    /// These operations, with the host's archive in `dir`.
+    pub fn with_archive_dir(mut self, dir: Option<PathBuf>) -> Ops {
+        self.archive_dir = dir;
+        self
     }
 
     /// These operations, signing checkpoints with `signer`.

@@ -196,6 +196,31 @@ impl Ops {
         Ok(archive::segments(dir, Some(self.store.as_ref()))?)
     }
 
+    /// The segments of the host's own archive; none while its directory is not made yet (no
+    /// retention run has archived anything).
+    pub fn archived(&self) -> OpsResult<Vec<archive::SegmentCheck>> {
+        let dir = self.archive_dir.as_deref().ok_or(OpsError::NoArchive)?;
+        if !dir.exists() && self.store.archived()?.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.archive_segments(dir)
+    }
+
+    /// Verifies the host's own archive and the live log after it.
+    pub fn verify_history(&self, progress: Progress<'_>) -> OpsResult<ArchiveVerifyReport> {
+        let dir = self.archive_dir.as_deref().ok_or(OpsError::NoArchive)?;
+        if !dir.exists() {
+            return Err(OpsError::invalid(
+                "archive_dir",
+                &format!(
+                    "{} does not exist: no retention run has archived anything yet",
+                    dir.display()
+                ),
+            ));
+        }
+        self.verify_archive(dir, None, progress)
+    }
+
     /// Runs `policy` once: purges the entries long past their expiry (never a pending one), then
     /// archives the log past its hot period, and logs the run.
     pub fn retention_run(

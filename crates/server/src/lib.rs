@@ -63,7 +63,10 @@ impl Server {
     pub fn open(cfg: Arc<Config>) -> Result<Server, ServeError> {
         let token = check(&cfg)?;
         let signer = cfg.signing.as_ref().map(|s| s.signer.clone());
-        let ops = Ops::open_or_create(&cfg.ledger)?.with_signer(signer);
+        let archive = cfg.retention.as_ref().and_then(|r| r.archive_dir.clone());
+        let ops = Ops::open_or_create(&cfg.ledger)?
+            .with_signer(signer)
+            .with_archive_dir(archive);
         Ok(Server { cfg, token, ops })
     }
 

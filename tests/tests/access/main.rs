@@ -679,6 +679,17 @@ fn long_work_answers_as_it_goes_when_asked_and_stops_when_its_reader_goes() {
     assert_eq!(plain.header("content-type"), Some("application/json"));
     assert_eq!(plain.json(), result["result"]);
 
+    // This server keeps no archive: there is none to list or verify, and it says why.
+    for path in ["/admin/v1/archive", "/admin/v1/archive/verify"] {
+        let none = proxy.admin_get(path);
+        assert_eq!(
+            (none.status, none.code()),
+            (409, "no-archive".into()),
+            "{path}"
+        );
+        assert!(none.text().contains("archive_dir"), "{}", none.text());
+    }
+
     // Refused before it began: a problem, with its status.
     let refused = request(
         admin,

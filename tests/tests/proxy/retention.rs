@@ -93,6 +93,30 @@ fn the_server_applies_its_retention_policy_and_signs_its_head() {
     });
     assert!(!events_of(&l, "retention").is_empty());
 
+    // A client of the admin API (the console in a browser) lists and verifies the server's own
+    // archive, naming no path of the server.
+    let listed_segments = proxy.admin_get("/admin/v1/archive");
+    assert_eq!(listed_segments.status, 200, "{}", listed_segments.text());
+    let segments = listed_segments.json();
+    let segments = segments.as_array().expect("a list");
+    assert!(!segments.is_empty());
+    assert!(
+        segments
+            .iter()
+            .all(|s| s["recorded"] == true && s["checked"] == false),
+        "{segments:?}"
+    );
+    let history = proxy.admin_get("/admin/v1/archive/verify");
+    assert_eq!(history.status, 200, "{}", history.text());
+    let history = history.json();
+    assert_eq!(history["ok"], true, "{history}");
+    // The policy may have archived more since the listing; every segment is checked and sound.
+    let checked = history["segments"].as_array().expect("segments");
+    assert!(checked.len() >= segments.len(), "{history}");
+    assert!(checked
+        .iter()
+        .all(|s| s["checked"] == true && s["ok"] == true));
+
     // A call through the proxy, and the head it leads to is signed within the interval.
     let r = proxy.send(
         "POST",

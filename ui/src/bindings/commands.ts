@@ -26,6 +26,8 @@ export const COMMANDS = {
   retention_status: { role: "viewer", http: [["GET", "/admin/v1/retention"]], desktop: true },
   archive_segments: { role: "admin", http: [], desktop: true },
   verify_archive: { role: "admin", http: [], desktop: true },
+  archived: { role: "viewer", http: [["GET", "/admin/v1/archive"]], desktop: true },
+  verify_history: { role: "admin", http: [["GET", "/admin/v1/archive/verify"]], desktop: true },
   ledger_info: { role: "viewer", http: [], desktop: true },
   open_ledger: { role: "viewer", http: [], desktop: true },
   server_info: { role: "viewer", http: [["GET", "/admin/v1/server"]], desktop: false },

@@ -62,6 +62,8 @@ export const OPS = {
   retention_status: { role: "viewer", kind: "ledger", http: { method: "GET", path: "/admin/v1/retention" }, acts: false },
   archive_segments: { role: "admin", kind: "ledger", http: null, acts: false },
   verify_archive: { role: "admin", kind: "job", http: null, acts: false },
+  archived: { role: "viewer", kind: "ledger", http: { method: "GET", path: "/admin/v1/archive" }, acts: false },
+  verify_history: { role: "admin", kind: "job", http: { method: "GET", path: "/admin/v1/archive/verify" }, acts: false },
 } as const;
 
 export type OpName = keyof typeof OPS;
@@ -239,6 +241,20 @@ export interface Ops {
    * The whole history, naming each missing, altered or reordered segment.
    */
   verify_archive(req: PathArg, job: string): Promise<ArchiveVerifyReport | null>;
+  /**
+   * The segments of the host's own archive (`[retention] archive_dir`), from their manifests
+   * (not verified), each marked recorded or not by this ledger.
+   *
+   * Empty while nothing has been archived; `no-archive` when no archive is configured.
+   */
+  archived(req: NoArgs): Promise<Array<SegmentCheck>>;
+  /**
+   * Verifies the host's own archive (`[retention] archive_dir`) and the live log after it.
+   *
+   * The whole history, naming each missing, altered or reordered segment; `no-archive` when
+   * no archive is configured.
+   */
+  verify_history(req: NoArgs, job: string): Promise<ArchiveVerifyReport | null>;
 }
 
 /** The typed operations over a host's `call`. */
@@ -268,5 +284,7 @@ export function opsClient(call: Call): Ops {
     retention_status: (req: NoArgs) => call("retention_status", req, null) as Promise<RetentionStatus>,
     archive_segments: (req: PathArg) => call("archive_segments", req, null) as Promise<Array<SegmentCheck>>,
     verify_archive: (req: PathArg, job: string) => call("verify_archive", req, job) as Promise<ArchiveVerifyReport | null>,
+    archived: (req: NoArgs) => call("archived", req, null) as Promise<Array<SegmentCheck>>,
+    verify_history: (req: NoArgs, job: string) => call("verify_history", req, job) as Promise<ArchiveVerifyReport | null>,
   };
 }

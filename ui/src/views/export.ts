@@ -1,5 +1,5 @@
-// Export: the log or the entries to a file with its manifest, the checks against it, and on
-// the desktop the archive.
+// Export: the log or the entries to a file with its manifest, the checks against it, and the
+// archive (the desktop's by directory, the server's own in a browser).
 import type { ErrorBody } from "../bindings/ErrorBody";
 import type { Manifest } from "../bindings/Manifest";
 import { clear, h } from "../dom";
@@ -57,7 +57,7 @@ export function exportView(app: App): void {
       h("button", { testid: "action-verify", on: { click: () => void job("verify", vout, (id) => app.t.ops.verify_export({ path: vpath.value.trim() }, id)) } }, "Verify file")] : [h("label", null, "manifest ", against)]),
       h("button", { testid: "action-verify-against", attrs: { title: "Does this ledger still hold the heads the export's manifest recorded? (a cut-off tail of the log shows here)", ...app.gate("verify_against") }, on: { click: () => void job("verify-against", vout, (id) => local ? app.t.ops.verify_against({ path: manifestOf(vpath.value.trim()) }, id) : readManifest(against).then((m) => app.t.ops.verify_against_manifest(m, id))) } }, "Check against the ledger"),
       h("button", { testid: "action-verify-ledger", attrs: app.gate("verify_ledger"), on: { click: () => void job("verify-ledger", vout, (id) => app.t.ops.verify_ledger({}, id)) } }, "Verify the ledger")), head, vout),
-    ...(local ? [archivePanel(app.t, app.archiveDir ?? app.prefs.getItem("archiveDir") ?? "", job, (d) => { app.archiveDir = d; app.prefs.setItem("archiveDir", d); })] : []),
+    archivePanel({ t: app.t, dir: local ? app.archiveDir ?? app.prefs.getItem("archiveDir") ?? "" : null, runJob: job, remember: (d) => { app.archiveDir = d; app.prefs.setItem("archiveDir", d); }, gate: (op) => app.gate(op) }),
   );
 }
 

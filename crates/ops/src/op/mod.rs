@@ -341,6 +341,8 @@ registry![
     retention_status,
     archive_segments,
     verify_archive,
+    archived,
+    verify_history,
 ];
 
 /// An operation by its name.
