@@ -405,8 +405,13 @@ describe("console UI, keyboard and ledgers", () => {
     q("action-export").click();
     for (let i = 0; i < 20 && !q("export-result").textContent?.includes("sha256"); i++) await new Promise((r) => setTimeout(r, 5));
     expect(JSON.parse(q("export-result").textContent ?? "")).toEqual(manifest);
-    expect(JSON.parse(bodies[0])).toEqual({ format: "csv", since: null, until: null });
+    expect(JSON.parse(bodies[0])).toEqual({ what: "events", format: "csv", since: null, until: null });
     expect(saved).toEqual(["idemgate-export-ab12.csv", "idemgate-export-ab12.csv.manifest.json"]);
+    // The entries with their outcomes, as on the desktop: the same job, asked for entries.
+    (q("export-what") as HTMLSelectElement).value = "entries";
+    q("action-export").click();
+    for (let i = 0; i < 20 && bodies.length < 2; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(JSON.parse(bodies[1])).toEqual({ what: "entries", format: "csv", since: null, until: null });
   });
 
   it("shows the log's head to note beside the export, and says when the log is empty", async () => {

@@ -73,9 +73,9 @@ describe("HttpTransport (the admin API)", () => {
     const t = new HttpTransport("http://x", "tok", fake, (name, blob) => void blob.text().then((b) => saved.push([name, b])), 1);
     const progress: number[] = [];
     await t.onProgress((p) => { if (p.job === "j1") progress.push(p.done); });
-    const m = await t.exportLog({ format: "ndjson", range: { since: 1795168800000, until: null }, path: "/not/sent", overwrite: true }, "j1");
+    const m = await t.exportFile("events", { format: "ndjson", range: { since: 1795168800000, until: null }, path: "/not/sent", overwrite: true }, "j1");
     expect(m).toEqual(manifest);
-    expect(seen[0]).toBe('POST /admin/v1/exports {"format":"ndjson","since":"1795168800000","until":null}');
+    expect(seen[0]).toBe('POST /admin/v1/exports {"what":"events","format":"ndjson","since":"1795168800000","until":null}');
     expect(seen.slice(1)).toEqual(["GET /admin/v1/exports/ab12", "GET /admin/v1/exports/ab12", "GET /admin/v1/exports/ab12/file", "GET /admin/v1/exports/ab12/manifest"]);
     expect(progress).toEqual([0, 4096, 2]);
     await new Promise((r) => setTimeout(r, 10));
@@ -91,7 +91,7 @@ describe("HttpTransport (the admin API)", () => {
       return new Response(JSON.stringify(running), { status: init?.method === "POST" ? 202 : 200 });
     }) as unknown as typeof fetch;
     const t = new HttpTransport("http://x", "tok", fake, () => { throw new Error("nothing to save"); }, 5);
-    const done = t.exportLog({ format: "csv", range: { since: null, until: null }, path: "", overwrite: false }, "j2");
+    const done = t.exportFile("entries", { format: "csv", range: { since: null, until: null }, path: "", overwrite: false }, "j2");
     await new Promise((r) => setTimeout(r, 20));
     expect(await t.cancelJob("j2")).toBe(true);
     expect(await done).toBeNull();
@@ -190,7 +190,7 @@ describe("HttpTransport (the admin API)", () => {
     const failed = { id: "ef56", state: "failed", format: "csv", since: null, until: null, created_at: "t", ended_at: "t", expires_at: "t", done: 0, manifest: null, error: { code: "ledger-unavailable", message: "disk gone" }, file_url: null, manifest_url: null };
     const fake = (async () => new Response(JSON.stringify(failed), { status: 202 })) as unknown as typeof fetch;
     const t = new HttpTransport("http://x", "tok", fake, () => undefined, 1);
-    await expect(t.exportLog({ format: "csv", range: { since: null, until: null }, path: "", overwrite: false }, "j3")).rejects.toEqual({ code: "ledger-unavailable", message: "disk gone" });
+    await expect(t.exportFile("entries", { format: "csv", range: { since: null, until: null }, path: "", overwrite: false }, "j3")).rejects.toEqual({ code: "ledger-unavailable", message: "disk gone" });
   });
 });
 

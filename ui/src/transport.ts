@@ -9,7 +9,8 @@ import type { Code } from "./bindings/Code";
 import type { Identity } from "./bindings/Identity";
 import type { JobProgress } from "./bindings/JobProgress";
 import type { LedgerInfo } from "./bindings/LedgerInfo";
-import type { Manifest } from "./bindings/Manifest";
+import type { ExportManifest } from "./bindings/ExportManifest";
+import type { Exported } from "./bindings/Exported";
 import type { ProxyStatus } from "./bindings/ProxyStatus";
 import type { ServerInfo } from "./bindings/ServerInfo";
 import { OPS, opsClient, type OpName, type Ops } from "./bindings/ops";
@@ -23,9 +24,10 @@ export interface Transport {
   whoami(): Promise<Identity | null>;
   ledgerInfo(): Promise<LedgerInfo>;
   openLedger(path: string): Promise<LedgerInfo>;
-  /** A range of the log exported: to a file of the desktop, or as the server's export job whose
-   * file and manifest the browser then saves. `null` when cancelled. */
-  exportLog(cmd: ExportCmd, job: string): Promise<Manifest | null>;
+  /** A range of the log (`events`), or the entries created in it with their outcomes, exported:
+   * to a file of the desktop, or as the server's export job whose file and manifest the browser
+   * then saves. `null` when cancelled. */
+  exportFile(what: Exported, cmd: ExportCmd, job: string): Promise<ExportManifest | null>;
   cancelJob(job: string): Promise<boolean>;
   onProgress(f: (p: JobProgress) => void): Promise<() => void>;
   proxyStatus(): Promise<ProxyStatus>;
@@ -69,7 +71,9 @@ export class TauriTransport implements Transport {
   async whoami(): Promise<Identity | null> { return null; }
   ledgerInfo() { return this.call<LedgerInfo>("ledger_info"); }
   openLedger(path: string) { return this.call<LedgerInfo>("open_ledger", { path }); }
-  exportLog(cmd: ExportCmd, job: string) { return this.ops.export(cmd, job); }
+  exportFile(what: Exported, cmd: ExportCmd, job: string): Promise<ExportManifest | null> {
+    return what === "entries" ? this.ops.export_entries(cmd, job) : this.ops.export(cmd, job);
+  }
   cancelJob(job: string) { return this.call<boolean>("cancel_job", { job }); }
   onProgress(f: (p: JobProgress) => void) { return this.listen("job-progress", (e) => f(e.payload as JobProgress)); }
   proxyStatus() { return this.call<ProxyStatus>("proxy_status"); }
@@ -237,9 +241,9 @@ export class HttpTransport implements Transport {
    * followed to its end, then its file and manifest are saved as downloads, under the names
    * `idemgate verify --export` expects. `null` when cancelled (the server deletes it).
    */
-  async exportLog(cmd: ExportCmd, job: string): Promise<Manifest | null> {
+  async exportFile(what: Exported, cmd: ExportCmd, job: string): Promise<ExportManifest | null> {
     const time = (t: number | null) => (t === null ? null : String(t));
-    const started = await this.req<ExportJob>("POST", "/admin/v1/exports", { format: cmd.format, since: time(cmd.range.since), until: time(cmd.range.until) });
+    const started = await this.req<ExportJob>("POST", "/admin/v1/exports", { what, format: cmd.format, since: time(cmd.range.since), until: time(cmd.range.until) });
     this.exports.set(job, started.id);
     try {
       let j = started;

@@ -18,10 +18,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use idemgate_ledger::entries_export::EntriesManifest;
 use idemgate_ledger::export::{manifest_path, Format, Manifest};
 use idemgate_ledger::{now_millis, rfc3339, EventRange, Millis};
 use idemgate_ops::{ErrorBody, ExportCmd, Ops};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use idemgate_proxy::problem::{Code, Problem};
 
@@ -45,12 +46,56 @@ pub enum ExportState {
     Failed,
 }
 
+/// What an export holds: a range of the log, or the entries created in a range with their
+/// outcomes.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Exported {
+    #[default]
+    Events,
+    Entries,
+}
+
+/// A done export's manifest: the log's or the entries'.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ExportManifest {
+    Events(Manifest),
+    Entries(EntriesManifest),
+}
+
+impl ExportManifest {
+    fn file(&self) -> &str {
+        match self {
+            ExportManifest::Events(m) => &m.file,
+            ExportManifest::Entries(m) => &m.file,
+        }
+    }
+
+    fn format(&self) -> Format {
+        match self {
+            ExportManifest::Events(m) => m.format,
+            ExportManifest::Entries(m) => m.format,
+        }
+    }
+
+    fn count(&self) -> u64 {
+        match self {
+            ExportManifest::Events(m) => m.count,
+            ExportManifest::Entries(m) => m.count,
+        }
+    }
+}
+
 /// An export job, as the admin API shows it.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExportJob {
     pub id: String,
     pub state: ExportState,
+    pub what: Exported,
     pub format: Format,
     pub since: Option<String>,
     pub until: Option<String>,
@@ -58,10 +103,10 @@ pub struct ExportJob {
     pub ended_at: Option<String>,
     /// When an ended job and its files go.
     pub expires_at: Option<String>,
-    /// Events written so far (all of them, once done).
+    /// Events (or entries) written so far (all of them, once done).
     pub done: u64,
     /// Once done: the manifest, as `…/manifest` serves it.
-    pub manifest: Option<Manifest>,
+    pub manifest: Option<ExportManifest>,
     /// Once failed: why.
     pub error: Option<ErrorBody>,
     /// Once done: where to download the file and its manifest.
@@ -72,13 +117,14 @@ pub struct ExportJob {
 #[derive(Debug)]
 struct Job {
     id: String,
+    what: Exported,
     format: Format,
     range: EventRange,
     created_at: Millis,
     ended_at: Option<Millis>,
     done: Arc<AtomicU64>,
     cancel: Arc<AtomicBool>,
-    manifest: Option<Manifest>,
+    manifest: Option<ExportManifest>,
     error: Option<ErrorBody>,
     file: PathBuf,
 }
@@ -98,6 +144,7 @@ impl Job {
         ExportJob {
             id: self.id.clone(),
             state: self.state(),
+            what: self.what,
             format: self.format,
             since: self.range.since.map(rfc3339),
             until: self.range.until.map(rfc3339),
@@ -176,10 +223,11 @@ impl Exports {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts exporting `range` of the log as `format`.
+    /// Starts exporting `range` of the log, or the entries created in it, as `format`.
     pub fn start(
         self: &Arc<Self>,
         ops: &Ops,
+        what: Exported,
         format: Format,
         range: EventRange,
     ) -> Result<ExportJob, Problem> {
@@ -225,6 +273,7 @@ impl Exports {
         let file = spool.join(format!("idemgate-export-{id}.{}", format.as_str()));
         let job = Job {
             id: id.clone(),
+            what,
             format,
             range,
             created_at: now,
@@ -247,10 +296,18 @@ impl Exports {
         };
         let ops = ops.clone();
         let export = tokio::task::spawn_blocking(move || {
-            ops.export(&cmd, &mut |n| {
+            let progress = &mut |n| {
                 done.store(n, Ordering::Relaxed);
                 !cancel.load(Ordering::Relaxed)
-            })
+            };
+            match what {
+                Exported::Events => ops
+                    .export(&cmd, progress)
+                    .map(|m| m.map(ExportManifest::Events)),
+                Exported::Entries => ops
+                    .export_entries(&cmd, progress)
+                    .map(|m| m.map(ExportManifest::Entries)),
+            }
         });
         // Awaited apart from the export, so that even one that panicked ends its job (a job left
         // running would hold one of the MAX_RUNNING places for good).
@@ -269,7 +326,7 @@ impl Exports {
     }
 
     /// Records how job `id` ended. A job deleted meanwhile leaves nothing behind.
-    fn finish(&self, id: &str, r: Result<Option<Manifest>, ErrorBody>, file: &Path) {
+    fn finish(&self, id: &str, r: Result<Option<ExportManifest>, ErrorBody>, file: &Path) {
         let mut inner = self.lock();
         let Some(job) = inner.jobs.iter_mut().find(|j| j.id == id) else {
             remove_files(file);
@@ -278,7 +335,7 @@ impl Exports {
         job.ended_at = Some(now_millis());
         match r {
             Ok(Some(m)) => {
-                job.done.store(m.count, Ordering::Relaxed);
+                job.done.store(m.count(), Ordering::Relaxed);
                 job.manifest = Some(m);
             }
             Ok(None) => {
@@ -335,14 +392,14 @@ impl Exports {
         Ok(if manifest {
             Download {
                 path: manifest_path(&job.file),
-                name: format!("{}.manifest.json", m.file),
+                name: format!("{}.manifest.json", m.file()),
                 kind: "application/json",
             }
         } else {
             Download {
                 path: job.file.clone(),
-                name: m.file.clone(),
-                kind: match m.format {
+                name: m.file().to_owned(),
+                kind: match m.format() {
                     Format::Ndjson => "application/x-ndjson",
                     Format::Csv => "text/csv; charset=utf-8",
                 },
@@ -464,6 +521,7 @@ mod tests {
         std::fs::write(manifest_path(&file), b"{}").expect("write");
         e.lock().jobs.push(Job {
             id: id.into(),
+            what: Exported::Events,
             format: Format::Ndjson,
             range: EventRange::default(),
             created_at: now,
@@ -495,7 +553,12 @@ mod tests {
         fake(&e, "r1", None);
         fake(&e, "r2", None);
         let p = e
-            .start(&ops, Format::Ndjson, EventRange::default())
+            .start(
+                &ops,
+                Exported::Events,
+                Format::Ndjson,
+                EventRange::default(),
+            )
             .expect_err("a third at once");
         assert_eq!((p.status, p.code.as_str()), (429, "too-many-exports"));
         assert_eq!(e.list().len(), 2, "a refused export leaves no job");
@@ -509,7 +572,7 @@ mod tests {
         let oldest = e.lock().jobs[1].file.clone();
         assert!(oldest.exists());
         let j = e
-            .start(&ops, Format::Csv, EventRange::default())
+            .start(&ops, Exported::Events, Format::Csv, EventRange::default())
             .expect("pushes out an ended one");
         let jobs = e.list();
         assert_eq!(jobs.len(), MAX_KEPT);
@@ -534,7 +597,12 @@ mod tests {
         std::fs::create_dir(&base).expect("mkdir");
         let live = Arc::new(Exports::new(base.clone()));
         let j = live
-            .start(&ops, Format::Ndjson, EventRange::default())
+            .start(
+                &ops,
+                Exported::Events,
+                Format::Ndjson,
+                EventRange::default(),
+            )
             .expect("start");
         until_ended(&live, &j.id).await;
         let live_spool = live.lock().spool.as_ref().expect("made").dir.clone();
@@ -581,7 +649,12 @@ mod tests {
         assert!(!old.exists());
 
         let j = e
-            .start(&ops, Format::Ndjson, EventRange::default())
+            .start(
+                &ops,
+                Exported::Events,
+                Format::Ndjson,
+                EventRange::default(),
+            )
             .expect("start");
         let j = until_ended(&e, &j.id).await;
         let d = e.download(&j.id, false).expect("done");
@@ -599,7 +672,12 @@ mod tests {
         e.close();
         assert!(!spool.exists(), "the spool goes with the process");
         let p = e
-            .start(&ops, Format::Ndjson, EventRange::default())
+            .start(
+                &ops,
+                Exported::Events,
+                Format::Ndjson,
+                EventRange::default(),
+            )
             .expect_err("closed");
         assert_eq!(p.code, "shutting-down");
     }
@@ -613,7 +691,9 @@ mod tests {
             since: Some(2_000),
             until: Some(1_000),
         };
-        let p = e.start(&ops, Format::Ndjson, range).expect_err("bad range");
+        let p = e
+            .start(&ops, Exported::Events, Format::Ndjson, range)
+            .expect_err("bad range");
         assert_eq!((p.status, p.code.as_str()), (400, "invalid-argument"));
         assert!(e.list().is_empty());
         assert!(e.lock().spool.is_none(), "and no spool is made for it");

@@ -503,6 +503,47 @@ fn an_export_through_the_admin_api_downloads_with_its_manifest_and_leaves_nothin
         left.iter().all(|n| n.contains(&csv)) && left.len() == 2,
         "{left:?}"
     );
+
+    // The entries with their outcomes, the same way: downloaded beside their manifest, and the
+    // CLI verifies them.
+    let r = proxy.admin_post(
+        "/admin/v1/exports",
+        &json!({"what": "entries", "format": "ndjson"}),
+    );
+    assert_eq!(r.status, 202, "{}", r.text());
+    let entries = r.json()["id"].as_str().expect("id").to_owned();
+    let job = eventually(30, "the entries export to end", || {
+        let j = call("GET", &format!("/admin/v1/exports/{entries}"), &[]).json();
+        (j["state"] != "running").then_some(j)
+    });
+    assert_eq!(
+        (&job["state"], &job["what"]),
+        (&json!("done"), &json!("entries")),
+        "{job}"
+    );
+    assert_eq!(job["manifest"]["kind"], "entries", "{job}");
+    let count = job["manifest"]["count"].as_u64().expect("count");
+    assert!(count > 10, "the demo's entries: {job}");
+    let name = job["manifest"]["file"].as_str().expect("file").to_owned();
+    let file = call("GET", job["file_url"].as_str().expect("file url"), &[]);
+    assert_eq!(
+        file.body.iter().filter(|b| **b == b'\n').count() as u64,
+        count
+    );
+    let manifest = call("GET", job["manifest_url"].as_str().expect("url"), &[]);
+    let saved = dir.path().join(&name);
+    std::fs::write(&saved, &file.body).expect("save");
+    std::fs::write(
+        dir.path().join(format!("{name}.manifest.json")),
+        &manifest.body,
+    )
+    .expect("save");
+    let out = idemgate(&["verify", "--export", saved.to_str().expect("utf-8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(proxy.terminate().success());
     assert!(!spools[0].exists(), "the spool goes with the process");
 }

@@ -1,6 +1,7 @@
 // Export: the log or the entries to a file with its manifest, the checks against it, and the
 // archive (the desktop's by directory, the server's own in a browser).
 import type { ErrorBody } from "../bindings/ErrorBody";
+import type { Exported } from "../bindings/Exported";
 import type { Manifest } from "../bindings/Manifest";
 import { clear, h } from "../dom";
 import { fromLocalInput } from "../format";
@@ -49,10 +50,10 @@ export function exportView(app: App): void {
   app.main.append(
     h("h1", null, "Export"),
     h("p", { class: "hint" }, local
-      ? "A contiguous run of the log as NDJSON or CSV, with FILE.manifest.json recording the count, the chain head and the file's sha256 — for compliance. Verify recomputes the chain and checks the manifest."
-      : "A contiguous run of the log as NDJSON or CSV, made on the server and downloaded with FILE.manifest.json (the count, the chain head and the file's sha256) — for compliance. Keep both in one folder: idemgate verify --export FILE checks them."),
-    h("div", { class: "panel" }, h("div", { class: "filters" }, ...(local ? [what] : []), format, h("label", null, "since ", since), h("label", null, "until ", until), ...(local ? [path, h("label", { attrs: { title: "An existing file is refused: an earlier export is evidence. Tick this to replace it and its manifest." } }, overwrite, " Replace an existing file")] : []),
-      h("button", { testid: "action-export", class: "primary", attrs: app.gate("export"), on: { click: () => { if (local) app.prefs.setItem("exportPath", path.value); const cmd = { format: format.value as "ndjson" | "csv", range: { since: fromLocalInput(since.value), until: fromLocalInput(until.value) }, path: local ? path.value.trim() : "", overwrite: local && overwrite.checked }; void job("export", out, (id) => (local && what.value === "entries" ? app.t.ops.export_entries(cmd, id) : app.t.exportLog(cmd, id))); } } }, "Export")), out),
+      ? "A contiguous run of the log, or the entries created in a range with their outcomes, as NDJSON or CSV, with FILE.manifest.json recording the count, the chain head and the file's sha256 — for compliance. Verify recomputes the chain and checks the manifest."
+      : "A contiguous run of the log, or the entries created in a range with their outcomes, as NDJSON or CSV, made on the server and downloaded with FILE.manifest.json (the count, the chain head and the file's sha256) — for compliance. Keep both in one folder: idemgate verify --export FILE checks them."),
+    h("div", { class: "panel" }, h("div", { class: "filters" }, what, format, h("label", null, "since ", since), h("label", null, "until ", until), ...(local ? [path, h("label", { attrs: { title: "An existing file is refused: an earlier export is evidence. Tick this to replace it and its manifest." } }, overwrite, " Replace an existing file")] : []),
+      h("button", { testid: "action-export", class: "primary", attrs: app.gate("export"), on: { click: () => { if (local) app.prefs.setItem("exportPath", path.value); const cmd = { format: format.value as "ndjson" | "csv", range: { since: fromLocalInput(since.value), until: fromLocalInput(until.value) }, path: local ? path.value.trim() : "", overwrite: local && overwrite.checked }; void job("export", out, (id) => app.t.exportFile(what.value as Exported, cmd, id)); } } }, "Export")), out),
     h("div", { class: "panel" }, h("div", { class: "filters" }, ...(local ? [vpath,
       h("button", { testid: "action-verify", on: { click: () => void job("verify", vout, (id) => app.t.ops.verify_export({ path: vpath.value.trim() }, id)) } }, "Verify file")] : [h("label", null, "manifest ", against)]),
       h("button", { testid: "action-verify-against", attrs: { title: "Does this ledger still hold the heads the export's manifest recorded? (a cut-off tail of the log shows here)", ...app.gate("verify_against") }, on: { click: () => void job("verify-against", vout, (id) => local ? app.t.ops.verify_against({ path: manifestOf(vpath.value.trim()) }, id) : readManifest(against).then((m) => app.t.ops.verify_against_manifest(m, id))) } }, "Check against the ledger"),

@@ -10,13 +10,17 @@ use idemgate_proxy::problem::{Code, Problem};
 use serde::Deserialize;
 
 use super::{bad_json, time_arg, AdminState, ExportId, Id, NoQuery};
-use crate::exports::Download;
+use crate::exports::{Download, Exported};
 
-/// An export job to start: which events, in which format.
+/// An export job to start: what, in which range, in which format.
 #[cfg_attr(feature = "ts", derive(schemars::JsonSchema))]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExportBody {
+    /// The log's events in the range (the default), or the entries created in it with their
+    /// outcomes.
+    #[serde(default)]
+    what: Exported,
     format: export::Format,
     /// As the CLI takes them ([`idemgate_ops::parse_time`]).
     since: Option<String>,
@@ -33,7 +37,7 @@ pub(super) async fn start_export(
         since: time_arg("since", b.since.as_deref())?,
         until: time_arg("until", b.until.as_deref())?,
     };
-    let job = s.exports.start(&s.ops, b.format, range)?;
+    let job = s.exports.start(&s.ops, b.what, b.format, range)?;
     let location = HeaderValue::from_str(&format!("/admin/v1/exports/{}", job.id))
         .map_err(|e| Problem::new(Code::Internal, e.to_string()))?;
     Ok((
