@@ -399,7 +399,7 @@ describe("console UI, keyboard and ledgers", () => {
     await app.go("export");
     expect(q("export-path")).toBeNull();
     expect(q("export-overwrite")).toBeNull();
-    expect(q("action-verify")).toBeNull();
+    expect(q("verify-path"), "a file to verify is uploaded, not named").toBeNull();
     expect(q("action-verify-ledger")).toBeTruthy();
     (q("export-format") as HTMLSelectElement).value = "csv";
     q("action-export").click();
@@ -565,6 +565,40 @@ describe("console UI, keyboard and ledgers", () => {
     expect(urls.filter((u) => u.includes("/admin/v1/archive"))).toEqual(["http://x/admin/v1/archive", "http://x/admin/v1/archive/verify"]);
   });
 
+  it("uploads an export file chosen in a browser with its manifest for the server to verify", async () => {
+    const sent: FormData[] = [];
+    const report = { ok: true, file: "march.ndjson", manifest: "march.ndjson.manifest.json", sha256_matches: true, manifest_matches: true, signature_ok: null, count: 12, first_seq: 1, last_seq: 12, head: null, first_bad_seq: null, problems: [] };
+    const fake = (async (url: string, init?: RequestInit) => {
+      if (url.endsWith("/admin/v1/whoami")) return new Response(JSON.stringify(ADA), { status: 200 });
+      if (url.endsWith("/admin/v1/verify/export")) {
+        sent.push(init?.body as FormData);
+        expect(new Headers(init?.headers).get("content-type"), "the form's own multipart type").toBeNull();
+        return new Response(JSON.stringify(report), { status: 200 });
+      }
+      return new Response(JSON.stringify(base.stats()), { status: 200 });
+    }) as unknown as typeof fetch;
+    document.body.innerHTML = "";
+    const root = document.createElement("div");
+    document.body.append(root);
+    const app = new App(root, new HttpTransport("http://x", "tok", fake, () => undefined, 1), { getItem: () => null, setItem: () => undefined });
+    await app.start();
+    await app.go("export");
+    const choose = (id: string, f: File | null) => Object.defineProperty(q(id), "files", { value: f ? [f] : [], configurable: true });
+    choose("verify-file", null);
+    q("action-verify").click();
+    for (let i = 0; i < 20 && !q("verify-result").textContent?.includes("choose"); i++) await new Promise((r) => setTimeout(r, 5));
+    expect(q("verify-result").textContent).toBe("invalid-argument: choose the export file");
+    expect(sent).toEqual([]);
+    choose("verify-file", new File(["{}\n"], "march.ndjson"));
+    choose("against-file", new File(["{}"], "march.ndjson.manifest.json"));
+    q("action-verify").click();
+    for (let i = 0; i < 20 && !q("verify-result").textContent?.includes("sha256"); i++) await new Promise((r) => setTimeout(r, 5));
+    expect(sent.length).toBe(1);
+    expect((sent[0].get("file") as File).name).toBe("march.ndjson");
+    expect((sent[0].get("manifest") as File).name).toBe("march.ndjson.manifest.json");
+    expect(JSON.parse(q("verify-result").textContent ?? "")).toEqual(report);
+  });
+
   it("offers a viewer only what a viewer may do, and records actions under the token's operator", async () => {
     const show = { entry: { ...entry(7, { state: "completed", stuck: false }), request: { method: "POST", path: "/v1/charges", headers: [], body: "{}" }, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [] };
     let who: Record<string, unknown> = { name: "vic", role: "viewer", shared: false };
@@ -595,6 +629,7 @@ describe("console UI, keyboard and ledgers", () => {
     await app.go("export");
     expect(q("action-export").hasAttribute("disabled")).toBe(true);
     expect(q("action-verify-ledger").hasAttribute("disabled")).toBe(true);
+    expect(q("action-verify").hasAttribute("disabled")).toBe(true);
     expect(q("action-archive-list").hasAttribute("disabled"), "a viewer lists the archive").toBe(false);
     expect(q("action-archive-verify").hasAttribute("disabled")).toBe(true);
     // An operator resolves, but purges and exports no more than a viewer.

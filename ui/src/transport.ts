@@ -10,6 +10,7 @@ import type { Identity } from "./bindings/Identity";
 import type { JobProgress } from "./bindings/JobProgress";
 import type { LedgerInfo } from "./bindings/LedgerInfo";
 import type { ExportManifest } from "./bindings/ExportManifest";
+import type { ExportVerifyReport } from "./bindings/ExportVerifyReport";
 import type { Exported } from "./bindings/Exported";
 import type { ProxyStatus } from "./bindings/ProxyStatus";
 import type { ServerInfo } from "./bindings/ServerInfo";
@@ -28,6 +29,9 @@ export interface Transport {
    * to a file of the desktop, or as the server's export job whose file and manifest the browser
    * then saves. `null` when cancelled. */
   exportFile(what: Exported, cmd: ExportCmd, job: string): Promise<ExportManifest | null>;
+  /** An export file chosen in a browser, with its manifest, checked by the server without the
+   * ledger (the desktop checks a file of its own by path: `ops.verify_export`). */
+  verifyUpload(file: File, manifest: File | null): Promise<ExportVerifyReport>;
   cancelJob(job: string): Promise<boolean>;
   onProgress(f: (p: JobProgress) => void): Promise<() => void>;
   proxyStatus(): Promise<ProxyStatus>;
@@ -73,6 +77,9 @@ export class TauriTransport implements Transport {
   openLedger(path: string) { return this.call<LedgerInfo>("open_ledger", { path }); }
   exportFile(what: Exported, cmd: ExportCmd, job: string): Promise<ExportManifest | null> {
     return what === "entries" ? this.ops.export_entries(cmd, job) : this.ops.export(cmd, job);
+  }
+  async verifyUpload(): Promise<ExportVerifyReport> {
+    throw { code: "unsupported", message: "the desktop checks an export file by its path" } satisfies ErrorBody;
   }
   cancelJob(job: string) { return this.call<boolean>("cancel_job", { job }); }
   onProgress(f: (p: JobProgress) => void) { return this.listen("job-progress", (e) => f(e.payload as JobProgress)); }
@@ -138,10 +145,11 @@ export class HttpTransport implements Transport {
         method,
         headers: {
           authorization: `Bearer ${this.token}`,
-          ...(body === undefined ? {} : { "content-type": "application/json" }),
+          // A form sets its own multipart content type, with its boundary.
+          ...(body === undefined || body instanceof FormData ? {} : { "content-type": "application/json" }),
           ...(accept === undefined ? {} : { accept }),
         },
-        body: body === undefined ? undefined : JSON.stringify(body),
+        body: body === undefined ? undefined : body instanceof FormData ? body : JSON.stringify(body),
         signal,
       });
     } catch (e) {
@@ -269,6 +277,12 @@ export class HttpTransport implements Transport {
       this.exports.delete(job);
       this.cancelled.delete(job);
     }
+  }
+  verifyUpload(file: File, manifest: File | null): Promise<ExportVerifyReport> {
+    const form = new FormData();
+    form.append("file", file, file.name);
+    if (manifest) form.append("manifest", manifest, manifest.name);
+    return this.req<ExportVerifyReport>("POST", "/admin/v1/verify/export", form);
   }
   /** Cancels an export (deleting it on the server), or a verify or a purge (dropping its request). */
   async cancelJob(job: string) {

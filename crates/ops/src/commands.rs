@@ -73,6 +73,16 @@ pub const HOST: &[Command] = &[
         ],
         false,
     ),
+    // An export file the client uploads, checked by the server without the ledger.
+    host(
+        "verify_upload",
+        Admin,
+        &[Http {
+            method: "POST",
+            path: "/admin/v1/verify/export",
+        }],
+        false,
+    ),
     host(
         "cancel_export",
         Admin,

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequestParts, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Request, State};
 use axum::http::{header, request, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use idemgate_ledger::{now_millis, Millis, Progress, Result};
 use idemgate_ops::Ops;
@@ -81,6 +81,10 @@ pub fn router(
         .route(
             "/admin/v1/exports/{id}/manifest",
             get(audit::export_manifest),
+        )
+        .route(
+            "/admin/v1/verify/export",
+            post(audit::verify_upload).layer(DefaultBodyLimit::max(audit::MAX_UPLOAD + (2 << 20))),
         )
         .route("/admin/v1/server", get(server_info))
         .route("/admin/v1/whoami", get(whoami))

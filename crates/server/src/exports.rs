@@ -252,23 +252,7 @@ impl Exports {
                 inner.jobs.remove(i).remove_files();
             }
         }
-        let spool = match &inner.spool {
-            Some(s) => s.dir.clone(),
-            None => {
-                let s = make_spool(&self.base).map_err(|e| {
-                    Problem::new(
-                        Code::ExportFailed,
-                        format!(
-                            "cannot make a spool directory in {}: {e}",
-                            self.base.display()
-                        ),
-                    )
-                })?;
-                let dir = s.dir.clone();
-                inner.spool = Some(s);
-                dir
-            }
-        };
+        let spool = self.spool(&mut inner)?;
         let id = format!("{:016x}", rand::random::<u64>());
         let file = spool.join(format!("idemgate-export-{id}.{}", format.as_str()));
         let job = Job {
@@ -323,6 +307,48 @@ impl Exports {
             this.finish(&id, r, &file);
         });
         Ok(view)
+    }
+
+    /// The spool, made on first use.
+    fn spool(&self, inner: &mut Inner) -> Result<PathBuf, Problem> {
+        if let Some(s) = &inner.spool {
+            return Ok(s.dir.clone());
+        }
+        let s = make_spool(&self.base).map_err(|e| {
+            Problem::new(
+                Code::ExportFailed,
+                format!(
+                    "cannot make a spool directory in {}: {e}",
+                    self.base.display()
+                ),
+            )
+        })?;
+        let dir = s.dir.clone();
+        inner.spool = Some(s);
+        Ok(dir)
+    }
+
+    /// A private directory in the spool for an uploaded export while it is checked: removed when
+    /// dropped, and with the spool (at close, or by the next start's [`Exports::reclaim`] after a
+    /// kill).
+    pub fn scratch(&self) -> Result<tempfile::TempDir, Problem> {
+        let mut inner = self.lock();
+        if inner.closed {
+            return Err(Problem::new(
+                Code::ShuttingDown,
+                "this process is stopping and checks no more uploads",
+            ));
+        }
+        let spool = self.spool(&mut inner)?;
+        tempfile::Builder::new()
+            .prefix("upload-")
+            .tempdir_in(&spool)
+            .map_err(|e| {
+                Problem::new(
+                    Code::ExportFailed,
+                    format!("cannot make a directory in {}: {e}", spool.display()),
+                )
+            })
     }
 
     /// Records how job `id` ended. A job deleted meanwhile leaves nothing behind.

@@ -369,6 +369,7 @@ fn download(what: &str, content: Value) -> Value {
 
 fn host_table(gen: &mut SchemaGenerator) -> Vec<HostRoute> {
     let mut routes = export_routes(gen);
+    routes.push(upload_route(gen));
     routes.extend(info_routes(gen));
     routes
 }
@@ -395,7 +396,7 @@ fn route(
 fn export_routes(gen: &mut SchemaGenerator) -> Vec<HostRoute> {
     let job = schema_of::<crate::exports::ExportJob>(gen);
     let body = schema_of::<crate::admin::audit::ExportBody>(gen);
-    let manifest = schema_of::<idemgate_ledger::export::Manifest>(gen);
+    let manifest = schema_of::<crate::exports::ExportManifest>(gen);
     let export_id = json!({ "parameters": [{
         "name": "id", "in": "path", "required": true,
         "description": "the export's id, as POST /admin/v1/exports gave it",
@@ -478,6 +479,33 @@ fn export_routes(gen: &mut SchemaGenerator) -> Vec<HostRoute> {
             export_id,
         ),
     ]
+}
+
+/// The check of an export file the client uploads.
+fn upload_route(gen: &mut SchemaGenerator) -> HostRoute {
+    let report = schema_of::<idemgate_ledger::export::ExportVerifyReport>(gen);
+    route(
+        "POST",
+        "/admin/v1/verify/export",
+        "Verify an export file the client uploads, with its manifest, as idemgate verify \
+             --export does beside it: the file's sha256, the chain inside it, and the manifest's \
+             count and head. The ledger is not read; the upload is removed once checked.",
+        (200, json_ok(report)),
+        &[400, 401, 403, 413, 415, 429, 500, 503],
+        json!({ "requestBody": {
+                "required": true,
+                "content": { "multipart/form-data": { "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": { "type": "string", "format": "binary",
+                                  "description": "the export file (NDJSON or CSV)" },
+                        "manifest": { "type": "string", "format": "binary",
+                                      "description": "its FILE.manifest.json" },
+                    },
+                } } },
+            } }),
+    )
 }
 
 /// Who the server and the token are, this document, and the metrics.

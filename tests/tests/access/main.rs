@@ -462,6 +462,47 @@ fn an_export_through_the_admin_api_downloads_with_its_manifest_and_leaves_nothin
         idemgate(&["verify", "--export", saved_s]).status.code(),
         Some(3)
     );
+    // The same checks on an upload (the console in a browser): the server verifies the file and
+    // its manifest without the ledger, names them as sent, and keeps nothing.
+    let upload = |parts: &[(&str, &str, &[u8])]| {
+        let (kind, body) = multipart(parts);
+        request(
+            admin,
+            "POST",
+            "/admin/v1/verify/export",
+            &[("authorization", auth.as_str()), ("content-type", &kind)],
+            &body,
+        )
+    };
+    let manifest_name = format!("{name}.manifest.json");
+    let good = upload(&[
+        ("file", &name, &file.body),
+        ("manifest", &manifest_name, &manifest.body),
+    ]);
+    assert_eq!(good.status, 200, "{}", good.text());
+    let good = good.json();
+    assert_eq!(
+        (&good["ok"], &good["sha256_matches"], &good["file"]),
+        (&json!(true), &json!(true), &json!(name)),
+        "{good}"
+    );
+    let bad = upload(&[
+        ("manifest", &manifest_name, &manifest.body),
+        ("file", &name, &edited),
+    ])
+    .json();
+    assert_eq!(
+        (&bad["ok"], &bad["sha256_matches"]),
+        (&json!(false), &json!(false)),
+        "{bad}"
+    );
+    let none = upload(&[("manifest", &manifest_name, &manifest.body)]);
+    assert_eq!((none.status, none.code()), (400, "invalid-argument".into()));
+    let not_a_form = proxy.admin_post("/admin/v1/verify/export", &json!({"file": "x"}));
+    assert_eq!(
+        (not_a_form.status, not_a_form.code()),
+        (415, "unsupported-media-type".into())
+    );
 
     // The spool: private, under export_dir; a deleted export's files go at once.
     let spools: Vec<_> = std::fs::read_dir(&spool_base)
@@ -658,6 +699,24 @@ fn a_verify_stops_when_its_client_goes_away() {
         "{}",
         proxy.logs()
     );
+}
+
+/// A `multipart/form-data` body of `(name, file name, bytes)` parts, and its content type.
+fn multipart(parts: &[(&str, &str, &[u8])]) -> (String, Vec<u8>) {
+    let boundary = "idemgate-test-boundary-7d1c";
+    let mut body = Vec::new();
+    for (name, file, bytes) in parts {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\ncontent-disposition: form-data; name=\"{name}\"; filename=\"{file}\"\r\ncontent-type: application/octet-stream\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
 }
 
 /// The lines of an `application/x-ndjson` answer, each parsed.

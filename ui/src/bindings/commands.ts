@@ -37,6 +37,7 @@ export const COMMANDS = {
   start_export: { role: "admin", http: [["POST", "/admin/v1/exports"]], desktop: false },
   export_status: { role: "viewer", http: [["GET", "/admin/v1/exports"], ["GET", "/admin/v1/exports/{id}"]], desktop: false },
   export_download: { role: "admin", http: [["GET", "/admin/v1/exports/{id}/file"], ["GET", "/admin/v1/exports/{id}/manifest"]], desktop: false },
+  verify_upload: { role: "admin", http: [["POST", "/admin/v1/verify/export"]], desktop: false },
   cancel_export: { role: "admin", http: [["DELETE", "/admin/v1/exports/{id}"]], desktop: false },
   cancel_job: { role: "viewer", http: [], desktop: true },
   proxy_status: { role: "viewer", http: [], desktop: true },

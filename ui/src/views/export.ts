@@ -19,6 +19,7 @@ export function exportView(app: App): void {
   const vpath = h("input", { testid: "verify-path", attrs: { placeholder: "/path/to/audit.ndjson (its .manifest.json is checked too)" } });
   const vout = h("pre", { testid: "verify-result", class: "small" });
   const against = h("input", { testid: "against-file", attrs: { type: "file", accept: ".json,application/json" } }) as HTMLInputElement;
+  const upload = h("input", { testid: "verify-file", attrs: { type: "file", accept: ".ndjson,.csv,.gz,application/x-ndjson,text/csv" } }) as HTMLInputElement;
   const what = h("select", { testid: "export-what" }, h("option", { attrs: { value: "events" } }, "the log"), h("option", { attrs: { value: "entries" } }, "entries with outcomes"));
   const job: RunJob = async (label, outEl, f, show) => {
     const id = `${label}-${Date.now()}`;
@@ -41,8 +42,8 @@ export function exportView(app: App): void {
       unlisten();
     }
   };
-  // In a browser the export is made on the server and downloaded: no path here, and no file
-  // here to verify (`idemgate verify --export FILE` does, beside its saved manifest).
+  // In a browser the export is made on the server and downloaded, and a file to verify is
+  // uploaded with its manifest: no path of either machine is named.
   const local = app.t.kind === "tauri";
   // The head to note now and check later: the log must still hold it, and only have grown.
   const head = h("p", { class: "hint", testid: "log-head" });
@@ -55,7 +56,9 @@ export function exportView(app: App): void {
     h("div", { class: "panel" }, h("div", { class: "filters" }, what, format, h("label", null, "since ", since), h("label", null, "until ", until), ...(local ? [path, h("label", { attrs: { title: "An existing file is refused: an earlier export is evidence. Tick this to replace it and its manifest." } }, overwrite, " Replace an existing file")] : []),
       h("button", { testid: "action-export", class: "primary", attrs: app.gate("export"), on: { click: () => { if (local) app.prefs.setItem("exportPath", path.value); const cmd = { format: format.value as "ndjson" | "csv", range: { since: fromLocalInput(since.value), until: fromLocalInput(until.value) }, path: local ? path.value.trim() : "", overwrite: local && overwrite.checked }; void job("export", out, (id) => app.t.exportFile(what.value as Exported, cmd, id)); } } }, "Export")), out),
     h("div", { class: "panel" }, h("div", { class: "filters" }, ...(local ? [vpath,
-      h("button", { testid: "action-verify", on: { click: () => void job("verify", vout, (id) => app.t.ops.verify_export({ path: vpath.value.trim() }, id)) } }, "Verify file")] : [h("label", null, "manifest ", against)]),
+      h("button", { testid: "action-verify", on: { click: () => void job("verify", vout, (id) => app.t.ops.verify_export({ path: vpath.value.trim() }, id)) } }, "Verify file")]
+      : [h("label", null, "export ", upload), h("label", null, "manifest ", against),
+        h("button", { testid: "action-verify", attrs: { title: "Uploads the file and its manifest; the server checks them as idemgate verify --export does, without the ledger", ...app.gate("verify_upload") }, on: { click: () => void job("verify", vout, () => chosen(upload, "the export file").then((f) => app.t.verifyUpload(f, against.files?.[0] ?? null))) } }, "Verify file")]),
       h("button", { testid: "action-verify-against", attrs: { title: "Does this ledger still hold the heads the export's manifest recorded? (a cut-off tail of the log shows here)", ...app.gate("verify_against") }, on: { click: () => void job("verify-against", vout, (id) => local ? app.t.ops.verify_against({ path: manifestOf(vpath.value.trim()) }, id) : readManifest(against).then((m) => app.t.ops.verify_against_manifest(m, id))) } }, "Check against the ledger"),
       h("button", { testid: "action-verify-ledger", attrs: app.gate("verify_ledger"), on: { click: () => void job("verify-ledger", vout, (id) => app.t.ops.verify_ledger({}, id)) } }, "Verify the ledger")), head, vout),
     archivePanel({ t: app.t, dir: local ? app.archiveDir ?? app.prefs.getItem("archiveDir") ?? "" : null, runJob: job, remember: (d) => { app.archiveDir = d; app.prefs.setItem("archiveDir", d); }, gate: (op) => app.gate(op) }),
@@ -65,6 +68,13 @@ export function exportView(app: App): void {
 /** The manifest of an export named by its path, or the manifest itself. */
 export function manifestOf(path: string): string {
   return path.endsWith(".manifest.json") ? path : `${path}.manifest.json`;
+}
+
+/** The file chosen in `input`; an ErrorBody naming `what` when none is. */
+async function chosen(input: HTMLInputElement, what: string): Promise<File> {
+  const f = input.files?.[0];
+  if (!f) throw { code: "invalid-argument", message: `choose ${what}` } satisfies ErrorBody;
+  return f;
 }
 
 /** The manifest in a file input, parsed; an ErrorBody when there is none or it is not JSON. */

@@ -1,15 +1,17 @@
 //! The admin API's export jobs: a file the server writes, which its client downloads when done.
 
+use axum::extract::multipart::{MultipartError, MultipartRejection};
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{Request, State};
+use axum::extract::{Multipart, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use idemgate_ledger::{export, EventRange};
+use idemgate_ledger::export::{self, manifest_path, ExportVerifyReport};
+use idemgate_ledger::EventRange;
 use idemgate_proxy::problem::{Code, Problem};
 use serde::Deserialize;
 
-use super::{bad_json, time_arg, AdminState, ExportId, Id, NoQuery};
+use super::{bad_json, blocking_while_wanted, time_arg, AdminState, ExportId, Id, NoQuery};
 use crate::exports::{Download, Exported};
 
 /// An export job to start: what, in which range, in which format.
@@ -112,4 +114,113 @@ async fn serve_download(d: Download, req: Request) -> Result<Response, Problem> 
         h.insert(header::CONTENT_DISPOSITION, v);
     }
     Ok(r)
+}
+
+/// The most bytes an uploaded export may have; a larger one is checked where it is, with
+/// `idemgate verify --export`.
+pub const MAX_UPLOAD: usize = 1 << 30;
+/// The most bytes of an uploaded manifest.
+const MAX_MANIFEST: usize = 1 << 20;
+
+fn bad_part(e: MultipartError) -> Problem {
+    let code = if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        Code::BodyTooLarge
+    } else {
+        Code::InvalidArgument
+    };
+    Problem::new(code, e.body_text())
+}
+
+fn upload_failed(e: std::io::Error) -> Problem {
+    Problem::new(Code::Internal, format!("cannot keep the upload: {e}"))
+}
+
+/// A name a client gave that is a plain file name (no directory, not hidden).
+fn plain_name(n: &str) -> bool {
+    !n.is_empty() && n.len() <= 200 && !n.starts_with('.') && !n.contains(['/', '\\', '\0'])
+}
+
+/// Checks an export file the client uploads (`multipart/form-data`: the file in a part named
+/// `file`, its manifest in one named `manifest`) as `idemgate verify --export` checks one beside
+/// its manifest, without the ledger. The upload is kept in the spool while it is checked.
+pub(super) async fn verify_upload(
+    State(s): State<AdminState>,
+    _: NoQuery,
+    mp: Result<Multipart, MultipartRejection>,
+) -> Result<Response, Problem> {
+    let mut mp = mp.map_err(|e| {
+        Problem::new(
+            Code::UnsupportedMediaType,
+            format!(
+                "send multipart/form-data: the export in a part named file, its manifest in one \
+                 named manifest ({})",
+                e.body_text()
+            ),
+        )
+    })?;
+    let scratch = s.exports.scratch()?;
+    let upload = scratch.path().join("upload");
+    let (mut name, mut manifest) = (None, None);
+    while let Some(mut field) = mp.next_field().await.map_err(bad_part)? {
+        match field.name() {
+            Some("file") if name.is_none() => {
+                name = Some(field.file_name().unwrap_or_default().to_owned());
+                let mut out = tokio::fs::File::create(&upload)
+                    .await
+                    .map_err(upload_failed)?;
+                let mut n = 0;
+                while let Some(chunk) = field.chunk().await.map_err(bad_part)? {
+                    n += chunk.len();
+                    if n > MAX_UPLOAD {
+                        return Err(Problem::new(Code::BodyTooLarge, format!("an uploaded export is at most {MAX_UPLOAD} bytes: check a larger one where it is, with idemgate verify --export")));
+                    }
+                    tokio::io::AsyncWriteExt::write_all(&mut out, &chunk)
+                        .await
+                        .map_err(upload_failed)?;
+                }
+            }
+            Some("manifest") if manifest.is_none() => {
+                let b = field.bytes().await.map_err(bad_part)?;
+                if b.len() > MAX_MANIFEST {
+                    return Err(Problem::new(
+                        Code::BodyTooLarge,
+                        format!("a manifest is at most {MAX_MANIFEST} bytes"),
+                    ));
+                }
+                manifest = Some(b);
+            }
+            other => {
+                return Err(Problem::new(
+                    Code::InvalidArgument,
+                    format!("unexpected part {other:?}: send one part named file and at most one named manifest"),
+                ))
+            }
+        }
+    }
+    let Some(name) = name else {
+        return Err(Problem::new(
+            Code::InvalidArgument,
+            "no part named file: send the export file (and its manifest, in a part named manifest)",
+        ));
+    };
+    let name = if plain_name(&name) {
+        name
+    } else {
+        "export".to_owned()
+    };
+    let path = scratch.path().join(&name);
+    std::fs::rename(&upload, &path).map_err(upload_failed)?;
+    if let Some(m) = &manifest {
+        std::fs::write(manifest_path(&path), m).map_err(upload_failed)?;
+    }
+    let ops = s.ops.clone();
+    let mut report: ExportVerifyReport =
+        blocking_while_wanted(move |progress| ops.verify_export(&path, progress)).await?;
+    // Named as the client sent it, not by where the server kept it.
+    report.file = name;
+    if report.manifest.is_some() {
+        report.manifest = Some(format!("{}.manifest.json", report.file));
+    }
+    drop(scratch);
+    Ok(Json(report).into_response())
 }
