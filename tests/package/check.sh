@@ -102,6 +102,27 @@ for _ in $(seq 100); do
 done
 curl -sf -H "Authorization: Bearer $token" "localhost:8701/admin/v1/events?kind=retention&limit=1" \
   | grep -q '"kind":"retention"' || { cat "$work/serve.log" >&2; fail "the service ran no retention policy"; }
+# `systemctl reload`, as the unit says it: its ExecReload lines, as the service's user, on the file
+# this service reads; a route added serves new requests.
+cat >>"$cfg" <<'TOML'
+
+[[routes]]
+name = "refunds"
+method = "POST"
+path = "/v1/refunds"
+upstream = "http://127.0.0.1:9042"
+effect = "write"
+TOML
+mainpid=$(pgrep -u idemgate -x idemgate) || fail "no idemgate process runs as idemgate"
+grep '^ExecReload=' "${unit#.}" | sed "s|^ExecReload=||; s|\$MAINPID|$mainpid|; s|/etc/idemgate/idemgate.toml|$cfg|" \
+  | while read -r line; do runuser -u idemgate -- sh -c "$line" || exit 1; done \
+  || { cat "$work/serve.log" >&2; fail "the unit's ExecReload"; }
+refund() {
+  curl -s -o /dev/null -w '%{http_code}' localhost:8700/v1/refunds \
+    -H 'content-type: application/json' -H 'Idempotency-Key: pkg-r1' -d '{"amount": 5}'
+}
+for _ in $(seq 100); do [ "$(refund)" = 201 ] && break; sleep 0.1; done
+[ "$(refund)" = 201 ] || { cat "$work/serve.log" >&2; fail "the reloaded route: $(refund)"; }
 # An operator in the group idemgate reads and acts on the service's ledger; anyone else does not.
 useradd --no-create-home --groups idemgate idemgate-op && useradd --no-create-home idemgate-other
 runuser -u idemgate-op -- /usr/bin/idemgate entries --ledger /var/lib/idemgate/ledger.db --json \

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use idemgate_ops::{ActionCmd, Code, Ops, OpsError};
 use idemgate_proxy::Config;
-use idemgate_server::Server;
+use idemgate_server::{Reload, Server};
 
 use crate::ProxyActionArgs;
 
@@ -76,26 +76,26 @@ fn survive_file_size_limit(rt: &tokio::runtime::Runtime) {
     }
 }
 
-/// SIGHUP's default action ends the process at once, dropping the requests in flight (their
-/// claims left pending, stuck for an operator once their leases pass). It is what `systemctl
-/// reload`, a proxy operator's habit (`nginx -s reload`) and a closed terminal send. `serve` cannot
-/// reload its configuration in place, so it keeps serving and says so; SIGTERM stops it gracefully.
-fn survive_hangup(rt: &tokio::runtime::Runtime) {
+/// SIGHUP (`systemctl reload`, `kill -HUP`): each one asks the server to read its configuration
+/// again. Caught from before the listeners open, as the stop is: the default action would end the
+/// process at once, dropping the requests in flight.
+fn hangups(rt: &tokio::runtime::Runtime) -> tokio::sync::mpsc::UnboundedReceiver<()> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let _in = rt.enter();
     match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
         Ok(mut hup) => {
             rt.spawn(async move {
                 while hup.recv().await.is_some() {
-                    tracing::warn!(
-                        "SIGHUP ignored: the configuration is read at start only; to apply a new \
-                         one, check it (serve --check) and restart (SIGTERM drains requests in \
-                         flight)"
-                    );
+                    tracing::info!("SIGHUP: reloading the configuration");
+                    if tx.send(()).is_err() {
+                        return;
+                    }
                 }
             });
         }
-        Err(e) => tracing::warn!(error = %e, "could not catch SIGHUP"),
+        Err(e) => tracing::warn!(error = %e, "could not catch SIGHUP: no reload"),
     }
+    rx
 }
 
 /// `serve --check`: everything `serve` checks before it opens the ledger and binds.
@@ -155,8 +155,11 @@ pub fn serve(config: &Path) -> Result<ExitCode, CmdError> {
     let rt = runtime()?;
     let stop = shutdown_signal(&rt)?;
     survive_file_size_limit(&rt);
-    survive_hangup(&rt);
-    let server = Server::open(cfg)?;
+    let signals = hangups(&rt);
+    let server = Server::open(cfg)?.reload_on(Reload {
+        path: config.to_path_buf(),
+        signals,
+    });
     // Redacted: a PostgreSQL URL may carry a password.
     let ledger = server.ledger_location();
     rt.block_on(server.run(

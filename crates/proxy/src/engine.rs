@@ -100,15 +100,15 @@ pub struct Engine {
     /// This instance's lease-owner id.
     pub owner: String,
     read_cache: ReadCache,
-    pub(crate) flights: Flights,
+    pub(crate) flights: Arc<Flights>,
     /// Per route, in the configuration's order: an MCP route's tools as last listed.
-    pub(crate) tools: Vec<crate::mcp::Tools>,
+    pub(crate) tools: Vec<Arc<crate::mcp::Tools>>,
     /// The MCP calls running for clients, whose cancels are held back.
-    pub(crate) mcp_calls: crate::mcp::Calls,
+    pub(crate) mcp_calls: Arc<crate::mcp::Calls>,
     /// The loop guards' counts.
-    pub(crate) loops: crate::business::LoopGuards,
+    pub(crate) loops: Arc<crate::business::LoopGuards>,
     /// Outcomes known here that the ledger could not take yet.
-    pub unsettled: Unsettled,
+    pub unsettled: Arc<Unsettled>,
     /// Per route, in the configuration's order.
     metrics: Vec<RouteMetrics>,
     pub(crate) claim_seconds: Histogram,
@@ -130,21 +130,55 @@ impl Engine {
                 .map(|r| RouteMetrics::new(&r.name))
                 .collect(),
             claim_seconds: histogram!("idemgate_claim_seconds"),
-            tools: cfg
-                .routes
-                .iter()
-                .map(|_| crate::mcp::Tools::default())
-                .collect(),
-            mcp_calls: crate::mcp::Calls::default(),
-            loops: crate::business::LoopGuards::default(),
+            tools: cfg.routes.iter().map(|_| Arc::default()).collect(),
+            mcp_calls: Arc::default(),
+            loops: Arc::default(),
             cfg,
             store,
             client: forward::client(),
             owner,
             read_cache: ReadCache::default(),
-            flights: Flights::default(),
-            unsettled: Unsettled::default(),
+            flights: Arc::default(),
+            unsettled: Arc::default(),
             requests: tokio_util::task::TaskTracker::new(),
+        }
+    }
+
+    /// This engine under `cfg`, for the requests that start from now on (a reload): what it
+    /// knows of calls in flight, held MCP cancels, loop counts and outcomes waiting for the
+    /// ledger is shared with it, so requests under either finish as one process's; an MCP route
+    /// keeps the tools it learnt when its name and upstream stay. Read results are not carried over: the
+    /// routes' upstreams, credentials or scopes may have changed.
+    pub fn reloaded(&self, cfg: Arc<Config>) -> Engine {
+        let tools = cfg
+            .routes
+            .iter()
+            .map(|r| {
+                self.cfg
+                    .routes
+                    .iter()
+                    .position(|old| old.name == r.name && old.upstream == r.upstream)
+                    .map_or_else(Arc::default, |i| self.tools[i].clone())
+            })
+            .collect();
+        Engine {
+            metrics: cfg
+                .routes
+                .iter()
+                .map(|r| RouteMetrics::new(&r.name))
+                .collect(),
+            claim_seconds: self.claim_seconds.clone(),
+            tools,
+            mcp_calls: self.mcp_calls.clone(),
+            loops: self.loops.clone(),
+            cfg,
+            store: self.store.clone(),
+            client: self.client.clone(),
+            owner: self.owner.clone(),
+            read_cache: ReadCache::default(),
+            flights: self.flights.clone(),
+            unsettled: self.unsettled.clone(),
+            requests: self.requests.clone(),
         }
     }
 

@@ -78,16 +78,20 @@ struct Failures {
 /// The admin API's credentials and the addresses that sent bad ones.
 #[derive(Debug)]
 pub struct Access {
-    operators: Vec<OperatorCred>,
-    /// Whether the last of `operators` is the shared admin token.
-    shared: bool,
+    creds: std::sync::RwLock<Arc<Creds>>,
     failures: Mutex<HashMap<IpAddr, Failures>>,
 }
 
-impl Access {
-    /// The configured operators, and the shared admin token (the operator `admin`) when there is
-    /// one.
-    pub fn new(shared: Option<&Secret>, operators: &[OperatorCred]) -> Access {
+/// Who may use the admin API: the operators, and the shared admin token as the last of them.
+#[derive(Debug)]
+struct Creds {
+    operators: Vec<OperatorCred>,
+    /// Whether the last of `operators` is the shared admin token.
+    shared: bool,
+}
+
+impl Creds {
+    fn new(shared: Option<&Secret>, operators: &[OperatorCred]) -> Creds {
         let mut all: Vec<OperatorCred> = operators.to_vec();
         if let Some(t) = shared {
             all.push(OperatorCred {
@@ -96,16 +100,37 @@ impl Access {
                 token_hash: TokenHash::of(&t.0),
             });
         }
-        Access {
+        Creds {
             operators: all,
             shared: shared.is_some(),
+        }
+    }
+}
+
+impl Access {
+    /// The configured operators, and the shared admin token (the operator `admin`) when there is
+    /// one.
+    pub fn new(shared: Option<&Secret>, operators: &[OperatorCred]) -> Access {
+        Access {
+            creds: std::sync::RwLock::new(Arc::new(Creds::new(shared, operators))),
             failures: Mutex::new(HashMap::new()),
         }
     }
 
+    /// Replaces who may use the admin API (a reload), for the requests that start from now on. The
+    /// slowdown of addresses that sent bad tokens stays.
+    pub fn replace(&self, shared: Option<&Secret>, operators: &[OperatorCred]) {
+        let creds = Arc::new(Creds::new(shared, operators));
+        *self.creds.write().unwrap_or_else(|p| p.into_inner()) = creds;
+    }
+
+    fn creds(&self) -> Arc<Creds> {
+        self.creds.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// Whether anyone can use the admin API at all.
     pub fn is_empty(&self) -> bool {
-        self.operators.is_empty()
+        self.creds().operators.is_empty()
     }
 
     /// The operator a bearer token stands for, from `from`, at `now`.
@@ -126,8 +151,9 @@ impl Access {
         let given = TokenHash::of(token.as_bytes());
         // Every hash is compared, each in constant time: how long this takes says nothing about
         // which operator, if any, the token is close to.
+        let creds = self.creds();
         let mut found: Option<(usize, &OperatorCred)> = None;
-        for (i, o) in self.operators.iter().enumerate() {
+        for (i, o) in creds.operators.iter().enumerate() {
             if bool::from(o.token_hash.0.ct_eq(&given.0)) {
                 found = Some((i, o));
             }
@@ -139,7 +165,7 @@ impl Access {
                 Ok(Identity {
                     name: o.name.clone(),
                     role: o.role,
-                    shared: self.shared && i + 1 == self.operators.len(),
+                    shared: creds.shared && i + 1 == creds.operators.len(),
                 })
             }
             None => {

@@ -16,22 +16,22 @@ use axum::{Extension, Json, Router};
 use idemgate_ledger::{now_millis, Millis, Progress, Result};
 use idemgate_ops::Ops;
 use idemgate_proxy::problem::{Code, Problem};
-use idemgate_proxy::Engine;
 use serde::Serialize;
 
 pub(crate) mod audit;
 mod call;
 
-use crate::access::{self, Access, Identity};
+use crate::access::{self, Identity};
 use crate::exports::Exports;
+use crate::live::Live;
 use crate::Bound;
 
 #[derive(Debug, Clone)]
 pub struct AdminState {
-    pub engine: Arc<Engine>,
+    /// The engine and the operators, as the last reload left them.
+    pub live: Arc<Live>,
     pub ops: Ops,
     pub exports: Arc<Exports>,
-    access: Arc<Access>,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     /// Where this process listens, as `GET /admin/v1/server` tells.
     pub listening: Bound,
@@ -53,18 +53,17 @@ pub struct ServerInfo {
 }
 
 pub fn router(
-    engine: Arc<Engine>,
+    live: Arc<Live>,
     ops: Ops,
     exports: Arc<Exports>,
-    access: Arc<Access>,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
     listening: Bound,
 ) -> Router {
+    let console_dir = live.engine().cfg.console_dir.clone();
     let state = AdminState {
-        engine,
+        live,
         ops,
         exports,
-        access,
         metrics,
         listening,
     };
@@ -91,7 +90,7 @@ pub fn router(
         .route("/admin/v1/openapi.json", get(openapi))
         .route("/metrics", get(render_metrics))
         .route_layer(middleware::from_fn_with_state(
-            state.access.clone(),
+            state.live.access().clone(),
             access::guard,
         ))
         .fallback(|| async { Problem::new(Code::NotFound, "no such admin endpoint") })
@@ -100,7 +99,7 @@ pub fn router(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(api);
-    if let Some(dir) = &state.engine.cfg.console_dir {
+    if let Some(dir) = &console_dir {
         // The console for browsers: static files, no data, so no token; every API call it makes
         // carries the token the operator enters. Same origin: no CORS needed.
         let csp = HeaderValue::from_static(
@@ -395,7 +394,7 @@ async fn server_info(State(s): State<AdminState>) -> Json<ServerInfo> {
 /// Liveness: `503` only when this process can never write again (its ledger writer has stopped),
 /// so that a supervisor restarts it. No token; it says nothing about the ledger's contents.
 async fn healthz(State(s): State<AdminState>) -> Response {
-    if s.engine.store.writer_health().running {
+    if s.ops.store().writer_health().running {
         "ok\n".into_response()
     } else {
         writer_stopped().into_response()
@@ -413,7 +412,7 @@ fn writer_stopped() -> Problem {
 /// writer has stopped), so a balancer sends new calls to another proxy. No token, and no error
 /// text: the metrics and the log have the cause.
 async fn readyz(State(s): State<AdminState>) -> Response {
-    let h = s.engine.store.writer_health();
+    let h = s.ops.store().writer_health();
     if !h.running {
         return writer_stopped().into_response();
     }

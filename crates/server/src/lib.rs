@@ -7,6 +7,7 @@
 pub mod access;
 pub mod admin;
 pub mod exports;
+pub mod live;
 #[cfg(feature = "ts")]
 pub mod openapi;
 pub mod upkeep;
@@ -47,6 +48,9 @@ pub enum ServeError {
     },
     #[error(transparent)]
     Ops(#[from] idemgate_ops::OpsError),
+    /// A reload that changes what a running process cannot change in place.
+    #[error("{0} changed, and takes a restart: nothing of the file was applied")]
+    NeedsRestart(&'static str),
 }
 
 /// A configuration made ready to serve: its admin token read and its ledger open.
@@ -55,6 +59,14 @@ pub struct Server {
     cfg: Arc<Config>,
     token: Option<Secret>,
     ops: Ops,
+    reload: Option<Reload>,
+}
+
+/// Where a reload reads the configuration again, and the signals that ask for one.
+#[derive(Debug)]
+pub struct Reload {
+    pub path: std::path::PathBuf,
+    pub signals: tokio::sync::mpsc::UnboundedReceiver<()>,
 }
 
 impl Server {
@@ -67,7 +79,18 @@ impl Server {
         let ops = Ops::open_or_create(&cfg.ledger)?
             .with_signer(signer)
             .with_archive_dir(archive);
-        Ok(Server { cfg, token, ops })
+        Ok(Server {
+            cfg,
+            token,
+            ops,
+            reload: None,
+        })
+    }
+
+    /// Reloads the configuration from `reload.path` on each of its signals ([`live`]).
+    pub fn reload_on(mut self, reload: Reload) -> Server {
+        self.reload = Some(reload);
+        self
     }
 
     /// Where the ledger is, as logs may show it (a PostgreSQL URL without its password).
@@ -81,7 +104,15 @@ impl Server {
         on_bound: impl FnOnce(Bound),
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), ServeError> {
-        serve(self.cfg, self.ops, self.token, on_bound, shutdown).await
+        serve(
+            self.cfg,
+            self.ops,
+            self.token,
+            self.reload,
+            on_bound,
+            shutdown,
+        )
+        .await
     }
 }
 
@@ -105,6 +136,7 @@ impl ServeError {
             ServeError::NoAdminToken => Code::NoAdminToken,
             ServeError::Bind { .. } => Code::Bind,
             ServeError::Ops(e) => e.code(),
+            ServeError::NeedsRestart(_) => Code::BadConfig,
         }
     }
 }
@@ -165,6 +197,7 @@ async fn serve(
     cfg: Arc<Config>,
     ops: Ops,
     token: Option<Secret>,
+    reload: Option<Reload>,
     on_bound: impl FnOnce(Bound),
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
@@ -174,18 +207,20 @@ async fn serve(
     reclaim_spools(&exports, &cfg);
     let (proxy_listener, proxy_addr) = bind(cfg.listen).await?;
     let access = Arc::new(access::Access::new(token.as_ref(), &cfg.operators));
+    if cfg.admin_listen.is_some() && access.is_empty() {
+        return Err(ServeError::NoAdminToken);
+    }
+    let live = Arc::new(live::Live::new(engine.clone(), access));
     let admin = match &cfg.admin_listen {
-        Some(_) if access.is_empty() => return Err(ServeError::NoAdminToken),
         Some(addr) => {
             let (l, bound) = bind(*addr).await?;
             Some((
                 l,
                 bound,
                 admin::router(
-                    engine.clone(),
+                    live.clone(),
                     ops.clone(),
                     exports.clone(),
-                    access,
                     metrics,
                     Bound {
                         proxy: proxy_addr,
@@ -205,11 +240,15 @@ async fn serve(
     let sweeper = tokio::spawn(sweep_loop(engine.clone(), stop_rx.clone()));
     let upkeep = upkeep::spawn(&cfg, &ops, &stop_rx);
     let settler = engine.clone();
-    // The proxy listener calls the engine directly: no router, no boxed body, no extensions.
+    if let Some(r) = reload {
+        tokio::spawn(reload_loop(live.clone(), r));
+    }
+    // The proxy listener calls the engine directly: no router, no boxed body, no extensions. Each
+    // request takes the engine current when it starts, and keeps it to its end.
     let proxy_service = move |peer: SocketAddr| {
-        let engine = engine.clone();
+        let live = live.clone();
         hyper::service::service_fn(move |req| {
-            let engine = engine.clone();
+            let engine = live.engine();
             async move { Ok::<_, Infallible>(engine::handle(&engine, peer, req).await) }
         })
     };
@@ -326,6 +365,15 @@ async fn accept_loop<S, B>(
 
 /// Every second: records the outcomes the ledger could not take when they were known, and marks
 /// lease and TTL expiries in the log.
+/// Reloads the configuration on each signal, one at a time, off the async threads (it reads
+/// files).
+async fn reload_loop(live: Arc<live::Live>, mut r: Reload) {
+    while r.signals.recv().await.is_some() {
+        let (live, path) = (live.clone(), r.path.clone());
+        let _ = tokio::task::spawn_blocking(move || live.reload(&path)).await;
+    }
+}
+
 async fn sweep_loop(engine: Arc<Engine>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let store = engine.store.clone();
     let mut tick = tokio::time::interval(Duration::from_secs(1));

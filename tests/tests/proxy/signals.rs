@@ -1,4 +1,4 @@
-//! Signals and clients that go away: SIGTERM drains, SIGHUP is survived, a write or an admin replay runs to its end.
+//! Signals and clients that go away: SIGTERM drains, SIGHUP reloads, a write or an admin replay runs to its end.
 
 use super::*;
 
@@ -129,21 +129,107 @@ fn an_admin_replay_whose_client_goes_away_is_finished() {
     assert_eq!(f.effects("k-op"), 2);
 }
 
-/// SIGHUP (`systemctl reload`, a closed terminal) ended `serve` at once, dropping the requests in
-/// flight. It cannot reload, so it keeps serving and says so.
+/// SIGHUP (`systemctl reload`) reloads the configuration for new requests: a moved route serves at
+/// its new path while the request in flight on the old one finishes under the configuration it
+/// started with, and an operator added signs in. A file that does not parse, or that changes what
+/// a running process cannot (its listener), is refused whole, with a log line, and the
+/// configuration loaded before keeps serving.
 #[test]
-fn sighup_neither_stops_the_proxy_nor_drops_a_request() {
+fn sighup_reloads_routes_and_operators_and_a_bad_file_changes_nothing() {
     let f = Fx::new();
+    let original = std::fs::read_to_string(&f.proxy.config).expect("config");
+    let pid = f.proxy.pid().to_string();
+    let hup = || {
+        let sent = std::process::Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+    };
+    let reloads = |result: &str| {
+        let text = f.proxy.admin_get("/metrics").text();
+        metric(
+            &text,
+            &format!("idemgate_config_reloads_total{{result=\"{result}\"}}"),
+        )
+        .unwrap_or(0)
+    };
+    let charge_at = |path: &str, key: &str| {
+        request(
+            f.proxy.addr,
+            "POST",
+            path,
+            &[
+                ("idempotency-key", key),
+                ("content-type", "application/json"),
+            ],
+            br#"{"amount":1}"#,
+        )
+    };
+    let alice = idemgate_json(&[
+        "token", "new", "--name", "alice", "--role", "viewer", "--json",
+    ]);
+    let alice_token = alice["token"].as_str().expect("token").to_owned();
+    let whoami = |token: &str| {
+        request(
+            f.proxy.admin.expect("admin"),
+            "GET",
+            "/admin/v1/whoami",
+            &[("authorization", &format!("Bearer {token}"))],
+            b"",
+        )
+    };
+    assert_eq!(whoami(&alice_token).status, 401);
+
     let inflight = f.charge_held_upstream("k-hup", r#"{"amount":3}"#, "delay:600");
-    let hup = std::process::Command::new("kill")
-        .args(["-HUP", &f.proxy.pid().to_string()])
-        .status()
-        .expect("kill");
-    assert!(hup.success());
+    let moved = format!(
+        "{}\n[[operators]]\nname = \"alice\"\nrole = \"viewer\"\ntoken_hash = \"{}\"\n",
+        original.replace("path = \"/v1/charges\"", "path = \"/v2/charges\""),
+        alice["token_hash"].as_str().expect("hash")
+    );
+    std::fs::write(&f.proxy.config, &moved).expect("write");
+    hup();
+    eventually(10, "the reload applied", || {
+        (reloads("applied") == 1).then_some(())
+    });
     let r = inflight.join().expect("join");
     assert_eq!(r.status, 201, "the request in flight: {}", r.text());
-    assert_eq!(f.charge("k-hup-after", r#"{"amount":1}"#, &[]).status, 201);
-    eventually(5, "the warning", || {
-        f.proxy.logs().contains("SIGHUP ignored").then_some(())
+    assert_eq!(charge_at("/v2/charges", "k-hup-v2").status, 201);
+    let old = charge_at("/v1/charges", "k-hup-v1");
+    assert_eq!((old.status, old.code()), (404, "unknown-route".into()));
+    let me = whoami(&alice_token);
+    assert_eq!(me.status, 200, "{}", me.text());
+    assert_eq!(me.json()["name"], "alice");
+
+    // Not TOML: refused, said, and nothing changes.
+    std::fs::write(&f.proxy.config, "[server\nlisten = ").expect("write");
+    hup();
+    eventually(10, "the bad file refused", || {
+        (reloads("refused") == 1).then_some(())
     });
+    assert!(f
+        .proxy
+        .logs()
+        .contains("refused to reload the configuration"));
+    assert_eq!(charge_at("/v2/charges", "k-hup-v2b").status, 201);
+    assert_eq!(whoami(&alice_token).status, 200);
+
+    // A new listener needs a restart: the whole file is refused, its route change with it.
+    let relisten = moved
+        .replace("\nlisten = \"127.0.0.1:0\"", "\nlisten = \"127.0.0.1:1\"")
+        .replace("/v2/charges", "/v3/charges");
+    assert_ne!(relisten, moved);
+    std::fs::write(&f.proxy.config, &relisten).expect("write");
+    hup();
+    eventually(10, "the new listener refused", || {
+        (reloads("refused") == 2).then_some(())
+    });
+    assert!(
+        f.proxy.logs().contains("server.listen changed"),
+        "{}",
+        f.proxy.logs()
+    );
+    assert_eq!(charge_at("/v3/charges", "k-hup-v3").status, 404);
+    assert_eq!(charge_at("/v2/charges", "k-hup-v2c").status, 201);
+    assert_eq!(reloads("applied"), 1);
 }

@@ -66,7 +66,7 @@ async fn call(
             blocking(move || dispatch::run(&s.ops, None, name, args, &mut |_| true)).await?
         }
         Kind::Job | Kind::UpstreamJob => {
-            let engine = Arc::clone(&s.engine);
+            let engine = s.live.engine();
             return long_work(wants_lines(headers), move |progress| {
                 dispatch::run(&s.ops, Some(&engine), name, args, progress)
             })
@@ -75,8 +75,9 @@ async fn call(
         // On a task of its own, as the proxy runs a write: an operator's client that goes away
         // does not cancel it between the upstream's effect and the ledger's record of it.
         Kind::Upstream => {
-            let e = Arc::clone(&s.engine);
-            s.engine
+            let runner = s.live.engine();
+            let e = Arc::clone(&runner);
+            runner
                 .to_the_end(
                     async move { Ok(dispatch::run_upstream(&s.ops, &e, name, args).await?) },
                 )
