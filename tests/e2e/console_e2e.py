@@ -196,6 +196,25 @@ def main():
         check(OPERATOR not in s.text("ledger-label") and "demo.db" in s.text("ledger-label"), "the ledger from --ledger is open")
         s.type("operator-input", OPERATOR)
         check("log_hot = 60h" in s.text("retention-policy") and "archived through" in s.text("retention-archive"), "the overview shows the retention policy and its last run")
+        # The charts as drawn: a line across the plot, its scale, its time axis, and the count of
+        # the hour under a real pointer.
+        line, plot, top = s.js("const c = document.querySelector('[data-testid=chart-complete]'); "
+                               "return [c.querySelector('polyline').getBoundingClientRect().width, "
+                               "c.querySelector('svg').getBoundingClientRect().width, "
+                               "c.querySelector('[data-testid=chart-complete-y]').firstChild.textContent]")
+        check(plot > 100 and line > 0.9 * plot, f"the executions line spans its plot ({line:.0f} of {plot:.0f} px)")
+        check(int(top) >= 1, f"the executions chart has a scale (top {top})")
+        ticks = s.js("return [...document.querySelector('[data-testid=chart-complete-x]').children]"
+                     ".map((e) => { const r = e.getBoundingClientRect(); return [e.textContent, r.left, r.right]; })")
+        check(ticks[-1][0] == "now" and all(a[2] <= b[1] for a, b in zip(ticks, ticks[1:])),
+              f"the executions chart has a time axis, its labels apart and in order ({ticks})")
+        last_hour = s.wd("POST", s.path("/element"), {"using": "css selector", "value": "[data-testid='chart-complete'] rect.hour:last-of-type"})[ELEMENT]
+        s.wd("POST", s.path("/actions"), {"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+                                                       "actions": [{"type": "pointerMove", "origin": {ELEMENT: last_hour}, "x": 0, "y": 0}]}]})
+        said = s.wait("const t = document.querySelector('[data-testid=chart-complete-readout]').textContent; "
+                      "return /\\d\\d:00–\\d\\d:00: \\d+ executions$/.test(t) && t", "an hour's count on hover")
+        check(bool(said), f"the hour under the pointer says its count ({said})")
+        s.wd("DELETE", s.path("/actions"))
         s.screenshot("overview")
 
         # Capabilities: the window may call the console's own commands, nothing else.
@@ -367,10 +386,16 @@ def main():
         s.screenshot("archive")
         check(cli("verify", "--ledger", ledger, "--archive", archive, "--public-key", key + ".pub").returncode == 0, "the CLI verifies the whole history too, with the public key")
 
-        # Dark mode
+        # Dark mode: the page and the charts change colour, and the lines still show on it.
         s.click("nav-overview")
+        colours = "const p = document.querySelector('[data-testid=chart-complete] polyline'); if (!p) return null; " \
+                  "return [getComputedStyle(document.body).backgroundColor, getComputedStyle(p).stroke]"
+        light = s.wait(colours, "the overview's charts")
         s.click("theme-toggle")
         s.find("stat-stuck")
+        dark = s.wait(colours, "the overview's charts, dark")
+        check(dark[0] != light[0], f"dark mode changes the background ({light[0]} -> {dark[0]})")
+        check(dark[1] not in ("none", dark[0]), f"the chart line shows on the dark background ({dark[1]} on {dark[0]})")
         s.screenshot("overview-dark")
     finally:
         if s:

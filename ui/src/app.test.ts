@@ -58,6 +58,28 @@ describe("console UI", () => {
     for (const v of ["overview", "log", "stuck", "collisions", "expiries", "incidents", "export"]) expect(q(`nav-${v}`)).toBeTruthy();
   });
 
+  it("draws each chart with its scale, its time axis and an hour's count on hover", async () => {
+    const hour = 3_600_000;
+    const last = Date.now() - (Date.now() % hour);
+    const series = [{ hour: last, kind: "complete", count: 7 }, { hour: last - 2 * hour, kind: "complete", count: 3 }];
+    const { app } = setup({ ...base, stats: () => ({ ...base.stats(), series }) });
+    await app.start();
+    expect(q("chart-complete").querySelector("figcaption")?.textContent).toBe("executions · 10 in 72h");
+    expect([...q("chart-complete-y").children].map((e) => e.textContent)).toEqual(["7", "0"]);
+    expect([...q("chart-complete-x").children].map((e) => e.textContent).slice(1)).toEqual(["−48h", "−24h", "now"]);
+    const hours = q("chart-complete").querySelectorAll("rect.hour");
+    expect(hours.length).toBe(72);
+    hours[69].dispatchEvent(new MouseEvent("mouseenter"));
+    expect(q("chart-complete-readout").textContent).toMatch(/^(\d+ \w+ )?\d\d:00–\d\d:00: 3 executions$/);
+    hours[71].dispatchEvent(new MouseEvent("mouseenter"));
+    expect(q("chart-complete-readout").textContent).toMatch(/: 7 executions$/);
+    expect(hours[71].querySelector("title")?.textContent).toBe(q("chart-complete-readout").textContent);
+    hours[71].dispatchEvent(new MouseEvent("mouseleave"));
+    expect(q("chart-complete-readout").textContent).toBe("10 in 72h · hover for an hour's count");
+    // An empty series still has a scale: 1 at the top, the line along the bottom.
+    expect([...q("chart-collision-y").children].map((e) => e.textContent)).toEqual(["1", "0"]);
+  });
+
   it("lists stuck entries with the stuck filter and keyset paging", async () => {
     const { app, calls } = setup({ ...base, entries: () => ({ entries: [entry(7), entry(5)], next_before: null }) });
     await app.start();

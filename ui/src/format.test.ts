@@ -38,6 +38,6 @@ describe("format", () => {
     const now = 10 * h + 5;
     const s = seriesFor([{ hour: 10 * h, kind: "complete", count: 3 }, { hour: 8 * h, kind: "complete", count: 2 }, { hour: 9 * h, kind: "claim", count: 7 }], ["complete"], now, 4);
     expect(s).toEqual([0, 2, 0, 3]);
-    expect(sparkPoints([0, 1], 10, 10).split(" ")).toHaveLength(2);
+    expect(sparkPoints([0, 1], 10, 10)).toBe("2.5,9.0 7.5,1.0");
   });
 });

@@ -86,11 +86,12 @@ export function seriesFor(points: SeriesPoint[], kinds: string[], now: number, h
   return out;
 }
 
-/** An SVG polyline's points for a series in a w×h box. */
+/** An SVG polyline's points for a series in a w×h box: each value at the middle of its column
+ * (the w/n wide band a chart's hover gives it), 0 at the bottom and the series' top at the top. */
 export function sparkPoints(values: number[], w: number, h: number): string {
   const max = Math.max(1, ...values);
-  const step = values.length > 1 ? w / (values.length - 1) : w;
-  return values.map((v, i) => `${(i * step).toFixed(1)},${(h - (v / max) * (h - 2) - 1).toFixed(1)}`).join(" ");
+  const step = w / Math.max(1, values.length);
+  return values.map((v, i) => `${((i + 0.5) * step).toFixed(1)},${(h - (v / max) * (h - 2) - 1).toFixed(1)}`).join(" ");
 }
 
 export function fromLocalInput(v: string): number | null {

@@ -1,7 +1,8 @@
 // The Overview: the ledger's counts and charts, the retention policy's last run, and on the
 // desktop the embedded proxy.
-import { clear, h, svg } from "../dom";
-import { seriesFor, sparkPoints } from "../format";
+import { clear, h } from "../dom";
+import { seriesFor } from "../format";
+import { hourlyChart } from "../chart";
 import { retentionPanel } from "../audit";
 import { type App, type View } from "../app";
 
@@ -28,26 +29,15 @@ export async function overview(app: App): Promise<void> {
       stat("log head", s.head ? `#${s.head.seq}` : "—"),
     ),
   );
-  const charts: [string, string[]][] = [
-    ["executions", ["complete"]],
-    ["replays absorbed", ["replay_absorbed"]],
-    ["collisions", ["collision"]],
-    ["stuck (lease passed or unknown)", ["lease_expired", "outcome_unknown"]],
-    ["expiries", ["expired"]],
+  const charts: [string, string, string[]][] = [
+    ["executions", "executions", ["complete"]],
+    ["replays absorbed", "replays", ["replay_absorbed"]],
+    ["collisions", "collisions", ["collision"]],
+    ["stuck (lease passed or unknown)", "stuck", ["lease_expired", "outcome_unknown"]],
+    ["expiries", "expiries", ["expired"]],
   ];
   const grid = h("div", { class: "charts" });
-  for (const [label, kinds] of charts) {
-    const values = seriesFor(s.series, kinds, now, hours);
-    const total = values.reduce((a, b) => a + b, 0);
-    grid.append(
-      h(
-        "figure",
-        { class: "chart", testid: `chart-${kinds[0]}` },
-        h("figcaption", null, `${label} · ${total} in ${hours}h`),
-        svg("svg", { viewBox: "0 0 300 60", preserveAspectRatio: "none", role: "img" }, svg("polyline", { points: sparkPoints(values, 300, 60), fill: "none", class: "line" })),
-      ),
-    );
-  }
+  for (const [label, what, kinds] of charts) grid.append(hourlyChart(`chart-${kinds[0]}`, label, what, seriesFor(s.series, kinds, now, hours), now));
   const retention = await app.t.ops.retention_status({}).catch(() => null);
   app.archiveDir ??= retention?.archive_dir ?? null;
   // The embedded proxy is the desktop console's; a browser talks to a running `idemgate serve`.
