@@ -20,7 +20,7 @@ use idemgate_ledger::{
     canon, now_millis, without_secret_params, ClaimOutcome, ClaimRequest, Effect, LedgerError,
     Millis, OwnerReport, RequestRecord, Result, Storage,
 };
-use metrics::{counter, histogram, Counter, Histogram};
+use metrics::{counter, Histogram};
 
 use crate::config::{Config, Protocol, Route};
 use crate::flights::Flights;
@@ -39,6 +39,10 @@ pub(crate) use crate::claim::{settled, Claimed};
 pub(crate) use crate::drive::{drive, ClaimedCall};
 use crate::respond::response;
 pub use crate::respond::{respond, respond_upstream};
+pub(crate) use metrics_of_route::RouteMetrics;
+
+mod make;
+mod metrics_of_route;
 
 /// The most header bytes (names and values) a proxied request may carry; more gets 431.
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
@@ -54,42 +58,6 @@ pub const UPSTREAM_KEY_HEADER: &str = "idemgate-upstream-key";
 /// upstream's collected body, a problem), a read's, streamed from its upstream as it comes, or an
 /// MCP call's events, passed on as its task reads them.
 pub type ProxyBody = Either<Full<Bytes>, Either<forward::StreamedBody, crate::mcp::EventBody>>;
-
-/// The metric handles of one route, registered once: a `counter!` with labels looks its series up
-/// (hashing the labels, allocating the route's name) on every call.
-#[derive(Debug, Clone)]
-pub(crate) struct RouteMetrics {
-    pub(crate) executed: Counter,
-    pub(crate) replayed: Counter,
-    pub(crate) forwarded: Counter,
-    pub(crate) cache_hit: Counter,
-    pub(crate) not_executed: Counter,
-    pub(crate) unknown: Counter,
-    pub(crate) replays: Counter,
-    pub(crate) collisions: Counter,
-    pub(crate) duplicate_suspects: Counter,
-    pub(crate) loop_suspects: Counter,
-    pub(crate) upstream_seconds: Histogram,
-}
-
-impl RouteMetrics {
-    fn new(route: &str) -> RouteMetrics {
-        let requests = |outcome: &'static str| counter!("idemgate_requests_total", "route" => route.to_owned(), "outcome" => outcome);
-        RouteMetrics {
-            executed: requests("executed"),
-            replayed: requests("replayed"),
-            forwarded: requests("forwarded"),
-            cache_hit: requests("cache_hit"),
-            not_executed: requests("not_executed"),
-            unknown: requests("unknown"),
-            replays: counter!("idemgate_replays_total", "route" => route.to_owned()),
-            collisions: counter!("idemgate_collisions_total", "route" => route.to_owned()),
-            duplicate_suspects: counter!("idemgate_duplicate_suspects_total", "route" => route.to_owned()),
-            loop_suspects: counter!("idemgate_loop_suspects_total", "route" => route.to_owned()),
-            upstream_seconds: histogram!("idemgate_upstream_seconds", "route" => route.to_owned()),
-        }
-    }
-}
 
 /// Everything the request path needs; shared by all connections.
 #[derive(Debug)]
@@ -120,68 +88,6 @@ pub struct Engine {
 pub(crate) type Answer = Result<Response<ProxyBody>, Problem>;
 
 impl Engine {
-    pub fn new(cfg: Arc<Config>, store: Arc<dyn Storage>, owner: String) -> Engine {
-        // The handles below bind to the recorder installed now: install it first.
-        crate::metrics_handle();
-        Engine {
-            metrics: cfg
-                .routes
-                .iter()
-                .map(|r| RouteMetrics::new(&r.name))
-                .collect(),
-            claim_seconds: histogram!("idemgate_claim_seconds"),
-            tools: cfg.routes.iter().map(|_| Arc::default()).collect(),
-            mcp_calls: Arc::default(),
-            loops: Arc::default(),
-            cfg,
-            store,
-            client: forward::client(),
-            owner,
-            read_cache: ReadCache::default(),
-            flights: Arc::default(),
-            unsettled: Arc::default(),
-            requests: tokio_util::task::TaskTracker::new(),
-        }
-    }
-
-    /// This engine under `cfg`, for the requests that start from now on (a reload): what it
-    /// knows of calls in flight, held MCP cancels, loop counts and outcomes waiting for the
-    /// ledger is shared with it, so requests under either finish as one process's; an MCP route
-    /// keeps the tools it learnt when its name and upstream stay. Read results are not carried over: the
-    /// routes' upstreams, credentials or scopes may have changed.
-    pub fn reloaded(&self, cfg: Arc<Config>) -> Engine {
-        let tools = cfg
-            .routes
-            .iter()
-            .map(|r| {
-                self.cfg
-                    .routes
-                    .iter()
-                    .position(|old| old.name == r.name && old.upstream == r.upstream)
-                    .map_or_else(Arc::default, |i| self.tools[i].clone())
-            })
-            .collect();
-        Engine {
-            metrics: cfg
-                .routes
-                .iter()
-                .map(|r| RouteMetrics::new(&r.name))
-                .collect(),
-            claim_seconds: self.claim_seconds.clone(),
-            tools,
-            mcp_calls: self.mcp_calls.clone(),
-            loops: self.loops.clone(),
-            cfg,
-            store: self.store.clone(),
-            client: self.client.clone(),
-            owner: self.owner.clone(),
-            read_cache: ReadCache::default(),
-            flights: self.flights.clone(),
-            unsettled: self.unsettled.clone(),
-            requests: self.requests.clone(),
-        }
-    }
-
     /// The first route that serves the method and whose path is a prefix of the request path at a
     /// segment boundary.
     fn route_at(&self, method: &Method, path: &str) -> Option<usize> {

@@ -1,0 +1,193 @@
+use super::*;
+
+fn ops(dir: &Path) -> Ops {
+    Ops::open_or_create(&dir.join("ledger.db").display().to_string()).expect("ledger")
+}
+
+/// A job as if it were running (its thread never ends) or had ended `ago` ms ago.
+fn fake(e: &Exports, id: &str, ended_ago: Option<Millis>) {
+    let now = now_millis();
+    let spool = e.base.join("fake");
+    std::fs::create_dir_all(&spool).expect("mkdir");
+    let file = spool.join(format!("{id}.ndjson"));
+    std::fs::write(&file, b"x").expect("write");
+    std::fs::write(manifest_path(&file), b"{}").expect("write");
+    e.lock().jobs.push(Job {
+        id: id.into(),
+        what: Exported::Events,
+        format: Format::Ndjson,
+        range: EventRange::default(),
+        created_at: now,
+        ended_at: ended_ago.map(|a| now - a),
+        done: Arc::default(),
+        cancel: Arc::default(),
+        manifest: None,
+        error: None,
+        file,
+    });
+}
+
+async fn until_ended(e: &Exports, id: &str) -> ExportJob {
+    for _ in 0..500 {
+        let j = e.get(id).expect("job");
+        if j.state != ExportState::Running {
+            return j;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("export {id} did not end");
+}
+
+#[tokio::test]
+async fn at_most_two_run_at_once_and_a_new_one_pushes_out_the_oldest_ended() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ops = ops(dir.path());
+    let e = Arc::new(Exports::new(dir.path().to_path_buf()));
+    fake(&e, "r1", None);
+    fake(&e, "r2", None);
+    let p = e
+        .start(
+            &ops,
+            Exported::Events,
+            Format::Ndjson,
+            EventRange::default(),
+        )
+        .expect_err("a third at once");
+    assert_eq!((p.status, p.code.as_str()), (429, "too-many-exports"));
+    assert_eq!(e.list().len(), 2, "a refused export leaves no job");
+
+    e.delete("r2").expect("delete");
+    assert!(e.get("r2").is_err());
+    for i in 0..(MAX_KEPT - 1) {
+        fake(&e, &format!("ended{i}"), Some(1000 + i as Millis));
+    }
+    assert_eq!(e.list().len(), MAX_KEPT);
+    let oldest = e.lock().jobs[1].file.clone();
+    assert!(oldest.exists());
+    let j = e
+        .start(&ops, Exported::Events, Format::Csv, EventRange::default())
+        .expect("pushes out an ended one");
+    let jobs = e.list();
+    assert_eq!(jobs.len(), MAX_KEPT);
+    assert_eq!(jobs[0].id, j.id, "newest first");
+    assert!(
+        jobs.iter().all(|j| j.id != "ended0"),
+        "the first one kept went"
+    );
+    assert!(
+        !oldest.exists() && !manifest_path(&oldest).exists(),
+        "with its files"
+    );
+    let j = until_ended(&e, &j.id).await;
+    assert_eq!(j.state, ExportState::Done, "{j:?}");
+}
+
+#[tokio::test]
+async fn reclaim_removes_the_spools_whose_lock_nobody_holds_and_no_other() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ops = ops(dir.path());
+    let base = dir.path().join("exports");
+    std::fs::create_dir(&base).expect("mkdir");
+    let live = Arc::new(Exports::new(base.clone()));
+    let j = live
+        .start(
+            &ops,
+            Exported::Events,
+            Format::Ndjson,
+            EventRange::default(),
+        )
+        .expect("start");
+    until_ended(&live, &j.id).await;
+    let live_spool = live.lock().spool.as_ref().expect("made").dir.clone();
+    // A killed process's spool (its lock let go), one being made, one of a version before
+    // locks, and a file that only has the name.
+    let dead = base.join(format!("{SPOOL_PREFIX}7-0000dead"));
+    std::fs::create_dir(&dead).expect("mkdir");
+    std::fs::write(dead.join(SPOOL_LOCK), b"").expect("lock");
+    std::fs::write(dead.join("idemgate-export-1.ndjson"), b"x").expect("write");
+    let making = base.join(format!(".{SPOOL_PREFIX}8-00000000"));
+    std::fs::create_dir(&making).expect("mkdir");
+    std::fs::write(making.join(SPOOL_LOCK), b"").expect("lock");
+    let unlocked = base.join(format!("{SPOOL_PREFIX}9-00000000"));
+    std::fs::create_dir(&unlocked).expect("mkdir");
+    let file = base.join(format!("{SPOOL_PREFIX}notes"));
+    std::fs::write(&file, b"x").expect("write");
+
+    let other = Exports::new(base.clone());
+    assert_eq!(other.reclaim().expect("reclaim"), [dead.as_path()]);
+    assert!(!dead.exists());
+    assert!(live_spool.exists() && making.exists() && unlocked.exists() && file.exists());
+    let d = live
+        .download(&j.id, false)
+        .expect("the live one's export is still there");
+    assert!(d.path.exists());
+
+    // Its process dies: the lock goes with it, and the spool is the next reclaim's.
+    drop(live.lock().spool.take());
+    assert!(live_spool.exists());
+    assert_eq!(other.reclaim().expect("reclaim"), [live_spool.as_path()]);
+    assert!(!live_spool.exists());
+}
+
+#[tokio::test]
+async fn an_ended_export_goes_after_an_hour_and_every_file_at_close() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ops = ops(dir.path());
+    let e = Arc::new(Exports::new(dir.path().to_path_buf()));
+    fake(&e, "old", Some(KEPT_FOR_MS + 1));
+    fake(&e, "young", Some(KEPT_FOR_MS - 60_000));
+    let old = e.lock().jobs[0].file.clone();
+    let ids: Vec<String> = e.list().into_iter().map(|j| j.id).collect();
+    assert_eq!(ids, ["young"]);
+    assert!(!old.exists());
+
+    let j = e
+        .start(
+            &ops,
+            Exported::Events,
+            Format::Ndjson,
+            EventRange::default(),
+        )
+        .expect("start");
+    let j = until_ended(&e, &j.id).await;
+    let d = e.download(&j.id, false).expect("done");
+    assert!(d.path.exists() && d.name.starts_with("idemgate-export-"));
+    let spool = d.path.parent().expect("spool").to_path_buf();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&spool)
+            .expect("spool")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700, "the spool is this user's only");
+    }
+    e.close();
+    assert!(!spool.exists(), "the spool goes with the process");
+    let p = e
+        .start(
+            &ops,
+            Exported::Events,
+            Format::Ndjson,
+            EventRange::default(),
+        )
+        .expect_err("closed");
+    assert_eq!(p.code, "shutting-down");
+}
+
+#[tokio::test]
+async fn a_bad_range_is_refused_before_a_job_exists() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ops = ops(dir.path());
+    let e = Arc::new(Exports::new(dir.path().to_path_buf()));
+    let range = EventRange {
+        since: Some(2_000),
+        until: Some(1_000),
+    };
+    let p = e
+        .start(&ops, Exported::Events, Format::Ndjson, range)
+        .expect_err("bad range");
+    assert_eq!((p.status, p.code.as_str()), (400, "invalid-argument"));
+    assert!(e.list().is_empty());
+    assert!(e.lock().spool.is_none(), "and no spool is made for it");
+}
