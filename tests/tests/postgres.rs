@@ -220,10 +220,7 @@ fn a_hundred_keys_from_several_clients_to_both_instances_run_once_each() {
                 state: Some(State::Completed),
                 ..Default::default()
             },
-            Page {
-                limit: 1000,
-                before: None,
-            },
+            Page::newest(None, 1000),
             idemgate_ledger::now_millis(),
         )
         .expect("entries");

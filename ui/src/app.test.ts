@@ -81,19 +81,29 @@ describe("console UI", () => {
   });
 
   it("lists stuck entries with the stuck filter and keyset paging", async () => {
-    const { app, calls } = setup({ ...base, entries: () => ({ entries: [entry(7), entry(5)], next_before: null }) });
+    const { app, calls } = setup({ ...base, entries: (a) => (!a.oldest_first ? { entries: [entry(7), entry(5)], next_before: null, next_after: null } : a.after === null ? { entries: [entry(5), entry(7)], next_before: null, next_after: 7 } : { entries: [entry(9)], next_before: null, next_after: null }) });
     await app.start();
     await app.go("stuck");
     await tick();
-    const rows = document.querySelectorAll('[data-testid="entry-row"]');
-    expect([...rows].map((r) => (r as HTMLElement).dataset.entryId)).toEqual(["7", "5"]);
+    const ids = () => [...document.querySelectorAll('[data-testid="entry-row"]')].map((r) => (r as HTMLElement).dataset.entryId);
+    expect(ids()).toEqual(["7", "5"]);
     const call = calls.find(([c]) => c === "entries");
-    expect(call?.[1]).toMatchObject({ stuck: true, before: null, limit: 200 });
+    expect(call?.[1]).toMatchObject({ stuck: true, before: null, after: null, oldest_first: false, limit: 200 });
     // Each column is named above the rows, and a value cut to fit is whole on hover.
-    const head = [...document.querySelectorAll('[data-testid="list-header"] [role="columnheader"]')].map((c) => c.textContent);
-    expect(head).toEqual(["id", "state", "route", "scope", "idempotency key", "subjects", "created", "×", "note"]);
+    const head = () => [...document.querySelectorAll('[data-testid="list-header"] [role="columnheader"]')].map((c) => c.textContent);
+    expect(head()).toEqual(["id ▼", "state", "route", "scope", "idempotency key", "subjects", "created ▼", "×", "note"]);
     const key = document.querySelector('[data-testid="entry-row"] [data-testid="row-key"]') as HTMLElement;
     expect(key.title).toBe(key.textContent);
+    // The id column sorts: oldest first, read by the ledger in that order and paged after the last.
+    expect(q("sort-id").getAttribute("aria-sort")).toBe("descending");
+    q("sort-id").click();
+    for (let i = 0; i < 20 && ids().length < 3; i++) await tick();
+    expect(ids()).toEqual(["5", "7", "9"]);
+    const oldest = calls.filter(([c]) => c === "entries").slice(-2).map(([, a]) => a);
+    expect(oldest[0]).toMatchObject({ stuck: true, before: null, after: null, oldest_first: true });
+    expect(oldest[1]).toMatchObject({ stuck: true, before: null, after: 7, oldest_first: true });
+    expect(head()[0]).toBe("id ▲");
+    expect(q("sort-age").getAttribute("aria-sort")).toBe("ascending");
   });
 
   it("shows an MCP entry as route · tool with its call, and filters by tool", async () => {

@@ -494,11 +494,17 @@ pub struct EventFilter {
     pub search: Option<String>,
 }
 
-/// Keyset paging: newest first, continuing strictly below `before` when given.
+/// Keyset paging: newest first, continuing strictly below `before` when given; or, for entries,
+/// oldest first (`oldest_first`), continuing strictly above `after`. The log and incidents are
+/// read newest first only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Page {
     pub before: Option<i64>,
     pub limit: usize,
+    #[serde(default)]
+    pub after: Option<i64>,
+    #[serde(default)]
+    pub oldest_first: bool,
 }
 
 impl Default for Page {
@@ -506,6 +512,19 @@ impl Default for Page {
         Page {
             before: None,
             limit: 100,
+            after: None,
+            oldest_first: false,
+        }
+    }
+}
+
+impl Page {
+    /// Newest first, below `before`.
+    pub fn newest(before: Option<i64>, limit: usize) -> Page {
+        Page {
+            before,
+            limit,
+            ..Page::default()
         }
     }
 }

@@ -297,11 +297,19 @@ pub(crate) fn entries(
     if let Some(k) = &f.key {
         w.and_p(ENTRY_KEY, k.clone());
     }
-    if let Some(b) = page.before {
-        w.and_p("id < ?", b);
-    }
+    let order = if page.oldest_first {
+        if let Some(a) = page.after {
+            w.and_p("id > ?", a);
+        }
+        "ASC"
+    } else {
+        if let Some(b) = page.before {
+            w.and_p("id < ?", b);
+        }
+        "DESC"
+    };
     let sql = format!(
-        "SELECT {ENTRY_COLS} FROM entries{} ORDER BY id DESC LIMIT {}",
+        "SELECT {ENTRY_COLS} FROM entries{} ORDER BY id {order} LIMIT {}",
         w.sql,
         page.limit.clamp(1, MAX_PAGE)
     );

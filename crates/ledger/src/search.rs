@@ -204,10 +204,7 @@ pub(crate) fn events(
         if out.len() >= limit {
             break;
         }
-        let page = Page {
-            before: page.before,
-            limit: limit - out.len(),
-        };
+        let page = Page::newest(page.before, limit - out.len());
         out.extend(read::events(db, filter, page, Some(range))?);
     }
     Ok(out)

@@ -811,10 +811,7 @@ fn past_purge(store: &dyn Storage, now: Millis) -> OpsResult<()> {
             expired: true,
             ..Default::default()
         },
-        Page {
-            before: None,
-            limit: 3,
-        },
+        Page::newest(None, 3),
         now,
     )?;
     if !expired.is_empty() {

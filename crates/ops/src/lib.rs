@@ -180,7 +180,7 @@ fn page(before: Option<i64>, limit: usize, max: usize) -> OpsResult<Page> {
             &format!("{limit} is not between 1 and {max}"),
         ));
     }
-    Ok(Page { before, limit })
+    Ok(Page::newest(before, limit))
 }
 
 impl Ops {

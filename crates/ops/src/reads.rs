@@ -13,10 +13,12 @@ use crate::{check_range, page, Ops, OpsError, OpsResult, MAX_HOURS, MAX_INCIDENT
 #[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EntryPage {
-    /// The entries, newest first.
+    /// The entries, newest first (oldest first when asked).
     pub entries: Vec<EntrySummary>,
-    /// Where the next page starts, when there is one.
+    /// Where the next page starts, when there is one: newest first, its `before`.
     pub next_before: Option<i64>,
+    /// Oldest first, the next page's `after`.
+    pub next_after: Option<i64>,
 }
 
 /// A page of events, newest first.
@@ -192,22 +194,45 @@ pub fn request_diff(stored: &RequestRecord, rejected: &RequestRecord) -> Vec<Fie
 }
 
 impl Ops {
-    /// A page of at most `limit` entries matching `filter`, newest first, older than `before`.
+    /// A page of at most `limit` entries matching `filter`, newest first and older than `before`;
+    /// or, with `oldest_first`, oldest first and newer than `after`.
     pub fn entries(
         &self,
         filter: &EntryFilter,
         before: Option<i64>,
         limit: usize,
     ) -> OpsResult<EntryPage> {
-        let entries = self
-            .store
-            .entries(filter, page(before, limit, MAX_PAGE)?, now_millis())?;
-        let next_before = (entries.len() == limit)
+        self.entries_in_order(filter, Page::newest(before, limit))
+    }
+
+    /// [`Ops::entries`] in `page`'s order.
+    pub fn entries_in_order(&self, filter: &EntryFilter, page: Page) -> OpsResult<EntryPage> {
+        let checked = crate::page(page.before, page.limit, MAX_PAGE)?;
+        if page.oldest_first && page.before.is_some() {
+            return Err(OpsError::invalid(
+                "before",
+                "pages oldest first continue after an entry: use after",
+            ));
+        }
+        if !page.oldest_first && page.after.is_some() {
+            return Err(OpsError::invalid(
+                "after",
+                "pages newest first continue before an entry: use before, or ask oldest_first",
+            ));
+        }
+        let entries = self.store.entries(filter, page, now_millis())?;
+        let next = (entries.len() == checked.limit)
             .then(|| entries.last().map(|e| e.id))
             .flatten();
+        let (next_before, next_after) = if page.oldest_first {
+            (None, next)
+        } else {
+            (next, None)
+        };
         Ok(EntryPage {
             entries,
             next_before,
+            next_after,
         })
     }
 
@@ -248,10 +273,7 @@ impl Ops {
                     entry_id: Some(id),
                     ..Default::default()
                 },
-                Page {
-                    before,
-                    limit: 1000,
-                },
+                Page::newest(before, 1000),
             )?;
             let done = evs.len() < 1000;
             before = evs.last().map(|e| e.seq);

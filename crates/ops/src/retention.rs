@@ -324,10 +324,7 @@ impl Ops {
                     kind: Some("retention".into()),
                     ..EventFilter::default()
                 },
-                Page {
-                    before: None,
-                    limit: 1,
-                },
+                Page::newest(None, 1),
             )?
             .into_iter()
             .next();

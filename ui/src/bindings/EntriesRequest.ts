@@ -58,6 +58,14 @@ search?: string | null,
  */
 before?: number | null, 
 /**
+ * Oldest first (by id, the order they came in) instead of newest first.
+ */
+oldest_first?: boolean | null, 
+/**
+ * Oldest first: newer than this entry id (the previous page's `next_after`).
+ */
+after?: number | null, 
+/**
  * At most this many (100 when left out; at most 10,000).
  */
 limit?: number | null, };

@@ -6,10 +6,14 @@ import type { EntrySummary } from "./EntrySummary";
  */
 export type EntryPage = { 
 /**
- * The entries, newest first.
+ * The entries, newest first (oldest first when asked).
  */
 entries: Array<EntrySummary>, 
 /**
- * Where the next page starts, when there is one.
+ * Where the next page starts, when there is one: newest first, its `before`.
  */
-next_before: number | null, };
+next_before: number | null, 
+/**
+ * Oldest first, the next page's `after`.
+ */
+next_after: number | null, };

@@ -81,10 +81,10 @@ export interface Ops {
    */
   stats(req: StatsRequest): Promise<Stats>;
   /**
-   * A page of entries, newest first.
+   * A page of entries, newest first (or oldest first).
    *
    * Each entry as the lists show it: its key, state, route, subjects and times. The next
-   * page starts below the answer's `next_before`.
+   * page starts below the answer's `next_before` (oldest first: above its `next_after`).
    */
   entries(req: EntriesRequest): Promise<EntryPage>;
   /**

@@ -36,19 +36,39 @@ export function entryRow(app: App, e: EntrySummary, selected: boolean, sel: Set<
 export async function entryList(app: App, title: string, hint: string, base: Partial<EntryFilter>, bulk: ("resolve" | "release" | "replay" | "reconcile")[]): Promise<void> {
   const filter: EntryFilter = { state: null, stuck: false, collisions: false, expired: false, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null, subject: null, search: null, ...base };
   const sel = new Set<number>();
-  const list = new VirtualList<EntrySummary>(ROW, (e, _i, s) => entryRow(app, e, s, bulk.length ? sel : null), async (last) => entryPage(app, filter, last), `${app.view}-list`);
+  const sort: Sort = { oldest: false };
+  const list = new VirtualList<EntrySummary>(ROW, (e, _i, s) => entryRow(app, e, s, bulk.length ? sel : null), async (last) => entryPage(app, filter, last, sort.oldest), `${app.view}-list`);
   app.list = list;
   const search = h("input", { testid: "filter-input", attrs: { placeholder: "filter: a key or a customer's id, or route:, scope:, tool:, customer: … (exact)" }, on: { change: (e) => { Object.assign(filter, searchFilter((e.target as HTMLInputElement).value)); sel.clear(); void list.reset(); } } });
   const bar = h("div", { class: "filters" }, search);
   for (const a of bulk) {
     bar.append(h("button", { testid: `bulk-${a}`, attrs: app.gate("bulk"), on: { click: () => void bulkAction(app, a, filter, sel, list) } }, `${a[0].toUpperCase()}${a.slice(1)} selected (or all matching)`));
   }
-  app.main.append(h("h1", null, title), h("p", { class: "hint" }, hint), bar, entryHeader(bulk.length > 0), list.el);
+  app.main.append(h("h1", null, title), h("p", { class: "hint" }, hint), bar, sortedHeader(bulk.length > 0, sort, list), list.el);
   await list.reset();
 }
 
-/** The column names above a list of entries, in the order of [`entryRow`]'s cells. */
-export function entryHeader(selectable: boolean): HTMLElement {
+/** The order a list of entries is read in, by id (the order they came in): newest first unless
+ * `oldest`. The ledger pages either way. */
+export interface Sort {
+  oldest: boolean;
+}
+
+/** [`entryHeader`] whose id and created columns flip `sort` and read `list` again. */
+function sortedHeader(selectable: boolean, sort: Sort, list: VirtualList<EntrySummary>): HTMLElement {
+  let head = entryHeader(selectable, sort, () => {
+    sort.oldest = !sort.oldest;
+    const next = sortedHeader(selectable, sort, list);
+    head.replaceWith(next);
+    head = next;
+    void list.reset();
+  });
+  return head;
+}
+
+/** The column names above a list of entries, in the order of [`entryRow`]'s cells; with `sort`,
+ * the id and created columns show the order and `flip` it when clicked. */
+export function entryHeader(selectable: boolean, sort?: Sort, flip?: () => void): HTMLElement {
   const cells: [string, string, string][] = [
     ["id", "id", "the entry's id"],
     ["state", "state", "pending, completed, released or failed; stuck when held for an operator"],
@@ -60,13 +80,24 @@ export function entryHeader(selectable: boolean): HTMLElement {
     ["num", "×", "attempts upstream"],
     ["err", "note", "the last error, a duplicate or an expiry"],
   ];
-  return h("div", { class: "row entry head", testid: "list-header", attrs: { role: "row" } }, ...(selectable ? [h("span", { class: "check" })] : []), ...cells.map(([c, label, title]) => h("span", { class: c, attrs: { role: "columnheader", title } }, label)));
+  const cell = ([c, label, title]: [string, string, string]) => {
+    if (!sort || !flip || (c !== "id" && c !== "age")) return h("span", { class: c, attrs: { role: "columnheader", title } }, label);
+    const order = sort.oldest ? "oldest first" : "newest first";
+    return h("span", {
+      class: `${c} sortable`,
+      testid: `sort-${c}`,
+      attrs: { role: "columnheader", tabindex: 0, "aria-sort": sort.oldest ? "ascending" : "descending", title: `${title}; ${order} — click for ${sort.oldest ? "newest" : "oldest"} first` },
+      on: { click: flip, keydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); e.stopPropagation(); flip(); } } },
+    }, `${label} ${sort.oldest ? "▲" : "▼"}`);
+  };
+  return h("div", { class: "row entry head", testid: "list-header", attrs: { role: "row" } }, ...(selectable ? [h("span", { class: "check" })] : []), ...cells.map(cell));
 }
 
-export async function entryPage(app: App, filter: EntryFilter, last: EntrySummary | undefined): Promise<{ items: EntrySummary[]; more: boolean }> {
+export async function entryPage(app: App, filter: EntryFilter, last: EntrySummary | undefined, oldest = false): Promise<{ items: EntrySummary[]; more: boolean }> {
   const { expiring_within, ...rest } = filter;
-  const p = await app.t.ops.entries({ ...rest, expiring_within_ms: expiring_within, before: last ? last.id : null, limit: PAGE });
-  return { items: p.entries, more: p.next_before !== null };
+  const from = last ? last.id : null;
+  const p = await app.t.ops.entries({ ...rest, expiring_within_ms: expiring_within, before: oldest ? null : from, after: oldest ? from : null, oldest_first: oldest, limit: PAGE });
+  return { items: p.entries, more: (oldest ? p.next_after : p.next_before) !== null };
 }
 
 export async function bulkAction(app: App, action: "resolve" | "release" | "replay" | "reconcile", filter: EntryFilter, sel: Set<number>, list: VirtualList<EntrySummary>): Promise<void> {
@@ -107,7 +138,8 @@ export async function bulkAction(app: App, action: "resolve" | "release" | "repl
 export async function expiries(app: App): Promise<void> {
   const base: EntryFilter = { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null, subject: null, search: null };
   let filter = { ...base };
-  const list = new VirtualList<EntrySummary>(ROW, (e, _i, s) => entryRow(app, e, s, null), async (last) => entryPage(app, filter, last), "expiries-list");
+  const sort: Sort = { oldest: false };
+  const list = new VirtualList<EntrySummary>(ROW, (e, _i, s) => entryRow(app, e, s, null), async (last) => entryPage(app, filter, last, sort.oldest), "expiries-list");
   app.list = list;
   const mode = h("select", { testid: "expiry-mode", on: { change: (e) => { const soon = (e.target as HTMLSelectElement).value === "soon"; filter = { ...filter, expired: !soon, expiring_within: soon ? 3_600_000 : null }; void list.reset(); } } }, h("option", { attrs: { value: "expired" } }, "expired"), h("option", { attrs: { value: "soon" } }, "expiring within 1h"));
   const search = h("input", { testid: "filter-input", attrs: { placeholder: "route (exact), e.g. charges" }, on: { change: (e) => { filter = { ...filter, route: (e.target as HTMLInputElement).value.trim() || null }; void list.reset(); } } });
@@ -133,6 +165,6 @@ export async function expiries(app: App): Promise<void> {
       },
     },
   }, "Purge all matching");
-  app.main.append(h("h1", null, "Expiries"), h("p", { class: "hint" }, "Completed, released or failed entries past their TTL are no longer replayed; their keys may run again. Purging removes their stored requests and responses — the log keeps their events."), h("div", { class: "filters" }, mode, search, purgeAll), list.el);
+  app.main.append(h("h1", null, "Expiries"), h("p", { class: "hint" }, "Completed, released or failed entries past their TTL are no longer replayed; their keys may run again. Purging removes their stored requests and responses — the log keeps their events."), h("div", { class: "filters" }, mode, search, purgeAll), sortedHeader(false, sort, list), list.el);
   await list.reset();
 }

@@ -171,14 +171,8 @@ fn kinds(l: &Ledger, id: i64) -> Vec<String> {
 
 /// Every event of the log, newest first.
 fn all_events(l: &Ledger) -> Vec<Event> {
-    l.events(
-        &EventFilter::default(),
-        Page {
-            before: None,
-            limit: 100_000,
-        },
-    )
-    .expect("events")
+    l.events(&EventFilter::default(), Page::newest(None, 100_000))
+        .expect("events")
 }
 
 /// The sequence numbers `filter` finds, newest first, walked `limit` a page with the keyset cursor
@@ -187,7 +181,9 @@ fn walk_events(l: &Ledger, filter: &EventFilter, limit: usize) -> Vec<i64> {
     let mut got = Vec::new();
     let mut before = None;
     loop {
-        let page = l.events(filter, Page { before, limit }).expect("events");
+        let page = l
+            .events(filter, Page::newest(before, limit))
+            .expect("events");
         assert!(page.len() <= limit);
         got.extend(page.iter().map(|e| e.seq));
         match page.last() {
@@ -216,10 +212,7 @@ fn verify_ok(l: &Ledger) {
                     state: Some(state),
                     ..Default::default()
                 },
-                Page {
-                    limit: 100_000,
-                    before: None,
-                },
+                Page::newest(None, 100_000),
                 T0,
             )
             .expect("entries")

@@ -173,6 +173,7 @@ fn log_search_finds_exactly_the_matching_events(b: Backend) {
     verify_ok(&f.l);
 }
 
+/// Keyset paging walks every entry once, newest first or oldest first.
 fn keyset_paging_walks_every_entry_once(b: Backend) {
     let f = fx!(b);
     let tickets: Vec<_> = (0..250)
@@ -185,7 +186,7 @@ fn keyset_paging_walks_every_entry_once(b: Backend) {
     let mut before = None;
     loop {
         let page =
-            f.l.entries(&EntryFilter::default(), Page { before, limit: 100 }, T0)
+            f.l.entries(&EntryFilter::default(), Page::newest(before, 100), T0)
                 .expect("page");
         if page.is_empty() {
             break;
@@ -198,6 +199,26 @@ fn keyset_paging_walks_every_entry_once(b: Backend) {
     sorted.dedup();
     assert_eq!(seen, sorted);
     assert_eq!(seen.len(), 250);
+    // Oldest first: the same entries, the other way round, each once.
+    let mut ascending = Vec::new();
+    let mut after = None;
+    loop {
+        let page = Page {
+            after,
+            oldest_first: true,
+            ..Page::newest(None, 100)
+        };
+        let page =
+            f.l.entries(&EntryFilter::default(), page, T0)
+                .expect("page");
+        if page.is_empty() {
+            break;
+        }
+        after = page.last().map(|e| e.id);
+        ascending.extend(page.into_iter().map(|e| e.id));
+    }
+    sorted.reverse();
+    assert_eq!(ascending, sorted);
     let stats = f.l.stats(T0, 24).expect("stats");
     assert_eq!(
         stats

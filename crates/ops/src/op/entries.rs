@@ -38,6 +38,10 @@ pub struct EntriesRequest {
     pub search: Option<String>,
     /// Older than this entry id (the previous page's `next_before`).
     pub before: Option<i64>,
+    /// Oldest first (by id, the order they came in) instead of newest first.
+    pub oldest_first: Option<bool>,
+    /// Oldest first: newer than this entry id (the previous page's `next_after`).
+    pub after: Option<i64>,
     /// At most this many (100 when left out; at most 10,000).
     pub limit: Option<usize>,
 }
@@ -63,10 +67,10 @@ impl EntriesRequest {
 }
 
 operation! {
-    /// A page of entries, newest first.
+    /// A page of entries, newest first (or oldest first).
     ///
     /// Each entry as the lists show it: its key, state, route, subjects and times. The next
-    /// page starts below the answer's `next_before`.
+    /// page starts below the answer's `next_before` (oldest first: above its `next_after`).
     Op {
         name: entries,
         role: Viewer,
@@ -74,6 +78,58 @@ operation! {
         http: GET "/admin/v1/entries",
     }
     fn run(ops, req: EntriesRequest, _) -> EntryPage {
-        ops.entries(&req.filter(), req.before, req.limit.unwrap_or(100))
+        let page = idemgate_ledger::Page {
+            before: req.before,
+            limit: req.limit.unwrap_or(100),
+            after: req.after,
+            oldest_first: req.oldest_first.unwrap_or(false),
+        };
+        ops.entries_in_order(&req.filter(), page)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::dispatch::{run, Args};
+    use crate::{seed_demo, Code, DemoOptions, Ops};
+
+    /// Entries page newest first below `before`, or oldest first above `after`; a cursor of the
+    /// other order is refused rather than read as this one's.
+    #[test]
+    fn entries_page_either_way_and_a_mixed_cursor_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ops = Ops::open_or_create(&dir.path().join("l.db").display().to_string())
+            .expect("ledger");
+        seed_demo(ops.store().as_ref(), DemoOptions { events: 300, seed: 3 }).expect("demo");
+        let call = |req: serde_json::Value| {
+            run(&ops, None, "entries", Args::json("entries", req).expect("args"), &mut |_| true)
+        };
+        let ids = |page: &serde_json::Value| -> Vec<i64> {
+            page["entries"]
+                .as_array()
+                .expect("entries")
+                .iter()
+                .map(|e| e["id"].as_i64().expect("id"))
+                .collect()
+        };
+        let first = call(json!({"oldest_first": true, "limit": 5})).expect("page");
+        let a = ids(&first);
+        assert!(a.is_sorted() && a.len() == 5, "{a:?}");
+        assert_eq!(first["next_after"], json!(a[4]));
+        assert_eq!(first["next_before"], json!(null));
+        let second = call(json!({"oldest_first": true, "after": a[4], "limit": 5})).expect("page");
+        let b = ids(&second);
+        assert!(b.is_sorted() && b[0] > a[4], "{a:?} then {b:?}");
+        let newest = ids(&call(json!({"limit": 5})).expect("page"));
+        assert!(newest.is_sorted_by(|x, y| x > y) && newest[0] > b[4], "{newest:?}");
+        for mixed in [
+            json!({"oldest_first": true, "before": a[4]}),
+            json!({"after": a[4]}),
+        ] {
+            let e = call(mixed.clone()).expect_err("a mixed cursor");
+            assert_eq!(e.code(), Code::InvalidArgument, "{mixed}: {e}");
+        }
     }
 }
