@@ -524,6 +524,24 @@ pub fn verify_export(
     public_key: Option<&PublicKey>,
     progress: Progress<'_>,
 ) -> Result<ExportVerifyReport> {
+    // A file that is not text (an image sent for an export) is a bad export, not a failed disk.
+    verify_export_text(path, hasher, public_key, progress).map_err(|e| match e {
+        LedgerError::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
+            LedgerError::BadExport(format!(
+                "{}: {io}: an export is NDJSON or CSV text, gzipped or not",
+                path.display()
+            ))
+        }
+        e => e,
+    })
+}
+
+fn verify_export_text(
+    path: &Path,
+    hasher: &ChainHasher,
+    public_key: Option<&PublicKey>,
+    progress: Progress<'_>,
+) -> Result<ExportVerifyReport> {
     let mpath = manifest_path(path);
     let manifest: Option<Manifest> = if mpath.exists() {
         let raw = std::fs::read(&mpath)?;

@@ -496,6 +496,13 @@ fn an_export_through_the_admin_api_downloads_with_its_manifest_and_leaves_nothin
         (&json!(false), &json!(false)),
         "{bad}"
     );
+    let binary = upload(&[("file", "file.png", b"\x89PNG\r\n\x1a\n\x00\xff\xfe")]);
+    assert_eq!(
+        (binary.status, binary.code()),
+        (400, "bad-export".into()),
+        "{}",
+        binary.text()
+    );
     let none = upload(&[("manifest", &manifest_name, &manifest.body)]);
     assert_eq!((none.status, none.code()), (400, "invalid-argument".into()));
     let not_a_form = proxy.admin_post("/admin/v1/verify/export", &json!({"file": "x"}));
