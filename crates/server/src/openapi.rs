@@ -116,9 +116,10 @@ fn operation(spec: &Spec, http: &Http, request: Value, answer: Value) -> Value {
         .as_array()
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
+    let example: Value = serde_json::from_str(spec.example).unwrap_or(Value::Null);
     let mut parameters: Vec<Value> = params
         .iter()
-        .map(|p| parameter(p, "path", true, members.get(*p)))
+        .map(|p| parameter(p, "path", true, members.get(*p), example.get(*p)))
         .collect();
     let mut item = Map::new();
     let (first, rest) = summary(spec.doc);
@@ -141,6 +142,7 @@ fn operation(spec: &Spec, http: &Http, request: Value, answer: Value) -> Value {
                     "query",
                     required.contains(&name.as_str()),
                     Some(schema),
+                    example.get(name),
                 ));
             }
         }
@@ -158,9 +160,16 @@ fn operation(spec: &Spec, http: &Http, request: Value, answer: Value) -> Value {
                 |r: &Value| params.iter().any(|p| r == p) || (spec.acts && r == "operator");
             req.retain(|r| !dropped(r));
         }
+        let mut example = example.clone();
+        if let Some(ex) = example.as_object_mut() {
+            for p in &params {
+                ex.remove(*p);
+            }
+        }
         item.insert(
             "requestBody".into(),
-            json!({ "required": true, "content": { "application/json": { "schema": body } } }),
+            json!({ "required": true, "content": { "application/json": {
+                "schema": body, "example": example } } }),
         );
     }
     if !parameters.is_empty() {
@@ -180,7 +189,13 @@ fn operation(spec: &Spec, http: &Http, request: Value, answer: Value) -> Value {
     Value::Object(item)
 }
 
-fn parameter(name: &str, place: &str, required: bool, schema: Option<&Value>) -> Value {
+fn parameter(
+    name: &str,
+    place: &str,
+    required: bool,
+    schema: Option<&Value>,
+    example: Option<&Value>,
+) -> Value {
     let mut schema = not_null(
         schema
             .cloned()
@@ -190,6 +205,9 @@ fn parameter(name: &str, place: &str, required: bool, schema: Option<&Value>) ->
     let mut p = json!({ "name": name, "in": place, "required": required, "schema": schema });
     if let Some(d) = description {
         p["description"] = d;
+    }
+    if let Some(e) = example {
+        p["example"] = e.clone();
     }
     p
 }
@@ -207,6 +225,12 @@ fn errors(spec: &Spec, named: bool, body: bool) -> Vec<u16> {
     if body {
         s.extend([413, 415]);
     }
+    s.extend(
+        spec.also
+            .iter()
+            .filter(|a| !s.contains(a))
+            .collect::<Vec<_>>(),
+    );
     s.sort_unstable();
     s
 }
@@ -218,8 +242,8 @@ fn problem(status: u16, role: Role, max_body: usize) -> Value {
         403 => format!("the token's role is below {role} (x-idemgate-role)"),
         404 => "not-found: no such entry".to_owned(),
         409 => "the entry's state does not allow it (conflict), a destructive route needs \
-                confirm_destructive (confirmation-required), or the body names another operator \
-                (operator-mismatch)"
+                confirm_destructive (confirmation-required), the body names another operator \
+                (operator-mismatch), or the server keeps no archive (no-archive)"
             .to_owned(),
         413 => format!("body-too-large: the body is over {} MiB", max_body >> 20),
         415 => "unsupported-media-type: the body is not sent as Content-Type: application/json"

@@ -76,11 +76,41 @@ fn every_operation_says_what_it_does_who_may_and_what_it_takes() {
             assert!(
                 params
                     .iter()
-                    .any(|p| p["name"] == name && p["in"] == "path"),
-                "{}: {name}",
+                    .any(|p| p["name"] == name && p["in"] == "path" && !p["example"].is_null()),
+                "{}: {name}, with its example",
                 spec.name
             );
         }
+        // Each takes an example request (checked to decode as one by the operations' tests):
+        // its body's, or its parameters' values.
+        let example: serde_json::Value =
+            serde_json::from_str(spec.example).expect("an example is JSON");
+        assert!(example.is_object(), "{}: an example request", spec.name);
+        let shown = if http.method == "POST" {
+            op["requestBody"]["content"]["application/json"]["example"].clone()
+        } else {
+            serde_json::Value::Object(
+                params
+                    .iter()
+                    .filter(|p| p["in"] == "query" && !p["example"].is_null())
+                    .map(|p| {
+                        (
+                            p["name"].as_str().expect("name").to_owned(),
+                            p["example"].clone(),
+                        )
+                    })
+                    .collect(),
+            )
+        };
+        let mut expected = example.clone();
+        for name in http.params() {
+            expected.as_object_mut().expect("object").remove(name);
+        }
+        assert_eq!(
+            shown, expected,
+            "{}: the document shows its example",
+            spec.name
+        );
         if http.method == "POST" {
             assert!(
                 op["requestBody"]["content"]["application/json"]["schema"].is_object(),

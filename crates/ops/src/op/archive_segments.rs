@@ -9,6 +9,7 @@ operation! {
         name: archive_segments,
         role: Admin,
         kind: Ledger,
+        example: r#"{"path": "/var/lib/idemgate/archive"}"#,
     }
     fn run(ops, req: PathArg, _) -> Vec<SegmentCheck> {
         ops.archive_segments(std::path::Path::new(&req.path))

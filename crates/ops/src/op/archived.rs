@@ -12,6 +12,8 @@ operation! {
         role: Viewer,
         kind: Ledger,
         http: GET "/admin/v1/archive",
+        also: [409],
+        example: r#"{}"#,
     }
     fn run(ops, _req: NoArgs, _) -> Vec<SegmentCheck> {
         ops.archived()

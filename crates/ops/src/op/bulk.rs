@@ -13,6 +13,10 @@ operation! {
         kind: UpstreamJob,
         http: POST "/admin/v1/bulk",
         acts: true,
+        example: concat!(
+            r#"{"action": "resolve", "target": {"filter": {"stuck": true, "route": "charges"}, "#,
+            r#""ids": [41, 42]}, "as": "failed", "reason": "refunded by hand, ticket 1234"}"#
+        ),
     }
     fn run(ops, req: BulkCmd, cx) -> BulkReport {
         let r = ops.bulk(&req, cx.upstream, cx.progress)?;

@@ -76,6 +76,7 @@ operation! {
         role: Viewer,
         kind: Ledger,
         http: GET "/admin/v1/entries",
+        example: r#"{"stuck": true, "route": "charges", "limit": 50}"#,
     }
     fn run(ops, req: EntriesRequest, _) -> EntryPage {
         let page = idemgate_ledger::Page {

@@ -12,6 +12,10 @@ operation! {
         name: export,
         role: Admin,
         kind: Job,
+        example: concat!(
+            r#"{"format": "ndjson", "range": {"since": 1798761600000, "until": null}, "#,
+            r#""path": "/srv/audit/2027-01.ndjson", "overwrite": false}"#
+        ),
     }
     fn run(ops, req: ExportCmd, cx) -> Option<Manifest> {
         ops.export(&req, cx.progress)

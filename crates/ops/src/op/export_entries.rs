@@ -11,6 +11,10 @@ operation! {
         name: export_entries,
         role: Admin,
         kind: Job,
+        example: concat!(
+            r#"{"format": "csv", "range": {"since": 1798761600000, "until": null}, "#,
+            r#""path": "/srv/audit/entries-2027-01.csv", "overwrite": false}"#
+        ),
     }
     fn run(ops, req: ExportCmd, cx) -> Option<EntriesManifest> {
         ops.export_entries(&req, cx.progress)

@@ -13,6 +13,7 @@ operation! {
         role: Viewer,
         kind: Ledger,
         http: GET "/admin/v1/head",
+        example: r#"{}"#,
     }
     fn run(ops, _req: NoArgs, _) -> Option<ChainHead> {
         Ok(ops.store().head()?)

@@ -27,6 +27,7 @@ operation! {
         role: Viewer,
         kind: Ledger,
         http: GET "/admin/v1/incidents",
+        example: r#"{"limit": 20}"#,
     }
     fn run(ops, req: IncidentsRequest, _) -> Vec<Incident> {
         ops.incidents(req.before, req.limit.unwrap_or(50))

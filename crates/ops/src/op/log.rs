@@ -47,6 +47,7 @@ operation! {
         role: Viewer,
         kind: Ledger,
         http: GET "/admin/v1/events",
+        example: r#"{"kind": "resolve", "operator": "alice", "since": "7d", "limit": 100}"#,
     }
     fn run(ops, req: LogRequest, _) -> EventPage {
         let filter = EventFilter {

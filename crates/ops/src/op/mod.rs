@@ -72,6 +72,12 @@ pub struct Spec {
     pub acts: bool,
     /// The largest JSON body the admin API takes for it, in bytes.
     pub max_body: usize,
+    /// Statuses it may answer besides those its kind, role and route imply (the OpenAPI
+    /// document lists them).
+    pub also: &'static [u16],
+    /// A request it takes, as JSON (without `operator` where the admin API fills it in): the
+    /// OpenAPI document's example, checked to decode as the request.
+    pub example: &'static str,
 }
 
 /// The largest JSON body an operation takes unless it says otherwise: 2 MiB.
@@ -117,12 +123,14 @@ macro_rules! operation {
             $(http: $method:ident $path:literal,)?
             $(acts: $acts:literal,)?
             $(max_body: $max:expr,)?
+            $(also: [$($also:literal),*],)?
+            example: $example:expr,
         }
         fn run($ops:ident, $req:ident : $request:ty, $cx:pat) -> $answer:ty $body:block
     ) => {
         $crate::op::operation!(
             @spec $(#[doc = $doc])* $op $name $role $kind
-            [$($method $path)?] [$($acts)?] [$($max)?] $request, $answer
+            [$($method $path)?] [$($acts)?] [$($max)?] [$($($also),*)?] $example, $request, $answer
         );
         impl $crate::op::Operation for $op {
             fn run(
@@ -148,12 +156,14 @@ macro_rules! operation {
             $(http: $method:ident $path:literal,)?
             $(acts: $acts:literal,)?
             $(max_body: $max:expr,)?
+            $(also: [$($also:literal),*],)?
+            example: $example:expr,
         }
         async fn run($ops:ident, $engine:ident, $req:ident : $request:ty) -> $answer:ty $body:block
     ) => {
         $crate::op::operation!(
             @spec $(#[doc = $doc])* $op $name $role Upstream
-            [$($method $path)?] [$($acts)?] [$($max)?] $request, $answer
+            [$($method $path)?] [$($acts)?] [$($max)?] [$($($also),*)?] $example, $request, $answer
         );
         impl $crate::op::Operation for $op {
             fn run(
@@ -172,7 +182,9 @@ macro_rules! operation {
     };
     (
         @spec $(#[doc = $doc:literal])* $op:ident $name:ident $role:ident $kind:ident
-        [$($method:ident $path:literal)?] [$($acts:literal)?] [$($max:expr)?] $request:ty, $answer:ty
+        [$($method:ident $path:literal)?] [$($acts:literal)?] [$($max:expr)?] [$($also:literal),*]
+        $example:expr,
+        $request:ty, $answer:ty
     ) => {
         $(#[doc = $doc])*
         #[derive(Debug)]
@@ -186,6 +198,8 @@ macro_rules! operation {
                 http: $crate::op::operation!(@http $($method $path)?),
                 acts: $crate::op::operation!(@acts $($acts)?),
                 max_body: $crate::op::operation!(@max $($max)?),
+                also: &[$($also),*],
+                example: $example,
             };
             type Request = $request;
             type Answer = $answer;
@@ -280,6 +294,29 @@ macro_rules! registry {
             None
         }
 
+        /// Each operation's example decoded as its request, as a call's arguments are (with an
+        /// operator where it acts): the operations whose example does not, and why.
+        pub fn example_errors() -> Vec<(&'static str, String)> {
+            let mut out = Vec::new();
+            $(
+                let spec = <$module::Op as Declared>::SPEC;
+                let decoded = serde_json::from_str::<serde_json::Value>(spec.example)
+                    .map_err(|e| e.to_string())
+                    .and_then(|mut v| {
+                        if spec.acts {
+                            v["operator"] = serde_json::json!("alice");
+                        }
+                        crate::dispatch::Args::json(spec.name, v)
+                            .and_then(|a| a.decode::<<$module::Op as Declared>::Request>(spec.name))
+                            .map_err(|e| e.to_string())
+                    });
+                if let Err(e) = decoded {
+                    out.push((spec.name, e));
+                }
+            )*
+            out
+        }
+
         /// Each operation with its request's schema (inline: its members are the operation's
         /// parameters) and its answer's (a reference into `gen`'s definitions).
         #[cfg(feature = "ts")]
@@ -348,4 +385,13 @@ registry![
 /// An operation by its name.
 pub fn spec(name: &str) -> Option<&'static Spec> {
     SPECS.iter().find(|s| s.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every operation's example is a request it takes: the OpenAPI document shows them.
+    #[test]
+    fn every_example_decodes_as_its_operation_s_request() {
+        assert_eq!(super::example_errors(), Vec::new());
+    }
 }

@@ -23,6 +23,7 @@ operation! {
         role: Operator,
         kind: Ledger,
         http: POST "/admin/v1/bulk/preview",
+        example: r#"{"action": "replay", "target": {"filter": {"stuck": true}, "ids": null}}"#,
     }
     fn run(ops, req: BulkPreviewRequest, _) -> Preview {
         ops.preview_bulk(req.action, &req.target)

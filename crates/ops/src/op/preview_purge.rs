@@ -10,6 +10,7 @@ operation! {
         role: Admin,
         kind: Ledger,
         http: POST "/admin/v1/purge/preview",
+        example: r#"{"target": "ids", "ids": [17, 18]}"#,
     }
     fn run(ops, req: PurgeTarget, _) -> Preview {
         ops.preview_purge(&req)

@@ -11,6 +11,7 @@ operation! {
         role: Operator,
         kind: Ledger,
         http: GET "/admin/v1/entries/{entry_id}/resolve/preview",
+        example: r#"{"entry_id": 42}"#,
     }
     fn run(ops, req: EntryRef, _) -> Preview {
         ops.preview_resolve(req.entry_id)

@@ -12,6 +12,10 @@ operation! {
         kind: Job,
         http: POST "/admin/v1/purge",
         acts: true,
+        example: concat!(
+            r#"{"target": "expired", "filter": {"route": "charges"}, "#,
+            r#""reason": "retention: 30 days past expiry"}"#
+        ),
     }
     fn run(ops, req: PurgeCmd, cx) -> PurgeReport {
         let r = ops.purge(&req, cx.progress)?;

@@ -11,6 +11,7 @@ operation! {
         kind: Upstream,
         http: POST "/admin/v1/entries/{entry_id}/reconcile",
         acts: true,
+        example: r#"{"entry_id": 42, "reason": "the processor says it ran"}"#,
     }
     async fn run(ops, engine, req: ActionCmd) -> ReconcileReport {
         ops.reconcile(engine, &req).await

@@ -13,6 +13,10 @@ operation! {
         kind: Upstream,
         http: POST "/admin/v1/entries/{entry_id}/replay",
         acts: true,
+        example: concat!(
+            r#"{"entry_id": 42, "reason": "the upstream was down; it never ran", "#,
+            r#""confirm_destructive": false}"#
+        ),
     }
     async fn run(ops, engine, req: ActionCmd) -> ReplayReport {
         ops.replay(engine, &req).await

@@ -16,6 +16,10 @@ operation! {
         acts: true,
         // The largest response the ledger keeps, in hex (twice its size), and the rest.
         max_body: 2 * idemgate_ledger::MAX_RESPONSE_BODY + (1 << 20),
+        example: concat!(
+            r#"{"entry_id": 42, "as": "failed", "reason": "declined by the processor", "#,
+            r#""external_ref": "ch_3PzX"}"#
+        ),
     }
     fn run(ops, req: ResolveCmd, _) -> EntrySummary {
         ops.resolve(&req)

@@ -7,6 +7,7 @@ operation! {
         role: Viewer,
         kind: Ledger,
         http: GET "/admin/v1/retention",
+        example: r#"{}"#,
     }
     fn run(ops, _req: NoArgs, _) -> crate::RetentionStatus {
         ops.retention_status()

@@ -13,6 +13,7 @@ operation! {
         kind: Ledger,
         http: POST "/admin/v1/incidents/{entry_id}/review",
         acts: true,
+        example: r#"{"entry_id": 42, "reason": "the customer was refunded the second charge"}"#,
     }
     fn run(ops, req: ReviewCmd, _) -> Review {
         ops.review_incident(&req)

@@ -11,6 +11,7 @@ operation! {
         role: Viewer,
         kind: Ledger,
         http: GET "/admin/v1/entries/{entry_id}",
+        example: r#"{"entry_id": 42}"#,
     }
     fn run(ops, req: EntryRef, _) -> EntryView {
         ops.show(req.entry_id)

@@ -24,6 +24,7 @@ operation! {
         role: Viewer,
         kind: Ledger,
         http: GET "/admin/v1/stats",
+        example: r#"{"hours": 72}"#,
     }
     fn run(ops, req: StatsRequest, _) -> idemgate_ledger::Stats {
         ops.stats(req.hours.unwrap_or(24))

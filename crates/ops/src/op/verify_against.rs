@@ -10,6 +10,7 @@ operation! {
         name: verify_against,
         role: Admin,
         kind: Job,
+        example: r#"{"path": "/srv/audit/2027-01.ndjson.manifest.json"}"#,
     }
     fn run(ops, req: PathArg, cx) -> AgainstReport {
         let r = ops.verify_against(std::path::Path::new(&req.path), cx.progress)?;

@@ -10,6 +10,7 @@ operation! {
         name: verify_archive,
         role: Admin,
         kind: Job,
+        example: r#"{"path": "/var/lib/idemgate/archive"}"#,
     }
     fn run(ops, req: PathArg, cx) -> ArchiveVerifyReport {
         ops.verify_archive(std::path::Path::new(&req.path), None, cx.progress)

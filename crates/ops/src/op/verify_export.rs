@@ -9,6 +9,7 @@ operation! {
         name: verify_export,
         role: Admin,
         kind: Job,
+        example: r#"{"path": "/srv/audit/2027-01.ndjson"}"#,
     }
     fn run(ops, req: PathArg, cx) -> ExportVerifyReport {
         ops.verify_export(std::path::Path::new(&req.path), cx.progress)

@@ -12,6 +12,8 @@ operation! {
         role: Admin,
         kind: Job,
         http: GET "/admin/v1/archive/verify",
+        also: [409],
+        example: r#"{}"#,
     }
     fn run(ops, _req: NoArgs, cx) -> ArchiveVerifyReport {
         ops.verify_history(cx.progress)

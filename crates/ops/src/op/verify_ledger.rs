@@ -12,6 +12,7 @@ operation! {
         role: Admin,
         kind: Job,
         http: GET "/admin/v1/verify",
+        example: r#"{}"#,
     }
     fn run(ops, _req: NoArgs, cx) -> VerifyReport {
         let r = ops.verify(cx.progress)?;
