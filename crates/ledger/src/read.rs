@@ -5,10 +5,12 @@ use crate::db::{vals, Db, Row, Val};
 use crate::error::{LedgerError, Result};
 use crate::model::{
     ArchivedSegment, ChainHead, CollisionRecord, Effect, EntryDetail, EntryFilter, EntrySummary,
-    Event, EventFilter, Incident, Millis, Page, RequestRecord, ResponseRecord, Review, SeriesPoint,
-    State, Stats,
+    Event, EventFilter, Millis, Page, RequestRecord, ResponseRecord, SeriesPoint, State, Stats,
 };
 use crate::store::EventRange;
+
+mod incidents;
+pub(crate) use incidents::incidents;
 
 /// The most rows one page of entries or events holds.
 pub(crate) const MAX_PAGE: usize = 100_000;
@@ -541,63 +543,6 @@ pub(crate) fn event_pages(
         }
         Some(rows)
     })
-}
-
-/// Incidents, newest first: each a first entry and the entries flagged as its duplicates, keyed
-/// for paging by its newest suspect's id, with the operator's review if it has one.
-pub(crate) fn incidents(db: &mut dyn Db, page: Page, now: Millis) -> Result<Vec<Incident>> {
-    let mut w = Where::default();
-    w.and("duplicate_of IS NOT NULL");
-    if let Some(b) = page.before {
-        w.and_p("id < ?", b);
-    }
-    let sql = format!(
-        "SELECT duplicate_of, MAX(id) AS last FROM entries{} \
-         GROUP BY duplicate_of ORDER BY last DESC LIMIT {}",
-        w.sql,
-        page.limit.clamp(1, 1000)
-    );
-    let groups = db.all(&sql, &w.params(), |r| Ok((r.int(0)?, r.int(1)?)))?;
-    let mut out = Vec::with_capacity(groups.len());
-    for (first, last) in groups {
-        let entries = db.all(
-            &format!(
-                "SELECT {ENTRY_COLS} FROM entries WHERE id = ?1 \
-                 UNION ALL SELECT {ENTRY_COLS} FROM entries WHERE duplicate_of = ?1 \
-                 ORDER BY id LIMIT 100"
-            ),
-            vals![first],
-            summary_row(now),
-        )?;
-        // Titled from the first entry, or from its oldest suspect when it was purged.
-        let Some(head) = entries.first() else {
-            continue;
-        };
-        let review = db.opt(
-            "SELECT operator, reason, at, through FROM reviews WHERE entry_id = ?1",
-            vals![first],
-            |r| {
-                Ok(Review {
-                    operator: r.text(0)?,
-                    reason: r.text(1)?,
-                    at: r.int(2)?,
-                    through: r.int(3)?,
-                })
-            },
-        )?;
-        out.push(Incident {
-            id: first,
-            route: head.route.clone(),
-            scope: head.scope.clone(),
-            fingerprint: head.fingerprint.clone(),
-            subjects: head.subjects.clone(),
-            first_purged: head.id != first,
-            open: review.as_ref().is_none_or(|r| last > r.through),
-            review,
-            entries,
-        });
-    }
-    Ok(out)
 }
 
 /// The overview's count of expired entries: index-only ranges (entries_expires holds `state`), one

@@ -7,20 +7,29 @@ use serde_json::json;
 
 use crate::canon::canonical_string;
 use crate::db::{vals, Db, Dialect, PerDialect, Shifted, Val};
-use crate::entry_row::{lookup, map_row, row_by_id, Row, AFTER_ROW, LOOKUP, ROW_COLS};
+use crate::entry_row::{lookup, map_row, row_by_id, Row, AFTER_ROW, LOOKUP};
 use crate::error::{LedgerError, Result};
 use crate::model::{without_secret_params, Event, EventKind, Millis, ResponseRecord, State};
-use crate::prepared::{headers_json, Claim, Completion};
+use crate::prepared::Claim;
 use crate::read;
-use crate::store::{Actor, ClaimOutcome, ClaimRequest, CompleteOutcome, OwnerReport};
+use crate::store::{Actor, ClaimOutcome, ClaimRequest, OwnerReport};
 use crate::writer::Ctx;
 
 mod archival;
+mod duplicates;
 mod operator;
+mod outcome;
 mod sweep;
 pub use archival::RETENTION_OPERATOR;
 pub(crate) use archival::{drop_archived, mark_archived, note_checkpoint, note_retention};
+#[cfg(test)]
+pub(crate) use duplicates::FIND_DUPLICATE;
+use duplicates::{flag_duplicate, reject_duplicate, same_effect_elsewhere, Same};
 pub(crate) use operator::{note_loop, note_reconcile, purge, redrive, resolve, review};
+use outcome::store_completion;
+#[cfg(test)]
+pub(crate) use outcome::COMPLETION;
+pub(crate) use outcome::{complete, mark_unknown, release};
 pub(crate) use sweep::sweep;
 #[cfg(test)]
 pub(crate) use sweep::{EXPIRIES_DUE, LEASES_DUE};
@@ -265,44 +274,6 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, c: &Claim) -> Result<ClaimOutcome> {
     }
 }
 
-/// With the reject policy: refuses a claim whose effect completed under another key in the window.
-fn reject_duplicate(ctx: &mut Ctx<'_>, c: &Claim) -> Result<Option<ClaimOutcome>> {
-    let req = &c.req;
-    let Some(window) = req.reject_duplicates_within_ms else {
-        return Ok(None);
-    };
-    let found = find_duplicate(
-        ctx.db,
-        &req.route,
-        &req.scope,
-        &req.fingerprint,
-        req.dup_fp.as_deref(),
-        &req.key,
-        req.at - window,
-        None,
-    )?;
-    let Some((id, key, _)) = found else {
-        return Ok(None);
-    };
-    append(
-        ctx,
-        NewEvent {
-            at: req.at,
-            kind: EventKind::DuplicateSuspect,
-            entry_id: Some(id),
-            route: &req.route,
-            scope: &req.scope,
-            key: &req.key,
-            actor: None,
-            detail: canonical_string(&json!({"rejected": true, "duplicate_of": id,
-                           "duplicate_of_key": key, "fingerprint": req.fingerprint})),
-            payload_digest: Some(c.digest.clone()),
-            tail: None,
-        },
-    )?;
-    Ok(Some(ClaimOutcome::ProbableDuplicate { entry_id: id, key }))
-}
-
 /// Whether `row`, whose fingerprint is not the request's, was claimed with this very request
 /// before fingerprints covered the request target ([`crate::canon::with_target`]): its
 /// fingerprint is the request's without the target, and it was claimed at the same path and
@@ -321,80 +292,6 @@ fn claimed_before_targets_counted(db: &mut dyn Db, row: &Row, req: &ClaimRequest
     Ok(path
         .flatten()
         .is_some_and(|p| without_secret_params(&p, &[]) == req.request.path))
-}
-
-/// What makes two entries of a route the same effect: their fingerprint in one scope, or their
-/// `duplicate_on` values ([`ClaimRequest::dup_fp`]) in one scope or in any.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Same {
-    Fingerprint,
-    Values,
-    ValuesAnyScope,
-}
-
-impl Same {
-    /// How an entry whose duplicate values are `dup_fp` is compared.
-    fn of(dup_fp: Option<&str>) -> Same {
-        match dup_fp {
-            None => Same::Fingerprint,
-            Some(d) if d.starts_with("any:") => Same::ValuesAnyScope,
-            Some(_) => Same::Values,
-        }
-    }
-
-    const ALL: [Same; 3] = [Same::Fingerprint, Same::Values, Same::ValuesAnyScope];
-}
-
-/// The condition "an entry under route ?1 (and scope ?2) completed the effect `what` since
-/// `since`, under another key than `key`" (each argument a placeholder): the duplicate check's,
-/// shared by [`find_duplicate`] and the claim's first statement, which must agree. `?2` is named
-/// in every form, so that each statement takes the same parameters.
-fn same_effect_elsewhere(same: Same, what: &str, since: &str, key: &str) -> String {
-    let (scope, column) = match same {
-        Same::Fingerprint => ("scope = ?2", "fingerprint"),
-        Same::Values => ("scope = ?2", "dup_fp"),
-        Same::ValuesAnyScope => ("(scope = ?2 OR 1 = 1)", "dup_fp"),
-    };
-    format!(
-        "route = ?1 AND {scope} AND {column} = {what} AND state = 'completed' \
-         AND completed_at >= {since} AND key <> {key}"
-    )
-}
-
-pub(crate) static FIND_DUPLICATE: LazyLock<[String; 3]> = LazyLock::new(|| {
-    Same::ALL.map(|same| {
-        format!(
-            "SELECT id, key, duplicate_of FROM entries WHERE {} AND id <> ?6 \
-             ORDER BY completed_at LIMIT 1",
-            same_effect_elsewhere(same, "?3", "?4", "?5")
-        )
-    })
-});
-
-/// The earliest entry (other than `exclude`) that completed the same effect — route, scope and
-/// fingerprint, or the `duplicate_on` values `dup_fp` — under another key since `since`: its id,
-/// its key, and the first entry of its incident when it is itself a suspect.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "the statement's parameters, named"
-)]
-fn find_duplicate(
-    db: &mut dyn Db,
-    route: &str,
-    scope: &str,
-    fingerprint: &str,
-    dup_fp: Option<&str>,
-    key: &str,
-    since: Millis,
-    exclude: Option<i64>,
-) -> Result<Option<(i64, String, Option<i64>)>> {
-    let same = Same::of(dup_fp);
-    let what = dup_fp.unwrap_or(fingerprint);
-    db.opt(
-        &FIND_DUPLICATE[same as usize],
-        vals![route, scope, what, since, key, exclude.unwrap_or(-1)],
-        |r| Ok((r.int(0)?, r.text(1)?, r.opt_int(2)?)),
-    )
 }
 
 /// What a claim's first statement found.
@@ -690,181 +587,6 @@ pub(crate) fn record_attempt(
             EventKind::Attempt,
             json!({"attempt": attempt, "error": rep.error}),
         ),
-    )?;
-    Ok(())
-}
-
-pub(crate) fn complete(ctx: &mut Ctx<'_>, c: &Completion) -> Result<CompleteOutcome> {
-    let req = &c.req;
-    let resp = &req.response;
-    let params = completion_params(req.entry_id, resp, &c.headers, req.at, req.ttl_ms);
-    // Only a PENDING entry leased by `owner` completes. `maybe_duplicate`: false where the batch
-    // read ahead that no other entry completed its effect in the window.
-    let (row, maybe_duplicate) = match ctx.db.dialect() {
-        // Read, then written: a RETURNING clause would have SQLite buffer the row in an ephemeral
-        // table it opens and closes on every run (the writer holds the lock in between anyway).
-        Dialect::Sqlite => {
-            let row = owned(ctx.db, req.entry_id, &req.owner, "complete")?;
-            ctx.db.exec(&COMPLETION.get(Dialect::Sqlite).0, &params)?;
-            (row, true)
-        }
-        Dialect::Postgres => match ctx.ahead.as_deref_mut().and_then(|a| a.entry(req.entry_id)) {
-            // Read ahead (checked here), written with the batch's next statement.
-            Some((row, maybe_duplicate)) => {
-                check_owned(&row, &req.owner, "complete")?;
-                ctx.exec_later(&COMPLETION.get(Dialect::Postgres).0, &params)?;
-                (row, maybe_duplicate)
-            }
-            None => (complete_now(ctx, req, params)?, true),
-        },
-    };
-    moved(ctx, Some(State::Pending), Some(State::Completed));
-    let mut ev = row.event(req.at, EventKind::Complete, json!({"status": resp.status}));
-    ev.payload_digest = Some(c.digest.clone());
-    append(ctx, ev)?;
-    let none_before =
-        !maybe_duplicate && ctx.ahead.as_deref().is_some_and(|a| a.no_duplicate(&row));
-    let duplicate_of = match req.duplicate_window_ms {
-        Some(window) if !none_before => flag_duplicate(ctx, &row, window, req.at)?,
-        _ => None,
-    };
-    if let Some(a) = ctx.ahead.as_deref_mut() {
-        a.completed(&row);
-    }
-    Ok(CompleteOutcome { duplicate_of })
-}
-
-/// A completion on PostgreSQL, checked and written in one statement: one round trip.
-fn complete_now<'a>(
-    ctx: &mut Ctx<'_>,
-    req: &'a crate::store::CompleteRequest,
-    mut params: Vec<Val<'a>>,
-) -> Result<Row> {
-    params.push(Val::Text(&req.owner));
-    match ctx
-        .db
-        .opt(&COMPLETION.get(Dialect::Postgres).1, &params, map_row)?
-    {
-        Some(row) => Ok(row),
-        // Not updated: say why.
-        None => {
-            owned(ctx.db, req.entry_id, &req.owner, "complete")?;
-            Err(LedgerError::Corrupt(format!(
-                "entry {} could not be completed",
-                req.entry_id
-            )))
-        }
-    }
-}
-
-/// The completion of an entry (?1) with a response (status ?2, headers ?3, body ?4) at ?5, replayed
-/// until ?6: as is, and — with ?7 the lease owner — only if PENDING and leased by it, returning the
-/// entry's row.
-pub(crate) static COMPLETION: PerDialect<(String, String)> = PerDialect::new(|d| {
-    let update = format!(
-        "{} entries SET state = 'completed', resp_status = ?2, resp_headers = ?3, resp_body = ?4, \
-         lease_owner = NULL, lease_expires_at = NULL, outcome_unknown = 0, updated_at = ?5, \
-         completed_at = ?5, expires_at = ?6, expiry_logged = 0 WHERE id = ?1",
-        d.update()
-    );
-    let guarded =
-        format!("{update} AND state = 'pending' AND lease_owner = ?7 RETURNING {ROW_COLS}");
-    (update, guarded)
-});
-
-fn completion_params<'a>(
-    id: i64,
-    resp: &'a ResponseRecord,
-    headers: &'a str,
-    at: Millis,
-    ttl_ms: i64,
-) -> Vec<Val<'a>> {
-    vals![
-        id,
-        i64::from(resp.status),
-        headers,
-        &resp.body,
-        at,
-        at + ttl_ms
-    ]
-    .to_vec()
-}
-
-/// Stores `resp` as entry `id`'s outcome (the caller has checked the entry's state).
-fn store_completion(
-    db: &mut dyn Db,
-    id: i64,
-    resp: &ResponseRecord,
-    at: Millis,
-    ttl_ms: i64,
-) -> Result<()> {
-    let headers = headers_json(&resp.headers);
-    let params = completion_params(id, resp, &headers, at, ttl_ms);
-    db.exec(&COMPLETION.get(db.dialect()).0, &params)?;
-    Ok(())
-}
-
-/// Marks `row` a duplicate suspect when its effect completed under another key within `window`,
-/// in that entry's incident: when the earliest such entry is a suspect itself (its incident's first
-/// entry was purged, or completed before the window), `row` joins its incident rather than opening
-/// a second one for the same repeated effect.
-fn flag_duplicate(ctx: &mut Ctx<'_>, row: &Row, window: i64, at: Millis) -> Result<Option<i64>> {
-    let found = find_duplicate(
-        ctx.db,
-        &row.route,
-        &row.scope,
-        &row.fingerprint,
-        row.dup_fp.as_deref(),
-        &row.key,
-        at - window,
-        Some(row.id),
-    )?;
-    let Some((like, like_key, incident)) = found else {
-        return Ok(None);
-    };
-    let first = incident.unwrap_or(like);
-    ctx.db.exec(
-        "UPDATE entries SET duplicate_of = ?2 WHERE id = ?1",
-        vals![row.id, first],
-    )?;
-    let detail = if first == like {
-        json!({"duplicate_of": first, "duplicate_of_key": like_key, "fingerprint": row.fingerprint})
-    } else {
-        json!({"duplicate_of": first, "like": like, "like_key": like_key, "fingerprint": row.fingerprint})
-    };
-    append(ctx, row.event(at, EventKind::DuplicateSuspect, detail))?;
-    Ok(Some(first))
-}
-
-pub(crate) fn mark_unknown(ctx: &mut Ctx<'_>, rep: &OwnerReport) -> Result<()> {
-    let row = owned(ctx.db, rep.entry_id, &rep.owner, "mark outcome unknown")?;
-    ctx.db.exec(
-        "UPDATE entries SET outcome_unknown = 1, last_error = ?2, updated_at = ?3, stuck_logged = 1 \
-         WHERE id = ?1",
-        vals![row.id, &rep.error, rep.at],
-    )?;
-    append(
-        ctx,
-        row.event(
-            rep.at,
-            EventKind::OutcomeUnknown,
-            json!({"error": rep.error}),
-        ),
-    )?;
-    Ok(())
-}
-
-pub(crate) fn release(ctx: &mut Ctx<'_>, rep: &OwnerReport) -> Result<()> {
-    let row = owned(ctx.db, rep.entry_id, &rep.owner, "release")?;
-    ctx.db.exec(
-        "UPDATE entries SET state = 'released', lease_owner = NULL, lease_expires_at = NULL, \
-         last_error = ?2, updated_at = ?3 WHERE id = ?1",
-        vals![row.id, &rep.error, rep.at],
-    )?;
-    moved(ctx, Some(State::Pending), Some(State::Released));
-    append(
-        ctx,
-        row.event(rep.at, EventKind::Release, json!({"error": rep.error})),
     )?;
     Ok(())
 }
