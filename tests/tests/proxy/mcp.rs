@@ -7,6 +7,9 @@ use std::io::{Read, Write};
 
 use super::*;
 
+mod refusals;
+mod sessions;
+
 const MCP_CONFIG: &str = r#"
 [server]
 listen = "127.0.0.1:0"
@@ -43,17 +46,36 @@ fn fx() -> Fx {
 
 const ACCEPT: &str = "application/json, text/event-stream";
 
+/// The protocol revision the tests speak unless they say otherwise.
+const REVISION: &str = "2025-11-25";
+
 /// A JSON-RPC message POSTed to the MCP route, as agent-7.
 fn rpc(f: &Fx, msg: &serde_json::Value, extra: &[(&str, &str)]) -> Resp {
+    rpc_at(f.proxy.addr, REVISION, msg, extra)
+}
+
+/// A JSON-RPC message POSTed to the MCP route at `addr` under the protocol `revision`, as
+/// agent-7, with `extra` headers (a session, a stateless revision's method and name).
+fn rpc_at(
+    addr: std::net::SocketAddr,
+    revision: &str,
+    msg: &serde_json::Value,
+    extra: &[(&str, &str)],
+) -> Resp {
     let mut h = vec![
         ("content-type", "application/json"),
         ("accept", ACCEPT),
         ("x-agent-id", "agent-7"),
-        ("mcp-protocol-version", "2025-11-25"),
+        ("mcp-protocol-version", revision),
     ];
     h.extend_from_slice(extra);
-    f.proxy
-        .send("POST", "/mcp", &h, &serde_json::to_vec(msg).expect("json"))
+    request(
+        addr,
+        "POST",
+        "/mcp",
+        &h,
+        &serde_json::to_vec(msg).expect("json"),
+    )
 }
 
 fn call(id: i64, tool: &str, args: serde_json::Value) -> serde_json::Value {
@@ -639,197 +661,4 @@ fn an_operator_replays_resolves_or_reconciles_a_held_call() {
         .to_owned();
     assert!(text.contains("\"found\":true"), "{}", r.text());
     assert_eq!(effects(&f, "charge", "o-rec"), 1);
-}
-
-#[test]
-fn a_call_the_ledger_cannot_claim_is_not_forwarded_and_may_be_retried() {
-    let f = fx();
-    let done = rpc(&f, &call(1, "charge", json!({"order": "o-before"})), &[]);
-    assert!(done.json()["result"].is_object(), "{}", done.text());
-    // The disk fills: the file-size limit refuses every write the process makes.
-    limit_file_size(f.proxy.pid(), Some(1));
-    let r = rpc(&f, &call(2, "charge", json!({"order": "o-full"})), &[]);
-    assert_eq!(error_type(&r), "ledger_unavailable");
-    assert_eq!(r.json()["error"]["code"], -32083);
-    assert_eq!(r.header("retry-after"), Some("1"));
-    assert_eq!(effects(&f, "charge", "o-full"), 0, "forwarded unclaimed");
-    // What was recorded still replays.
-    let again = rpc(&f, &call(3, "charge", json!({"order": "o-before"})), &[]);
-    assert_eq!(again.json()["result"], done.json()["result"]);
-    limit_file_size(f.proxy.pid(), None);
-    let r = eventually(10, "the ledger takes writes again", || {
-        let r = rpc(&f, &call(4, "charge", json!({"order": "o-full"})), &[]);
-        r.json()["result"].is_object().then_some(r)
-    });
-    assert_eq!(r.json()["result"]["structuredContent"]["effect"], 1);
-    assert_eq!(effects(&f, "charge", "o-full"), 1);
-}
-
-#[test]
-fn a_looping_agent_s_calls_are_refused_as_a_json_rpc_loop_suspect_and_not_forwarded() {
-    let config = MCP_CONFIG.replace(
-        r#"subject = { customer = "/customer", amount = "/amount" }"#,
-        r#"subject = { customer = "/customer", amount = "/amount" }
-duplicate_on = ["/customer"]
-loop_guard = { max = 2, window = "1m", action = "reject" }"#,
-    );
-    let f = Fx::with(&config);
-    let charge = |id: i64, order: &str| {
-        rpc(
-            &f,
-            &call(
-                id,
-                "charge",
-                json!({"order": order, "customer": "cus_loop", "amount": 5}),
-            ),
-            &[],
-        )
-    };
-    for (id, order) in [(1, "o-loop-1"), (2, "o-loop-2")] {
-        let r = charge(id, order);
-        assert!(
-            last_message(&r)["result"].is_object(),
-            "{order}: {}",
-            r.text()
-        );
-        assert_eq!(effects(&f, "charge", order), 1, "{order}");
-    }
-    // The third call for the customer within the window: a loop suspect, refused as MCP clients
-    // read refusals (HTTP 200, a JSON-RPC error with the published code), and never forwarded.
-    let r = charge(3, "o-loop-3");
-    assert_eq!(error_type(&r), "loop_suspect");
-    let m = last_message(&r);
-    assert_eq!(m["error"]["code"], -32085, "{m}");
-    assert_eq!(m["id"], 3);
-    assert_eq!(effects(&f, "charge", "o-loop-3"), 0);
-    // Another customer's call is not part of the loop.
-    let r = rpc(
-        &f,
-        &call(
-            4,
-            "charge",
-            json!({"order": "o-other", "customer": "cus_other", "amount": 5}),
-        ),
-        &[],
-    );
-    assert!(last_message(&r)["result"].is_object(), "{}", r.text());
-}
-
-#[test]
-fn a_stateless_call_of_the_2026_07_28_revision_retried_under_a_new_id_runs_once() {
-    let f = fx();
-    // No session: each message names its protocol revision, method and tool in headers.
-    let stateless = |id: i64| {
-        let msg = call(id, "charge", json!({"order": "o-stateless", "amount": 5}));
-        f.proxy.send(
-            "POST",
-            "/mcp",
-            &[
-                ("content-type", "application/json"),
-                ("accept", ACCEPT),
-                ("x-agent-id", "agent-7"),
-                ("mcp-protocol-version", "2026-07-28"),
-                ("mcp-method", "tools/call"),
-                ("mcp-name", "charge"),
-            ],
-            &serde_json::to_vec(&msg).expect("json"),
-        )
-    };
-    let first = stateless(1);
-    assert!(
-        last_message(&first)["result"].is_object(),
-        "{}",
-        first.text()
-    );
-    // The revision requires a new id on every re-issue: the retry's answer carries its own.
-    let again = stateless(2);
-    let m = last_message(&again);
-    assert_eq!(m["id"], 2, "{m}");
-    assert_eq!(m["result"], last_message(&first)["result"]);
-    assert_eq!(
-        effects(&f, "charge", "o-stateless"),
-        1,
-        "the retry was replayed"
-    );
-    // The call went upstream once, with the revision's headers as the client sent them.
-    let calls = f.up.counts.mcp_calls.lock().expect("lock").clone();
-    let sent: Vec<_> = calls
-        .iter()
-        .filter(|(tool, args, _)| tool == "charge" && args["order"] == "o-stateless")
-        .collect();
-    assert_eq!(sent.len(), 1);
-    let header = |n: &str| {
-        sent[0]
-            .2
-            .iter()
-            .find(|(k, _)| k == n)
-            .map(|(_, v)| v.clone())
-    };
-    assert_eq!(
-        header("mcp-protocol-version").as_deref(),
-        Some("2026-07-28")
-    );
-    assert_eq!(header("mcp-method").as_deref(), Some("tools/call"));
-    assert_eq!(header("mcp-name").as_deref(), Some("charge"));
-    assert_eq!(header("mcp-session-id"), None);
-}
-
-#[test]
-fn a_session_ended_while_its_call_runs_is_ended_upstream_after_the_call() {
-    use std::sync::atomic::Ordering;
-    let f = fx();
-    let hello = rpc(
-        &f,
-        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                "clientInfo": {"name": "test", "version": "1"}}}),
-        &[],
-    );
-    let session = hello
-        .header("mcp-session-id")
-        .unwrap_or_else(|| panic!("no session: {}", hello.text()))
-        .to_owned();
-    let (addr, sid) = (f.proxy.addr, session.clone());
-    let running = std::thread::spawn(move || {
-        let msg = call(1, "charge", json!({"order": "o-end", "fault": "slow:1500"}));
-        request(
-            addr,
-            "POST",
-            "/mcp",
-            &[
-                ("content-type", "application/json"),
-                ("accept", ACCEPT),
-                ("x-agent-id", "agent-7"),
-                ("mcp-protocol-version", "2025-11-25"),
-                ("mcp-session-id", &sid),
-            ],
-            &serde_json::to_vec(&msg).expect("json"),
-        )
-    });
-    eventually(5, "the call upstream", || {
-        (effects(&f, "charge", "o-end") == 1).then_some(())
-    });
-    // The client ends its session while the call runs: answered at once, passed on after it.
-    let end = f.proxy.send(
-        "DELETE",
-        "/mcp",
-        &[
-            ("mcp-session-id", &session),
-            ("mcp-protocol-version", "2025-11-25"),
-        ],
-        b"",
-    );
-    assert_eq!(end.status, 200, "{}", end.text());
-    let ended = || f.up.counts.mcp_sessions_ended.load(Ordering::SeqCst);
-    assert_eq!(ended(), 0, "not while its call runs");
-    let metrics = f.proxy.admin_get("/metrics").text();
-    assert!(
-        metrics.contains("idemgate_mcp_session_ends_deferred_total{route=\"tools\"} 1\n"),
-        "{metrics}"
-    );
-    let r = running.join().expect("the call");
-    assert!(last_message(&r)["result"].is_object(), "{}", r.text());
-    eventually(5, "the session ended upstream", || {
-        (ended() == 1).then_some(())
-    });
 }
