@@ -233,6 +233,28 @@ pub(crate) fn entries(
     page: Page,
     now: Millis,
 ) -> Result<Vec<EntrySummary>> {
+    let mut w = entry_where(f, now);
+    let order = if page.oldest_first {
+        if let Some(a) = page.after {
+            w.and_p("id > ?", a);
+        }
+        "ASC"
+    } else {
+        if let Some(b) = page.before {
+            w.and_p("id < ?", b);
+        }
+        "DESC"
+    };
+    let sql = format!(
+        "SELECT {ENTRY_COLS} FROM entries{} ORDER BY id {order} LIMIT {}",
+        w.sql,
+        page.limit.clamp(1, MAX_PAGE)
+    );
+    db.all(&sql, &w.params(), summary_row(now))
+}
+
+/// The conditions of `f`, at `now`.
+fn entry_where(f: &EntryFilter, now: Millis) -> Where {
     let mut w = Where::default();
     if let Some(s) = f.state {
         w.and_p("state = ?", s.as_str());
@@ -299,23 +321,7 @@ pub(crate) fn entries(
     if let Some(k) = &f.key {
         w.and_p(ENTRY_KEY, k.clone());
     }
-    let order = if page.oldest_first {
-        if let Some(a) = page.after {
-            w.and_p("id > ?", a);
-        }
-        "ASC"
-    } else {
-        if let Some(b) = page.before {
-            w.and_p("id < ?", b);
-        }
-        "DESC"
-    };
-    let sql = format!(
-        "SELECT {ENTRY_COLS} FROM entries{} ORDER BY id {order} LIMIT {}",
-        w.sql,
-        page.limit.clamp(1, MAX_PAGE)
-    );
-    db.all(&sql, &w.params(), summary_row(now))
+    w
 }
 
 pub(crate) const EVENT_COLS: &str =

@@ -258,18 +258,7 @@ async fn serve(
         stop_rx.clone(),
     ))];
     if let Some((l, _, router)) = admin {
-        let admin_service = move |peer: SocketAddr| {
-            let router = router.clone();
-            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let mut r = router.clone();
-                let mut req = req.map(axum::body::Body::new);
-                // The caller's address, for the backoff after bad tokens.
-                req.extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
-                async move { r.call(req).await }
-            })
-        };
-        loops.push(tokio::spawn(accept_loop(l, admin_service, stop_rx.clone())));
+        loops.push(serve_admin(l, router, stop_rx.clone()));
     }
     shutdown.await;
     tracing::info!("shutting down: no new connections, draining requests in flight");
@@ -278,30 +267,59 @@ async fn serve(
     for l in loops {
         let _ = l.await;
     }
-    // Writes whose clients went away are still being driven: their outcomes are recorded too.
-    settler.requests.close();
-    if tokio::time::timeout_at(drained_by, settler.requests.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            requests = settler.requests.len(),
-            "writes still in flight after {DRAIN_TIMEOUT:?}; their claims stay pending and will show as stuck"
-        );
-    }
+    drain_writes(&settler, drained_by).await;
     let _ = sweeper.await;
     for u in upkeep {
         let _ = u.await;
     }
     exports.close();
-    // The last chance for outcomes the ledger could not take: after this they live only in the
-    // entries' leases, stuck for an operator once they pass.
-    settler.unsettled.record(&*settler.store).await;
-    let left = settler.unsettled.entry_ids();
+    record_unsettled(&settler).await;
+    Ok(())
+}
+
+/// Serves the admin API's `router` on `l` until `stop`.
+fn serve_admin(
+    l: TcpListener,
+    router: axum::Router,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let admin_service = move |peer: SocketAddr| {
+        let router = router.clone();
+        hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            let mut r = router.clone();
+            let mut req = req.map(axum::body::Body::new);
+            // The caller's address, for the backoff after bad tokens.
+            req.extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            async move { r.call(req).await }
+        })
+    };
+    tokio::spawn(accept_loop(l, admin_service, stop))
+}
+
+/// Waits, until `by`, for the writes whose clients went away and are still being driven: their
+/// outcomes are recorded too.
+async fn drain_writes(engine: &Engine, by: tokio::time::Instant) {
+    engine.requests.close();
+    if tokio::time::timeout_at(by, engine.requests.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            requests = engine.requests.len(),
+            "writes still in flight after {DRAIN_TIMEOUT:?}; their claims stay pending and will show as stuck"
+        );
+    }
+}
+
+/// The last chance for outcomes the ledger could not take: after this they live only in the
+/// entries' leases, stuck for an operator once they pass.
+async fn record_unsettled(engine: &Engine) {
+    engine.unsettled.record(&*engine.store).await;
+    let left = engine.unsettled.entry_ids();
     if !left.is_empty() {
         tracing::warn!(entries = ?left, "stopping with outcomes the ledger could not take; these entries are left for an operator");
     }
-    Ok(())
 }
 
 /// Accepts connections until `stop`, then stops accepting and waits (up to [`DRAIN_TIMEOUT`]) for

@@ -420,14 +420,8 @@ fn route(
 fn export_routes(gen: &mut SchemaGenerator) -> Vec<HostRoute> {
     let job = schema_of::<crate::exports::ExportJob>(gen);
     let body = schema_of::<crate::admin::audit::ExportBody>(gen);
-    let manifest = schema_of::<crate::exports::ExportManifest>(gen);
-    let export_id = json!({ "parameters": [{
-        "name": "id", "in": "path", "required": true,
-        "description": "the export's id, as POST /admin/v1/exports gave it",
-        "schema": { "type": "string" },
-    }] });
-    let text = json!({ "schema": { "type": "string" } });
-    vec![
+    let export_id = export_id();
+    let mut routes = vec![
         route(
             "GET",
             "/admin/v1/exports",
@@ -472,6 +466,26 @@ fn export_routes(gen: &mut SchemaGenerator) -> Vec<HostRoute> {
             &[400, 401, 403, 404, 429],
             export_id.clone(),
         ),
+    ];
+    routes.extend(download_routes(gen));
+    routes
+}
+
+/// The path parameter of an export job.
+fn export_id() -> Value {
+    json!({ "parameters": [{
+        "name": "id", "in": "path", "required": true,
+        "description": "the export's id, as POST /admin/v1/exports gave it",
+        "schema": { "type": "string" },
+    }] })
+}
+
+/// A done export's file and manifest.
+fn download_routes(gen: &mut SchemaGenerator) -> Vec<HostRoute> {
+    let manifest = schema_of::<crate::exports::ExportManifest>(gen);
+    let export_id = export_id();
+    let text = json!({ "schema": { "type": "string" } });
+    vec![
         route(
             "GET",
             "/admin/v1/exports/{id}/file",
