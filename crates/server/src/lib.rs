@@ -381,8 +381,6 @@ async fn accept_loop<S, B>(
     }
 }
 
-/// Every second: records the outcomes the ledger could not take when they were known, and marks
-/// lease and TTL expiries in the log.
 /// Reloads the configuration on each signal, one at a time, off the async threads (it reads
 /// files).
 async fn reload_loop(live: Arc<live::Live>, mut r: Reload) {
@@ -392,6 +390,8 @@ async fn reload_loop(live: Arc<live::Live>, mut r: Reload) {
     }
 }
 
+/// Every second: records the outcomes the ledger could not take when they were known, and marks
+/// lease and TTL expiries in the log.
 async fn sweep_loop(engine: Arc<Engine>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let store = engine.store.clone();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
