@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use idemgate_ledger::Effect;
 
-use super::raw::{RawLoopGuard, RawRoute};
+use super::raw::RawRoute;
 use super::{
     invalid, is_header_name, parse_duration, parse_positive, parse_size, parse_upstream,
     query_names, read_secret, ConfigError, KeySource, LoopGuard, Protocol, Reconcile, Retry, Route,
@@ -22,6 +22,9 @@ pub(super) struct RouteDefaults {
 }
 
 /// The name of a field of the route at `i`, as errors give it: `routes[2] (charges).timeout`.
+mod business;
+use business::{business, duplicate_on, loop_guard, subjects};
+
 struct Fields<'a> {
     i: usize,
     name: &'a str,
@@ -62,36 +65,12 @@ pub(super) fn route(
         Protocol::Mcp => Effect::Write,
     };
     let retry = retries(&f, r, retry_effect, timeout, lease)?;
-    let reject_duplicates = match r.on_duplicate_suspect.as_deref().unwrap_or("flag") {
-        "flag" => false,
-        "reject" => true,
-        other => {
-            return Err(invalid(
-                f.at("on_duplicate_suspect"),
-                format!("{other:?}: use \"flag\" or \"reject\""),
-            ))
-        }
-    };
+    let reject_duplicates = reject_duplicates(&f, r)?;
     let signature = signature(&f, r, secrets)?;
     let upstream_auth = upstream_auth(&f, r)?;
     let reconcile = reconcile(&f, r)?;
-    let cache_ttl = match &r.cache_ttl {
-        Some(c) if effect != Effect::Read => {
-            return Err(invalid(
-                f.at("cache_ttl"),
-                format!("{c:?}: only read routes are cached"),
-            ))
-        }
-        Some(c) => Some(parse_duration(&f.at("cache_ttl"), c)?),
-        None => None,
-    };
-    // The credential's header is a secret header too: a client's value of it is never stored.
-    let mut secret_headers = header_names(&f, "secret_headers", &r.secret_headers)?;
-    if let Some(a) = &upstream_auth {
-        if !secret_headers.iter().any(|n| n == a.header.as_str()) {
-            secret_headers.push(a.header.as_str().to_owned());
-        }
-    }
+    let cache_ttl = cache_ttl(&f, r, effect)?;
+    let secret_headers = secret_headers(&f, r, upstream_auth.as_ref())?;
     let business = business(&f, r, effect, protocol, &secret_headers)?;
     Ok(Route {
         name: r.name.clone(),
@@ -130,6 +109,50 @@ pub(super) fn route(
         secret_headers,
         secret_query: query_names(&f.at("secret_query"), &r.secret_query)?,
     })
+}
+
+/// Whether a duplicate suspect is refused at its claim (`reject`) rather than flagged.
+fn reject_duplicates(f: &Fields<'_>, r: &RawRoute) -> Result<bool, ConfigError> {
+    match r.on_duplicate_suspect.as_deref().unwrap_or("flag") {
+        "flag" => Ok(false),
+        "reject" => Ok(true),
+        other => Err(invalid(
+            f.at("on_duplicate_suspect"),
+            format!("{other:?}: use \"flag\" or \"reject\""),
+        )),
+    }
+}
+
+/// How long a read route keeps a result, if it does: only read routes are cached.
+fn cache_ttl(
+    f: &Fields<'_>,
+    r: &RawRoute,
+    effect: Effect,
+) -> Result<Option<Duration>, ConfigError> {
+    match &r.cache_ttl {
+        Some(c) if effect != Effect::Read => Err(invalid(
+            f.at("cache_ttl"),
+            format!("{c:?}: only read routes are cached"),
+        )),
+        Some(c) => Ok(Some(parse_duration(&f.at("cache_ttl"), c)?)),
+        None => Ok(None),
+    }
+}
+
+/// The headers whose values are never stored: the configured ones, and the upstream
+/// credential's header, whose client value is a secret too.
+fn secret_headers(
+    f: &Fields<'_>,
+    r: &RawRoute,
+    upstream_auth: Option<&UpstreamAuth>,
+) -> Result<Vec<String>, ConfigError> {
+    let mut names = header_names(f, "secret_headers", &r.secret_headers)?;
+    if let Some(a) = upstream_auth {
+        if !names.iter().any(|n| n == a.header.as_str()) {
+            names.push(a.header.as_str().to_owned());
+        }
+    }
+    Ok(names)
 }
 
 /// The route's name (unique), its method, and its path (absolute, written decoded); returns the
@@ -325,153 +348,6 @@ fn tools(
         );
     }
     Ok(out)
-}
-
-/// A route's business terms: its subjects, its `duplicate_on` and `duplicate_scope`, its
-/// `loop_guard`. A read route has none (nothing of it is claimed).
-struct Business {
-    subjects: Vec<Subject>,
-    duplicate_on: Option<Vec<String>>,
-    any_scope: bool,
-    loop_guard: Option<LoopGuard>,
-}
-
-fn business(
-    f: &Fields<'_>,
-    r: &RawRoute,
-    effect: Effect,
-    protocol: Protocol,
-    secret_headers: &[String],
-) -> Result<Business, ConfigError> {
-    let set = r.subject.is_some()
-        || r.duplicate_on.is_some()
-        || r.duplicate_scope.is_some()
-        || r.loop_guard.is_some();
-    if set && effect == Effect::Read && protocol == Protocol::Http {
-        return Err(invalid(
-            f.at("subject"),
-            "a read route claims nothing: subject, duplicate_on, duplicate_scope and loop_guard \
-             are for write routes",
-        ));
-    }
-    let any_scope = match r.duplicate_scope.as_deref().unwrap_or("same") {
-        "same" => false,
-        "any" => true,
-        other => {
-            return Err(invalid(
-                f.at("duplicate_scope"),
-                format!("{other:?}: use \"same\" or \"any\""),
-            ))
-        }
-    };
-    Ok(Business {
-        subjects: subjects(&f.at("subject"), r.subject.as_ref(), secret_headers)?,
-        duplicate_on: duplicate_on(&f.at("duplicate_on"), r.duplicate_on.as_ref())?,
-        any_scope,
-        loop_guard: loop_guard(&f.at("loop_guard"), r.loop_guard.as_ref())?,
-    })
-}
-
-/// Headers whose values are credentials: never a subject (a subject is stored and shown).
-const CREDENTIAL_HEADERS: &[&str] = &[
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "set-cookie",
-];
-
-/// `subject = { NAME = "/pointer" | "header:Name", … }`, in name order.
-fn subjects(
-    field: &str,
-    raw: Option<&BTreeMap<String, String>>,
-    secret_headers: &[String],
-) -> Result<Vec<Subject>, ConfigError> {
-    let mut out = Vec::new();
-    for (name, from) in raw.into_iter().flatten() {
-        if name.is_empty()
-            || name.len() > 64
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
-            return Err(invalid(
-                field,
-                format!("{name:?}: a subject's name is 1 to 64 letters, digits, _ or -"),
-            ));
-        }
-        let from = match from.strip_prefix("header:") {
-            Some(h) if !is_header_name(h) => {
-                return Err(invalid(
-                    format!("{field}.{name}"),
-                    format!("{h:?} is not a header name"),
-                ))
-            }
-            Some(h) => {
-                let h = h.to_ascii_lowercase();
-                if CREDENTIAL_HEADERS.contains(&h.as_str()) || secret_headers.contains(&h) {
-                    return Err(invalid(
-                        format!("{field}.{name}"),
-                        format!("{h} carries secrets, which are never stored"),
-                    ));
-                }
-                SubjectSource::Header(h)
-            }
-            None if from.starts_with('/') => SubjectSource::Pointer(from.clone()),
-            None => {
-                return Err(invalid(
-                    format!("{field}.{name}"),
-                    format!("{from:?}: a JSON pointer (/customer) or header:NAME"),
-                ))
-            }
-        };
-        out.push(Subject {
-            name: name.clone(),
-            from,
-        });
-    }
-    Ok(out)
-}
-
-/// `duplicate_on = ["/pointer", …]`: at least one JSON pointer.
-fn duplicate_on(
-    field: &str,
-    raw: Option<&Vec<String>>,
-) -> Result<Option<Vec<String>>, ConfigError> {
-    let Some(ps) = raw else { return Ok(None) };
-    if ps.is_empty() {
-        return Err(invalid(field, "name at least one JSON pointer"));
-    }
-    if let Some(p) = ps.iter().find(|p| !p.starts_with('/')) {
-        return Err(invalid(
-            field,
-            format!("{p:?}: a JSON pointer starts with /"),
-        ));
-    }
-    Ok(Some(ps.clone()))
-}
-
-/// `loop_guard = { max, window, action = "flag" | "reject" }`.
-fn loop_guard(field: &str, raw: Option<&RawLoopGuard>) -> Result<Option<LoopGuard>, ConfigError> {
-    let Some(g) = raw else { return Ok(None) };
-    if g.max == 0 {
-        return Err(invalid(format!("{field}.max"), "must be at least 1"));
-    }
-    let window = parse_positive(&format!("{field}.window"), &g.window, "")?;
-    let reject = match g.action.as_deref().unwrap_or("flag") {
-        "flag" => false,
-        "reject" => true,
-        other => {
-            return Err(invalid(
-                format!("{field}.action"),
-                format!("{other:?}: use \"flag\" or \"reject\""),
-            ))
-        }
-    };
-    Ok(Some(LoopGuard {
-        max: g.max,
-        window,
-        reject,
-    }))
 }
 
 /// Where the idempotency key comes from: `key.header`, `key.json` or `key.derive`; a write route
