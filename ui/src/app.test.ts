@@ -163,12 +163,27 @@ describe("console UI", () => {
     await app.start();
     await app.go("incidents");
     expect(q("incident-title").textContent).toBe("cus_123 · charges · 2 × 49.99 USD · agents billing-01, billing-02 · 14 s apart");
+    // Its entries under the lists' column names.
+    const head = [...q("incident").querySelectorAll('[data-testid="list-header"] [role="columnheader"]')].map((c) => c.textContent);
+    expect(head).toEqual(["id", "state", "route", "scope", "idempotency key", "subjects", "created", "×", "note"]);
     q("incident-review").click();
     await tick();
     (q("reason-input") as HTMLTextAreaElement).value = "refunded the second";
     q("confirm-button").click();
     await tick();
     expect(calls.find(([c]) => c === "review_incident")?.[1]).toMatchObject({ entry_id: 3, operator: "dana", reason: "refunded the second" });
+  });
+
+  it("lists loop suspects under their column names, each as what the guard saw and did", async () => {
+    const ev = { seq: 9, at: 1_800_000_000_000, kind: "loop_suspect", entry_id: null, route: "charges", scope: "agent-9", key: "k", operator: null, reason: null,
+      detail: JSON.stringify({ calls: 21, max: 20, window_ms: 60_000, action: "reject", tool: null }), payload_digest: null, prev_hash: "p", hash: "h" };
+    const { app, calls } = setup({ ...base, incidents: () => [], log: () => ({ events: [ev], next_before: null }) });
+    await app.start();
+    await app.go("incidents");
+    expect(calls.find(([c]) => c === "log")?.[1]).toMatchObject({ kind: "loop_suspect" });
+    const list = q("loop-suspects");
+    expect([...list.querySelectorAll('[role="columnheader"]')].map((c) => c.textContent)).toEqual(["when", "route · scope", "calls in the window, and what was done"]);
+    expect(list.querySelector(".row.event:not(.head) .who")?.textContent).toBe("21 calls in 60 s (max 20) · refused");
   });
 
   it("keeps an incident whose first entry was purged, titled from its duplicates, and says so", async () => {

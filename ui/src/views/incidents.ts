@@ -3,7 +3,7 @@ import type { Incident } from "../bindings/Incident";
 import { clear, h } from "../dom";
 import { isoTime } from "../format";
 import { type App } from "../app";
-import { entryRow } from "./entries";
+import { entryHeader, entryRow } from "./entries";
 
 export async function incidents(app: App): Promise<void> {
   const [groups, loops] = await Promise.all([
@@ -28,7 +28,7 @@ export async function incidents(app: App): Promise<void> {
   draw();
   app.main.append(h("h2", null, "Loop suspects"), h("p", { class: "hint" }, "An agent sent one request more often than its route's loop_guard allows."));
   if (!loops.events.length) app.main.append(h("div", { class: "empty" }, "No loop suspects."));
-  else app.main.append(h("div", { class: "timeline", testid: "loop-suspects" }, ...loops.events.map((ev) => h("div", { class: "row event" }, h("span", { class: "time" }, isoTime(ev.at)), h("span", { class: "route" }, `${ev.route} · ${ev.scope || "no scope"}`), h("span", { class: "who" }, loopText(ev.detail))))));
+  else app.main.append(h("div", { class: "timeline", testid: "loop-suspects" }, h("div", { class: "row event head", testid: "list-header", attrs: { role: "row" } }, ...[["time", "when"], ["route", "route · scope"], ["who", "calls in the window, and what was done"]].map(([c, label]) => h("span", { class: c, attrs: { role: "columnheader" } }, label))), ...loops.events.map((ev) => h("div", { class: "row event" }, h("span", { class: "time" }, isoTime(ev.at)), h("span", { class: "route" }, `${ev.route} · ${ev.scope || "no scope"}`), h("span", { class: "who" }, loopText(ev.detail))))));
 }
 
 /** One incident: what it is about in the business's terms, its entries, its review. */
@@ -40,6 +40,7 @@ export function incidentPanel(app: App, g: Incident): HTMLElement {
     h("div", { class: "entry-head" }, h("h2", { testid: "incident-title" }, incidentTitle(g)), h("div", { class: "actions" }, review)),
     g.first_purged ? h("p", { class: "small", testid: "incident-first-purged" }, `first entry #${g.id} purged; its duplicates below still happened`) : null,
     g.review ? h("p", { class: "small", testid: "incident-reviewed" }, `${g.open ? "reviewed before its newest suspect" : "reviewed"} by ${g.review.operator}: ${g.review.reason} (${isoTime(g.review.at)})`) : null,
+    entryHeader(false),
     ...g.entries.map((e) => entryRow(app, e, false, null)),
   );
 }
