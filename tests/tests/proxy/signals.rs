@@ -131,7 +131,8 @@ fn an_admin_replay_whose_client_goes_away_is_finished() {
 
 /// SIGHUP (`systemctl reload`) reloads the configuration for new requests: a moved route serves at
 /// its new path while the request in flight on the old one finishes under the configuration it
-/// started with, and an operator added signs in. A file that does not parse, or that changes what
+/// started with, a call held on a removed route stays for the operators, and an operator added
+/// signs in. A file that does not parse, or that changes what
 /// a running process cannot (its listener), is refused whole, with a log line, and the
 /// configuration loaded before keeps serving.
 #[test]
@@ -181,10 +182,19 @@ fn sighup_reloads_routes_and_operators_and_a_bad_file_changes_nothing() {
     };
     assert_eq!(whoami(&alice_token).status, 401);
 
+    // A call held for an operator (its outcome unknown) on the route the reload removes.
+    let held = f.charge("k-held", r#"{"amount":1}"#, &[("x-fault", "status:502")]);
+    assert_eq!(held.code(), "outcome-unknown");
+    let held_id = f.entries(&["--key", "k-held"])[0]["id"]
+        .as_i64()
+        .expect("id");
     let inflight = f.charge_held_upstream("k-hup", r#"{"amount":3}"#, "delay:600");
+    // The charges route goes; payments takes its upstream at another path.
     let moved = format!(
         "{}\n[[operators]]\nname = \"alice\"\nrole = \"viewer\"\ntoken_hash = \"{}\"\n",
-        original.replace("path = \"/v1/charges\"", "path = \"/v2/charges\""),
+        original
+            .replace("name = \"charges\"", "name = \"payments\"")
+            .replace("path = \"/v1/charges\"", "path = \"/v2/charges\""),
         alice["token_hash"].as_str().expect("hash")
     );
     std::fs::write(&f.proxy.config, &moved).expect("write");
@@ -200,6 +210,36 @@ fn sighup_reloads_routes_and_operators_and_a_bad_file_changes_nothing() {
     let me = whoami(&alice_token);
     assert_eq!(me.status, 200, "{}", me.text());
     assert_eq!(me.json()["name"], "alice");
+    // The held call of the removed route stays for the operators: still stuck, not replayable
+    // without its route, and resolved by hand.
+    let act = |what: &str, body: serde_json::Value| {
+        f.proxy
+            .admin_post(&format!("/admin/v1/entries/{held_id}/{what}"), &body)
+    };
+    let stuck = f.proxy.admin_get("/admin/v1/entries?stuck=true").json();
+    assert!(
+        stuck["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .any(|e| e["id"] == held_id),
+        "{stuck}"
+    );
+    let replay = act(
+        "replay",
+        json!({"operator": "oncall", "reason": "retry it"}),
+    );
+    assert_eq!(
+        (replay.status, replay.code()),
+        (409, "route-not-configured".into()),
+        "{}",
+        replay.text()
+    );
+    let resolved = act(
+        "resolve",
+        json!({"operator": "oncall", "reason": "the route is gone; charged by hand", "as": "failed"}),
+    );
+    assert_eq!(resolved.status, 200, "{}", resolved.text());
 
     // Not TOML: refused, said, and nothing changes.
     std::fs::write(&f.proxy.config, "[server\nlisten = ").expect("write");
