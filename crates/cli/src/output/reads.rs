@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use idemgate_ledger::{rfc3339, EntryFilter, EntrySummary, Event, EventFilter};
+use idemgate_ledger::{rfc3339, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter};
 use idemgate_ops::{EntryView, Ops};
 use serde_json::{json, Value};
 
@@ -278,6 +278,16 @@ pub fn show(out: &mut Out, v: &EntryView, json: bool) -> R {
     if let Some(c) = &v.call {
         tool_call(out, c)?;
     }
+    stored_calls(out, d)?;
+    writeln!(out, "\ntimeline")?;
+    for ev in &v.timeline {
+        event_line(out, ev)?;
+    }
+    Ok(())
+}
+
+/// An entry's stored request and response, and the requests its key refused (collisions).
+fn stored_calls(out: &mut Out, d: &EntryDetail) -> R {
     if let Some(r) = &d.request {
         writeln!(out, "\nrequest  {} {}", r.method, r.path)?;
         for (n, val) in &r.headers {
@@ -300,10 +310,6 @@ pub fn show(out: &mut Out, v: &EntryView, json: bool) -> R {
             c.fingerprint
         )?;
         writeln!(out, "{}", body_text(&c.request.body))?;
-    }
-    writeln!(out, "\ntimeline")?;
-    for ev in &v.timeline {
-        event_line(out, ev)?;
     }
     Ok(())
 }
