@@ -19,43 +19,45 @@ pub(super) fn incidents(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsRes
     Ok(())
 }
 
+/// The operators' past decisions on stuck entries: who, how, and why.
+const DECISIONS: [(&str, ResolveAs, &str); 6] = [
+    (
+        "alice@payments-oncall",
+        ResolveAs::Completed,
+        "found the charge in the processor dashboard",
+    ),
+    (
+        "alice@payments-oncall",
+        ResolveAs::Released,
+        "processor has no record of the call; safe to retry",
+    ),
+    (
+        "bob@support-ops",
+        ResolveAs::Failed,
+        "customer cancelled the order before we could confirm",
+    ),
+    (
+        "bob@support-ops",
+        ResolveAs::Completed,
+        "email provider log shows delivery",
+    ),
+    (
+        "carol@sre",
+        ResolveAs::Released,
+        "connection reset before the request was sent (pcap)",
+    ),
+    (
+        "carol@sre",
+        ResolveAs::Completed,
+        "ticket exists upstream; linking it",
+    ),
+];
+
 /// Past resolutions: entries that got stuck and that operators decided.
 fn past_decisions(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
     let charges = ROUTES[0];
     let owner = OWNERS[0];
-    let decisions: [(&str, ResolveAs, &str); 6] = [
-        (
-            "alice@payments-oncall",
-            ResolveAs::Completed,
-            "found the charge in the processor dashboard",
-        ),
-        (
-            "alice@payments-oncall",
-            ResolveAs::Released,
-            "processor has no record of the call; safe to retry",
-        ),
-        (
-            "bob@support-ops",
-            ResolveAs::Failed,
-            "customer cancelled the order before we could confirm",
-        ),
-        (
-            "bob@support-ops",
-            ResolveAs::Completed,
-            "email provider log shows delivery",
-        ),
-        (
-            "carol@sre",
-            ResolveAs::Released,
-            "connection reset before the request was sent (pcap)",
-        ),
-        (
-            "carol@sre",
-            ResolveAs::Completed,
-            "ticket exists upstream; linking it",
-        ),
-    ];
-    for (i, (op, as_, why)) in decisions.into_iter().enumerate() {
+    for (i, (op, as_, why)) in DECISIONS.into_iter().enumerate() {
         let route = [charges, charges, charges, ROUTES[2], ROUTES[0], ROUTES[3]][i];
         let body = g.body(&route, None);
         let c = new_call(
@@ -152,39 +154,7 @@ fn tool_calls(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
             _ => json!({"to": format!("{customer}@example.com"), "template": "receipt"}),
         };
         let at = now - (170 - i * 15) * MIN;
-        let key = idemgate_proxy::mcp::derived_key(scope, ROUTE, tool, &arguments);
-        let call = json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
-            "params": {"name": tool, "arguments": arguments}});
-        let c = ClaimRequest {
-            route: ROUTE.into(),
-            scope: scope.into(),
-            key,
-            fingerprint: idemgate_proxy::mcp::fingerprint(ROUTE, tool, &arguments),
-            legacy_fingerprint: None,
-            effect: if tool == "send_email" {
-                Effect::Write
-            } else {
-                Effect::Destructive
-            },
-            request: RequestRecord {
-                method: "POST".into(),
-                path: "/mcp".into(),
-                headers: vec![
-                    ("content-type".into(), "application/json".into()),
-                    ("mcp-protocol-version".into(), "2026-07-28".into()),
-                    ("x-agent-id".into(), scope.into()),
-                ],
-                body: serde_json::to_vec(&call).unwrap_or_default(),
-            },
-            owner: OWNERS[0].into(),
-            lease_ms: LEASE,
-            ttl_ms: TTL,
-            reject_duplicates_within_ms: None,
-            tool: Some(tool.into()),
-            subjects: Vec::new(),
-            dup_fp: None,
-            at,
-        };
+        let c = tool_claim(ROUTE, scope, tool, &arguments, i + 1, at);
         let id = claimed_id(&store.claim(c).wait()?)?;
         if i == 7 {
             store
@@ -222,6 +192,50 @@ fn tool_calls(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
             .wait()?;
     }
     Ok(())
+}
+
+/// The claim of an agent's MCP call of `tool` with `arguments`, JSON-RPC id `id`, at `at`.
+fn tool_claim(
+    route: &str,
+    scope: &str,
+    tool: &str,
+    arguments: &serde_json::Value,
+    id: i64,
+    at: Millis,
+) -> ClaimRequest {
+    let key = idemgate_proxy::mcp::derived_key(scope, route, tool, arguments);
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments}});
+    ClaimRequest {
+        route: route.into(),
+        scope: scope.into(),
+        key,
+        fingerprint: idemgate_proxy::mcp::fingerprint(route, tool, arguments),
+        legacy_fingerprint: None,
+        effect: if tool == "send_email" {
+            Effect::Write
+        } else {
+            Effect::Destructive
+        },
+        request: RequestRecord {
+            method: "POST".into(),
+            path: "/mcp".into(),
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                ("mcp-protocol-version".into(), "2026-07-28".into()),
+                ("x-agent-id".into(), scope.into()),
+            ],
+            body: serde_json::to_vec(&call).unwrap_or_default(),
+        },
+        owner: OWNERS[0].into(),
+        lease_ms: LEASE,
+        ttl_ms: TTL,
+        reject_duplicates_within_ms: None,
+        tool: Some(tool.into()),
+        subjects: Vec::new(),
+        dup_fp: None,
+        at,
+    }
 }
 
 /// Collisions: an agent reused a key with different arguments.
