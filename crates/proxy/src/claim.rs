@@ -11,6 +11,9 @@ use crate::config::{InFlight, Route};
 use crate::engine::{Engine, RouteMetrics};
 use crate::flights::{flight_key, Flight, Landing, Seen};
 use crate::problem::{Code, Problem};
+use crate::telemetry;
+use opentelemetry::trace::SpanKind;
+use opentelemetry::KeyValue;
 
 /// The answer to a duplicate of a request still in flight.
 pub(crate) fn in_flight(entry_id: i64, lease_expires_at: Millis) -> Problem {
@@ -70,17 +73,19 @@ impl Engine {
             }
             let started = Instant::now();
             let at = now_millis();
-            let outcome = self
-                .store
-                .claim(make(at))
-                .recv()
-                .await
-                .map_err(claim_failed)?;
+            let step = telemetry::step("ledger claim", SpanKind::Internal);
+            let outcome = self.store.claim(make(at)).recv().await;
+            step.end(|| match &outcome {
+                Ok(o) => vec![KeyValue::new("idemgate.claim", outcome_label(o))],
+                Err(e) => vec![KeyValue::new("error.type", e.code().as_str())],
+            });
+            let outcome = outcome.map_err(claim_failed)?;
             self.claim_seconds.record(started.elapsed().as_secs_f64());
             // Names only: keys and scopes are not secret, header values and bodies may be.
             tracing::debug!(route = %route.name, scope = %scope, key = %key, outcome = outcome_label(&outcome), "claim");
             return match outcome {
                 ClaimOutcome::Claimed { entry_id, attempt } => {
+                    telemetry::note(|| vec![KeyValue::new("idemgate.entry.id", entry_id)]);
                     let landing = self.flights.take_off(
                         fk,
                         Flight {
@@ -151,6 +156,7 @@ pub(crate) fn settled(
 ) -> Result<idemgate_ledger::ResponseRecord, Problem> {
     match outcome {
         ClaimOutcome::Replay { response, .. } => {
+            telemetry::outcome("replayed");
             metrics.replayed.increment(1);
             metrics.replays.increment(1);
             Ok(response)
@@ -164,6 +170,7 @@ pub(crate) fn settled(
         .with("entry_id", entry_id)),
         ClaimOutcome::Failed { entry_id, response } => match response {
             Some(r) => {
+                telemetry::outcome("replayed");
                 metrics.replayed.increment(1);
                 Ok(r)
             }

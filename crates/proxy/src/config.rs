@@ -12,10 +12,12 @@ mod audit;
 mod operators;
 mod raw;
 mod route;
+mod telemetry;
 
 pub use audit::{Retention, Signing, SIGNING_KEY_ENV};
 pub use operators::{new_token, OperatorCred, Role, TokenHash, SHARED_ADMIN};
 use raw::RawConfig;
+pub use telemetry::Telemetry;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -327,6 +329,8 @@ pub struct Config {
     pub retention: Option<Retention>,
     /// Signed checkpoints, when a signing key is configured.
     pub signing: Option<Signing>,
+    /// `[telemetry]`: spans of proxied calls over OTLP, when configured.
+    pub telemetry: Option<Telemetry>,
 }
 
 impl Config {
@@ -489,6 +493,10 @@ impl Config {
             .retention
             .as_ref()
             .map(|r| take(&mut errors, audit::retention(r)));
+        let telemetry = raw
+            .telemetry
+            .as_ref()
+            .map(|t| take(&mut errors, telemetry::telemetry(t)));
         let signing = take(
             &mut errors,
             audit::signing(
@@ -519,6 +527,7 @@ impl Config {
         Ok(Config {
             retention: retention.flatten(),
             signing: signing.flatten(),
+            telemetry: telemetry.flatten(),
             listen: server.listen,
             admin_listen: server.admin_listen,
             ledger: raw.server.ledger,

@@ -16,6 +16,8 @@ use crate::forward::{self, Attempt, UpstreamResponse};
 pub(crate) use crate::mcp::Via;
 use crate::problem::{Code, Problem};
 use crate::settle::Outcome;
+use crate::telemetry;
+use opentelemetry::trace::SpanKind;
 
 /// A claimed entry's request, as the upstream gets it, and the attempt the entry is on.
 pub(crate) struct ClaimedCall<'a> {
@@ -54,7 +56,6 @@ pub(crate) async fn drive(
     let mut attempt = first_attempt;
     let mut tries: u32 = 1;
     loop {
-        let started = Instant::now();
         let out = forward::Outgoing {
             method,
             uri: uri.clone(),
@@ -62,14 +63,11 @@ pub(crate) async fn drive(
             body: body.clone(),
             timeout: route.timeout,
         };
-        let a = match via {
-            Via::Http => forward::attempt(&e.client, out).await,
-            Via::Mcp(x) => x.attempt(&e.client, out).await,
-        };
-        m.upstream_seconds.record(started.elapsed().as_secs_f64());
+        let a = send(e, &m, &via, out, attempt).await;
         let (why, retry_after, class) = match a {
             Attempt::Executed(resp) => return record_executed(e, route, &m, entry_id, resp).await,
             Attempt::Refused(resp) => {
+                telemetry::outcome("refused");
                 // Nothing was done, and trying again would be refused again: the caller gets the
                 // upstream's answer (its credentials or permissions are what to fix), and the key
                 // is released (now, or once the ledger takes writes again), so that the same
@@ -145,6 +143,26 @@ pub(crate) async fn drive(
     }
 }
 
+/// One attempt upstream (the entry's attempt number `attempt`), timed.
+async fn send(
+    e: &Engine,
+    m: &RouteMetrics,
+    via: &Via<'_>,
+    out: forward::Outgoing<'_>,
+    attempt: i64,
+) -> Attempt {
+    let started = Instant::now();
+    let step = telemetry::step("upstream", SpanKind::Client);
+    let method = out.method;
+    let a = match via {
+        Via::Http => forward::attempt(&e.client, out).await,
+        Via::Mcp(x) => x.attempt(&e.client, out).await,
+    };
+    m.upstream_seconds.record(started.elapsed().as_secs_f64());
+    step.end(|| telemetry::attempted(method.as_str(), attempt, &a));
+    a
+}
+
 /// How many attempts a call of `effect` on `route` gets, and whether an unknown outcome may be
 /// tried again (the upstream dedupes, or the call is idempotent). Destructive calls are never
 /// retried automatically.
@@ -176,10 +194,13 @@ async fn record_executed(
         duplicate_window_ms: Some(e.cfg.duplicate_window.as_millis() as i64),
         at,
     };
+    let step = telemetry::step("ledger commit", SpanKind::Internal);
     let done = e.store.complete(completion(now_millis())).recv().await;
+    step.end(|| telemetry::committed("complete", done.as_ref().err()));
     match done {
             Ok(c) => {
                 m.executed.increment(1);
+                telemetry::outcome("executed");
                 if c.duplicate_of.is_some() {
                     m.duplicate_suspects.increment(1);
                 }

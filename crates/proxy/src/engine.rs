@@ -21,6 +21,8 @@ use idemgate_ledger::{
     Millis, OwnerReport, RequestRecord, Result, Storage,
 };
 use metrics::{counter, Histogram};
+use opentelemetry::trace::SpanKind;
+use opentelemetry::KeyValue;
 
 use crate::config::{Config, Protocol, Route};
 use crate::flights::Flights;
@@ -34,6 +36,7 @@ use crate::request_checks::{
 };
 use crate::settle::{Outcome, Unsettled};
 use crate::signature;
+use crate::telemetry;
 
 pub(crate) use crate::claim::{settled, Claimed};
 pub(crate) use crate::drive::{drive, ClaimedCall};
@@ -80,6 +83,8 @@ pub struct Engine {
     /// Per route, in the configuration's order.
     metrics: Vec<RouteMetrics>,
     pub(crate) claim_seconds: Histogram,
+    /// Where spans of proxied calls go, when `[telemetry]` is configured.
+    pub tracing: Option<Arc<crate::telemetry::Tracing>>,
     /// The write requests being served, each on a task of its own: a client that goes away does
     /// not cancel its request, and shutdown waits for them.
     pub requests: tokio_util::task::TaskTracker,
@@ -104,7 +109,7 @@ impl Engine {
         work: impl std::future::Future<Output = Result<T, Problem>> + Send + 'static,
     ) -> Result<T, Problem> {
         self.requests
-            .spawn(work)
+            .spawn(telemetry::carry(work))
             .await
             .map_err(|j| Problem::new(Code::Internal, j.to_string()))?
     }
@@ -162,11 +167,26 @@ pub async fn handle(
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let (parts, body) = req.into_parts();
+    let route_at = engine.route_at(&parts.method, &route_path(parts.uri.path()));
+    let call = engine.tracing.as_ref().map(|t| {
+        let route = route_at.map(|i| &engine.cfg.routes[i]);
+        t.http_call(route, &parts, peer)
+    });
+    telemetry::within(call, answer(engine, route_at, parts, peer, body)).await
+}
+
+/// [`handle`]'s answer to a request for the route at `route_at`.
+async fn answer(
+    engine: &Arc<Engine>,
+    route_at: Option<usize>,
+    parts: axum::http::request::Parts,
+    peer: SocketAddr,
+    body: Incoming,
+) -> Response<ProxyBody> {
     let path = parts.uri.path();
-    let decoded = route_path(path);
-    let (route_name, result) = match engine.route_at(&parts.method, &decoded) {
+    let (route_name, result) = match route_at {
         _ if has_dot_segment(path) => ("-", Err(dot_segment(path))),
-        None => ("-", Err(engine.no_route(&parts.method, &decoded))),
+        None => ("-", Err(engine.no_route(&parts.method, &route_path(path)))),
         Some(i) => {
             let route = &engine.cfg.routes[i];
             let r = match check_headers(&parts.headers) {
@@ -178,16 +198,25 @@ pub async fn handle(
             (route.name.as_str(), r)
         }
     };
-    match result {
+    let response = match result {
         Ok(r) => r,
         Err(p) => {
             if !p.counted {
                 counter!("idemgate_requests_total", "route" => route_name.to_owned(), "outcome" => p.code.as_str())
                     .increment(1);
             }
+            telemetry::failed(p.code.as_str(), p.status >= 500);
             p.into_response_with::<Full<Bytes>>().map(Either::Left)
         }
-    }
+    };
+    let status = response.status().as_u16();
+    telemetry::note(|| {
+        vec![KeyValue::new(
+            "http.response.status_code",
+            i64::from(status),
+        )]
+    });
+    response
 }
 
 /// One request on its route, as the request path passes it along.
@@ -301,6 +330,7 @@ impl Engine {
         if let Some((_, place)) = &cached {
             if let Some(r) = self.read_cache.get(place, &parts.headers) {
                 req.metrics.cache_hit.increment(1);
+                telemetry::outcome("cached");
                 return Ok(respond_upstream(r, None, Some("HIT")));
             }
         }
@@ -354,6 +384,7 @@ impl Engine {
                         self.read_cache.put(place, &parts.headers, &r, ttl);
                     }
                     req.metrics.forwarded.increment(1);
+                    telemetry::outcome("forwarded");
                     Ok(respond_upstream(r, None, route.cache_ttl.map(|_| "MISS")))
                 }
                 Ok(ReadAnswer::Streamed {
@@ -362,6 +393,7 @@ impl Engine {
                     body,
                 }) => {
                     req.metrics.forwarded.increment(1);
+                    telemetry::outcome("forwarded");
                     let cache = route.cache_ttl.map(|_| "MISS");
                     Ok(response(
                         status,
@@ -428,6 +460,9 @@ impl Engine {
         if let Some(k) = key {
             keys::send_key(route, &mut h, k);
         }
+        if let Some(t) = telemetry::traceparent() {
+            h.insert("traceparent", t);
+        }
         h
     }
 
@@ -485,6 +520,7 @@ impl Engine {
         let json = declared_json(&parts.headers, &body)?;
         let scope = keys::scope(route, &parts.headers)?;
         let key = keys::extract_parsed(route, &scope, &parts.headers, &body, json.as_ref())?;
+        telemetry::keyed(&scope, &key);
         let fp_headers: Vec<(&str, &str)> = route
             .fingerprint_headers
             .iter()
@@ -539,6 +575,7 @@ impl Engine {
         {
             req.metrics.replayed.increment(1);
             req.metrics.replays.increment(1);
+            telemetry::outcome("replayed");
             return Ok(Prepared::Replayed(respond(
                 response,
                 Some(&key),
@@ -653,7 +690,10 @@ impl Engine {
     /// Records an outcome; if the ledger cannot take it now, keeps it to record later. `Ok(true)`
     /// once recorded, `Ok(false)` when kept; the ledger's error when it was refused for good.
     pub(crate) async fn settle(&self, o: Outcome) -> Result<bool, LedgerError> {
-        match o.clone().write(&*self.store).await {
+        let step = telemetry::step("ledger commit", SpanKind::Internal);
+        let written = o.clone().write(&*self.store).await;
+        step.end(|| telemetry::committed(o.name(), written.as_ref().err()));
+        match written {
             Ok(()) => Ok(true),
             Err(e) if self.unsettled.keep(o, &e) => Ok(false),
             Err(e) => Err(e),

@@ -20,6 +20,7 @@ mod request_checks;
 mod respond;
 pub mod settle;
 pub mod signature;
+pub mod telemetry;
 
 use std::sync::OnceLock;
 

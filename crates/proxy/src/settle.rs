@@ -40,6 +40,15 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// What it records: `complete`, `release` or `unknown`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Outcome::Complete(_) => "complete",
+            Outcome::Release(_) => "release",
+            Outcome::Unknown(_) => "unknown",
+        }
+    }
+
     pub fn entry_id(&self) -> i64 {
         match self {
             Outcome::Complete(c) => c.entry_id,

@@ -51,6 +51,8 @@ pub enum ServeError {
     /// A reload that changes what a running process cannot change in place.
     #[error("{0} changed, and takes a restart: nothing of the file was applied")]
     NeedsRestart(&'static str),
+    #[error(transparent)]
+    Tracing(#[from] idemgate_proxy::telemetry::TracingError),
 }
 
 /// A configuration made ready to serve: its admin token read and its ledger open.
@@ -137,6 +139,7 @@ impl ServeError {
             ServeError::Bind { .. } => Code::Bind,
             ServeError::Ops(e) => e.code(),
             ServeError::NeedsRestart(_) => Code::BadConfig,
+            ServeError::Tracing(e) => e.code(),
         }
     }
 }
@@ -202,7 +205,7 @@ async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let metrics = metrics_handle();
-    let engine = Arc::new(ops.upstream(cfg.clone()));
+    let engine = Arc::new(ops.upstream(cfg.clone()).traced()?);
     let exports = Arc::new(exports::Exports::new(cfg.export_dir.clone()));
     reclaim_spools(&exports, &cfg);
     let (proxy_listener, proxy_addr) = bind(cfg.listen).await?;
@@ -274,6 +277,7 @@ async fn serve(
     }
     exports.close();
     record_unsettled(&settler).await;
+    settler.stop_tracing().await;
     Ok(())
 }
 

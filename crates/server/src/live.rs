@@ -105,8 +105,28 @@ fn needs_restart(old: &Config, new: &Config) -> Option<&'static str> {
         ("server.console_dir", old.console_dir == new.console_dir),
         ("[retention]", old.retention == new.retention),
         ("the checkpoint signing", signing(old) == signing(new)),
+        ("[telemetry]", old.telemetry == new.telemetry),
     ]
     .into_iter()
     .find(|(_, same)| !same)
     .map(|(what, _)| what)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::needs_restart;
+    use idemgate_proxy::Config;
+
+    #[test]
+    fn a_reload_that_moves_the_spans_takes_a_restart() {
+        let base = "[server]\nledger = \"x.db\"\n";
+        let parse = |extra: &str| Config::parse(&format!("{base}{extra}")).expect("config");
+        let off = parse("");
+        let on = parse("[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\n");
+        let elsewhere = parse("[telemetry]\notlp_endpoint = \"http://127.0.0.1:4319\"\n");
+        assert_eq!(needs_restart(&off, &off), None);
+        assert_eq!(needs_restart(&on, &on), None);
+        assert_eq!(needs_restart(&off, &on), Some("[telemetry]"));
+        assert_eq!(needs_restart(&on, &elsewhere), Some("[telemetry]"));
+    }
 }

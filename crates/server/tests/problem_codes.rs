@@ -4,6 +4,7 @@
 use idemgate_ledger::LedgerError;
 use idemgate_ops::{Code, ErrorBody, OpsError};
 use idemgate_proxy::problem::Problem;
+use idemgate_proxy::telemetry::TracingError;
 use idemgate_proxy::ConfigError;
 use idemgate_server::ServeError;
 
@@ -155,6 +156,15 @@ fn every_server_and_configuration_error_maps_to_its_code() {
             500,
         ),
         (ServeError::Ops(OpsError::NoConfig), "no-config", 409),
+        (
+            ServeError::Tracing(TracingError::Exporter {
+                url: "http://127.0.0.1:4318/v1/traces".into(),
+                why: "x".into(),
+            }),
+            "bad-config",
+            500,
+        ),
+        (ServeError::Tracing(TracingError::NoRuntime), "runtime", 500),
     ];
     for (e, code, status) in serve {
         check(&e.to_string(), e.code(), code, status);

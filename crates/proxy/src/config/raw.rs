@@ -14,6 +14,7 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) operators: Vec<RawOperator>,
     pub(super) retention: Option<super::audit::RawRetention>,
+    pub(super) telemetry: Option<super::telemetry::RawTelemetry>,
 }
 
 /// `[[operators]]`: who may use the admin API, with which role, and the hash of their token.

@@ -206,6 +206,57 @@ fn an_export_dir_must_be_a_directory_and_defaults_to_the_temporary_one() {
 }
 
 #[test]
+fn telemetry_sends_to_the_collector_s_traces_url() {
+    let at = |section: &str| Config::parse(&format!("{BASE}[telemetry]\n{section}"));
+    let t = at("otlp_endpoint = \"http://127.0.0.1:4318\"\n")
+        .expect("config")
+        .telemetry
+        .expect("telemetry");
+    assert_eq!(t.traces_url, "http://127.0.0.1:4318/v1/traces");
+    assert_eq!(t.service_name, "idemgate");
+    let t =
+        at("otlp_endpoint = \"https://otel.example/tenant/v1/traces/\"\nservice_name = \"pay\"\n")
+            .expect("config")
+            .telemetry
+            .expect("telemetry");
+    assert_eq!(t.traces_url, "https://otel.example/tenant/v1/traces");
+    assert_eq!(t.service_name, "pay");
+    assert_eq!(
+        at("otlp_endpoint = \"https://otel.example/otlp\"\n")
+            .expect("config")
+            .telemetry
+            .map(|t| t.traces_url),
+        Some("https://otel.example/otlp/v1/traces".to_owned())
+    );
+    assert!(Config::parse(BASE).expect("config").telemetry.is_none());
+    for (section, field) in [
+        (
+            "otlp_endpoint = \"127.0.0.1:4318\"\n",
+            "telemetry.otlp_endpoint",
+        ),
+        (
+            "otlp_endpoint = \"grpc://127.0.0.1:4317\"\n",
+            "telemetry.otlp_endpoint",
+        ),
+        (
+            "otlp_endpoint = \"http://c:4318/?x=1\"\n",
+            "telemetry.otlp_endpoint",
+        ),
+        (
+            "otlp_endpoint = \"http://c:4318\"\nservice_name = \" \"\n",
+            "telemetry.service_name",
+        ),
+    ] {
+        let e = at(section).expect_err(section).to_string();
+        assert!(e.contains(field), "{section}: {e}");
+    }
+    assert!(at("")
+        .expect_err("no endpoint")
+        .to_string()
+        .contains("otlp_endpoint"));
+}
+
+#[test]
 fn a_console_dir_must_hold_a_built_ui() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = format!(

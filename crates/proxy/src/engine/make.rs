@@ -31,7 +31,24 @@ impl Engine {
             read_cache: ReadCache::default(),
             flights: Arc::default(),
             unsettled: Arc::default(),
+            tracing: None,
             requests: tokio_util::task::TaskTracker::new(),
+        }
+    }
+
+    /// This engine with its calls' spans sent where `[telemetry]` says (unchanged without it).
+    pub fn traced(mut self) -> Result<Engine, crate::telemetry::TracingError> {
+        if let Some(t) = &self.cfg.telemetry {
+            let tracing = crate::telemetry::Tracing::start(t, self.client.clone(), &self.owner)?;
+            self.tracing = Some(Arc::new(tracing));
+        }
+        Ok(self)
+    }
+
+    /// Sends the spans still batched and stops the exporter; at once without `[telemetry]`.
+    pub async fn stop_tracing(&self) {
+        if let Some(t) = self.tracing.clone() {
+            let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
         }
     }
 
@@ -69,6 +86,7 @@ impl Engine {
             read_cache: ReadCache::default(),
             flights: self.flights.clone(),
             unsettled: self.unsettled.clone(),
+            tracing: self.tracing.clone(),
             requests: self.requests.clone(),
         }
     }

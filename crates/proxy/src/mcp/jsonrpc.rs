@@ -265,8 +265,9 @@ pub fn problem_message(id: &Value, p: &Problem) -> Vec<u8> {
 
 /// An idemgate problem as a complete answer to request `id`: HTTP 200 with the JSON-RPC error,
 /// which is where MCP clients read a request's failure (some treat any other status as a broken
-/// transport), and `Retry-After` when the problem has one.
+/// transport), and `Retry-After` when the problem has one. The request's span records the problem.
 pub fn problem_answer(id: &Value, p: &Problem, accept: Accept) -> Response<ProxyBody> {
+    crate::telemetry::failed(p.code.as_str(), p.status >= 500);
     let mut r = answer(problem_message(id, p), accept, 200);
     if let Some(s) = p.retry_after {
         r.headers_mut()

@@ -35,6 +35,7 @@ use crate::forward::{self, NoAnswer, ReadAnswer};
 use crate::keys;
 use crate::problem::{Code, Problem};
 use crate::respond::{respond, respond_upstream, response};
+use crate::telemetry;
 
 /// How long a passed-through stream (the server's GET stream, a long answer) may stay quiet
 /// before it is cut: such streams idle by nature, and their clients reconnect.
@@ -90,7 +91,10 @@ impl Engine {
                 let m = jsonrpc::error_message(&id, code, &message, None);
                 Ok(jsonrpc::answer(m, Accept::Json, status))
             }
-            Message::ToolsList => self.list(req, route_at, body).await,
+            Message::ToolsList => {
+                telemetry::mcp("tools/list", None, &parts);
+                self.list(req, route_at, body).await
+            }
             // A call idemgate forwarded runs to its end, so that a retry finds its outcome: the
             // client's cancel of it is taken here, not passed on.
             Message::Cancelled { request_id }
@@ -103,6 +107,7 @@ impl Engine {
             Message::Cancelled { .. } => self.pass(req, body).await,
             Message::Other => self.pass(req, body).await,
             Message::ToolsCall(call) => {
+                telemetry::mcp("tools/call", Some(&call), &parts);
                 let (effect, _) = self.tools[route_at].effect(req.route, &call.name);
                 if effect == Effect::Read {
                     return self.pass(req, body).await;
@@ -219,6 +224,7 @@ impl Engine {
     ) -> Result<axum::http::Response<crate::engine::ProxyBody>, Problem> {
         let req = &self.req(route_at, &parts, peer);
         let p = prepare(req.route, &parts, call, effect)?;
+        telemetry::keyed(&p.scope, &p.key);
         let guard = req
             .route
             .tools
@@ -239,15 +245,16 @@ impl Engine {
         if let Some((_, stored)) = cached {
             req.metrics.replayed.increment(1);
             req.metrics.replays.increment(1);
+            telemetry::outcome("replayed");
             return Ok(replayed(stored, &p.call.id, p.accept));
         }
         let (sink, answer) = Sink::new();
         let e = Arc::clone(self);
         let task_parts = parts.clone();
-        self.requests.spawn(async move {
+        self.requests.spawn(telemetry::carry(async move {
             let req = &e.req(route_at, &task_parts, peer);
             e.run_call(req, p, body, &sink).await;
-        });
+        }));
         Ok(answer.await.unwrap_or_else(|_| {
             let p = Problem::new(Code::Internal, "the call's task ended without an answer");
             jsonrpc::problem_answer(&Value::Null, &p, Accept::Json)

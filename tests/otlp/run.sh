@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# idemgate's spans against an OTLP receiver built on the OpenTelemetry project's `opentelemetry-proto`
+# package, installed pinned into a virtual environment of its own (target/otlp-venv).
+# Needs target/debug/idemgate (or IDEMGATE_BIN) and python3 with venv.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+idemgate=${IDEMGATE_BIN:-$root/target/debug/idemgate}
+venv=$root/target/otlp-venv
+if ! "$venv/bin/python" -c 'import opentelemetry.proto' 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check 'opentelemetry-proto==1.45.2' 'protobuf==7.36.2'
+fi
+exec "$venv/bin/python" "$root/tests/otlp/otlp_test.py" "$idemgate"
