@@ -47,6 +47,8 @@ PEER_NAME = "idempotent-proxy-server"
 # answer (`appendfsync always`).
 PEER_DURABLE = "idempotent-proxy-server, Redis fsync always"
 PG = "idemgate (PostgreSQL)"
+# idemgate on SQLite with [telemetry] on: a span per call, sent over OTLP to a sink that answers 200.
+TRACED = "idemgate, spans over OTLP"
 # Two `idemgate serve` instances sharing one PostgreSQL ledger, loaded at once (half the
 # connections each): what the shared write lock leaves of a second instance.
 PG_TWO = "idemgate (PostgreSQL, 2 instances)"
@@ -166,7 +168,7 @@ class Stack:
         self.procs = []
         self.ports = {k: free_port() for k in ["upstream", "nginx", "redis", "ips", "redis_durable", "ips_durable",
                                                "idemgate", "idemgate_pg", "idemgate_pg2", "admin_pg",
-                                               "admin_pg2", "pg"]}
+                                               "admin_pg2", "pg", "idemgate_traced", "otlp_sink"]}
         # name -> processes whose CPU time (with their children's) is that target's cost per request
         self.roots = {}
         self.nginx_masters = {}
@@ -235,6 +237,20 @@ http {{
         # idemgate: SQLite ledger on disk, every claim fsync'd (WAL, synchronous=FULL) before forwarding.
         self.idemgate = self.serve("idemgate", self.ports["idemgate"], f"{self.work}/idemgate.db")
         self.roots["idemgate"] = self.roots[PASS_THROUGH] = [self.idemgate.pid]
+        # The same with every call's spans sent to a collector that takes them and does nothing.
+        sink = self.ports["otlp_sink"]
+        self.nginx_conf("otlp-sink", f"""
+worker_processes 1;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  server {{ listen 127.0.0.1:{sink}; location / {{ return 200; }} }}
+}}""")
+        wait_port(sink, "OTLP sink nginx")
+        telemetry = f'[telemetry]\notlp_endpoint = "http://127.0.0.1:{sink}"\n'
+        self.idemgate_traced = self.serve("idemgate-traced", self.ports["idemgate_traced"],
+                                          f"{self.work}/idemgate-traced.db", extra=telemetry)
+        self.roots[TRACED] = [self.idemgate_traced.pid]
         # idemgate on PostgreSQL 15 (Debian's defaults: fsync on, synchronous_commit on), same box.
         # Under /tmp, not in `work`: the postgres user must reach it.
         self.pg_env = dict(os.environ, IDEMGATE_PG_DIR=tempfile.mkdtemp(prefix="idemgate-bench-pg-"),
@@ -269,9 +285,9 @@ http {{
         wait_port(up, "upstream nginx")
         self.roots[DIRECT] = [self.nginx_masters["upstream"]]
 
-    def serve(self, name, port, ledger, binary=IDEMGATE, env=None, admin=None):
+    def serve(self, name, port, ledger, binary=IDEMGATE, env=None, admin=None, extra=""):
         """`idemgate serve` (`binary`, with `env` added to the environment) on `ledger`, on `port`;
-        its admin API (for /metrics) on `admin`, if given."""
+        its admin API (for /metrics) on `admin`, if given; `extra` tables in its configuration."""
         up = self.ports["upstream"]
         with open(os.path.join(self.work, f"{name}.toml"), "w") as f:
             f.write(f"""[server]
@@ -296,7 +312,8 @@ path = "/v1/passthrough"
 upstream = "http://127.0.0.1:{up}"
 effect = "read"
 timeout = "5s"
-""")
+
+{extra}""")
         env = {**os.environ, "IDEMGATE_LOG": "warn", "IDEMGATE_ADMIN_TOKEN": ADMIN_TOKEN, **(env or {})}
         p = self.spawn(name, [binary, "serve", "--config", f"{name}.toml"], env=env)
         wait_port(port, f"{name} serve", p)
@@ -336,6 +353,7 @@ def targets(stack):
         **({PEER_NAME: (stack.ports["ips"], "/URL_CHARGES"),
             PEER_DURABLE: (stack.ports["ips_durable"], "/URL_CHARGES")} if PEER else {}),
         "idemgate": (stack.ports["idemgate"], "/v1/charges"),
+        TRACED: (stack.ports["idemgate_traced"], "/v1/charges"),
         PG: (stack.ports["idemgate_pg"], "/v1/charges"),
         PG_TWO: ((stack.ports["idemgate_pg"], stack.ports["idemgate_pg2"]), "/v1/charges"),
     }
