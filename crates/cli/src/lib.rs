@@ -207,9 +207,12 @@ enum Cmd {
         ledger: LedgerArg,
         #[command(flatten)]
         filter: FilterArgs,
-        /// At most this many entries, the newest.
+        /// At most this many entries, the newest (the oldest with --oldest-first).
         #[arg(long, value_parser = at_least_one)]
         limit: Option<usize>,
+        /// In the order they came in: the oldest first.
+        #[arg(long)]
+        oldest_first: bool,
         /// One JSON array on stdout.
         #[arg(long)]
         json: bool,
@@ -487,6 +490,23 @@ fn stopped(stop: interrupt::Stop, what: &str, left: &str) -> ExitCode {
     stop.exit_code()
 }
 
+/// `idemgate demo`: a new ledger seeded with realistic incidents; an existing one is left alone.
+fn demo(
+    out: &mut output::Out,
+    ledger: &str,
+    options: idemgate_ops::DemoOptions,
+) -> Result<(), OpsError> {
+    if !idemgate_ledger::is_postgres(ledger) && std::path::Path::new(ledger).exists() {
+        return Err(OpsError::Conflict(format!(
+            "{ledger} exists; the demo only seeds a new ledger (remove it or pick another path)"
+        )));
+    }
+    let ops = Ops::open_or_create(ledger)?;
+    let report = idemgate_ops::seed_demo(ops.store().as_ref(), options)?;
+    output::demo(out, &ops.location(), &report)?;
+    Ok(())
+}
+
 fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
     let mut out = output::Out::stdout();
     match cmd {
@@ -494,31 +514,26 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             ledger,
             events,
             seed,
-        } => {
-            if !idemgate_ledger::is_postgres(&ledger.ledger)
-                && std::path::Path::new(&ledger.ledger).exists()
-            {
-                return Err(OpsError::Conflict(format!(
-                    "{} exists; the demo only seeds a new ledger (remove it or pick another path)",
-                    ledger.ledger
-                )));
-            }
-            let ops = Ops::open_or_create(&ledger.ledger)?;
-            let report = idemgate_ops::seed_demo(
-                ops.store().as_ref(),
-                idemgate_ops::DemoOptions { events, seed },
-            )?;
-            output::demo(&mut out, &ops.location(), &report)?;
-        }
+        } => demo(
+            &mut out,
+            &ledger.ledger,
+            idemgate_ops::DemoOptions { events, seed },
+        )?,
         Cmd::Entries {
             ledger,
             filter,
             limit,
+            oldest_first,
             json,
         } => {
             let filter = EntryFilter::from(filter);
             let ops = Ops::open_existing(&ledger.ledger)?;
-            output::entries(&mut out, &ops, &filter, limit, json)?;
+            let page = output::Listing {
+                limit,
+                oldest_first,
+                json,
+            };
+            output::entries(&mut out, &ops, &filter, page)?;
         }
         Cmd::Show {
             ledger,

@@ -236,28 +236,44 @@ impl Ops {
         })
     }
 
-    /// Every entry matching `filter` (up to `limit` when given), page by page through `f`.
+    /// Every entry matching `filter` (up to `limit` when given), newest first, page by page
+    /// through `f`.
     pub fn each_entry(
         &self,
         filter: &EntryFilter,
         limit: Option<usize>,
         f: &mut dyn FnMut(&EntrySummary) -> OpsResult<()>,
     ) -> OpsResult<usize> {
-        let mut before = None;
+        self.each_entry_in_order(filter, limit, false, f)
+    }
+
+    /// [`Ops::each_entry`], oldest first when `oldest_first` (then `limit` takes the oldest).
+    pub fn each_entry_in_order(
+        &self,
+        filter: &EntryFilter,
+        limit: Option<usize>,
+        oldest_first: bool,
+        f: &mut dyn FnMut(&EntrySummary) -> OpsResult<()>,
+    ) -> OpsResult<usize> {
+        let mut page = Page {
+            oldest_first,
+            ..Page::newest(None, 1000)
+        };
         let mut n = 0usize;
         loop {
-            let want = limit.map_or(1000, |l| (l - n).min(1000));
-            if want == 0 {
+            page.limit = limit.map_or(1000, |l| (l - n).min(1000));
+            if page.limit == 0 {
                 return Ok(n);
             }
-            let p = self.entries(filter, before, want)?;
+            let p = self.entries_in_order(filter, page)?;
             for e in &p.entries {
                 f(e)?;
             }
             n += p.entries.len();
-            match p.next_before {
-                Some(b) => before = Some(b),
-                None => return Ok(n),
+            match (p.next_before, p.next_after) {
+                (Some(b), _) => page.before = Some(b),
+                (_, Some(a)) => page.after = Some(a),
+                (None, None) => return Ok(n),
             }
         }
     }

@@ -117,18 +117,25 @@ pub(super) fn event_json(e: &Event) -> Value {
     })
 }
 
-pub fn entries(
-    out: &mut Out,
-    ops: &Ops,
-    filter: &EntryFilter,
-    limit: Option<usize>,
-    json: bool,
-) -> R {
+/// How `entries` lists: how many, in which order, as a table or JSON.
+#[derive(Debug, Clone, Copy)]
+pub struct Listing {
+    pub limit: Option<usize>,
+    pub oldest_first: bool,
+    pub json: bool,
+}
+
+pub fn entries(out: &mut Out, ops: &Ops, filter: &EntryFilter, page: Listing) -> R {
+    let Listing {
+        limit,
+        oldest_first,
+        json,
+    } = page;
     if json {
         // Streamed: one JSON array, written page by page.
         write!(out, "[")?;
         let mut first = true;
-        ops.each_entry(filter, limit, &mut |e| {
+        ops.each_entry_in_order(filter, limit, oldest_first, &mut |e| {
             if !first {
                 write!(out, ",")?;
             }
@@ -145,7 +152,7 @@ pub fn entries(
         "{:>8}  {:<18} {:<21} {:<18} {:<38} {:>3} {:>3}  {:<24}",
         "ID", "STATE", "ROUTE", "SCOPE", "KEY", "TRY", "RPL", "CREATED"
     )?;
-    let n = ops.each_entry(filter, limit, &mut |e| {
+    let n = ops.each_entry_in_order(filter, limit, oldest_first, &mut |e| {
         let mut flags = String::new();
         if e.collisions > 0 {
             flags.push_str(&format!(" collisions={}", e.collisions));

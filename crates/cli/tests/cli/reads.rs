@@ -110,6 +110,47 @@ fn entries_json_has_the_stable_fields_and_respects_limit() {
 }
 
 #[test]
+fn entries_list_oldest_first_on_request() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = demo(dir.path(), 600);
+    let ids = |args: &[&str]| -> Vec<i64> {
+        let mut a = vec!["entries", "--ledger", s(&db), "--json"];
+        a.extend_from_slice(args);
+        json(&a)
+            .as_array()
+            .expect("array")
+            .iter()
+            .map(|e| e["id"].as_i64().expect("id"))
+            .collect()
+    };
+    let newest = ids(&[]);
+    assert!(newest.len() > 3, "{newest:?}");
+    assert!(newest.windows(2).all(|w| w[0] > w[1]), "{newest:?}");
+    let mut oldest = ids(&["--oldest-first"]);
+    assert!(oldest.windows(2).all(|w| w[0] < w[1]), "{oldest:?}");
+    assert_eq!(ids(&["--oldest-first", "--limit", "3"]), oldest[..3]);
+    oldest.reverse();
+    assert_eq!(oldest, newest);
+    let text = ok(&[
+        "entries",
+        "--ledger",
+        s(&db),
+        "--oldest-first",
+        "--limit",
+        "2",
+    ]);
+    let first_id = |line: &str| line.split_whitespace().next().map(str::to_owned);
+    let rows: Vec<String> = text.lines().skip(1).filter_map(first_id).take(2).collect();
+    assert_eq!(
+        rows,
+        [
+            newest[newest.len() - 1].to_string(),
+            newest[newest.len() - 2].to_string()
+        ]
+    );
+}
+
+#[test]
 fn reading_a_missing_ledger_is_an_error_and_creates_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = dir.path().join("absent.db");
