@@ -15,11 +15,7 @@ impl Engine {
         // The handles below bind to the recorder installed now: install it first.
         crate::metrics_handle();
         Engine {
-            metrics: cfg
-                .routes
-                .iter()
-                .map(|r| RouteMetrics::new(&r.name))
-                .collect(),
+            metrics: route_metrics(&cfg),
             claim_seconds: histogram!("idemgate_claim_seconds"),
             tools: cfg.routes.iter().map(|_| Arc::default()).collect(),
             mcp_calls: Arc::default(),
@@ -70,11 +66,7 @@ impl Engine {
             })
             .collect();
         Engine {
-            metrics: cfg
-                .routes
-                .iter()
-                .map(|r| RouteMetrics::new(&r.name))
-                .collect(),
+            metrics: route_metrics(&cfg),
             claim_seconds: self.claim_seconds.clone(),
             tools,
             mcp_calls: self.mcp_calls.clone(),
@@ -90,4 +82,12 @@ impl Engine {
             requests: self.requests.clone(),
         }
     }
+}
+
+/// Each route's metric handles, in the configuration's order.
+fn route_metrics(cfg: &Config) -> Vec<RouteMetrics> {
+    cfg.routes
+        .iter()
+        .map(|r| RouteMetrics::new(&r.name))
+        .collect()
 }
