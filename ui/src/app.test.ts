@@ -48,6 +48,21 @@ const ADA = { name: "ada", role: "admin", shared: false };
 const tick = () => new Promise((r) => setTimeout(r, 0));
 const q = (testid: string) => document.querySelector(`[data-testid="${testid}"]`) as HTMLElement;
 
+/** Waits (up to 100 ms) for `done`: what a call answered in the background shows. */
+async function until(done: () => unknown) {
+  for (let i = 0; i < 20 && !done(); i++) await new Promise((r) => setTimeout(r, 5));
+}
+
+/** The console as a browser serves it: an app over the admin API, `fetch` answered by `fake`. */
+async function inBrowser(fake: typeof fetch, save: (name: string) => void = () => undefined, prefs: Map<string, string> = new Map()) {
+  document.body.innerHTML = "";
+  const root = document.createElement("div");
+  document.body.append(root);
+  const app = new App(root, new HttpTransport("http://x", "tok", fake, save, 1), { getItem: (k) => prefs.get(k) ?? null, setItem: (k, v) => void prefs.set(k, v) });
+  await app.start();
+  return app;
+}
+
 describe("console UI", () => {
   it("shows the overview counts from the stats command", async () => {
     const { app } = setup(base);
@@ -431,12 +446,7 @@ describe("console UI, keyboard and ledgers", () => {
       return new Response(JSON.stringify(url.endsWith("/manifest") ? manifest : done), { status: url.endsWith("/exports") ? 202 : 200 });
     }) as unknown as typeof fetch;
     const saved: string[] = [];
-    document.body.innerHTML = "";
-    const root = document.createElement("div");
-    document.body.append(root);
-    const prefs = new Map<string, string>();
-    const app = new App(root, new HttpTransport("http://x", "tok", fake, (name) => void saved.push(name), 1), { getItem: (k) => prefs.get(k) ?? null, setItem: (k, v) => void prefs.set(k, v) });
-    await app.start();
+    const app = await inBrowser(fake, (name) => void saved.push(name));
     // The server's ledger and its own proxy: nothing to open, start or stop from a browser.
     expect(q("stat-stuck").textContent).toContain("2");
     expect(q("ledger-input")).toBeNull();
@@ -450,14 +460,14 @@ describe("console UI, keyboard and ledgers", () => {
     expect(q("action-verify-ledger")).toBeTruthy();
     (q("export-format") as HTMLSelectElement).value = "csv";
     q("action-export").click();
-    for (let i = 0; i < 20 && !q("export-result").textContent?.includes("sha256"); i++) await new Promise((r) => setTimeout(r, 5));
+    await until(() => q("export-result").textContent?.includes("sha256"));
     expect(JSON.parse(q("export-result").textContent ?? "")).toEqual(manifest);
     expect(JSON.parse(bodies[0])).toEqual({ what: "events", format: "csv", since: null, until: null });
     expect(saved).toEqual(["idemgate-export-ab12.csv", "idemgate-export-ab12.csv.manifest.json"]);
     // The entries with their outcomes, as on the desktop: the same job, asked for entries.
     (q("export-what") as HTMLSelectElement).value = "entries";
     q("action-export").click();
-    for (let i = 0; i < 20 && bodies.length < 2; i++) await new Promise((r) => setTimeout(r, 5));
+    await until(() => bodies.length >= 2);
     expect(JSON.parse(bodies[1])).toEqual({ what: "entries", format: "csv", since: null, until: null });
   });
 
@@ -565,23 +575,19 @@ describe("console UI, keyboard and ledgers", () => {
       if (url.endsWith("/admin/v1/verify/against")) return new Response(JSON.stringify({ ok: false, chain: {}, heads: [], problems: ["the ledger no longer holds seq 9"] }), { status: 200 });
       return new Response(JSON.stringify(base.stats()), { status: 200 });
     }) as unknown as typeof fetch;
-    document.body.innerHTML = "";
-    const root = document.createElement("div");
-    document.body.append(root);
-    const app = new App(root, new HttpTransport("http://x", "tok", fake, () => undefined, 1), { getItem: () => null, setItem: () => undefined });
-    await app.start();
+    const app = await inBrowser(fake);
     await app.go("export");
     expect(q("verify-path")).toBeNull();
     const input = q("against-file") as HTMLInputElement;
     const choose = (text: string) => Object.defineProperty(input, "files", { value: [new File([text], "m.manifest.json")], configurable: true });
     choose('{"manifest_version":1,"ledger_head":{"seq":9,"hash":"h"}}');
     q("action-verify-against").click();
-    for (let i = 0; i < 20 && !q("verify-result").textContent?.includes("problems"); i++) await new Promise((r) => setTimeout(r, 5));
+    await until(() => q("verify-result").textContent?.includes("problems"));
     expect(JSON.parse(bodies[bodies.length - 1])).toEqual({ manifest_version: 1, ledger_head: { seq: 9, hash: "h" } });
     expect(q("verify-result").textContent).toContain("no longer holds seq 9");
     choose("not json");
     q("action-verify-against").click();
-    for (let i = 0; i < 20 && !q("verify-result").textContent?.includes("not a manifest"); i++) await new Promise((r) => setTimeout(r, 5));
+    await until(() => q("verify-result").textContent?.includes("not a manifest"));
     expect(q("verify-result").textContent).toMatch(/^invalid-argument: m.manifest.json: not a manifest/);
   });
 
@@ -596,18 +602,14 @@ describe("console UI, keyboard and ledgers", () => {
       if (url.endsWith("/admin/v1/archive/verify")) return new Response(`{"progress":10}\n{"result":${JSON.stringify(report)}}\n`, { status: 200, headers: { "content-type": "application/x-ndjson" } });
       return new Response(JSON.stringify(base.stats()), { status: 200 });
     }) as unknown as typeof fetch;
-    document.body.innerHTML = "";
-    const root = document.createElement("div");
-    document.body.append(root);
-    const app = new App(root, new HttpTransport("http://x", "tok", fake, () => undefined, 1), { getItem: () => null, setItem: () => undefined });
-    await app.start();
+    const app = await inBrowser(fake);
     await app.go("export");
     expect(q("archive-dir"), "no directory of the server is asked for").toBeNull();
     q("action-archive-list").click();
-    for (let i = 0; i < 20 && !document.querySelector('[data-testid="segment-row"]'); i++) await new Promise((r) => setTimeout(r, 5));
+    await until(() => document.querySelector('[data-testid="segment-row"]'));
     expect(document.querySelectorAll('[data-testid="segment-row"]').length).toBe(1);
     q("action-archive-verify").click();
-    for (let i = 0; i < 20 && !document.querySelector('[data-testid="archive-verdict"]'); i++) await new Promise((r) => setTimeout(r, 5));
+    await until(() => document.querySelector('[data-testid="archive-verdict"]'));
     expect(q("archive-verdict").textContent).toBe("OK · 42 events verified, segments and live log, head #42");
     expect(urls.filter((u) => u.includes("/admin/v1/archive"))).toEqual(["http://x/admin/v1/archive", "http://x/admin/v1/archive/verify"]);
   });
@@ -624,22 +626,18 @@ describe("console UI, keyboard and ledgers", () => {
       }
       return new Response(JSON.stringify(base.stats()), { status: 200 });
     }) as unknown as typeof fetch;
-    document.body.innerHTML = "";
-    const root = document.createElement("div");
-    document.body.append(root);
-    const app = new App(root, new HttpTransport("http://x", "tok", fake, () => undefined, 1), { getItem: () => null, setItem: () => undefined });
-    await app.start();
+    const app = await inBrowser(fake);
     await app.go("export");
     const choose = (id: string, f: File | null) => Object.defineProperty(q(id), "files", { value: f ? [f] : [], configurable: true });
     choose("verify-file", null);
     q("action-verify").click();
-    for (let i = 0; i < 20 && !q("verify-result").textContent?.includes("choose"); i++) await new Promise((r) => setTimeout(r, 5));
+    await until(() => q("verify-result").textContent?.includes("choose"));
     expect(q("verify-result").textContent).toBe("invalid-argument: choose the export file");
     expect(sent).toEqual([]);
     choose("verify-file", new File(["{}\n"], "march.ndjson"));
     choose("against-file", new File(["{}"], "march.ndjson.manifest.json"));
     q("action-verify").click();
-    for (let i = 0; i < 20 && !q("verify-result").textContent?.includes("sha256"); i++) await new Promise((r) => setTimeout(r, 5));
+    await until(() => q("verify-result").textContent?.includes("sha256"));
     expect(sent.length).toBe(1);
     expect((sent[0].get("file") as File).name).toBe("march.ndjson");
     expect((sent[0].get("manifest") as File).name).toBe("march.ndjson.manifest.json");
@@ -655,14 +653,7 @@ describe("console UI, keyboard and ledgers", () => {
       if (url.includes("/admin/v1/entries")) return new Response(JSON.stringify({ entries: [entry(7, { state: "completed", stuck: false, expires_at: 1 })], next_before: null }), { status: 200 });
       return new Response(JSON.stringify(base.stats()), { status: 200 });
     }) as unknown as typeof fetch;
-    const open = async () => {
-      document.body.innerHTML = "";
-      const root = document.createElement("div");
-      document.body.append(root);
-      const app = new App(root, new HttpTransport("http://x", "tok", fake, () => undefined, 1), { getItem: () => null, setItem: () => undefined });
-      await app.start();
-      return app;
-    };
+    const open = () => inBrowser(fake);
     let app = await open();
     expect(q("signed-in").textContent).toBe("vic · viewer");
     expect(q("operator-input")).toBeNull();
