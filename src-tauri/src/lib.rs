@@ -296,20 +296,7 @@ impl Console {
                 message: "the embedded proxy is already running; stop it first".into(),
             });
         }
-        let path = config.clone();
-        let (cfg, server) = tauri::async_runtime::spawn_blocking(move || -> R<_> {
-            let cfg = Arc::new(Config::load(&path).map_err(|e| ErrorBody {
-                code: e.code(),
-                message: e.to_string(),
-            })?);
-            let server = Server::open(cfg.clone()).map_err(|e| ErrorBody {
-                code: e.code(),
-                message: e.to_string(),
-            })?;
-            Ok((cfg, server))
-        })
-        .await
-        .map_err(internal)??;
+        let (cfg, server) = opened(config.clone()).await?;
         let status = Arc::new(Mutex::new(ProxyStatus {
             running: false,
             config: Some(config),
@@ -488,4 +475,22 @@ pub fn run() {
         eprintln!("idemgate-console: {e}");
         std::process::exit(1);
     }
+}
+
+/// A configuration file loaded and its server opened (its admin token read, its ledger open), off
+/// the async runtime: both touch files.
+async fn opened(config: String) -> R<(Arc<Config>, Server)> {
+    tauri::async_runtime::spawn_blocking(move || -> R<_> {
+        let cfg = Arc::new(Config::load(&config).map_err(|e| ErrorBody {
+            code: e.code(),
+            message: e.to_string(),
+        })?);
+        let server = Server::open(cfg.clone()).map_err(|e| ErrorBody {
+            code: e.code(),
+            message: e.to_string(),
+        })?;
+        Ok((cfg, server))
+    })
+    .await
+    .map_err(internal)?
 }

@@ -91,6 +91,10 @@ pub(crate) async fn answer<S: AsyncWrite + Unpin>(
     Ok(true)
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "one fault per arm: the fake upstream's behaviour read in one place"
+)]
 async fn call<S: AsyncWrite + Unpin>(
     s: &mut S,
     c: &Counts,

@@ -246,36 +246,7 @@ enum Cmd {
         json: bool,
     },
     /// Read the append-only log, newest first.
-    Log {
-        #[command(flatten)]
-        ledger: LedgerArg,
-        #[arg(long, value_name = "ENTRY_ID")]
-        entry: Option<i64>,
-        /// RFC 3339 time, a date (2026-11-20), a duration ago (90m, 2h, 7d) or Unix ms.
-        #[arg(long, value_parser = idemgate_ops::parse_time)]
-        since: Option<i64>,
-        #[arg(long, value_parser = idemgate_ops::parse_time)]
-        until: Option<i64>,
-        #[arg(long)]
-        route: Option<String>,
-        #[arg(long)]
-        scope: Option<String>,
-        #[arg(long)]
-        key: Option<String>,
-        /// Event kind (claim, complete, resolve, purge, collision, duplicate_suspect, ...).
-        #[arg(long)]
-        kind: Option<String>,
-        #[arg(long)]
-        operator: Option<String>,
-        /// Substring search over key, route, scope, operator, reason and detail.
-        #[arg(long)]
-        search: Option<String>,
-        /// At most this many events, the newest (stderr says when older ones match too).
-        #[arg(long, default_value_t = 100, value_parser = at_least_one)]
-        limit: usize,
-        #[arg(long)]
-        json: bool,
-    },
+    Log(LogArgs),
     /// Record an operator's decision on a stuck, released or failed entry.
     Resolve(decide::ResolveArgs),
     /// Incidents, newest first: an entry and the entries flagged as its duplicates (the same
@@ -490,6 +461,58 @@ fn stopped(stop: interrupt::Stop, what: &str, left: &str) -> ExitCode {
     stop.exit_code()
 }
 
+/// `idemgate log`: which events, how many, and how they are printed.
+#[derive(Args, Debug)]
+pub(crate) struct LogArgs {
+    #[command(flatten)]
+    ledger: LedgerArg,
+    #[arg(long, value_name = "ENTRY_ID")]
+    entry: Option<i64>,
+    /// RFC 3339 time, a date (2026-11-20), a duration ago (90m, 2h, 7d) or Unix ms.
+    #[arg(long, value_parser = idemgate_ops::parse_time)]
+    since: Option<i64>,
+    #[arg(long, value_parser = idemgate_ops::parse_time)]
+    until: Option<i64>,
+    #[arg(long)]
+    route: Option<String>,
+    #[arg(long)]
+    scope: Option<String>,
+    #[arg(long)]
+    key: Option<String>,
+    /// Event kind (claim, complete, resolve, purge, collision, duplicate_suspect, ...).
+    #[arg(long)]
+    kind: Option<String>,
+    #[arg(long)]
+    operator: Option<String>,
+    /// Substring search over key, route, scope, operator, reason and detail.
+    #[arg(long)]
+    search: Option<String>,
+    /// At most this many events, the newest (stderr says when older ones match too).
+    #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+    limit: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+impl LogArgs {
+    fn run(self, out: &mut output::Out) -> Result<(), OpsError> {
+        let filter = EventFilter {
+            entry_id: self.entry,
+            route: self.route,
+            scope: self.scope,
+            key: self.key,
+            kind: self.kind,
+            operator: self.operator,
+            since: self.since,
+            until: self.until,
+            search: self.search,
+        };
+        let ops = Ops::open_existing(&self.ledger.ledger)?;
+        output::log(out, &ops, &filter, self.limit, self.json)?;
+        Ok(())
+    }
+}
+
 /// `idemgate demo`: a new ledger seeded with realistic incidents; an existing one is left alone.
 fn demo(
     out: &mut output::Out,
@@ -543,34 +566,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             let ops = Ops::open_existing(&ledger.ledger)?;
             output::show(&mut out, &ops.show(entry_id)?, json)?;
         }
-        Cmd::Log {
-            ledger,
-            entry,
-            since,
-            until,
-            route,
-            scope,
-            key,
-            kind,
-            operator,
-            search,
-            limit,
-            json,
-        } => {
-            let filter = EventFilter {
-                entry_id: entry,
-                route,
-                scope,
-                key,
-                kind,
-                operator,
-                since,
-                until,
-                search,
-            };
-            let ops = Ops::open_existing(&ledger.ledger)?;
-            output::log(&mut out, &ops, &filter, limit, json)?;
-        }
+        Cmd::Log(a) => a.run(&mut out)?,
         Cmd::Resolve(a) => return decide::resolve(&mut out, a),
         Cmd::Review(a) => return decide::review(&mut out, a),
         Cmd::Incidents {

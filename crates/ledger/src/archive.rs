@@ -147,6 +147,45 @@ pub fn archive(
     Ok(report)
 }
 
+/// The events `first..=last` as gzipped NDJSON into `out`: how many, the hash before the first,
+/// and the last one's place in the chain.
+fn gzipped(
+    store: &dyn Storage,
+    first: i64,
+    last: i64,
+    out: &mut impl Write,
+) -> Result<(i64, Option<String>, Option<ChainHead>)> {
+    let mut count = 0i64;
+    let mut first_prev: Option<String> = None;
+    let mut head: Option<ChainHead> = None;
+    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+    let mut line = Vec::with_capacity(512);
+    let mut io_err = None;
+    store.scan_seqs(first, last, &mut |ev: Event| {
+        if first_prev.is_none() {
+            first_prev = Some(ev.prev_hash.clone());
+        }
+        head = Some(ChainHead {
+            seq: ev.seq,
+            hash: ev.hash.clone(),
+        });
+        line.clear();
+        serde_json::to_writer(&mut line, &Row::from(ev)).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        if let Err(e) = gz.write_all(&line) {
+            io_err = Some(e);
+            return Ok(false);
+        }
+        count += 1;
+        Ok(true)
+    })?;
+    if let Some(e) = io_err {
+        return Err(e.into());
+    }
+    gz.finish()?;
+    Ok((count, first_prev, head))
+}
+
 /// Writes (or takes, when a crashed run left it complete) the segment of events `first..=last`.
 fn seal(
     store: &dyn Storage,
@@ -163,37 +202,13 @@ fn seal(
     let tmp = export::partial(&path);
     let file = File::create(&tmp)?;
     let mut w = HashingWriter::new(BufWriter::with_capacity(1 << 16, file));
-    let mut count = 0i64;
-    let mut first_prev: Option<String> = None;
-    let mut head: Option<ChainHead> = None;
-    {
-        let mut gz = flate2::write::GzEncoder::new(&mut w, flate2::Compression::default());
-        let mut line = Vec::with_capacity(512);
-        let mut io_err = None;
-        store.scan_seqs(first, last, &mut |ev: Event| {
-            if first_prev.is_none() {
-                first_prev = Some(ev.prev_hash.clone());
-            }
-            head = Some(ChainHead {
-                seq: ev.seq,
-                hash: ev.hash.clone(),
-            });
-            line.clear();
-            serde_json::to_writer(&mut line, &Row::from(ev)).map_err(std::io::Error::other)?;
-            line.push(b'\n');
-            if let Err(e) = gz.write_all(&line) {
-                io_err = Some(e);
-                return Ok(false);
-            }
-            count += 1;
-            Ok(true)
-        })?;
-        if let Some(e) = io_err {
+    let (count, first_prev, head) = match gzipped(store, first, last, &mut w) {
+        Ok(written) => written,
+        Err(e) => {
             let _ = std::fs::remove_file(&tmp);
-            return Err(e.into());
+            return Err(e);
         }
-        gz.finish()?;
-    }
+    };
     if count != last - first + 1 || head.as_ref().map(|h| h.seq) != Some(last) {
         let _ = std::fs::remove_file(&tmp);
         return Err(LedgerError::Corrupt(format!(
@@ -458,34 +473,7 @@ pub fn verify_archive(
     }
     let mut live = None;
     if let (Some(store), Some(recorded), false) = (store, &recorded, w.cancelled) {
-        for r in recorded {
-            if !manifests.iter().any(|(n, _)| n == &r.file) {
-                w.problems.push(format!(
-                    "{}: missing (seq {}–{}, recorded in the ledger)",
-                    r.file, r.first_seq, r.seq
-                ));
-            }
-        }
-        let through = through.unwrap_or(0);
-        if w.next.seq < through {
-            w.problems
-                .push(missing(w.next.seq + 1, through, Some(recorded)));
-        } else if w.next.seq == through && through > 0 {
-            let recorded_head = recorded.last().map(|r| r.hash.as_str());
-            if recorded_head != Some(w.next.hash.as_str()) {
-                w.problems.push(format!(
-                    "the last segment ends at seq {through} with another hash than the ledger recorded"
-                ));
-            }
-        }
-        let base = w.count;
-        let chain = store.verify(&mut |n| progress(base + n))?;
-        if let (Some(seq), Some(p)) = (chain.first_bad_seq, &chain.problem) {
-            w.problems.push(format!("live log: seq {seq}: {p}"));
-        }
-        w.cancelled |= chain.cancelled;
-        w.count += chain.count;
-        live = Some(chain);
+        live = Some(w.live(store, &manifests, recorded, progress)?);
     }
     let head = live
         .as_ref()
@@ -520,6 +508,45 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
+    /// After the segments: each segment the ledger recorded is here, the last ends where the
+    /// ledger says, and the live log verifies on from it.
+    fn live(
+        &mut self,
+        store: &dyn Storage,
+        manifests: &[(String, Manifest)],
+        recorded: &[ArchivedSegment],
+        progress: Progress<'_>,
+    ) -> Result<VerifyReport> {
+        for r in recorded {
+            if !manifests.iter().any(|(n, _)| n == &r.file) {
+                self.problems.push(format!(
+                    "{}: missing (seq {}–{}, recorded in the ledger)",
+                    r.file, r.first_seq, r.seq
+                ));
+            }
+        }
+        let through = recorded.last().map_or(0, |r| r.seq);
+        if self.next.seq < through {
+            self.problems
+                .push(missing(self.next.seq + 1, through, Some(recorded)));
+        } else if self.next.seq == through && through > 0 {
+            let recorded_head = recorded.last().map(|r| r.hash.as_str());
+            if recorded_head != Some(self.next.hash.as_str()) {
+                self.problems.push(format!(
+                    "the last segment ends at seq {through} with another hash than the ledger recorded"
+                ));
+            }
+        }
+        let base = self.count;
+        let chain = store.verify(&mut |n| progress(base + n))?;
+        if let (Some(seq), Some(p)) = (chain.first_bad_seq, &chain.problem) {
+            self.problems.push(format!("live log: seq {seq}: {p}"));
+        }
+        self.cancelled |= chain.cancelled;
+        self.count += chain.count;
+        Ok(chain)
+    }
+
     /// Checks the segment `name` after the ones walked.
     fn segment(&mut self, name: &str, m: &Manifest, progress: Progress<'_>) -> Result<()> {
         let mut check = SegmentCheck {

@@ -536,6 +536,26 @@ pub fn verify_export(
     })
 }
 
+/// The manifest beside an export, by what it describes.
+enum Beside {
+    Entries(crate::entries_export::EntriesManifest),
+    /// An export of events: its manifest, when there is one.
+    Events(Option<Manifest>),
+}
+
+fn beside(mpath: &Path) -> Result<Beside> {
+    if !mpath.exists() {
+        return Ok(Beside::Events(None));
+    }
+    let raw = std::fs::read(mpath)?;
+    if let Ok(m) = serde_json::from_slice::<crate::entries_export::EntriesManifest>(&raw) {
+        return Ok(Beside::Entries(m));
+    }
+    serde_json::from_slice(&raw)
+        .map(|m| Beside::Events(Some(m)))
+        .map_err(|e| LedgerError::BadExport(format!("{}: {e}", mpath.display())))
+}
+
 fn verify_export_text(
     path: &Path,
     hasher: &ChainHasher,
@@ -543,17 +563,9 @@ fn verify_export_text(
     progress: Progress<'_>,
 ) -> Result<ExportVerifyReport> {
     let mpath = manifest_path(path);
-    let manifest: Option<Manifest> = if mpath.exists() {
-        let raw = std::fs::read(&mpath)?;
-        if let Ok(m) = serde_json::from_slice::<crate::entries_export::EntriesManifest>(&raw) {
-            return crate::entries_export::verify(path, &mpath, &m, public_key);
-        }
-        Some(
-            serde_json::from_slice(&raw)
-                .map_err(|e| LedgerError::BadExport(format!("{}: {e}", mpath.display())))?,
-        )
-    } else {
-        None
+    let manifest = match beside(&mpath)? {
+        Beside::Entries(m) => return crate::entries_export::verify(path, &mpath, &m, public_key),
+        Beside::Events(m) => m,
     };
     if !path.exists() {
         return Err(LedgerError::BadExport(format!(

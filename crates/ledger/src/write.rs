@@ -169,6 +169,38 @@ fn add_replays(db: &mut dyn Db, id: i64, n: i64, last: Millis) -> Result<()> {
     Ok(())
 }
 
+/// A claim of a key its entry holds for another request: the request kept as a collision, and
+/// logged; nothing runs.
+fn collide(ctx: &mut Ctx<'_>, c: &Claim, row: &Row) -> Result<ClaimOutcome> {
+    let (req, at) = (&c.req, c.req.at);
+    let request = &req.request;
+    ctx.db.exec(
+        "INSERT INTO collisions (entry_id, at, fingerprint, req_method, req_path, req_headers, \
+         req_body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        vals![
+            row.id,
+            at,
+            &req.fingerprint,
+            &request.method,
+            &request.path,
+            &c.headers,
+            &request.body
+        ],
+    )?;
+    ctx.db.exec(
+        "UPDATE entries SET collisions = collisions + 1 WHERE id = ?1",
+        vals![row.id],
+    )?;
+    let mut ev = row.event(
+        at,
+        EventKind::Collision,
+        json!({"stored_fingerprint": row.fingerprint, "rejected_fingerprint": req.fingerprint}),
+    );
+    ev.payload_digest = Some(c.digest.clone());
+    append(ctx, ev)?;
+    Ok(ClaimOutcome::Collision { entry_id: row.id })
+}
+
 pub(crate) fn claim(ctx: &mut Ctx<'_>, c: &Claim) -> Result<ClaimOutcome> {
     let req = &c.req;
     let at = req.at;
@@ -212,32 +244,7 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, c: &Claim) -> Result<ClaimOutcome> {
     }
 
     if row.fingerprint != req.fingerprint && !claimed_before_targets_counted(ctx.db, &row, req)? {
-        let request = &req.request;
-        ctx.db.exec(
-            "INSERT INTO collisions (entry_id, at, fingerprint, req_method, req_path, req_headers, \
-             req_body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            vals![
-                row.id,
-                at,
-                &req.fingerprint,
-                &request.method,
-                &request.path,
-                &c.headers,
-                &request.body
-            ],
-        )?;
-        ctx.db.exec(
-            "UPDATE entries SET collisions = collisions + 1 WHERE id = ?1",
-            vals![row.id],
-        )?;
-        let mut ev = row.event(
-            at,
-            EventKind::Collision,
-            json!({"stored_fingerprint": row.fingerprint, "rejected_fingerprint": req.fingerprint}),
-        );
-        ev.payload_digest = Some(c.digest.clone());
-        append(ctx, ev)?;
-        return Ok(ClaimOutcome::Collision { entry_id: row.id });
+        return collide(ctx, c, &row);
     }
 
     match row.state {

@@ -2,6 +2,11 @@
 //! `tests/pg/cluster.sh` (named by IDEMGATE_TEST_PG). It offers TLS with a certificate for
 //! `localhost` only, signed by a CA of its own (its `ssl_ca_file`), and takes plain connections.
 
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario told top to bottom, its steps checked in order"
+)]
+
 use idemgate_ledger::testing::{charge, fresh_postgres, postgres_text};
 use idemgate_ledger::{now_millis, open, ClaimOutcome, OpenOptions};
 

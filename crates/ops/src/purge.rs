@@ -232,6 +232,10 @@ impl Ops {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario told top to bottom, its steps checked in order"
+)]
 mod tests {
     use super::*;
     use crate::ResolveCmd;

@@ -117,30 +117,61 @@ pub(crate) async fn drive(
                 continue;
             }
         }
-        let released = e
-            .settle(Outcome::Release(e.report(
-                entry_id,
-                format!("not executed after {tries} attempt(s): {why}"),
-            )))
-            .await?;
-        m.not_executed.increment(1);
-        tracing::warn!(
-            route = %route.name,
+        let not_run = NotRun {
             entry_id,
-            attempts = tries,
-            error = %why,
-            "upstream unavailable: not executed, the key is released"
-        );
-        let detail = if released {
-            format!("{why}; the request was not executed and may be retried with the same key")
-        } else {
-            format!("{why}; the request was not executed and may be retried with the same key once the ledger, which cannot take writes right now, records that (until then a retry gets 409 or 503)")
+            tries,
+            why,
+            retry_after,
         };
-        return Err(Problem::new(Code::UpstreamUnavailable, detail)
-            .retry_after(retry_after.unwrap_or(1))
-            .with("entry_id", entry_id)
-            .counted());
+        return Err(release(e, route, &m, not_run).await?);
     }
+}
+
+/// An entry definitely not executed after its last attempt.
+struct NotRun {
+    entry_id: i64,
+    tries: u32,
+    why: String,
+    retry_after: Option<u64>,
+}
+
+/// A call not executed upstream after its attempts: its key released (now, or once the ledger
+/// takes writes again), and the answer saying it may be retried.
+async fn release(
+    e: &Engine,
+    route: &Route,
+    m: &RouteMetrics,
+    n: NotRun,
+) -> Result<Problem, Problem> {
+    let NotRun {
+        entry_id,
+        tries,
+        why,
+        retry_after,
+    } = n;
+    let released = e
+        .settle(Outcome::Release(e.report(
+            entry_id,
+            format!("not executed after {tries} attempt(s): {why}"),
+        )))
+        .await?;
+    m.not_executed.increment(1);
+    tracing::warn!(
+        route = %route.name,
+        entry_id,
+        attempts = tries,
+        error = %why,
+        "upstream unavailable: not executed, the key is released"
+    );
+    let detail = if released {
+        format!("{why}; the request was not executed and may be retried with the same key")
+    } else {
+        format!("{why}; the request was not executed and may be retried with the same key once the ledger, which cannot take writes right now, records that (until then a retry gets 409 or 503)")
+    };
+    Ok(Problem::new(Code::UpstreamUnavailable, detail)
+        .retry_after(retry_after.unwrap_or(1))
+        .with("entry_id", entry_id)
+        .counted())
 }
 
 /// One attempt upstream (the entry's attempt number `attempt`), timed.

@@ -349,26 +349,7 @@ impl Engine {
                 timeout: route.timeout,
             };
             let a = forward::read(&self.client, out, whole).await;
-            // A read does nothing upstream: what the upstream answers is passed on, whatever its
-            // status (a 500 with the upstream's own words in it too), once those that say "not
-            // now" (408, 425, 429, 503) have had the route's retries.
-            let class = match &a {
-                Ok(r) if forward::not_executed(r.status()) => Some((
-                    forward::retry_class(r.status()),
-                    forward::retry_after_secs(r.headers()),
-                )),
-                Err(NoAnswer::Connect(_)) => Some(("connect", None)),
-                _ => None,
-            };
-            let retry = class
-                .filter(|_| n < route.retry.attempts)
-                .and_then(|(c, after)| {
-                    Some((
-                        c,
-                        forward::retry_wait(route.retry.base, route.retry.max, n, after)?,
-                    ))
-                });
-            if let Some((class, wait)) = retry {
+            if let Some((class, wait)) = read_again(route, n, &a) {
                 counter!("idemgate_retries_total", "route" => route.name.clone(), "class" => class)
                     .increment(1);
                 tokio::time::sleep(wait).await;
@@ -404,18 +385,8 @@ impl Engine {
                         cache,
                     ))
                 }
-                Err(NoAnswer::Connect(why)) => {
-                    Err(Problem::new(Code::UpstreamUnavailable, why).retry_after(1))
-                }
-                Err(NoAnswer::Timeout(why)) => {
-                    Err(Problem::new(Code::UpstreamError, why).with_status(504))
-                }
-                Err(NoAnswer::Broken(why)) => Err(Problem::new(Code::UpstreamError, why)),
-                // Only a HEAD's answer is read whole without a way to stream the rest.
-                Err(NoAnswer::TooLarge { status }) => Err(Problem::new(
-                    Code::UpstreamError,
-                    forward::too_large(status),
-                )),
+                // Too large only for a HEAD's answer, read whole without a way to stream the rest.
+                Err(e) => Err(Problem::from(e)),
             };
         }
     }
@@ -708,6 +679,32 @@ impl Engine {
             at: now_millis(),
         }
     }
+}
+
+/// Whether the `n`th try of a read is tried again, and after how long. A read does nothing
+/// upstream: what the upstream answers is passed on, whatever its status (a 500 with the
+/// upstream's own words in it too), once those that say "not now" (408, 425, 429, 503) and failed
+/// connections have had the route's retries.
+fn read_again(
+    route: &Route,
+    n: u32,
+    a: &Result<ReadAnswer, NoAnswer>,
+) -> Option<(&'static str, std::time::Duration)> {
+    let (class, after) = match a {
+        Ok(r) if forward::not_executed(r.status()) => (
+            forward::retry_class(r.status()),
+            forward::retry_after_secs(r.headers()),
+        ),
+        Err(NoAnswer::Connect(_)) => ("connect", None),
+        _ => return None,
+    };
+    if n >= route.retry.attempts {
+        return None;
+    }
+    Some((
+        class,
+        forward::retry_wait(route.retry.base, route.retry.max, n, after)?,
+    ))
 }
 
 /// The answer to a claim the ledger settled without this request running: a replay, or why it

@@ -120,3 +120,19 @@ impl From<idemgate_ledger::LedgerError> for Problem {
         Problem::new(e.code(), e.to_string())
     }
 }
+
+/// An upstream that gave no answer to pass on: it could not be reached (`503`, try again), or it
+/// timed out (`504`), broke off or sent more than is kept (`502`).
+impl From<crate::forward::NoAnswer> for Problem {
+    fn from(e: crate::forward::NoAnswer) -> Problem {
+        use crate::forward::NoAnswer;
+        match e {
+            NoAnswer::Connect(why) => Problem::new(Code::UpstreamUnavailable, why).retry_after(1),
+            NoAnswer::Timeout(why) => Problem::new(Code::UpstreamError, why).with_status(504),
+            NoAnswer::Broken(why) => Problem::new(Code::UpstreamError, why),
+            NoAnswer::TooLarge { status } => {
+                Problem::new(Code::UpstreamError, crate::forward::too_large(status))
+            }
+        }
+    }
+}

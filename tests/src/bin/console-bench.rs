@@ -13,7 +13,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::Instant;
 
 use idemgate_ledger::export::Format;
-use idemgate_ledger::{EntryFilter, EventFilter, EventRange};
+use idemgate_ledger::{EntryFilter, EntrySummary, EventFilter, EventRange};
 use idemgate_ops::{ArchiveCmd, ExportCmd, Ops};
 use serde_json::{json, Map, Value};
 
@@ -68,26 +68,12 @@ fn subject_search(ops: &Ops, repeats: usize, put: &mut impl FnMut(&str, Value)) 
     );
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let ledger = args.get(1).expect("usage: console-bench LEDGER [REPEATS]");
-    let repeats: usize = args.get(2).and_then(|r| r.parse().ok()).unwrap_or(5);
-    let ops = Ops::open_existing(ledger).expect("open ledger");
-    let mut out = Map::new();
-    let mut put = |k: &str, v: Value| {
-        out.insert(k.to_owned(), v);
-    };
-    let head = ops.store().head().expect("head").map_or(0, |h| h.seq);
-    put("events", json!(head));
-
+/// The Overview's numbers and the first pages of the lists; an entry from the middle of the first
+/// page, for the lookups after.
+fn pages(ops: &Ops, repeats: usize, put: &mut impl FnMut(&str, Value)) -> EntrySummary {
     let all = EntryFilter::default();
     let first = ops.entries(&all, None, 100).expect("entries");
     let next = first.next_before;
-    let probe = first
-        .entries
-        .get(first.entries.len() / 2)
-        .cloned()
-        .expect("an entry");
     put(
         "overview_stats_ms",
         json!(median_ms(repeats, || drop(ops.stats(24).expect("stats")))),
@@ -120,6 +106,26 @@ fn main() {
             ops.log(&EventFilter::default(), None, 100).expect("log")
         ))),
     );
+    first
+        .entries
+        .get(first.entries.len() / 2)
+        .cloned()
+        .expect("an entry")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let ledger = args.get(1).expect("usage: console-bench LEDGER [REPEATS]");
+    let repeats: usize = args.get(2).and_then(|r| r.parse().ok()).unwrap_or(5);
+    let ops = Ops::open_existing(ledger).expect("open ledger");
+    let mut out = Map::new();
+    let mut put = |k: &str, v: Value| {
+        out.insert(k.to_owned(), v);
+    };
+    let head = ops.store().head().expect("head").map_or(0, |h| h.seq);
+    put("events", json!(head));
+
+    let probe = pages(&ops, repeats, &mut put);
     let search = EventFilter {
         search: Some(probe.key.clone()),
         ..EventFilter::default()

@@ -347,6 +347,28 @@ fn initialize_answer(hello: &UpstreamResponse, text: &str) -> Option<Value> {
 /// An operator's replay of a stored call: a session of its own (initialize, initialized, the
 /// call, then the session ended), or, for a server that only takes the stateless revision, the
 /// call alone with its envelope. A failed handshake did not run the tool.
+/// The protocol revision a replay speaks, from the server's answer to `initialize` (none when it
+/// refused it): a server of the stateless revision only gets the call in its own envelope.
+fn negotiated(answer: Option<&Value>, body: &mut Value, info: &Value) -> Option<String> {
+    match answer {
+        Some(a) if a.get("result").is_some() => Some(
+            a["result"]["protocolVersion"]
+                .as_str()
+                .unwrap_or(SESSION_VERSION)
+                .to_owned(),
+        ),
+        Some(a) if a["error"]["code"].as_i64() == Some(-32022) => {
+            body["params"]["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": STATELESS_VERSION,
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": info,
+            });
+            Some(STATELESS_VERSION.to_owned())
+        }
+        _ => None,
+    }
+}
+
 async fn replay(client: &HttpClient, out: Outgoing<'_>, tool: &str) -> Attempt {
     let mut headers = replay_headers(out.headers);
     let info = json!({"name": "idemgate", "version": env!("CARGO_PKG_VERSION")});
@@ -371,27 +393,12 @@ async fn replay(client: &HttpClient, out: Outgoing<'_>, tool: &str) -> Attempt {
         .iter()
         .find(|(n, _)| n == "mcp-session-id")
         .and_then(|(_, v)| HeaderValue::from_str(v).ok());
-    let version = match &answer {
-        Some(a) if a.get("result").is_some() => a["result"]["protocolVersion"]
-            .as_str()
-            .unwrap_or(SESSION_VERSION)
-            .to_owned(),
-        // A server of the stateless revision only: the call carries its own envelope.
-        Some(a) if a["error"]["code"].as_i64() == Some(-32022) => {
-            body["params"]["_meta"] = json!({
-                "io.modelcontextprotocol/protocolVersion": STATELESS_VERSION,
-                "io.modelcontextprotocol/clientCapabilities": {},
-                "io.modelcontextprotocol/clientInfo": info,
-            });
-            STATELESS_VERSION.to_owned()
-        }
-        _ => {
-            return not_run(format!(
-                "initialize answered {}: {}",
-                hello.status,
-                text.chars().take(200).collect::<String>()
-            ))
-        }
+    let Some(version) = negotiated(answer.as_ref(), &mut body, &info) else {
+        return not_run(format!(
+            "initialize answered {}: {}",
+            hello.status,
+            text.chars().take(200).collect::<String>()
+        ));
     };
     if let Some(s) = &session {
         headers.insert(HeaderName::from_static("mcp-session-id"), s.clone());

@@ -31,7 +31,7 @@ pub use tools::{from_annotations, Source, Tools};
 
 use crate::config::Route;
 use crate::engine::{settled, Answer, Claimed, Engine, Req};
-use crate::forward::{self, NoAnswer, ReadAnswer};
+use crate::forward::{self, ReadAnswer};
 use crate::keys;
 use crate::problem::{Code, Problem};
 use crate::respond::{respond, respond_upstream, response};
@@ -154,7 +154,7 @@ impl Engine {
         req.metrics.forwarded.increment(1);
         forward::read_idle(&self.client, out, whole, STREAM_IDLE)
             .await
-            .map_err(no_answer)
+            .map_err(Problem::from)
     }
 
     /// A client ends a session (`DELETE`) while calls of it run: the server would cancel them, so
@@ -264,19 +264,7 @@ impl Engine {
     /// Claims a call and runs it, or answers as its claim says; the answer goes to `sink`.
     async fn run_call(&self, req: &Req<'_>, p: Prepared, body: Bytes, sink: &Sink) {
         let route = req.route;
-        let target = idemgate_ledger::without_secret_params(
-            req.parts.uri.path_and_query().map_or("/", |q| q.as_str()),
-            &route.secret_query,
-        )
-        .into_owned();
-        let mut stored = Engine::stored_request(
-            route,
-            req.parts,
-            &target,
-            &Bytes::from(p.call.stored_body()),
-            (route.forward_key && p.upstream_key != p.key).then_some(p.upstream_key.as_str()),
-        );
-        stored.method = "POST".into();
+        let stored = stored_call(req, &p);
         let make = |at| ClaimRequest {
             route: route.name.clone(),
             scope: p.scope.clone(),
@@ -341,23 +329,51 @@ impl Engine {
             headers: &headers,
             body,
         };
-        let (whole, message) = match crate::drive::drive(self, route, call).await {
-            // A JSON-RPC response (recorded, or one that says the call never ran).
-            Ok(r) if r.status == 200 => {
-                let m = r.body.to_vec();
-                (jsonrpc::answer(m.clone(), p.accept, 200), m)
-            }
-            // The transport's refusal, passed on as it came.
-            Ok(r) => {
-                let m = jsonrpc::upstream_refused(id, r.status);
-                (respond_upstream(r, None, None), m)
-            }
-            Err(e) => (
-                jsonrpc::problem_answer(id, &e, p.accept),
-                jsonrpc::problem_message(id, &e),
-            ),
-        };
+        let (whole, message) = driven(crate::drive::drive(self, route, call).await, id, p.accept);
         sink.finish(whole, &message).await;
+    }
+}
+
+/// A call as the ledger keeps its request: a POST of the call without its `id`.
+fn stored_call(req: &Req<'_>, p: &Prepared) -> idemgate_ledger::RequestRecord {
+    let route = req.route;
+    let target = idemgate_ledger::without_secret_params(
+        req.parts.uri.path_and_query().map_or("/", |q| q.as_str()),
+        &route.secret_query,
+    )
+    .into_owned();
+    let mut stored = Engine::stored_request(
+        route,
+        req.parts,
+        &target,
+        &Bytes::from(p.call.stored_body()),
+        (route.forward_key && p.upstream_key != p.key).then_some(p.upstream_key.as_str()),
+    );
+    stored.method = "POST".into();
+    stored
+}
+
+/// A driven call's answer to the client, and the JSON-RPC message it holds.
+fn driven(
+    r: Result<crate::forward::UpstreamResponse, Problem>,
+    id: &Value,
+    accept: Accept,
+) -> (axum::http::Response<crate::engine::ProxyBody>, Vec<u8>) {
+    match r {
+        // A JSON-RPC response (recorded, or one that says the call never ran).
+        Ok(r) if r.status == 200 => {
+            let m = r.body.to_vec();
+            (jsonrpc::answer(m.clone(), accept, 200), m)
+        }
+        // The transport's refusal, passed on as it came.
+        Ok(r) => {
+            let m = jsonrpc::upstream_refused(id, r.status);
+            (respond_upstream(r, None, None), m)
+        }
+        Err(e) => (
+            jsonrpc::problem_answer(id, &e, accept),
+            jsonrpc::problem_message(id, &e),
+        ),
     }
 }
 
@@ -486,17 +502,6 @@ fn empty(status: u16) -> axum::http::Response<crate::engine::ProxyBody> {
 }
 
 /// The problem for a passed-through message that brought no answer.
-fn no_answer(e: NoAnswer) -> Problem {
-    match e {
-        NoAnswer::Connect(why) => Problem::new(Code::UpstreamUnavailable, why).retry_after(1),
-        NoAnswer::Timeout(why) => Problem::new(Code::UpstreamError, why).with_status(504),
-        NoAnswer::Broken(why) => Problem::new(Code::UpstreamError, why),
-        NoAnswer::TooLarge { status } => {
-            Problem::new(Code::UpstreamError, forward::too_large(status))
-        }
-    }
-}
-
 /// A call's scope, key and fingerprint. The key, first found: the `Idempotency-Key` header (or
 /// the route's key header), `params.idempotencyKey`, `params._meta["io.idemgate/idempotency-key"]`,
 /// the tool's `key.arg`; else derived from the scope, route, tool and canonical arguments, which
