@@ -368,6 +368,32 @@ impl Ops {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use idemgate_ledger::testing;
+
+    #[test]
+    fn every_entry_is_walked_either_way_across_pages() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ops =
+            Ops::open_or_create(&dir.path().join("l.db").display().to_string()).expect("ledger");
+        let mut made = testing::expired_charges(ops.store().as_ref(), 2_300);
+        made.sort_unstable();
+        let walk = |limit: Option<usize>, oldest_first: bool| {
+            let mut ids = Vec::new();
+            let all = EntryFilter::default();
+            ops.each_entry_in_order(&all, limit, oldest_first, &mut |e| {
+                ids.push(e.id);
+                Ok(())
+            })
+            .expect("walk");
+            ids
+        };
+        assert_eq!(walk(None, true), made, "oldest first, across three pages");
+        assert_eq!(walk(Some(1_500), true), made[..1_500]);
+        let mut newest = made.clone();
+        newest.reverse();
+        assert_eq!(walk(None, false), newest);
+        assert_eq!(walk(Some(1_001), false), newest[..1_001]);
+    }
 
     fn req(body: &str) -> RequestRecord {
         RequestRecord {
