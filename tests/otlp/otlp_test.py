@@ -83,8 +83,10 @@ class UpstreamHandler(BaseHTTPRequestHandler):
             self.server.charges += 1
             self.server.traceparents.append(self.headers.get("traceparent"))
         if self.path.startswith("/mcp"):
+            declined = body.get("params", {}).get("arguments", {}).get("amount", 0) > 10_000
+            text = "card declined" if declined else "charged"
             out = {"jsonrpc": "2.0", "id": body.get("id"),
-                   "result": {"content": [{"type": "text", "text": "charged"}], "isError": False}}
+                   "result": {"content": [{"type": "text", "text": text}], "isError": declined}}
             return self.answer(200, out)
         if body.get("fail"):
             return self.answer(500, {"error": "the processor failed mid-charge"})
@@ -310,9 +312,23 @@ def an_mcp_tool_call_and_its_retry(stack: Stack) -> None:
     b = attrs(retry.attributes)
     assert b["idemgate.outcome"] == "replayed" and b["idemgate.replayed"] is True, b
     assert b["idemgate.key.hash"] == a["idemgate.key.hash"], b
+    assert "error.type" not in a, a
 
 
-SCENARIOS = [a_write_and_its_retry, an_unknown_outcome_is_an_error, an_mcp_tool_call_and_its_retry]
+def a_tool_s_own_failure_is_an_error_type(stack: Stack) -> None:
+    headers = {"Accept": "application/json, text/event-stream", "Mcp-Protocol-Version": "2025-11-25"}
+    call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": {"name": "charge", "arguments": {"amount": 20_000}}}
+    status, _, body = stack.post("/mcp", call, headers)
+    assert status == 200 and json.loads(body)["result"]["isError"] is True, body
+    [(_, s)] = eventually("the declined charge's span",
+                          lambda: stack.server_spans(**{"jsonrpc.request.id": "9"}))
+    a = attrs(s.attributes)
+    assert a["error.type"] == "tool_error" and a["idemgate.outcome"] == "executed", a
+
+
+SCENARIOS = [a_write_and_its_retry, an_unknown_outcome_is_an_error, an_mcp_tool_call_and_its_retry,
+             a_tool_s_own_failure_is_an_error_type]
 
 
 def main() -> int:

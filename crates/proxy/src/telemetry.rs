@@ -301,6 +301,20 @@ pub(crate) fn failed(code: &'static str, server_error: bool) {
     });
 }
 
+/// A tool call's JSON-RPC response: a result with `isError` is the tool's own failure, which MCP
+/// answers as a success; the span says so (`error.type = "tool_error"`), as MCP's conventions ask.
+pub(crate) fn tool_result(message: &[u8]) {
+    note(|| {
+        let failed = serde_json::from_slice::<serde_json::Value>(message)
+            .is_ok_and(|m| m["result"]["isError"] == serde_json::Value::Bool(true));
+        if failed {
+            vec![KeyValue::new("error.type", "tool_error")]
+        } else {
+            Vec::new()
+        }
+    });
+}
+
 /// The current request's `traceparent` for its upstream: this span as the upstream's parent.
 pub(crate) fn traceparent() -> Option<HeaderValue> {
     CALL.try_with(|c| {

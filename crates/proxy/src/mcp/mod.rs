@@ -363,6 +363,7 @@ fn driven(
         // A JSON-RPC response (recorded, or one that says the call never ran).
         Ok(r) if r.status == 200 => {
             let m = r.body.to_vec();
+            telemetry::tool_result(&m);
             (jsonrpc::answer(m.clone(), accept, 200), m)
         }
         // The transport's refusal, passed on as it came.
