@@ -344,9 +344,6 @@ fn initialize_answer(hello: &UpstreamResponse, text: &str) -> Option<Value> {
         .find_map(|e| e.data.as_deref().and_then(|d| response_for(d, &id)))
 }
 
-/// An operator's replay of a stored call: a session of its own (initialize, initialized, the
-/// call, then the session ended), or, for a server that only takes the stateless revision, the
-/// call alone with its envelope. A failed handshake did not run the tool.
 /// The protocol revision a replay speaks, from the server's answer to `initialize` (none when it
 /// refused it): a server of the stateless revision only gets the call in its own envelope.
 fn negotiated(answer: Option<&Value>, body: &mut Value, info: &Value) -> Option<String> {
@@ -369,6 +366,9 @@ fn negotiated(answer: Option<&Value>, body: &mut Value, info: &Value) -> Option<
     }
 }
 
+/// An operator's replay of a stored call: a session of its own (initialize, initialized, the
+/// call, then the session ended), or, for a server that only takes the stateless revision, the
+/// call alone with its envelope. A failed handshake did not run the tool.
 async fn replay(client: &HttpClient, out: Outgoing<'_>, tool: &str) -> Attempt {
     let mut headers = replay_headers(out.headers);
     let info = json!({"name": "idemgate", "version": env!("CARGO_PKG_VERSION")});

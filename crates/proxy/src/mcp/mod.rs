@@ -502,7 +502,6 @@ fn empty(status: u16) -> axum::http::Response<crate::engine::ProxyBody> {
     r
 }
 
-/// The problem for a passed-through message that brought no answer.
 /// A call's scope, key and fingerprint. The key, first found: the `Idempotency-Key` header (or
 /// the route's key header), `params.idempotencyKey`, `params._meta["io.idemgate/idempotency-key"]`,
 /// the tool's `key.arg`; else derived from the scope, route, tool and canonical arguments, which
