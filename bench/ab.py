@@ -43,7 +43,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import run  # noqa: E402  (bench/run.py: the upstream, serve, wrk and /proc helpers)
+import host  # noqa: E402  (bench/host.py: ports and /proc)
+import run  # noqa: E402  (bench/run.py: the upstream, serve and wrk)
 
 SCENARIOS = {"first": 1.0, "mix": 0.5, "replays": 0.0}
 # Thread names (/proc/PID/task/TID/comm, 15 characters at most) and the column each is summed in.
@@ -63,7 +64,7 @@ def sample(pid):
     tick = os.sysconf("SC_CLK_TCK")
 
     def read(path):
-        comm, fields = run.proc_stat(path)
+        comm, fields = host.proc_stat(path)
         with open(f"{path}/io") as f:
             io = dict(line.split(": ") for line in f.read().splitlines())
         cpu = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
@@ -106,7 +107,7 @@ def pair_run(stack, sides, args, pair, script):
     procs = {}
     try:
         for label, (binary, env) in sides.items():
-            port = run.free_port()
+            port = host.free_port()
             ledger = os.path.join(stack.work, f"{label}-{pair}.db")
             procs[label] = (stack.serve(f"{label}-{pair}", port, ledger, binary, env), port, ledger)
             if fresh < 1.0:
@@ -181,7 +182,7 @@ def paused(pid):
     """Whether every thread of `pid` has stopped (SIGSTOP is delivered asynchronously)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            if run.proc_stat(f"/proc/{pid}/task/{tid}")[1][0] not in "Tt":
+            if host.proc_stat(f"/proc/{pid}/task/{tid}")[1][0] not in "Tt":
                 return False
         except OSError:
             pass  # the thread ended

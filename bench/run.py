@@ -24,10 +24,14 @@ import signal
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
+
+from host import (block_device, cpu_seconds, cpu_times, disk_counters, disk_since, free_port, machine,
+                  peak_rss_mb, reap, steal_since, wait_port)
+from report import (DIRECT, PASS_THROUGH, PEER_DURABLE, PEER_NAME, PG, PG_TWO, TRACED, check, disk_cells,
+                    report)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.environ.get("BENCH_SMOKE") == "1"
@@ -42,16 +46,6 @@ IPS = os.path.abspath(os.environ.get("IPS_BIN", os.path.join(
     os.environ.get("CARGO_HOME", os.path.expanduser("~/.cargo")), "idemgate-bench-tools/bin/idempotent-proxy-server")))
 # The peer takes minutes to build; a smoke run (BENCH_PEER=0, as CI's) goes without its row.
 PEER = os.environ.get("BENCH_PEER", "0" if SMOKE else "1") == "1"
-PEER_NAME = "idempotent-proxy-server"
-# The same peer with its Redis as durable as idemgate's ledger: every write fsync'd before the
-# answer (`appendfsync always`).
-PEER_DURABLE = "idempotent-proxy-server, Redis fsync always"
-PG = "idemgate (PostgreSQL)"
-# idemgate on SQLite with [telemetry] on: a span per call, sent over OTLP to a sink that answers 200.
-TRACED = "idemgate, spans over OTLP"
-# Two `idemgate serve` instances sharing one PostgreSQL ledger, loaded at once (half the
-# connections each): what the shared write lock leaves of a second instance.
-PG_TWO = "idemgate (PostgreSQL, 2 instances)"
 # The admin token of the benchmark's own instances (their /metrics report the write lock's use).
 ADMIN_TOKEN = "bench-" + uuid.uuid4().hex
 OUT = os.path.join(ROOT, "target/bench")
@@ -74,89 +68,6 @@ def post(path, key, extra=""):
 
 CONNECTIONS = 64
 REPLAY_KEYS = 100
-# Reference rows, not contenders: what bounds the others on this machine. DIRECT is wrk against the
-# static upstream itself (one hop, the cheapest answer any server here can give: the ceiling of a
-# replay); PASS_THROUGH is idemgate forwarding without its ledger (the ceiling of a first call with
-# idemgate's HTTP path).
-DIRECT = "upstream, direct (one hop)"
-PASS_THROUGH = "idemgate, pass-through (no ledger)"
-REFERENCES = [DIRECT, PASS_THROUGH]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, what, proc=None, timeout=30):
-    end = time.time() + timeout
-    while time.time() < end:
-        if proc is not None and proc.poll() is not None:
-            raise SystemExit(f"bench: {what} exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"bench: {what} did not listen on {port}")
-
-
-def peak_rss_mb(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
-def process_tree(pid):
-    """`pid` and its descendants (from /proc/PID/task/*/children)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for t in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{t}/children") as f:
-                    todo.extend(int(c) for c in f.read().split())
-        except OSError:
-            pass
-    return out
-
-
-def proc_stat(path):
-    """The name and the fields after it of the process or thread at `path` (/proc/PID or
-    /proc/PID/task/TID): fields[0] is its state, fields[11] and [12] its user and system ticks."""
-    with open(f"{path}/stat") as f:
-        stat = f.read()
-    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-
-
-def cpu_seconds(roots):
-    """User + system CPU seconds used so far by the processes `roots` and their descendants."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for root in roots:
-        for p in process_tree(root):
-            try:
-                fields = proc_stat(f"/proc/{p}")[1]
-                total += int(fields[11]) + int(fields[12])  # utime, stime
-            except (OSError, IndexError, ValueError):
-                pass
-    return total / tick
-
-
-def reap(p):
-    """Waits up to 10 s for the signalled process `p` to end, then kills it."""
-    try:
-        p.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
 
 
 class Stack:
@@ -589,72 +500,6 @@ def pct(sorted_vals, p):
     return sorted_vals[min(len(sorted_vals) - 1, int(len(sorted_vals) * p / 100))]
 
 
-def cpu_times():
-    """(steal, total) jiffies of all CPUs, from /proc/stat."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return v[7], sum(v)
-
-
-def steal_since(t0):
-    """The share of CPU time the hypervisor took from this VM since `t0` (cpu_times())."""
-    s1, t1 = cpu_times()
-    return (s1 - t0[0]) / max(1, t1 - t0[1])
-
-
-def block_device(path):
-    """The /proc/diskstats name of the disk that holds `path` (a partition's parent disk, whose
-    flush counters the kernel keeps), or None if it is not on a block device (tmpfs, overlay)."""
-    st = os.stat(path)
-    sys_path = os.path.realpath(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
-    if not os.path.exists(sys_path):
-        return None
-    if os.path.exists(os.path.join(sys_path, "partition")):
-        sys_path = os.path.dirname(sys_path)
-    return os.path.basename(sys_path)
-
-
-def disk_counters(dev):
-    """`dev`'s (writes, ms writing, sectors written, flushes, ms flushing) so far, from
-    /proc/diskstats; None if unknown."""
-    if dev is None:
-        return None
-    with open("/proc/diskstats") as f:
-        for line in f:
-            p = line.split()
-            if p[2] == dev and len(p) >= 20:
-                return int(p[7]), int(p[10]), int(p[9]), int(p[18]), int(p[19])
-    return None
-
-
-def disk_since(dev, d0):
-    """What `dev` did since `d0` (disk_counters): MB written, and the mean time a write and a
-    flush (what an fsync waits for) took, queueing included. The 1k req/s tail follows the disk
-    as much as the CPU's steal; None where unknown."""
-    d1 = disk_counters(dev)
-    if d0 is None or d1 is None:
-        return {"disk_mb": None, "disk_ms_per_write": None, "disk_ms_per_flush": None}
-    writes, flushes = d1[0] - d0[0], d1[3] - d0[3]
-    return {"disk_mb": (d1[2] - d0[2]) * 512 / 1e6,
-            "disk_ms_per_write": (d1[1] - d0[1]) / writes if writes else None,
-            "disk_ms_per_flush": (d1[4] - d0[4]) / flushes if flushes else None}
-
-
-def machine():
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"cpus": os.cpu_count(), "cpu": cpu, "kernel": os.uname().release,
-            "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip(),
-            "wrk": (subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines() or ["?"])[0]}
-
-
 def main():
     for b in [IDEMGATE, CONSOLE_BENCH, *([IPS] if PEER else [])]:
         if not os.path.exists(b):
@@ -665,7 +510,7 @@ def main():
     with open(script, "w") as f:
         f.write(WRK_SCRIPT)
     stack = Stack(work)
-    results = {"machine": machine(), "smoke": SMOKE, "seconds": SECONDS, "rounds": ROUNDS,
+    results = {"machine": machine(), "smoke": SMOKE, "sequential": SEQUENTIAL, "seconds": SECONDS, "rounds": ROUNDS,
                "connections": CONNECTIONS, "scenarios": {}, "rate": {}, "console": {}}
     proxies_t0 = cpu_times()
     try:
@@ -748,125 +593,6 @@ def main():
         f.write(md)
     print(md)
     check(results)
-
-
-def fmt(v, spec):
-    return "–" if v is None else format(v, spec)
-
-
-def disk_cells(x):
-    """A fixed-rate run's disk columns (disk_since's), formatted: MB written, ms a write, ms a flush."""
-    return fmt(x["disk_mb"], ".0f"), fmt(x["disk_ms_per_write"], ".2f"), fmt(x["disk_ms_per_flush"], ".2f")
-
-
-def ratio(a, b):
-    return f"{a / b:.2f}×" if a and b else "–"
-
-
-def report(r):
-    lines = []
-    m = r["machine"]
-    lines.append(f"Machine: {m['cpus']} CPUs ({m['cpu']}), Linux {m['kernel']}; {m['nginx']}; {m['wrk']}. "
-                 f"wrk -t2 -c{r['connections']} -d{r['seconds']}s, {r['rounds']} alternating round(s), medians. "
-                 f"The hypervisor took {r['proxies_steal']:.0%} of this VM's CPU time (steal) during the proxies' runs."
-                 + (" **Smoke run: not a measurement.**" if r["smoke"] else ""))
-    lines.append("")
-    lines.append("CPU µs/req: the CPU time of the target's own processes per request (idempotent-proxy-server "
-                 "with its redis-server, idemgate on PostgreSQL with the PostgreSQL server, nginx with its workers), "
-                 "read from /proc over each run. The rows in italics are references, not contenders: "
-                 f"*{DIRECT}* is the ceiling of any answer on this machine, *{PASS_THROUGH}* the ceiling of "
-                 "idemgate's HTTP path.")
-    lines.append("")
-    lines.append("| scenario | proxy | req/s | p50 ms | p99 ms | errors | CPU µs/req | vs nginx | "
-                 "vs idempotent-proxy-server | vs idempotent-proxy-server, fsync always |")
-    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for sc, rows in r["scenarios"].items():
-        ngx, ips = rows["nginx"]["rps"], rows.get(PEER_NAME, {}).get("rps")
-        durable = rows.get(PEER_DURABLE, {}).get("rps")
-        for n, x in rows.items():
-            name = f"*{n}*" if n in REFERENCES else n
-            cpu = f"{x['cpu_us']:.0f}" if x.get("cpu_us") is not None else "–"
-            lines.append(f"| {sc} | {name} | {x['rps']:.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {x['errors']} | "
-                         f"{cpu} | {ratio(x['rps'], ngx)} | {ratio(x['rps'], ips)} | {ratio(x['rps'], durable)} |")
-    lines.append("")
-    lines.append("The PostgreSQL ledger's write lock (from the instances' /metrics; medians of the runs): how many "
-                 "jobs a batch carried, how long it held the lock (its statements and its COMMIT), how long it "
-                 "waited for it; and first calls against the SQLite row:")
-    lines.append("")
-    lines.append("| scenario | target | jobs a batch | lock held ms a batch | lock wait ms a batch | req/s vs idemgate (SQLite) |")
-    lines.append("|---|---|---:|---:|---:|---:|")
-    for sc, rows in r["scenarios"].items():
-        for n in [PG, PG_TWO]:
-            x = rows.get(n, {})
-            if "lock_held_ms" in x:
-                lines.append(f"| {sc} | {n} | {x['jobs_per_batch']:.1f} | {x['lock_held_ms']:.2f} | "
-                             f"{x['lock_wait_ms']:.2f} | {ratio(x['rps'], rows['idemgate']['rps'])} |")
-    lines.append("")
-    lines.append("Fixed 1,000 req/s (open loop, fresh keys), latency from the scheduled send time; and, as the "
-                 f"floor under it, {SEQUENTIAL:,} fresh-key requests one at a time on one connection (nothing "
-                 "queued before any of them). Steal: the CPU time the hypervisor took from this VM during "
-                 "that target's fixed-rate run. Disk: what the disk holding the ledgers did in that run "
-                 "(/proc/diskstats, every process's I/O): MB written, and the mean time a write and a flush "
-                 "(what an fsync waits for) took, queueing included:")
-    lines.append("")
-    lines.append("| target | p50 ms | p99 ms | p99 added over direct | steal | disk: MB written | ms a write | "
-                 "ms a flush | one at a time: p50 ms | p99 ms | errors |")
-    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    d = r["rate"]["direct"]["p99_ms"]
-    for n, x in r["rate"].items():
-        name = f"*{n}*" if n in REFERENCES else n
-        lines.append(f"| {name} | {x['p50_ms']:.3f} | {x['p99_ms']:.3f} | {x['p99_ms'] - d:+.3f} | {x['steal']:.1%} | "
-                     f"{' | '.join(disk_cells(x))} | "
-                     f"{x['alone_p50_ms']:.3f} | {x['alone_p99_ms']:.3f} | {x['errors']} |")
-    lines.append("")
-    c = r["console"]
-    lines.append(f"Console data calls on a {c['events']:,}-event demo ledger ({c['ledger_mb']:.0f} MB, seeded in "
-                 f"{c['demo_seconds']:.0f} s), medians of 5; steal during these calls {c['steal']:.0%}:")
-    lines.append("")
-    lines.append("| call | time |")
-    lines.append("|---|---:|")
-    for k, label in [("overview_stats_ms", "overview stats (24 h)"), ("entries_first_page_ms", "entries, first page"),
-                     ("entries_next_page_ms", "entries, next page"), ("stuck_first_page_ms", "stuck, first page"),
-                     ("log_first_page_ms", "log, first page"), ("log_search_ms", "log, filtered search (a key)"),
-                     ("log_search_first_ms", "log, the first search (builds its skip index)"),
-                     ("key_lookup_ms", "key lookup"), ("collision_diff_ms", "collision diff (entry view)"),
-                     ("subject_search_ms", "subject search (a customer id: the console's search box)"),
-                     ("subject_lookup_ms", "subject search by name (customer=cus_…)")]:
-        if k in c:
-            lines.append(f"| {label} | {c[k]:.1f} ms |")
-    lines.append(f"| export of the newest {c['exported_events']:,} events (NDJSON) | {c['export_s']:.2f} s |")
-    lines.append(f"| verify of all {c['events']:,} events | {c['verify_all_s']:.2f} s |")
-    lines.append(f"| archive of the {c['archived_events']:,} older events ({c['archive_mb']:.0f} MB of segments) | {c['archive_s']:.2f} s |")
-    lines.append(f"| verify of the whole history (segments + live log) | {c['verify_history_s']:.2f} s |")
-    lines.append(f"| console backend peak RSS | {c['peak_rss_mb']:.0f} MB |")
-    lines.append(f"| `idemgate serve` peak RSS under the load above | {r['serve_peak_rss_mb'] or 0:.0f} MB |")
-    if r.get("ips_peak_rss_mb") is not None:
-        lines.append(f"| idempotent-proxy-server peak RSS under the same load | {r['ips_peak_rss_mb']:.0f} MB |")
-    lines.append("")
-    return "\n".join(lines)
-
-
-def check(r):
-    """The harness must have measured something real: every target answered and used CPU, and
-    idemgate (and the upstream) without errors. Errors of the others are reported in the table, not
-    fatal."""
-    bad = []
-    for sc, rows in r["scenarios"].items():
-        for n, x in rows.items():
-            if x["rps"] <= 0:
-                bad.append(f"{sc}/{n}: no requests")
-            if not x.get("cpu_us"):
-                bad.append(f"{sc}/{n}: no CPU time measured for its processes")
-            if x["errors"] and (n.startswith("idemgate") or n == DIRECT):
-                bad.append(f"{sc}/{n}: {x['errors']} errors")
-            if n in (PG, PG_TWO) and "lock_held_ms" not in x:
-                bad.append(f"{sc}/{n}: no write-lock series on the instances' /metrics")
-    for n, x in r["rate"].items():
-        if x["errors"] and (n.startswith("idemgate") or n == "direct"):
-            bad.append(f"1k req/s {n}: {x['errors']} errors")
-    if bad:
-        raise SystemExit("bench: " + "; ".join(bad))
-    print("bench: ok")
 
 
 if __name__ == "__main__":

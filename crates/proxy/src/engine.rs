@@ -26,7 +26,7 @@ use opentelemetry::KeyValue;
 
 use crate::config::{Config, Protocol, Route};
 use crate::flights::Flights;
-use crate::forward::{self, HttpClient, NoAnswer, ReadAnswer};
+use crate::forward::{self, HttpClient};
 use crate::keys;
 use crate::problem::{Code, Problem};
 use crate::read_body;
@@ -40,12 +40,12 @@ use crate::telemetry;
 
 pub(crate) use crate::claim::{settled, Claimed};
 pub(crate) use crate::drive::{drive, ClaimedCall};
-use crate::respond::response;
 pub use crate::respond::{respond, respond_upstream};
 pub(crate) use metrics_of_route::RouteMetrics;
 
 mod make;
 mod metrics_of_route;
+mod read;
 
 /// The most header bytes (names and values) a proxied request may carry; more gets 431.
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
@@ -264,19 +264,6 @@ impl Engine {
         }
     }
 
-    /// A read, on the connection's task.
-    async fn read(
-        &self,
-        route_at: usize,
-        parts: &axum::http::request::Parts,
-        peer: SocketAddr,
-        body: Incoming,
-    ) -> Answer {
-        let req = &self.req(route_at, parts, peer);
-        let body = self.body(req, body).await?;
-        self.read_path(req, body).await
-    }
-
     /// A write. Its body is read, its key and fingerprint made and the replay cache asked on the
     /// connection's task: nothing is written until then, so a client that goes away leaves
     /// nothing behind, and a replay (the commonest write under retries) costs no task of its own.
@@ -316,79 +303,6 @@ impl Engine {
             signature::verify(sig, h, &body, now_millis() / 1000)?;
         }
         Ok(body)
-    }
-
-    async fn read_path(&self, req: &Req<'_>, body: Bytes) -> Answer {
-        let (route, parts) = (req.route, req.parts);
-        if route.scope_required {
-            keys::scope(route, &parts.headers)?;
-        }
-        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let mut cached = route
-            .cache_ttl
-            .and_then(|ttl| Some((ttl, ReadCache::lookup(route, parts)?)));
-        if let Some((_, place)) = &cached {
-            if let Some(r) = self.read_cache.get(place, &parts.headers) {
-                req.metrics.cache_hit.increment(1);
-                telemetry::outcome("cached");
-                return Ok(respond_upstream(r, None, Some("HIT")));
-            }
-        }
-        let uri = forward::upstream_uri(&route.upstream, pq)
-            .map_err(|e| Problem::new(Code::BadRequest, e))?;
-        let headers = self.forward_headers(req, None);
-        // Kept whole to cache it; else streamed.
-        let whole = cached.is_some();
-        let mut n = 1;
-        loop {
-            let out = forward::Outgoing {
-                method: &parts.method,
-                uri: uri.clone(),
-                headers: &headers,
-                body: body.clone(),
-                timeout: route.timeout,
-            };
-            let a = forward::read(&self.client, out, whole).await;
-            if let Some((class, wait)) = read_again(route, n, &a) {
-                counter!("idemgate_retries_total", "route" => route.name.clone(), "class" => class)
-                    .increment(1);
-                tokio::time::sleep(wait).await;
-                n += 1;
-                continue;
-            }
-            return match a {
-                Ok(ReadAnswer::Whole(r)) => {
-                    let keep = !forward::not_executed(r.status)
-                        && !forward::outcome_unknown(r.status)
-                        && parts.method != Method::HEAD;
-                    if let Some((ttl, place)) = cached.take().filter(|_| keep) {
-                        self.read_cache.put(place, &parts.headers, &r, ttl);
-                    }
-                    req.metrics.forwarded.increment(1);
-                    telemetry::outcome("forwarded");
-                    Ok(respond_upstream(r, None, route.cache_ttl.map(|_| "MISS")))
-                }
-                Ok(ReadAnswer::Streamed {
-                    status,
-                    headers,
-                    body,
-                }) => {
-                    req.metrics.forwarded.increment(1);
-                    telemetry::outcome("forwarded");
-                    let cache = route.cache_ttl.map(|_| "MISS");
-                    Ok(response(
-                        status,
-                        &headers,
-                        Either::Right(Either::Left(body)),
-                        None,
-                        false,
-                        cache,
-                    ))
-                }
-                // Too large only for a HEAD's answer, read whole without a way to stream the rest.
-                Err(e) => Err(Problem::from(e)),
-            };
-        }
     }
 
     /// Headers sent upstream: the client's minus hop-by-hop ones, with forwarding headers and,
@@ -679,32 +593,6 @@ impl Engine {
             at: now_millis(),
         }
     }
-}
-
-/// Whether the `n`th try of a read is tried again, and after how long. A read does nothing
-/// upstream: what the upstream answers is passed on, whatever its status (a 500 with the
-/// upstream's own words in it too), once those that say "not now" (408, 425, 429, 503) and failed
-/// connections have had the route's retries.
-fn read_again(
-    route: &Route,
-    n: u32,
-    a: &Result<ReadAnswer, NoAnswer>,
-) -> Option<(&'static str, std::time::Duration)> {
-    let (class, after) = match a {
-        Ok(r) if forward::not_executed(r.status()) => (
-            forward::retry_class(r.status()),
-            forward::retry_after_secs(r.headers()),
-        ),
-        Err(NoAnswer::Connect(_)) => ("connect", None),
-        _ => return None,
-    };
-    if n >= route.retry.attempts {
-        return None;
-    }
-    Some((
-        class,
-        forward::retry_wait(route.retry.base, route.retry.max, n, after)?,
-    ))
 }
 
 /// The answer to a claim the ledger settled without this request running: a replay, or why it
