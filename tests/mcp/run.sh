@@ -8,9 +8,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 idemgate=${IDEMGATE_BIN:-$root/target/debug/idemgate}
 venv=$root/target/mcp-venv
-if ! "$venv/bin/python" -c 'import mcp' 2>/dev/null; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check 'mcp==2.3.0'
-fi
+source "$root/tests/pinned_venv.sh"
+pinned_venv "$venv" mcp 'mcp==2.3.0'
 (cd "$root/tests/mcp" && npm ci --no-audit --no-fund --silent)
 exec "$venv/bin/python" "$root/tests/mcp/sdk_test.py" "$idemgate"

@@ -10,14 +10,11 @@ Usage: python sdk_test.py IDEMGATE_BIN   (run by tests/mcp/run.sh, which install
 """
 
 import asyncio
-import inspect
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import traceback
 import urllib.request
 
@@ -25,29 +22,11 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from py_support import eventually_async, free_port, wait_port  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKEN = "mcp-sdk-test-admin-token-0123456789"
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_port(port: int, what: str, proc: subprocess.Popen) -> None:
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited: {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{what} did not listen on {port}")
 
 
 class Stack:
@@ -117,21 +96,6 @@ timeout = "20s"
                 p.kill()
 
 
-async def eventually(what: str, check, seconds: float = 30):
-    """Polls `check` (a function, or one that awaits) until it gives a true value, and returns it;
-    fails after `seconds`."""
-    deadline = time.time() + seconds
-    while True:
-        got = check()
-        if inspect.isawaitable(got):
-            got = await got
-        if got:
-            return got
-        if time.time() > deadline:
-            raise AssertionError(f"{what}: not within {seconds}s")
-        await asyncio.sleep(0.05)
-
-
 def client(stack: Stack, mode: str, agent: str = "py-agent", timeout: float | None = None) -> Client:
     http = create_mcp_http_client(headers={"X-Agent-Id": agent})
     return Client(
@@ -173,7 +137,7 @@ async def retried_charge_runs_once(stack: Stack, mode: str) -> None:
         mine = [e for e in stack.entries(tool="charge") if e["scope"] == "py-agent"]
         return any(e["replays"] >= 1 for e in mine)
 
-    await eventually("the replay counted on the entry", replayed)
+    await eventually_async("the replay counted on the entry", replayed)
 
 
 async def progress_is_streamed(stack: Stack, mode: str) -> None:
@@ -202,7 +166,7 @@ async def a_client_that_gives_up_does_not_cancel(stack: Stack, mode: str) -> Non
     except Exception:  # the SDK's timeout (an McpError, or a task group's wrapper of it)
         pass
     # The upstream finishes the call the client gave up on: its count reaches one.
-    await eventually("the call ran to its end", lambda: ran_once(stack, mode, order))
+    await eventually_async("the call ran to its end", lambda: ran_once(stack, mode, order))
     async with client(stack, mode) as c:
         r = await c.call_tool("slow_charge", args)
     assert f"ch_{order}_1" in text(r), text(r)

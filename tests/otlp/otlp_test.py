@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import traceback
 import urllib.error
 import urllib.request
@@ -27,6 +26,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from py_support import eventually, free_port  # noqa: E402
 
 TOKEN = "otlp-test-admin-token-0123456789abcdef"
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -115,26 +117,6 @@ def attrs(kvs) -> dict:
 
 def serve(srv: ThreadingHTTPServer) -> None:
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def eventually(what: str, check, seconds: float = 30):
-    """Polls `check` until it gives a true value, and returns it; fails after `seconds`."""
-    deadline = time.time() + seconds
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.time() > deadline:
-            raise AssertionError(f"{what}: not within {seconds}s")
-        time.sleep(0.05)
 
 
 class Stack:

@@ -6,8 +6,6 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 idemgate=${IDEMGATE_BIN:-$root/target/debug/idemgate}
 venv=$root/target/otlp-venv
-if ! "$venv/bin/python" -c 'import opentelemetry.proto' 2>/dev/null; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check 'opentelemetry-proto==1.45.2' 'protobuf==7.36.2'
-fi
+source "$root/tests/pinned_venv.sh"
+pinned_venv "$venv" opentelemetry.proto 'opentelemetry-proto==1.45.2' 'protobuf==7.36.2'
 exec "$venv/bin/python" "$root/tests/otlp/otlp_test.py" "$idemgate"

@@ -1,0 +1,56 @@
+"""What the Python suites (tests/mcp, tests/otlp) share: a free port, waiting for a listener, and
+polling for a condition with a deadline. Each suite puts this directory on its `sys.path`."""
+
+import asyncio
+import inspect
+import socket
+import subprocess
+import time
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_port(port: int, what: str, proc: subprocess.Popen) -> None:
+    """Waits until something listens on `port`; fails when `proc` exits first or after 30 s."""
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited: {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{what} did not listen on {port}")
+
+
+def eventually(what: str, check, seconds: float = 30):
+    """Polls `check` until it gives a true value, and returns it; fails after `seconds`."""
+    deadline = time.time() + seconds
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.time() > deadline:
+            raise AssertionError(f"{what}: not within {seconds}s")
+        time.sleep(0.05)
+
+
+async def eventually_async(what: str, check, seconds: float = 30):
+    """`eventually` on an event loop: `check` may be a function or one that awaits."""
+    deadline = time.time() + seconds
+    while True:
+        got = check()
+        if inspect.isawaitable(got):
+            got = await got
+        if got:
+            return got
+        if time.time() > deadline:
+            raise AssertionError(f"{what}: not within {seconds}s")
+        await asyncio.sleep(0.05)
