@@ -5,14 +5,13 @@
 //! stable code; the other commands are the console's own (the open ledger, jobs, the embedded
 //! proxy). An action is recorded under the name typed with the OS user beside it.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use idemgate_ledger::Progress;
+use idemgate_ops::ledger::Progress;
 use idemgate_ops::{
-    dispatch, os_user, Code, ErrorBody, JobProgress, LedgerInfo, Ops, OpsError, OpsResult,
+    dispatch, jobs::Running, os_user, Code, ErrorBody, JobProgress, LedgerInfo, Ops, OpsError,
+    OpsResult,
 };
 use idemgate_proxy::{Config, Engine};
 use idemgate_server::{ProxyStatus, Server};
@@ -70,7 +69,7 @@ pub const SERVER_CONFIG: &str = "/etc/idemgate/idemgate.toml";
 fn server_ledger(path: &std::path::Path) -> Option<String> {
     let cfg = Config::load_for_operations(&path.display().to_string()).ok()?;
     let ledger = std::path::Path::new(&cfg.ledger);
-    let usable = !idemgate_ledger::is_postgres(&cfg.ledger)
+    let usable = !idemgate_ops::ledger::is_postgres(&cfg.ledger)
         && std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -89,7 +88,7 @@ struct Embedded {
 /// The console's state: the open ledger, cancellable jobs, the embedded proxy.
 pub struct Console {
     ops: RwLock<Result<Ops, ErrorBody>>,
-    jobs: Mutex<HashMap<String, Arc<AtomicBool>>>,
+    jobs: Arc<Running>,
     proxy: tokio::sync::Mutex<Option<Embedded>>,
 }
 
@@ -123,7 +122,7 @@ impl Console {
         }
         Console {
             ops: RwLock::new(ops.map_err(|e| err(&e))),
-            jobs: Mutex::new(HashMap::new()),
+            jobs: Arc::default(),
             proxy: tokio::sync::Mutex::new(None),
         }
     }
@@ -142,20 +141,6 @@ impl Console {
             .await
             .map_err(internal)?
             .map_err(|e| err(&e))
-    }
-
-    fn job_flag(&self, id: &str) -> Arc<AtomicBool> {
-        let flag = Arc::new(AtomicBool::new(false));
-        if let Ok(mut j) = self.jobs.lock() {
-            j.insert(id.to_owned(), flag.clone());
-        }
-        flag
-    }
-
-    fn end_job(&self, id: &str) {
-        if let Ok(mut j) = self.jobs.lock() {
-            j.remove(id);
-        }
     }
 
     // ---- the commands, callable without a webview (tests) ------------------------------------
@@ -247,26 +232,14 @@ impl Console {
         progress: impl Fn(u64) + Send + 'static,
         f: impl FnOnce(&Ops, Progress<'_>) -> OpsResult<T> + Send + 'static,
     ) -> R<T> {
-        let cancel = self.job_flag(job);
-        let r = self
-            .call_blocking(move |o| {
-                f(o, &mut |n| {
-                    progress(n);
-                    !cancel.load(Ordering::Relaxed)
-                })
-            })
-            .await;
-        self.end_job(job);
-        r
+        let (jobs, job) = (Arc::clone(&self.jobs), job.to_owned());
+        self.call_blocking(move |o| jobs.run(&job, progress, |p| f(o, p)))
+            .await
     }
 
     /// Asks a running job to stop; `false` when there is no such job.
     pub fn cancel_job(&self, job: &str) -> bool {
-        self.jobs
-            .lock()
-            .ok()
-            .and_then(|j| j.get(job).map(|f| f.store(true, Ordering::Relaxed)))
-            .is_some()
+        self.jobs.cancel(job)
     }
 
     async fn engine(&self) -> R<Engine> {

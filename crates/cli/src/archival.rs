@@ -9,8 +9,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use idemgate_ledger::archive::{ArchiveReport, ArchiveVerifyReport};
-use idemgate_ledger::checkpoint::{self, PublicKey, Signer};
+use idemgate_ops::ledger::{generate_key, ArchiveReport, ArchiveVerifyReport, PublicKey, Signer};
 use idemgate_ops::{ArchiveCmd, Ops, OpsError};
 use idemgate_proxy::Config;
 
@@ -67,7 +66,7 @@ pub(crate) fn keygen(out: &mut output::Out, a: KeygenArgs) -> Result<ExitCode, O
         .name
         .unwrap_or_else(|| format!("{}/idemgate", host_name()));
     let (private, public) =
-        checkpoint::generate(&name).map_err(|e| OpsError::invalid("name", &e.to_string()))?;
+        generate_key(&name).map_err(|e| OpsError::invalid("name", &e.to_string()))?;
     let with = |ext: &str| {
         let mut s = a.out.as_os_str().to_owned();
         s.push(ext);

@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use idemgate_ledger::export::Format;
-use idemgate_ledger::{ChainHasher, EventRange};
+use idemgate_ops::ledger::{ChainHasher, EventRange, Format};
 use idemgate_ops::{ExportCmd, Ops, OpsError};
 
 use crate::{interrupt, output, stopped, with_progress, FormatArg, LedgerArg};
@@ -74,7 +73,7 @@ pub(crate) fn export(out: &mut output::Out, a: ExportArgs) -> Result<ExitCode, O
         out.flush().ok();
         return Ok(ExitCode::SUCCESS);
     }
-    let total = ops.store().head()?.map(|h| h.seq as u64);
+    let total = ops.last_seq()?;
     let manifest = with_progress("exporting", "events", total, |p| ops.export(&cmd, p))?;
     match (manifest, interrupt::asked()) {
         (Some(m), _) => output::exported(out, &path, &m, json)?,
@@ -171,13 +170,7 @@ pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, O
         let ops = ledger.as_deref().map(Ops::open_existing).transpose()?;
         let r = with_progress("verifying", "events", None, |p| match &ops {
             Some(ops) => ops.verify_archive(&dir, key.as_ref(), p),
-            None => Ok(idemgate_ledger::archive::verify_archive(
-                &dir,
-                None,
-                &hasher,
-                key.as_ref(),
-                p,
-            )?),
+            None => idemgate_ops::verify_archive_files(&dir, &hasher, key.as_ref(), p),
         })?;
         crate::archival::verified_archive(out, &r, json)?;
         (r.ok, r.cancelled)
@@ -192,7 +185,7 @@ pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, O
     } else {
         let location = ledger.unwrap_or_default();
         let ops = Ops::open_existing(&location)?;
-        let total = ops.store().head()?.map(|h| h.seq as u64);
+        let total = ops.last_seq()?;
         match (against, &key) {
             (Some(m), Some(k)) => {
                 let r = with_progress("verifying", "events", total, |p| {

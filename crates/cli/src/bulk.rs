@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
-use idemgate_ledger::EntryFilter;
+use idemgate_ops::ledger::EntryFilter;
 use idemgate_ops::{BulkCmd, BulkKind, BulkTarget, Ops, ResolveAs};
 use idemgate_proxy::Config;
 

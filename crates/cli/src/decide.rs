@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use idemgate_ledger::{EntryFilter, ResponseRecord};
+use idemgate_ops::ledger::{EntryFilter, ResponseRecord};
 use idemgate_ops::{Ops, OpsError, PurgeCmd, PurgeTarget, ResolveCmd, ReviewCmd};
 
 use crate::{interrupt, output, stopped, with_progress, ActorArgs, AsArg, LedgerArg};
@@ -99,7 +99,7 @@ pub(crate) fn resolve(out: &mut output::Out, a: ResolveArgs) -> Result<ExitCode,
         }
         Some(f) => {
             // No more than one byte over what a response may hold: the check refuses it.
-            let limit = idemgate_ledger::MAX_RESPONSE_BODY as u64 + 1;
+            let limit = idemgate_ops::ledger::MAX_RESPONSE_BODY as u64 + 1;
             let mut body = Vec::new();
             std::fs::File::open(&f)
                 .and_then(|file| file.take(limit).read_to_end(&mut body))

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use idemgate_ledger::{EntryFilter, EventFilter, Progress, State};
+use idemgate_ops::ledger::{EntryFilter, EventFilter, Progress, State};
 use idemgate_ops::{Ops, OpsError, ResolveAs};
 
 #[derive(Parser, Debug)]
@@ -519,13 +519,13 @@ fn demo(
     ledger: &str,
     options: idemgate_ops::DemoOptions,
 ) -> Result<(), OpsError> {
-    if !idemgate_ledger::is_postgres(ledger) && std::path::Path::new(ledger).exists() {
+    if !idemgate_ops::ledger::is_postgres(ledger) && std::path::Path::new(ledger).exists() {
         return Err(OpsError::Conflict(format!(
             "{ledger} exists; the demo only seeds a new ledger (remove it or pick another path)"
         )));
     }
     let ops = Ops::open_or_create(ledger)?;
-    let report = idemgate_ops::seed_demo(ops.store().as_ref(), options)?;
+    let report = ops.seed_demo(options)?;
     output::demo(out, &ops.location(), &report)?;
     Ok(())
 }

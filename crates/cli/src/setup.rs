@@ -146,7 +146,7 @@ pub(crate) fn init(a: &InitArgs) -> Result<ExitCode, OpsError> {
         .ok()
         .and_then(|c| c.parent().map(Path::to_path_buf))
         .unwrap_or_else(|| PathBuf::from("."));
-    let ledger = if idemgate_ledger::is_postgres(&a.ledger) {
+    let ledger = if idemgate_ops::ledger::is_postgres(&a.ledger) {
         a.ledger.clone()
     } else {
         beside(&dir, Path::new(&a.ledger)).display().to_string()

@@ -52,6 +52,9 @@ pub enum OpsError {
     /// The archive of the host's own configuration was asked for, and it has none.
     #[error("no archive is configured here: `[retention] archive_dir` is not set")]
     NoArchive,
+    /// A job could not be started, found or downloaded.
+    #[error(transparent)]
+    Job(#[from] crate::jobs::JobError),
     /// The ledger refused or failed.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
@@ -98,6 +101,7 @@ impl OpsError {
             OpsError::Internal(_) => Code::Internal,
             OpsError::NoConfig => Code::NoConfig,
             OpsError::NoArchive => Code::NoArchive,
+            OpsError::Job(e) => e.code(),
             OpsError::Ledger(e) => e.code(),
         }
     }
@@ -132,10 +136,21 @@ impl From<idemgate_proxy::redrive::RedriveError> for OpsError {
     }
 }
 
-/// The admin API answers an operation's error as problem+json with its stable code.
+/// The admin API answers an operation's error as problem+json with its stable code (and, for a
+/// job, when to ask again).
 impl From<OpsError> for idemgate_proxy::problem::Problem {
     fn from(e: OpsError) -> Self {
-        idemgate_proxy::problem::Problem::new(e.code(), e.to_string())
+        let p = idemgate_proxy::problem::Problem::new(e.code(), e.to_string());
+        match &e {
+            OpsError::Job(j) => {
+                let p = p.with_status(j.status());
+                match j.retry_after() {
+                    Some(s) => p.retry_after(s),
+                    None => p,
+                }
+            }
+            _ => p,
+        }
     }
 }
 

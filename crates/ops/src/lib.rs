@@ -13,6 +13,8 @@ pub mod commands;
 mod demo;
 pub mod dispatch;
 mod error;
+pub mod jobs;
+pub mod ledger;
 pub mod op;
 mod purge;
 mod reads;
@@ -37,7 +39,10 @@ pub use error::{Code, ErrorBody, OpsError};
 pub use purge::{PurgeCmd, PurgeReport, PurgeTarget, PURGE_CHUNK};
 pub use reads::{request_diff, EntryPage, EntryView, EventPage, FieldDiff, ToolCall};
 pub use resolve::{check_response, ResolveAs, ResolveCmd, ReviewCmd};
-pub use retention::{ArchiveCmd, RetentionPolicy, RetentionReport, RetentionRun, RetentionStatus};
+pub use retention::{
+    verify_archive_files, ArchiveCmd, RetentionPolicy, RetentionReport, RetentionRun,
+    RetentionStatus,
+};
 pub use time::{parse_time, BadTime};
 pub use upstream::{ActionCmd, ReconcileReport, ReplayReport};
 
@@ -241,6 +246,17 @@ impl Ops {
     /// The ledger itself, for the hosts that serve it.
     pub fn store(&self) -> &Arc<dyn Storage> {
         &self.store
+    }
+
+    /// The newest event's sequence number; `None` on an empty log. What long work over the whole
+    /// log counts its progress against.
+    pub fn last_seq(&self) -> OpsResult<Option<u64>> {
+        Ok(self.store.head()?.map(|h| h.seq.max(0) as u64))
+    }
+
+    /// Seeds this (empty) ledger with the demo's realistic history.
+    pub fn seed_demo(&self, options: DemoOptions) -> OpsResult<DemoReport> {
+        demo::seed(self.store.as_ref(), options)
     }
 
     /// Where the ledger is (a PostgreSQL URL without its password).

@@ -7,7 +7,7 @@ use std::path::Path;
 use idemgate_ledger::archive::{self, ArchiveOptions, ArchiveReport, ArchiveVerifyReport};
 use idemgate_ledger::checkpoint::{PublicKey, SignedCheckpoint};
 use idemgate_ledger::{
-    now_millis, EntryFilter, EventFilter, Millis, Page, Progress, PurgeRequest, State,
+    now_millis, ChainHasher, EntryFilter, EventFilter, Millis, Page, Progress, PurgeRequest, State,
     RETENTION_OPERATOR,
 };
 use serde::{Deserialize, Serialize};
@@ -363,6 +363,21 @@ impl Ops {
         }
         Ok(Some(signer.sign_and_log(self.store.as_ref(), &head)?))
     }
+}
+
+/// Verifies the archive in `dir` alone, with no ledger: each segment, and the segments chained
+/// to each other (`hasher` as the ledger that wrote them hashed). With `public_key`, every
+/// segment must carry a checkpoint it signed.
+pub fn verify_archive_files(
+    dir: &Path,
+    hasher: &ChainHasher,
+    public_key: Option<&PublicKey>,
+    progress: Progress<'_>,
+) -> OpsResult<ArchiveVerifyReport> {
+    check_dir(dir)?;
+    Ok(archive::verify_archive(
+        dir, None, hasher, public_key, progress,
+    )?)
 }
 
 fn check_dir(dir: &Path) -> OpsResult<()> {

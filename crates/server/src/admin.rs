@@ -22,9 +22,9 @@ pub(crate) mod audit;
 mod call;
 
 use crate::access::{self, Identity};
-use crate::exports::Exports;
 use crate::live::Live;
 use crate::Bound;
+use idemgate_ops::jobs::exports::Exports;
 
 #[derive(Debug, Clone)]
 pub struct AdminState {

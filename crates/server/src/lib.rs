@@ -6,7 +6,6 @@
 
 pub mod access;
 pub mod admin;
-pub mod exports;
 pub mod live;
 #[cfg(feature = "ts")]
 pub mod openapi;
@@ -181,7 +180,7 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServeError>
 }
 
 /// Removes the export spools that processes killed before they could left behind.
-fn reclaim_spools(exports: &exports::Exports, cfg: &Config) {
+fn reclaim_spools(exports: &idemgate_ops::jobs::exports::Exports, cfg: &Config) {
     match exports.reclaim() {
         Ok(removed) if !removed.is_empty() => tracing::info!(
             spools = ?removed,
@@ -206,7 +205,9 @@ async fn serve(
 ) -> Result<(), ServeError> {
     let metrics = metrics_handle();
     let engine = Arc::new(ops.upstream(cfg.clone()).traced()?);
-    let exports = Arc::new(exports::Exports::new(cfg.export_dir.clone()));
+    let exports = Arc::new(idemgate_ops::jobs::exports::Exports::new(
+        cfg.export_dir.clone(),
+    ));
     reclaim_spools(&exports, &cfg);
     let (proxy_listener, proxy_addr) = bind(cfg.listen).await?;
     let access = Arc::new(access::Access::new(token.as_ref(), &cfg.operators));

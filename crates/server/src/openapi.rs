@@ -418,7 +418,7 @@ fn route(
 
 /// The export jobs' routes.
 fn export_routes(gen: &mut SchemaGenerator) -> Vec<HostRoute> {
-    let job = schema_of::<crate::exports::ExportJob>(gen);
+    let job = schema_of::<idemgate_ops::jobs::exports::ExportJob>(gen);
     let body = schema_of::<crate::admin::audit::ExportBody>(gen);
     let export_id = export_id();
     let mut routes = vec![
@@ -482,7 +482,7 @@ fn export_id() -> Value {
 
 /// A done export's file and manifest.
 fn download_routes(gen: &mut SchemaGenerator) -> Vec<HostRoute> {
-    let manifest = schema_of::<crate::exports::ExportManifest>(gen);
+    let manifest = schema_of::<idemgate_ops::jobs::exports::ExportManifest>(gen);
     let export_id = export_id();
     let text = json!({ "schema": { "type": "string" } });
     vec![

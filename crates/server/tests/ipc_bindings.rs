@@ -26,7 +26,7 @@ fn generate(dir: &Path) {
         LedgerInfo,
         JobProgress,
         idemgate_server::ProxyStatus,
-        idemgate_server::exports::ExportJob,
+        idemgate_ops::jobs::exports::ExportJob,
         idemgate_server::admin::ServerInfo,
         idemgate_server::access::Identity,
         commands::Role,

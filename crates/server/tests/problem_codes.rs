@@ -2,6 +2,7 @@
 //! every error of every crate answers with one of them, its HTTP status derived from it.
 
 use idemgate_ledger::LedgerError;
+use idemgate_ops::jobs::JobError;
 use idemgate_ops::{Code, ErrorBody, OpsError};
 use idemgate_proxy::problem::Problem;
 use idemgate_proxy::telemetry::TracingError;
@@ -127,6 +128,7 @@ fn every_operation_error_maps_to_its_code_and_status() {
         (OpsError::BadConfig("x".into()), "bad-config", 500),
         (OpsError::Internal("x".into()), "internal", 500),
         (OpsError::NoConfig, "no-config", 409),
+        (OpsError::NoArchive, "no-archive", 409),
         (
             OpsError::Ledger(LedgerError::EntryNotFound(7)),
             "entry-not-found",
@@ -138,6 +140,58 @@ fn every_operation_error_maps_to_its_code_and_status() {
         assert_eq!(ErrorBody::from(&e).code, e.code());
         let p = Problem::from(e);
         assert_eq!((p.code.as_str(), p.status), (code, status));
+    }
+}
+
+#[test]
+fn every_job_error_maps_to_its_code_status_and_retry() {
+    let cases = [
+        (JobError::ShuttingDown("x"), "shutting-down", 503, None),
+        (JobError::TooMany(2), "too-many-exports", 429, Some(5)),
+        (
+            JobError::NotFound("j".into()),
+            "export-not-found",
+            404,
+            None,
+        ),
+        (
+            JobError::Running {
+                id: "j".into(),
+                done: 7,
+            },
+            "export-running",
+            409,
+            Some(1),
+        ),
+        // A failed job's file asked for conflicts with its state: not the code's own 500.
+        (
+            JobError::Failed {
+                id: "j".into(),
+                why: "x".into(),
+            },
+            "export-failed",
+            409,
+            None,
+        ),
+        (
+            JobError::Spool {
+                dir: "/x".into(),
+                source: io(),
+            },
+            "export-failed",
+            500,
+            None,
+        ),
+    ];
+    for (e, code, status, retry) in cases {
+        assert_eq!(e.code().as_str(), code, "{e}");
+        let e = OpsError::from(e);
+        assert_eq!(e.code().as_str(), code, "{e}");
+        let p = Problem::from(e);
+        assert_eq!(
+            (p.code.as_str(), p.status, p.retry_after),
+            (code, status, retry)
+        );
     }
 }
 

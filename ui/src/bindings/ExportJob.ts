@@ -8,7 +8,39 @@ import type { Format } from "./Format";
 /**
  * An export job, as the admin API shows it.
  */
-export type ExportJob = { id: string, state: ExportState, what: Exported, format: Format, since: string | null, until: string | null, created_at: string, ended_at: string | null, 
+export type ExportJob = { 
+/**
+ * Its id, in its URLs.
+ */
+id: string, 
+/**
+ * Running, done or failed.
+ */
+state: ExportState, 
+/**
+ * Events or entries.
+ */
+what: Exported, 
+/**
+ * NDJSON or CSV.
+ */
+format: Format, 
+/**
+ * The range's start (RFC 3339), if it has one.
+ */
+since: string | null, 
+/**
+ * The range's end (RFC 3339), if it has one.
+ */
+until: string | null, 
+/**
+ * When it started (RFC 3339).
+ */
+created_at: string, 
+/**
+ * When it ended (RFC 3339).
+ */
+ended_at: string | null, 
 /**
  * When an ended job and its files go.
  */
@@ -26,6 +58,10 @@ manifest: ExportManifest | null,
  */
 error: ErrorBody | null, 
 /**
- * Once done: where to download the file and its manifest.
+ * Once done: where to download the file.
  */
-file_url: string | null, manifest_url: string | null, };
+file_url: string | null, 
+/**
+ * Once done: where to download its manifest.
+ */
+manifest_url: string | null, };

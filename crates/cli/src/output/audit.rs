@@ -3,8 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use idemgate_ledger::export::{ExportVerifyReport, Manifest};
-use idemgate_ledger::VerifyReport;
+use idemgate_ops::ledger::{ExportVerifyReport, Manifest, VerifyReport};
 use idemgate_ops::{AgainstReport, DemoReport};
 
 use super::{counted, pretty, short, verdict, Out, R};
@@ -33,7 +32,7 @@ pub(super) fn file_lines(out: &mut Out, path: &Path, sha256: &str) -> R {
     writeln!(
         out,
         "manifest {}",
-        idemgate_ledger::export::manifest_path(path).display()
+        idemgate_ops::ledger::manifest_path(path).display()
     )?;
     writeln!(out, "sha256   {sha256}")?;
     Ok(())
@@ -42,7 +41,7 @@ pub(super) fn file_lines(out: &mut Out, path: &Path, sha256: &str) -> R {
 pub fn exported_entries(
     out: &mut Out,
     path: &Path,
-    m: &idemgate_ledger::entries_export::EntriesManifest,
+    m: &idemgate_ops::ledger::EntriesManifest,
     json: bool,
 ) -> R {
     if json {
@@ -93,7 +92,7 @@ pub(super) fn chain_lines(out: &mut Out, r: &VerifyReport) -> R {
     Ok(())
 }
 
-pub fn copied(out: &mut Out, r: &idemgate_ledger::copy::CopyReport, json: bool) -> R {
+pub fn copied(out: &mut Out, r: &idemgate_ops::ledger::CopyReport, json: bool) -> R {
     if json {
         return pretty(out, r);
     }

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use idemgate_ledger::EntrySummary;
+use idemgate_ops::ledger::EntrySummary;
 use idemgate_ops::{BulkReport, Preview, PurgeReport};
 
 use super::{counted, entry_json, pretty, Out, R};

@@ -11,7 +11,7 @@ pub use reads::*;
 
 use std::io::Write;
 
-use idemgate_ledger::{rfc3339, EntrySummary};
+use idemgate_ops::ledger::{rfc3339, EntrySummary};
 use idemgate_ops::OpsError;
 use serde_json::Value;
 

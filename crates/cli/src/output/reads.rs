@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use idemgate_ledger::{rfc3339, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter};
+use idemgate_ops::ledger::{rfc3339, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter};
 use idemgate_ops::{EntryView, Ops};
 use serde_json::{json, Value};
 
@@ -39,7 +39,7 @@ pub fn entry_json(e: &EntrySummary) -> Value {
 }
 
 /// Incidents: each its subjects, route and scope, its entries, and its review.
-pub fn incidents(out: &mut Out, list: &[idemgate_ledger::Incident], json: bool) -> R {
+pub fn incidents(out: &mut Out, list: &[idemgate_ops::ledger::Incident], json: bool) -> R {
     if json {
         let v: Vec<Value> = list
             .iter()
@@ -164,7 +164,7 @@ pub fn entries(out: &mut Out, ops: &Ops, filter: &EntryFilter, page: Listing) ->
             flags.push_str(&format!(" {}", subjects_text(&e.subjects)));
         }
         if let Some(err) = &e.last_error {
-            if e.state == idemgate_ledger::State::Pending {
+            if e.state == idemgate_ops::ledger::State::Pending {
                 flags.push_str(&format!(" last-error={err:?}"));
             }
         }

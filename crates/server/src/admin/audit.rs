@@ -12,7 +12,7 @@ use idemgate_proxy::problem::{Code, Problem};
 use serde::Deserialize;
 
 use super::{bad_json, blocking_while_wanted, time_arg, AdminState, ExportId, Id, NoQuery};
-use crate::exports::{Download, Exported};
+use idemgate_ops::jobs::exports::{Download, Exported};
 
 /// An export job to start: what, in which range, in which format.
 #[cfg_attr(feature = "ts", derive(schemars::JsonSchema))]

@@ -1,4 +1,11 @@
+use idemgate_proxy::problem::Problem;
+
 use super::*;
+
+/// An error as the admin API answers it.
+fn problem(e: OpsError) -> Problem {
+    Problem::from(e)
+}
 
 fn ops(dir: &Path) -> Ops {
     Ops::open_or_create(&dir.join("ledger.db").display().to_string()).expect("ledger")
@@ -27,19 +34,20 @@ fn fake(e: &Exports, id: &str, ended_ago: Option<Millis>) {
     });
 }
 
-async fn until_ended(e: &Exports, id: &str) -> ExportJob {
-    for _ in 0..500 {
+fn until_ended(e: &Exports, id: &str) -> ExportJob {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
         let j = e.get(id).expect("job");
         if j.state != ExportState::Running {
             return j;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
     panic!("export {id} did not end");
 }
 
-#[tokio::test]
-async fn at_most_two_run_at_once_and_a_new_one_pushes_out_the_oldest_ended() {
+#[test]
+fn at_most_two_run_at_once_and_a_new_one_pushes_out_the_oldest_ended() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ops = ops(dir.path());
     let e = Arc::new(Exports::new(dir.path().to_path_buf()));
@@ -53,6 +61,7 @@ async fn at_most_two_run_at_once_and_a_new_one_pushes_out_the_oldest_ended() {
             EventRange::default(),
         )
         .expect_err("a third at once");
+    let p = problem(p);
     assert_eq!((p.status, p.code.as_str()), (429, "too-many-exports"));
     assert_eq!(e.list().len(), 2, "a refused export leaves no job");
 
@@ -78,12 +87,12 @@ async fn at_most_two_run_at_once_and_a_new_one_pushes_out_the_oldest_ended() {
         !oldest.exists() && !manifest_path(&oldest).exists(),
         "with its files"
     );
-    let j = until_ended(&e, &j.id).await;
+    let j = until_ended(&e, &j.id);
     assert_eq!(j.state, ExportState::Done, "{j:?}");
 }
 
-#[tokio::test]
-async fn reclaim_removes_the_spools_whose_lock_nobody_holds_and_no_other() {
+#[test]
+fn reclaim_removes_the_spools_whose_lock_nobody_holds_and_no_other() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ops = ops(dir.path());
     let base = dir.path().join("exports");
@@ -97,7 +106,7 @@ async fn reclaim_removes_the_spools_whose_lock_nobody_holds_and_no_other() {
             EventRange::default(),
         )
         .expect("start");
-    until_ended(&live, &j.id).await;
+    until_ended(&live, &j.id);
     let live_spool = live.lock().spool.as_ref().expect("made").dir.clone();
     // A killed process's spool (its lock let go), one being made, one of a version before
     // locks, and a file that only has the name.
@@ -129,8 +138,8 @@ async fn reclaim_removes_the_spools_whose_lock_nobody_holds_and_no_other() {
     assert!(!live_spool.exists());
 }
 
-#[tokio::test]
-async fn an_ended_export_goes_after_an_hour_and_every_file_at_close() {
+#[test]
+fn an_ended_export_goes_after_an_hour_and_every_file_at_close() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ops = ops(dir.path());
     let e = Arc::new(Exports::new(dir.path().to_path_buf()));
@@ -149,7 +158,7 @@ async fn an_ended_export_goes_after_an_hour_and_every_file_at_close() {
             EventRange::default(),
         )
         .expect("start");
-    let j = until_ended(&e, &j.id).await;
+    let j = until_ended(&e, &j.id);
     let d = e.download(&j.id, false).expect("done");
     assert!(d.path.exists() && d.name.starts_with("idemgate-export-"));
     let spool = d.path.parent().expect("spool").to_path_buf();
@@ -172,11 +181,12 @@ async fn an_ended_export_goes_after_an_hour_and_every_file_at_close() {
             EventRange::default(),
         )
         .expect_err("closed");
+    let p = problem(p);
     assert_eq!(p.code, "shutting-down");
 }
 
-#[tokio::test]
-async fn a_bad_range_is_refused_before_a_job_exists() {
+#[test]
+fn a_bad_range_is_refused_before_a_job_exists() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ops = ops(dir.path());
     let e = Arc::new(Exports::new(dir.path().to_path_buf()));
@@ -187,6 +197,7 @@ async fn a_bad_range_is_refused_before_a_job_exists() {
     let p = e
         .start(&ops, Exported::Events, Format::Ndjson, range)
         .expect_err("bad range");
+    let p = problem(p);
     assert_eq!((p.status, p.code.as_str()), (400, "invalid-argument"));
     assert!(e.list().is_empty());
     assert!(e.lock().spool.is_none(), "and no spool is made for it");

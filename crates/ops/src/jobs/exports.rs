@@ -1,7 +1,7 @@
 //! Exports through the admin API. An export is long work, and a file with a manifest beside it,
 //! while a client of the admin API (a script, the console in a browser) has no file system on the
 //! server and must never name a path there. So an export runs as a job: `POST /admin/v1/exports`
-//! starts one on a blocking thread, writing into this process's spool directory (made, private,
+//! starts one on a thread of its own, writing into this process's spool directory (made, private,
 //! in `server.export_dir`, by default the system's temporary directory); the client follows its
 //! progress at `GET /admin/v1/exports/{id}`, downloads `…/file` and `…/manifest` once it is done,
 //! and `DELETE`s it, which also cancels one still running. An ended job is removed an hour after
@@ -21,12 +21,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use idemgate_ledger::entries_export::EntriesManifest;
 use idemgate_ledger::export::{manifest_path, Format, Manifest};
 use idemgate_ledger::{now_millis, rfc3339, EventRange, Millis};
-use idemgate_ops::{ErrorBody, ExportCmd, Ops};
 use serde::{Deserialize, Serialize};
 
-use idemgate_proxy::problem::{Code, Problem};
+use super::JobError;
+use crate::{Code, ErrorBody, ExportCmd, Ops, OpsError, OpsResult};
 
-/// Exports running at once: each holds a blocking thread and a read of its whole range.
+/// Exports running at once: each holds a thread and a read of its whole range.
 pub const MAX_RUNNING: usize = 2;
 /// Exports kept, running or ended: a new one pushes out the one that ended first.
 pub const MAX_KEPT: usize = 16;
@@ -37,12 +37,16 @@ const SPOOL_PREFIX: &str = "idemgate-exports-";
 /// The file in a spool that its process holds locked.
 const SPOOL_LOCK: &str = ".lock";
 
+/// Where an export job is in its life.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ExportState {
+    /// Being written.
     Running,
+    /// Written: its file and manifest can be downloaded.
     Done,
+    /// Ended without a file (failed or cancelled).
     Failed,
 }
 
@@ -52,8 +56,10 @@ pub enum ExportState {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Exported {
+    /// Events of the log.
     #[default]
     Events,
+    /// Entries with their outcomes.
     Entries,
 }
 
@@ -62,7 +68,9 @@ pub enum Exported {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum ExportManifest {
+    /// An export of the log's.
     Events(Manifest),
+    /// An export of entries'.
     Entries(EntriesManifest),
 }
 
@@ -93,13 +101,21 @@ impl ExportManifest {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExportJob {
+    /// Its id, in its URLs.
     pub id: String,
+    /// Running, done or failed.
     pub state: ExportState,
+    /// Events or entries.
     pub what: Exported,
+    /// NDJSON or CSV.
     pub format: Format,
+    /// The range's start (RFC 3339), if it has one.
     pub since: Option<String>,
+    /// The range's end (RFC 3339), if it has one.
     pub until: Option<String>,
+    /// When it started (RFC 3339).
     pub created_at: String,
+    /// When it ended (RFC 3339).
     pub ended_at: Option<String>,
     /// When an ended job and its files go.
     pub expires_at: Option<String>,
@@ -109,8 +125,9 @@ pub struct ExportJob {
     pub manifest: Option<ExportManifest>,
     /// Once failed: why.
     pub error: Option<ErrorBody>,
-    /// Once done: where to download the file and its manifest.
+    /// Once done: where to download the file.
     pub file_url: Option<String>,
+    /// Once done: where to download its manifest.
     pub manifest_url: Option<String>,
 }
 
@@ -197,6 +214,7 @@ pub struct Exports {
 /// A finished export's file or manifest, to serve.
 #[derive(Debug)]
 pub struct Download {
+    /// The file.
     pub path: PathBuf,
     /// The name to save it under: the manifest's `file`, or that plus `.manifest.json`.
     pub name: String,
@@ -204,8 +222,8 @@ pub struct Download {
     pub kind: &'static str,
 }
 
-fn not_found(id: &str) -> Problem {
-    Problem::new(Code::ExportNotFound, format!("no export {id:?} in this process (an ended export is kept for an hour, and none outlives the process)"))
+fn not_found(id: &str) -> OpsError {
+    JobError::NotFound(id.to_owned()).into()
 }
 
 impl Exports {
@@ -230,21 +248,17 @@ impl Exports {
         what: Exported,
         format: Format,
         range: EventRange,
-    ) -> Result<ExportJob, Problem> {
-        idemgate_ops::check_range(range.since, range.until).map_err(Problem::from)?;
+    ) -> OpsResult<ExportJob> {
+        crate::check_range(range.since, range.until)?;
         let now = now_millis();
         let mut inner = self.lock();
         if inner.closed {
-            return Err(Problem::new(
-                Code::ShuttingDown,
-                "this process is stopping and starts no more exports",
-            ));
+            return Err(JobError::ShuttingDown("starts no more exports").into());
         }
         prune(&mut inner, now);
         let running = inner.jobs.iter().filter(|j| j.ended_at.is_none()).count();
         if running >= MAX_RUNNING {
-            return Err(Problem::new(Code::TooManyExports, format!("{running} exports are running, the most at once; try again once one has ended, or delete one"))
-            .retry_after(5));
+            return Err(JobError::TooMany(running).into());
         }
         if inner.jobs.len() >= MAX_KEPT {
             // Ended ones only: the running ones are fewer than MAX_KEPT.
@@ -279,49 +293,52 @@ impl Exports {
             overwrite: false,
         };
         let ops = ops.clone();
-        let export = tokio::task::spawn_blocking(move || {
+        let this = Arc::clone(self);
+        let export = move || {
             let progress = &mut |n| {
                 done.store(n, Ordering::Relaxed);
                 !cancel.load(Ordering::Relaxed)
             };
-            match what {
+            // Caught, so that even an export that panicked ends its job (a job left running
+            // would hold one of the MAX_RUNNING places for good).
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match what {
                 Exported::Events => ops
                     .export(&cmd, progress)
                     .map(|m| m.map(ExportManifest::Events)),
                 Exported::Entries => ops
                     .export_entries(&cmd, progress)
                     .map(|m| m.map(ExportManifest::Entries)),
-            }
-        });
-        // Awaited apart from the export, so that even one that panicked ends its job (a job left
-        // running would hold one of the MAX_RUNNING places for good).
-        let this = Arc::clone(self);
-        tokio::spawn(async move {
-            let r = match export.await {
+            }));
+            let r = match r {
                 Ok(r) => r.map_err(|e| ErrorBody::from(&e)),
-                Err(e) => Err(ErrorBody {
+                Err(_) => Err(ErrorBody {
                     code: Code::Internal,
-                    message: format!("the export stopped: {e}"),
+                    message: "the export stopped: it panicked".into(),
                 }),
             };
             this.finish(&id, r, &file);
-        });
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("idemgate-export".into())
+            .spawn(export)
+        {
+            let mut inner = self.lock();
+            if let Some(i) = inner.jobs.iter().position(|j| j.id == view.id) {
+                inner.jobs.remove(i).remove_files();
+            }
+            return Err(OpsError::Internal(format!("cannot start the export: {e}")));
+        }
         Ok(view)
     }
 
     /// The spool, made on first use.
-    fn spool(&self, inner: &mut Inner) -> Result<PathBuf, Problem> {
+    fn spool(&self, inner: &mut Inner) -> OpsResult<PathBuf> {
         if let Some(s) = &inner.spool {
             return Ok(s.dir.clone());
         }
-        let s = make_spool(&self.base).map_err(|e| {
-            Problem::new(
-                Code::ExportFailed,
-                format!(
-                    "cannot make a spool directory in {}: {e}",
-                    self.base.display()
-                ),
-            )
+        let s = make_spool(&self.base).map_err(|source| JobError::Spool {
+            dir: self.base.display().to_string(),
+            source,
         })?;
         let dir = s.dir.clone();
         inner.spool = Some(s);
@@ -331,23 +348,21 @@ impl Exports {
     /// A private directory in the spool for an uploaded export while it is checked: removed when
     /// dropped, and with the spool (at close, or by the next start's [`Exports::reclaim`] after a
     /// kill).
-    pub fn scratch(&self) -> Result<tempfile::TempDir, Problem> {
+    pub fn scratch(&self) -> OpsResult<tempfile::TempDir> {
         let mut inner = self.lock();
         if inner.closed {
-            return Err(Problem::new(
-                Code::ShuttingDown,
-                "this process is stopping and checks no more uploads",
-            ));
+            return Err(JobError::ShuttingDown("checks no more uploads").into());
         }
         let spool = self.spool(&mut inner)?;
         tempfile::Builder::new()
             .prefix("upload-")
             .tempdir_in(&spool)
-            .map_err(|e| {
-                Problem::new(
-                    Code::ExportFailed,
-                    format!("cannot make a directory in {}: {e}", spool.display()),
-                )
+            .map_err(|source| {
+                JobError::Spool {
+                    dir: spool.display().to_string(),
+                    source,
+                }
+                .into()
             })
     }
 
@@ -385,7 +400,8 @@ impl Exports {
         inner.jobs.iter().rev().map(Job::view).collect()
     }
 
-    pub fn get(&self, id: &str) -> Result<ExportJob, Problem> {
+    /// Export `id`.
+    pub fn get(&self, id: &str) -> OpsResult<ExportJob> {
         let mut inner = self.lock();
         prune(&mut inner, now_millis());
         inner
@@ -397,7 +413,7 @@ impl Exports {
     }
 
     /// A done export's file (`manifest` false) or manifest.
-    pub fn download(&self, id: &str, manifest: bool) -> Result<Download, Problem> {
+    pub fn download(&self, id: &str, manifest: bool) -> OpsResult<Download> {
         let mut inner = self.lock();
         prune(&mut inner, now_millis());
         let job = inner
@@ -407,13 +423,16 @@ impl Exports {
             .ok_or_else(|| not_found(id))?;
         let Some(m) = &job.manifest else {
             return Err(match &job.error {
-                None => Problem::new(Code::ExportRunning, format!(
-                        "export {id} has written {} events so far; download it once its state is done",
-                        job.done.load(Ordering::Relaxed)
-                    ))
-                .retry_after(1),
-                Some(e) => Problem::new(Code::ExportFailed, format!("export {id} failed, so there is nothing to download: {}", e.message)).with_status(409),
-            });
+                None => JobError::Running {
+                    id: id.to_owned(),
+                    done: job.done.load(Ordering::Relaxed),
+                },
+                Some(e) => JobError::Failed {
+                    id: id.to_owned(),
+                    why: e.message.clone(),
+                },
+            }
+            .into());
         };
         Ok(if manifest {
             Download {
@@ -434,7 +453,7 @@ impl Exports {
     }
 
     /// Deletes export `id`, and cancels it if it is still running.
-    pub fn delete(&self, id: &str) -> Result<(), Problem> {
+    pub fn delete(&self, id: &str) -> OpsResult<()> {
         let mut inner = self.lock();
         let i = inner
             .jobs
