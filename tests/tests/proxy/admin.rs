@@ -6,6 +6,17 @@ use super::*;
 fn the_admin_api_needs_the_token_and_serves_the_operations() {
     let f = Fx::new();
     assert_eq!(f.charge("k-admin", r#"{"amount":1}"#, &[]).status, 201);
+    only_its_token_opens_it(&f);
+    let id = reads_check_their_limits_and_filters(&f);
+    actions_refuse_what_they_do_not_know(&f, id);
+    a_body_must_be_json_within_its_limit(&f, id);
+    failed_calls_are_logged_and_counted_once(&f);
+    the_ledger_writer_counts_its_commits(&f);
+    the_document_names_every_event_kind(&f);
+}
+
+/// Every route but health needs the token, under a scheme named in any case.
+fn only_its_token_opens_it(f: &Fx) {
     let admin = f.proxy.admin.expect("admin");
     for auth in [
         None,
@@ -21,6 +32,20 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
         }
     }
     assert_eq!(request(admin, "GET", "/healthz", &[], b"").status, 200);
+    // The scheme's name is case-insensitive.
+    let lower = format!("bearer {ADMIN_TOKEN}");
+    let r = request(
+        admin,
+        "GET",
+        "/admin/v1/stats",
+        &[("authorization", &lower)],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// Lists, an entry and the log: limits out of range and bad filters are refused. Returns the entry's id.
+fn reads_check_their_limits_and_filters(f: &Fx) -> i64 {
     let page = f.proxy.admin_get("/admin/v1/entries?limit=10").json();
     assert_eq!(page["entries"][0]["key"], "k-admin");
     // A limit out of its range is refused, not quietly changed: 0 had answered one entry.
@@ -74,6 +99,11 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
         assert_eq!(r.status, 400, "{bad}");
         assert_eq!(r.code(), "invalid-argument", "{bad}");
     }
+    id
+}
+
+/// An action needs an operator and a reason, and refuses a member or parameter it does not know.
+fn actions_refuse_what_they_do_not_know(f: &Fx, id: i64) {
     // Mutations need an operator and a reason.
     let r = f.proxy.admin_post(
         &format!("/admin/v1/entries/{id}/replay"),
@@ -148,17 +178,10 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
         assert_eq!(r.code(), "invalid-argument", "{path}");
     }
     assert_eq!(timeline(id), events_before, "nothing was done to the entry");
-    // The scheme's name is case-insensitive.
-    let lower = format!("bearer {ADMIN_TOKEN}");
-    let r = request(
-        admin,
-        "GET",
-        "/admin/v1/stats",
-        &[("authorization", &lower)],
-        b"",
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    // A body that is not JSON is told what it must be, by its status too.
+}
+
+/// A body that is not JSON, or too large, is told what it must be, by its status too.
+fn a_body_must_be_json_within_its_limit(f: &Fx, id: i64) {
     let auth = format!("Bearer {ADMIN_TOKEN}");
     let admin = f.proxy.admin.expect("admin");
     let url = format!("/admin/v1/entries/{id}/replay");
@@ -176,6 +199,10 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
         assert_eq!(r.status, status, "{}", r.text());
         assert_eq!(r.code(), code);
     }
+}
+
+/// A call the upstream failed and one it never got: logged for the people on call, and each proxied request counted once.
+fn failed_calls_are_logged_and_counted_once(f: &Fx) {
     // One that the upstream performs and fails (502: outcome unknown), one that it never gets
     // (connection refused: not executed, 503).
     let unknown = f.charge(
@@ -240,6 +267,11 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     ] {
         assert!(metrics.contains(m), "{m} missing from /metrics:\n{metrics}");
     }
+}
+
+/// The ledger writer's commits, writes and lock use, as /metrics exports them.
+fn the_ledger_writer_counts_its_commits(f: &Fx) {
+    let metrics = f.proxy.admin_get("/metrics").text();
     // The ledger writer's counters. An executed request's claim and its completion are two writes
     // in two commits (the claim commits before the upstream is called); the sweeper writes too,
     // every second, so these are lower bounds.
@@ -280,6 +312,10 @@ fn the_admin_api_needs_the_token_and_serves_the_operations() {
     ] {
         assert!(counter(&after, name) >= commits + 2, "{name}: {after}");
     }
+}
+
+/// The OpenAPI document served names every event kind the log filter takes.
+fn the_document_names_every_event_kind(f: &Fx) {
     let openapi = f.proxy.admin_get("/admin/v1/openapi.json").json();
     assert!(openapi["paths"]["/admin/v1/entries"].is_object());
     let kind = openapi["paths"]["/admin/v1/events"]["get"]["parameters"]

@@ -229,340 +229,213 @@ fn purging_expired_entries_previews_then_purges_and_logs() {
     );
 }
 
-#[test]
-fn refused_operator_actions_leave_the_ledger_byte_for_byte_unchanged() {
+/// A demo ledger, and the entries the refused actions name.
+struct Refusing {
+    dir: tempfile::TempDir,
+    db: PathBuf,
+    stuck: String,
+    destructive: String,
+    completed: String,
+}
+
+/// One refused command: its arguments, its exit code (2: the parser's), and what its error says.
+type Refusal = (Vec<String>, i32, &'static str);
+
+fn a_demo_ledger_with_entries_to_refuse() -> Refusing {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = demo(dir.path(), 600);
-    let l = s(&db);
-    let stuck = json(&["entries", "--ledger", l, "--stuck", "--json"]);
+    let stuck = json(&["entries", "--ledger", s(&db), "--stuck", "--json"]);
     let stuck = stuck.as_array().expect("array");
-    let stuck_id = stuck
-        .iter()
-        .find(|e| e["route"] != "subscriptions-cancel")
-        .expect("stuck")["id"]
-        .to_string();
-    let destructive_id = stuck
-        .iter()
-        .find(|e| e["route"] == "subscriptions-cancel")
-        .expect("destructive stuck")["id"]
-        .to_string();
+    let on = |destructive: bool| {
+        stuck
+            .iter()
+            .find(|e| (e["route"] == "subscriptions-cancel") == destructive)
+            .expect("a stuck entry")["id"]
+            .to_string()
+    };
+    let (plain, destructive) = (on(false), on(true));
     let completed = json(&[
         "entries",
         "--ledger",
-        l,
+        s(&db),
         "--status",
         "completed",
         "--limit",
         "1",
         "--json",
     ]);
-    let completed_id = completed[0]["id"].to_string();
-    let missing_file = dir.path().join("nope.json");
-    let declined = dir.path().join("declined.json");
-    std::fs::write(&declined, br#"{"error":"card_declined"}"#).expect("write");
-    let same_db = dir.path().join(".").join(db.file_name().expect("name"));
-    let before = ledger_fingerprint(&db);
-    assert!(!before.1, "the WAL is checkpointed when the CLI exits");
+    let completed = completed[0]["id"].to_string();
+    std::fs::write(
+        dir.path().join("declined.json"),
+        br#"{"error":"card_declined"}"#,
+    )
+    .expect("write");
+    Refusing {
+        dir,
+        db,
+        stuck: plain,
+        destructive,
+        completed,
+    }
+}
 
-    let refused: Vec<(Vec<&str>, i32, &str)> = vec![
+/// `words` split at spaces, each `_` an empty argument and each `~` one of two spaces.
+fn args(words: &str) -> Vec<String> {
+    words
+        .split(' ')
+        .map(|w| match w {
+            "_" => String::new(),
+            "~" => "  ".into(),
+            w => w.into(),
+        })
+        .collect()
+}
+
+fn refused_resolves(r: &Refusing) -> Vec<Refusal> {
+    let l = s(&r.db);
+    let missing = r.dir.path().join("nope.json");
+    let declined = r.dir.path().join("declined.json");
+    let resolve = |id: &str, rest: &str| args(&format!("resolve --ledger {l} {id} {rest}"));
+    let stuck = r.stuck.as_str();
+    let ok = "--reason r --operator o";
+    vec![
         (
-            vec!["copy", "--ledger", l, "--to", s(&same_db)],
-            1,
-            "is the source ledger itself",
-        ),
-        (
-            vec![
-                "resolve",
-                "--ledger",
-                l,
-                "99999999",
-                "--as",
-                "released",
-                "--reason",
-                "r",
-                "--operator",
-                "o",
-            ],
+            resolve("99999999", &format!("--as released {ok}")),
             1,
             "entry-not-found",
         ),
         (
-            vec![
-                "resolve",
-                "--ledger",
-                l,
-                &stuck_id,
-                "--as",
-                "released",
-                "--reason",
-                "  ",
-                "--operator",
-                "o",
-            ],
+            resolve(stuck, "--as released --reason ~ --operator o"),
             1,
             "missing-reason",
         ),
         (
-            vec![
-                "resolve",
-                "--ledger",
-                l,
-                &stuck_id,
-                "--as",
-                "released",
-                "--reason",
-                "r",
-                "--operator",
-                "",
-            ],
+            resolve(stuck, "--as released --reason r --operator _"),
             1,
             "missing-operator",
         ),
+        (resolve(stuck, "--as released --operator o"), 2, "--reason"),
+        (resolve(stuck, &format!("--as maybe {ok}")), 2, "maybe"),
         (
-            vec![
-                "resolve",
-                "--ledger",
-                l,
-                &stuck_id,
-                "--as",
-                "released",
-                "--operator",
-                "o",
-            ],
-            2,
-            "--reason",
-        ),
-        (
-            vec![
-                "resolve",
-                "--ledger",
-                l,
-                &stuck_id,
-                "--as",
-                "maybe",
-                "--reason",
-                "r",
-                "--operator",
-                "o",
-            ],
-            2,
-            "maybe",
-        ),
-        (
-            vec![
-                "resolve",
-                "--ledger",
-                l,
-                &stuck_id,
-                "--as",
-                "released",
-                "--reason",
-                "r",
-                "--operator",
-                "o",
-                "--bogus",
-            ],
+            resolve(stuck, &format!("--as released {ok} --bogus")),
             2,
             "--bogus",
         ),
         (
-            vec![
-                "resolve",
-                "--ledger",
-                l,
-                &completed_id,
-                "--as",
-                "released",
-                "--reason",
-                "r",
-                "--operator",
-                "o",
-            ],
+            resolve(&r.completed, &format!("--as released {ok}")),
             1,
             "conflict",
         ),
         (
-            vec![
-                "resolve",
-                "--ledger",
-                l,
-                &stuck_id,
-                "--as",
-                "completed",
-                "--reason",
-                "r",
-                "--operator",
-                "o",
-            ],
+            resolve(stuck, &format!("--as completed {ok}")),
             1,
             "invalid-argument",
         ),
         (
-            vec![
-                "resolve",
-                "--ledger",
-                l,
-                &stuck_id,
-                "--as",
-                "completed",
-                "--response-file",
-                s(&missing_file),
-                "--reason",
-                "r",
-                "--operator",
-                "o",
-            ],
+            resolve(
+                stuck,
+                &format!("--as completed --response-file {} {ok}", s(&missing)),
+            ),
             1,
             "invalid-argument",
         ),
         // A failed entry's response has the upstream's error status, which is not guessed (the
         // default, 200, is refused for it).
         (
-            vec![
-                "resolve",
-                "--ledger",
-                l,
-                &stuck_id,
-                "--as",
-                "failed",
-                "--response-file",
-                s(&declined),
-                "--reason",
-                "r",
-                "--operator",
-                "o",
-            ],
+            resolve(
+                stuck,
+                &format!("--as failed --response-file {} {ok}", s(&declined)),
+            ),
             1,
             "needs --status",
         ),
         // --status and --content-type describe the response file's response; alone, they would
         // be ignored.
         (
-            vec![
-                "resolve",
-                "--ledger",
-                l,
-                &stuck_id,
-                "--as",
-                "failed",
-                "--status",
-                "402",
-                "--reason",
-                "r",
-                "--operator",
-                "o",
-            ],
+            resolve(stuck, &format!("--as failed --status 402 {ok}")),
             2,
             "--response-file",
         ),
         (
-            vec![
-                "resolve",
-                "--ledger",
-                l,
-                &destructive_id,
-                "--as",
-                "released",
-                "--reason",
-                "r",
-                "--operator",
-                "o",
-            ],
+            resolve(&r.destructive, &format!("--as released {ok}")),
             1,
             "confirmation-required",
         ),
+    ]
+}
+
+fn other_refused_commands(r: &Refusing) -> Vec<Refusal> {
+    let l = s(&r.db);
+    let same_db = r.dir.path().join(".").join(r.db.file_name().expect("name"));
+    let mut since = args(&format!("log --ledger {l} --since"));
+    since.push("last tuesday".into());
+    vec![
         (
-            vec![
-                "purge",
-                "--ledger",
-                l,
-                &stuck_id,
-                "--reason",
-                "r",
-                "--operator",
-                "o",
-            ],
+            args(&format!("copy --ledger {l} --to {}", s(&same_db))),
+            1,
+            "is the source ledger itself",
+        ),
+        (
+            args(&format!(
+                "purge --ledger {l} {} --reason r --operator o",
+                r.stuck
+            )),
             1,
             "conflict",
         ),
         (
-            vec![
-                "purge",
-                "--ledger",
-                l,
-                &completed_id,
-                "99999999",
-                "--reason",
-                "r",
-                "--operator",
-                "o",
-            ],
+            args(&format!(
+                "purge --ledger {l} {} 99999999 --reason r --operator o",
+                r.completed
+            )),
             1,
             "entry-not-found",
         ),
         (
-            vec!["purge", "--ledger", l, "--reason", "r", "--operator", "o"],
+            args(&format!("purge --ledger {l} --reason r --operator o")),
             2,
             "required",
         ),
         (
-            vec!["entries", "--ledger", l, "--status", "stuckish"],
+            args(&format!("entries --ledger {l} --status stuckish")),
             2,
             "stuckish",
         ),
         (
-            vec!["log", "--ledger", l, "--kind", "nonsense"],
+            args(&format!("log --ledger {l} --kind nonsense")),
             1,
             "invalid-argument",
         ),
+        (since, 2, "not a time"),
         (
-            vec!["log", "--ledger", l, "--since", "last tuesday"],
-            2,
-            "not a time",
-        ),
-        (
-            vec![
-                "log",
-                "--ledger",
-                l,
-                "--since",
-                "2026-11-20",
-                "--until",
-                "2026-11-19",
-            ],
+            args(&format!(
+                "log --ledger {l} --since 2026-11-20 --until 2026-11-19"
+            )),
             1,
             "before until",
         ),
         (
-            vec![
-                "export",
-                "--ledger",
-                l,
-                "--format",
-                "csv",
-                "--since",
-                "1795168800",
-                "-o",
-                "x",
-            ],
+            args(&format!(
+                "export --ledger {l} --format csv --since 1795168800 -o x"
+            )),
             2,
             "milliseconds",
         ),
         (
-            vec![
-                "export",
-                "--ledger",
-                l,
-                "--format",
-                "ndjson",
-                "-o",
-                "/nonexistent/dir/x.ndjson",
-            ],
+            args(&format!(
+                "export --ledger {l} --format ndjson -o /nonexistent/dir/x.ndjson"
+            )),
             1,
             "invalid-argument",
         ),
-    ];
-    for (args, code, needle) in refused {
+    ]
+}
+
+fn each_is_refused_and_changes_nothing(db: &Path, refusals: Vec<Refusal>) {
+    let before = ledger_fingerprint(db);
+    assert!(!before.1, "the WAL is checkpointed when the CLI exits");
+    for (args, code, needle) in refusals {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = idemgate(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
@@ -571,24 +444,29 @@ fn refused_operator_actions_leave_the_ledger_byte_for_byte_unchanged() {
             "{args:?}: stderr {err:?} should mention {needle:?}"
         );
         assert_eq!(
-            ledger_fingerprint(&db),
+            ledger_fingerprint(db),
             before,
             "{args:?} changed the ledger"
         );
     }
-    // The check can see a change: an accepted action does change the file.
-    ok(&[
-        "resolve",
-        "--ledger",
-        l,
-        &destructive_id,
-        "--as",
-        "released",
-        "--reason",
-        "checked twice",
-        "--operator",
-        "o",
-        "--confirm-destructive",
-    ]);
-    assert_ne!(ledger_fingerprint(&db), before);
+}
+
+/// The check can see a change: an accepted action does change the file.
+fn an_accepted_action_changes_the_file(r: &Refusing) {
+    let before = ledger_fingerprint(&r.db);
+    let l = s(&r.db);
+    let args = args(&format!(
+        "resolve --ledger {l} {} --as released --reason checked --operator o --confirm-destructive",
+        r.destructive
+    ));
+    ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_ne!(ledger_fingerprint(&r.db), before);
+}
+
+#[test]
+fn refused_operator_actions_leave_the_ledger_byte_for_byte_unchanged() {
+    let r = a_demo_ledger_with_entries_to_refuse();
+    each_is_refused_and_changes_nothing(&r.db, refused_resolves(&r));
+    each_is_refused_and_changes_nothing(&r.db, other_refused_commands(&r));
+    an_accepted_action_changes_the_file(&r);
 }
