@@ -62,14 +62,34 @@ struct Outcome {
     attempts: u32,
 }
 
-#[test]
-fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
-    let long = std::env::var("IDEMGATE_CHAOS").as_deref() == Ok("long");
-    let ops = env_usize("IDEMGATE_CHAOS_OPS", if long { 20_000 } else { 2_000 });
-    let kills = env_usize("IDEMGATE_CHAOS_KILLS", if long { 12 } else { 5 });
-    let clients = env_usize("IDEMGATE_CHAOS_CLIENTS", 64);
-    let started = Instant::now();
+/// How big a run is: `IDEMGATE_CHAOS=long` (or the `_OPS`, `_KILLS`, `_CLIENTS` variables) for
+/// the long profile.
+#[derive(Debug, Clone, Copy)]
+struct Size {
+    ops: usize,
+    kills: usize,
+    clients: usize,
+}
 
+/// The upstream that injects faults, and the proxy in front of it at a fixed address, so clients
+/// reach every incarnation of the proxy there.
+struct Stack {
+    dir: tempfile::TempDir,
+    up: Upstream,
+    ledger: std::path::PathBuf,
+    listen: SocketAddr,
+    cfg: String,
+    proxy: Arc<Mutex<Proxy>>,
+}
+
+/// What the clients saw: each operation's outcome, and the answers by status and code.
+struct Seen {
+    outcomes: HashMap<usize, Outcome>,
+    answers: Arc<Mutex<BTreeMap<String, u64>>>,
+    restarts: usize,
+}
+
+fn a_faulty_upstream_behind_the_proxy() -> Stack {
     let dir = tempfile::tempdir().expect("tempdir");
     let up = Upstream::start();
     up.counts.set_chaos(Some(Chaos {
@@ -79,45 +99,63 @@ fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
         stall_ms: 700,
     }));
     let ledger = dir.path().join("ledger.db");
-    // A fixed port, so clients reach every incarnation of the proxy at the same address.
     let listen: SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port");
     let cfg = config(CONFIG, &up.url(), &ledger).replace("{listen}", &listen.to_string());
     let proxy = Arc::new(Mutex::new(Proxy::start(dir.path(), &cfg, &ledger)));
+    Stack {
+        dir,
+        up,
+        ledger,
+        listen,
+        cfg,
+        proxy,
+    }
+}
 
+/// The killer: SIGKILL and restart after every ops/(kills+1) finished operations, until
+/// `finished`. Answers how many restarts it made.
+fn killer(
+    st: &Stack,
+    size: Size,
+    done: &Arc<AtomicUsize>,
+    finished: &Arc<AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    let (proxy, done, finished, dir, cfg, ledger) = (
+        st.proxy.clone(),
+        done.clone(),
+        finished.clone(),
+        st.dir.path().to_path_buf(),
+        st.cfg.clone(),
+        st.ledger.clone(),
+    );
+    std::thread::spawn(move || {
+        let mut killed = 0;
+        while killed < size.kills && !finished.load(Ordering::SeqCst) {
+            if done.load(Ordering::SeqCst) >= (killed + 1) * size.ops / (size.kills + 1) {
+                restart(&proxy, &dir, &cfg, &ledger);
+                killed += 1;
+            } else {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        killed
+    })
+}
+
+/// The clients run every operation, retrying as an agent does, while the killer restarts the
+/// proxy; then a last restart, so that only the ledger remains of the run.
+fn the_clients_run_every_operation_through_kills(st: &Stack, size: Size) -> Seen {
     let next = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
     let requests = Arc::new(AtomicU64::new(0));
     let answers: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
     let outcomes: Arc<Mutex<HashMap<usize, Outcome>>> = Arc::default();
-
-    // The killer: SIGKILL and restart after every ops/(kills+1) finished operations.
     let finished = Arc::new(AtomicBool::new(false));
-    let killer = {
-        let (proxy, done, finished, dir, cfg, ledger) = (
-            proxy.clone(),
-            done.clone(),
-            finished.clone(),
-            dir.path().to_path_buf(),
-            cfg.clone(),
-            ledger.clone(),
-        );
-        std::thread::spawn(move || {
-            let mut killed = 0;
-            while killed < kills && !finished.load(Ordering::SeqCst) {
-                if done.load(Ordering::SeqCst) >= (killed + 1) * ops / (kills + 1) {
-                    restart(&proxy, &dir, &cfg, &ledger);
-                    killed += 1;
-                } else {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-            killed
-        })
-    };
-
-    let workers: Vec<_> = (0..clients)
+    let killer = killer(st, size, &done, &finished);
+    let listen = st.listen;
+    let workers: Vec<_> = (0..size.clients)
         .map(|c| {
             let (next, done, requests, answers, outcomes) = (
                 next.clone(),
@@ -128,7 +166,7 @@ fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
             );
             std::thread::spawn(move || loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
-                if i >= ops {
+                if i >= size.ops {
                     return;
                 }
                 let o = operation(listen, c, i, &requests, &answers);
@@ -143,15 +181,20 @@ fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
     finished.store(true, Ordering::SeqCst);
     let restarts = killer.join().expect("killer");
     assert!(
-        restarts >= kills.min(5),
+        restarts >= size.kills.min(5),
         "only {restarts} restarts happened"
     );
-    // The last restart: whatever the run left in memory is gone; only the ledger remains.
-    restart(&proxy, dir.path(), &cfg, &ledger);
-    let run_secs = started.elapsed().as_secs_f64();
-
+    restart(&st.proxy, st.dir.path(), &st.cfg, &st.ledger);
     let outcomes = outcomes.lock().expect("outcomes").clone();
-    let effects = up.counts.keys_with_effects();
+    Seen {
+        outcomes,
+        answers,
+        restarts,
+    }
+}
+
+fn no_key_ran_twice(st: &Stack) -> HashMap<String, u64> {
+    let effects = st.up.counts.keys_with_effects();
     let twice: Vec<_> = effects.iter().filter(|(_, n)| **n > 1).collect();
     assert!(
         twice.is_empty(),
@@ -159,15 +202,21 @@ fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
         twice.len(),
         &twice[..twice.len().min(10)]
     );
+    effects
+}
 
-    // Every acknowledged answer replays identically, without executing again.
-    let before = up.counts.total();
-    let acked: Vec<(usize, (u16, Vec<u8>))> = outcomes
+/// Every acknowledged answer replays identically, without executing again; its effect happened
+/// exactly once. Answers how many were acknowledged.
+fn every_acknowledged_answer_replays(st: &Stack, seen: &Seen) -> usize {
+    let before = st.up.counts.total();
+    let acked: Vec<(usize, (u16, Vec<u8>))> = seen
+        .outcomes
         .iter()
         .filter_map(|(i, o)| o.acked.clone().map(|a| (*i, a)))
         .collect();
     let mismatches = Arc::new(AtomicUsize::new(0));
     let acked = Arc::new(acked);
+    let listen = st.listen;
     let replayers: Vec<_> = (0..16)
         .map(|t| {
             let (acked, mismatches) = (acked.clone(), mismatches.clone());
@@ -192,20 +241,24 @@ fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
     }
     assert_eq!(mismatches.load(Ordering::SeqCst), 0, "replays differ");
     assert_eq!(
-        up.counts.total(),
+        st.up.counts.total(),
         before,
         "a replay after the last restart reached the upstream"
     );
     for (i, _) in acked.iter() {
         assert_eq!(
-            up.counts.effects(&upstream_key(&key(*i))),
+            st.up.counts.effects(&upstream_key(&key(*i))),
             1,
             "op {i} was acknowledged, so its effect happened exactly once"
         );
     }
+    acked.len()
+}
 
-    // Every effect never acknowledged is visible: completed, or pending and flagged stuck.
-    let ops_api = idemgate_ops::Ops::open_existing(&ledger.display().to_string()).expect("open");
+/// Every effect never acknowledged is visible: completed, or pending and flagged stuck; and the
+/// chain verifies. Answers (effects never acknowledged, stuck, completed).
+fn every_unacknowledged_effect_is_in_the_ledger(st: &Stack, seen: &Seen) -> (u64, u64, u64) {
+    let ops_api = idemgate_ops::Ops::open_existing(&st.ledger.display().to_string()).expect("open");
     let mut in_ledger = HashMap::new();
     ops_api
         .each_entry(&EntryFilter::default(), None, &mut |e| {
@@ -214,9 +267,9 @@ fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
         })
         .expect("entries");
     let (mut unacked_effects, mut unacked_stuck, mut unacked_completed) = (0, 0, 0);
-    for (i, o) in &outcomes {
+    for (i, o) in &seen.outcomes {
         let k = key(*i);
-        if o.acked.is_some() || up.counts.effects(&upstream_key(&k)) == 0 {
+        if o.acked.is_some() || st.up.counts.effects(&upstream_key(&k)) == 0 {
             continue;
         }
         unacked_effects += 1;
@@ -240,32 +293,53 @@ fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
     let v = idemgate_json(&[
         "verify",
         "--ledger",
-        &ledger.display().to_string(),
+        &st.ledger.display().to_string(),
         "--json",
     ]);
     assert_eq!(v["ok"], true, "the chain verifies after the kills: {v}");
+    (unacked_effects, unacked_stuck, unacked_completed)
+}
 
-    let acked_n = acked.len();
-    let injected: Vec<u64> = up
+#[test]
+fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
+    let long = std::env::var("IDEMGATE_CHAOS").as_deref() == Ok("long");
+    let size = Size {
+        ops: env_usize("IDEMGATE_CHAOS_OPS", if long { 20_000 } else { 2_000 }),
+        kills: env_usize("IDEMGATE_CHAOS_KILLS", if long { 12 } else { 5 }),
+        clients: env_usize("IDEMGATE_CHAOS_CLIENTS", 64),
+    };
+    let started = Instant::now();
+    let st = a_faulty_upstream_behind_the_proxy();
+    let seen = the_clients_run_every_operation_through_kills(&st, size);
+    let run_secs = started.elapsed().as_secs_f64();
+    let effects = no_key_ran_twice(&st);
+    let acked_n = every_acknowledged_answer_replays(&st, &seen);
+    let (unacked_effects, unacked_stuck, unacked_completed) =
+        every_unacknowledged_effect_is_in_the_ledger(&st, &seen);
+
+    let injected: Vec<u64> = st
+        .up
         .counts
         .injected
         .iter()
         .map(|a| a.load(Ordering::Relaxed))
         .collect();
-    let attempts: u64 = outcomes.values().map(|o| u64::from(o.attempts)).sum();
+    let attempts: u64 = seen.outcomes.values().map(|o| u64::from(o.attempts)).sum();
+    let Size { ops, clients, .. } = size;
     println!(
         "chaos: {ops} operations from {clients} clients in {run_secs:.1}s, {attempts} requests, \
-         {restarts}+1 SIGKILL restarts; upstream faults: {} dropped after the effect, {} 503, {} \
+         {}+1 SIGKILL restarts; upstream faults: {} dropped after the effect, {} 503, {} \
          stalled past the timeout; {} effects for {} keys (none twice); {acked_n} acknowledged and \
          replayed identically after the last restart (0 new effects); {unacked_effects} effects \
          never acknowledged, all in the ledger ({unacked_stuck} stuck, {unacked_completed} \
          completed); answers: {:?}",
+        seen.restarts,
         injected[0],
         injected[1],
         injected[2],
-        up.counts.total(),
+        st.up.counts.total(),
         effects.len(),
-        answers.lock().expect("answers"),
+        seen.answers.lock().expect("answers"),
     );
     assert!(acked_n > ops / 2, "most operations should succeed");
     assert!(injected.iter().all(|n| *n > 0), "every fault was injected");

@@ -133,20 +133,19 @@ fn post_head(headers: &[u8], len: usize) -> Vec<u8> {
     out
 }
 
-#[test]
-fn malformed_requests_get_a_problem_and_write_nothing() {
-    let f = Fx::new();
-    let body = br#"{"amount":100}"#;
-    let case = |name: &str, status: u16, code: &str, send: &dyn Fn(&Fx) -> Resp| {
-        let before = f.written();
-        let r = send(&f);
-        f.refused(name, &r, status, code, before);
-    };
+/// Sends one malformed request: it gets `status` with `code`, and nothing is written.
+fn case(f: &Fx, name: &str, status: u16, code: &str, send: &dyn Fn(&Fx) -> Resp) {
+    let before = f.written();
+    let r = send(f);
+    f.refused(name, &r, status, code, before);
+}
 
-    case("bad JSON", 400, "invalid-body", &|f| {
+/// Bodies that are not JSON, or JSON read two ways, or coded: refused before a key is made.
+fn bodies_that_cannot_be_read_as_sent(f: &Fx) {
+    case(f, "bad JSON", 400, "invalid-body", &|f| {
         f.charge("k-badjson", br#"{"amount":"#)
     });
-    case("JSON with invalid UTF-8", 400, "invalid-body", &|f| {
+    case(f, "JSON with invalid UTF-8", 400, "invalid-body", &|f| {
         f.charge("k-utf8", b"{\"amount\":\"\xff\xfe\"}")
     });
     // serde_json would read the last member and many upstreams the first: refused, so no fingerprint
@@ -159,12 +158,14 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
         r
     };
     case(
+        f,
         "JSON with a member named twice",
         400,
         "invalid-body",
         &|f| twice(f, "k-twice", br#"{"amount":100,"amount":1}"#),
     );
     case(
+        f,
         "JSON with a member named twice, deeper",
         400,
         "invalid-body",
@@ -177,6 +178,7 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
         },
     );
     case(
+        f,
         "JSON key source, the key named twice",
         400,
         "invalid-body",
@@ -189,7 +191,7 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
             )
         },
     );
-    case("JSON key source, bad JSON", 400, "invalid-body", &|f| {
+    case(f, "JSON key source, bad JSON", 400, "invalid-body", &|f| {
         f.proxy.send(
             "POST",
             "/v1/emails",
@@ -199,6 +201,7 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
     });
     for coding in ["gzip", "identity, br"] {
         case(
+            f,
             &format!("content encoding {coding}"),
             415,
             "unsupported-encoding",
@@ -227,19 +230,24 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
         Some("identity"),
         "RFC 7694: what a body may be coded with"
     );
-    case("key not ASCII", 400, "invalid-key", &|f| {
+}
+
+/// Keys and scopes that are missing, empty, too long, not ASCII, or sent twice.
+fn keys_and_scopes_out_of_their_form(f: &Fx) {
+    let body = br#"{"amount":100}"#;
+    case(f, "key not ASCII", 400, "invalid-key", &|f| {
         f.raw(
             &post_head(b"idempotency-key: k\xff\xfe\n", body.len()),
             body,
         )
     });
-    case("scope not visible ASCII", 400, "invalid-scope", &|f| {
+    case(f, "scope not visible ASCII", 400, "invalid-scope", &|f| {
         f.raw(
             &post_head(b"idempotency-key: k-scope\nx-agent-id: a\tb\n", body.len()),
             body,
         )
     });
-    case("scope not ASCII", 400, "invalid-scope", &|f| {
+    case(f, "scope not ASCII", 400, "invalid-scope", &|f| {
         f.raw(
             &post_head(
                 b"idempotency-key: k-scope\nx-agent-id: a\xffb\n",
@@ -248,16 +256,16 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
             body,
         )
     });
-    case("empty key", 400, "invalid-key", &|f| {
+    case(f, "empty key", 400, "invalid-key", &|f| {
         f.raw(&post_head(b"idempotency-key: \n", body.len()), body)
     });
-    case("256-character key", 400, "invalid-key", &|f| {
+    case(f, "256-character key", 400, "invalid-key", &|f| {
         f.charge(&"k".repeat(256), body)
     });
-    case("4096-character key", 400, "invalid-key", &|f| {
+    case(f, "4096-character key", 400, "invalid-key", &|f| {
         f.charge(&"k".repeat(4096), body)
     });
-    case("missing key", 400, "missing-key", &|f| {
+    case(f, "missing key", 400, "missing-key", &|f| {
         f.proxy.send(
             "POST",
             "/v1/charges",
@@ -266,6 +274,7 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
         )
     });
     case(
+        f,
         "duplicate Idempotency-Key headers",
         400,
         "duplicate-header",
@@ -277,6 +286,7 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
         },
     );
     case(
+        f,
         "duplicate headers, same value",
         400,
         "duplicate-header",
@@ -287,7 +297,12 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
             )
         },
     );
-    case("one 40 KiB header", 431, "headers-too-large", &|f| {
+}
+
+/// Headers past their limits: one too large, too many.
+fn headers_past_their_limits(f: &Fx) {
+    let body = br#"{"amount":100}"#;
+    case(f, "one 40 KiB header", 431, "headers-too-large", &|f| {
         let junk = format!("x-junk: {}\n", "j".repeat(40 * 1024));
         f.raw(
             &post_head(
@@ -297,7 +312,7 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
             body,
         )
     });
-    case("300 headers", 431, "headers-too-large", &|f| {
+    case(f, "300 headers", 431, "headers-too-large", &|f| {
         let many: String = (0..300).map(|i| format!("x-h{i}: v\n")).collect();
         f.raw(
             &post_head(
@@ -307,27 +322,38 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
             body,
         )
     });
+}
+
+/// Bodies past the route's limit, badly chunked, or too slow.
+fn bodies_past_their_limits_or_too_slow(f: &Fx) {
     case(
+        f,
         "Content-Length over the limit",
         413,
         "body-too-large",
         &|f| f.charge("k-big-body", &vec![b' '; 65 * 1024]),
     );
-    case("chunked body over the limit", 413, "body-too-large", &|f| {
-        let mut raw = "POST /v1/charges HTTP/1.1\r\nhost: x\r\nconnection: close\r\nidempotency-key: k-chunked\r\ntransfer-encoding: chunked\r\n\r\n".as_bytes().to_vec();
-        for _ in 0..80 {
-            raw.extend_from_slice(format!("{:x}\r\n", 1024).as_bytes());
-            raw.extend_from_slice(&[b'a'; 1024]);
-            raw.extend_from_slice(b"\r\n");
-        }
-        raw.extend_from_slice(b"0\r\n\r\n");
-        raw_request(f.proxy.addr, &raw)
-    });
-    case("malformed chunked body", 400, "bad-body", &|f| {
+    case(
+        f,
+        "chunked body over the limit",
+        413,
+        "body-too-large",
+        &|f| {
+            let mut raw = "POST /v1/charges HTTP/1.1\r\nhost: x\r\nconnection: close\r\nidempotency-key: k-chunked\r\ntransfer-encoding: chunked\r\n\r\n".as_bytes().to_vec();
+            for _ in 0..80 {
+                raw.extend_from_slice(format!("{:x}\r\n", 1024).as_bytes());
+                raw.extend_from_slice(&[b'a'; 1024]);
+                raw.extend_from_slice(b"\r\n");
+            }
+            raw.extend_from_slice(b"0\r\n\r\n");
+            raw_request(f.proxy.addr, &raw)
+        },
+    );
+    case(f, "malformed chunked body", 400, "bad-body", &|f| {
         let raw = "POST /v1/charges HTTP/1.1\r\nhost: x\r\nconnection: close\r\nidempotency-key: k-badchunk\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n";
         raw_request(f.proxy.addr, raw.as_bytes())
     });
-    case("slow body (slowloris)", 408, "body-timeout", &|f| {
+    case(f, "slow body (slowloris)", 408, "body-timeout", &|f| {
         let mut s = TcpStream::connect(f.proxy.addr).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(20)))
             .expect("timeout");
@@ -361,6 +387,14 @@ fn malformed_requests_get_a_problem_and_write_nothing() {
     });
 }
 
+#[test]
+fn malformed_requests_get_a_problem_and_write_nothing() {
+    let f = Fx::new();
+    bodies_that_cannot_be_read_as_sent(&f);
+    keys_and_scopes_out_of_their_form(&f);
+    headers_past_their_limits(&f);
+    bodies_past_their_limits_or_too_slow(&f);
+}
 #[test]
 fn a_slow_header_is_cut_off_without_a_write() {
     // Headers that never finish: the connection is closed after the header timeout; nothing is
