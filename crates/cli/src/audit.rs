@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use idemgate_ops::ledger::{ChainHasher, EventRange, Format};
-use idemgate_ops::{ExportCmd, Ops, OpsError};
+use idemgate_ops::{op, ExportCmd, Ops, OpsError};
 
 use crate::{interrupt, output, stopped, with_progress, FormatArg, LedgerArg};
 
@@ -63,7 +63,7 @@ pub(crate) fn export(out: &mut output::Out, a: ExportArgs) -> Result<ExitCode, O
     let ops = Ops::open_existing(&ledger.ledger)?.with_signer(signing.signer()?);
     if entries {
         let manifest = with_progress("exporting", "entries", None, |p| {
-            ops.export_entries(&cmd, p)
+            op::run::<op::export_entries::Op>(&ops, cmd, None, p)
         })?;
         match (manifest, interrupt::asked()) {
             (Some(m), _) => output::exported_entries(out, &path, &m, json)?,
@@ -74,7 +74,9 @@ pub(crate) fn export(out: &mut output::Out, a: ExportArgs) -> Result<ExitCode, O
         return Ok(ExitCode::SUCCESS);
     }
     let total = ops.last_seq()?;
-    let manifest = with_progress("exporting", "events", total, |p| ops.export(&cmd, p))?;
+    let manifest = with_progress("exporting", "events", total, |p| {
+        op::run::<op::export::Op>(&ops, cmd, None, p)
+    })?;
     match (manifest, interrupt::asked()) {
         (Some(m), _) => output::exported(out, &path, &m, json)?,
         (None, Some(stop)) => {
@@ -195,12 +197,19 @@ pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, O
                 (r.ok, r.chain.cancelled)
             }
             (Some(m), None) => {
-                let r = with_progress("verifying", "events", total, |p| ops.verify_against(&m, p))?;
+                let against = op::common::PathArg {
+                    path: m.display().to_string(),
+                };
+                let r = with_progress("verifying", "events", total, |p| {
+                    op::run::<op::verify_against::Op>(&ops, against, None, p)
+                })?;
                 output::verified_against(out, &r, json)?;
                 (r.ok, r.chain.cancelled)
             }
             (None, _) => {
-                let r = with_progress("verifying", "events", total, |p| ops.verify(p))?;
+                let r = with_progress("verifying", "events", total, |p| {
+                    op::run::<op::verify_ledger::Op>(&ops, op::common::NoArgs {}, None, p)
+                })?;
                 output::verified(out, &r, json)?;
                 (r.ok, r.cancelled)
             }

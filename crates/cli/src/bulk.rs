@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 use idemgate_ops::ledger::EntryFilter;
-use idemgate_ops::{BulkCmd, BulkKind, BulkTarget, Ops, ResolveAs};
+use idemgate_ops::{op, BulkCmd, BulkKind, BulkTarget, Ops, ResolveAs};
 use idemgate_proxy::Config;
 
 use crate::serve::CmdError;
@@ -99,7 +99,11 @@ pub(crate) fn run(a: BulkArgs) -> Result<ExitCode, CmdError> {
     };
     let ops = Ops::open_existing(&ledger)?;
     let mut out = output::Out::stdout();
-    let preview = ops.preview_bulk(action, &cmd.target)?;
+    let req = op::preview_bulk::BulkPreviewRequest {
+        action,
+        target: cmd.target.clone(),
+    };
+    let preview = op::run::<op::preview_bulk::Op>(&ops, req, None, &mut |_| true)?;
     if a.dry_run {
         output::preview(&mut out, &preview, a.json)?;
         return Ok(ExitCode::SUCCESS);
@@ -109,7 +113,7 @@ pub(crate) fn run(a: BulkArgs) -> Result<ExitCode, CmdError> {
     let upstream = cfg.map(|c| ops.upstream(c));
     let total = preview.count as u64;
     let report = with_progress(action.as_str(), "entries", Some(total), |p| {
-        ops.bulk(&cmd, upstream.as_ref(), p)
+        op::run::<op::bulk::Op>(&ops, cmd, upstream.as_ref(), p)
     })?;
     output::bulk(&mut out, &report, a.json)?;
     if let (true, Some(stop)) = (report.cancelled, interrupt::asked()) {

@@ -20,7 +20,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use idemgate_ops::ledger::{EntryFilter, EventFilter, Progress, State};
-use idemgate_ops::{Ops, OpsError, ResolveAs};
+use idemgate_ops::{op, Ops, OpsError, ResolveAs};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -564,7 +564,13 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             json,
         } => {
             let ops = Ops::open_existing(&ledger.ledger)?;
-            output::show(&mut out, &ops.show(entry_id)?, json)?;
+            let entry = op::run::<op::show::Op>(
+                &ops,
+                op::common::EntryRef { entry_id },
+                None,
+                &mut |_| true,
+            )?;
+            output::show(&mut out, &entry, json)?;
         }
         Cmd::Log(a) => a.run(&mut out)?,
         Cmd::Resolve(a) => return decide::resolve(&mut out, a),
@@ -576,7 +582,11 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             json,
         } => {
             let ops = Ops::open_existing(&ledger.ledger)?;
-            let mut list = ops.incidents(None, limit)?;
+            let req = op::incidents::IncidentsRequest {
+                before: None,
+                limit: Some(limit),
+            };
+            let mut list = op::run::<op::incidents::Op>(&ops, req, None, &mut |_| true)?;
             list.retain(|i| i.open || !open);
             output::incidents(&mut out, &list, json)?;
         }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use idemgate_ops::{ActionCmd, Code, Ops, OpsError};
+use idemgate_ops::{op, ActionCmd, Code, Ops, OpsError};
 use idemgate_proxy::Config;
 use idemgate_server::{Reload, Server};
 
@@ -203,12 +203,10 @@ pub fn operator_action(action: Action, a: ProxyActionArgs) -> Result<ExitCode, C
     let rt = runtime()?;
     let out = rt.block_on(async {
         match action {
-            Action::Replay => ops
-                .replay(&engine, &cmd)
+            Action::Replay => op::run_upstream::<op::replay::Op>(&ops, &engine, cmd)
                 .await
                 .map(|r| serde_json::to_value(r).unwrap_or_default()),
-            Action::Reconcile => ops
-                .reconcile(&engine, &cmd)
+            Action::Reconcile => op::run_upstream::<op::reconcile::Op>(&ops, &engine, cmd)
                 .await
                 .map(|r| serde_json::to_value(r).unwrap_or_default()),
         }

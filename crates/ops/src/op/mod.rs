@@ -239,6 +239,27 @@ pub trait Operation: Declared {
     ) -> impl std::future::Future<Output = crate::OpsResult<Self::Answer>> + Send + 'a;
 }
 
+/// Runs the blocking operation `O` on `req`, on this thread: the path a host holding a typed
+/// request takes (the CLI), through the function the dispatch runs for the others. `upstream` is
+/// the data plane, for long work that may reach it (a bulk replay).
+pub fn run<O: Operation>(
+    ops: &crate::Ops,
+    req: O::Request,
+    upstream: Option<&idemgate_proxy::Engine>,
+    progress: idemgate_ledger::Progress<'_>,
+) -> crate::OpsResult<O::Answer> {
+    O::run(ops, req, Cx { upstream, progress })
+}
+
+/// Runs the [`Kind::Upstream`] operation `O` on `req` through `engine`, the data plane.
+pub async fn run_upstream<O: Operation>(
+    ops: &crate::Ops,
+    engine: &idemgate_proxy::Engine,
+    req: O::Request,
+) -> crate::OpsResult<O::Answer> {
+    O::run_upstream(ops, engine, req).await
+}
+
 /// The error of an operation called the way its kind does not run.
 pub fn refuse(name: &str) -> crate::OpsError {
     crate::OpsError::invalid(
@@ -251,7 +272,10 @@ pub fn refuse(name: &str) -> crate::OpsError {
 /// dispatch, and (with the bindings) the console's TypeScript client.
 macro_rules! registry {
     ($($module:ident),* $(,)?) => {
-        $(mod $module;)*
+        $(
+            #[doc = concat!("The `", stringify!($module), "` operation: its declaration, `Op`.")]
+            pub mod $module;
+        )*
 
         /// Every operation, in the order the console lists them.
         pub const SPECS: &[Spec] = &[$(<$module::Op as Declared>::SPEC),*];
