@@ -22,8 +22,8 @@ if [ "${BENCH_PEER:-$([ "${BENCH_SMOKE:-}" = 1 ] && echo 0 || echo 1)}" = 1 ]; t
 fi
 
 if [ "${BENCH_SMOKE:-}" = 1 ]; then
-  # The test build's flags, so CI reuses its artifacts.
-  cargo build --workspace --locked --features idemgate-server/ts --bins
+  # The test build's targets and flags, so CI reuses its artifacts (`--bins` alone would rebuild).
+  cargo build --workspace --locked --features idemgate-server/ts --all-targets
   export IDEMGATE_BIN=target/debug/idemgate CONSOLE_BENCH_BIN=target/debug/console-bench
   echo "== criterion benches, once each (smoke)"
   cargo test --locked --workspace --features idemgate-server/ts --benches 2>&1 | tee target/bench/criterion.txt | grep -E "^(Testing|Success)|per fsync"
