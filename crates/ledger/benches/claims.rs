@@ -293,7 +293,7 @@ fn fingerprints(c: &mut Criterion) {
 
 /// What reading a body strictly costs ([`canon::parse_json`], which refuses an object naming a
 /// member twice and which every JSON body of a write goes through) beside serde_json's own parse
-/// into a `Value`, which it replaced: the same bodies, in one process, in turns.
+/// into a `Value`, the lenient parse it stands in for: the same bodies, in one process, in turns.
 fn json_parse(c: &mut Criterion) {
     let mut g = c.benchmark_group("json_parse");
     for size in [1024usize, 64 * 1024] {

@@ -484,7 +484,7 @@ impl Exports {
 
     /// Removes the spools in `export_dir` that no live process holds: those of processes that were
     /// killed before they could remove their own. Returns the ones removed. A spool whose lock
-    /// cannot be opened (another user's) or that has none (made by a version before locks) is left.
+    /// cannot be opened (another user's) or that has no lock file is left.
     pub fn reclaim(&self) -> std::io::Result<Vec<PathBuf>> {
         let mut removed = Vec::new();
         // Not the ones still being made (`.idemgate-exports-…`): their lock may not be held yet.
