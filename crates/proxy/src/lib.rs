@@ -14,11 +14,11 @@ pub mod keys;
 pub mod mcp;
 pub mod problem;
 mod read_body;
-pub mod read_cache;
+mod read_cache;
 pub mod redrive;
 mod request_checks;
 mod respond;
-pub mod settle;
+mod settle;
 pub mod signature;
 pub mod telemetry;
 
