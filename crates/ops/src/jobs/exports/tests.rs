@@ -46,6 +46,14 @@ fn until_ended(e: &Exports, id: &str) -> ExportJob {
     panic!("export {id} did not end");
 }
 
+/// The whole log exported as NDJSON, once the export has ended.
+fn the_whole_log(e: &Arc<Exports>, ops: &Ops) -> ExportJob {
+    let j = e
+        .start(ops, Exported::Events, Format::Ndjson, EventRange::default())
+        .expect("start");
+    until_ended(e, &j.id)
+}
+
 #[test]
 fn at_most_two_run_at_once_and_a_new_one_pushes_out_the_oldest_ended() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -98,18 +106,10 @@ fn reclaim_removes_the_spools_whose_lock_nobody_holds_and_no_other() {
     let base = dir.path().join("exports");
     std::fs::create_dir(&base).expect("mkdir");
     let live = Arc::new(Exports::new(base.clone()));
-    let j = live
-        .start(
-            &ops,
-            Exported::Events,
-            Format::Ndjson,
-            EventRange::default(),
-        )
-        .expect("start");
-    until_ended(&live, &j.id);
+    let j = the_whole_log(&live, &ops);
     let live_spool = live.lock().spool.as_ref().expect("made").dir.clone();
-    // A killed process's spool (its lock let go), one being made, one of a version before
-    // locks, and a file that only has the name.
+    // A killed process's spool (its lock let go), one being made, one with no lock file, and a
+    // file that only has the name.
     let dead = base.join(format!("{SPOOL_PREFIX}7-0000dead"));
     std::fs::create_dir(&dead).expect("mkdir");
     std::fs::write(dead.join(SPOOL_LOCK), b"").expect("lock");
@@ -150,15 +150,7 @@ fn an_ended_export_goes_after_an_hour_and_every_file_at_close() {
     assert_eq!(ids, ["young"]);
     assert!(!old.exists());
 
-    let j = e
-        .start(
-            &ops,
-            Exported::Events,
-            Format::Ndjson,
-            EventRange::default(),
-        )
-        .expect("start");
-    let j = until_ended(&e, &j.id);
+    let j = the_whole_log(&e, &ops);
     let d = e.download(&j.id, false).expect("done");
     assert!(d.path.exists() && d.name.starts_with("idemgate-export-"));
     let spool = d.path.parent().expect("spool").to_path_buf();
