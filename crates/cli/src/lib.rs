@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use idemgate_ops::ledger::{EntryFilter, EventFilter, Progress, State};
+use idemgate_ops::ledger::{EntryFilter, Progress, State};
 use idemgate_ops::{op, Ops, OpsError, ResolveAs};
 
 #[derive(Parser, Debug)]
@@ -496,19 +496,25 @@ pub(crate) struct LogArgs {
 
 impl LogArgs {
     fn run(self, out: &mut output::Out) -> Result<(), OpsError> {
-        let filter = EventFilter {
+        let req = op::log::LogRequest {
             entry_id: self.entry,
             route: self.route,
             scope: self.scope,
             key: self.key,
-            kind: self.kind,
+            kind: self
+                .kind
+                .as_deref()
+                .map(idemgate_ops::event_kind)
+                .transpose()?,
             operator: self.operator,
-            since: self.since,
-            until: self.until,
+            since: self.since.map(op::common::Time),
+            until: self.until.map(op::common::Time),
             search: self.search,
+            before: None,
+            limit: None,
         };
         let ops = Ops::open_existing(&self.ledger.ledger)?;
-        output::log(out, &ops, &filter, self.limit, self.json)?;
+        output::log(out, &ops, req, self.limit, self.json)?;
         Ok(())
     }
 }

@@ -37,7 +37,7 @@ pub use bulk::{
 pub use demo::{seed as seed_demo, DemoOptions, DemoReport};
 pub use error::{Code, ErrorBody, OpsError};
 pub use purge::{PurgeCmd, PurgeReport, PurgeTarget, PURGE_CHUNK};
-pub use reads::{request_diff, EntryPage, EntryView, EventPage, FieldDiff, ToolCall};
+pub use reads::{event_kind, request_diff, EntryPage, EntryView, EventPage, FieldDiff, ToolCall};
 pub use resolve::{check_response, ResolveAs, ResolveCmd, ReviewCmd};
 pub use retention::{
     verify_archive_files, ArchiveCmd, RetentionPolicy, RetentionReport, RetentionRun,

@@ -193,6 +193,17 @@ pub fn request_diff(stored: &RequestRecord, rejected: &RequestRecord) -> Vec<Fie
         .collect()
 }
 
+/// The event kind named `k`, or why it is none.
+pub fn event_kind(k: &str) -> OpsResult<EventKind> {
+    EventKind::parse(k).ok_or_else(|| {
+        let kinds: Vec<_> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+        OpsError::invalid(
+            "kind",
+            &format!("{k:?} is not an event kind: one of {}", kinds.join(", ")),
+        )
+    })
+}
+
 impl Ops {
     /// A page of at most `limit` entries matching `filter`, newest first and older than `before`;
     /// or, with `oldest_first`, oldest first and newer than `after`.
@@ -327,13 +338,7 @@ impl Ops {
         limit: usize,
     ) -> OpsResult<EventPage> {
         if let Some(k) = &filter.kind {
-            if EventKind::parse(k).is_none() {
-                let kinds: Vec<_> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
-                return Err(OpsError::invalid(
-                    "kind",
-                    &format!("{k:?} is not an event kind: one of {}", kinds.join(", ")),
-                ));
-            }
+            event_kind(k)?;
         }
         check_range(filter.since, filter.until)?;
         let events = self.store.events(filter, page(before, limit, MAX_PAGE)?)?;

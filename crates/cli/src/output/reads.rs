@@ -2,8 +2,9 @@
 
 use std::io::Write;
 
-use idemgate_ops::ledger::{rfc3339, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter};
-use idemgate_ops::{EntryView, Ops};
+use idemgate_ops::ledger::{rfc3339, EntryDetail, EntryFilter, EntrySummary, Event};
+use idemgate_ops::op::log::LogRequest;
+use idemgate_ops::{op, EntryView, Ops};
 use serde_json::{json, Value};
 
 use super::{
@@ -342,13 +343,22 @@ pub(super) fn event_line(out: &mut Out, ev: &Event) -> R {
     Ok(())
 }
 
-pub fn log(out: &mut Out, ops: &Ops, filter: &EventFilter, limit: usize, json: bool) -> R {
+/// The newest `limit` events `req` matches, a page of the declared `log` operation at a time.
+pub fn log(out: &mut Out, ops: &Ops, req: LogRequest, limit: usize, json: bool) -> R {
+    let page = |before: Option<i64>, n: usize| {
+        let req = LogRequest {
+            before,
+            limit: Some(n),
+            ..req.clone()
+        };
+        op::run::<op::log::Op>(ops, req, None, &mut |_| true)
+    };
     let mut remaining = limit;
     let mut before = None;
     let mut all = Vec::new();
     let mut more = false;
     while remaining > 0 {
-        let page = ops.log(filter, before, remaining.min(1000))?;
+        let page = page(before, remaining.min(1000))?;
         remaining -= page.events.len();
         for ev in &page.events {
             if json {
@@ -370,7 +380,7 @@ pub fn log(out: &mut Out, ops: &Ops, filter: &EventFilter, limit: usize, json: b
     let shown = limit - remaining;
     if shown == 0 {
         eprintln!("(no events)");
-    } else if more && !ops.log(filter, before, 1)?.events.is_empty() {
+    } else if more && !page(before, 1)?.events.is_empty() {
         eprintln!("(the newest {shown} events; older ones with a larger --limit, or --until)");
     }
     Ok(())
