@@ -44,7 +44,8 @@ fn only_its_token_opens_it(f: &Fx) {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
-/// Lists, an entry and the log: limits out of range and bad filters are refused. Returns the entry's id.
+/// Lists, an entry and the log: limits out of range and bad filters are refused. Answers the
+/// entry's id.
 fn reads_check_their_limits_and_filters(f: &Fx) -> i64 {
     let page = f.proxy.admin_get("/admin/v1/entries?limit=10").json();
     assert_eq!(page["entries"][0]["key"], "k-admin");
@@ -201,7 +202,8 @@ fn a_body_must_be_json_within_its_limit(f: &Fx, id: i64) {
     }
 }
 
-/// A call the upstream failed and one it never got: logged for the people on call, and each proxied request counted once.
+/// A call the upstream failed and one it never got: logged for the people on call, and each
+/// proxied request counted once.
 fn failed_calls_are_logged_and_counted_once(f: &Fx) {
     // One that the upstream performs and fails (502: outcome unknown), one that it never gets
     // (connection refused: not executed, 503).
