@@ -46,11 +46,14 @@ fn until_ended(e: &Exports, id: &str) -> ExportJob {
     panic!("export {id} did not end");
 }
 
+/// Starts exporting the whole log as NDJSON.
+fn start_whole_log(e: &Arc<Exports>, ops: &Ops) -> OpsResult<ExportJob> {
+    e.start(ops, Exported::Events, Format::Ndjson, EventRange::default())
+}
+
 /// The whole log exported as NDJSON, once the export has ended.
 fn the_whole_log(e: &Arc<Exports>, ops: &Ops) -> ExportJob {
-    let j = e
-        .start(ops, Exported::Events, Format::Ndjson, EventRange::default())
-        .expect("start");
+    let j = start_whole_log(e, ops).expect("start");
     until_ended(e, &j.id)
 }
 
@@ -61,14 +64,7 @@ fn at_most_two_run_at_once_and_a_new_one_pushes_out_the_oldest_ended() {
     let e = Arc::new(Exports::new(dir.path().to_path_buf()));
     fake(&e, "r1", None);
     fake(&e, "r2", None);
-    let p = e
-        .start(
-            &ops,
-            Exported::Events,
-            Format::Ndjson,
-            EventRange::default(),
-        )
-        .expect_err("a third at once");
+    let p = start_whole_log(&e, &ops).expect_err("a third at once");
     let p = problem(p);
     assert_eq!((p.status, p.code.as_str()), (429, "too-many-exports"));
     assert_eq!(e.list().len(), 2, "a refused export leaves no job");
@@ -165,14 +161,7 @@ fn an_ended_export_goes_after_an_hour_and_every_file_at_close() {
     }
     e.close();
     assert!(!spool.exists(), "the spool goes with the process");
-    let p = e
-        .start(
-            &ops,
-            Exported::Events,
-            Format::Ndjson,
-            EventRange::default(),
-        )
-        .expect_err("closed");
+    let p = start_whole_log(&e, &ops).expect_err("closed");
     let p = problem(p);
     assert_eq!(p.code, "shutting-down");
 }
