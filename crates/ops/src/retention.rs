@@ -8,7 +8,7 @@ use idemgate_ledger::archive::{self, ArchiveOptions, ArchiveReport, ArchiveVerif
 use idemgate_ledger::checkpoint::{PublicKey, SignedCheckpoint};
 use idemgate_ledger::{
     now_millis, ChainHasher, EntryFilter, EventFilter, Millis, Page, Progress, PurgeRequest, State,
-    RETENTION_OPERATOR,
+    Storage, RETENTION_OPERATOR,
 };
 use serde::{Deserialize, Serialize};
 
@@ -179,14 +179,13 @@ impl Ops {
         public_key: Option<&PublicKey>,
         progress: Progress<'_>,
     ) -> OpsResult<ArchiveVerifyReport> {
-        check_dir(dir)?;
-        Ok(archive::verify_archive(
+        verify_dir(
             dir,
             Some(self.store.as_ref()),
             &self.hasher,
             public_key,
             progress,
-        )?)
+        )
     }
 
     /// The archive segments in `dir`, from their manifests (not verified), each marked recorded
@@ -374,9 +373,20 @@ pub fn verify_archive_files(
     public_key: Option<&PublicKey>,
     progress: Progress<'_>,
 ) -> OpsResult<ArchiveVerifyReport> {
+    verify_dir(dir, None, hasher, public_key, progress)
+}
+
+/// The archive in `dir` verified, and the live log after it when `store` is given.
+fn verify_dir(
+    dir: &Path,
+    store: Option<&dyn Storage>,
+    hasher: &ChainHasher,
+    public_key: Option<&PublicKey>,
+    progress: Progress<'_>,
+) -> OpsResult<ArchiveVerifyReport> {
     check_dir(dir)?;
     Ok(archive::verify_archive(
-        dir, None, hasher, public_key, progress,
+        dir, store, hasher, public_key, progress,
     )?)
 }
 
