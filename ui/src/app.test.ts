@@ -1,67 +1,6 @@
 // The UI against a mocked IPC: TauriTransport over a fake `invoke`, so the commands' names and
 // argument shapes are what is tested, with the views and the action dialog driven like a user.
-import { App, type Prefs } from "./app";
-import { HttpTransport, TauriTransport } from "./transport";
-import type { EntrySummary } from "./bindings/EntrySummary";
-
-function entry(id: number, over: Partial<EntrySummary> = {}): EntrySummary {
-  return {
-    id, route: "charges", scope: "agent-1", key: `key-${id}`, state: "pending", stuck: true, fingerprint: "ab", attempts: 1, replays: 0,
-    created_at: 1_800_000_000_000, updated_at: 1_800_000_000_000, expires_at: null, effect: "write", lease_expires_at: 1_800_000_030_000,
-    outcome_unknown: true, last_error: "upstream timeout", collisions: 0, duplicate_of: null, response_status: null, tool: null, subjects: [], ...over,
-  };
-}
-
-type Listen = (event: string, f: (e: { payload: unknown }) => void) => Promise<() => void>;
-
-function setup(handlers: Record<string, (args: Record<string, unknown>) => unknown>, listen: Listen = async () => () => {}) {
-  const calls: [string, Record<string, unknown>][] = [];
-  // An operation comes through the console's `call` command: recorded, and answered, under its
-  // own name, with its job beside its arguments.
-  const invoke = async (command: string, raw: Record<string, unknown> = {}) => {
-    const [cmd, args] = command === "call"
-      ? [raw.name as string, { ...(raw.args as Record<string, unknown>), ...(raw.job ? { job: raw.job } : {}) }]
-      : [command, raw];
-    calls.push([cmd, args]);
-    const f = handlers[cmd];
-    if (!f) throw { code: "unknown-command", message: cmd };
-    return f(args);
-  };
-  const prefs = new Map<string, string>();
-  const p: Prefs = { getItem: (k) => prefs.get(k) ?? null, setItem: (k, v) => void prefs.set(k, v) };
-  document.body.innerHTML = "";
-  const root = document.createElement("div");
-  document.body.append(root);
-  const app = new App(root, new TauriTransport(invoke, listen), p);
-  return { app, calls, prefs, root };
-}
-
-const base = {
-  ledger_info: () => ({ location: "/tmp/demo.db", error: null }),
-  stats: () => ({ entries_by_state: [["pending", 2]], stuck: 2, collisions: 1, expired: 3, duplicate_suspects: 4, events_by_kind: [], head: { seq: 10, hash: "h" }, series: [] }),
-  proxy_status: () => ({ running: false, config: null, proxy_addr: null, admin_addr: null, error: null }),
-};
-
-/** An admin signed in with their own token, as `GET /admin/v1/whoami` answers. */
-const ADA = { name: "ada", role: "admin", shared: false };
-
-const tick = () => new Promise((r) => setTimeout(r, 0));
-const q = (testid: string) => document.querySelector(`[data-testid="${testid}"]`) as HTMLElement;
-
-/** Waits (up to 100 ms) for `done`: what a call answered in the background shows. */
-async function until(done: () => unknown) {
-  for (let i = 0; i < 20 && !done(); i++) await new Promise((r) => setTimeout(r, 5));
-}
-
-/** The console as a browser serves it: an app over the admin API, `fetch` answered by `fake`. */
-async function inBrowser(fake: typeof fetch, save: (name: string) => void = () => undefined, prefs: Map<string, string> = new Map()) {
-  document.body.innerHTML = "";
-  const root = document.createElement("div");
-  document.body.append(root);
-  const app = new App(root, new HttpTransport("http://x", "tok", fake, save, 1), { getItem: (k) => prefs.get(k) ?? null, setItem: (k, v) => void prefs.set(k, v) });
-  await app.start();
-  return app;
-}
+import { ADA, base, entry, inBrowser, q, setup, tick, until } from "./test-support";
 
 describe("console UI", () => {
   it("shows the overview counts from the stats command", async () => {
@@ -161,55 +100,6 @@ describe("console UI", () => {
     box.dispatchEvent(new Event("change"));
     await tick();
     expect(calls.filter(([c]) => c === "entries").slice(-1)[0]?.[1]).toMatchObject({ subject: null, search: "cus_123" });
-  });
-
-  it("titles an incident in the customer's terms and marks it reviewed with a reason", async () => {
-    const subjects: [string, string][] = [["amount", "49.99"], ["currency", "usd"], ["customer", "cus_123"]];
-    const a = entry(3, { state: "completed", stuck: false, scope: "billing-01", subjects, created_at: 1_800_000_000_000 });
-    const b = entry(4, { state: "completed", stuck: false, scope: "billing-02", subjects, duplicate_of: 3, created_at: 1_800_000_014_000 });
-    const incident = { id: 3, route: "charges", scope: "billing-01", fingerprint: "ab", subjects, first_purged: false, entries: [a, b], review: null, open: true };
-    const { app, calls, prefs } = setup({
-      ...base,
-      incidents: () => [incident],
-      log: () => ({ events: [], next_before: null }),
-      review_incident: () => ({ operator: "dana", reason: "refunded", at: 1, through: 4 }),
-    });
-    prefs.set("operator", "dana");
-    await app.start();
-    await app.go("incidents");
-    expect(q("incident-title").textContent).toBe("cus_123 · charges · 2 × 49.99 USD · agents billing-01, billing-02 · 14 s apart");
-    // Its entries under the lists' column names.
-    const head = [...q("incident").querySelectorAll('[data-testid="list-header"] [role="columnheader"]')].map((c) => c.textContent);
-    expect(head).toEqual(["id", "state", "route", "scope", "idempotency key", "subjects", "created", "×", "note"]);
-    q("incident-review").click();
-    await tick();
-    (q("reason-input") as HTMLTextAreaElement).value = "refunded the second";
-    q("confirm-button").click();
-    await tick();
-    expect(calls.find(([c]) => c === "review_incident")?.[1]).toMatchObject({ entry_id: 3, operator: "dana", reason: "refunded the second" });
-  });
-
-  it("lists loop suspects under their column names, each as what the guard saw and did", async () => {
-    const ev = { seq: 9, at: 1_800_000_000_000, kind: "loop_suspect", entry_id: null, route: "charges", scope: "agent-9", key: "k", operator: null, reason: null,
-      detail: JSON.stringify({ calls: 21, max: 20, window_ms: 60_000, action: "reject", tool: null }), payload_digest: null, prev_hash: "p", hash: "h" };
-    const { app, calls } = setup({ ...base, incidents: () => [], log: () => ({ events: [ev], next_before: null }) });
-    await app.start();
-    await app.go("incidents");
-    expect(calls.find(([c]) => c === "log")?.[1]).toMatchObject({ kind: "loop_suspect" });
-    const list = q("loop-suspects");
-    expect([...list.querySelectorAll('[role="columnheader"]')].map((c) => c.textContent)).toEqual(["when", "route · scope", "calls in the window, and what was done"]);
-    expect(list.querySelector(".row.event:not(.head) .who")?.textContent).toBe("21 calls in 60 s (max 20) · refused");
-  });
-
-  it("keeps an incident whose first entry was purged, titled from its duplicates, and says so", async () => {
-    const subjects: [string, string][] = [["amount", "49.99"], ["currency", "usd"], ["customer", "cus_9"]];
-    const b = entry(4, { state: "completed", stuck: false, scope: "billing-02", subjects, duplicate_of: 3, created_at: 1_800_000_014_000 });
-    const incident = { id: 3, route: "charges", scope: "billing-02", fingerprint: "ab", subjects, first_purged: true, entries: [b], review: null, open: true };
-    const { app } = setup({ ...base, incidents: () => [incident], log: () => ({ events: [], next_before: null }) });
-    await app.start();
-    await app.go("incidents");
-    expect(q("incident-title").textContent).toContain("cus_9 · charges");
-    expect(q("incident-first-purged").textContent).toBe("first entry #3 purged; its duplicates below still happened");
   });
 
   it("copies a stored request as curl through the proxy the console runs, or names the default", async () => {

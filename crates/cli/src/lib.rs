@@ -8,6 +8,7 @@
 mod archival;
 mod audit;
 mod bulk;
+mod call;
 mod decide;
 mod output;
 mod serve;
@@ -282,6 +283,9 @@ enum Cmd {
     /// Recompute the hash chain of a ledger (optionally against an export manifest), of an export,
     /// or of an archive with the live log after it; with --public-key, check signed checkpoints.
     Verify(audit::VerifyArgs),
+    /// Run any operation by name, as the admin API and the console run it: its request as
+    /// NAME=VALUE parameters, its answer as JSON (`idemgate call OPERATION --help`).
+    Call(call::Call),
     /// Write a new Ed25519 key pair for signed checkpoints: PREFIX.key (secret) and PREFIX.pub.
     Keygen(archival::KeygenArgs),
     /// Move the events logged before a time into sealed, compressed segments in a directory, then
@@ -343,6 +347,7 @@ pub fn main() -> ExitCode {
         Cmd::Reconcile(a) => serve::operator_action(serve::Action::Reconcile, a),
         Cmd::Bulk(a) => bulk::run(a),
         Cmd::Token(t) => token::run(t),
+        Cmd::Call(c) => call::run(&mut output::Out::stdout(), c),
         other => run(other).map_err(serve::CmdError::from),
     };
     match result {
@@ -601,7 +606,12 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
         Cmd::Init(a) => return setup::init(&a),
         Cmd::Man => return setup::man(),
         Cmd::Completions { shell } => return setup::completions(shell),
-        Cmd::Serve { .. } | Cmd::Replay(_) | Cmd::Reconcile(_) | Cmd::Bulk(_) | Cmd::Token(_) => {
+        Cmd::Serve { .. }
+        | Cmd::Replay(_)
+        | Cmd::Reconcile(_)
+        | Cmd::Bulk(_)
+        | Cmd::Token(_)
+        | Cmd::Call(_) => {
             unreachable!("handled in main")
         }
         Cmd::Copy(a) => return audit::copy(&mut out, a),

@@ -12,7 +12,7 @@ use crate::db::Db;
 use crate::error::{LedgerError, Result};
 use crate::model::{
     ArchivedSegment, ChainHead, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter,
-    Incident, Millis, Page, ResponseRecord, Stats,
+    Incident, Millis, Page, ResponseRecord, Review, Stats,
 };
 use crate::prepared;
 use crate::read;
@@ -358,6 +358,10 @@ impl Storage for Ledger {
 
     fn review(&self, req: ReviewRequest) -> Ticket<i64> {
         self.submit(move |ctx| write::review(ctx, &req))
+    }
+
+    fn reopen(&self, req: ReviewRequest) -> Ticket<Review> {
+        self.submit(move |ctx| write::reopen(ctx, &req))
     }
 
     fn note_loop(&self, note: LoopNote) -> Ticket<()> {

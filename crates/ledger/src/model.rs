@@ -347,6 +347,8 @@ pub enum EventKind {
     Purge,
     /// An operator marked an incident reviewed.
     Review,
+    /// An operator withdrew an incident's review: it is open again.
+    Reopen,
     /// The proxy's loop guard counted more calls of one request than it allows.
     LoopSuspect,
     /// A range of the log was sealed in an archive segment; the events up to it may leave the
@@ -359,7 +361,7 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 18] = [
+    pub const ALL: [EventKind; 19] = [
         EventKind::Claim,
         EventKind::Attempt,
         EventKind::Complete,
@@ -374,6 +376,7 @@ impl EventKind {
         EventKind::Reconcile,
         EventKind::Purge,
         EventKind::Review,
+        EventKind::Reopen,
         EventKind::LoopSuspect,
         EventKind::Archive,
         EventKind::Checkpoint,
@@ -396,6 +399,7 @@ impl EventKind {
             EventKind::Reconcile => "reconcile",
             EventKind::Purge => "purge",
             EventKind::Review => "review",
+            EventKind::Reopen => "reopen",
             EventKind::LoopSuspect => "loop_suspect",
             EventKind::Archive => "archive",
             EventKind::Checkpoint => "checkpoint",

@@ -10,7 +10,7 @@ use crate::model::{
 use crate::store::EventRange;
 
 mod incidents;
-pub(crate) use incidents::incidents;
+pub(crate) use incidents::{incidents, review_of};
 
 /// The most rows one page of entries or events holds.
 pub(crate) const MAX_PAGE: usize = 100_000;

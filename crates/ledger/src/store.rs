@@ -8,7 +8,7 @@ use crate::checkpoint::SignedCheckpoint;
 use crate::error::{LedgerError, Result};
 use crate::model::{
     ArchivedSegment, ChainHead, Effect, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter,
-    Incident, Millis, Page, RequestRecord, ResponseRecord, Stats,
+    Incident, Millis, Page, RequestRecord, ResponseRecord, Review, Stats,
 };
 
 /// A write that has been queued. It resolves once the batch holding it is durable (fsync'd) or has
@@ -295,6 +295,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn note_reconcile(&self, note: ReconcileNote) -> Ticket<()>;
     /// Marks an incident reviewed; the newest suspect it covers.
     fn review(&self, req: ReviewRequest) -> Ticket<i64>;
+    /// Withdraws an incident's review (it is open again); the review it withdrew.
+    fn reopen(&self, req: ReviewRequest) -> Ticket<Review>;
     /// Logs a loop suspect.
     fn note_loop(&self, note: LoopNote) -> Ticket<()>;
 

@@ -25,7 +25,7 @@ pub(crate) use archival::{drop_archived, mark_archived, note_checkpoint, note_re
 #[cfg(test)]
 pub(crate) use duplicates::FIND_DUPLICATE;
 use duplicates::{flag_duplicate, reject_duplicate, same_effect_elsewhere, Same};
-pub(crate) use operator::{note_loop, note_reconcile, purge, redrive, resolve, review};
+pub(crate) use operator::{note_loop, note_reconcile, purge, redrive, reopen, resolve, review};
 use outcome::store_completion;
 #[cfg(test)]
 pub(crate) use outcome::COMPLETION;

@@ -46,6 +46,11 @@ impl Args {
         self.0.push((name.clone(), Field::Text(name, value.into())));
     }
 
+    /// Adds a parameter given as JSON.
+    pub fn value(&mut self, name: impl Into<String>, value: Value) {
+        self.0.push((name.into(), Field::Json(value)));
+    }
+
     /// Whether a parameter of this name is given.
     pub fn has(&self, name: &str) -> bool {
         self.0.iter().any(|(n, _)| n == name)

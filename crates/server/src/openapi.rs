@@ -89,21 +89,6 @@ fn put(paths: &mut Map<String, Value>, path: &str, method: &str, item: Value) {
     entry[method.to_ascii_lowercase()] = item;
 }
 
-/// A doc comment's first paragraph (the summary) and the rest (the description).
-pub fn summary(doc: &str) -> (String, String) {
-    let lines: Vec<&str> = doc.lines().map(str::trim).collect();
-    let end = lines
-        .iter()
-        .position(|l| l.is_empty())
-        .unwrap_or(lines.len());
-    let rest: Vec<&str> = lines[end..]
-        .iter()
-        .copied()
-        .skip_while(|l| l.is_empty())
-        .collect();
-    (lines[..end].join(" "), rest.join("\n").trim().to_owned())
-}
-
 /// An operation's path item: its parameters from its request's members (the path's, then the
 /// query's for `GET`), or its request as the JSON body (less the path's).
 fn operation(spec: &Spec, http: &Http, request: Value, answer: Value) -> Value {
@@ -122,7 +107,7 @@ fn operation(spec: &Spec, http: &Http, request: Value, answer: Value) -> Value {
         .map(|p| parameter(p, "path", true, members.get(*p), example.get(*p)))
         .collect();
     let mut item = Map::new();
-    let (first, rest) = summary(spec.doc);
+    let (first, rest) = spec.summary();
     item.insert("operationId".into(), json!(spec.name));
     item.insert("summary".into(), json!(first));
     let description = match (rest.is_empty(), spec.kind.is_job()) {

@@ -47,7 +47,7 @@ fn every_operation_says_what_it_does_who_may_and_what_it_takes() {
     let doc = idemgate_server::openapi::document();
     let mut seen = 0;
     for spec in idemgate_ops::dispatch::SPECS {
-        let (first, _) = idemgate_server::openapi::summary(spec.doc);
+        let (first, _) = spec.summary();
         assert!(
             first.len() > 10 && first.ends_with('.'),
             "{}: its doc comment's first paragraph is its summary, a sentence: {first:?}",

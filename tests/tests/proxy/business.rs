@@ -155,6 +155,91 @@ fn a_customer_charged_twice_by_two_agents_is_one_incident_found_by_the_customer(
     assert_eq!(r.status.code(), Some(1), "no such entry");
 }
 
+/// A reviewed incident opens again, by the admin API or `idemgate call`, with who and why in the
+/// log; one no one reviewed is refused, and a refused or malformed call changes nothing.
+#[test]
+fn a_reviewed_incident_reopens_and_the_log_says_who_withdrew_whose_review() {
+    let f = Fx::with(BUSINESS_CONFIG);
+    let body = json!({"customer": "cus_5", "amount": "10.00", "currency": "usd"});
+    assert_eq!(post(&f, "/v1/charges", "a-1", "k-1", &body).status, 201);
+    assert_eq!(post(&f, "/v1/charges", "a-2", "k-2", &body).status, 201);
+    let first = f.proxy.admin_get("/admin/v1/incidents").json()[0]["id"].clone();
+    let path = |what: &str| format!("/admin/v1/incidents/{first}/{what}");
+    let r = f.proxy.admin_post(&path("reopen"), &json!({"reason": "r"}));
+    assert_eq!((r.status, r.code()), (409, "invalid-transition".to_owned()));
+    let reviewed = json!({"reason": "refunded"});
+    assert_eq!(f.proxy.admin_post(&path("review"), &reviewed).status, 200);
+    let r = f
+        .proxy
+        .admin_post(&path("reopen"), &json!({"reason": "the refund bounced"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json()["reason"],
+        "refunded",
+        "the answer is the review withdrawn"
+    );
+    let inc = f.proxy.admin_get("/admin/v1/incidents").json();
+    assert_eq!(
+        (&inc[0]["open"], &inc[0]["review"]),
+        (&json!(true), &json!(null))
+    );
+    let log = f.proxy.admin_get("/admin/v1/events?kind=reopen").json();
+    let ev = &log["events"][0];
+    assert_eq!(
+        (&ev["entry_id"], &ev["reason"]),
+        (&first, &json!("the refund bounced"))
+    );
+    assert!(
+        ev["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("\"reviewed_by\"")),
+        "{ev}"
+    );
+    // The CLI runs the same operation from its declaration.
+    let ledger = f.ledger();
+    let entry = format!("entry_id={first}");
+    let call = |op: &str, reason: &str| {
+        idemgate(&[
+            "call",
+            op,
+            "--ledger",
+            &ledger,
+            &entry,
+            reason,
+            "--operator",
+            "erin",
+        ])
+    };
+    assert!(call("review_incident", "reason=looked").status.success());
+    let out = call("reopen_incident", "reason=not refunded");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let withdrawn: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        (&withdrawn["operator"], &withdrawn["reason"]),
+        (&json!("erin"), &json!("looked"))
+    );
+    let events =
+        |f: &Fx| f.proxy.admin_get("/admin/v1/events?kind=reopen").json()["events"].clone();
+    let before = events(&f);
+    for bad in [
+        call("reopen_incident", "reason=again"),
+        call("reopen_incident", "reason"),
+    ] {
+        assert_eq!(
+            bad.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&bad.stderr)
+        );
+    }
+    assert_eq!(events(&f), before, "nothing logged by the refused calls");
+    assert_eq!(before.as_array().map(Vec::len), Some(2));
+}
+
 #[test]
 fn the_reject_policy_refuses_the_same_values_and_the_loop_guard_flags_or_refuses() {
     let f = Fx::with(BUSINESS_CONFIG);

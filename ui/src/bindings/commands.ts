@@ -8,6 +8,7 @@ export const COMMANDS = {
   log: { role: "viewer", http: [["GET", "/admin/v1/events"]], desktop: true },
   incidents: { role: "viewer", http: [["GET", "/admin/v1/incidents"]], desktop: true },
   review_incident: { role: "operator", http: [["POST", "/admin/v1/incidents/{entry_id}/review"]], desktop: true },
+  reopen_incident: { role: "operator", http: [["POST", "/admin/v1/incidents/{entry_id}/reopen"]], desktop: true },
   preview_resolve: { role: "operator", http: [["GET", "/admin/v1/entries/{entry_id}/resolve/preview"]], desktop: true },
   resolve: { role: "operator", http: [["POST", "/admin/v1/entries/{entry_id}/resolve"]], desktop: true },
   replay: { role: "operator", http: [["POST", "/admin/v1/entries/{entry_id}/replay"]], desktop: true },

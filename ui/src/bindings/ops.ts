@@ -26,6 +26,7 @@ import type { PurgeCmd } from "./PurgeCmd";
 import type { PurgeReport } from "./PurgeReport";
 import type { PurgeTarget } from "./PurgeTarget";
 import type { ReconcileReport } from "./ReconcileReport";
+import type { ReopenCmd } from "./ReopenCmd";
 import type { ReplayReport } from "./ReplayReport";
 import type { ResolveCmd } from "./ResolveCmd";
 import type { RetentionStatus } from "./RetentionStatus";
@@ -44,6 +45,7 @@ export const OPS = {
   log: { role: "viewer", kind: "ledger", http: { method: "GET", path: "/admin/v1/events" }, acts: false },
   incidents: { role: "viewer", kind: "ledger", http: { method: "GET", path: "/admin/v1/incidents" }, acts: false },
   review_incident: { role: "operator", kind: "ledger", http: { method: "POST", path: "/admin/v1/incidents/{entry_id}/review" }, acts: true },
+  reopen_incident: { role: "operator", kind: "ledger", http: { method: "POST", path: "/admin/v1/incidents/{entry_id}/reopen" }, acts: true },
   preview_resolve: { role: "operator", kind: "ledger", http: { method: "GET", path: "/admin/v1/entries/{entry_id}/resolve/preview" }, acts: false },
   resolve: { role: "operator", kind: "ledger", http: { method: "POST", path: "/admin/v1/entries/{entry_id}/resolve" }, acts: true },
   replay: { role: "operator", kind: "upstream", http: { method: "POST", path: "/admin/v1/entries/{entry_id}/replay" }, acts: true },
@@ -115,6 +117,13 @@ export interface Ops {
    * again. Refused for an entry that begins no incident.
    */
   review_incident(req: ReviewCmd): Promise<Review>;
+  /**
+   * Opens a reviewed incident again.
+   *
+   * Withdraws its review, which the answer gives back; logged with the operator and the
+   * reason beside the review it withdrew. Refused for an incident no one reviewed.
+   */
+  reopen_incident(req: ReopenCmd): Promise<Review>;
   /**
    * What resolving an entry would touch.
    *
@@ -266,6 +275,7 @@ export function opsClient(call: Call): Ops {
     log: (req: LogRequest) => call("log", req, null) as Promise<EventPage>,
     incidents: (req: IncidentsRequest) => call("incidents", req, null) as Promise<Array<Incident>>,
     review_incident: (req: ReviewCmd) => call("review_incident", req, null) as Promise<Review>,
+    reopen_incident: (req: ReopenCmd) => call("reopen_incident", req, null) as Promise<Review>,
     preview_resolve: (req: EntryRef) => call("preview_resolve", req, null) as Promise<Preview>,
     resolve: (req: ResolveCmd) => call("resolve", req, null) as Promise<EntrySummary>,
     replay: (req: ActionCmd) => call("replay", req, null) as Promise<ReplayReport>,

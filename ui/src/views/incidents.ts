@@ -34,10 +34,11 @@ export async function incidents(app: App): Promise<void> {
 /** One incident: what it is about in the business's terms, its entries, its review. */
 export function incidentPanel(app: App, g: Incident): HTMLElement {
   const review = h("button", { testid: "incident-review", attrs: app.gate("review_incident"), on: { click: () => void reviewIncident(app, g) } }, g.review && !g.open ? "Reviewed ✓" : "Mark reviewed…");
+  const reopen = g.review && !g.open ? h("button", { testid: "incident-reopen", attrs: app.gate("reopen_incident"), on: { click: () => void reopenIncident(app, g) } }, "Reopen…") : null;
   return h(
     "div",
     { class: `panel incident${g.open ? "" : " reviewed"}`, testid: "incident", attrs: { "data-incident-id": g.id } },
-    h("div", { class: "entry-head" }, h("h2", { testid: "incident-title" }, incidentTitle(g)), h("div", { class: "actions" }, review)),
+    h("div", { class: "entry-head" }, h("h2", { testid: "incident-title" }, incidentTitle(g)), h("div", { class: "actions" }, review, reopen)),
     g.first_purged ? h("p", { class: "small", testid: "incident-first-purged" }, `first entry #${g.id} purged; its duplicates below still happened`) : null,
     g.review ? h("p", { class: "small", testid: "incident-reviewed" }, `${g.open ? "reviewed before its newest suspect" : "reviewed"} by ${g.review.operator}: ${g.review.reason} (${isoTime(g.review.at)})`) : null,
     entryHeader(false),
@@ -52,6 +53,18 @@ export async function reviewIncident(app: App, g: Incident): Promise<void> {
     run: async (operator, reason) => {
       await app.t.ops.review_incident({ entry_id: g.id, operator, reason });
       return "review: done";
+    },
+  });
+  await app.go("incidents");
+}
+
+export async function reopenIncident(app: App, g: Incident): Promise<void> {
+  await app.action({
+    title: `reopen incident ${g.id}`,
+    preview: { action: "reopen", count: 1, ids: [g.id], keys: [incidentTitle(g)], destructive: false, skipped: [] },
+    run: async (operator, reason) => {
+      const withdrawn = await app.t.ops.reopen_incident({ entry_id: g.id, operator, reason });
+      return `reopen: done (${withdrawn.operator}'s review withdrawn)`;
     },
   });
   await app.go("incidents");

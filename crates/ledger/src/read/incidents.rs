@@ -35,18 +35,7 @@ pub(crate) fn incidents(db: &mut dyn Db, page: Page, now: Millis) -> Result<Vec<
         let Some(head) = entries.first() else {
             continue;
         };
-        let review = db.opt(
-            "SELECT operator, reason, at, through FROM reviews WHERE entry_id = ?1",
-            vals![first],
-            |r| {
-                Ok(Review {
-                    operator: r.text(0)?,
-                    reason: r.text(1)?,
-                    at: r.int(2)?,
-                    through: r.int(3)?,
-                })
-            },
-        )?;
+        let review = review_of(db, first)?;
         out.push(Incident {
             id: first,
             route: head.route.clone(),
@@ -60,4 +49,20 @@ pub(crate) fn incidents(db: &mut dyn Db, page: Page, now: Millis) -> Result<Vec<
         });
     }
     Ok(out)
+}
+
+/// The review of the incident whose first entry is `first`, if it has one.
+pub(crate) fn review_of(db: &mut dyn Db, first: i64) -> Result<Option<Review>> {
+    db.opt(
+        "SELECT operator, reason, at, through FROM reviews WHERE entry_id = ?1",
+        vals![first],
+        |r| {
+            Ok(Review {
+                operator: r.text(0)?,
+                reason: r.text(1)?,
+                at: r.int(2)?,
+                through: r.int(3)?,
+            })
+        },
+    )
 }

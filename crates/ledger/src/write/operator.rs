@@ -7,9 +7,9 @@ use super::{append, moved, store_completion};
 use crate::canon::canonical_string;
 use crate::canon::sha256_hex;
 use crate::db::vals;
-use crate::entry_row::row_by_id;
+use crate::entry_row::{row_by_id, Row};
 use crate::error::{LedgerError, Result};
-use crate::model::{EntrySummary, EventKind, State};
+use crate::model::{EntrySummary, EventKind, Review, State};
 use crate::prepared::headers_json;
 use crate::read;
 use crate::store::{
@@ -214,21 +214,7 @@ pub(crate) fn note_reconcile(ctx: &mut Ctx<'_>, note: &ReconcileNote) -> Result<
 pub(crate) fn review(ctx: &mut Ctx<'_>, req: &ReviewRequest) -> Result<i64> {
     check_actor(&req.actor)?;
     let first = req.entry_id;
-    let (oldest, through) = ctx.db.one(
-        "SELECT MIN(id), MAX(id) FROM entries WHERE duplicate_of = ?1",
-        vals![first],
-        |r| Ok((r.opt_int(0)?, r.opt_int(1)?)),
-    )?;
-    let row = match (row_by_id(ctx.db, first), oldest) {
-        (Err(LedgerError::EntryNotFound(_)), Some(oldest)) => row_by_id(ctx.db, oldest)?,
-        (r, _) => r?,
-    };
-    let through = through.ok_or_else(|| LedgerError::InvalidTransition {
-        id: first,
-        state: "without duplicate suspects".into(),
-        action: "review",
-        needed: "the first entry of an incident",
-    })?;
+    let (row, through) = incident(ctx, first, "review")?;
     ctx.db
         .exec("DELETE FROM reviews WHERE entry_id = ?1", vals![first])?;
     ctx.db.exec(
@@ -249,6 +235,54 @@ pub(crate) fn review(ctx: &mut Ctx<'_>, req: &ReviewRequest) -> Result<i64> {
     ev.actor = Some(&req.actor);
     append(ctx, ev)?;
     Ok(through)
+}
+
+/// Withdraws the review of the incident whose first entry is `req.entry_id`, which is open
+/// again; the review it withdrew. Logged as [`review`] is; refused for an incident no one
+/// reviewed.
+pub(crate) fn reopen(ctx: &mut Ctx<'_>, req: &ReviewRequest) -> Result<Review> {
+    check_actor(&req.actor)?;
+    let first = req.entry_id;
+    let (row, _) = incident(ctx, first, "reopen")?;
+    let withdrawn =
+        read::review_of(ctx.db, first)?.ok_or_else(|| LedgerError::InvalidTransition {
+            id: first,
+            state: "not reviewed".into(),
+            action: "reopen",
+            needed: "a reviewed incident",
+        })?;
+    ctx.db
+        .exec("DELETE FROM reviews WHERE entry_id = ?1", vals![first])?;
+    let mut ev = row.event(
+        req.at,
+        EventKind::Reopen,
+        json!({"incident": first, "through": withdrawn.through, "reviewed_by": withdrawn.operator}),
+    );
+    ev.actor = Some(&req.actor);
+    append(ctx, ev)?;
+    Ok(withdrawn)
+}
+
+/// The incident whose first entry is `first`: the entry its events are logged under (the first,
+/// or its oldest suspect when the first was purged) and its newest suspect. Refused, for
+/// `action`, when `first` begins no incident.
+fn incident(ctx: &mut Ctx<'_>, first: i64, action: &'static str) -> Result<(Row, i64)> {
+    let (oldest, through) = ctx.db.one(
+        "SELECT MIN(id), MAX(id) FROM entries WHERE duplicate_of = ?1",
+        vals![first],
+        |r| Ok((r.opt_int(0)?, r.opt_int(1)?)),
+    )?;
+    let row = match (row_by_id(ctx.db, first), oldest) {
+        (Err(LedgerError::EntryNotFound(_)), Some(oldest)) => row_by_id(ctx.db, oldest)?,
+        (r, _) => r?,
+    };
+    let through = through.ok_or_else(|| LedgerError::InvalidTransition {
+        id: first,
+        state: "without duplicate suspects".into(),
+        action,
+        needed: "the first entry of an incident",
+    })?;
+    Ok((row, through))
 }
 
 /// Logs a loop suspect the proxy's loop guard saw: no entry changes.

@@ -585,6 +585,28 @@ fn an_incident_whose_first_entry_was_purged_stays_and_takes_new_suspects(b: Back
         "under the oldest suspect left"
     );
     assert!(logged[0].detail.contains(&format!("\"incident\":{first}")));
+    // Opened again by an operator: the review withdrawn, logged beside it; then reviewed again.
+    let reopen = |at| {
+        let req = ReviewRequest {
+            entry_id: first,
+            actor: actor(),
+            at,
+        };
+        f.l.reopen(req).wait()
+    };
+    assert_eq!(reopen(T0 + 72).expect("reopen").through, second);
+    assert!(f.l.incidents(Page::default(), T0 + 73).expect("incidents")[0].open);
+    assert!(matches!(
+        reopen(T0 + 74),
+        Err(LedgerError::InvalidTransition { .. })
+    ));
+    let reopened = EventFilter {
+        kind: Some("reopen".into()),
+        ..EventFilter::default()
+    };
+    let logged = f.l.events(&reopened, Page::default()).expect("events");
+    assert_eq!((logged.len(), logged[0].entry_id), (1, Some(second)));
+    assert_eq!(review(T0 + 76).expect("review"), second);
     // The effect repeated again: it joins the same incident (and reopens it), not a second one
     // under the oldest suspect.
     let (third, of) = suspect("k-3", 3, T0 + 80);

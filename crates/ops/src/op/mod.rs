@@ -80,6 +80,23 @@ pub struct Spec {
     pub example: &'static str,
 }
 
+impl Spec {
+    /// Its doc's first paragraph, in one line, and the rest.
+    pub fn summary(&self) -> (String, String) {
+        let lines: Vec<&str> = self.doc.lines().map(str::trim).collect();
+        let end = lines
+            .iter()
+            .position(|l| l.is_empty())
+            .unwrap_or(lines.len());
+        let rest: Vec<&str> = lines[end..]
+            .iter()
+            .copied()
+            .skip_while(|l| l.is_empty())
+            .collect();
+        (lines[..end].join(" "), rest.join("\n").trim().to_owned())
+    }
+}
+
 /// The largest JSON body an operation takes unless it says otherwise: 2 MiB.
 pub const DEFAULT_MAX_BODY: usize = 2 << 20;
 
@@ -384,6 +401,7 @@ registry![
     log,
     incidents,
     review_incident,
+    reopen_incident,
     preview_resolve,
     resolve,
     replay,

@@ -1,0 +1,237 @@
+//! `idemgate call OPERATION`: every declared operation ([`idemgate_ops::op`]) as a subcommand,
+//! made from its declaration (its name, its doc as the help, its example), and run through the
+//! dispatch the admin API and the console use. Its request is `NAME=VALUE` parameters, each read
+//! as the operation's request asks (`limit=10` a number), or `NAME:=JSON` for a structured one;
+//! its answer is the operation's JSON.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Arg, ArgAction, ArgMatches, Command, FromArgMatches};
+use idemgate_ops::dispatch::{self, Args, Kind, Spec};
+use idemgate_ops::{Ops, OpsError};
+use idemgate_proxy::config::Config;
+use serde_json::Value;
+
+use crate::serve::CmdError;
+use crate::{interrupt, output, stopped, with_progress};
+
+/// One operation to run, and what it runs on.
+#[derive(Debug)]
+pub(crate) struct Call {
+    spec: &'static Spec,
+    ledger: Option<String>,
+    config: Option<PathBuf>,
+    operator: Option<String>,
+    params: Vec<String>,
+}
+
+impl FromArgMatches for Call {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Call, clap::Error> {
+        let missing = || clap::Error::new(clap::error::ErrorKind::MissingSubcommand);
+        let (name, m) = m.subcommand().ok_or_else(missing)?;
+        let spec = dispatch::spec(name).ok_or_else(missing)?;
+        Ok(Call {
+            spec,
+            ledger: m.get_one::<String>("ledger").cloned(),
+            config: m.get_one::<PathBuf>("config").cloned(),
+            operator: m.try_get_one::<String>("operator").ok().flatten().cloned(),
+            params: m
+                .get_many::<String>("params")
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect(),
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Call::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for Call {
+    fn augment_args(cmd: Command) -> Command {
+        cmd.subcommand_required(true)
+            .subcommand_value_name("OPERATION")
+            .subcommands(dispatch::SPECS.iter().map(command))
+    }
+
+    fn augment_args_for_update(cmd: Command) -> Command {
+        Call::augment_args(cmd)
+    }
+}
+
+/// The subcommand of one operation: its help is its doc, then an example made from its own.
+fn command(spec: &'static Spec) -> Command {
+    let (about, rest) = spec.summary();
+    let mut long = about.clone();
+    if !rest.is_empty() {
+        long = format!("{long}\n\n{rest}");
+    }
+    long = format!(
+        "{long}\n\nExample:\n  idemgate call {}{}",
+        spec.name,
+        example(spec)
+    );
+    let mut c = Command::new(spec.name)
+        .about(about)
+        .long_about(long)
+        .arg(
+            Arg::new("ledger")
+                .long("ledger")
+                .env("IDEMGATE_LEDGER")
+                .value_name("PATH|URL")
+                .help("The ledger, when not the one the configuration names"),
+        )
+        .arg(
+            Arg::new("config")
+                .long("config")
+                .value_name("FILE")
+                .value_parser(clap::value_parser!(PathBuf))
+                .help("The configuration: its routes and upstreams, signing key and archive"),
+        )
+        .arg(
+            Arg::new("params")
+                .value_name("NAME=VALUE")
+                .action(ArgAction::Append)
+                .help("The request's parameters; NAME:=JSON for a structured one"),
+        );
+    if spec.acts {
+        c = c.arg(
+            Arg::new("operator")
+                .long("operator")
+                .env("IDEMGATE_OPERATOR")
+                .value_name("NAME")
+                .help("Who: your name as it should appear in the log"),
+        );
+    }
+    c
+}
+
+/// The operation's example request as parameters: `entry_id=42 reason='…'`.
+fn example(spec: &Spec) -> String {
+    let Ok(Value::Object(m)) = serde_json::from_str::<Value>(spec.example) else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for (k, v) in m {
+        out.push(' ');
+        match v {
+            Value::String(s) => out.push_str(&format!("{k}={}", quoted(&s))),
+            Value::Number(_) | Value::Bool(_) => out.push_str(&format!("{k}={v}")),
+            other => out.push_str(&format!("{k}:={}", quoted(&other.to_string()))),
+        }
+    }
+    if spec.acts {
+        out.push_str(" --operator alice");
+    }
+    out
+}
+
+/// `s` as one shell word.
+fn quoted(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:/@".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The request's parameters: `NAME=VALUE` as text, `NAME:=JSON` as JSON, the operator where the
+/// operation acts under one.
+fn request(c: &Call) -> Result<Args, OpsError> {
+    let mut args = Args::default();
+    for p in &c.params {
+        let bad = |why: &str| OpsError::invalid("parameter", &format!("{p:?}: {why}"));
+        let (name, json) = match (p.find(":="), p.find('=')) {
+            (Some(i), Some(j)) if i < j => (&p[..i], Some(&p[i + 2..])),
+            (_, Some(j)) => (&p[..j], None),
+            _ => return Err(bad("give NAME=VALUE, or NAME:=JSON")),
+        };
+        if name.is_empty() {
+            return Err(bad("no name before the ="));
+        }
+        if args.has(name) {
+            return Err(bad("given twice"));
+        }
+        match json {
+            Some(j) => {
+                let v = serde_json::from_str(j).map_err(|e| bad(&format!("not JSON: {e}")))?;
+                args.value(name, v);
+            }
+            None => args.text(name, &p[name.len() + 1..]),
+        }
+    }
+    if let Some(who) = &c.operator {
+        if args.has("operator") {
+            return Err(OpsError::invalid(
+                "operator",
+                "given twice: by --operator and as a parameter",
+            ));
+        }
+        args.text("operator", who);
+    }
+    Ok(args)
+}
+
+/// Runs the operation, printing its answer as JSON.
+pub(crate) fn run(out: &mut output::Out, c: Call) -> Result<ExitCode, CmdError> {
+    let args = request(&c)?;
+    let cfg = c
+        .config
+        .as_ref()
+        .map(|p| Config::load_for_operations(&p.display().to_string()).map(Arc::new))
+        .transpose()?;
+    let ledger = c
+        .ledger
+        .clone()
+        .or_else(|| cfg.as_ref().map(|c| c.ledger.clone()))
+        .ok_or_else(|| {
+            OpsError::invalid(
+                "ledger",
+                "name it: --ledger PATH|URL, IDEMGATE_LEDGER or --config",
+            )
+        })?;
+    let mut ops = Ops::open_existing(&ledger)?;
+    if let Some(cfg) = &cfg {
+        ops = ops
+            .with_signer(cfg.signing.as_ref().map(|s| s.signer.clone()))
+            .with_archive_dir(cfg.retention.as_ref().and_then(|r| r.archive_dir.clone()));
+    }
+    let name = c.spec.name;
+    let rt = crate::serve::runtime()?;
+    let _in = rt.enter();
+    let engine = cfg.map(|cfg| ops.upstream(cfg));
+    let answer = match (c.spec.kind, &engine) {
+        (Kind::Upstream, Some(engine)) => {
+            rt.block_on(dispatch::run_upstream(&ops, engine, name, args))?
+        }
+        (Kind::Upstream, None) => {
+            return Err(OpsError::invalid(
+                "config",
+                &format!("{name} reaches the upstream: name its configuration with --config"),
+            )
+            .into())
+        }
+        (Kind::Job | Kind::UpstreamJob, _) => {
+            let r = with_progress(name, "", None, |p| {
+                dispatch::run(&ops, engine.as_ref(), name, args, p)
+            });
+            if let Some(stop) = interrupt::asked() {
+                return Ok(stopped(stop, name, "what was done stays done"));
+            }
+            r?
+        }
+        (Kind::Ledger, _) => dispatch::run(&ops, None, name, args, &mut |_| true)?,
+    };
+    output::pretty(out, &answer)?;
+    out.flush().map_err(OpsError::from)?;
+    Ok(ExitCode::SUCCESS)
+}
