@@ -75,7 +75,7 @@ describe("HttpTransport (the admin API)", () => {
     await t.onProgress((p) => { if (p.job === "j1") progress.push(p.done); });
     const m = await t.exportFile("events", { format: "ndjson", range: { since: 1795168800000, until: null }, path: "/not/sent", overwrite: true }, "j1");
     expect(m).toEqual(manifest);
-    expect(seen[0]).toBe('POST /admin/v1/exports {"what":"events","format":"ndjson","since":"1795168800000","until":null}');
+    expect(seen[0]).toBe('POST /admin/v1/exports {"what":"events","format":"ndjson","since":1795168800000,"until":null}');
     expect(seen.slice(1)).toEqual(["GET /admin/v1/exports/ab12", "GET /admin/v1/exports/ab12", "GET /admin/v1/exports/ab12/file", "GET /admin/v1/exports/ab12/manifest"]);
     expect(progress).toEqual([0, 4096, 2]);
     await new Promise((r) => setTimeout(r, 10));

@@ -4,7 +4,6 @@
 // ErrorBody with a stable code.
 import type { ErrorBody } from "./bindings/ErrorBody";
 import type { ExportCmd } from "./bindings/ExportCmd";
-import type { ExportJob } from "./bindings/ExportJob";
 import type { Code } from "./bindings/Code";
 import type { Identity } from "./bindings/Identity";
 import type { JobProgress } from "./bindings/JobProgress";
@@ -226,7 +225,8 @@ export class HttpTransport implements Transport {
       delete rest[k];
       return encodeURIComponent(String(v));
     });
-    const get = http.method === "GET";
+    // GET and DELETE take the request in the query; POST as its JSON body.
+    const get = http.method !== "POST";
     const url = get ? `${path}${query(rest)}` : path;
     if (job !== null && (kind === "job" || kind === "upstream_job")) return this.cancellable(job, http.method, url, get ? undefined : rest);
     return this.req(http.method, url, get ? undefined : rest);
@@ -250,8 +250,7 @@ export class HttpTransport implements Transport {
    * `idemgate verify --export` expects. `null` when cancelled (the server deletes it).
    */
   async exportFile(what: Exported, cmd: ExportCmd, job: string): Promise<ExportManifest | null> {
-    const time = (t: number | null) => (t === null ? null : String(t));
-    const started = await this.req<ExportJob>("POST", "/admin/v1/exports", { what, format: cmd.format, since: time(cmd.range.since), until: time(cmd.range.until) });
+    const started = await this.ops.start_export({ what, format: cmd.format, since: cmd.range.since, until: cmd.range.until });
     this.exports.set(job, started.id);
     try {
       let j = started;
@@ -259,7 +258,7 @@ export class HttpTransport implements Transport {
         this.progress(job, j.done);
         await new Promise((r) => setTimeout(r, this.pollMs));
         if (this.cancelled.has(job)) return null;
-        j = await this.req<ExportJob>("GET", `/admin/v1/exports/${j.id}`);
+        j = await this.ops.export_job({ id: j.id });
       }
       if (this.cancelled.has(job)) return null;
       if (j.state === "failed" || !j.manifest || !j.file_url || !j.manifest_url) {
@@ -294,7 +293,7 @@ export class HttpTransport implements Transport {
     const id = this.exports.get(job);
     if (id === undefined) return false;
     this.cancelled.add(job);
-    await this.send("DELETE", `/admin/v1/exports/${id}`).catch(() => undefined);
+    await this.ops.cancel_export({ id }).catch(() => undefined);
     return true;
   }
   async onProgress(f: (p: JobProgress) => void) {

@@ -57,7 +57,12 @@ impl clap::Args for Call {
     fn augment_args(cmd: Command) -> Command {
         cmd.subcommand_required(true)
             .subcommand_value_name("OPERATION")
-            .subcommands(dispatch::SPECS.iter().map(command))
+            .subcommands(
+                dispatch::SPECS
+                    .iter()
+                    .filter(|s| !s.server_only)
+                    .map(command),
+            )
     }
 
     fn augment_args_for_update(cmd: Command) -> Command {

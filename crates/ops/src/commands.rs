@@ -1,7 +1,7 @@
 //! The command table: every command a host offers, with the role it needs and its admin API
 //! routes. The operations ([`crate::op`]) are most of it; the rest are the hosts' own (what the
-//! server is, who the token is, its metrics and export jobs; the desktop's open ledger, jobs and
-//! embedded proxy). The admin API takes each route's role from here (a route missing from the
+//! server is, who the token is, its metrics, a done export's files and an uploaded export's
+//! check; the desktop's open ledger, jobs and embedded proxy). The admin API takes each route's role from here (a route missing from the
 //! table is refused to everyone), and the browser console hides what a role cannot do from its
 //! TypeScript copy (`ui/src/bindings/commands.ts`, generated).
 
@@ -48,22 +48,7 @@ pub const HOST: &[Command] = &[
     host("whoami", Viewer, &[get("/admin/v1/whoami")], false),
     host("openapi", Viewer, &[get("/admin/v1/openapi.json")], false),
     host("metrics", Viewer, &[get("/metrics")], false),
-    // The server's export jobs: a file written on the server, downloaded when done.
-    host(
-        "start_export",
-        Admin,
-        &[Http {
-            method: "POST",
-            path: "/admin/v1/exports",
-        }],
-        false,
-    ),
-    host(
-        "export_status",
-        Viewer,
-        &[get("/admin/v1/exports"), get("/admin/v1/exports/{id}")],
-        false,
-    ),
+    // A done export job's files (the jobs are operations), downloaded from the server.
     host(
         "export_download",
         Admin,
@@ -83,15 +68,6 @@ pub const HOST: &[Command] = &[
         }],
         false,
     ),
-    host(
-        "cancel_export",
-        Admin,
-        &[Http {
-            method: "DELETE",
-            path: "/admin/v1/exports/{id}",
-        }],
-        false,
-    ),
     // The desktop console's own: its jobs and its embedded proxy.
     host("cancel_job", Viewer, &[], true),
     host("proxy_status", Viewer, &[], true),
@@ -107,7 +83,7 @@ pub fn all() -> impl Iterator<Item = Command> {
             name: s.name,
             role: s.role,
             http: s.http.as_slice(),
-            desktop: true,
+            desktop: !s.server_only,
         })
         .chain(HOST.iter().copied())
 }

@@ -68,6 +68,9 @@ pub struct Ops {
     /// The archive the host's retention policy writes, when it has one: what a client that may not
     /// name the host's paths (the admin API) lists and verifies.
     archive_dir: Option<PathBuf>,
+    /// The export jobs of the host that runs them (the server): a client with no file system
+    /// there starts one and downloads its file.
+    exports: Option<Arc<jobs::exports::Exports>>,
 }
 
 /// What an action will touch, shown before it runs.
@@ -196,7 +199,24 @@ impl Ops {
             hasher,
             signer: None,
             archive_dir: None,
+            exports: None,
         }
+    }
+
+    /// These operations, running export jobs in `exports`.
+    pub fn with_exports(mut self, exports: Arc<jobs::exports::Exports>) -> Ops {
+        self.exports = Some(exports);
+        self
+    }
+
+    /// The host's export jobs; refused where the host runs none (they are the server's).
+    pub fn exports(&self) -> OpsResult<&Arc<jobs::exports::Exports>> {
+        self.exports.as_ref().ok_or_else(|| {
+            OpsError::invalid(
+                "command",
+                "export jobs run in idemgate serve: start one through its admin API",
+            )
+        })
     }
 
     /// These operations, with the host's archive in `dir`.

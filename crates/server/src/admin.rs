@@ -13,7 +13,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use idemgate_ledger::{now_millis, Millis, Progress, Result};
+use idemgate_ledger::{now_millis, Progress, Result};
 use idemgate_ops::Ops;
 use idemgate_proxy::problem::{Code, Problem};
 use serde::Serialize;
@@ -24,14 +24,12 @@ mod call;
 use crate::access::{self, Identity};
 use crate::live::Live;
 use crate::Bound;
-use idemgate_ops::jobs::exports::Exports;
 
 #[derive(Debug, Clone)]
 pub struct AdminState {
     /// The engine and the operators, as the last reload left them.
     pub live: Arc<Live>,
     pub ops: Ops,
-    pub exports: Arc<Exports>,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     /// Where this process listens, as `GET /admin/v1/server` tells.
     pub listening: Bound,
@@ -55,7 +53,6 @@ pub struct ServerInfo {
 pub fn router(
     live: Arc<Live>,
     ops: Ops,
-    exports: Arc<Exports>,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
     listening: Bound,
 ) -> Router {
@@ -63,19 +60,10 @@ pub fn router(
     let state = AdminState {
         live,
         ops,
-        exports,
         metrics,
         listening,
     };
     let api = call::routes(Router::new())
-        .route(
-            "/admin/v1/exports",
-            get(audit::list_exports).post(audit::start_export),
-        )
-        .route(
-            "/admin/v1/exports/{id}",
-            get(audit::show_export).delete(audit::delete_export),
-        )
         .route("/admin/v1/exports/{id}/file", get(audit::export_file))
         .route(
             "/admin/v1/exports/{id}/manifest",
@@ -356,12 +344,6 @@ impl hyper::body::Body for Lines {
             .poll_recv(cx)
             .map(|line| line.map(|l| Ok(hyper::body::Frame::data(l.bytes()))))
     }
-}
-
-fn time_arg(field: &str, t: Option<&str>) -> Result<Option<Millis>, Problem> {
-    t.map(idemgate_ops::parse_time)
-        .transpose()
-        .map_err(|e| Problem::from(idemgate_ops::OpsError::invalid(field, &e.to_string())))
 }
 
 /// `GET /admin/v1/whoami`: the operator the token stands for, and their role (the browser

@@ -209,6 +209,7 @@ async fn serve(
         cfg.export_dir.clone(),
     ));
     reclaim_spools(&exports, &cfg);
+    let ops = ops.with_exports(exports.clone());
     let (proxy_listener, proxy_addr) = bind(cfg.listen).await?;
     let access = Arc::new(access::Access::new(token.as_ref(), &cfg.operators));
     if cfg.admin_listen.is_some() && access.is_empty() {
@@ -224,7 +225,6 @@ async fn serve(
                 admin::router(
                     live.clone(),
                     ops.clone(),
-                    exports.clone(),
                     metrics,
                     Bound {
                         proxy: proxy_addr,

@@ -1,12 +1,13 @@
 //! The admin API's OpenAPI document, generated: each operation's path item from its declaration
 //! ([`idemgate_ops::op`]: route, doc, role, request and answer types, their JSON Schemas), and
-//! the server's own routes (export jobs, who the token is, metrics, health) from theirs. The
+//! the server's own routes (a done export's files, an upload's check, who the token is, metrics,
+//! health) from theirs. The
 //! server serves the checked-in `openapi.json`; `tests/openapi_document.rs` fails when it differs
 //! from what this writes.
 
 use idemgate_ops::commands::{self, Role};
 use idemgate_ops::dispatch::{Kind, Spec};
-use idemgate_ops::op::Http;
+use idemgate_ops::op::{Answers, Http};
 use idemgate_proxy::problem::Code;
 use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, SchemaGenerator};
@@ -119,7 +120,7 @@ fn operation(spec: &Spec, http: &Http, request: Value, answer: Value) -> Value {
     if !description.is_empty() {
         item.insert("description".into(), json!(description));
     }
-    if method == "GET" {
+    if method != "POST" {
         for (name, schema) in &members {
             if !params.contains(&name.as_str()) {
                 parameters.push(parameter(
@@ -160,18 +161,33 @@ fn operation(spec: &Spec, http: &Http, request: Value, answer: Value) -> Value {
     if !parameters.is_empty() {
         item.insert("parameters".into(), json!(parameters));
     }
-    let mut ok = json!({ "application/json": { "schema": answer } });
-    if spec.kind.is_job() {
-        ok["application/x-ndjson"] = json!({ "schema": lines_schema(&answer) });
-    }
-    let mut responses = json!({ "200": { "description": "OK", "content": ok } });
-    let post = method != "GET";
+    let mut responses = success(spec, answer);
+    let post = method == "POST";
     for status in errors(spec, !params.is_empty(), post) {
         responses[status.to_string()] = problem(status, spec.role, spec.max_body);
     }
     item.insert("responses".into(), responses);
     item.insert("x-idemgate-role".into(), json!(spec.role.as_str()));
     Value::Object(item)
+}
+
+/// An operation's success response, as it declares it answers.
+fn success(spec: &Spec, answer: Value) -> Value {
+    let mut ok = json!({ "application/json": { "schema": answer } });
+    if spec.kind.is_job() {
+        ok["application/x-ndjson"] = json!({ "schema": lines_schema(&answer) });
+    }
+    match spec.answers {
+        Answers::Json => json!({ "200": { "description": "OK", "content": ok } }),
+        Answers::NoContent => json!({ "204": { "description": "Done: no content" } }),
+        Answers::Accepted(path) => json!({ "202": {
+            "description": "Accepted: the job, running",
+            "content": ok,
+            "headers": { "Location": {
+                "description": format!("the job's URL ({path})"),
+                "schema": { "type": "string" } } },
+        } }),
+    }
 }
 
 fn parameter(
@@ -309,7 +325,8 @@ struct HostRoute {
     extra: Value,
 }
 
-/// The server's own routes: export jobs, who it is, its metrics and its health.
+/// The server's own routes: a done export's files, an upload's check, who it is, its metrics and
+/// its health.
 fn host_routes(gen: &mut SchemaGenerator, paths: &mut Map<String, Value>) {
     for r in host_table(gen) {
         let role = role_of(r.method, r.path);
@@ -377,7 +394,7 @@ fn download(what: &str, content: Value) -> Value {
 }
 
 fn host_table(gen: &mut SchemaGenerator) -> Vec<HostRoute> {
-    let mut routes = export_routes(gen);
+    let mut routes = download_routes(gen);
     routes.push(upload_route(gen));
     routes.extend(info_routes(gen));
     routes
@@ -399,61 +416,6 @@ fn route(
         errors,
         extra,
     }
-}
-
-/// The export jobs' routes.
-fn export_routes(gen: &mut SchemaGenerator) -> Vec<HostRoute> {
-    let job = schema_of::<idemgate_ops::jobs::exports::ExportJob>(gen);
-    let body = schema_of::<crate::admin::audit::ExportBody>(gen);
-    let export_id = export_id();
-    let mut routes = vec![
-        route(
-            "GET",
-            "/admin/v1/exports",
-            "The exports of this process (running, or ended within the hour), newest first.",
-            (200, json_ok(json!({ "type": "array", "items": job }))),
-            &[400, 401, 403, 429],
-            json!({}),
-        ),
-        route(
-            "POST",
-            "/admin/v1/exports",
-            "Start an export of the log (a time range of it) as a job. The file and its manifest \
-             are written on the server, in a private spool under server.export_dir; follow the \
-             job, then download them. The client never names a path on the server.",
-            (
-                202,
-                json!({
-                    "description": "Accepted: the job, running",
-                    "content": { "application/json": { "schema": job } },
-                    "headers": { "Location": {
-                        "description": "the job's URL", "schema": { "type": "string" } } },
-                }),
-            ),
-            &[400, 401, 403, 413, 415, 429, 500, 503],
-            json!({ "requestBody": {
-                "required": true, "content": { "application/json": { "schema": body } } } }),
-        ),
-        route(
-            "GET",
-            "/admin/v1/exports/{id}",
-            "An export job: its state, progress, and when done its manifest and where to \
-             download it.",
-            (200, json_ok(job.clone())),
-            &[400, 401, 403, 404, 429],
-            export_id.clone(),
-        ),
-        route(
-            "DELETE",
-            "/admin/v1/exports/{id}",
-            "Cancel a running export, or delete an ended one's files.",
-            (204, json!({ "description": "deleted" })),
-            &[400, 401, 403, 404, 429],
-            export_id.clone(),
-        ),
-    ];
-    routes.extend(download_routes(gen));
-    routes
 }
 
 /// The path parameter of an export job.

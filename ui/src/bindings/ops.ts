@@ -14,6 +14,8 @@ import type { EntrySummary } from "./EntrySummary";
 import type { EntryView } from "./EntryView";
 import type { EventPage } from "./EventPage";
 import type { ExportCmd } from "./ExportCmd";
+import type { ExportJob } from "./ExportJob";
+import type { ExportRef } from "./ExportRef";
 import type { ExportVerifyReport } from "./ExportVerifyReport";
 import type { Incident } from "./Incident";
 import type { IncidentsRequest } from "./IncidentsRequest";
@@ -33,6 +35,7 @@ import type { RetentionStatus } from "./RetentionStatus";
 import type { Review } from "./Review";
 import type { ReviewCmd } from "./ReviewCmd";
 import type { SegmentCheck } from "./SegmentCheck";
+import type { StartExport } from "./StartExport";
 import type { Stats } from "./Stats";
 import type { StatsRequest } from "./StatsRequest";
 import type { VerifyReport } from "./VerifyReport";
@@ -56,6 +59,10 @@ export const OPS = {
   purge: { role: "admin", kind: "job", http: { method: "POST", path: "/admin/v1/purge" }, acts: true },
   export: { role: "admin", kind: "job", http: null, acts: false },
   export_entries: { role: "admin", kind: "job", http: null, acts: false },
+  start_export: { role: "admin", kind: "ledger", http: { method: "POST", path: "/admin/v1/exports" }, acts: false },
+  export_jobs: { role: "viewer", kind: "ledger", http: { method: "GET", path: "/admin/v1/exports" }, acts: false },
+  export_job: { role: "viewer", kind: "ledger", http: { method: "GET", path: "/admin/v1/exports/{id}" }, acts: false },
+  cancel_export: { role: "admin", kind: "ledger", http: { method: "DELETE", path: "/admin/v1/exports/{id}" }, acts: false },
   verify_ledger: { role: "admin", kind: "job", http: { method: "GET", path: "/admin/v1/verify" }, acts: false },
   head: { role: "viewer", kind: "ledger", http: { method: "GET", path: "/admin/v1/head" }, acts: false },
   verify_against: { role: "admin", kind: "job", http: null, acts: false },
@@ -202,6 +209,26 @@ export interface Ops {
    */
   export_entries(req: ExportCmd, job: string): Promise<EntriesManifest | null | null>;
   /**
+   * Starts an export of the log (a time range of it) as a job.
+   *
+   * The file and its manifest are written on the server, in a private spool under
+   * `server.export_dir`; follow the job, then download them. The client never names a path on
+   * the server. At most two run at once (`429` with `Retry-After` past that).
+   */
+  start_export(req: StartExport): Promise<ExportJob>;
+  /**
+   * The exports of this process (running, or ended within the hour), newest first.
+   */
+  export_jobs(req: NoArgs): Promise<Array<ExportJob>>;
+  /**
+   * An export job: its state, progress, and when done its manifest and where to download it.
+   */
+  export_job(req: ExportRef): Promise<ExportJob>;
+  /**
+   * Cancels a running export, or deletes an ended one's files.
+   */
+  cancel_export(req: ExportRef): Promise<null>;
+  /**
    * Recomputes the ledger's whole hash chain.
    *
    * A long job: the first bad event, if any, and why; it stops (`cancelled`) when cancelled
@@ -286,6 +313,10 @@ export function opsClient(call: Call): Ops {
     purge: (req: PurgeCmd, job: string) => call("purge", req, job) as Promise<PurgeReport | null>,
     export: (req: ExportCmd, job: string) => call("export", req, job) as Promise<Manifest | null | null>,
     export_entries: (req: ExportCmd, job: string) => call("export_entries", req, job) as Promise<EntriesManifest | null | null>,
+    start_export: (req: StartExport) => call("start_export", req, null) as Promise<ExportJob>,
+    export_jobs: (req: NoArgs) => call("export_jobs", req, null) as Promise<Array<ExportJob>>,
+    export_job: (req: ExportRef) => call("export_job", req, null) as Promise<ExportJob>,
+    cancel_export: (req: ExportRef) => call("cancel_export", req, null) as Promise<null>,
     verify_ledger: (req: NoArgs, job: string) => call("verify_ledger", req, job) as Promise<VerifyReport | null>,
     head: (req: NoArgs) => call("head", req, null) as Promise<ChainHead | null>,
     verify_against: (req: PathArg, job: string) => call("verify_against", req, job) as Promise<AgainstReport | null>,

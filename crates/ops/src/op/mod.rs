@@ -78,6 +78,23 @@ pub struct Spec {
     /// A request it takes, as JSON (without `operator` where the admin API fills it in): the
     /// OpenAPI document's example, checked to decode as the request.
     pub example: &'static str,
+    /// How the admin API answers it.
+    pub answers: Answers,
+    /// Whether only the server runs it (its export jobs): the desktop console and the CLI do
+    /// not offer it.
+    pub server_only: bool,
+}
+
+/// How the admin API answers an operation that succeeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answers {
+    /// `200 OK` with the answer.
+    Json,
+    /// `202 Accepted` with the answer, a job that goes on, and `Location` its URL: this path with
+    /// the answer's members in its `{braces}`.
+    Accepted(&'static str),
+    /// `204 No Content`.
+    NoContent,
 }
 
 impl Spec {
@@ -142,12 +159,15 @@ macro_rules! operation {
             $(max_body: $max:expr,)?
             $(also: [$($also:literal),*],)?
             example: $example:expr,
+            $(answers: $answers:expr,)?
+            $(server_only: $server_only:literal,)?
         }
         fn run($ops:ident, $req:ident : $request:ty, $cx:pat) -> $answer:ty $body:block
     ) => {
         $crate::op::operation!(
             @spec $(#[doc = $doc])* $op $name $role $kind
-            [$($method $path)?] [$($acts)?] [$($max)?] [$($($also),*)?] $example, $request, $answer
+            [$($method $path)?] [$($acts)?] [$($max)?] [$($($also),*)?] $example,
+            [$($answers)?] [$($server_only)?], $request, $answer
         );
         impl $crate::op::Operation for $op {
             fn run(
@@ -180,7 +200,8 @@ macro_rules! operation {
     ) => {
         $crate::op::operation!(
             @spec $(#[doc = $doc])* $op $name $role Upstream
-            [$($method $path)?] [$($acts)?] [$($max)?] [$($($also),*)?] $example, $request, $answer
+            [$($method $path)?] [$($acts)?] [$($max)?] [$($($also),*)?] $example, [] [],
+            $request, $answer
         );
         impl $crate::op::Operation for $op {
             fn run(
@@ -200,7 +221,7 @@ macro_rules! operation {
     (
         @spec $(#[doc = $doc:literal])* $op:ident $name:ident $role:ident $kind:ident
         [$($method:ident $path:literal)?] [$($acts:literal)?] [$($max:expr)?] [$($also:literal),*]
-        $example:expr,
+        $example:expr, [$($answers:expr)?] [$($server_only:literal)?],
         $request:ty, $answer:ty
     ) => {
         $(#[doc = $doc])*
@@ -217,6 +238,8 @@ macro_rules! operation {
                 max_body: $crate::op::operation!(@max $($max)?),
                 also: &[$($also),*],
                 example: $example,
+                answers: $crate::op::operation!(@answers $($answers)?),
+                server_only: $crate::op::operation!(@server_only $($server_only)?),
             };
             type Request = $request;
             type Answer = $answer;
@@ -230,6 +253,10 @@ macro_rules! operation {
     (@max) => { $crate::op::DEFAULT_MAX_BODY };
     (@max $max:expr) => { $max };
     (@acts $acts:literal) => { $acts };
+    (@answers) => { $crate::op::Answers::Json };
+    (@answers $answers:expr) => { $answers };
+    (@server_only) => { false };
+    (@server_only $server_only:literal) => { $server_only };
 }
 pub(crate) use operation;
 
@@ -412,6 +439,10 @@ registry![
     purge,
     export,
     export_entries,
+    start_export,
+    export_jobs,
+    export_job,
+    cancel_export,
     verify_ledger,
     head,
     verify_against,

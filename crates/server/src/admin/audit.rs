@@ -1,75 +1,16 @@
-//! The admin API's export jobs: a file the server writes, which its client downloads when done.
+//! The admin API's file transfers: a done export job's file and manifest (the jobs themselves are
+//! operations: `start_export`, `export_job`, ...), and an export the client uploads to be verified.
 
 use axum::extract::multipart::{MultipartError, MultipartRejection};
-use axum::extract::rejection::JsonRejection;
 use axum::extract::{Multipart, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use idemgate_ledger::export::{self, manifest_path, ExportVerifyReport};
-use idemgate_ledger::EventRange;
+use idemgate_ledger::export::{manifest_path, ExportVerifyReport};
 use idemgate_proxy::problem::{Code, Problem};
-use serde::Deserialize;
 
-use super::{bad_json, blocking_while_wanted, time_arg, AdminState, ExportId, Id, NoQuery};
-use idemgate_ops::jobs::exports::{Download, Exported};
-
-/// An export job to start: what, in which range, in which format.
-#[cfg_attr(feature = "ts", derive(schemars::JsonSchema))]
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExportBody {
-    /// The log's events in the range (the default), or the entries created in it with their
-    /// outcomes.
-    #[serde(default)]
-    what: Exported,
-    format: export::Format,
-    /// As the CLI takes them ([`idemgate_ops::parse_time`]).
-    since: Option<String>,
-    until: Option<String>,
-}
-
-pub(super) async fn start_export(
-    State(s): State<AdminState>,
-    _: NoQuery,
-    b: Result<Json<ExportBody>, JsonRejection>,
-) -> Result<Response, Problem> {
-    let Json(b) = b.map_err(bad_json)?;
-    let range = EventRange {
-        since: time_arg("since", b.since.as_deref())?,
-        until: time_arg("until", b.until.as_deref())?,
-    };
-    let job = s.exports.start(&s.ops, b.what, b.format, range)?;
-    let location = HeaderValue::from_str(&format!("/admin/v1/exports/{}", job.id))
-        .map_err(|e| Problem::new(Code::Internal, e.to_string()))?;
-    Ok((
-        StatusCode::ACCEPTED,
-        [(header::LOCATION, location)],
-        Json(job),
-    )
-        .into_response())
-}
-
-pub(super) async fn list_exports(State(s): State<AdminState>, _: NoQuery) -> Response {
-    Json(s.exports.list()).into_response()
-}
-
-pub(super) async fn show_export(
-    State(s): State<AdminState>,
-    Id(id): ExportId,
-    _: NoQuery,
-) -> Result<Response, Problem> {
-    Ok(Json(s.exports.get(&id)?).into_response())
-}
-
-pub(super) async fn delete_export(
-    State(s): State<AdminState>,
-    Id(id): ExportId,
-    _: NoQuery,
-) -> Result<Response, Problem> {
-    s.exports.delete(&id)?;
-    Ok(StatusCode::NO_CONTENT.into_response())
-}
+use super::{blocking_while_wanted, AdminState, ExportId, Id, NoQuery};
+use idemgate_ops::jobs::exports::Download;
 
 pub(super) async fn export_file(
     State(s): State<AdminState>,
@@ -77,7 +18,7 @@ pub(super) async fn export_file(
     _: NoQuery,
     req: Request,
 ) -> Result<Response, Problem> {
-    serve_download(s.exports.download(&id, false)?, req).await
+    serve_download(s.ops.exports()?.download(&id, false)?, req).await
 }
 
 pub(super) async fn export_manifest(
@@ -86,7 +27,7 @@ pub(super) async fn export_manifest(
     _: NoQuery,
     req: Request,
 ) -> Result<Response, Problem> {
-    serve_download(s.exports.download(&id, true)?, req).await
+    serve_download(s.ops.exports()?.download(&id, true)?, req).await
 }
 
 /// Streams a finished export's file (ranges too, so a large download can resume), to be saved
@@ -158,7 +99,7 @@ pub(super) async fn verify_upload(
             ),
         )
     })?;
-    let scratch = s.exports.scratch()?;
+    let scratch = s.ops.exports()?.scratch()?;
     let upload = scratch.path().join("upload");
     let (mut name, mut manifest) = (None, None);
     while let Some(mut field) = mp.next_field().await.map_err(bad_part)? {

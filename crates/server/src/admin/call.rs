@@ -1,17 +1,18 @@
 //! One handler for every operation ([`idemgate_ops::op`]): the route, the request and the way
 //! it runs all come from the operation's declaration. The request is the operation's path
-//! parameters with its query (`GET`) or its JSON body (`POST`); an action's `operator` is the
+//! parameters with its query (`GET`, `DELETE`) or its JSON body (`POST`); an action's `operator` is the
 //! token's ([`access::acting`]); long work answers as [`super::long_work`] says.
 
 use std::sync::Arc;
 
 use axum::extract::rejection::RawPathParamsRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, RawPathParams, Request, State};
-use axum::http::{HeaderMap, Method};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::{Extension, Json, Router};
 use idemgate_ops::dispatch::{self, Args, Kind, Spec};
+use idemgate_ops::op::Answers;
 use idemgate_proxy::problem::{Code, Problem};
 use serde_json::Value;
 
@@ -84,7 +85,29 @@ async fn call(
                 .await?
         }
     };
-    Ok(Json(answer).into_response())
+    Ok(respond(spec, answer))
+}
+
+/// The answer as the operation declares it: `200` with it, `202` with its job's `Location`, or
+/// `204`.
+fn respond(spec: &Spec, answer: Value) -> Response {
+    match spec.answers {
+        Answers::Json => Json(answer).into_response(),
+        Answers::NoContent => StatusCode::NO_CONTENT.into_response(),
+        Answers::Accepted(path) => {
+            let mut location = path.to_owned();
+            for (k, v) in answer.as_object().into_iter().flatten() {
+                if let Some(v) = v.as_str() {
+                    location = location.replace(&format!("{{{k}}}"), v);
+                }
+            }
+            let mut r = (StatusCode::ACCEPTED, Json(answer)).into_response();
+            if let Ok(v) = HeaderValue::from_str(&location) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            r
+        }
+    }
 }
 
 /// The operation's request: its path parameters, then its query or its JSON body.
@@ -96,7 +119,7 @@ async fn request(
 ) -> Result<Args, Problem> {
     let params = params.map_err(|e| Problem::new(Code::InvalidArgument, e.body_text()))?;
     let query = req.uri().query().unwrap_or("").to_owned();
-    let mut args = if req.method() == Method::GET || req.method() == Method::HEAD {
+    let mut args = if [Method::GET, Method::HEAD, Method::DELETE].contains(req.method()) {
         let mut args = Args::default();
         for (k, v) in form_urlencoded::parse(query.as_bytes()) {
             args.text(k, v);

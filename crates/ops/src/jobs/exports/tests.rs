@@ -183,3 +183,35 @@ fn a_bad_range_is_refused_before_a_job_exists() {
     assert!(e.list().is_empty());
     assert!(e.lock().spool.is_none(), "and no spool is made for it");
 }
+
+/// The export jobs are the server's: a host without them (the desktop console, the CLI) refuses
+/// them as a bad request and starts nothing; one with them runs them through the declared
+/// operations.
+#[test]
+fn the_export_job_operations_run_only_where_the_host_has_export_jobs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let start = |ops: &Ops| {
+        let args =
+            crate::dispatch::Args::json("start_export", serde_json::json!({"format": "csv"}));
+        crate::dispatch::run(ops, None, "start_export", args.expect("args"), &mut |_| {
+            true
+        })
+    };
+    let e = start(&ops(dir.path())).expect_err("no export jobs");
+    assert_eq!(problem(e).status, 400);
+    let exports = Arc::new(Exports::new(dir.path().to_owned()));
+    let ops = ops(dir.path()).with_exports(Arc::clone(&exports));
+    let job = start(&ops).expect("started");
+    let id = job["id"].as_str().expect("id");
+    assert_eq!(until_ended(&exports, id).state, ExportState::Done);
+    let args = crate::dispatch::Args::json("cancel_export", serde_json::json!({"id": id}));
+    let gone = crate::dispatch::run(
+        &ops,
+        None,
+        "cancel_export",
+        args.expect("args"),
+        &mut |_| true,
+    );
+    assert_eq!(gone.expect("deleted"), serde_json::Value::Null);
+    assert!(exports.list().is_empty());
+}
