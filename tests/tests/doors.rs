@@ -1,11 +1,11 @@
-//! Each crate is a room with one door: the hosts that are not the server (the CLI, the desktop
-//! console) reach the ledger through `idemgate-ops` only, so what they may do to it is what the
-//! operations allow. Their tests may set ledgers up directly.
+//! Each crate is a room with one door: the hosts (the server, the CLI, the desktop console) reach
+//! the ledger through `idemgate-ops` only, so what they may do to it is what the operations
+//! allow. Their tests may set ledgers up directly.
 
 use std::process::Command;
 
 #[test]
-fn the_cli_and_the_console_reach_the_ledger_through_ops_only() {
+fn the_hosts_reach_the_ledger_through_ops_only() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .args([
@@ -25,7 +25,7 @@ fn the_cli_and_the_console_reach_the_ledger_through_ops_only() {
     );
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata");
     let packages = meta["packages"].as_array().expect("packages");
-    for host in ["idemgate-cli", "idemgate-console"] {
+    for host in ["idemgate-server", "idemgate-cli", "idemgate-console"] {
         let p = packages
             .iter()
             .find(|p| p["name"] == host)

@@ -9,6 +9,7 @@ pub use idemgate_ledger::copy::CopyReport;
 pub use idemgate_ledger::entries_export::EntriesManifest;
 pub use idemgate_ledger::export::{manifest_path, ExportVerifyReport, Format, Manifest};
 pub use idemgate_ledger::{
-    is_postgres, rfc3339, ChainHasher, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter,
-    EventRange, Incident, Progress, ResponseRecord, State, VerifyReport, MAX_RESPONSE_BODY,
+    is_postgres, now_millis, rfc3339, ChainHasher, EntryDetail, EntryFilter, EntrySummary, Event,
+    EventRange, Incident, LedgerError, Progress, ResponseRecord, State, VerifyReport,
+    MAX_RESPONSE_BODY,
 };

@@ -13,7 +13,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use idemgate_ledger::{now_millis, Progress, Result};
+use idemgate_ops::ledger::{now_millis, Progress};
 use idemgate_ops::Ops;
 use idemgate_proxy::problem::{Code, Problem};
 use serde::Serialize;

@@ -468,7 +468,7 @@ fn download_routes(gen: &mut SchemaGenerator) -> Vec<HostRoute> {
 
 /// The check of an export file the client uploads.
 fn upload_route(gen: &mut SchemaGenerator) -> HostRoute {
-    let report = schema_of::<idemgate_ledger::export::ExportVerifyReport>(gen);
+    let report = schema_of::<idemgate_ops::ledger::ExportVerifyReport>(gen);
     route(
         "POST",
         "/admin/v1/verify/export",

@@ -6,7 +6,7 @@ use axum::extract::{Multipart, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use idemgate_ledger::export::{manifest_path, ExportVerifyReport};
+use idemgate_ops::ledger::{manifest_path, ExportVerifyReport};
 use idemgate_proxy::problem::{Code, Problem};
 
 use super::{blocking_while_wanted, AdminState, ExportId, Id, NoQuery};
