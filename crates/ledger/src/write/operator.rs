@@ -1,5 +1,6 @@
-//! The writes an operator asks for: resolve, purge, re-drive (a replay's claim) and the note of a
-//! reconcile. Each checks who asks and why, then the entry's state, as the proxy's writes do.
+//! The writes an operator asks for: resolve, purge, re-drive (a replay's claim), the note of a
+//! reconcile, and an incident's review and its withdrawal. Each checks who asks and why, then the
+//! entry's state, as the proxy's writes do.
 
 use serde_json::json;
 
