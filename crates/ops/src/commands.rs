@@ -1,9 +1,10 @@
 //! The command table: every command a host offers, with the role it needs and its admin API
 //! routes. The operations ([`crate::op`]) are most of it; the rest are the hosts' own (what the
 //! server is, who the token is, its metrics, a done export's files and an uploaded export's
-//! check; the desktop's open ledger, jobs and embedded proxy). The admin API takes each route's role from here (a route missing from the
-//! table is refused to everyone), and the browser console hides what a role cannot do from its
-//! TypeScript copy (`ui/src/bindings/commands.ts`, generated).
+//! check; the desktop's open ledger, jobs and embedded proxy). The admin API takes each route's
+//! role from here (a route missing from the table is refused to everyone), and the browser
+//! console hides what a role cannot do from its TypeScript copy (`ui/src/bindings/commands.ts`,
+//! generated).
 
 pub use idemgate_proxy::config::Role;
 
