@@ -33,6 +33,9 @@ from py_support import eventually, free_port  # noqa: E402
 TOKEN = "otlp-test-admin-token-0123456789abcdef"
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
+# What an MCP client sends in a message's params._meta instead.
+MCP_TRACE = "0af7651916cd43dd8448eb211c80319c"
+MCP_SPAN = "b7ad6b7169203331"
 
 
 class Receiver(ThreadingHTTPServer):
@@ -270,12 +273,17 @@ def an_unknown_outcome_is_an_error(stack: Stack) -> None:
 
 
 def an_mcp_tool_call_and_its_retry(stack: Stack) -> None:
+    """The call's `params._meta.traceparent` is its span's parent, before the HTTP header's (one
+    HTTP request may carry another caller's message); without one, the header's is."""
     headers = {"Accept": "application/json, text/event-stream",
-               "Mcp-Protocol-Version": "2025-11-25", "Mcp-Session-Id": "session-otlp"}
+               "Mcp-Protocol-Version": "2025-11-25", "Mcp-Session-Id": "session-otlp",
+               "traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}
     before = stack.upstream.charges
     for rid in (7, 8):
-        call = {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
-                "params": {"name": "charge", "arguments": {"amount": 900}}}
+        params = {"name": "charge", "arguments": {"amount": 900}}
+        if rid == 7:
+            params["_meta"] = {"traceparent": f"00-{MCP_TRACE}-{MCP_SPAN}-01"}
+        call = {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
         status, _, body = stack.post("/mcp", call, headers)
         assert status == 200 and json.loads(body)["result"]["content"][0]["text"] == "charged", body
     assert stack.upstream.charges == before + 1, "the retry ran nothing upstream"
@@ -286,6 +294,10 @@ def an_mcp_tool_call_and_its_retry(stack: Stack) -> None:
     first, retry = by_id["7"], by_id["8"]
     a = attrs(first.attributes)
     assert first.name == "tools/call charge", first.name
+    assert (first.trace_id.hex(), first.parent_span_id.hex()) == (MCP_TRACE, MCP_SPAN), \
+        "the message's own trace context is the span's parent"
+    assert (retry.trace_id.hex(), retry.parent_span_id.hex()) == (CLIENT_TRACE, CLIENT_SPAN), \
+        "without one, the header's is"
     assert a["mcp.method.name"] == "tools/call" and a["gen_ai.operation.name"] == "execute_tool", a
     assert a["mcp.session.id"] == "session-otlp" and a["mcp.protocol.version"] == "2025-11-25", a
     assert a["idemgate.route"] == "tools" and a["idemgate.outcome"] == "executed", a

@@ -1,6 +1,7 @@
 //! Spans of proxied calls, sent over OTLP/HTTP when `[telemetry]` is configured: one server span
-//! per request on the proxy listener (its parent the client's `traceparent`, when it sends one),
-//! with the ledger's claim and commit and each upstream attempt as its children.
+//! per request on the proxy listener (its parent the client's `traceparent`, when it sends one;
+//! on an MCP route, the message's own `params._meta.traceparent` before the header's), with the
+//! ledger's claim and commit and each upstream attempt as its children.
 //!
 //! A request's span lives in a task-local ([`within`]) that the request's tasks carry
 //! ([`carry`]); it ends when the last of them is done, so a write whose client went away still
@@ -8,13 +9,14 @@
 //! [`step`]) find none and do nothing.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderValue;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use opentelemetry::propagation::TextMapPropagator;
@@ -29,8 +31,9 @@ use sha2::Digest as _;
 
 use idemgate_ledger::LedgerError;
 
-use crate::config::{Route, Telemetry};
+use crate::config::{Protocol, Route, Telemetry};
 use crate::forward::{Attempt, HttpClient};
+use crate::mcp::jsonrpc::TraceMeta;
 
 /// How long one batch of spans may take to reach the collector.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -127,36 +130,76 @@ impl Tracing {
             None => method.clone(),
         };
         attrs.push(KeyValue::new("http.request.method", method));
-        self.call(name, &parts.headers, attrs)
-    }
-
-    /// A request's span, started now: `name`, a server span, child of the `traceparent` in
-    /// `headers` when there is one.
-    fn call(&self, name: String, headers: &HeaderMap, attrs: Vec<KeyValue>) -> Arc<Call> {
-        let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
-        let span = self
-            .tracer
-            .span_builder(name)
-            .with_kind(SpanKind::Server)
-            .with_attributes(attrs)
-            .start_with_context(&self.tracer, &parent);
-        Arc::new(Call {
-            cx: parent.with_span(span),
+        let call = Call {
+            cx: OnceLock::new(),
             tracer: self.tracer.clone(),
-        })
+            pending: Mutex::new(Some(Pending {
+                name,
+                attrs,
+                at: SystemTime::now(),
+                parent: TraceContextPropagator::new().extract(&HeaderExtractor(&parts.headers)),
+            })),
+        };
+        // An MCP route's span waits for its message, whose `_meta` may name its parent.
+        if route.is_none_or(|r| r.protocol != Protocol::Mcp) {
+            call.cx();
+        }
+        Arc::new(call)
     }
 }
 
 /// A request's span, ended when the last task of the request lets go of it.
 #[derive(Debug)]
 pub(crate) struct Call {
-    cx: Context,
+    /// The span, once started.
+    cx: OnceLock<Context>,
     tracer: SdkTracer,
+    /// What it starts with: taken when it starts.
+    pending: Mutex<Option<Pending>>,
+}
+
+/// A request's span not yet started: its name and attributes, when the request came, and the
+/// parent its headers name.
+#[derive(Debug)]
+struct Pending {
+    name: String,
+    attrs: Vec<KeyValue>,
+    at: SystemTime,
+    parent: Context,
+}
+
+impl Call {
+    /// The span, started now (as of the request's arrival) under its headers' parent if it has
+    /// not started yet.
+    fn cx(&self) -> &Context {
+        self.cx.get_or_init(|| self.start(None))
+    }
+
+    /// Starts the span under `parent`, or its headers' parent.
+    fn start(&self, parent: Option<Context>) -> Context {
+        let p = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some(p) = p else {
+            return Context::new();
+        };
+        let parent = parent.unwrap_or(p.parent);
+        let span = self
+            .tracer
+            .span_builder(p.name)
+            .with_kind(SpanKind::Server)
+            .with_start_time(p.at)
+            .with_attributes(p.attrs)
+            .start_with_context(&self.tracer, &parent);
+        parent.with_span(span)
+    }
 }
 
 impl Drop for Call {
     fn drop(&mut self) {
-        self.cx.span().end();
+        self.cx().span().end();
     }
 }
 
@@ -179,14 +222,21 @@ pub(crate) fn carry<T>(work: impl Future<Output = T>) -> impl Future<Output = T>
 
 /// Attributes for the current request's span (`attrs` is called only when there is one).
 pub(crate) fn note(attrs: impl FnOnce() -> Vec<KeyValue>) {
-    let _ = CALL.try_with(|c| c.cx.span().set_attributes(attrs()));
+    let _ = CALL.try_with(|c| c.cx().span().set_attributes(attrs()));
 }
 
-/// The current request is an MCP `method` (a `tools/call` of `call`): its span named and described
-/// as OpenTelemetry's conventions for MCP servers say.
-pub(crate) fn mcp(method: &'static str, call: Option<&crate::mcp::jsonrpc::Call>, parts: &Parts) {
+/// The current request is an MCP `method` (a `tools/call` of `call`): its span started under the
+/// message's `trace` when it carries one, named and described as OpenTelemetry's conventions for
+/// MCP servers say.
+pub(crate) fn mcp(
+    method: &'static str,
+    call: Option<&crate::mcp::jsonrpc::Call>,
+    trace: &TraceMeta,
+    parts: &Parts,
+) {
     let _ = CALL.try_with(|c| {
-        let span = c.cx.span();
+        let cx = c.cx.get_or_init(|| c.start(parent_of(trace)));
+        let span = cx.span();
         let header = |name: &str| {
             parts
                 .headers
@@ -290,7 +340,7 @@ pub(crate) fn attempted(method: &str, attempt: i64, a: &Attempt) -> Vec<KeyValue
 /// The current request ended in `code` (a problem's), an error when `server_error`.
 pub(crate) fn failed(code: &'static str, server_error: bool) {
     let _ = CALL.try_with(|c| {
-        let span = c.cx.span();
+        let span = c.cx().span();
         span.set_attributes([
             KeyValue::new("idemgate.outcome", code),
             KeyValue::new("error.type", code),
@@ -315,10 +365,21 @@ pub(crate) fn tool_result(message: &[u8]) {
     });
 }
 
+/// The context a message's `_meta` names, when it names a valid one.
+fn parent_of(trace: &TraceMeta) -> Option<Context> {
+    let mut carrier = HashMap::new();
+    carrier.insert("traceparent".to_owned(), trace.traceparent.clone()?);
+    if let Some(s) = &trace.tracestate {
+        carrier.insert("tracestate".to_owned(), s.clone());
+    }
+    let cx = TraceContextPropagator::new().extract(&carrier);
+    cx.span().span_context().is_valid().then_some(cx)
+}
+
 /// The current request's `traceparent` for its upstream: this span as the upstream's parent.
 pub(crate) fn traceparent() -> Option<HeaderValue> {
     CALL.try_with(|c| {
-        let span = c.cx.span();
+        let span = c.cx().span();
         let sc = span.span_context();
         let v = format!(
             "00-{}-{}-{:02x}",
@@ -357,7 +418,7 @@ impl Step {
             .with_kind(kind)
             .with_start_time(started)
             .with_attributes(attrs())
-            .start_with_context(&call.tracer, &call.cx);
+            .start_with_context(&call.tracer, call.cx());
         opentelemetry::trace::Span::end(&mut span);
     }
 }

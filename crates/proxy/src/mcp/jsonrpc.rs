@@ -30,6 +30,32 @@ pub struct Call {
     pub params_key: Option<Value>,
     /// `params._meta["io.idemgate/idempotency-key"]`.
     pub meta_key: Option<Value>,
+    /// The caller's trace context, from `params._meta`.
+    pub trace: TraceMeta,
+}
+
+/// The W3C trace context a request carries in `params._meta` (`traceparent`, `tracestate`), as
+/// MCP propagates it (SEP-414): on the wire, one HTTP request may carry many messages, so the
+/// message's own context is the one its span continues.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TraceMeta {
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+}
+
+impl TraceMeta {
+    fn of(params: Option<&Map<String, Value>>) -> TraceMeta {
+        let meta = params.and_then(|p| p.get("_meta"));
+        let text = |k: &str| {
+            meta.and_then(|m| m.get(k))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        TraceMeta {
+            traceparent: text("traceparent"),
+            tracestate: text("tracestate"),
+        }
+    }
 }
 
 impl Call {
@@ -53,7 +79,7 @@ pub enum Message {
     /// A `tools/call` request: the operation idemgate makes happen once.
     ToolsCall(Call),
     /// A `tools/list` request: its answer says each tool's effect.
-    ToolsList,
+    ToolsList(TraceMeta),
     /// `notifications/cancelled` for the client's request `request_id`.
     Cancelled { request_id: Value },
     /// Anything else (initialize, notifications, responses, resources, prompts, pings, a batch
@@ -98,7 +124,9 @@ pub fn classify(body: &[u8]) -> Message {
         }
         Value::Object(ref m) => match method(&v) {
             Some("tools/call") => tools_call(m),
-            Some("tools/list") => Message::ToolsList,
+            Some("tools/list") => {
+                Message::ToolsList(TraceMeta::of(m.get("params").and_then(Value::as_object)))
+            }
             Some("notifications/cancelled") => match v.pointer("/params/requestId") {
                 Some(id) => Message::Cancelled {
                     request_id: id.clone(),
@@ -152,6 +180,7 @@ fn tools_call(m: &Map<String, Value>) -> Message {
             .and_then(|p| p.get("_meta"))
             .and_then(|m| m.get(META_KEY))
             .cloned(),
+        trace: TraceMeta::of(params),
     })
 }
 
@@ -290,10 +319,19 @@ mod tests {
         assert_eq!(c.arguments, json!({"amount": 5}));
         assert_eq!(c.params_key, Some(json!("k1")));
         assert_eq!(c.meta_key, Some(json!("k2")));
+        assert_eq!(c.trace, TraceMeta::default());
         assert!(matches!(
             classify(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#),
-            Message::ToolsList
+            Message::ToolsList(t) if t == TraceMeta::default()
         ));
+        let traced = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"traceparent":"00-a-b-01","tracestate":"x=1"}}}"#;
+        let Message::ToolsList(t) = classify(traced) else {
+            panic!("a list")
+        };
+        assert_eq!(
+            (t.traceparent.as_deref(), t.tracestate.as_deref()),
+            (Some("00-a-b-01"), Some("x=1"))
+        );
         for other in [
             &br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#[..],
             br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,

@@ -91,8 +91,8 @@ impl Engine {
                 let m = jsonrpc::error_message(&id, code, &message, None);
                 Ok(jsonrpc::answer(m, Accept::Json, status))
             }
-            Message::ToolsList => {
-                telemetry::mcp("tools/list", None, &parts);
+            Message::ToolsList(trace) => {
+                telemetry::mcp("tools/list", None, &trace, &parts);
                 self.list(req, route_at, body).await
             }
             // A call idemgate forwarded runs to its end, so that a retry finds its outcome: the
@@ -107,7 +107,7 @@ impl Engine {
             Message::Cancelled { .. } => self.pass(req, body).await,
             Message::Other => self.pass(req, body).await,
             Message::ToolsCall(call) => {
-                telemetry::mcp("tools/call", Some(&call), &parts);
+                telemetry::mcp("tools/call", Some(&call), &call.trace, &parts);
                 let (effect, _) = self.tools[route_at].effect(req.route, &call.name);
                 if effect == Effect::Read {
                     return self.pass(req, body).await;
