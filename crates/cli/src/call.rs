@@ -206,16 +206,15 @@ pub(crate) fn run(out: &mut output::Out, c: Call) -> Result<ExitCode, CmdError> 
         })?;
     let mut ops = Ops::open_existing(&ledger)?;
     if let Some(cfg) = &cfg {
-        ops = ops
-            .with_signer(cfg.signing.as_ref().map(|s| s.signer.clone()))
-            .with_archive_dir(cfg.retention.as_ref().and_then(|r| r.archive_dir.clone()));
+        ops = ops.configured_by(cfg);
     }
     let name = c.spec.name;
-    let rt = crate::serve::runtime()?;
-    let _in = rt.enter();
+    // A runtime only for the data plane a configuration brings: the ledger's operations block.
+    let rt = cfg.as_ref().map(|_| crate::serve::runtime()).transpose()?;
+    let _in = rt.as_ref().map(tokio::runtime::Runtime::enter);
     let engine = cfg.map(|cfg| ops.upstream(cfg));
-    let answer = match (c.spec.kind, &engine) {
-        (Kind::Upstream, Some(engine)) => {
+    let answer = match (c.spec.kind, rt.as_ref().zip(engine.as_ref())) {
+        (Kind::Upstream, Some((rt, engine))) => {
             rt.block_on(dispatch::run_upstream(&ops, engine, name, args))?
         }
         (Kind::Upstream, None) => {

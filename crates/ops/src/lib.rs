@@ -219,6 +219,12 @@ impl Ops {
         })
     }
 
+    /// These operations as `cfg` configures them: its signing key and its retention's archive.
+    pub fn configured_by(self, cfg: &idemgate_proxy::Config) -> Ops {
+        self.with_signer(cfg.signing.as_ref().map(|s| s.signer.clone()))
+            .with_archive_dir(cfg.retention.as_ref().and_then(|r| r.archive_dir.clone()))
+    }
+
     /// These operations, with the host's archive in `dir`.
     pub fn with_archive_dir(mut self, dir: Option<PathBuf>) -> Ops {
         self.archive_dir = dir;

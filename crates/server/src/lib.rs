@@ -75,11 +75,7 @@ impl Server {
     /// the configured ledger, creating it when missing.
     pub fn open(cfg: Arc<Config>) -> Result<Server, ServeError> {
         let token = check(&cfg)?;
-        let signer = cfg.signing.as_ref().map(|s| s.signer.clone());
-        let archive = cfg.retention.as_ref().and_then(|r| r.archive_dir.clone());
-        let ops = Ops::open_or_create(&cfg.ledger)?
-            .with_signer(signer)
-            .with_archive_dir(archive);
+        let ops = Ops::open_or_create(&cfg.ledger)?.configured_by(&cfg);
         Ok(Server {
             cfg,
             token,
