@@ -1,7 +1,7 @@
 //! One handler for every operation ([`idemgate_ops::op`]): the route, the request and the way
 //! it runs all come from the operation's declaration. The request is the operation's path
-//! parameters with its query (`GET`, `DELETE`) or its JSON body (`POST`); an action's `operator` is the
-//! token's ([`access::acting`]); long work answers as [`super::long_work`] says.
+//! parameters with its query (`GET`, `DELETE`) or its JSON body (`POST`); an action's `operator`
+//! is the token's ([`access::acting`]); long work answers as [`super::long_work`] says.
 
 use std::sync::Arc;
 
