@@ -1,9 +1,8 @@
 //! The admin API's OpenAPI document, generated: each operation's path item from its declaration
 //! ([`idemgate_ops::op`]: route, doc, role, request and answer types, their JSON Schemas), and
 //! the server's own routes (a done export's files, an upload's check, who the token is, metrics,
-//! health) from theirs. The
-//! server serves the checked-in `openapi.json`; `tests/openapi_document.rs` fails when it differs
-//! from what this writes.
+//! health) from theirs. The server serves the checked-in `openapi.json`;
+//! `tests/openapi_document.rs` fails when it differs from what this writes.
 
 use idemgate_ops::commands::{self, Role};
 use idemgate_ops::dispatch::{Kind, Spec};
@@ -91,7 +90,7 @@ fn put(paths: &mut Map<String, Value>, path: &str, method: &str, item: Value) {
 }
 
 /// An operation's path item: its parameters from its request's members (the path's, then the
-/// query's for `GET`), or its request as the JSON body (less the path's).
+/// query's for `GET` and `DELETE`), or its request as the JSON body (less the path's).
 fn operation(spec: &Spec, http: &Http, request: Value, answer: Value) -> Value {
     let (params, method): (Vec<&str>, _) = (http.params().collect(), http.method);
     let members = request["properties"]
