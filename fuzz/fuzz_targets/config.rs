@@ -2,7 +2,7 @@
 //! configuration keeps the rules `serve` relies on.
 #![no_main]
 
-use idemgate_proxy::Config;
+use idemgate_config::Config;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,7 +5,8 @@
 use std::sync::OnceLock;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use idemgate_proxy::{keys, Config};
+use idemgate_config::Config;
+use idemgate_proxy::keys;
 use libfuzzer_sys::fuzz_target;
 
 /// One route per key source, shared with the property tests.

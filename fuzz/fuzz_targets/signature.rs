@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use idemgate_proxy::config::{Secret, Signature};
+use idemgate_config::{Secret, Signature};
 use idemgate_proxy::signature;
 use libfuzzer_sys::fuzz_target;
 

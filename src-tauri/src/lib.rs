@@ -8,12 +8,13 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
+use idemgate_config::Config;
 use idemgate_ops::ledger::Progress;
 use idemgate_ops::{
     dispatch, jobs::Running, os_user, Code, ErrorBody, JobProgress, LedgerInfo, Ops, OpsError,
     OpsResult,
 };
-use idemgate_proxy::{Config, Engine};
+use idemgate_proxy::Engine;
 use idemgate_server::{ProxyStatus, Server};
 
 /// The ledger the console opens: `--ledger PATH|URL`, else `IDEMGATE_LEDGER`, else the default one.

@@ -9,9 +9,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
+use idemgate_config::Config;
 use idemgate_ops::ledger::{generate_key, ArchiveReport, ArchiveVerifyReport, PublicKey, Signer};
-use idemgate_ops::{ArchiveCmd, Ops, OpsError};
-use idemgate_proxy::Config;
+use idemgate_ops::{op, ArchiveCmd, Ops, OpsError};
 
 use crate::{interrupt, output, stopped, with_progress, LedgerArg};
 
@@ -168,7 +168,9 @@ pub(crate) fn archive(out: &mut output::Out, a: ArchiveArgs) -> Result<ExitCode,
         dir: a.to.display().to_string(),
         segment_events: a.segment_events,
     };
-    let report = with_progress("archiving", "events", None, |p| ops.archive(&cmd, p))?;
+    let report = with_progress("archiving", "events", None, |p| {
+        op::run::<op::archive::Op>(&ops, cmd, None, p)
+    })?;
     archived(out, &report, a.json)?;
     if let (true, Some(stop)) = (report.cancelled, interrupt::asked()) {
         return Ok(stopped(
@@ -227,18 +229,16 @@ pub(crate) fn retention(out: &mut output::Out, c: RetentionCmd) -> Result<ExitCo
     } = c;
     let cfg = Config::load_for_operations(&config.display().to_string())
         .map_err(|e| OpsError::BadConfig(e.to_string()))?;
-    let Some(r) = &cfg.retention else {
+    if cfg.retention.is_none() {
         return Err(OpsError::BadConfig(format!(
             "{}: no [retention] policy",
             config.display()
         )));
-    };
-    let signer = cfg.signing.as_ref().map(|s| s.signer.clone());
+    }
     let ops =
-        Ops::open_existing(&ledger.unwrap_or_else(|| cfg.ledger.clone()))?.with_signer(signer);
-    let policy = idemgate_server::upkeep::policy(r);
+        Ops::open_existing(&ledger.unwrap_or_else(|| cfg.ledger.clone()))?.configured_by(&cfg);
     let report = with_progress("archiving", "events", None, |p| {
-        ops.retention_run(&policy, p)
+        op::run::<op::run_retention::Op>(&ops, op::common::NoArgs {}, None, p)
     })?;
     if json {
         output::pretty(out, &report)?;
@@ -262,6 +262,13 @@ pub(crate) fn public_key(path: Option<&Path>) -> Result<Option<PublicKey>, OpsEr
         PublicKey::from_file(p).map_err(|e| OpsError::invalid("public-key", &e.to_string()))
     })
     .transpose()
+}
+
+/// The key file's text, checked to hold a key, for an operation that takes the key itself.
+pub(crate) fn public_key_text(path: Option<&Path>) -> Result<Option<String>, OpsError> {
+    public_key(path)?;
+    path.map(|p| std::fs::read_to_string(p).map_err(OpsError::from))
+        .transpose()
 }
 
 pub(crate) fn verified_archive(

@@ -73,7 +73,7 @@ pub(crate) fn export(out: &mut output::Out, a: ExportArgs) -> Result<ExitCode, O
         out.flush().ok();
         return Ok(ExitCode::SUCCESS);
     }
-    let total = ops.last_seq()?;
+    let total = events(&ops)?;
     let manifest = with_progress("exporting", "events", total, |p| {
         op::run::<op::export::Op>(&ops, cmd, None, p)
     })?;
@@ -167,11 +167,16 @@ pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, O
         ));
     }
     let key = crate::archival::public_key(public_key.as_deref())?;
+    let key_text = crate::archival::public_key_text(public_key.as_deref())?;
     let (ok, cancelled) = if let Some(dir) = archive {
         let hasher = ChainHasher::from_env()?;
         let ops = ledger.as_deref().map(Ops::open_existing).transpose()?;
+        let req = op::common::KeyedPathArg {
+            path: dir.display().to_string(),
+            public_key: key_text,
+        };
         let r = with_progress("verifying", "events", None, |p| match &ops {
-            Some(ops) => ops.verify_archive(&dir, key.as_ref(), p),
+            Some(ops) => op::run::<op::verify_archive::Op>(ops, req, None, p),
             None => idemgate_ops::verify_archive_files(&dir, &hasher, key.as_ref(), p),
         })?;
         crate::archival::verified_archive(out, &r, json)?;
@@ -187,26 +192,20 @@ pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, O
     } else {
         let location = ledger.unwrap_or_default();
         let ops = Ops::open_existing(&location)?;
-        let total = ops.last_seq()?;
-        match (against, &key) {
-            (Some(m), Some(k)) => {
-                let r = with_progress("verifying", "events", total, |p| {
-                    ops.verify_extends(&m, k, p)
-                })?;
-                output::verified_against(out, &r, json)?;
-                (r.ok, r.chain.cancelled)
-            }
-            (Some(m), None) => {
-                let against = op::common::PathArg {
+        let total = events(&ops)?;
+        match against {
+            Some(m) => {
+                let req = op::common::KeyedPathArg {
                     path: m.display().to_string(),
+                    public_key: key_text,
                 };
                 let r = with_progress("verifying", "events", total, |p| {
-                    op::run::<op::verify_against::Op>(&ops, against, None, p)
+                    op::run::<op::verify_against::Op>(&ops, req, None, p)
                 })?;
                 output::verified_against(out, &r, json)?;
                 (r.ok, r.chain.cancelled)
             }
-            (None, _) => {
+            None => {
                 let r = with_progress("verifying", "events", total, |p| {
                     op::run::<op::verify_ledger::Op>(&ops, op::common::NoArgs {}, None, p)
                 })?;
@@ -224,4 +223,10 @@ pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, O
     } else {
         ExitCode::from(3)
     })
+}
+
+/// How many events the log holds (its head's sequence number): a progress bar's total.
+fn events(ops: &Ops) -> Result<Option<u64>, OpsError> {
+    let head = op::run::<op::head::Op>(ops, op::common::NoArgs {}, None, &mut |_| true)?;
+    Ok(head.map(|h| h.seq.max(0) as u64))
 }

@@ -8,9 +8,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
+use idemgate_config::Config;
 use idemgate_ops::ledger::EntryFilter;
 use idemgate_ops::{op, BulkCmd, BulkKind, BulkTarget, Ops, ResolveAs};
-use idemgate_proxy::Config;
 
 use crate::serve::CmdError;
 use crate::{interrupt, output, stopped, with_progress, ActorArgs, AsArg, FilterArgs};

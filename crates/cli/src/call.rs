@@ -10,9 +10,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Arg, ArgAction, ArgMatches, Command, FromArgMatches};
+use idemgate_config::Config;
 use idemgate_ops::dispatch::{self, Args, Kind, Spec};
 use idemgate_ops::{Ops, OpsError};
-use idemgate_proxy::config::Config;
 use serde_json::Value;
 
 use crate::serve::CmdError;

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use idemgate_config::Config;
 use idemgate_ops::{op, ActionCmd, Code, Ops, OpsError};
-use idemgate_proxy::Config;
 use idemgate_server::{Reload, Server};
 
 use crate::ProxyActionArgs;
@@ -17,7 +17,7 @@ pub enum CmdError {
     #[error(transparent)]
     Serve(#[from] idemgate_server::ServeError),
     #[error(transparent)]
-    Config(#[from] idemgate_proxy::ConfigError),
+    Config(#[from] idemgate_config::ConfigError),
     #[error(transparent)]
     Ops(#[from] OpsError),
     #[error("{0}")]
@@ -124,7 +124,7 @@ pub fn check(config: &Path) -> Result<ExitCode, CmdError> {
         let _ = writeln!(
             out,
             "{} (every {})",
-            idemgate_server::upkeep::policy(r).describe(),
+            idemgate_ops::RetentionPolicy::from_config(r).describe(),
             idemgate_ops::RetentionPolicy::span(r.interval)
         );
     }

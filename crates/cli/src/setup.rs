@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, CommandFactory};
+use idemgate_config::Config;
 use idemgate_ops::OpsError;
-use idemgate_proxy::Config;
 
 use crate::Cli;
 
@@ -163,7 +163,7 @@ pub(crate) fn init(a: &InitArgs) -> Result<ExitCode, OpsError> {
     }
     let made_token = !token_file.exists();
     if made_token {
-        let token = idemgate_proxy::config::new_token();
+        let token = idemgate_config::new_token();
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)

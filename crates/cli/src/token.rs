@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
-use idemgate_proxy::config::{new_token, Role, TokenHash};
+use idemgate_config::{new_token, Role, TokenHash};
 
 use crate::serve::CmdError;
 

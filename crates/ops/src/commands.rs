@@ -6,7 +6,7 @@
 //! console hides what a role cannot do from its TypeScript copy (`ui/src/bindings/commands.ts`,
 //! generated).
 
-pub use idemgate_proxy::config::Role;
+pub use idemgate_config::Role;
 
 use crate::op::{Http, SPECS};
 

@@ -18,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use idemgate_proxy::config::{Subject, SubjectSource};
+use idemgate_config::{Subject, SubjectSource};
 
 use crate::{OpsError, OpsResult};
 

@@ -68,6 +68,8 @@ pub struct Ops {
     /// The archive the host's retention policy writes, when it has one: what a client that may not
     /// name the host's paths (the admin API) lists and verifies.
     archive_dir: Option<PathBuf>,
+    /// The host's `[retention]` policy, when it has one: what `run_retention` applies.
+    retention: Option<RetentionPolicy>,
     /// The export jobs of the host that runs them (the server): a client with no file system
     /// there starts one and downloads its file.
     exports: Option<Arc<jobs::exports::Exports>>,
@@ -199,6 +201,7 @@ impl Ops {
             hasher,
             signer: None,
             archive_dir: None,
+            retention: None,
             exports: None,
         }
     }
@@ -219,10 +222,14 @@ impl Ops {
         })
     }
 
-    /// These operations as `cfg` configures them: its signing key and its retention's archive.
-    pub fn configured_by(self, cfg: &idemgate_proxy::Config) -> Ops {
-        self.with_signer(cfg.signing.as_ref().map(|s| s.signer.clone()))
-            .with_archive_dir(cfg.retention.as_ref().and_then(|r| r.archive_dir.clone()))
+    /// These operations as `cfg` configures them: its signing key, its retention policy and
+    /// that policy's archive.
+    pub fn configured_by(self, cfg: &idemgate_config::Config) -> Ops {
+        let mut ops = self
+            .with_signer(cfg.signing.as_ref().map(|s| s.signer.clone()))
+            .with_archive_dir(cfg.retention.as_ref().and_then(|r| r.archive_dir.clone()));
+        ops.retention = cfg.retention.as_ref().map(RetentionPolicy::from_config);
+        ops
     }
 
     /// These operations, with the host's archive in `dir`.
@@ -272,12 +279,6 @@ impl Ops {
     /// The ledger itself, for the hosts that serve it.
     pub fn store(&self) -> &Arc<dyn Storage> {
         &self.store
-    }
-
-    /// The newest event's sequence number; `None` on an empty log. What long work over the whole
-    /// log counts its progress against.
-    pub fn last_seq(&self) -> OpsResult<Option<u64>> {
-        Ok(self.store.head()?.map(|h| h.seq.max(0) as u64))
     }
 
     /// Seeds this (empty) ledger with the demo's realistic history.

@@ -259,7 +259,7 @@ impl Ops {
     }
 
     /// [`Ops::each_entry`], oldest first when `oldest_first` (then `limit` takes the oldest).
-    pub fn each_entry_in_order(
+    pub(crate) fn each_entry_in_order(
         &self,
         filter: &EntryFilter,
         limit: Option<usize>,

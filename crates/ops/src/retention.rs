@@ -41,6 +41,16 @@ pub struct RetentionPolicy {
 }
 
 impl RetentionPolicy {
+    /// The policy `[retention]` configures.
+    pub fn from_config(r: &idemgate_config::Retention) -> RetentionPolicy {
+        let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        RetentionPolicy {
+            entries_ms: r.entries.map(ms),
+            log_hot_ms: r.log_hot.map(ms),
+            archive_dir: r.archive_dir.as_ref().map(|d| d.display().to_string()),
+        }
+    }
+
     /// Whether it does anything.
     pub fn is_empty(&self) -> bool {
         self.entries_ms.is_none() && self.log_hot_ms.is_none()

@@ -6,13 +6,14 @@
 
 use std::sync::Arc;
 
+use idemgate_config::Config;
+use idemgate_config::Route;
 use idemgate_ledger::{
     now_millis, Effect, EntryDetail, EntrySummary, ReconcileNote, RedriveRequest, Resolution,
     ResolveRequest,
 };
-use idemgate_proxy::config::Route;
 use idemgate_proxy::redrive::{self, ProbeAnswer};
-use idemgate_proxy::{instance_id, Config, Engine};
+use idemgate_proxy::{instance_id, Engine};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 

@@ -244,7 +244,7 @@ mod tests {
             "[server]\nledger = \"x.db\"\n[[routes]]\nname = \"r\"\nmethod = \"POST\"\n\
              path = \"/r\"\nupstream = \"http://127.0.0.1:9\"\neffect = \"write\"\n{key}\n"
         );
-        let mut cfg = crate::Config::parse(&toml).expect("config");
+        let mut cfg = crate::config::Config::parse(&toml).expect("config");
         cfg.routes.remove(0)
     }
 

@@ -5,7 +5,6 @@
 
 pub mod business;
 mod claim;
-pub mod config;
 mod drive;
 pub mod engine;
 mod flights;
@@ -24,9 +23,11 @@ pub mod telemetry;
 
 use std::sync::OnceLock;
 
+// Routes and their settings are the configuration crate's; `crate::config` names it here.
+use idemgate_config as config;
+
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-pub use config::{Config, ConfigError, Secret};
 pub use engine::Engine;
 
 /// The process-wide Prometheus recorder (installed once).

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use idemgate_proxy::config::{KeySource, Route, Secret, Signature};
-use idemgate_proxy::{keys, signature, Config};
+use idemgate_config::Config;
+use idemgate_config::{KeySource, Route, Secret, Signature};
+use idemgate_proxy::{keys, signature};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -166,8 +167,8 @@ proptest! {
                 let msg = e.to_string();
                 prop_assert!(!msg.is_empty());
                 // One mutated line puts one route in error at most.
-                prop_assert!(!matches!(e, idemgate_proxy::ConfigError::Several(_)), "{msg}");
-                if let idemgate_proxy::ConfigError::Invalid { field, .. } = &e {
+                prop_assert!(!matches!(e, idemgate_config::ConfigError::Several(_)), "{msg}");
+                if let idemgate_config::ConfigError::Invalid { field, .. } = &e {
                     prop_assert!(!field.is_empty());
                 }
             }

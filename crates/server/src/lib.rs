@@ -19,10 +19,11 @@ use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use idemgate_config::{Config, ConfigError, Secret};
 use idemgate_ops::ledger::{now_millis, LedgerError};
 use idemgate_ops::{Code, Ops};
 use idemgate_proxy::engine;
-use idemgate_proxy::{metrics_handle, Config, ConfigError, Engine, Secret};
+use idemgate_proxy::{metrics_handle, Engine};
 use tokio::net::TcpListener;
 use tower::Service;
 

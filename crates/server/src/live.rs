@@ -12,7 +12,8 @@
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
-use idemgate_proxy::{Config, Engine};
+use idemgate_config::Config;
+use idemgate_proxy::Engine;
 use metrics::{counter, Counter};
 
 use crate::access::Access;
@@ -115,7 +116,7 @@ fn needs_restart(old: &Config, new: &Config) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::needs_restart;
-    use idemgate_proxy::Config;
+    use idemgate_config::Config;
 
     #[test]
     fn a_reload_that_moves_the_spans_takes_a_restart() {

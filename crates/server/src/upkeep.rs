@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use idemgate_config::Config;
 use idemgate_ops::{Ops, RetentionPolicy};
-use idemgate_proxy::config::Retention;
-use idemgate_proxy::Config;
 
 /// Starts what the configuration asks the server to do on its own: the retention policy and the
 /// signing of checkpoints. Each task ends when `stop` changes.
@@ -19,7 +18,7 @@ pub(crate) fn spawn(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     if let Some(r) = &cfg.retention {
-        let (ops, policy) = (ops.clone(), policy(r));
+        let (ops, policy) = (ops.clone(), RetentionPolicy::from_config(r));
         tasks.push(tokio::spawn(every(
             "retention",
             r.interval,
@@ -37,16 +36,6 @@ pub(crate) fn spawn(
         )));
     }
     tasks
-}
-
-/// The policy the operations layer applies, from `[retention]`.
-pub fn policy(r: &Retention) -> RetentionPolicy {
-    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-    RetentionPolicy {
-        entries_ms: r.entries.map(ms),
-        log_hot_ms: r.log_hot.map(ms),
-        archive_dir: r.archive_dir.as_ref().map(|d| d.display().to_string()),
-    }
 }
 
 /// Runs `work` on a blocking thread every `every` (the first at once) until `stop`; `work` is

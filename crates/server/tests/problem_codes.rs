@@ -1,12 +1,12 @@
 //! The codes are one list ([`Code`]): the admin API's OpenAPI document names exactly those, and
 //! every error of every crate answers with one of them, its HTTP status derived from it.
 
+use idemgate_config::ConfigError;
 use idemgate_ledger::LedgerError;
 use idemgate_ops::jobs::JobError;
 use idemgate_ops::{Code, ErrorBody, OpsError};
 use idemgate_proxy::problem::Problem;
 use idemgate_proxy::telemetry::TracingError;
-use idemgate_proxy::ConfigError;
 use idemgate_server::ServeError;
 
 #[test]

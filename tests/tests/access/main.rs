@@ -294,7 +294,7 @@ fn the_admin_api_refuses_every_wrong_token_alike_and_speaks_only_problem_json() 
 
 #[test]
 fn servers_bind_loopback_unless_configured_otherwise() {
-    let c = idemgate_proxy::Config::parse(
+    let c = idemgate_config::Config::parse(
         "[server]\nledger = \"x.db\"\n[[routes]]\nname = \"a\"\nmethod = \"POST\"\npath = \"/a\"\nupstream = \"http://127.0.0.1:1\"\neffect = \"write\"\n",
     )
     .expect("config");

@@ -33,6 +33,8 @@ export const COMMANDS = {
   verify_archive: { role: "admin", http: [], desktop: true },
   archived: { role: "viewer", http: [["GET", "/admin/v1/archive"]], desktop: true },
   verify_history: { role: "admin", http: [["GET", "/admin/v1/archive/verify"]], desktop: true },
+  archive: { role: "admin", http: [], desktop: true },
+  run_retention: { role: "admin", http: [], desktop: true },
   ledger_info: { role: "viewer", http: [], desktop: true },
   open_ledger: { role: "viewer", http: [], desktop: true },
   server_info: { role: "viewer", http: [["GET", "/admin/v1/server"]], desktop: false },

@@ -1,6 +1,8 @@
 // Generated from crates/ops/src/op by the ipc_bindings test; do not edit.
 import type { ActionCmd } from "./ActionCmd";
 import type { AgainstReport } from "./AgainstReport";
+import type { ArchiveCmd } from "./ArchiveCmd";
+import type { ArchiveReport } from "./ArchiveReport";
 import type { ArchiveVerifyReport } from "./ArchiveVerifyReport";
 import type { BulkCmd } from "./BulkCmd";
 import type { BulkPreviewRequest } from "./BulkPreviewRequest";
@@ -19,6 +21,7 @@ import type { ExportRef } from "./ExportRef";
 import type { ExportVerifyReport } from "./ExportVerifyReport";
 import type { Incident } from "./Incident";
 import type { IncidentsRequest } from "./IncidentsRequest";
+import type { KeyedPathArg } from "./KeyedPathArg";
 import type { LogRequest } from "./LogRequest";
 import type { Manifest } from "./Manifest";
 import type { NoArgs } from "./NoArgs";
@@ -31,6 +34,7 @@ import type { ReconcileReport } from "./ReconcileReport";
 import type { ReopenCmd } from "./ReopenCmd";
 import type { ReplayReport } from "./ReplayReport";
 import type { ResolveCmd } from "./ResolveCmd";
+import type { RetentionReport } from "./RetentionReport";
 import type { RetentionStatus } from "./RetentionStatus";
 import type { Review } from "./Review";
 import type { ReviewCmd } from "./ReviewCmd";
@@ -73,6 +77,8 @@ export const OPS = {
   verify_archive: { role: "admin", kind: "job", http: null, acts: false },
   archived: { role: "viewer", kind: "ledger", http: { method: "GET", path: "/admin/v1/archive" }, acts: false },
   verify_history: { role: "admin", kind: "job", http: { method: "GET", path: "/admin/v1/archive/verify" }, acts: false },
+  archive: { role: "admin", kind: "job", http: null, acts: false },
+  run_retention: { role: "admin", kind: "job", http: null, acts: false },
 } as const;
 
 export type OpName = keyof typeof OPS;
@@ -247,9 +253,10 @@ export interface Ops {
    * Verifies the chain, and that the ledger still holds the heads an export's manifest (a
    * file of this host) recorded.
    *
-   * A cut-off tail of the log or a rewritten history shows as a missing head.
+   * A cut-off tail of the log or a rewritten history shows as a missing head; with a public
+   * key, the manifest's signed checkpoint must verify and name a head the ledger holds.
    */
-  verify_against(req: PathArg, job: string): Promise<AgainstReport | null>;
+  verify_against(req: KeyedPathArg, job: string): Promise<AgainstReport | null>;
   /**
    * Verifies the chain, and that the ledger still holds the heads a manifest recorded.
    *
@@ -274,9 +281,10 @@ export interface Ops {
   /**
    * Verifies the archive in a directory of this host and the live log after it.
    *
-   * The whole history, naming each missing, altered or reordered segment.
+   * The whole history, naming each missing, altered or reordered segment; with a public key,
+   * each segment's signed checkpoint too.
    */
-  verify_archive(req: PathArg, job: string): Promise<ArchiveVerifyReport | null>;
+  verify_archive(req: KeyedPathArg, job: string): Promise<ArchiveVerifyReport | null>;
   /**
    * The segments of the host's own archive (`[retention] archive_dir`), from their manifests
    * (not verified), each marked recorded or not by this ledger.
@@ -291,6 +299,21 @@ export interface Ops {
    * no archive is configured.
    */
   verify_history(req: NoArgs, job: string): Promise<ArchiveVerifyReport | null>;
+  /**
+   * Seals the log's events before a time into archive segments in a directory of this host.
+   *
+   * Each segment is written, recorded by the ledger and signed when a signing key is
+   * configured, and only then are its events removed from the live log. Stopped part-way,
+   * every segment written so far is recorded and its events removed.
+   */
+  archive(req: ArchiveCmd, job: string): Promise<ArchiveReport | null>;
+  /**
+   * Applies the configured `[retention]` policy once, as the server does at its interval.
+   *
+   * Purges entries past the policy's age and archives the log's older events, for a ledger
+   * no server runs on. Refused where no policy is configured.
+   */
+  run_retention(req: NoArgs, job: string): Promise<RetentionReport | null>;
 }
 
 /** The typed operations over a host's `call`. */
@@ -319,13 +342,15 @@ export function opsClient(call: Call): Ops {
     cancel_export: (req: ExportRef) => call("cancel_export", req, null) as Promise<null>,
     verify_ledger: (req: NoArgs, job: string) => call("verify_ledger", req, job) as Promise<VerifyReport | null>,
     head: (req: NoArgs) => call("head", req, null) as Promise<ChainHead | null>,
-    verify_against: (req: PathArg, job: string) => call("verify_against", req, job) as Promise<AgainstReport | null>,
+    verify_against: (req: KeyedPathArg, job: string) => call("verify_against", req, job) as Promise<AgainstReport | null>,
     verify_against_manifest: (req: Manifest, job: string) => call("verify_against_manifest", req, job) as Promise<AgainstReport | null>,
     verify_export: (req: PathArg, job: string) => call("verify_export", req, job) as Promise<ExportVerifyReport | null>,
     retention_status: (req: NoArgs) => call("retention_status", req, null) as Promise<RetentionStatus>,
     archive_segments: (req: PathArg) => call("archive_segments", req, null) as Promise<Array<SegmentCheck>>,
-    verify_archive: (req: PathArg, job: string) => call("verify_archive", req, job) as Promise<ArchiveVerifyReport | null>,
+    verify_archive: (req: KeyedPathArg, job: string) => call("verify_archive", req, job) as Promise<ArchiveVerifyReport | null>,
     archived: (req: NoArgs) => call("archived", req, null) as Promise<Array<SegmentCheck>>,
     verify_history: (req: NoArgs, job: string) => call("verify_history", req, job) as Promise<ArchiveVerifyReport | null>,
+    archive: (req: ArchiveCmd, job: string) => call("archive", req, job) as Promise<ArchiveReport | null>,
+    run_retention: (req: NoArgs, job: string) => call("run_retention", req, job) as Promise<RetentionReport | null>,
   };
 }

@@ -530,4 +530,23 @@ fn the_retention_policy_purges_long_expired_entries_but_never_a_stuck_one() {
     let out = idemgate(&["retention", "run", "--config", s(&bare)]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no [retention]"));
+    // The same operation by its declaration: refused without a policy, run with one.
+    let out = idemgate(&["call", "run_retention", "--ledger", s(&db)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no [retention] policy is configured"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let again = [
+        "call",
+        "run_retention",
+        "--ledger",
+        s(&db),
+        "--config",
+        s(&cfg),
+    ];
+    assert_eq!(json(&again)["purged"], 0);
+    let runs = json(&["log", "--ledger", s(&db), "--kind", "retention", "--json"]);
+    assert_eq!(runs.as_array().map(Vec::len), Some(2), "{runs}");
 }

@@ -27,6 +27,24 @@ pub struct PathArg {
     pub path: String,
 }
 
+/// A file or a directory of the host that runs the operation, and the key the signed
+/// checkpoints it holds must verify under.
+#[cfg_attr(
+    feature = "ts",
+    derive(ts_rs::TS, schemars::JsonSchema),
+    ts(optional_fields = nullable)
+)]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyedPathArg {
+    /// Its path.
+    pub path: String,
+    /// A verifier key in the Go note format (`name+hash+key`); given, each signed checkpoint
+    /// must verify under it.
+    #[serde(default)]
+    pub public_key: Option<String>,
+}
+
 /// A time as the CLI takes it ([`crate::parse_time`]: RFC 3339, a date, `-2h`, or epoch
 /// milliseconds), or epoch milliseconds as a JSON number.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(type = "number | string"))]
@@ -63,4 +81,16 @@ impl schemars::JsonSchema for Time {
             "anyOf": [{ "type": "integer" }, { "type": "string" }]
         })
     }
+}
+
+/// A verifier key given as its text (the Go note format), read; a malformed one is refused by
+/// the name of the field that gave it.
+pub(crate) fn public_key(
+    text: Option<&str>,
+) -> crate::OpsResult<Option<idemgate_ledger::checkpoint::PublicKey>> {
+    text.map(|t| {
+        idemgate_ledger::checkpoint::PublicKey::parse(t.trim())
+            .map_err(|e| crate::OpsError::invalid("public_key", &e.to_string()))
+    })
+    .transpose()
 }

@@ -46,6 +46,27 @@ pub struct EntriesRequest {
     pub limit: Option<usize>,
 }
 
+impl From<&EntryFilter> for EntriesRequest {
+    /// The first page, newest first, of the entries `f` selects.
+    fn from(f: &EntryFilter) -> EntriesRequest {
+        EntriesRequest {
+            state: f.state,
+            stuck: Some(f.stuck),
+            collisions: Some(f.collisions),
+            expired: Some(f.expired),
+            expiring_within_ms: f.expiring_within,
+            duplicates: Some(f.duplicates),
+            route: f.route.clone(),
+            scope: f.scope.clone(),
+            key: f.key.clone(),
+            tool: f.tool.clone(),
+            subject: f.subject.clone(),
+            search: f.search.clone(),
+            ..EntriesRequest::default()
+        }
+    }
+}
+
 impl EntriesRequest {
     /// The ledger's filter this request names.
     pub fn filter(&self) -> EntryFilter {

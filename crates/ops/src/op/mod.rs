@@ -453,6 +453,8 @@ registry![
     verify_archive,
     archived,
     verify_history,
+    archive,
+    run_retention,
 ];
 
 /// An operation by its name.

@@ -86,7 +86,7 @@ mod tests {
 
     #[test]
     fn configuration_wins_and_an_unseen_tool_is_destructive() {
-        let cfg = crate::Config::parse(
+        let cfg = crate::config::Config::parse(
             "[server]\nledger = \"x.db\"\n[[routes]]\nname = \"tools\"\npath = \"/mcp\"\n\
              upstream = \"http://127.0.0.1:9\"\nprotocol = \"mcp\"\n\
              [routes.tools.\"lookup\"]\neffect = \"write\"\n",

@@ -7,6 +7,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idemgate_ops::ledger::{manifest_path, ExportVerifyReport};
+use idemgate_ops::op;
 use idemgate_proxy::problem::{Code, Problem};
 
 use super::{blocking_while_wanted, AdminState, ExportId, Id, NoQuery};
@@ -154,14 +155,28 @@ pub(super) async fn verify_upload(
     if let Some(m) = &manifest {
         std::fs::write(manifest_path(&path), m).map_err(upload_failed)?;
     }
-    let ops = s.ops.clone();
-    let mut report: ExportVerifyReport =
-        blocking_while_wanted(move |progress| ops.verify_export(&path, progress)).await?;
-    // Named as the client sent it, not by where the server kept it.
+    let report = verify_uploaded(s.ops.clone(), path, name).await?;
+    drop(scratch);
+    Ok(Json(report).into_response())
+}
+
+/// The uploaded export at `path` verified by the `verify_export` operation, and named in the
+/// report as the client sent it, not by where the server kept it.
+async fn verify_uploaded(
+    ops: idemgate_ops::Ops,
+    path: std::path::PathBuf,
+    name: String,
+) -> Result<ExportVerifyReport, Problem> {
+    let mut report: ExportVerifyReport = blocking_while_wanted(move |progress| {
+        let req = op::common::PathArg {
+            path: path.display().to_string(),
+        };
+        op::run::<op::verify_export::Op>(&ops, req, None, progress)
+    })
+    .await?;
     report.file = name;
     if report.manifest.is_some() {
         report.manifest = Some(format!("{}.manifest.json", report.file));
     }
-    drop(scratch);
-    Ok(Json(report).into_response())
+    Ok(report)
 }

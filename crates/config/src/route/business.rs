@@ -6,7 +6,7 @@
     reason = "the route's own vocabulary and its checks"
 )]
 use super::*;
-use crate::config::raw::RawLoopGuard;
+use crate::raw::RawLoopGuard;
 
 /// A route's business terms: its subjects, its `duplicate_on` and `duplicate_scope`, its
 /// `loop_guard`. A read route has none (nothing of it is claimed).

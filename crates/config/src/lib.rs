@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use idemgate_ledger::Effect;
 
-use crate::problem::Code;
+use idemgate_code::Code;
 mod audit;
 mod operators;
 mod raw;
@@ -172,7 +172,7 @@ impl std::fmt::Debug for Secret {
 pub struct Reconcile {
     pub method: String,
     /// With `{key}` (and optionally `{scope}`) placeholders; `{key}` is the key the upstream was
-    /// sent ([`crate::keys::upstream_key`]: for a scoped request, a UUID of the scope and key).
+    /// sent (the proxy's `keys::upstream_key`: for a scoped request, a UUID of the scope and key).
     pub url: String,
 }
 

@@ -5,7 +5,7 @@
 
 use super::*;
 
-const EXAMPLE: &str = include_str!("../../../../examples/idemgate.toml");
+const EXAMPLE: &str = include_str!("../../../examples/idemgate.toml");
 
 #[test]
 fn the_example_parses() {
