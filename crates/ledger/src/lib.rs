@@ -18,14 +18,14 @@ mod entry_row;
 pub mod error;
 pub mod export;
 mod ledger;
-pub mod model;
+mod model;
 mod postgres;
 mod prepared;
 mod read;
 mod replays;
 mod search;
 mod sqlite;
-pub mod store;
+mod store;
 mod telemetry;
 #[doc(hidden)]
 pub mod testing;
@@ -35,9 +35,18 @@ mod writer;
 pub use chain::{ChainHasher, VerifyReport};
 pub use error::{LedgerError, Result};
 pub use ledger::{Ledger, OpenOptions};
-pub use model::*;
+pub use model::{
+    is_secret_header, now_millis, rfc3339, without_secret_params, ArchivedSegment, ChainHead,
+    CollisionRecord, Effect, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter, EventKind,
+    Incident, Millis, Page, RequestRecord, ResponseRecord, Review, SeriesPoint, State, Stats,
+    ALWAYS_REDACTED_HEADERS, ALWAYS_REDACTED_QUERY, ANSWER_HEADERS, MAX_RESPONSE_BODY,
+};
 pub use sqlite::schema_version;
-pub use store::*;
+pub use store::{
+    Actor, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, EventRange, LoopNote,
+    OwnerReport, Progress, PurgeRequest, ReconcileNote, Redrive, RedriveRequest, Resolution,
+    ResolveRequest, ReviewRequest, Storage, SweepReport, Ticket, WriterHealth,
+};
 pub use telemetry::register_metrics;
 pub use write::RETENTION_OPERATOR;
 pub use writer::{WriterCounters, MAX_BATCH};
