@@ -7,6 +7,7 @@
 //! - one instance SIGKILLed mid-flight → the other reports the entry stuck after its lease and never
 //!   re-executes it;
 //! - the PostgreSQL server restarted during load → no acknowledged entry is lost, none ran twice;
+//! - a tool listed through one instance is known to the other: a read passes through it unclaimed;
 //! - `idemgate verify` passes on the shared ledger after each.
 //!
 //! The tests restart the cluster, so they run one at a time (a lock), not beside each other.
@@ -46,6 +47,15 @@ scope.header = "X-Agent-Id"
 forward_key = true
 timeout = "2500ms"
 retry = { attempts = 3, base = "10ms", max = "200ms" }
+
+[[routes]]
+name = "tools"
+path = "/mcp"
+upstream = "{upstream}"
+protocol = "mcp"
+scope.header = "X-Agent-Id"
+timeout = "2s"
+retry = { attempts = 2, base = "10ms", max = "100ms" }
 "#;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -534,4 +544,56 @@ fn a_sqlite_ledger_copied_to_postgres_keeps_its_chain_and_replays_its_keys() {
     );
     assert_eq!(head(back.to_str().expect("path")), head(&url));
     verify_passes(back.to_str().expect("path"));
+}
+
+/// A JSON-RPC message POSTed to the MCP route at `addr`, as agent-1.
+fn mcp(addr: std::net::SocketAddr, msg: &serde_json::Value) -> Resp {
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("x-agent-id", "agent-1"),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let body = serde_json::to_vec(msg).expect("json");
+    request(addr, "POST", "/mcp", &headers, &body)
+}
+
+#[test]
+fn a_tool_listed_through_one_instance_is_known_to_the_other() {
+    let _serial = serial();
+    let p = pair!("tools_listed");
+    let lookup = |addr, id: i64| {
+        let msg = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "lookup", "arguments": {"q": id}}});
+        let r = mcp(addr, &msg);
+        assert_eq!(r.json()["id"], id, "{}", r.text());
+    };
+    let claimed = || {
+        let filter = EntryFilter {
+            tool: Some("lookup".into()),
+            ..EntryFilter::default()
+        };
+        let l = ledger(&p.url);
+        l.entries(
+            &filter,
+            Page::newest(None, 100),
+            idemgate_ledger::now_millis(),
+        )
+        .expect("entries")
+        .len()
+    };
+    // Before any list, B cannot know lookup is a read: it is claimed, held to once.
+    lookup(p.b.addr, 1);
+    assert_eq!(claimed(), 1);
+    let list = mcp(
+        p.a.addr,
+        &serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "tools/list"}),
+    );
+    assert_eq!(list.status, 200, "{}", list.text());
+    // Listed through A, it is a read on B too: each call runs, none is claimed.
+    for id in [2, 3] {
+        lookup(p.b.addr, id);
+    }
+    assert_eq!(p.up.counts.reads.load(Ordering::SeqCst), 3);
+    assert_eq!(claimed(), 1, "only the call before the list");
 }

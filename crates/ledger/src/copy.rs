@@ -229,6 +229,29 @@ pub fn copy(
     }
 }
 
+/// What the MCP routes' upstreams last listed of their tools: a few rows a route.
+fn copy_tool_effects(src: &mut dyn Db, dst: &mut dyn Db) -> Result<()> {
+    let rows = src.all(
+        "SELECT route, upstream, tool, effect, at FROM tool_effects",
+        &[],
+        |r| Ok((r.text(0)?, r.text(1)?, r.text(2)?, r.text(3)?, r.int(4)?)),
+    )?;
+    for (route, upstream, tool, effect, at) in &rows {
+        dst.exec(
+            "INSERT INTO tool_effects (route, upstream, tool, effect, at) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            &[
+                Val::Text(route),
+                Val::Text(upstream),
+                Val::Text(tool),
+                Val::Text(effect),
+                Val::Int(*at),
+            ],
+        )?;
+    }
+    Ok(())
+}
+
 /// The tables keyed by an entry (its subjects, its incident's review), copied in ranges of entry
 /// ids: their own keys are not one column to page by.
 fn copy_by_entry(src: &mut dyn Db, dst: &mut dyn Db) -> Result<()> {
@@ -309,6 +332,7 @@ fn copy_rows(src: &mut dyn Db, dst: &mut dyn Db, progress: Progress<'_>) -> Resu
         }
     }
     copy_by_entry(src, dst)?;
+    copy_tool_effects(src, dst)?;
     let hourly = src.all("SELECT hour, kind, n FROM event_counts", &[], |r| {
         Ok((r.int(0)?, r.text(1)?, r.int(2)?))
     })?;

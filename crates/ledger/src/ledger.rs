@@ -11,7 +11,7 @@ use crate::checkpoint::SignedCheckpoint;
 use crate::db::Db;
 use crate::error::{LedgerError, Result};
 use crate::model::{
-    ArchivedSegment, ChainHead, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter,
+    ArchivedSegment, ChainHead, Effect, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter,
     Incident, Millis, Page, ResponseRecord, Review, Stats,
 };
 use crate::prepared;
@@ -21,7 +21,7 @@ use crate::search;
 use crate::store::{
     ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, EventRange, LoopNote,
     OwnerReport, Progress, PurgeRequest, ReconcileNote, Redrive, RedriveRequest, ResolveRequest,
-    ReviewRequest, Storage, SweepReport, Ticket, WriterHealth,
+    ReviewRequest, Storage, SweepReport, Ticket, ToolsListed, WriterHealth,
 };
 use crate::write;
 use crate::writer::{Ctx, Writer};
@@ -368,6 +368,10 @@ impl Storage for Ledger {
         self.submit(move |ctx| write::note_loop(ctx, &note))
     }
 
+    fn note_tools(&self, listed: ToolsListed) -> Ticket<()> {
+        self.submit(move |ctx| write::note_tools(ctx, &listed))
+    }
+
     fn mark_archived(&self, seg: ArchivedSegment) -> Ticket<i64> {
         self.submit(move |ctx| write::mark_archived(ctx, &seg))
     }
@@ -438,6 +442,10 @@ impl Storage for Ledger {
 
     fn archived(&self) -> Result<Vec<ArchivedSegment>> {
         self.read(read::archived)
+    }
+
+    fn tool_effect(&self, route: &str, upstream: &str, tool: &str) -> Result<Option<Effect>> {
+        self.read(|db| read::tool_effect(db, route, upstream, tool))
     }
 
     fn scan_seqs(

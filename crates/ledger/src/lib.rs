@@ -45,7 +45,7 @@ pub use sqlite::schema_version;
 pub use store::{
     Actor, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, EventRange, LoopNote,
     OwnerReport, Progress, PurgeRequest, ReconcileNote, Redrive, RedriveRequest, Resolution,
-    ResolveRequest, ReviewRequest, Storage, SweepReport, Ticket, WriterHealth,
+    ResolveRequest, ReviewRequest, Storage, SweepReport, Ticket, ToolsListed, WriterHealth,
 };
 pub use telemetry::register_metrics;
 pub use write::RETENTION_OPERATOR;

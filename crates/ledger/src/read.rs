@@ -639,6 +639,21 @@ pub(crate) fn archived_through(db: &mut dyn Db) -> Result<Option<ChainHead>> {
     )
 }
 
+/// A tool's effect as its route's upstream last listed it.
+pub(crate) fn tool_effect(
+    db: &mut dyn Db,
+    route: &str,
+    upstream: &str,
+    tool: &str,
+) -> Result<Option<Effect>> {
+    let effect = db.opt(
+        "SELECT effect FROM tool_effects WHERE route = ?1 AND upstream = ?2 AND tool = ?3",
+        vals![route, upstream, tool],
+        |r| r.text(0),
+    )?;
+    Ok(effect.as_deref().and_then(Effect::parse))
+}
+
 /// The archive segments the ledger recorded, oldest first.
 pub(crate) fn archived(db: &mut dyn Db) -> Result<Vec<ArchivedSegment>> {
     db.all(

@@ -225,6 +225,16 @@ pub struct LoopNote {
     pub at: Millis,
 }
 
+/// What one `tools/list` answer said of an MCP route's tools: each tool's effect by its
+/// annotations. The upstream is part of the key: another upstream's tools start unknown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolsListed {
+    pub route: String,
+    pub upstream: String,
+    pub tools: Vec<(String, Effect)>,
+    pub at: Millis,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SweepReport {
     pub lease_expired: u64,
@@ -299,6 +309,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn reopen(&self, req: ReviewRequest) -> Ticket<Review>;
     /// Logs a loop suspect.
     fn note_loop(&self, note: LoopNote) -> Ticket<()>;
+    /// Stores the tools' effects a `tools/list` answer gave, over what an earlier one said.
+    fn note_tools(&self, listed: ToolsListed) -> Ticket<()>;
 
     // Archival, signing, retention.
     /// Records a sealed archive segment and logs it: from then on its events may be deleted
@@ -344,6 +356,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn seq_before(&self, before: Millis) -> Result<Option<i64>>;
     /// The recorded archive segments, oldest first.
     fn archived(&self) -> Result<Vec<ArchivedSegment>>;
+    /// A tool's effect as its route's upstream last listed it, through any instance.
+    fn tool_effect(&self, route: &str, upstream: &str, tool: &str) -> Result<Option<Effect>>;
     /// Streams the live events `first..=last` in sequence order; `f` returns `false` to stop.
     fn scan_seqs(
         &self,

@@ -20,6 +20,7 @@ mod duplicates;
 mod operator;
 mod outcome;
 mod sweep;
+mod tools;
 pub use archival::RETENTION_OPERATOR;
 pub(crate) use archival::{drop_archived, mark_archived, note_checkpoint, note_retention};
 #[cfg(test)]
@@ -33,6 +34,7 @@ pub(crate) use outcome::{complete, mark_unknown, release};
 pub(crate) use sweep::sweep;
 #[cfg(test)]
 pub(crate) use sweep::{EXPIRIES_DUE, LEASES_DUE};
+pub(crate) use tools::note_tools;
 
 /// The fields of an event the caller chooses; the rest (seq, hashes) are the chain's.
 pub(crate) struct NewEvent<'a> {

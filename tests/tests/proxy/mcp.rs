@@ -357,6 +357,26 @@ fn reads_and_every_other_message_pass_through_and_unlisted_tools_are_destructive
     );
 }
 
+/// What a `tools/list` taught idemgate is kept in the ledger: after a SIGKILL and a restart, a
+/// listed read still passes through unclaimed.
+#[test]
+fn a_listed_read_is_still_known_after_a_sigkill_and_a_restart() {
+    let mut f = fx();
+    list(&f);
+    f.proxy.kill();
+    f.restart();
+    for id in [1, 2] {
+        let r = rpc(&f, &call(id, "lookup", json!({"q": "a"})), &[]);
+        assert_eq!(r.json()["id"], id, "{}", r.text());
+    }
+    let reads = f.up.counts.reads.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(reads, 2, "a read runs every time");
+    assert!(
+        f.entries(&["--tool", "lookup"]).is_empty(),
+        "and is never claimed"
+    );
+}
+
 #[test]
 fn an_event_stream_is_passed_on_as_it_comes_and_its_result_recorded() {
     let f = fx();

@@ -213,6 +213,18 @@ CREATE TRIGGER events_append_only BEFORE UPDATE ON events
 CREATE TRIGGER events_delete_archived_only BEFORE DELETE ON events
     FOR EACH ROW EXECUTE FUNCTION idemgate_events_delete();
 "#,
+    // 8: each MCP route's tools as their upstream last listed them, as on SQLite (its migration
+    // 12).
+    r#"
+CREATE TABLE tool_effects (
+    route    TEXT NOT NULL,
+    upstream TEXT NOT NULL,
+    tool     TEXT NOT NULL,
+    effect   TEXT NOT NULL,
+    at       BIGINT NOT NULL,
+    PRIMARY KEY (route, upstream, tool)
+);
+"#,
 ];
 
 pub fn current_version() -> i64 {

@@ -282,6 +282,20 @@ END;
     // next claim (a rowid is one past the highest row left); likewise a collision's id and an
     // event's sequence number.
     Migration::Code(never_reuse_ids),
+    // 12: each MCP route's tools as their upstream last listed them, so a restarted or another
+    // instance on this ledger knows which are reads.
+    Migration::Sql(
+        r#"
+CREATE TABLE tool_effects (
+    route    TEXT NOT NULL,
+    upstream TEXT NOT NULL,
+    tool     TEXT NOT NULL,
+    effect   TEXT NOT NULL,
+    at       INTEGER NOT NULL,
+    PRIMARY KEY (route, upstream, tool)
+) STRICT, WITHOUT ROWID;
+"#,
+    ),
 ];
 
 /// The entries' state check as written by migration 1, and as migration 7 rewrites it.

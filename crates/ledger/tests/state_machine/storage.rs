@@ -136,8 +136,61 @@ fn sqlite_checkpoints_off_the_writer() {
     verify_ok(&f.l);
 }
 
+/// What a `tools/list` said of an MCP route's tools is kept per route and upstream, the latest
+/// list winning, and outlives the process (a reopen) and a copy of the ledger.
+fn a_listed_tool_s_effect_is_kept_per_route_and_upstream(b: Backend) {
+    let f = fx!(b);
+    let listed = |tools: &[(&str, Effect)], at: Millis| ToolsListed {
+        route: "tools".into(),
+        upstream: "http://127.0.0.1:9/mcp".into(),
+        tools: tools.iter().map(|(n, e)| ((*n).to_owned(), *e)).collect(),
+        at,
+    };
+    let effect = |l: &Ledger, tool: &str| {
+        l.tool_effect("tools", "http://127.0.0.1:9/mcp", tool)
+            .expect("read")
+    };
+    assert_eq!(effect(&f.l, "lookup"), None);
+    f.l.note_tools(listed(
+        &[("lookup", Effect::Read), ("charge", Effect::Destructive)],
+        T0,
+    ))
+    .wait()
+    .expect("noted");
+    assert_eq!(effect(&f.l, "lookup"), Some(Effect::Read));
+    assert_eq!(effect(&f.l, "charge"), Some(Effect::Destructive));
+    assert_eq!(effect(&f.l, "refund"), None);
+    let other_upstream =
+        f.l.tool_effect("tools", "http://127.0.0.1:10/mcp", "lookup");
+    assert_eq!(other_upstream.expect("read"), None);
+    assert_eq!(
+        f.l.tool_effect("other-route", "http://127.0.0.1:9/mcp", "lookup")
+            .expect("read"),
+        None
+    );
+    // A later list that says otherwise wins.
+    f.l.note_tools(listed(&[("lookup", Effect::Write)], T0 + 1))
+        .wait()
+        .expect("noted");
+    assert_eq!(effect(&f.l, "lookup"), Some(Effect::Write));
+    // Another process on the ledger reads it; so does a copy.
+    let reopened = b
+        .open(&f.location, false, ChainHasher::unkeyed())
+        .expect("reopen");
+    assert_eq!(effect(&reopened, "lookup"), Some(Effect::Write));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let to = dir.path().join("copy.db").display().to_string();
+    idemgate_ledger::copy::copy(&f.location, &to, &ChainHasher::unkeyed(), &mut |_| true)
+        .expect("copy");
+    let copy = Backend::Sqlite
+        .open(&to, false, ChainHasher::unkeyed())
+        .expect("open the copy");
+    assert_eq!(effect(&copy, "charge"), Some(Effect::Destructive));
+}
+
 suite!(
     a_database_newer_than_the_binary_is_refused,
+    a_listed_tool_s_effect_is_kept_per_route_and_upstream,
     a_keyed_log_refuses_writes_without_its_key_and_detects_plain_forgeries,
     a_missing_ledger_is_not_created_by_readers,
     the_log_is_append_only_in_the_database_itself,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use axum::http::{request::Parts, Method};
 use bytes::Bytes;
 use hyper::body::Incoming;
-use idemgate_ledger::{canon, now_millis, ClaimRequest, Effect, ResponseRecord};
+use idemgate_ledger::{canon, now_millis, ClaimRequest, Effect, ResponseRecord, ToolsListed};
 use metrics::counter;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -108,7 +108,7 @@ impl Engine {
             Message::Other => self.pass(req, body).await,
             Message::ToolsCall(call) => {
                 telemetry::mcp("tools/call", Some(&call), &call.trace, &parts);
-                let (effect, _) = self.tools[route_at].effect(req.route, &call.name);
+                let effect = self.tool_effect(route_at, req.route, &call.name).await;
                 if effect == Effect::Read {
                     return self.pass(req, body).await;
                 }
@@ -202,12 +202,59 @@ impl Engine {
         } else {
             serde_json::from_slice(&r.body).into_iter().collect()
         };
+        let mut learnt = Vec::new();
         for m in &messages {
             if let Some(result) = m.get("result") {
-                self.tools[route_at].learn(result);
+                learnt.extend(self.tools[route_at].learn(result));
+            }
+        }
+        if !learnt.is_empty() {
+            // Stored before the list is answered, so a call the agent makes next through any
+            // instance finds it; a ledger that cannot take it leaves this instance's knowledge.
+            let listed = ToolsListed {
+                route: req.route.name.clone(),
+                upstream: req.route.upstream.to_string(),
+                tools: learnt,
+                at: now_millis(),
+            };
+            if let Err(e) = self.store.note_tools(listed).recv().await {
+                tracing::warn!(error = %e, route = %req.route.name, "the listed tools could not be stored");
             }
         }
         Ok(respond_upstream(r, None, None))
+    }
+
+    /// A tool's effect: what this instance knows while it is fresh, else what the ledger says an
+    /// instance last learnt (or, when it says nothing, what this one knew, if anything).
+    async fn tool_effect(&self, route_at: usize, route: &Route, name: &str) -> Effect {
+        let tools = &self.tools[route_at];
+        let (effect, source) = tools.effect(route, name);
+        if matches!(source, Source::Config | Source::Annotations) {
+            return effect;
+        }
+        let store = self.store.clone();
+        let (r, u, n) = (
+            route.name.clone(),
+            route.upstream.to_string(),
+            name.to_owned(),
+        );
+        match tokio::task::spawn_blocking(move || store.tool_effect(&r, &u, &n)).await {
+            Ok(Ok(Some(e))) => {
+                tools.remember(name, e);
+                e
+            }
+            Ok(Ok(None)) => {
+                if source == Source::Stale {
+                    tools.remember(name, effect);
+                }
+                effect
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, route = %route.name, tool = name, "the tools' effects could not be read");
+                effect
+            }
+            Err(_) => effect,
+        }
     }
 
     /// A non-read `tools/call`: its key and fingerprint made, then answered from the replay
