@@ -164,7 +164,7 @@ pub(crate) struct ArchiveArgs {
 pub(crate) fn archive(out: &mut output::Out, a: ArchiveArgs) -> Result<ExitCode, OpsError> {
     let ops = Ops::open_existing(&a.ledger.ledger)?.with_signer(a.signing.signer()?);
     let cmd = ArchiveCmd {
-        before: a.before,
+        before: op::common::Time(a.before),
         dir: a.to.display().to_string(),
         segment_events: a.segment_events,
     };

@@ -12,6 +12,7 @@ use idemgate_ledger::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::op::common::Time;
 use crate::{Ops, OpsError, OpsResult, PURGE_CHUNK};
 
 /// What `idemgate archive` (and the console) asks for.
@@ -19,8 +20,9 @@ use crate::{Ops, OpsError, OpsResult, PURGE_CHUNK};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArchiveCmd {
-    /// Events logged before this time (Unix ms) are archived.
-    pub before: Millis,
+    /// Events logged before this time are archived: epoch milliseconds, or a time as the CLI
+    /// takes it (RFC 3339, a date, `-30d`).
+    pub before: Time,
     /// The archive directory (it must exist).
     pub dir: String,
     /// The most events in one segment (default 1,000,000).
@@ -158,7 +160,7 @@ impl Ops {
                 &format!("{} is not a directory (create it first)", dir.display()),
             ));
         }
-        if cmd.before > now_millis() {
+        if cmd.before.0 > now_millis() {
             return Err(OpsError::invalid(
                 "before",
                 "is in the future: only the past is archived",
@@ -168,7 +170,7 @@ impl Ops {
             return Err(OpsError::invalid("segment_events", "must be at least 1"));
         }
         let opts = ArchiveOptions {
-            before: cmd.before,
+            before: cmd.before.0,
             dir: dir.to_path_buf(),
             segment_events: cmd.segment_events.unwrap_or(archive::SEGMENT_EVENTS),
         };
@@ -252,7 +254,7 @@ impl Ops {
         let archive = match (policy.log_hot_ms, &policy.archive_dir) {
             (Some(ms), Some(dir)) => Some(self.archive(
                 &ArchiveCmd {
-                    before: at - ms,
+                    before: Time(at - ms),
                     dir: dir.clone(),
                     segment_events: None,
                 },

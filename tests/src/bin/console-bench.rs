@@ -228,7 +228,7 @@ fn audit(ops: &Ops, put: &mut impl FnMut(&str, Value)) {
     let r = ops
         .archive(
             &ArchiveCmd {
-                before: cut,
+                before: idemgate_ops::op::common::Time(cut),
                 dir: archive.display().to_string(),
                 segment_events: None,
             },

@@ -309,6 +309,26 @@ fn archive_prunes_the_ledger_and_verify_names_a_missing_segment() {
     let (code, v) = verify_json(&["--ledger", s(&db), "--archive", s(&arch)]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["count"].as_u64(), Some(head_seq(&db)), "{v}");
+    // The same operation by its declaration takes the time as the CLI writes it.
+    let again = json(&[
+        "call",
+        "archive",
+        "--ledger",
+        s(&db),
+        "before=1h",
+        &format!("dir={}", s(&arch)),
+    ]);
+    assert_eq!(again["cancelled"], false, "{again}");
+    let bad = idemgate(&[
+        "call",
+        "archive",
+        "--ledger",
+        s(&db),
+        "before=soon",
+        &format!("dir={}", s(&arch)),
+    ]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("\"soon\" is not a time"));
 
     // A missing segment is named.
     let gone = segs[0].clone();

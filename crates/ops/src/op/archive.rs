@@ -12,7 +12,7 @@ operation! {
         name: archive,
         role: Admin,
         kind: Job,
-        example: r#"{"before": 1798761600000, "dir": "/var/lib/idemgate/archive"}"#,
+        example: r#"{"before": "2027-01-01", "dir": "/var/lib/idemgate/archive"}"#,
     }
     fn run(ops, req: ArchiveCmd, cx) -> ArchiveReport {
         ops.archive(&req, cx.progress)

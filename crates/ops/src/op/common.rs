@@ -51,6 +51,13 @@ pub struct KeyedPathArg {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Time(pub Millis);
 
+/// Written as the epoch milliseconds it holds.
+impl serde::Serialize for Time {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_i64(self.0)
+    }
+}
+
 impl<'de> Deserialize<'de> for Time {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
