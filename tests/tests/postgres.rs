@@ -8,6 +8,7 @@
 //!   re-executes it;
 //! - the PostgreSQL server restarted during load → no acknowledged entry is lost, none ran twice;
 //! - a tool listed through one instance is known to the other: a read passes through it unclaimed;
+//! - a loop spread over both instances is caught: the loop guard counts for the fleet;
 //! - `idemgate verify` passes on the shared ledger after each.
 //!
 //! The tests restart the cluster, so they run one at a time (a lock), not beside each other.
@@ -47,6 +48,17 @@ scope.header = "X-Agent-Id"
 forward_key = true
 timeout = "2500ms"
 retry = { attempts = 3, base = "10ms", max = "200ms" }
+
+[[routes]]
+name = "payouts"
+method = "POST"
+path = "/v1/payouts"
+upstream = "{upstream}"
+effect = "write"
+scope.header = "X-Agent-Id"
+timeout = "1s"
+retry = { attempts = 2, base = "10ms", max = "100ms" }
+loop_guard = { max = 2, window = "1h", action = "reject" }
 
 [[routes]]
 name = "tools"
@@ -596,4 +608,45 @@ fn a_tool_listed_through_one_instance_is_known_to_the_other() {
     }
     assert_eq!(p.up.counts.reads.load(Ordering::SeqCst), 3);
     assert_eq!(claimed(), 1, "only the call before the list");
+}
+
+#[test]
+fn a_loop_spread_over_two_instances_is_caught() {
+    let _serial = serial();
+    let p = pair!("fleet_loop");
+    // An agent in a loop sends one payout again and again under fresh keys, and a load balancer
+    // spreads the calls over both instances: the guard allows two in its window, counted
+    // across the fleet.
+    let payout = |addr, n: u32| {
+        let key = format!("loop-{n}");
+        let headers = [
+            ("Idempotency-Key", key.as_str()),
+            ("X-Agent-Id", "agent-1"),
+            ("Content-Type", "application/json"),
+        ];
+        let body = br#"{"account":"acct_1","amount":500}"#;
+        request(addr, "POST", "/v1/payouts", &headers, body)
+    };
+    let statuses: Vec<u16> = [p.a.addr, p.b.addr, p.a.addr, p.b.addr]
+        .into_iter()
+        .zip(1..)
+        .map(|(addr, n)| payout(addr, n).status)
+        .collect();
+    assert_eq!(statuses[..2], [201, 201], "{statuses:?}");
+    assert_eq!(statuses[2..], [429, 429], "{statuses:?}");
+    let refused = payout(p.b.addr, 5);
+    assert_eq!(refused.status, 429);
+    assert_eq!(refused.json()["code"], "loop-suspect", "{}", refused.text());
+    assert!(refused.header("retry-after").is_some());
+    // Logged once, by whichever instance counted the first call past the limit.
+    let suspects = ledger(&p.url)
+        .events(
+            &EventFilter {
+                kind: Some("loop_suspect".into()),
+                ..EventFilter::default()
+            },
+            Page::newest(None, 10),
+        )
+        .expect("events");
+    assert_eq!(suspects.len(), 1, "{suspects:?}");
 }

@@ -368,6 +368,21 @@ impl Storage for Ledger {
         self.submit(move |ctx| write::note_loop(ctx, &note))
     }
 
+    fn counts_calls(&self) -> bool {
+        self.backend() == "postgres"
+    }
+
+    fn count_call(&self, name: &str, window_ms: i64, at: Millis) -> Result<(Millis, u64)> {
+        if !self.counts_calls() {
+            return Err(LedgerError::Unsupported(
+                "a SQLite ledger counts no calls: its server counts them".into(),
+            ));
+        }
+        // One statement in its own transaction on a reader's connection: not under the write
+        // lock, and a count needs no fsync before the guard answers.
+        self.read(|db| read::count_call(db, name, window_ms, at))
+    }
+
     fn note_tools(&self, listed: ToolsListed) -> Ticket<()> {
         self.submit(move |ctx| write::note_tools(ctx, &listed))
     }

@@ -9,7 +9,9 @@ use crate::model::{
 };
 use crate::store::EventRange;
 
+mod fleet;
 mod incidents;
+pub(crate) use fleet::{count_call, tool_effect};
 pub(crate) use incidents::{incidents, review_of};
 
 /// The most rows one page of entries or events holds.
@@ -637,21 +639,6 @@ pub(crate) fn archived_through(db: &mut dyn Db) -> Result<Option<ChainHead>> {
         &[],
         chain_head,
     )
-}
-
-/// A tool's effect as its route's upstream last listed it.
-pub(crate) fn tool_effect(
-    db: &mut dyn Db,
-    route: &str,
-    upstream: &str,
-    tool: &str,
-) -> Result<Option<Effect>> {
-    let effect = db.opt(
-        "SELECT effect FROM tool_effects WHERE route = ?1 AND upstream = ?2 AND tool = ?3",
-        vals![route, upstream, tool],
-        |r| r.text(0),
-    )?;
-    Ok(effect.as_deref().and_then(Effect::parse))
 }
 
 /// The archive segments the ledger recorded, oldest first.

@@ -309,6 +309,20 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn reopen(&self, req: ReviewRequest) -> Ticket<Review>;
     /// Logs a loop suspect.
     fn note_loop(&self, note: LoopNote) -> Ticket<()>;
+    /// Whether [`Storage::count_call`] counts for every instance on this ledger (PostgreSQL); a
+    /// ledger one server writes (SQLite) leaves its loop guard to count in memory.
+    fn counts_calls(&self) -> bool {
+        false
+    }
+    /// Counts one call of `name` in its loop-guard window of `window_ms` (a new window starts
+    /// when the last one ended by `at`), at once and outside the writer: the window's end and the
+    /// calls in it so far, this one included. Blocking: a round trip to PostgreSQL.
+    fn count_call(&self, name: &str, window_ms: i64, at: Millis) -> Result<(Millis, u64)> {
+        let _ = (name, window_ms, at);
+        Err(LedgerError::Unsupported(
+            "this ledger counts no calls: count them in the process".into(),
+        ))
+    }
     /// Stores the tools' effects a `tools/list` answer gave, over what an earlier one said.
     fn note_tools(&self, listed: ToolsListed) -> Ticket<()>;
 

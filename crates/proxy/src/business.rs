@@ -99,6 +99,22 @@ pub enum Verdict {
     },
 }
 
+impl Verdict {
+    /// The verdict on the `calls`-th call of a window that ends at `ends`, under a limit of
+    /// `max`: the first past it is the one to log, wherever it was counted.
+    pub fn of(calls: u64, ends: Millis, max: u32, now: Millis) -> Verdict {
+        if calls <= u64::from(max) {
+            return Verdict::Within;
+        }
+        let left = (ends - now).max(0) as u64;
+        Verdict::Past {
+            calls: u32::try_from(calls).unwrap_or(u32::MAX),
+            first: calls == u64::from(max) + 1,
+            retry_after: left.div_ceil(1000).max(1),
+        }
+    }
+}
+
 /// Calls counted per route, tool, scope and request, in fixed windows.
 #[derive(Debug, Default)]
 pub struct LoopGuards(Mutex<HashMap<String, Window>>);
@@ -107,7 +123,6 @@ pub struct LoopGuards(Mutex<HashMap<String, Window>>);
 struct Window {
     start: Millis,
     calls: u32,
-    logged: bool,
 }
 
 /// Past this many counted requests, windows that have ended are dropped.
@@ -126,27 +141,15 @@ impl LoopGuards {
         let w = m.entry(what).or_insert(Window {
             start: now,
             calls: 0,
-            logged: false,
         });
         if now - w.start >= window {
             *w = Window {
                 start: now,
                 calls: 0,
-                logged: false,
             };
         }
-        w.calls += 1;
-        if w.calls <= guard.max {
-            return Verdict::Within;
-        }
-        let first = !w.logged;
-        w.logged = true;
-        let left = (w.start + window - now).max(0) as u64;
-        Verdict::Past {
-            calls: w.calls,
-            first,
-            retry_after: left.div_ceil(1000).max(1),
-        }
+        w.calls = w.calls.saturating_add(1);
+        Verdict::of(u64::from(w.calls), w.start + window, guard.max, now)
     }
 }
 
@@ -154,7 +157,7 @@ impl Engine {
     /// Counts a call of `what` (its fingerprint, or its `duplicate_on` values) from `scope` under
     /// `guard`: past its limit, the first call of the window is logged as a loop suspect and
     /// counted; with `reject`, every call past it is refused, nothing forwarded.
-    pub(crate) fn guard_loop(
+    pub(crate) async fn guard_loop(
         &self,
         req: &Req<'_>,
         tool: Option<&str>,
@@ -166,11 +169,11 @@ impl Engine {
         let route = req.route;
         let now = now_millis();
         let name = crate::business::loop_key(&route.name, tool, scope, what);
-        let crate::business::Verdict::Past {
+        let Verdict::Past {
             calls,
             first,
             retry_after,
-        } = self.loops.hit(name, guard, now)
+        } = self.count_call(name, guard, now).await
         else {
             return Ok(());
         };
@@ -200,6 +203,35 @@ impl Engine {
             ),
         )
         .retry_after(retry_after))
+    }
+}
+
+impl Engine {
+    /// Counts a call of `name` under `guard`: in the ledger when it counts for a fleet
+    /// (PostgreSQL), so a loop spread over instances is caught; else, or when the ledger cannot
+    /// answer, in this process.
+    async fn count_call(
+        &self,
+        name: String,
+        guard: &crate::config::LoopGuard,
+        now: Millis,
+    ) -> Verdict {
+        if !self.store.counts_calls() {
+            return self.loops.hit(name, guard, now);
+        }
+        let window = guard.window.as_millis() as i64;
+        let store = self.store.clone();
+        // The name joins its parts with NUL bytes, which a PostgreSQL text cannot hold; its
+        // digest is as unique and of one length.
+        let key = hex::encode(Sha256::digest(name.as_bytes()));
+        match tokio::task::spawn_blocking(move || store.count_call(&key, window, now)).await {
+            Ok(Ok((ends, calls))) => Verdict::of(calls, ends, guard.max, now),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the ledger could not count a loop-guard call: counted here");
+                self.loops.hit(name, guard, now)
+            }
+            Err(_) => self.loops.hit(name, guard, now),
+        }
     }
 }
 

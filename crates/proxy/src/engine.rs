@@ -277,7 +277,7 @@ impl Engine {
     ) -> Answer {
         let req = &self.req(route_at, &parts, peer);
         let body = self.body(req, body).await?;
-        let w = match self.prepare_write(req, body)? {
+        let w = match self.prepare_write(req, body).await? {
             Prepared::Replayed(r) => return Ok(r),
             Prepared::Claim(w) => w,
         };
@@ -400,7 +400,7 @@ impl Engine {
     }
 
     /// A write's key and fingerprint, and its answer when the replay cache holds it.
-    fn prepare_write(&self, req: &Req<'_>, body: Bytes) -> Result<Prepared, Problem> {
+    async fn prepare_write(&self, req: &Req<'_>, body: Bytes) -> Result<Prepared, Problem> {
         let (route, parts) = (req.route, req.parts);
         let json = declared_json(&parts.headers, &body)?;
         let scope = keys::scope(route, &parts.headers)?;
@@ -452,7 +452,8 @@ impl Engine {
         });
         if let Some(guard) = &route.loop_guard {
             let what = dup_fp.as_deref().unwrap_or(&fingerprint);
-            self.guard_loop(req, None, &scope, &key, what, guard)?;
+            self.guard_loop(req, None, &scope, &key, what, guard)
+                .await?;
         }
         if let Some((_, response)) =
             self.store

@@ -225,6 +225,16 @@ CREATE TABLE tool_effects (
     PRIMARY KEY (route, upstream, tool)
 );
 "#,
+    // 9: loop-guard windows, counted for the whole fleet. UNLOGGED: a count is a guard, not a
+    // record (a suspect is logged as an event), so it skips the WAL and a crash may reset it.
+    r#"
+CREATE UNLOGGED TABLE loop_windows (
+    name  TEXT PRIMARY KEY,
+    ends  BIGINT NOT NULL,
+    calls BIGINT NOT NULL
+);
+CREATE INDEX loop_windows_ends ON loop_windows (ends);
+"#,
 ];
 
 pub fn current_version() -> i64 {

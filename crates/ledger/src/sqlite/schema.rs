@@ -296,6 +296,18 @@ CREATE TABLE tool_effects (
 ) STRICT, WITHOUT ROWID;
 "#,
     ),
+    // 13: loop-guard windows counted in the ledger, as on PostgreSQL (its migration 9). A
+    // SQLite ledger has one server, which counts in its memory: the table stays empty.
+    Migration::Sql(
+        r#"
+CREATE TABLE loop_windows (
+    name  TEXT PRIMARY KEY,
+    ends  INTEGER NOT NULL,
+    calls INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE INDEX loop_windows_ends ON loop_windows (ends);
+"#,
+    ),
 ];
 
 /// The entries' state check as written by migration 1, and as migration 7 rewrites it.

@@ -72,6 +72,8 @@ pub(crate) fn sweep(ctx: &mut Ctx<'_>, at: Millis) -> Result<SweepReport> {
         EventKind::Expired,
         |row| json!({"state": row.state}),
     )?;
+    ctx.db
+        .exec("DELETE FROM loop_windows WHERE ends <= ?1", vals![at])?;
     let report = SweepReport {
         lease_expired,
         ttl_expired,

@@ -188,8 +188,32 @@ fn a_listed_tool_s_effect_is_kept_per_route_and_upstream(b: Backend) {
     assert_eq!(effect(&copy, "charge"), Some(Effect::Destructive));
 }
 
+/// PostgreSQL counts loop-guard windows for every instance on the ledger: calls in a window
+/// add up, a new window starts once it ended, and the sweep drops ended windows. SQLite leaves
+/// the count to its one server.
+fn loop_guard_windows_are_counted_in_the_ledger_on_postgresql(b: Backend) {
+    let f = fx!(b);
+    if matches!(b, Backend::Sqlite) {
+        assert!(!f.l.counts_calls());
+        assert!(f.l.count_call("w", 60_000, T0).is_err());
+        return;
+    }
+    assert!(f.l.counts_calls());
+    let count = |name: &str, at: Millis| f.l.count_call(name, 60_000, at).expect("count");
+    assert_eq!(count("w", T0), (T0 + 60_000, 1));
+    assert_eq!(count("w", T0 + 10), (T0 + 60_000, 2));
+    assert_eq!(count("other", T0 + 20), (T0 + 60_020, 1));
+    assert_eq!(count("w", T0 + 59_999), (T0 + 60_000, 3));
+    assert_eq!(count("w", T0 + 60_000), (T0 + 120_000, 1), "a new window");
+    f.l.sweep(T0 + 60_020).wait().expect("sweep");
+    let rows = |sql: &str| b.raw(&f.location, sql);
+    rows("DO $$ BEGIN IF (SELECT COUNT(*) FROM loop_windows) <> 1 THEN RAISE EXCEPTION 'left'; END IF; END $$")
+        .expect("only the window still open is left");
+}
+
 suite!(
     a_database_newer_than_the_binary_is_refused,
+    loop_guard_windows_are_counted_in_the_ledger_on_postgresql,
     a_listed_tool_s_effect_is_kept_per_route_and_upstream,
     a_keyed_log_refuses_writes_without_its_key_and_detects_plain_forgeries,
     a_missing_ledger_is_not_created_by_readers,

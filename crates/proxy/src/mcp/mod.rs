@@ -280,7 +280,8 @@ impl Engine {
             .or(req.route.loop_guard.as_ref());
         if let Some(guard) = guard {
             let what = p.dup_fp.as_deref().unwrap_or(&p.fingerprint);
-            self.guard_loop(req, Some(&p.call.name), &p.scope, &p.key, what, guard)?;
+            self.guard_loop(req, Some(&p.call.name), &p.scope, &p.key, what, guard)
+                .await?;
         }
         let cached = self.store.cached_replay(
             &req.route.name,
