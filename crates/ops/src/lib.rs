@@ -23,7 +23,7 @@ mod retention;
 mod time;
 mod upstream;
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 
 use idemgate_ledger::checkpoint::Signer;
@@ -65,10 +65,9 @@ pub struct Ops {
     hasher: ChainHasher,
     /// Signs checkpoints of the chain (exports, archives, the server's interval), when configured.
     signer: Option<Arc<Signer>>,
-    /// The archive the host's retention policy writes, when it has one: what a client that may not
-    /// name the host's paths (the admin API) lists and verifies.
-    archive_dir: Option<PathBuf>,
-    /// The host's `[retention]` policy, when it has one: what `run_retention` applies.
+    /// The host's `[retention]` policy, when it has one: what `run_retention` applies, and the
+    /// archive it writes, which a client that may not name the host's paths (the admin API)
+    /// lists and verifies.
     retention: Option<RetentionPolicy>,
     /// The export jobs of the host that runs them (the server): a client with no file system
     /// there starts one and downloads its file.
@@ -200,7 +199,6 @@ impl Ops {
             store,
             hasher,
             signer: None,
-            archive_dir: None,
             retention: None,
             exports: None,
         }
@@ -222,20 +220,16 @@ impl Ops {
         })
     }
 
-    /// These operations as `cfg` configures them: its signing key, its retention policy and
-    /// that policy's archive.
-    pub fn configured_by(self, cfg: &idemgate_config::Config) -> Ops {
-        let mut ops = self
-            .with_signer(cfg.signing.as_ref().map(|s| s.signer.clone()))
-            .with_archive_dir(cfg.retention.as_ref().and_then(|r| r.archive_dir.clone()));
-        ops.retention = cfg.retention.as_ref().map(RetentionPolicy::from_config);
-        ops
+    /// These operations as `cfg` configures them: its signing key and its retention policy.
+    pub fn configured_by(mut self, cfg: &idemgate_config::Config) -> Ops {
+        self.retention = cfg.retention.as_ref().map(RetentionPolicy::from_config);
+        self.with_signer(cfg.signing.as_ref().map(|s| s.signer.clone()))
     }
 
-    /// These operations, with the host's archive in `dir`.
-    pub fn with_archive_dir(mut self, dir: Option<PathBuf>) -> Ops {
-        self.archive_dir = dir;
-        self
+    /// The archive the host's retention policy writes, when it names one.
+    fn archive_dir(&self) -> Option<&Path> {
+        let dir = self.retention.as_ref()?.archive_dir.as_deref()?;
+        Some(Path::new(dir))
     }
 
     /// These operations, signing checkpoints with `signer`.

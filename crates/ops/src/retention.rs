@@ -210,7 +210,7 @@ impl Ops {
     /// The segments of the host's own archive; none while its directory is not made yet (no
     /// retention run has archived anything).
     pub fn archived(&self) -> OpsResult<Vec<archive::SegmentCheck>> {
-        let dir = self.archive_dir.as_deref().ok_or(OpsError::NoArchive)?;
+        let dir = self.archive_dir().ok_or(OpsError::NoArchive)?;
         if !dir.exists() && self.store.archived()?.is_empty() {
             return Ok(Vec::new());
         }
@@ -219,7 +219,7 @@ impl Ops {
 
     /// Verifies the host's own archive and the live log after it.
     pub fn verify_history(&self, progress: Progress<'_>) -> OpsResult<ArchiveVerifyReport> {
-        let dir = self.archive_dir.as_deref().ok_or(OpsError::NoArchive)?;
+        let dir = self.archive_dir().ok_or(OpsError::NoArchive)?;
         if !dir.exists() {
             return Err(OpsError::invalid(
                 "archive_dir",
