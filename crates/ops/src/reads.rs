@@ -266,27 +266,11 @@ impl Ops {
         oldest_first: bool,
         f: &mut dyn FnMut(&EntrySummary) -> OpsResult<()>,
     ) -> OpsResult<usize> {
-        let mut page = Page {
-            oldest_first,
-            ..Page::newest(None, 1000)
+        let req = crate::op::entries::EntriesRequest {
+            oldest_first: Some(oldest_first),
+            ..crate::op::entries::EntriesRequest::from(filter)
         };
-        let mut n = 0usize;
-        loop {
-            page.limit = limit.map_or(1000, |l| (l - n).min(1000));
-            if page.limit == 0 {
-                return Ok(n);
-            }
-            let p = self.entries_in_order(filter, page)?;
-            for e in &p.entries {
-                f(e)?;
-            }
-            n += p.entries.len();
-            match (p.next_before, p.next_after) {
-                (Some(b), _) => page.before = Some(b),
-                (_, Some(a)) => page.after = Some(a),
-                (None, None) => return Ok(n),
-            }
-        }
+        crate::op::entries::each(self, req, limit, f)
     }
 
     /// One entry with its whole timeline and the diffs of the requests a reused key was sent.

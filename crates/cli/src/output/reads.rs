@@ -5,7 +5,7 @@ use std::io::Write;
 use idemgate_ops::ledger::{rfc3339, EntryDetail, EntryFilter, EntrySummary, Event};
 use idemgate_ops::op::entries::EntriesRequest;
 use idemgate_ops::op::log::LogRequest;
-use idemgate_ops::{op, EntryView, Ops, OpsError};
+use idemgate_ops::{op, EntryView, Ops};
 use serde_json::{json, Value};
 
 use super::{
@@ -128,17 +128,20 @@ pub struct Listing {
 }
 
 pub fn entries(out: &mut Out, ops: &Ops, filter: &EntryFilter, page: Listing) -> R {
-    let filter = EntriesRequest::from(filter);
     let Listing {
         limit,
         oldest_first,
         json,
     } = page;
+    let req = EntriesRequest {
+        oldest_first: Some(oldest_first),
+        ..EntriesRequest::from(filter)
+    };
     if json {
         // Streamed: one JSON array, written page by page.
         write!(out, "[")?;
         let mut first = true;
-        each_entry(ops, filter.clone(), limit, oldest_first, &mut |e| {
+        op::entries::each(ops, req, limit, &mut |e| {
             if !first {
                 write!(out, ",")?;
             }
@@ -155,7 +158,7 @@ pub fn entries(out: &mut Out, ops: &Ops, filter: &EntryFilter, page: Listing) ->
         "{:>8}  {:<18} {:<21} {:<18} {:<38} {:>3} {:>3}  {:<24}",
         "ID", "STATE", "ROUTE", "SCOPE", "KEY", "TRY", "RPL", "CREATED"
     )?;
-    let n = each_entry(ops, filter, limit, oldest_first, &mut |e| {
+    let n = op::entries::each(ops, req, limit, &mut |e| {
         let mut flags = String::new();
         if e.collisions > 0 {
             flags.push_str(&format!(" collisions={}", e.collisions));
@@ -188,35 +191,6 @@ pub fn entries(out: &mut Out, ops: &Ops, filter: &EntryFilter, page: Listing) ->
     })?;
     writeln!(out, "({})", counted(n as u64, "entry", "entries"))?;
     Ok(())
-}
-
-/// Every entry `req` selects (up to `limit`), in the order asked, through the `entries`
-/// operation a page at a time.
-fn each_entry(
-    ops: &Ops,
-    mut req: EntriesRequest,
-    limit: Option<usize>,
-    oldest_first: bool,
-    f: &mut dyn FnMut(&EntrySummary) -> Result<(), OpsError>,
-) -> Result<usize, OpsError> {
-    req.oldest_first = Some(oldest_first);
-    let mut n = 0usize;
-    loop {
-        req.limit = Some(limit.map_or(1000, |l| (l - n).min(1000)));
-        if req.limit == Some(0) {
-            return Ok(n);
-        }
-        let page = op::run::<op::entries::Op>(ops, req.clone(), None, &mut |_| true)?;
-        for e in &page.entries {
-            f(e)?;
-        }
-        n += page.entries.len();
-        match (page.next_before, page.next_after) {
-            (Some(b), _) => req.before = Some(b),
-            (_, Some(a)) => req.after = Some(a),
-            (None, None) => return Ok(n),
-        }
-    }
 }
 
 /// An MCP entry's call: its tool, arguments and what came back.

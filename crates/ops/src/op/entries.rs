@@ -1,7 +1,7 @@
-use idemgate_ledger::{EntryFilter, State};
+use idemgate_ledger::{EntryFilter, EntrySummary, State};
 use serde::Deserialize;
 
-use crate::EntryPage;
+use crate::{EntryPage, Ops, OpsResult};
 
 /// Which entries, and which page of them: every filter narrows.
 #[cfg_attr(
@@ -107,6 +107,34 @@ operation! {
             oldest_first: req.oldest_first.unwrap_or(false),
         };
         ops.entries_in_order(&req.filter(), page)
+    }
+}
+
+/// Every entry `req` selects (up to `limit`), in the order it asks, through this operation a
+/// page at a time: for work over all of them (a purge, a bulk action, a listing).
+pub fn each(
+    ops: &Ops,
+    mut req: EntriesRequest,
+    limit: Option<usize>,
+    f: &mut dyn FnMut(&EntrySummary) -> OpsResult<()>,
+) -> OpsResult<usize> {
+    let mut n = 0usize;
+    loop {
+        let size = limit.map_or(1000, |l| (l - n).min(1000));
+        if size == 0 {
+            return Ok(n);
+        }
+        req.limit = Some(size);
+        let page = super::run::<Op>(ops, req.clone(), None, &mut |_| true)?;
+        for e in &page.entries {
+            f(e)?;
+        }
+        n += page.entries.len();
+        match (page.next_before, page.next_after) {
+            (Some(b), _) => req.before = Some(b),
+            (_, Some(a)) => req.after = Some(a),
+            (None, None) => return Ok(n),
+        }
     }
 }
 
