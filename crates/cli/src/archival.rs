@@ -264,13 +264,6 @@ pub(crate) fn public_key(path: Option<&Path>) -> Result<Option<PublicKey>, OpsEr
     .transpose()
 }
 
-/// The key file's text, checked to hold a key, for an operation that takes the key itself.
-pub(crate) fn public_key_text(path: Option<&Path>) -> Result<Option<String>, OpsError> {
-    public_key(path)?;
-    path.map(|p| std::fs::read_to_string(p).map_err(OpsError::from))
-        .transpose()
-}
-
 pub(crate) fn verified_archive(
     out: &mut output::Out,
     r: &ArchiveVerifyReport,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use idemgate_ops::ledger::{ChainHasher, EventRange, Format};
+use idemgate_ops::ledger::{ChainHasher, EventRange, Format, PublicKey};
 use idemgate_ops::{op, ExportCmd, Ops, OpsError};
 
 use crate::{interrupt, output, stopped, with_progress, FormatArg, LedgerArg};
@@ -167,7 +167,8 @@ pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, O
         ));
     }
     let key = crate::archival::public_key(public_key.as_deref())?;
-    let key_text = crate::archival::public_key_text(public_key.as_deref())?;
+    // An operation takes the key as its text.
+    let key_text = key.as_ref().map(PublicKey::encode);
     let (ok, cancelled) = if let Some(dir) = archive {
         let hasher = ChainHasher::from_env()?;
         let ops = ledger.as_deref().map(Ops::open_existing).transpose()?;
