@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idemgate_config::Config;
-use idemgate_ops::{Ops, RetentionPolicy};
+use idemgate_ops::{op, Ops};
 
 /// Starts what the configuration asks the server to do on its own: the retention policy and the
 /// signing of checkpoints. Each task ends when `stop` changes.
@@ -18,12 +18,12 @@ pub(crate) fn spawn(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     if let Some(r) = &cfg.retention {
-        let (ops, policy) = (ops.clone(), RetentionPolicy::from_config(r));
+        let ops = ops.clone();
         tasks.push(tokio::spawn(every(
             "retention",
             r.interval,
             stop.clone(),
-            move |stopping| retention_run(&ops, &policy, stopping),
+            move |stopping| retention_run(&ops, stopping),
         )));
     }
     if let Some(s) = &cfg.signing {
@@ -73,9 +73,10 @@ pub(crate) async fn every(
     }
 }
 
-/// One run of the retention policy, logged.
-pub(crate) fn retention_run(ops: &Ops, policy: &RetentionPolicy, stopping: &AtomicBool) {
-    match ops.retention_run(policy, &mut |_| !stopping.load(Ordering::SeqCst)) {
+/// One run of the retention policy `ops` is configured with, logged.
+pub(crate) fn retention_run(ops: &Ops, stopping: &AtomicBool) {
+    let stop = &mut |_| !stopping.load(Ordering::SeqCst);
+    match op::run::<op::run_retention::Op>(ops, op::common::NoArgs {}, None, stop) {
         Ok(r) => {
             let archived = r.archive.as_ref().map_or(0, |a| a.segments.len());
             if r.purged > 0 || archived > 0 {
