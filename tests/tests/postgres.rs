@@ -31,7 +31,7 @@ use idemgate_tests::*;
 const CONFIG: &str = r#"
 [server]
 listen = "127.0.0.1:0"
-admin_listen = "off"
+admin_listen = "127.0.0.1:0"
 ledger = "{ledger}"
 
 [defaults]
@@ -59,6 +59,17 @@ scope.header = "X-Agent-Id"
 timeout = "1s"
 retry = { attempts = 2, base = "10ms", max = "100ms" }
 loop_guard = { max = 2, window = "1h", action = "reject" }
+
+[[routes]]
+name = "refunds"
+method = "POST"
+path = "/v1/refunds"
+upstream = "{upstream}"
+upstream_auth = { secret_env = "PAYMENTS_TOKEN", header = "Authorization" }
+effect = "write"
+timeout = "1s"
+retry = { attempts = 2, base = "10ms", max = "100ms" }
+approval = { hold = "200ms" }
 
 [[routes]]
 name = "tools"
@@ -94,8 +105,8 @@ fn pair(tag: &str) -> Option<Pair> {
         tempfile::tempdir().expect("dir"),
         tempfile::tempdir().expect("dir"),
     );
-    let a = Proxy::start(dir_a.path(), &toml, Path::new(&url));
-    let b = Proxy::start(dir_b.path(), &toml, Path::new(&url));
+    let a = start(dir_a.path(), &toml, Path::new(&url));
+    let b = start(dir_b.path(), &toml, Path::new(&url));
     Some(Pair {
         _dir_a: dir_a,
         _dir_b: dir_b,
@@ -104,6 +115,11 @@ fn pair(tag: &str) -> Option<Pair> {
         a,
         b,
     })
+}
+
+/// `idemgate serve` on [`CONFIG`], with the credential its approval route sends upstream.
+fn start(dir: &Path, toml: &str, ledger: &Path) -> Proxy {
+    Proxy::start_with_env(dir, toml, ledger, &[("PAYMENTS_TOKEN", "Bearer sk_test_1")])
 }
 
 macro_rules! pair {
@@ -471,7 +487,7 @@ fn a_sqlite_ledger_copied_to_postgres_keeps_its_chain_and_replays_its_keys() {
         "{}",
         String::from_utf8_lossy(&demo.stderr)
     );
-    let mut p = Proxy::start(dir.path(), &config(CONFIG, &up.url(), &sqlite), &sqlite);
+    let mut p = start(dir.path(), &config(CONFIG, &up.url(), &sqlite), &sqlite);
     let first = charge(p.addr, "before-the-move", &[]).expect("answer");
     assert_eq!(first.status, 201, "{}", first.text());
     assert!(p.terminate().success());
@@ -523,7 +539,7 @@ fn a_sqlite_ledger_copied_to_postgres_keeps_its_chain_and_replays_its_keys() {
 
     // A proxy on PostgreSQL replays the key completed on SQLite, and new keys get new ids.
     let pdir = tempfile::tempdir().expect("dir");
-    let p = Proxy::start(
+    let p = start(
         pdir.path(),
         &config(CONFIG, &up.url(), Path::new(&url)),
         Path::new(&url),
@@ -649,4 +665,32 @@ fn a_loop_spread_over_two_instances_is_caught() {
         )
         .expect("events");
     assert_eq!(suspects.len(), 1, "{suspects:?}");
+}
+
+#[test]
+fn a_call_held_on_one_instance_and_approved_through_the_other_runs_once() {
+    let _serial = serial();
+    let p = pair!("fleet_approval");
+    let headers = [
+        ("Idempotency-Key", "refund-1"),
+        ("Content-Type", "application/json"),
+    ];
+    let refund = |addr| request(addr, "POST", "/v1/refunds", &headers, br#"{"amount":6}"#);
+    let held = refund(p.a.addr);
+    assert_eq!(held.status, 202, "{}", held.text());
+    let id = held.json()["entry_id"].as_i64().expect("entry id");
+    let approved = p.b.admin_post(
+        &format!("/admin/v1/approvals/{id}/approve"),
+        &serde_json::json!({"operator": "ops-lead", "reason": "checked"}),
+    );
+    assert_eq!(approved.status, 200, "{}", approved.text());
+    // Both instances look for approved calls; one takes it.
+    eventually(10, "the approved call to run", || {
+        (p.up.counts.effects("refund-1") == 1).then_some(())
+    });
+    let r = refund(p.b.addr);
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = refund(p.a.addr);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(p.up.counts.effects("refund-1"), 1, "once, across the fleet");
 }

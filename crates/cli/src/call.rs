@@ -150,7 +150,7 @@ fn quoted(s: &str) -> String {
 }
 
 /// The request's parameters: `NAME=VALUE` as text, `NAME:=JSON` as JSON, the operator where the
-/// operation acts under one.
+/// operation acts under one (with the OS account beside the name).
 fn request(c: &Call) -> Result<Args, OpsError> {
     let mut args = Args::default();
     for p in &c.params {
@@ -171,6 +171,9 @@ fn request(c: &Call) -> Result<Args, OpsError> {
                 let v = serde_json::from_str(j).map_err(|e| bad(&format!("not JSON: {e}")))?;
                 args.value(name, v);
             }
+            None if name == "operator" && c.spec.acts => {
+                args.text(name, as_local(&p[name.len() + 1..]));
+            }
             None => args.text(name, &p[name.len() + 1..]),
         }
     }
@@ -181,9 +184,15 @@ fn request(c: &Call) -> Result<Args, OpsError> {
                 "given twice: by --operator and as a parameter",
             ));
         }
-        args.text("operator", who);
+        args.text("operator", as_local(who));
     }
     Ok(args)
+}
+
+/// Who acts, as a command that opens the ledger itself records them: the name typed, and the OS
+/// account beside it, which the system vouches for (one account is one approver).
+fn as_local(typed: &str) -> String {
+    idemgate_ops::desktop_operator(typed, &idemgate_ops::os_user())
 }
 
 /// Runs the operation, printing its answer as JSON.

@@ -5,6 +5,7 @@
 //! 2 bad usage (nothing was opened); 3 verification found a problem; 130 (SIGINT) or 143 (SIGTERM)
 //! long work stopped when asked (see `interrupt`).
 
+mod approvals;
 mod archival;
 mod audit;
 mod bulk;
@@ -265,6 +266,14 @@ enum Cmd {
     },
     /// Mark an incident (its first entry) reviewed, with why; a later suspect opens it again.
     Review(decide::ReviewArgs),
+    /// Calls held for approval, newest first: the policy each matched, who approved it so far,
+    /// when it expires.
+    Approvals(approvals::ListArgs),
+    /// Approve a call held for approval; the last approval its policy needs releases it (a
+    /// running server forwards it, or the next one to start).
+    Approve(approvals::DecideArgs),
+    /// Reject a call held for approval: it never runs, and its client is told why.
+    Reject(approvals::DecideArgs),
     /// Delete entries (the log keeps their events). Pending entries must be resolved first.
     ///
     /// Entries go in chunks of 1,000, each atomic. Ctrl-C or SIGTERM stops the purge between two:
@@ -348,6 +357,13 @@ pub fn main() -> ExitCode {
         Cmd::Bulk(a) => bulk::run(a),
         Cmd::Token(t) => token::run(t),
         Cmd::Call(c) => call::run(&mut output::Out::stdout(), c),
+        Cmd::Approvals(a) => approvals::list(&mut output::Out::stdout(), a).map_err(Into::into),
+        Cmd::Approve(a) => {
+            approvals::decide(&mut output::Out::stdout(), a, true).map_err(Into::into)
+        }
+        Cmd::Reject(a) => {
+            approvals::decide(&mut output::Out::stdout(), a, false).map_err(Into::into)
+        }
         other => run(other).map_err(serve::CmdError::from),
     };
     match result {
@@ -541,6 +557,24 @@ fn demo(
     Ok(())
 }
 
+/// `idemgate incidents`: the newest `limit`, only the open ones with `open`.
+fn incidents(
+    out: &mut output::Out,
+    ledger: &str,
+    open: bool,
+    limit: usize,
+    json: bool,
+) -> Result<(), OpsError> {
+    let ops = Ops::open_existing(ledger)?;
+    let req = op::incidents::IncidentsRequest {
+        before: None,
+        limit: Some(limit),
+    };
+    let mut list = op::run::<op::incidents::Op>(&ops, req, None, &mut |_| true)?;
+    list.retain(|i| i.open || !open);
+    output::incidents(out, &list, json)
+}
+
 fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
     let mut out = output::Out::stdout();
     match cmd {
@@ -591,16 +625,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             open,
             limit,
             json,
-        } => {
-            let ops = Ops::open_existing(&ledger.ledger)?;
-            let req = op::incidents::IncidentsRequest {
-                before: None,
-                limit: Some(limit),
-            };
-            let mut list = op::run::<op::incidents::Op>(&ops, req, None, &mut |_| true)?;
-            list.retain(|i| i.open || !open);
-            output::incidents(&mut out, &list, json)?;
-        }
+        } => incidents(&mut out, &ledger.ledger, open, limit, json)?,
         Cmd::Purge(a) => return decide::purge(&mut out, a),
         Cmd::Export(a) => return audit::export(&mut out, a),
         Cmd::Init(a) => return setup::init(&a),
@@ -611,9 +636,10 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
         | Cmd::Reconcile(_)
         | Cmd::Bulk(_)
         | Cmd::Token(_)
-        | Cmd::Call(_) => {
-            unreachable!("handled in main")
-        }
+        | Cmd::Call(_)
+        | Cmd::Approvals(_)
+        | Cmd::Approve(_)
+        | Cmd::Reject(_) => unreachable!("handled in main"),
         Cmd::Copy(a) => return audit::copy(&mut out, a),
         Cmd::Verify(a) => return audit::verify(&mut out, a),
         Cmd::Keygen(a) => return archival::keygen(&mut out, a),

@@ -73,6 +73,10 @@ codes! {
     OutcomeUnknown = ("outcome-unknown", 502, "Outcome unknown"),
     OutcomeUnrecorded = ("outcome-unrecorded", 502, "Outcome not recorded"),
     EntryFailed = ("entry-failed", 409, "Marked failed"),
+    /// A call held for approval that an operator rejected: it never runs.
+    ApprovalRejected = ("approval-rejected", 403, "Approval rejected"),
+    /// A call held for approval that no one decided in time: it never runs.
+    ApprovalExpired = ("approval-expired", 410, "Approval expired"),
     ResolvedMeanwhile = ("resolved-meanwhile", 409, "Resolved by an operator"),
     UpstreamError = ("upstream-error", 502, "Upstream error"),
     UpstreamUnavailable = ("upstream-unavailable", 503, "Upstream unavailable"),
@@ -117,6 +121,9 @@ codes! {
     EntryNotFound = ("entry-not-found", 404, "Entry not found"),
     InvalidTransition = ("invalid-transition", 409, "Invalid transition"),
     LeaseLost = ("lease-lost", 409, "Lease lost"),
+    /// An approval or rejection the held call cannot take: given twice by one operator, after
+    /// its window, or for another request.
+    ApprovalRefused = ("approval-refused", 409, "Approval refused"),
     LedgerNotEmpty = ("ledger-not-empty", 500, "Ledger not empty"),
     Unsupported = ("unsupported", 500, "Unsupported"),
     MissingActor = ("missing-actor", 400, "Operator and reason required"),

@@ -8,12 +8,14 @@ use std::time::Duration;
 use idemgate_ledger::Effect;
 
 use idemgate_code::Code;
+mod approval;
 mod audit;
 mod operators;
 mod raw;
 mod route;
 mod telemetry;
 
+pub use approval::{Approval, Condition};
 pub use audit::{Retention, Signing, SIGNING_KEY_ENV};
 pub use operators::{new_token, OperatorCred, Role, TokenHash, SHARED_ADMIN};
 use raw::RawConfig;
@@ -266,6 +268,8 @@ pub struct Route {
     /// Duplicates are looked for in every scope, not only the call's.
     pub duplicate_any_scope: bool,
     pub loop_guard: Option<LoopGuard>,
+    /// Which calls wait for operators' approval before they run.
+    pub approval: Option<Approval>,
 }
 
 impl Route {

@@ -154,6 +154,8 @@ pub(super) struct RawRoute {
     /// `"same"` (the default): duplicates within one scope; `"any"`: across scopes.
     pub(super) duplicate_scope: Option<String>,
     pub(super) loop_guard: Option<RawLoopGuard>,
+    /// `[routes.approval]`: which calls wait for operators before they run.
+    pub(super) approval: Option<super::approval::RawApproval>,
 }
 
 /// `loop_guard = { max, window, action }`.

@@ -72,7 +72,14 @@ pub(super) fn route(
     let cache_ttl = cache_ttl(&f, r, effect)?;
     let secret_headers = secret_headers(&f, r, upstream_auth.as_ref())?;
     let business = business(&f, r, effect, protocol, &secret_headers)?;
+    let approval = crate::approval::approval(
+        &f.at("approval"),
+        r,
+        (effect, protocol),
+        upstream_auth.is_some(),
+    )?;
     Ok(Route {
+        approval,
         name: r.name.clone(),
         protocol,
         tools,

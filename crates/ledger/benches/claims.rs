@@ -76,6 +76,7 @@ fn claim(body: &[u8], keys: Keys) -> ClaimRequest {
         tool: None,
         subjects: Vec::new(),
         dup_fp: None,
+        approval: None,
         at: now_millis(),
     }
 }

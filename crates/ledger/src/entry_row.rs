@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use crate::db::{vals, Db};
 use crate::error::{LedgerError, Result};
-use crate::model::{Millis, ResponseRecord, State};
+use crate::model::{ApprovalEnd, Millis, ResponseRecord, State};
 use crate::read;
 use crate::store::ClaimRequest;
 
@@ -25,6 +25,9 @@ pub(crate) struct Row {
     pub(crate) expiry_logged: bool,
     /// See [`ClaimRequest::dup_fp`].
     pub(crate) dup_fp: Option<String>,
+    /// When an approval the entry waits for expires.
+    pub(crate) approval_expires_at: Option<Millis>,
+    pub(crate) approval_end: Option<ApprovalEnd>,
 }
 
 impl Row {
@@ -34,16 +37,25 @@ impl Row {
     }
 
     pub(crate) fn expired(&self, now: Millis) -> bool {
-        self.state != State::Pending && self.expires_at.is_some_and(|e| e <= now)
+        !matches!(self.state, State::Pending | State::AwaitingApproval)
+            && self.expires_at.is_some_and(|e| e <= now)
+    }
+
+    /// Whether it waits for a decision that can no longer come in time.
+    pub(crate) fn approval_lapsed(&self, now: Millis) -> bool {
+        self.state == State::AwaitingApproval
+            && self.approval_end.is_none()
+            && self.approval_expires_at.is_some_and(|e| e <= now)
     }
 }
 
 pub(crate) const ROW_COLS: &str =
     "id, route, scope, key, fingerprint, state, attempts, lease_owner, \
-                        lease_expires_at, outcome_unknown, expires_at, expiry_logged, dup_fp";
+                        lease_expires_at, outcome_unknown, expires_at, expiry_logged, dup_fp, \
+                        approval_expires_at, approval_end";
 
 /// The column after [`ROW_COLS`].
-pub(crate) const AFTER_ROW: usize = 13;
+pub(crate) const AFTER_ROW: usize = 15;
 
 pub(crate) fn map_row(r: &dyn crate::db::Row) -> Result<Row> {
     Ok(Row {
@@ -60,6 +72,8 @@ pub(crate) fn map_row(r: &dyn crate::db::Row) -> Result<Row> {
         expires_at: r.opt_int(10)?,
         expiry_logged: r.flag(11)?,
         dup_fp: r.opt_text(12)?,
+        approval_expires_at: r.opt_int(13)?,
+        approval_end: r.opt_text(14)?.as_deref().and_then(ApprovalEnd::parse),
     })
 }
 

@@ -22,6 +22,10 @@ pub enum LedgerError {
         action: &'static str,
         needed: &'static str,
     },
+    /// An approval or rejection the held entry cannot take (given twice, too late, for another
+    /// request).
+    #[error("{0}")]
+    ApprovalRefused(String),
     #[error("entry {0}'s lease is held by another owner")]
     LeaseLost(i64),
     #[error("{0} already holds a ledger; copy into a new, empty one")]
@@ -60,6 +64,7 @@ impl LedgerError {
             LedgerError::EntryNotFound(_) => Code::EntryNotFound,
             LedgerError::InvalidTransition { .. } => Code::InvalidTransition,
             LedgerError::LeaseLost(_) => Code::LeaseLost,
+            LedgerError::ApprovalRefused(_) => Code::ApprovalRefused,
             LedgerError::NotEmpty(_) => Code::LedgerNotEmpty,
             LedgerError::Unsupported(_) => Code::Unsupported,
             LedgerError::MissingActor => Code::MissingActor,

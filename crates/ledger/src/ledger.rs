@@ -11,17 +11,17 @@ use crate::checkpoint::SignedCheckpoint;
 use crate::db::Db;
 use crate::error::{LedgerError, Result};
 use crate::model::{
-    ArchivedSegment, ChainHead, Effect, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter,
-    Incident, Millis, Page, ResponseRecord, Review, Stats,
+    Approval, ArchivedSegment, ChainHead, Effect, EntryDetail, EntryFilter, EntrySummary, Event,
+    EventFilter, Incident, Millis, Page, ResponseRecord, Review, Stats,
 };
 use crate::prepared;
 use crate::read;
 use crate::replays::{self, cache_key, ReplayCache};
 use crate::search;
 use crate::store::{
-    ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, EventRange, LoopNote,
-    OwnerReport, Progress, PurgeRequest, ReconcileNote, Redrive, RedriveRequest, ResolveRequest,
-    ReviewRequest, Storage, SweepReport, Ticket, ToolsListed, WriterHealth,
+    ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, DecideRequest, EventRange,
+    LoopNote, OwnerReport, Progress, PurgeRequest, ReconcileNote, Redrive, RedriveRequest,
+    ResolveRequest, ReviewRequest, Storage, SweepReport, Ticket, ToolsListed, WriterHealth,
 };
 use crate::write;
 use crate::writer::{Ctx, Writer};
@@ -383,6 +383,20 @@ impl Storage for Ledger {
         self.read(|db| read::count_call(db, name, window_ms, at))
     }
 
+    fn decide(&self, req: DecideRequest) -> Ticket<Approval> {
+        self.submit(move |ctx| write::decide(ctx, &req))
+    }
+
+    fn take_approved(
+        &self,
+        owner: String,
+        lease_ms: i64,
+        at: Millis,
+        limit: u32,
+    ) -> Ticket<Vec<Redrive>> {
+        self.submit(move |ctx| write::take_approved(ctx, &owner, lease_ms, at, limit))
+    }
+
     fn note_tools(&self, listed: ToolsListed) -> Ticket<()> {
         self.submit(move |ctx| write::note_tools(ctx, &listed))
     }
@@ -409,6 +423,10 @@ impl Storage for Ledger {
 
     fn entries(&self, filter: &EntryFilter, page: Page, now: Millis) -> Result<Vec<EntrySummary>> {
         self.read(|db| read::entries(db, filter, page, now))
+    }
+
+    fn approvals(&self, open: bool, page: Page, now: Millis) -> Result<Vec<EntryDetail>> {
+        self.read(|db| read::approvals(db, open, page, now))
     }
 
     fn events(&self, filter: &EventFilter, page: Page) -> Result<Vec<Event>> {

@@ -1,7 +1,7 @@
 //! The idemgate ledger.
 //!
 //! An *entry* per `(route, scope, key)` with a state machine (PENDING → COMPLETED | RELEASED |
-//! FAILED), and an append-only, hash-chained *log* of everything that happened to entries. The
+//! FAILED; AWAITING_APPROVAL → PENDING | FAILED before that), and an append-only, hash-chained *log* of everything that happened to entries. The
 //! [`Storage`] trait is the crate's one door; [`Ledger`] implements it on SQLite (one file, one
 //! machine) or PostgreSQL (one database shared by several proxies). Nothing outside this crate
 //! writes SQL.
@@ -36,16 +36,18 @@ pub use chain::{ChainHasher, VerifyReport};
 pub use error::{LedgerError, Result};
 pub use ledger::{Ledger, OpenOptions};
 pub use model::{
-    is_secret_header, now_millis, rfc3339, without_secret_params, ArchivedSegment, ChainHead,
-    CollisionRecord, Effect, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter, EventKind,
-    Incident, Millis, Page, RequestRecord, ResponseRecord, Review, SeriesPoint, State, Stats,
-    ALWAYS_REDACTED_HEADERS, ALWAYS_REDACTED_QUERY, ANSWER_HEADERS, MAX_RESPONSE_BODY,
+    is_secret_header, now_millis, operator_identity, operator_name, rfc3339, without_secret_params,
+    Approval, ApprovalEnd, ArchivedSegment, ChainHead, CollisionRecord, Effect, EntryDetail,
+    EntryFilter, EntrySummary, Event, EventFilter, EventKind, Incident, Millis, Page,
+    RequestRecord, ResponseRecord, Review, SeriesPoint, State, Stats, ALWAYS_REDACTED_HEADERS,
+    ALWAYS_REDACTED_QUERY, ANSWER_HEADERS, MAX_RESPONSE_BODY, OS_USER_MARK,
 };
 pub use sqlite::schema_version;
 pub use store::{
-    Actor, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, EventRange, LoopNote,
-    OwnerReport, Progress, PurgeRequest, ReconcileNote, Redrive, RedriveRequest, Resolution,
-    ResolveRequest, ReviewRequest, Storage, SweepReport, Ticket, ToolsListed, WriterHealth,
+    Actor, ApprovalAsk, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest,
+    DecideRequest, EventRange, LoopNote, OwnerReport, Progress, PurgeRequest, ReconcileNote,
+    Redrive, RedriveRequest, Resolution, ResolveRequest, ReviewRequest, Storage, SweepReport,
+    Ticket, ToolsListed, WriterHealth,
 };
 pub use telemetry::register_metrics;
 pub use write::RETENTION_OPERATOR;

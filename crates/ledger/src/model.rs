@@ -7,6 +7,9 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
+mod approval;
+pub use approval::{operator_identity, operator_name, Approval, ApprovalEnd, OS_USER_MARK};
+
 /// Milliseconds since the Unix epoch, UTC.
 pub type Millis = i64;
 
@@ -33,16 +36,20 @@ pub enum State {
     Completed,
     /// Definitely not executed; the key may run again.
     Released,
-    /// Permanent failure decided by an operator.
+    /// Permanent failure decided by an operator (or an approval rejected or expired).
     Failed,
+    /// Claimed under an approval policy: nothing is forwarded until operators approve it.
+    #[serde(rename = "awaiting_approval")]
+    AwaitingApproval,
 }
 
 impl State {
-    pub const ALL: [State; 4] = [
+    pub const ALL: [State; 5] = [
         State::Pending,
         State::Completed,
         State::Released,
         State::Failed,
+        State::AwaitingApproval,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -51,6 +58,7 @@ impl State {
             State::Completed => "completed",
             State::Released => "released",
             State::Failed => "failed",
+            State::AwaitingApproval => "awaiting_approval",
         }
     }
 
@@ -314,6 +322,8 @@ pub struct EntryDetail {
     pub resolution_reason: Option<String>,
     pub external_ref: Option<String>,
     pub collision_requests: Vec<CollisionRecord>,
+    /// The approval the call was held for, if it matched a policy.
+    pub approval: Option<Approval>,
 }
 
 /// A request rejected because its key was already bound to another fingerprint.
@@ -358,10 +368,18 @@ pub enum EventKind {
     Checkpoint,
     /// The retention policy ran: what it purged and archived.
     Retention,
+    /// A call matched an approval policy: it is held, unforwarded, until operators decide.
+    ApprovalRequested,
+    /// An operator approved a held call (the last approval needed releases it).
+    Approved,
+    /// An operator rejected a held call: it never runs.
+    Rejected,
+    /// A held call's approval window passed without a decision: it never runs.
+    ApprovalExpired,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 19] = [
+    pub const ALL: [EventKind; 23] = [
         EventKind::Claim,
         EventKind::Attempt,
         EventKind::Complete,
@@ -381,6 +399,10 @@ impl EventKind {
         EventKind::Archive,
         EventKind::Checkpoint,
         EventKind::Retention,
+        EventKind::ApprovalRequested,
+        EventKind::Approved,
+        EventKind::Rejected,
+        EventKind::ApprovalExpired,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -404,6 +426,10 @@ impl EventKind {
             EventKind::Archive => "archive",
             EventKind::Checkpoint => "checkpoint",
             EventKind::Retention => "retention",
+            EventKind::ApprovalRequested => "approval_requested",
+            EventKind::Approved => "approved",
+            EventKind::Rejected => "rejected",
+            EventKind::ApprovalExpired => "approval_expired",
         }
     }
 

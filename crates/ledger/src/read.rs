@@ -9,8 +9,10 @@ use crate::model::{
 };
 use crate::store::EventRange;
 
+mod approvals;
 mod fleet;
 mod incidents;
+pub(crate) use approvals::{approval, approvals, resolution_reason};
 pub(crate) use fleet::{count_call, tool_effect};
 pub(crate) use incidents::{incidents, review_of};
 
@@ -127,9 +129,11 @@ pub(crate) fn entry(db: &mut dyn Db, id: i64, now: Millis) -> Result<EntryDetail
                 resolution_reason: r.opt_text(11)?,
                 external_ref: r.opt_text(12)?,
                 collision_requests: Vec::new(),
+                approval: None,
             })
         },
     )?;
+    let approval = approval(db, id)?;
     let collisions = db.all(
         "SELECT id, entry_id, at, fingerprint, req_method, req_path, req_headers, req_body \
          FROM collisions WHERE entry_id = ?1 ORDER BY id DESC LIMIT 100",
@@ -151,6 +155,7 @@ pub(crate) fn entry(db: &mut dyn Db, id: i64, now: Millis) -> Result<EntryDetail
     )?;
     Ok(EntryDetail {
         collision_requests: collisions,
+        approval,
         ..detail
     })
 }

@@ -7,8 +7,8 @@ use crate::chain::VerifyReport;
 use crate::checkpoint::SignedCheckpoint;
 use crate::error::{LedgerError, Result};
 use crate::model::{
-    ArchivedSegment, ChainHead, Effect, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter,
-    Incident, Millis, Page, RequestRecord, ResponseRecord, Review, Stats,
+    Approval, ArchivedSegment, ChainHead, Effect, EntryDetail, EntryFilter, EntrySummary, Event,
+    EventFilter, Incident, Millis, Page, RequestRecord, ResponseRecord, Review, Stats,
 };
 
 /// A write that has been queued. It resolves once the batch holding it is durable (fsync'd) or has
@@ -71,6 +71,34 @@ pub struct ClaimRequest {
     /// With a route's `duplicate_on`: the digest of those values, which makes two entries the same
     /// effect (in place of the fingerprint) — in the same scope, or in any when it starts `any:`.
     pub dup_fp: Option<String>,
+    /// The approval policy the request matched: a new claim is held for it, unforwarded.
+    pub approval: Option<ApprovalAsk>,
+}
+
+/// The approval a claim must wait for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalAsk {
+    /// The policy's name (its route's, or `route/tool`).
+    pub policy: String,
+    /// The policy's hash: what operators approve is bound to it.
+    pub policy_hash: String,
+    /// Distinct operators who must approve.
+    pub needed: u32,
+    /// How long an undecided request waits before it expires.
+    pub expires_ms: i64,
+    /// Who may decide (by name); `None`: any operator.
+    pub approvers: Option<Vec<String>>,
+}
+
+/// An operator's decision on a held call.
+#[derive(Debug, Clone)]
+pub struct DecideRequest {
+    pub entry_id: i64,
+    pub approve: bool,
+    pub actor: Actor,
+    /// The request the operator decided on; refused if the entry now holds another.
+    pub fingerprint: Option<String>,
+    pub at: Millis,
 }
 
 /// The answer to a claim.
@@ -99,6 +127,14 @@ pub enum ClaimOutcome {
     },
     /// The same effect completed under another key within the duplicate window (reject policy).
     ProbableDuplicate { entry_id: i64, key: String },
+    /// Held for approval until `expires_at`: nothing was forwarded.
+    AwaitingApproval { entry_id: i64, expires_at: Millis },
+    /// Held for approval, and rejected (`reason` the operator's) or expired: it never runs.
+    NotApproved {
+        entry_id: i64,
+        end: crate::model::ApprovalEnd,
+        reason: Option<String>,
+    },
 }
 
 /// An upstream answer to store for a claimed entry.
@@ -239,6 +275,8 @@ pub struct ToolsListed {
 pub struct SweepReport {
     pub lease_expired: u64,
     pub ttl_expired: u64,
+    #[serde(default)]
+    pub approvals_expired: u64,
 }
 
 /// A contiguous range of the log, by time; both ends optional.
@@ -323,6 +361,17 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
             "this ledger counts no calls: count them in the process".into(),
         ))
     }
+    /// Approves or rejects a held call; the approval as it stands after.
+    fn decide(&self, req: DecideRequest) -> Ticket<Approval>;
+    /// Takes up to `limit` approved calls for `owner` to forward, each under a lease of
+    /// `lease_ms`; each approved call is taken once, by whichever instance asks first.
+    fn take_approved(
+        &self,
+        owner: String,
+        lease_ms: i64,
+        at: Millis,
+        limit: u32,
+    ) -> Ticket<Vec<Redrive>>;
     /// Stores the tools' effects a `tools/list` answer gave, over what an earlier one said.
     fn note_tools(&self, listed: ToolsListed) -> Ticket<()>;
 
@@ -341,6 +390,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     // Reads.
     fn entry(&self, id: i64, now: Millis) -> Result<EntryDetail>;
     fn entries(&self, filter: &EntryFilter, page: Page, now: Millis) -> Result<Vec<EntrySummary>>;
+    /// The calls held for approval, newest first: only those still undecided with `open`.
+    fn approvals(&self, open: bool, page: Page, now: Millis) -> Result<Vec<EntryDetail>>;
     fn events(&self, filter: &EventFilter, page: Page) -> Result<Vec<Event>>;
     /// Builds what makes later reads fast (the log search's index) now rather than on first use.
     /// Blocking; a console calls it on a thread of its own after opening a ledger.

@@ -31,6 +31,7 @@ pub fn charge(key: &str, at: Millis) -> ClaimRequest {
         tool: None,
         subjects: Vec::new(),
         dup_fp: None,
+        approval: None,
         at,
     }
 }

@@ -9,18 +9,22 @@ use crate::canon::canonical_string;
 use crate::db::{vals, Db, Dialect, PerDialect, Shifted, Val};
 use crate::entry_row::{lookup, map_row, row_by_id, Row, AFTER_ROW, LOOKUP};
 use crate::error::{LedgerError, Result};
-use crate::model::{without_secret_params, Event, EventKind, Millis, ResponseRecord, State};
+use crate::model::{
+    without_secret_params, ApprovalEnd, Event, EventKind, Millis, ResponseRecord, State,
+};
 use crate::prepared::Claim;
 use crate::read;
 use crate::store::{Actor, ClaimOutcome, ClaimRequest, OwnerReport};
 use crate::writer::Ctx;
 
+mod approval;
 mod archival;
 mod duplicates;
 mod operator;
 mod outcome;
 mod sweep;
 mod tools;
+pub(crate) use approval::{decide, take_approved};
 pub use archival::RETENTION_OPERATOR;
 pub(crate) use archival::{drop_archived, mark_archived, note_checkpoint, note_retention};
 #[cfg(test)]
@@ -261,6 +265,14 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, c: &Claim) -> Result<ClaimOutcome> {
                 response,
             })
         }
+        // A rejected or expired approval, unless an operator has since given an answer.
+        State::Failed if stored.is_none() && row.approval_end.is_some() => {
+            Ok(ClaimOutcome::NotApproved {
+                entry_id: row.id,
+                end: row.approval_end.unwrap_or(ApprovalEnd::Rejected),
+                reason: read::resolution_reason(ctx.db, row.id)?,
+            })
+        }
         State::Failed => Ok(ClaimOutcome::Failed {
             entry_id: row.id,
             response: stored,
@@ -275,6 +287,7 @@ pub(crate) fn claim(ctx: &mut Ctx<'_>, c: &Claim) -> Result<ClaimOutcome> {
                 json!({"attempt": attempt, "after": "release"}),
             )
         }
+        State::AwaitingApproval => approval::claim_held(ctx, &row, at),
         State::Pending if row.stuck(at) => Ok(ClaimOutcome::Stuck { entry_id: row.id }),
         State::Pending => Ok(ClaimOutcome::InFlight {
             entry_id: row.id,
@@ -497,6 +510,9 @@ fn claimed(ctx: &mut Ctx<'_>, c: &Claim, id: i64) -> Result<ClaimOutcome> {
             tail: Some(&c.tail),
         },
     )?;
+    if let Some(ask) = &req.approval {
+        return approval::hold(ctx, id, c, ask);
+    }
     Ok(ClaimOutcome::Claimed {
         entry_id: id,
         attempt: 1,
@@ -521,7 +537,9 @@ fn rearm(
          resp_headers = NULL, resp_body = NULL, duplicate_of = NULL, updated_at = ?11, \
          completed_at = NULL, expires_at = ?12, resolved_by = NULL, resolution_reason = NULL, \
          external_ref = NULL, stuck_logged = 0, expiry_logged = 0, tool = ?13, subjects = ?14, \
-         dup_fp = ?15 WHERE id = ?1",
+         dup_fp = ?15, approval_policy = NULL, approval_hash = NULL, approvals_needed = NULL, \
+         approval_expires_at = NULL, approved_by = NULL, approval_end = NULL, \
+         approval_ended_at = NULL WHERE id = ?1",
         vals![
             row.id,
             &req.fingerprint,
@@ -547,6 +565,9 @@ fn rearm(
     let mut ev = row.event(at, EventKind::Claim, detail);
     ev.payload_digest = Some(c.digest.clone());
     append(ctx, ev)?;
+    if let Some(ask) = &req.approval {
+        return approval::hold(ctx, row.id, c, ask);
+    }
     Ok(ClaimOutcome::Claimed {
         entry_id: row.id,
         attempt,

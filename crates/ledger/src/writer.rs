@@ -63,7 +63,7 @@ pub(crate) struct Deferred {
     /// (hour, kind, n): the hourly event counts.
     pub bumps: Vec<(i64, String, i64)>,
     /// Entries gained (or lost) per state, in `State::ALL` order.
-    pub counts: [i64; 4],
+    pub counts: [i64; State::ALL.len()],
 }
 
 impl Deferred {
@@ -91,7 +91,7 @@ impl Deferred {
     fn clear(&mut self) {
         self.events.clear();
         self.bumps.clear();
-        self.counts = [0; 4];
+        self.counts = [0; State::ALL.len()];
     }
 }
 

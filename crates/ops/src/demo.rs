@@ -22,6 +22,7 @@ use idemgate_config::{Subject, SubjectSource};
 
 use crate::{OpsError, OpsResult};
 
+mod approvals;
 mod scenes;
 use scenes::incidents;
 
@@ -293,6 +294,7 @@ impl Call {
             tool: None,
             subjects,
             dup_fp,
+            approval: None,
             at: self.at,
         }
     }

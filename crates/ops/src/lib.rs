@@ -7,6 +7,7 @@
 // each item does.
 #![warn(missing_docs)]
 
+mod approvals;
 mod audit;
 mod bulk;
 pub mod commands;
@@ -30,6 +31,7 @@ use idemgate_ledger::checkpoint::Signer;
 use idemgate_ledger::{Actor, ChainHasher, Millis, OpenOptions, Page, Storage};
 use serde::{Deserialize, Serialize};
 
+pub use approvals::{ApprovalsRequest, DecideCmd};
 pub use audit::{copy_ledger, verify_export_extends, verify_export_file, AgainstReport, ExportCmd};
 pub use bulk::{
     BulkCmd, BulkFailure, BulkKind, BulkReport, BulkTarget, MAX_BULK, MAX_BULK_FAILURES,
@@ -145,7 +147,7 @@ pub fn desktop_operator(typed: &str, os_user: &str) -> String {
     if typed.is_empty() || os_user.is_empty() {
         return typed.to_owned();
     }
-    format!("{typed} (OS user {os_user})")
+    format!("{typed}{}{os_user})", idemgate_ledger::OS_USER_MARK)
 }
 
 /// The account this process runs as: `$USER` or `$LOGNAME` when set (a desktop session sets

@@ -302,7 +302,7 @@ impl Ops {
         let mut skipped = Vec::new();
         let resolvable = match e.state {
             State::Pending => e.stuck,
-            State::Completed => false,
+            State::Completed | State::AwaitingApproval => false,
             State::Released | State::Failed => true,
         };
         if !resolvable {

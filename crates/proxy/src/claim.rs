@@ -145,6 +145,8 @@ fn outcome_label(o: &ClaimOutcome) -> &'static str {
         ClaimOutcome::Stuck { .. } => "stuck",
         ClaimOutcome::Failed { .. } => "failed",
         ClaimOutcome::ProbableDuplicate { .. } => "probable_duplicate",
+        ClaimOutcome::AwaitingApproval { .. } => "awaiting_approval",
+        ClaimOutcome::NotApproved { .. } => "not_approved",
     }
 }
 
@@ -181,6 +183,17 @@ pub(crate) fn settled(
             Err(Problem::new(Code::ProbableDuplicate, format!("the same request completed under another key ({other}) within the duplicate window"))
                 .with("duplicate_of", entry_id))
         }
+        ClaimOutcome::NotApproved {
+            entry_id,
+            end,
+            reason,
+        } => Err(crate::approval::not_approved(entry_id, end, reason)),
+        // The request that is held answers it; another one (of a route without a policy now)
+        // is told it is held.
+        ClaimOutcome::AwaitingApproval {
+            entry_id,
+            expires_at,
+        } => Err(in_flight(entry_id, expires_at)),
         ClaimOutcome::Claimed { .. } | ClaimOutcome::InFlight { .. } => Err(Problem::new(
             Code::Internal,
             "a claim that runs or waits is not settled",

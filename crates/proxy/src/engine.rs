@@ -24,6 +24,7 @@ use metrics::{counter, Histogram};
 use opentelemetry::trace::SpanKind;
 use opentelemetry::KeyValue;
 
+use crate::approval::Waited;
 use crate::config::{Config, Protocol, Route};
 use crate::flights::Flights;
 use crate::forward::{self, HttpClient};
@@ -247,6 +248,8 @@ struct Write {
     body: Bytes,
     subjects: Vec<(String, String)>,
     dup_fp: Option<String>,
+    /// The approval its route's policy asks of this call.
+    approval: Option<idemgate_ledger::ApprovalAsk>,
 }
 
 impl Engine {
@@ -440,7 +443,8 @@ impl Engine {
             std::mem::replace(&mut fingerprint, target)
         });
         // The route's business terms read the body as JSON even when it was not declared so.
-        let business = !route.subjects.is_empty() || route.duplicate_on.is_some();
+        let business =
+            !route.subjects.is_empty() || route.duplicate_on.is_some() || route.approval.is_some();
         let parsed = match (&json, business) {
             (None, true) => canon::parse_json(&body).ok(),
             _ => None,
@@ -450,6 +454,7 @@ impl Engine {
         let dup_fp = route.duplicate_on.as_ref().map(|on| {
             crate::business::dup_fp(&route.name, &scope, route.duplicate_any_scope, on, json)
         });
+        let approval = crate::approval::ask(route, json, &subjects);
         if let Some(guard) = &route.loop_guard {
             let what = dup_fp.as_deref().unwrap_or(&fingerprint);
             self.guard_loop(req, None, &scope, &key, what, guard)
@@ -478,6 +483,7 @@ impl Engine {
             body,
             subjects,
             dup_fp,
+            approval,
         }))
     }
 
@@ -494,6 +500,7 @@ impl Engine {
             body,
             subjects,
             dup_fp,
+            approval,
         } = w;
         // Past the replay cache: a replay answered there sends nothing upstream.
         let upstream_key = keys::upstream_key(route, &scope, &key);
@@ -523,17 +530,39 @@ impl Engine {
             tool: None,
             subjects: subjects.clone(),
             dup_fp: dup_fp.clone(),
+            approval: approval.clone(),
         };
-        match self.claim(route, &scope, &key, &fingerprint, claim).await? {
-            Claimed::Run {
-                entry_id,
-                attempt,
-                landing: _landing,
-            } => {
-                self.execute(req, &key, &upstream_key, body, entry_id, attempt)
-                    .await
-            }
-            Claimed::Settled(settled) => answer_settled(req, &key, settled),
+        let mut waited = false;
+        loop {
+            return match self
+                .claim(route, &scope, &key, &fingerprint, &claim)
+                .await?
+            {
+                Claimed::Run {
+                    entry_id,
+                    attempt,
+                    landing: _landing,
+                } => {
+                    self.execute(req, &key, &upstream_key, body, entry_id, attempt)
+                        .await
+                }
+                // Held: the request waits for the decision, then claims again for its answer
+                // (the result, or why it will not run); once only, then it is told to ask again.
+                Claimed::Settled(ClaimOutcome::AwaitingApproval {
+                    entry_id,
+                    expires_at,
+                }) => {
+                    let hold = route.approval.as_ref().map(|a| a.hold).unwrap_or_default();
+                    if !waited {
+                        waited = true;
+                        if let Waited::Decided = self.wait_for_decision(entry_id, hold).await {
+                            continue;
+                        }
+                    }
+                    Ok(crate::approval::pending(entry_id, expires_at, &key))
+                }
+                Claimed::Settled(settled) => answer_settled(req, &key, settled),
+            };
         }
     }
 

@@ -3,6 +3,7 @@
 //! owns storage; the operations layer (`idemgate-ops`) owns every operator decision, and reaches
 //! upstream through [`redrive`]; `idemgate-server` runs the listeners.
 
+mod approval;
 pub mod business;
 mod claim;
 mod drive;

@@ -239,6 +239,7 @@ async fn serve(
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let sweeper = tokio::spawn(sweep_loop(engine.clone(), stop_rx.clone()));
+    let releaser = tokio::spawn(release_loop(live.clone(), stop_rx.clone()));
     let upkeep = upkeep::spawn(&cfg, &ops, &stop_rx);
     let settler = engine.clone();
     if let Some(r) = reload {
@@ -270,6 +271,7 @@ async fn serve(
     }
     drain_writes(&settler, drained_by).await;
     let _ = sweeper.await;
+    let _ = releaser.await;
     for u in upkeep {
         let _ = u.await;
     }
@@ -389,6 +391,21 @@ async fn reload_loop(live: Arc<live::Live>, mut r: Reload) {
     while r.signals.recv().await.is_some() {
         let (live, path) = (live.clone(), r.path.clone());
         let _ = tokio::task::spawn_blocking(move || live.reload(&path)).await;
+    }
+}
+
+/// Five times a second: forwards the calls operators approved, through this instance or any
+/// other, the CLI or the desktop console (each is taken once, by one instance). A server that
+/// starts forwards those approved while none ran.
+async fn release_loop(live: Arc<live::Live>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        live.engine().release_approved().await;
     }
 }
 

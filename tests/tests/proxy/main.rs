@@ -14,6 +14,7 @@ use idemgate_tests::*;
 use serde_json::json;
 
 mod admin;
+mod approvals;
 mod business;
 mod durability;
 mod keys;

@@ -3,4 +3,4 @@
 /**
  * Kinds of log events. Stored as their snake-case names.
  */
-export type EventKind = "claim" | "attempt" | "complete" | "outcome_unknown" | "release" | "collision" | "duplicate_suspect" | "lease_expired" | "expired" | "resolve" | "replay" | "reconcile" | "purge" | "review" | "reopen" | "loop_suspect" | "archive" | "checkpoint" | "retention";
+export type EventKind = "claim" | "attempt" | "complete" | "outcome_unknown" | "release" | "collision" | "duplicate_suspect" | "lease_expired" | "expired" | "resolve" | "replay" | "reconcile" | "purge" | "review" | "reopen" | "loop_suspect" | "archive" | "checkpoint" | "retention" | "approval_requested" | "approved" | "rejected" | "approval_expired";

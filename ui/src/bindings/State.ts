@@ -3,4 +3,4 @@
 /**
  * The state of an entry. See docs/design.md, "Ledger model".
  */
-export type State = "pending" | "completed" | "released" | "failed";
+export type State = "pending" | "completed" | "released" | "failed" | "awaiting_approval";

@@ -1,6 +1,8 @@
 // Generated from crates/ops/src/op by the ipc_bindings test; do not edit.
 import type { ActionCmd } from "./ActionCmd";
 import type { AgainstReport } from "./AgainstReport";
+import type { Approval } from "./Approval";
+import type { ApprovalsRequest } from "./ApprovalsRequest";
 import type { ArchiveCmd } from "./ArchiveCmd";
 import type { ArchiveReport } from "./ArchiveReport";
 import type { ArchiveVerifyReport } from "./ArchiveVerifyReport";
@@ -8,8 +10,10 @@ import type { BulkCmd } from "./BulkCmd";
 import type { BulkPreviewRequest } from "./BulkPreviewRequest";
 import type { BulkReport } from "./BulkReport";
 import type { ChainHead } from "./ChainHead";
+import type { DecideCmd } from "./DecideCmd";
 import type { EntriesManifest } from "./EntriesManifest";
 import type { EntriesRequest } from "./EntriesRequest";
+import type { EntryDetail } from "./EntryDetail";
 import type { EntryPage } from "./EntryPage";
 import type { EntryRef } from "./EntryRef";
 import type { EntrySummary } from "./EntrySummary";
@@ -79,6 +83,9 @@ export const OPS = {
   verify_history: { role: "admin", kind: "job", http: { method: "GET", path: "/admin/v1/archive/verify" }, acts: false },
   archive: { role: "admin", kind: "job", http: null, acts: false },
   run_retention: { role: "admin", kind: "job", http: null, acts: false },
+  approvals: { role: "viewer", kind: "ledger", http: { method: "GET", path: "/admin/v1/approvals" }, acts: false },
+  approve: { role: "operator", kind: "ledger", http: { method: "POST", path: "/admin/v1/approvals/{entry_id}/approve" }, acts: true },
+  reject: { role: "operator", kind: "ledger", http: { method: "POST", path: "/admin/v1/approvals/{entry_id}/reject" }, acts: true },
 } as const;
 
 export type OpName = keyof typeof OPS;
@@ -314,6 +321,31 @@ export interface Ops {
    * no server runs on. Refused where no policy is configured.
    */
   run_retention(req: NoArgs, job: string): Promise<RetentionReport | null>;
+  /**
+   * The calls held for approval, newest first: the inbox.
+   *
+   * Each with its request, the policy it matched, who approved it so far and when it
+   * expires; `open` lists only those still waiting for a decision.
+   */
+  approvals(req: ApprovalsRequest): Promise<Array<EntryDetail>>;
+  /**
+   * Approves a call held for approval.
+   *
+   * Logged with the operator and the reason, bound to the request's fingerprint, the
+   * policy's hash and its expiry. The last approval the policy needs (distinct operators;
+   * one OS account is one operator on the CLI and the desktop console) releases the call:
+   * the server forwards it once, and the client's retry gets its result. Refused after
+   * the call's window, twice from one operator, and from an operator the policy does not
+   * name.
+   */
+  approve(req: DecideCmd): Promise<Approval>;
+  /**
+   * Rejects a call held for approval: it never runs.
+   *
+   * Logged with the operator and the reason; the client's retry is answered
+   * `403 approval-rejected` with the reason. Refused after the call's window.
+   */
+  reject(req: DecideCmd): Promise<Approval>;
 }
 
 /** The typed operations over a host's `call`. */
@@ -352,5 +384,8 @@ export function opsClient(call: Call): Ops {
     verify_history: (req: NoArgs, job: string) => call("verify_history", req, job) as Promise<ArchiveVerifyReport | null>,
     archive: (req: ArchiveCmd, job: string) => call("archive", req, job) as Promise<ArchiveReport | null>,
     run_retention: (req: NoArgs, job: string) => call("run_retention", req, job) as Promise<RetentionReport | null>,
+    approvals: (req: ApprovalsRequest) => call("approvals", req, null) as Promise<Array<EntryDetail>>,
+    approve: (req: DecideCmd) => call("approve", req, null) as Promise<Approval>,
+    reject: (req: DecideCmd) => call("reject", req, null) as Promise<Approval>,
   };
 }

@@ -40,6 +40,7 @@ fn ledger_with(dir: &tempfile::TempDir, n: usize) -> Arc<Ledger> {
                 tool: None,
                 subjects: Vec::new(),
                 dup_fp: None,
+                approval: None,
                 at: 1,
             })
         })

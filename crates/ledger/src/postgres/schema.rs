@@ -235,6 +235,22 @@ CREATE UNLOGGED TABLE loop_windows (
 );
 CREATE INDEX loop_windows_ends ON loop_windows (ends);
 "#,
+    // 10: approvals, as on SQLite (its migration 14).
+    r#"
+ALTER TABLE entries DROP CONSTRAINT entries_state_check;
+ALTER TABLE entries ADD CONSTRAINT entries_state_check
+    CHECK (state IN ('pending', 'completed', 'released', 'failed', 'awaiting_approval'));
+ALTER TABLE entries ADD COLUMN approval_policy TEXT;
+ALTER TABLE entries ADD COLUMN approval_hash TEXT;
+ALTER TABLE entries ADD COLUMN approvals_needed BIGINT;
+ALTER TABLE entries ADD COLUMN approval_expires_at BIGINT;
+ALTER TABLE entries ADD COLUMN approvers TEXT;
+ALTER TABLE entries ADD COLUMN approved_by TEXT;
+ALTER TABLE entries ADD COLUMN approval_end TEXT;
+ALTER TABLE entries ADD COLUMN approval_ended_at BIGINT;
+CREATE INDEX entries_awaiting ON entries (approval_expires_at) WHERE state = 'awaiting_approval';
+INSERT INTO entry_counts (state, n) VALUES ('awaiting_approval', 0);
+"#,
 ];
 
 pub fn current_version() -> i64 {

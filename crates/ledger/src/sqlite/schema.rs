@@ -308,7 +308,42 @@ CREATE TABLE loop_windows (
 CREATE INDEX loop_windows_ends ON loop_windows (ends);
 "#,
     ),
+    // 14: approvals. A call that matches an approval policy waits, unforwarded, in a state of
+    // its own; the entry keeps the policy it matched, who approved it, and how it ended.
+    Migration::Code(approvals),
 ];
+
+/// The entries' state check as migration 7 leaves it, and as migration 14 rewrites it.
+pub const STATE_CHECK_APPROVALS: &str = "CHECK (state = 'pending' OR state = 'completed' OR \
+     state = 'released' OR state = 'failed' OR state = 'awaiting_approval')";
+
+/// Migration 14: the new state in the entries' check (in place, as in migration 7), and the
+/// approval's columns.
+fn approvals(conn: &Connection) -> Result<()> {
+    rewrite_table_sql(
+        conn,
+        "entries",
+        STATE_CHECK_EQ,
+        STATE_CHECK_APPROVALS,
+        "the entries table does not have the state check that migration 7 wrote",
+    )?;
+    conn.execute_batch(APPROVAL_COLUMNS)?;
+    Ok(())
+}
+
+/// The approval's columns and the index the sweeper and the release read, on both backends.
+pub const APPROVAL_COLUMNS: &str = "
+ALTER TABLE entries ADD COLUMN approval_policy TEXT;
+ALTER TABLE entries ADD COLUMN approval_hash TEXT;
+ALTER TABLE entries ADD COLUMN approvals_needed INTEGER;
+ALTER TABLE entries ADD COLUMN approval_expires_at INTEGER;
+ALTER TABLE entries ADD COLUMN approvers TEXT;
+ALTER TABLE entries ADD COLUMN approved_by TEXT;
+ALTER TABLE entries ADD COLUMN approval_end TEXT;
+ALTER TABLE entries ADD COLUMN approval_ended_at INTEGER;
+CREATE INDEX entries_awaiting ON entries (approval_expires_at) WHERE state = 'awaiting_approval';
+INSERT INTO entry_counts (state, n) VALUES ('awaiting_approval', 0);
+";
 
 /// The entries' state check as written by migration 1, and as migration 7 rewrites it.
 pub const STATE_CHECK_IN: &str = "CHECK (state IN ('pending', 'completed', 'released', 'failed'))";

@@ -20,7 +20,7 @@ use crate::store::{
 use crate::write::NewEvent;
 use crate::writer::Ctx;
 
-fn check_actor(actor: &Actor) -> Result<()> {
+pub(super) fn check_actor(actor: &Actor) -> Result<()> {
     if actor.operator.trim().is_empty() || actor.reason.trim().is_empty() {
         return Err(LedgerError::MissingActor);
     }
@@ -30,23 +30,7 @@ fn check_actor(actor: &Actor) -> Result<()> {
 pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: &ResolveRequest) -> Result<EntrySummary> {
     check_actor(&req.actor)?;
     let row = row_by_id(ctx.db, req.entry_id)?;
-    let refuse = |needed| LedgerError::InvalidTransition {
-        id: row.id,
-        state: if row.state == State::Pending {
-            "pending and in flight".into()
-        } else {
-            row.state.to_string()
-        },
-        action: "resolve",
-        needed,
-    };
-    match row.state {
-        State::Completed => return Err(refuse("pending (stuck), released or failed")),
-        State::Pending if !row.stuck(req.at) => {
-            return Err(refuse("a stuck entry (lease passed or outcome unknown)"))
-        }
-        _ => {}
-    }
+    check_resolvable(&row, req.at)?;
     let mut detail = json!({"as": req.resolution.name(), "from": row.state});
     let mut digest = None;
     let mut external_ref = None;
@@ -109,6 +93,30 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: &ResolveRequest) -> Result<EntrySu
     read::entry_summary(ctx.db, row.id, req.at)
 }
 
+/// An operator resolves a stuck, released or failed entry: not one in flight, completed, or held
+/// for an approval (that is the approvers' to decide).
+fn check_resolvable(row: &Row, at: crate::model::Millis) -> Result<()> {
+    let refuse = |needed| LedgerError::InvalidTransition {
+        id: row.id,
+        state: if row.state == State::Pending {
+            "pending and in flight".into()
+        } else {
+            row.state.to_string()
+        },
+        action: "resolve",
+        needed,
+    };
+    match row.state {
+        State::Completed | State::AwaitingApproval => {
+            Err(refuse("pending (stuck), released or failed"))
+        }
+        State::Pending if !row.stuck(at) => {
+            Err(refuse("a stuck entry (lease passed or outcome unknown)"))
+        }
+        _ => Ok(()),
+    }
+}
+
 pub(crate) fn purge(ctx: &mut Ctx<'_>, req: &PurgeRequest) -> Result<Vec<i64>> {
     check_actor(&req.actor)?;
     let mut purged = Vec::with_capacity(req.ids.len());
@@ -117,12 +125,13 @@ pub(crate) fn purge(ctx: &mut Ctx<'_>, req: &PurgeRequest) -> Result<Vec<i64>> {
         if req.expired_by.is_some_and(|by| !row.expired(by)) {
             continue;
         }
-        if row.state == State::Pending {
+        if matches!(row.state, State::Pending | State::AwaitingApproval) {
             return Err(LedgerError::InvalidTransition {
                 id,
-                state: "pending".into(),
+                state: row.state.to_string(),
                 action: "purge",
-                needed: "completed, released or failed (resolve a pending entry first)",
+                needed: "completed, released or failed (resolve a pending entry, decide a held \
+                         one first)",
             });
         }
         for table in ["collisions", "subjects"] {
@@ -159,7 +168,7 @@ pub(crate) fn redrive(ctx: &mut Ctx<'_>, req: &RedriveRequest) -> Result<Redrive
     let allowed = match row.state {
         State::Pending => row.stuck(req.at),
         State::Released | State::Failed => true,
-        State::Completed => false,
+        State::Completed | State::AwaitingApproval => false,
     };
     if !allowed {
         return Err(LedgerError::InvalidTransition {

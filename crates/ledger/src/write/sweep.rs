@@ -1,4 +1,5 @@
-//! The sweep: lease passings and TTL expiries, each logged once.
+//! The sweep: lease passings and TTL expiries, each logged once, and approvals whose window
+//! passed undecided.
 
 use std::sync::LazyLock;
 
@@ -31,7 +32,8 @@ pub(crate) static LEASES_DUE: LazyLock<String> = LazyLock::new(|| {
 pub(crate) static EXPIRIES_DUE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {ROW_COLS} FROM entries WHERE expiry_logged = 0 AND expires_at <= ?1 \
-         AND state <> 'pending' ORDER BY expires_at, id LIMIT {SWEEP_LIMIT}"
+         AND state <> 'pending' AND state <> 'awaiting_approval' ORDER BY expires_at, id \
+         LIMIT {SWEEP_LIMIT}"
     )
 });
 
@@ -72,11 +74,16 @@ pub(crate) fn sweep(ctx: &mut Ctx<'_>, at: Millis) -> Result<SweepReport> {
         EventKind::Expired,
         |row| json!({"state": row.state}),
     )?;
+    let lapsed = super::approval::lapsed(ctx, at, SWEEP_LIMIT)?;
+    for row in &lapsed {
+        super::approval::lapse(ctx, row, at)?;
+    }
     ctx.db
         .exec("DELETE FROM loop_windows WHERE ends <= ?1", vals![at])?;
     let report = SweepReport {
         lease_expired,
         ttl_expired,
+        approvals_expired: lapsed.len() as u64,
     };
     Ok(report)
 }

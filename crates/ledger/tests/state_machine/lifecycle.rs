@@ -30,7 +30,8 @@ fn lease_passing_makes_an_entry_stuck_and_the_sweeper_logs_it_once(b: Backend) {
         r,
         SweepReport {
             lease_expired: 1,
-            ttl_expired: 0
+            ttl_expired: 0,
+            approvals_expired: 0
         }
     );
     let r = f.l.sweep(T0 + LEASE + 6).wait().expect("sweep");

@@ -123,6 +123,7 @@ fn req(key: &str, body: &str, at: Millis) -> ClaimRequest {
         tool: None,
         subjects: Vec::new(),
         dup_fp: None,
+        approval: None,
         at,
     }
 }
@@ -237,6 +238,7 @@ fn req_at(key: &str, path: &str, at: Millis) -> ClaimRequest {
 }
 
 // After the macros above, which the modules use.
+mod approvals;
 mod archive;
 mod claims;
 mod lifecycle;

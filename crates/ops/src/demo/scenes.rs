@@ -16,6 +16,7 @@ pub(super) fn incidents(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsRes
     tool_calls(store, g, now)?;
     about_to_expire(store, g, now)?;
     past_purge(store, now)?;
+    super::approvals::held_for_approval(store, g, now)?;
     Ok(())
 }
 
@@ -234,6 +235,7 @@ fn tool_claim(
         tool: Some(tool.into()),
         subjects: Vec::new(),
         dup_fp: None,
+        approval: None,
         at,
     }
 }

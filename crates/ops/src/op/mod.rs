@@ -455,6 +455,9 @@ registry![
     verify_history,
     archive,
     run_retention,
+    approvals,
+    approve,
+    reject,
 ];
 
 /// An operation by its name.

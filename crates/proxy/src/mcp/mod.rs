@@ -331,6 +331,7 @@ impl Engine {
             tool: Some(p.call.name.clone()),
             subjects: p.subjects.clone(),
             dup_fp: p.dup_fp.clone(),
+            approval: None,
         };
         let id = &p.call.id;
         let _running = self.mcp_calls.start(&session_of(req.parts), id);

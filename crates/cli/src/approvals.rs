@@ -1,0 +1,119 @@
+//! The approvals inbox on the CLI: `approvals` lists the calls held for operators, `approve` and
+//! `reject` decide one. The CLI opens the ledger file, so the name typed is not an identity: the
+//! decision is recorded with the OS account beside it, and one account is one approver.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Args;
+use idemgate_ops::ledger::{rfc3339, EntryDetail};
+use idemgate_ops::{desktop_operator, op, os_user, ApprovalsRequest, DecideCmd, Ops, OpsError};
+
+use crate::{output, LedgerArg};
+
+/// The arguments of `idemgate approvals`.
+#[derive(Args, Debug)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    ledger: LedgerArg,
+    /// Only the calls still waiting for a decision.
+    #[arg(long)]
+    open: bool,
+    #[arg(long, default_value_t = 50, value_parser = crate::at_least_one)]
+    limit: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+/// The arguments of `idemgate approve` and `idemgate reject`.
+#[derive(Args, Debug)]
+pub(crate) struct DecideArgs {
+    #[command(flatten)]
+    ledger: LedgerArg,
+    /// The held call's entry (`idemgate approvals --open` lists them).
+    entry_id: i64,
+    /// Why: recorded in the log with the decision.
+    #[arg(long)]
+    reason: String,
+    /// Who: your name as it should appear in the log (your OS account is recorded beside it).
+    #[arg(long, env = "IDEMGATE_OPERATOR")]
+    operator: String,
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn list(out: &mut output::Out, a: ListArgs) -> Result<ExitCode, OpsError> {
+    let ops = Ops::open_existing(&a.ledger.ledger)?;
+    let req = ApprovalsRequest {
+        open: Some(a.open),
+        before: None,
+        limit: Some(a.limit),
+    };
+    let list = op::run::<op::approvals::Op>(&ops, req, None, &mut |_| true)?;
+    if a.json {
+        output::pretty(out, &list)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if list.is_empty() {
+        writeln!(out, "no calls held for approval")?;
+    }
+    for e in &list {
+        writeln!(out, "{}", line(e))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One held call: its entry, route and key, its subjects, and where its approval stands.
+fn line(e: &EntryDetail) -> String {
+    let s = &e.summary;
+    let subjects: Vec<String> = s.subjects.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    let standing = match &e.approval {
+        Some(a) => {
+            let end = a.end.map_or("waiting", |e| e.as_str());
+            format!(
+                "{end} {}/{} (policy {}), expires {}",
+                a.approved_by.len(),
+                a.needed,
+                a.policy,
+                rfc3339(a.expires_at)
+            )
+        }
+        None => String::new(),
+    };
+    format!(
+        "{:>6}  {:<12} {:<24} {:<30} {standing}",
+        s.id,
+        s.route,
+        s.key,
+        subjects.join(" ")
+    )
+}
+
+pub(crate) fn decide(
+    out: &mut output::Out,
+    a: DecideArgs,
+    approve: bool,
+) -> Result<ExitCode, OpsError> {
+    let cmd = DecideCmd {
+        entry_id: a.entry_id,
+        operator: desktop_operator(&a.operator, &os_user()),
+        reason: a.reason,
+        fingerprint: None,
+    };
+    let ops = Ops::open_existing(&a.ledger.ledger)?;
+    let r = if approve {
+        op::run::<op::approve::Op>(&ops, cmd, None, &mut |_| true)?
+    } else {
+        op::run::<op::reject::Op>(&ops, cmd, None, &mut |_| true)?
+    };
+    if a.json {
+        output::pretty(out, &r)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let what = match r.end {
+        Some(end) => end.as_str().to_owned(),
+        None => format!("approved {}/{}", r.approved_by.len(), r.needed),
+    };
+    writeln!(out, "entry {}: {what}", a.entry_id)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,218 @@
+//! `[routes.approval]`: which calls of a route wait for operators before they run, how many must
+//! approve, and for how long. Its condition is CEL (as agentgateway and Kubernetes write
+//! policies), compiled when the configuration is checked and evaluated on each call's body.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use idemgate_ledger::Effect;
+
+use super::raw::RawRoute;
+use super::{invalid, parse_positive, ConfigError, Protocol};
+
+/// `[routes.approval]` as TOML writes it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawApproval {
+    pub(super) when: Option<String>,
+    pub(super) approvals: Option<u32>,
+    pub(super) expires: Option<String>,
+    pub(super) hold: Option<String>,
+    pub(super) approvers: Option<Vec<String>>,
+    pub(super) notify: Option<String>,
+    pub(super) notify_secret_env: Option<String>,
+}
+
+/// An approval policy: a call it matches is held, unforwarded, until `approvals` distinct
+/// operators approve it (it then runs), one rejects it, or `expires` passes (it never runs).
+#[derive(Debug, Clone)]
+pub struct Approval {
+    /// Its name in the ledger and the log: the route's.
+    pub name: String,
+    /// `None`: every call of the route is held.
+    pub when: Option<Condition>,
+    pub approvals: u32,
+    pub expires: Duration,
+    /// How long a held call's request waits for a decision before it is answered.
+    pub hold: Duration,
+    /// `None`: any operator (role `operator` or above) may decide.
+    pub approvers: Option<Vec<String>>,
+    /// sha256 over what the policy says (hex): an approval is bound to it.
+    pub hash: String,
+}
+
+impl Approval {
+    /// Whether operator `name` may decide under this policy (their role is checked apart).
+    pub fn admits(&self, name: &str) -> bool {
+        self.approvers
+            .as_ref()
+            .is_none_or(|a| a.iter().any(|n| n == name))
+    }
+}
+
+/// A compiled CEL condition over `args` (the call's JSON body, or an MCP tool's arguments) and
+/// `subject` (the route's subjects by name).
+#[derive(Clone)]
+pub struct Condition {
+    pub source: String,
+    program: Arc<cel::Program>,
+}
+
+impl std::fmt::Debug for Condition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Condition").field(&self.source).finish()
+    }
+}
+
+impl Condition {
+    /// Whether the call matches. `Err` says why the condition could not be evaluated (a missing
+    /// field, a wrong type, a result that is not a boolean): the caller holds the call anyway.
+    pub fn matches(
+        &self,
+        args: Option<&serde_json::Value>,
+        subjects: &[(String, String)],
+    ) -> Result<bool, String> {
+        let mut ctx = cel::Context::default();
+        ctx.add_variable_from_value("args", args.map_or(cel::Value::Null, cel_value));
+        let subject: HashMap<String, cel::Value> = subjects
+            .iter()
+            .map(|(n, v)| (n.clone(), cel::Value::String(Arc::new(v.clone()))))
+            .collect();
+        ctx.add_variable_from_value("subject", subject);
+        match self.program.execute(&ctx) {
+            Ok(cel::Value::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!("the condition gave {other:?}, not a boolean")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// JSON as CEL sees it: every number a double (`args.amount > 50000` compares numbers whatever
+/// JSON wrote), a decimal sent as a string stays a string (`double(args.amount)` converts).
+fn cel_value(v: &serde_json::Value) -> cel::Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => cel::Value::Null,
+        J::Bool(b) => cel::Value::Bool(*b),
+        J::Number(n) => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        J::String(s) => cel::Value::String(Arc::new(s.clone())),
+        J::Array(a) => cel::Value::List(Arc::new(a.iter().map(cel_value).collect())),
+        J::Object(o) => o
+            .iter()
+            .map(|(k, v)| (k.clone(), cel_value(v)))
+            .collect::<HashMap<String, cel::Value>>()
+            .into(),
+    }
+}
+
+/// Checks `[routes.approval]` of route `name` (`field` is its place in the file). A held call is
+/// forwarded later by idemgate itself, without the client's credentials (never stored): the
+/// route must carry its own (`has_upstream_auth`).
+pub(super) fn approval(
+    field: &str,
+    r: &RawRoute,
+    (effect, protocol): (Effect, Protocol),
+    has_upstream_auth: bool,
+) -> Result<Option<Approval>, ConfigError> {
+    let Some(a) = &r.approval else {
+        return Ok(None);
+    };
+    if protocol == Protocol::Mcp {
+        return Err(invalid(
+            field,
+            "an MCP route's calls are held per tool, which this version does not offer yet",
+        ));
+    }
+    if effect == Effect::Read {
+        return Err(invalid(
+            field,
+            "a read route claims nothing, so it holds nothing: approvals are for write routes",
+        ));
+    }
+    if !has_upstream_auth {
+        return Err(invalid(
+            field,
+            "a held call is forwarded later by idemgate, without the client's credentials \
+             (which are never stored): set the route's upstream_auth",
+        ));
+    }
+    if a.notify.is_some() || a.notify_secret_env.is_some() {
+        return Err(invalid(
+            format!("{field}.notify"),
+            "approval webhooks are not available in this version: watch the Approvals view, \
+             `idemgate approvals` or GET /admin/v1/approvals",
+        ));
+    }
+    let when = a
+        .when
+        .as_deref()
+        .map(|src| condition(&format!("{field}.when"), src))
+        .transpose()?;
+    let approvals = a.approvals.unwrap_or(1);
+    if approvals == 0 {
+        return Err(invalid(format!("{field}.approvals"), "must be at least 1"));
+    }
+    let expires = parse_positive(
+        &format!("{field}.expires"),
+        a.expires.as_deref().unwrap_or("1h"),
+        "",
+    )?;
+    let hold = match &a.hold {
+        Some(h) => parse_positive(&format!("{field}.hold"), h, "")?,
+        None => Duration::from_secs(25),
+    };
+    if let Some(names) = &a.approvers {
+        if names.iter().any(|n| n.trim().is_empty()) || names.is_empty() {
+            return Err(invalid(
+                format!("{field}.approvers"),
+                "name at least one operator, each non-empty",
+            ));
+        }
+        if (names.len() as u32) < approvals {
+            return Err(invalid(
+                format!("{field}.approvers"),
+                format!("{approvals} approvals need at least as many approvers"),
+            ));
+        }
+    }
+    let said = serde_json::json!({
+        "when": a.when,
+        "approvals": approvals,
+        "expires_ms": expires.as_millis() as u64,
+        "approvers": a.approvers,
+    });
+    Ok(Some(Approval {
+        name: r.name.clone(),
+        when,
+        approvals,
+        expires,
+        hold,
+        approvers: a.approvers.clone(),
+        hash: hex::encode(Sha256::digest(said.to_string().as_bytes())),
+    }))
+}
+
+/// A CEL condition, compiled; it may read only `args` and `subject`.
+fn condition(field: &str, src: &str) -> Result<Condition, ConfigError> {
+    let program = cel::Program::compile(src)
+        .map_err(|e| invalid(field, format!("not a CEL expression: {e}")))?;
+    let names = program.references();
+    if let Some(v) = names
+        .variables()
+        .into_iter()
+        .find(|v| *v != "args" && *v != "subject")
+    {
+        return Err(invalid(
+            field,
+            format!("{v:?} is not known here: a condition reads args and subject"),
+        ));
+    }
+    Ok(Condition {
+        source: src.to_owned(),
+        program: Arc::new(program),
+    })
+}

@@ -1,0 +1,206 @@
+//! Calls held for approval: whether a call matches its route's policy, how its request waits
+//! for the decision (and what it is answered when none comes in time), and the forwarding of
+//! approved calls, which this process does for every instance's, once each.
+
+use std::time::{Duration, Instant};
+
+use axum::http::Response;
+use idemgate_ledger::{
+    now_millis, rfc3339, ApprovalAsk, ApprovalEnd, Millis, RequestRecord, ResponseRecord, State,
+};
+use serde_json::json;
+
+use crate::config::{Approval, Route};
+use crate::engine::Engine;
+use crate::engine::ProxyBody;
+use crate::problem::{Code, Problem};
+use crate::settle::Outcome;
+
+/// How often a held request looks at its entry again.
+const LOOK_AGAIN: Duration = Duration::from_millis(100);
+
+/// How many approved calls one round takes to forward.
+const TAKE: u32 = 16;
+
+/// The approval a call of `route` must wait for, if its policy matches the call: `args` its JSON
+/// body, `subjects` its subjects. A condition that cannot be evaluated holds the call (fails
+/// closed), and says why in the server's log.
+pub(crate) fn ask(
+    route: &Route,
+    args: Option<&serde_json::Value>,
+    subjects: &[(String, String)],
+) -> Option<ApprovalAsk> {
+    let policy = route.approval.as_ref()?;
+    if let Some(c) = &policy.when {
+        match c.matches(args, subjects) {
+            Ok(false) => return None,
+            Ok(true) => {}
+            Err(why) => tracing::warn!(
+                route = %route.name,
+                condition = %c.source,
+                error = %why,
+                "the approval condition could not be evaluated: the call is held"
+            ),
+        }
+    }
+    Some(asked(policy))
+}
+
+fn asked(policy: &Approval) -> ApprovalAsk {
+    ApprovalAsk {
+        policy: policy.name.clone(),
+        policy_hash: policy.hash.clone(),
+        needed: policy.approvals,
+        expires_ms: policy.expires.as_millis() as i64,
+        approvers: policy.approvers.clone(),
+    }
+}
+
+/// How a held call's wait ended.
+pub(crate) enum Waited {
+    /// It left the approval's hands (run and settled, rejected, expired): claim it again for
+    /// its answer.
+    Decided,
+    /// Still undecided (or approved and running) when the wait ran out.
+    Held,
+}
+
+impl Engine {
+    /// Waits up to `hold` for held entry `entry_id` to be settled (approved and run, rejected,
+    /// expired), looking at the ledger, where every instance's and the CLI's decisions land.
+    pub(crate) async fn wait_for_decision(&self, entry_id: i64, hold: Duration) -> Waited {
+        let deadline = Instant::now() + hold;
+        while Instant::now() < deadline {
+            tokio::time::sleep(LOOK_AGAIN.min(deadline - Instant::now())).await;
+            let store = self.store.clone();
+            let read = tokio::task::spawn_blocking(move || store.entry(entry_id, now_millis()));
+            match read.await {
+                Ok(Ok(d))
+                    if !matches!(d.summary.state, State::AwaitingApproval | State::Pending) =>
+                {
+                    return Waited::Decided
+                }
+                // A ledger that cannot answer now may answer next time; the wait is bounded.
+                _ => {}
+            }
+        }
+        Waited::Held
+    }
+
+    /// Takes the approved calls of this ledger (any instance's) and forwards each once, on a
+    /// task of its own, as an operator's replay is; how many it took.
+    pub async fn release_approved(self: &std::sync::Arc<Self>) -> usize {
+        let lease = self
+            .cfg
+            .routes
+            .iter()
+            .filter(|r| r.approval.is_some())
+            .map(|r| r.lease)
+            .max();
+        let Some(lease) = lease else { return 0 };
+        let taken = self
+            .store
+            .take_approved(
+                self.owner.clone(),
+                lease.as_millis() as i64,
+                now_millis(),
+                TAKE,
+            )
+            .recv()
+            .await;
+        let taken = match taken {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "approved calls could not be taken");
+                return 0;
+            }
+        };
+        for r in &taken {
+            let (e, id, request, attempt) =
+                (self.clone(), r.entry.id, r.request.clone(), r.attempt);
+            let route = r.entry.route.clone();
+            self.requests.spawn(async move {
+                e.forward_approved(&route, id, request, attempt).await;
+            });
+        }
+        taken.len()
+    }
+
+    async fn forward_approved(&self, route: &str, id: i64, request: RequestRecord, attempt: i64) {
+        let Some(route) = self.cfg.routes.iter().find(|r| r.name == route) else {
+            let rep = self.report(id, format!("route {route} is no longer configured"));
+            let _ = self.settle(Outcome::Release(rep)).await;
+            return;
+        };
+        let store = self.store.clone();
+        let detail = tokio::task::spawn_blocking(move || store.entry(id, now_millis())).await;
+        let Ok(Ok(detail)) = detail else {
+            tracing::warn!(entry = id, "an approved call's entry could not be read; it stays leased and shows as stuck if it is never sent");
+            return;
+        };
+        match crate::redrive::replay(self, route, &detail, request, attempt).await {
+            Ok(Ok(status)) => tracing::info!(entry = id, status, "approved call forwarded"),
+            Ok(Err(p)) => {
+                tracing::warn!(entry = id, code = %p.code, detail = %p.detail, "approved call not completed")
+            }
+            Err(e) => tracing::warn!(entry = id, error = %e, "approved call could not be sent"),
+        }
+    }
+}
+
+/// The answer to a call still held when its request's wait ran out: `202 Accepted`, where to
+/// see it, and when to ask again (with the same key, which attaches to the same entry).
+pub(crate) fn pending(entry_id: i64, expires_at: Millis, key: &str) -> Response<ProxyBody> {
+    let left = ((expires_at - now_millis()).max(0) as u64).div_ceil(1000);
+    let body = json!({
+        "type": "urn:idemgate:problem:approval-pending",
+        "title": "Held for approval",
+        "status": 202,
+        "detail": format!(
+            "held for approval by an operator, entry {entry_id}, expires at {}; send the same \
+             request with the same key for its result",
+            rfc3339(expires_at)
+        ),
+        "code": "approval-pending",
+        "entry_id": entry_id,
+        "expires": rfc3339(expires_at),
+    });
+    let headers = vec![
+        (
+            "content-type".to_owned(),
+            "application/problem+json".to_owned(),
+        ),
+        ("retry-after".to_owned(), left.clamp(1, 5).to_string()),
+        (
+            "location".to_owned(),
+            format!("/admin/v1/entries/{entry_id}"),
+        ),
+    ];
+    let r = ResponseRecord {
+        status: 202,
+        headers,
+        body: serde_json::to_vec(&body).unwrap_or_default(),
+    };
+    crate::respond::respond(r, Some(key), false, None)
+}
+
+/// The final answer to a call whose approval was rejected or expired: it never runs.
+pub(crate) fn not_approved(entry_id: i64, end: ApprovalEnd, reason: Option<String>) -> Problem {
+    let p = match end {
+        ApprovalEnd::Expired => Problem::new(
+            Code::ApprovalExpired,
+            "no operator decided on this call in time; it was not run and will not be",
+        ),
+        _ => Problem::new(
+            Code::ApprovalRejected,
+            format!(
+                "an operator rejected this call; it was not run and will not be{}",
+                reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ),
+        ),
+    };
+    p.with("entry_id", entry_id)
+}

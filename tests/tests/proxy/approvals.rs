@@ -1,0 +1,329 @@
+//! Calls held for approval, end to end: a real upstream counts what reaches it while operators
+//! decide through the admin API and the CLI; the server forwards approved calls itself, once,
+//! across a SIGKILL; rejected and lapsed calls never run.
+
+use std::path::Path;
+
+use super::*;
+
+const APPROVAL_CONFIG: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+ledger = "{ledger}"
+
+[defaults]
+lease = "3s"
+ttl = "1h"
+
+[[routes]]
+name = "refunds"
+method = "POST"
+path = "/v1/refunds"
+upstream = "{upstream}"
+upstream_auth = { secret_env = "PAYMENTS_TOKEN", header = "Authorization" }
+effect = "destructive"
+timeout = "1s"
+subject = { customer = "/customer", amount = "/amount" }
+[routes.approval]
+when = 'args.amount > 50000 || subject.customer.startsWith("vip_")'
+approvals = 2
+expires = "1h"
+hold = "300ms"
+
+[[routes]]
+name = "payouts"
+method = "POST"
+path = "/v1/payouts"
+upstream = "{upstream}"
+upstream_auth = { secret_env = "PAYMENTS_TOKEN", header = "Authorization" }
+effect = "write"
+timeout = "1s"
+retry = { attempts = 2, base = "10ms", max = "50ms" }
+[routes.approval]
+expires = "{expires}"
+hold = "{hold}"
+"#;
+
+struct Fx {
+    dir: tempfile::TempDir,
+    upstream: Upstream,
+    proxy: Proxy,
+    /// Operators' tokens: olga and oscar (operator), vic (viewer).
+    tokens: std::collections::HashMap<&'static str, String>,
+}
+
+fn serve(expires: &str, hold: &str) -> Fx {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let upstream = Upstream::start();
+    let ledger = dir.path().join("ledger.db");
+    let mut toml = config(APPROVAL_CONFIG, &upstream.url(), &ledger)
+        .replace("{expires}", expires)
+        .replace("{hold}", hold);
+    let mut tokens = std::collections::HashMap::new();
+    for (name, role) in [
+        ("olga", "operator"),
+        ("oscar", "operator"),
+        ("vic", "viewer"),
+    ] {
+        let v = idemgate_json(&["token", "new", "--name", name, "--role", role, "--json"]);
+        tokens.insert(name, v["token"].as_str().expect("token").to_owned());
+        toml.push_str(&format!(
+            "\n[[operators]]\nname = \"{name}\"\nrole = \"{role}\"\ntoken_hash = \"{}\"\n",
+            v["token_hash"].as_str().expect("hash")
+        ));
+    }
+    let proxy = start(dir.path(), &toml, &ledger);
+    Fx {
+        dir,
+        upstream,
+        proxy,
+        tokens,
+    }
+}
+
+fn start(dir: &Path, toml: &str, ledger: &Path) -> Proxy {
+    Proxy::start_with_env(dir, toml, ledger, &[("PAYMENTS_TOKEN", "Bearer sk_test_1")])
+}
+
+fn post(f: &Fx, path: &str, key: &str, body: &serde_json::Value) -> Resp {
+    f.proxy.send(
+        "POST",
+        path,
+        &[
+            ("idempotency-key", key),
+            ("content-type", "application/json"),
+        ],
+        &serde_json::to_vec(body).expect("json"),
+    )
+}
+
+/// `POST /admin/v1/approvals/{id}/{verdict}` as operator `who`.
+fn decide(f: &Fx, who: &str, id: i64, verdict: &str, reason: &str) -> Resp {
+    let auth = format!("Bearer {}", f.tokens[who]);
+    request(
+        f.proxy.admin.expect("admin"),
+        "POST",
+        &format!("/admin/v1/approvals/{id}/{verdict}"),
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        serde_json::to_string(&json!({ "reason": reason }))
+            .expect("json")
+            .as_bytes(),
+    )
+}
+
+/// A `202` for a held call: its entry.
+fn held(r: &Resp) -> i64 {
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(r.code(), "approval-pending");
+    let id = r.json()["entry_id"].as_i64().expect("entry id");
+    assert_eq!(
+        r.header("location"),
+        Some(format!("/admin/v1/entries/{id}").as_str())
+    );
+    assert!(r.header("retry-after").is_some());
+    id
+}
+
+fn timeline(f: &Fx, id: i64) -> Vec<(String, Option<String>)> {
+    let log = f.proxy.admin_get(&format!("/admin/v1/entries/{id}")).json();
+    log["timeline"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap_or_default().to_owned(),
+                e["operator"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_call_over_the_threshold_runs_once_two_operators_approved_it() {
+    let f = serve("1h", "300ms");
+    let big = json!({"customer": "c_1", "amount": 60000});
+    let id = held(&post(&f, "/v1/refunds", "r-big", &big));
+    assert_eq!(
+        f.upstream.counts.effects("r-big"),
+        0,
+        "nothing is forwarded"
+    );
+    // Below the threshold nothing is asked; a VIP customer's small refund is held too.
+    let small = post(
+        &f,
+        "/v1/refunds",
+        "r-small",
+        &json!({"customer": "c_1", "amount": 100}),
+    );
+    assert_eq!(small.status, 201, "{}", small.text());
+    assert_eq!(f.upstream.counts.effects("r-small"), 1);
+    held(&post(
+        &f,
+        "/v1/refunds",
+        "r-vip",
+        &json!({"customer": "vip_2", "amount": 10}),
+    ));
+    // A viewer may not decide; one operator twice is one approval.
+    assert_eq!(decide(&f, "vic", id, "approve", "fine").status, 403);
+    let first = decide(&f, "olga", id, "approve", "agreed on the phone");
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.json()["approved_by"], json!(["olga"]));
+    let again = decide(&f, "olga", id, "approve", "really agreed");
+    assert_eq!(
+        (again.status, again.code()),
+        (409, "approval-refused".into())
+    );
+    // Still held: a retry waits, then is told so again.
+    held(&post(&f, "/v1/refunds", "r-big", &big));
+    assert_eq!(f.upstream.counts.effects("r-big"), 0);
+    let second = decide(&f, "oscar", id, "approve", "amount checked");
+    assert_eq!(second.json()["end"], "approved");
+    // The server forwards it itself, with the route's credential; the retry gets its result.
+    eventually(10, "the approved call to run", || {
+        (f.upstream.counts.effects("r-big") == 1).then_some(())
+    });
+    let r = post(&f, "/v1/refunds", "r-big", &big);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["saw_authorization"], true);
+    assert_eq!(f.upstream.counts.effects("r-big"), 1, "once");
+    let open = f.proxy.admin_get("/admin/v1/approvals?open=true").json();
+    let open: Vec<i64> = open
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|e| e["id"].as_i64().unwrap_or(0))
+        .collect();
+    assert!(!open.contains(&id) && open.len() == 1, "{open:?}");
+    assert_eq!(
+        timeline(&f, id),
+        [
+            ("claim".into(), None),
+            ("approval_requested".into(), None),
+            ("approved".into(), Some("olga".into())),
+            ("approved".into(), Some("oscar".into())),
+            ("claim".into(), None),
+            ("complete".into(), None),
+        ]
+    );
+}
+
+#[test]
+fn a_decision_made_while_the_call_waits_is_its_answer() {
+    let f = serve("1h", "30s");
+    let send = |key: &'static str| {
+        let (addr, body) = (
+            f.proxy.addr,
+            serde_json::to_vec(&json!({"amount": 5})).expect("json"),
+        );
+        std::thread::spawn(move || {
+            request(
+                addr,
+                "POST",
+                "/v1/payouts",
+                &[
+                    ("idempotency-key", key),
+                    ("content-type", "application/json"),
+                ],
+                &body,
+            )
+        })
+    };
+    let waiting = |key: &str| {
+        eventually(10, "the call to be held", || {
+            let list = f.proxy.admin_get("/admin/v1/approvals?open=true").json();
+            list.as_array()?.iter().find(|e| e["key"] == key)?["id"].as_i64()
+        })
+    };
+    let approved = send("p-1");
+    let id = waiting("p-1");
+    assert_eq!(
+        decide(&f, "olga", id, "approve", "expected payout").status,
+        200
+    );
+    let r = approved.join().expect("client");
+    assert_eq!(r.status, 201, "the call's own answer: {}", r.text());
+    assert_eq!(f.upstream.counts.effects("p-1"), 1);
+    let rejected = send("p-2");
+    let id = waiting("p-2");
+    assert_eq!(
+        decide(&f, "oscar", id, "reject", "not this account").status,
+        200
+    );
+    let r = rejected.join().expect("client");
+    assert_eq!((r.status, r.code()), (403, "approval-rejected".into()));
+    assert!(r.json()["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("not this account"));
+    // Final: a retry is refused the same way, and nothing ever ran.
+    let again = post(&f, "/v1/payouts", "p-2", &json!({"amount": 5}));
+    assert_eq!(
+        (again.status, again.code()),
+        (403, "approval-rejected".into())
+    );
+    assert_eq!(
+        decide(&f, "olga", id, "approve", "changed my mind").status,
+        409
+    );
+    assert_eq!(f.upstream.counts.effects("p-2"), 0);
+}
+
+#[test]
+fn an_undecided_call_expires_and_never_runs() {
+    let f = serve("1s", "100ms");
+    let id = held(&post(&f, "/v1/payouts", "p-late", &json!({"amount": 5})));
+    let r = eventually(10, "the approval to expire", || {
+        let r = post(&f, "/v1/payouts", "p-late", &json!({"amount": 5}));
+        (r.status != 202).then_some(r)
+    });
+    assert_eq!((r.status, r.code()), (410, "approval-expired".into()));
+    let late = decide(&f, "olga", id, "approve", "too late");
+    assert_eq!(late.status, 409, "{}", late.text());
+    assert_eq!(f.upstream.counts.effects("p-late"), 0);
+    assert!(timeline(&f, id)
+        .iter()
+        .any(|(k, _)| k == "approval_expired"));
+}
+
+#[test]
+fn an_approval_given_while_no_server_runs_releases_the_call_once_after_a_sigkill() {
+    let mut f = serve("1h", "100ms");
+    let id = held(&post(&f, "/v1/payouts", "p-kill", &json!({"amount": 5})));
+    f.proxy.kill();
+    // The CLI writes the decision into the ledger file; the next server to start forwards it.
+    let ledger = f.dir.path().join("ledger.db");
+    let out = idemgate(&[
+        "approve",
+        "--ledger",
+        ledger.to_str().expect("utf-8"),
+        &id.to_string(),
+        "--operator",
+        "olga",
+        "--reason",
+        "approved while the server was down",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(f.upstream.counts.effects("p-kill"), 0);
+    let toml = std::fs::read_to_string(&f.proxy.config).expect("config");
+    f.proxy = start(f.dir.path(), &toml, &ledger);
+    eventually(10, "the restarted server to forward it", || {
+        (f.upstream.counts.effects("p-kill") == 1).then_some(())
+    });
+    let r = post(&f, "/v1/payouts", "p-kill", &json!({"amount": 5}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(f.upstream.counts.effects("p-kill"), 1, "once");
+    let by = &timeline(&f, id)[2..];
+    assert!(
+        matches!(&by[0], (k, Some(op)) if k == "approved" && op.starts_with("olga (OS user ")),
+        "{by:?}"
+    );
+}
