@@ -343,6 +343,30 @@ def main():
         reviews = json.loads(cli("log", "--ledger", ledger, "--kind", "review", "--json").stdout)
         check(len(reviews) == 1 and reviews[0]["reason"] == "refunded the second charge", "the review is logged with its reason")
 
+        # Approvals: the inbox of held refunds; one approved (its second approval), one rejected
+        waiting = json.loads(cli("approvals", "--ledger", ledger, "--open", "--json").stdout)
+        s.wait("const b = document.querySelector('[data-testid=approvals-badge]'); return b && b.textContent !== ''", "the approvals badge")
+        check(s.text("approvals-badge") == str(len(waiting)), f"the badge counts the {len(waiting)} calls waiting")
+        s.click("nav-approvals")
+        s.wait(f"return document.querySelectorAll('[data-testid=approval]').length === {len(waiting)}", "the held calls")
+        s.screenshot("approvals")
+        half = next(w for w in waiting if len(w["approval"]["approved_by"]) == 1)
+        other = next(w for w in waiting if w["id"] != half["id"])
+        for entry, verb, reason in [(half, "approve", "amount checked against the returned order"), (other, "reject", "the agent misread the ticket")]:
+            button = f"[data-testid=approval][data-entry-id=\"{entry['id']}\"] [data-testid=approval-{verb}]"
+            s.wait(f"return document.querySelector('{button}') !== null", f"the call to {verb}")
+            s.js(f"document.querySelector('{button}').click()")
+            s.find("action-dialog")
+            s.type("reason-input", reason)
+            s.click("confirm-button")
+            s.wait("const m = document.querySelector('[data-testid=dialog-message]'); return m && /approve: done|reject: done/.test(m.textContent)", f"{verb} done")
+            s.click("cancel-button")
+        s.wait(f"return document.querySelectorAll('[data-testid=approval]').length === {len(waiting) - 2}", "the decided calls leave the inbox")
+        for kind, entry, reason in [("approved", half, "amount checked against the returned order"), ("rejected", other, "the agent misread the ticket")]:
+            logged = json.loads(cli("log", "--ledger", ledger, "--kind", kind, "--entry", str(entry["id"]), "--json").stdout)
+            check(len(logged) >= 1 and logged[0]["operator"].startswith(f"{OPERATOR} (OS user ") and logged[0]["reason"] == reason,
+                  f"the log shows the {kind} call with the operator and the reason ({logged[0]['operator'] if logged else None})")
+
         # A customer's double charge from the search box, in at most three actions
         actions = 0
         s.click("search-input"); actions += 1

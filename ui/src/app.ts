@@ -15,11 +15,12 @@ import { VirtualList } from "./vlist";
 import { overview } from "./views/overview";
 import { logView } from "./views/log";
 import { incidents } from "./views/incidents";
+import { approvals } from "./views/approvals";
 import { exportView } from "./views/export";
 import { entryView } from "./views/entry";
 import { entryList, expiries } from "./views/entries";
 
-export type View = "overview" | "log" | "stuck" | "collisions" | "expiries" | "incidents" | "export" | "entry" | "search";
+export type View = "overview" | "log" | "stuck" | "collisions" | "expiries" | "incidents" | "approvals" | "export" | "entry" | "search";
 
 const NAV: [View, string, string][] = [
   ["overview", "Overview", "1"],
@@ -29,6 +30,7 @@ const NAV: [View, string, string][] = [
   ["expiries", "Expiries", "5"],
   ["incidents", "Incidents", "6"],
   ["export", "Export", "7"],
+  ["approvals", "Approvals", "8"],
 ];
 
 /** A list row's height, in pixels. */
@@ -60,6 +62,8 @@ export class App {
   list: VirtualList<EntrySummary> | VirtualList<Event> | null = null;
   timers: number[] = [];
   lastEntry: number | null = null;
+  /** The shown view's own keys (the Approvals view's a and r): `true` when it took the key. */
+  viewKeys: ((key: string) => boolean) | null = null;
   private searchTerm = "";
   /** The archive directory the Export view opens with: the retention policy's, or the last one used. */
   archiveDir: string | null = null;
@@ -123,7 +127,7 @@ export class App {
       "nav",
       null,
       ...NAV.map(([v, label, k]) =>
-        h("button", { testid: `nav-${v}`, class: "nav", title: `${label} (${k})`, on: { click: () => void this.go(v) } }, label),
+        h("button", { testid: `nav-${v}`, class: "nav", title: `${label} (${k})`, on: { click: () => void this.go(v) } }, label, v === "approvals" ? h("span", { class: "badge hidden", testid: "approvals-badge" }) : null),
       ),
     );
     this.banner = h("div", { class: "banner hidden", testid: "error-banner", attrs: { role: "alert" } });
@@ -194,7 +198,8 @@ export class App {
       return;
     }
     const nav = NAV.find(([, , k]) => k === e.key);
-    if (nav) void this.go(nav[0]);
+    if (this.viewKeys?.(e.key)) e.preventDefault();
+    else if (nav) void this.go(nav[0]);
     else if (e.key === "j" || e.key === "ArrowDown") this.list?.move(1);
     else if (e.key === "k" || e.key === "ArrowUp") this.list?.move(-1);
     else if (e.key === "Enter") {
@@ -214,6 +219,8 @@ export class App {
     this.timers = [];
     this.view = view;
     this.list = null;
+    this.viewKeys = null;
+    void this.countApprovals();
     // The sidebar marks the view shown and nothing else: Search and an entry have no item of their own.
     for (const b of this.root.querySelectorAll("nav button")) {
       const here = (b as HTMLElement).dataset.testid === `nav-${view}`;
@@ -231,6 +238,7 @@ export class App {
         case "collisions": return await entryList(this, "Collisions", "Keys that arrived again with a different request (422 key-reuse). Open one for the field-level diff.", { collisions: true }, []);
         case "expiries": return await expiries(this);
         case "incidents": return await incidents(this);
+        case "approvals": return await approvals(this);
         case "export": return exportView(this);
         case "entry": return await entryView(this, entryId ?? this.lastEntry ?? 0);
         case "search": return await entryList(this, `Search · ${this.searchTerm}`, "Every entry whose subject (a customer, an order) or key is this, newest first; duplicate suspects are marked.", searchFilter(this.searchTerm), []);
@@ -238,6 +246,16 @@ export class App {
     } catch (e) {
       this.error(e);
     }
+  }
+
+  /** The Approvals item's badge: how many calls wait for a decision (none shown when none, or
+   * when the ledger cannot say). */
+  private async countApprovals(): Promise<void> {
+    const badge = this.root.querySelector("[data-testid=approvals-badge]");
+    if (!badge) return;
+    const waiting = await this.t.ops.approvals({ open: true, before: null, limit: 1000 }).catch(() => []);
+    badge.textContent = waiting.length ? String(waiting.length) : "";
+    badge.classList.toggle("hidden", waiting.length === 0);
   }
 
   // ---- jobs and the action dialog -----------------------------------------------------------

@@ -1,0 +1,63 @@
+// The Approvals view: the inbox of held calls, approved and rejected with a reason (buttons and
+// the a and r keys), and the badge that counts what waits.
+import { base, entry, q, setup, tick, until } from "../test-support";
+
+const held = (id: number, end: "approved" | "rejected" | null = null) => ({
+  ...entry(id, { state: end === "rejected" ? "failed" : "awaiting_approval", stuck: false, route: "refunds", subjects: [["amount", "60000"], ["currency", "usd"], ["customer", "cus_9"]] as [string, string][] }),
+  fingerprint: `fp-${id}`,
+  lease_owner: null,
+  request: { method: "POST", path: "/v1/refunds", headers: [], body: '{"amount":60000,"customer":"cus_9"}' },
+  response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [],
+  approval: { policy: "refunds", policy_hash: "h", needed: 2, approvers: null, approved_by: end ? ["olga", "oscar"] : ["olga"], expires_at: Date.now() + 3_600_000, end, ended_at: end ? 1 : null },
+});
+
+describe("approvals", () => {
+  // First in the file: a key reaches every console the file's tests made, so this test's must be
+  // the only one.
+  it("rejects the first waiting call with r, and lists decided ones on request", async () => {
+    const { app, calls, prefs } = setup({
+      ...base,
+      approvals: (a) => (a.open ? [held(8)] : [held(8), held(7, "rejected")]),
+      reject: () => ({ ...held(8).approval, end: "rejected" }),
+    });
+    prefs.set("operator", "erin");
+    await app.start();
+    await app.go("approvals");
+    document.body.dispatchEvent(new KeyboardEvent("keydown", { key: "r", bubbles: true }));
+    await tick();
+    expect(q("action-dialog").querySelector("h2")?.textContent).toBe("reject entry 8");
+    (q("reason-input") as HTMLTextAreaElement).value = "not this customer";
+    q("confirm-button").click();
+    await until(() => calls.some(([c]) => c === "reject"));
+    expect(calls.find(([c]) => c === "reject")?.[1]).toMatchObject({ entry_id: 8, operator: "erin", reason: "not this customer" });
+    q("cancel-button").click();
+    await tick();
+    const all = q("approvals-open-only") as HTMLInputElement;
+    all.checked = false;
+    all.dispatchEvent(new Event("change"));
+    await until(() => document.querySelectorAll('[data-testid="approval"]').length === 2);
+    const decided = document.querySelectorAll('[data-testid="approval"]')[1] as HTMLElement;
+    expect(decided.querySelector('[data-testid="approval-approve"]')?.hasAttribute("disabled")).toBe(true);
+  });
+  it("shows a held call in the business's terms and approves it with a reason", async () => {
+    const { app, calls, prefs } = setup({
+      ...base,
+      approvals: (a) => (a.open ? [held(8)] : [held(8), held(7, "rejected")]),
+      approve: () => ({ ...held(8).approval, approved_by: ["olga", "dana"], end: "approved" }),
+    });
+    prefs.set("operator", "dana");
+    await app.start();
+    await until(() => q("approvals-badge")?.textContent === "1");
+    expect(q("approvals-badge").textContent).toBe("1");
+    await app.go("approvals");
+    expect(q("approval-title").textContent).toBe("refunds · cus_9 · amount 60000 USD");
+    expect(q("approval-standing").textContent).toMatch(/^1 of 2 approvals · expires in (1h 0m|59m) /);
+    expect(q("approval-request").textContent).toContain('"amount": 60000');
+    q("approval-approve").click();
+    await tick();
+    (q("reason-input") as HTMLTextAreaElement).value = "agreed on the phone";
+    q("confirm-button").click();
+    await until(() => calls.some(([c]) => c === "approve"));
+    expect(calls.find(([c]) => c === "approve")?.[1]).toMatchObject({ entry_id: 8, operator: "dana", reason: "agreed on the phone", fingerprint: "fp-8" });
+  });
+});
