@@ -60,15 +60,24 @@ impl Ops {
     /// The last approval a policy needs releases the call: a running server forwards it.
     pub fn decide(&self, cmd: &DecideCmd, approve: bool) -> OpsResult<Approval> {
         let actor = validate_actor(&cmd.operator, &cmd.reason)?;
-        Ok(self
+        let at = now_millis();
+        let approval = self
             .store
             .decide(DecideRequest {
                 entry_id: cmd.entry_id,
                 approve,
                 actor,
                 fingerprint: cmd.fingerprint.clone(),
-                at: now_millis(),
+                at,
             })
-            .wait()?)
+            .wait()?;
+        if approval.end.is_some() {
+            // From the claim that held it to the decision that ended its wait.
+            if let Ok(e) = self.store.entry(cmd.entry_id, at) {
+                let waited = (at - e.summary.created_at).max(0) as f64 / 1000.0;
+                metrics::histogram!("idemgate_approval_wait_seconds").record(waited);
+            }
+        }
+        Ok(approval)
     }
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use idemgate_config::{Config, ConfigError, Secret};
-use idemgate_ops::ledger::{now_millis, LedgerError};
+use idemgate_ops::ledger::{now_millis, LedgerError, State};
 use idemgate_ops::{Code, Ops};
 use idemgate_proxy::engine;
 use idemgate_proxy::{metrics_handle, Engine};
@@ -424,10 +424,11 @@ async fn sweep_loop(engine: Arc<Engine>, mut stop: tokio::sync::watch::Receiver<
         // First, so that an entry whose outcome is in hand is not logged as stuck.
         engine.unsettled.record(&*store).await;
         match store.sweep(now_millis()).recv().await {
-            Ok(r) if r.lease_expired + r.ttl_expired > 0 => {
+            Ok(r) if r.lease_expired + r.ttl_expired + r.approvals_expired > 0 => {
                 tracing::info!(
                     lease_expired = r.lease_expired,
                     ttl_expired = r.ttl_expired,
+                    approvals_expired = r.approvals_expired,
                     "sweep"
                 );
             }
@@ -444,6 +445,26 @@ async fn sweep_loop(engine: Arc<Engine>, mut stop: tokio::sync::watch::Receiver<
             {
                 metrics::gauge!("idemgate_stuck_entries").set(stats.stuck as f64);
                 metrics::gauge!("idemgate_expired_entries").set(stats.expired as f64);
+                let held = stats
+                    .entries_by_state
+                    .iter()
+                    .find(|(s, _)| *s == State::AwaitingApproval)
+                    .map_or(0, |(_, n)| *n);
+                metrics::gauge!("idemgate_approvals_pending").set(held as f64);
+                // The ledger's totals, whichever instance, CLI or console decided.
+                for (kind, decision) in [
+                    ("approved", "approved"),
+                    ("rejected", "rejected"),
+                    ("approval_expired", "expired"),
+                ] {
+                    let n = stats
+                        .events_by_kind
+                        .iter()
+                        .find(|(k, _)| k == kind)
+                        .map_or(0, |(_, n)| *n);
+                    metrics::counter!("idemgate_approval_decisions_total", "decision" => decision)
+                        .absolute(n.max(0) as u64);
+                }
             }
         }
     }

@@ -191,6 +191,14 @@ fn a_call_over_the_threshold_runs_once_two_operators_approved_it() {
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(r.json()["saw_authorization"], true);
     assert_eq!(f.upstream.counts.effects("r-big"), 1, "once");
+    // The ledger's decisions and what still waits (r-vip), as /metrics says them.
+    eventually(15, "the approval metrics", || {
+        let m = f.proxy.admin_get("/metrics").text();
+        (m.contains("idemgate_approval_decisions_total{decision=\"approved\"} 2")
+            && m.contains("idemgate_approvals_pending 1")
+            && m.contains("idemgate_approval_wait_seconds_count 1"))
+        .then_some(())
+    });
     let open = f.proxy.admin_get("/admin/v1/approvals?open=true").json();
     let open: Vec<i64> = open
         .as_array()
@@ -288,6 +296,11 @@ fn an_undecided_call_expires_and_never_runs() {
     assert!(timeline(&f, id)
         .iter()
         .any(|(k, _)| k == "approval_expired"));
+    eventually(15, "the expiry in /metrics", || {
+        let m = f.proxy.admin_get("/metrics").text();
+        m.contains("idemgate_approval_decisions_total{decision=\"expired\"} 1")
+            .then_some(())
+    });
 }
 
 #[test]
