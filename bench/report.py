@@ -89,6 +89,16 @@ def report(r):
                      f"{' | '.join(disk_cells(x))} | "
                      f"{x['alone_p50_ms']:.3f} | {x['alone_p99_ms']:.3f} | {x['errors']} |")
     lines.append("")
+    a = r.get("approval")
+    if a:
+        lines.append(f"A call held for approval, {a['calls']} one after another: from the answer to the approval that "
+                     "releases it (durable before it is answered) to the upstream receiving it, which the server "
+                     "forwards itself (an approval through its own admin API wakes it at once):")
+        lines.append("")
+        lines.append("| path | p50 ms | p99 ms |")
+        lines.append("|---|---:|---:|")
+        lines.append(f"| approval → upstream | {a['p50_ms']:.1f} | {a['p99_ms']:.1f} |")
+        lines.append("")
     c = r["console"]
     lines.append(f"Console data calls on a {c['events']:,}-event demo ledger ({c['ledger_mb']:.0f} MB, seeded in "
                  f"{c['demo_seconds']:.0f} s), medians of 5; steal during these calls {c['steal']:.0%}:")
@@ -134,6 +144,8 @@ def check(r):
     for n, x in r["rate"].items():
         if x["errors"] and (n.startswith("idemgate") or n == "direct"):
             bad.append(f"1k req/s {n}: {x['errors']} errors")
+    if not r.get("approval", {}).get("calls"):
+        bad.append("approval to upstream: no call measured")
     if bad:
         raise SystemExit("bench: " + "; ".join(bad))
     print("bench: ok")

@@ -28,6 +28,7 @@ import tempfile
 import time
 import uuid
 
+import approvals
 from host import (block_device, cpu_seconds, cpu_times, disk_counters, disk_since, free_port, machine,
                   peak_rss_mb, reap, steal_since, wait_port)
 from report import (DIRECT, PASS_THROUGH, PEER_DURABLE, PEER_NAME, PG, PG_TWO, TRACED, check, disk_cells,
@@ -574,6 +575,10 @@ def main():
     finally:
         stack.stop()
     results["proxies_steal"] = steal_since(proxies_t0)
+    # An approved call's way to its upstream, which the server takes itself.
+    lat = approvals.measure(IDEMGATE, work, 10 if SMOKE else 100)
+    results["approval"] = {"calls": len(lat), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99)}
+    print(f"  approval to upstream: p50 {pct(lat, 50):.1f} ms  p99 {pct(lat, 99):.1f} ms ({len(lat)} calls)", flush=True)
     # The console's data calls on a big demo ledger (release build of the same Ops calls).
     ledger = os.path.join(work, "demo.db")
     t0 = time.time()

@@ -95,6 +95,8 @@ pub struct Ledger {
     search: Mutex<search::SearchIndex>,
     /// Completed entries' responses, for replays without a query (SQLite; see `replays`).
     cache: Option<ReplayCache>,
+    /// See [`Storage::released`].
+    released: tokio::sync::Notify,
 }
 
 impl Ledger {
@@ -112,6 +114,7 @@ impl Ledger {
             replays: Arc::default(),
             search: Mutex::default(),
             cache,
+            released: tokio::sync::Notify::new(),
         })
     }
 
@@ -385,6 +388,10 @@ impl Storage for Ledger {
 
     fn decide(&self, req: DecideRequest) -> Ticket<Approval> {
         self.submit(move |ctx| write::decide(ctx, &req))
+    }
+
+    fn released(&self) -> Option<&tokio::sync::Notify> {
+        Some(&self.released)
     }
 
     fn take_approved(

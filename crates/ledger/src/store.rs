@@ -372,6 +372,12 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
         at: Millis,
         limit: u32,
     ) -> Ticket<Vec<Redrive>>;
+    /// What a process's forwarder of approved calls waits on besides its timer: notified (by
+    /// whoever wrote it) once a decision that released a call is durable, so a decision made in
+    /// this process is acted on at once. Decisions of other processes are found by looking.
+    fn released(&self) -> Option<&tokio::sync::Notify> {
+        None
+    }
     /// Stores the tools' effects a `tools/list` answer gave, over what an earlier one said.
     fn note_tools(&self, listed: ToolsListed) -> Ticket<()>;
 

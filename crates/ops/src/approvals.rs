@@ -2,7 +2,7 @@
 //! checked where the decision is written (the ledger), so every door applies the same rule: an
 //! approver the policy names, once per call, before its window passes, for the request shown.
 
-use idemgate_ledger::{now_millis, Approval, DecideRequest, EntryDetail, Page};
+use idemgate_ledger::{now_millis, Approval, ApprovalEnd, DecideRequest, EntryDetail, Page};
 use serde::{Deserialize, Serialize};
 
 use crate::{validate_actor, Ops, OpsResult};
@@ -71,6 +71,11 @@ impl Ops {
                 at,
             })
             .wait()?;
+        if approval.end == Some(ApprovalEnd::Approved) {
+            if let Some(n) = self.store.released() {
+                n.notify_one();
+            }
+        }
         if approval.end.is_some() {
             // From the claim that held it to the decision that ended its wait.
             if let Ok(e) = self.store.entry(cmd.entry_id, at) {

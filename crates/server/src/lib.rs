@@ -394,15 +394,20 @@ async fn reload_loop(live: Arc<live::Live>, mut r: Reload) {
     }
 }
 
-/// Five times a second: forwards the calls operators approved, through this instance or any
-/// other, the CLI or the desktop console (each is taken once, by one instance). A server that
-/// starts forwards those approved while none ran.
+/// Forwards the calls operators approved: at once for a decision made in this process, and five
+/// times a second it looks for those made through another instance, the CLI or the desktop
+/// console (each is taken once, by one instance). A server that starts forwards those approved
+/// while none ran.
 async fn release_loop(live: Arc<live::Live>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let store = live.engine().store.clone();
+    let fallback = tokio::sync::Notify::new();
+    let released = store.released().unwrap_or(&fallback);
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
+            () = released.notified() => {}
             _ = stop.changed() => return,
         }
         live.engine().release_approved().await;
