@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use idemgate_ledger::Effect;
 
 use super::raw::RawRoute;
-use super::{invalid, parse_positive, ConfigError, Protocol};
+use super::{invalid, parse_positive, read_secret, ConfigError, Protocol, Secrets};
 
 /// `[routes.approval]` as TOML writes it.
 #[derive(Debug, Deserialize)]
@@ -43,6 +43,17 @@ pub struct Approval {
     pub approvers: Option<Vec<String>>,
     /// sha256 over what the policy says (hex): an approval is bound to it.
     pub hash: String,
+    /// Where a new request for approval is announced.
+    pub notify: Option<Notify>,
+}
+
+/// `notify`: a webhook told of each new request for approval (Slack-compatible), signed with
+/// `notify_secret_env`'s secret when there is one.
+#[derive(Debug, Clone)]
+pub struct Notify {
+    pub url: http::Uri,
+    /// `None`: unsigned (or a host that reads no secrets, such as the CLI).
+    pub secret: Option<super::Secret>,
 }
 
 impl Approval {
@@ -117,6 +128,7 @@ pub(super) fn approval(
     r: &RawRoute,
     (effect, protocol): (Effect, Protocol),
     has_upstream_auth: bool,
+    secrets: Secrets,
 ) -> Result<Option<Approval>, ConfigError> {
     let Some(a) = &r.approval else {
         return Ok(None);
@@ -138,13 +150,6 @@ pub(super) fn approval(
             field,
             "a held call is forwarded later by idemgate, without the client's credentials \
              (which are never stored): set the route's upstream_auth",
-        ));
-    }
-    if a.notify.is_some() || a.notify_secret_env.is_some() {
-        return Err(invalid(
-            format!("{field}.notify"),
-            "approval webhooks are not available in this version: watch the Approvals view, \
-             `idemgate approvals` or GET /admin/v1/approvals",
         ));
     }
     let when = a
@@ -185,7 +190,9 @@ pub(super) fn approval(
         "expires_ms": expires.as_millis() as u64,
         "approvers": a.approvers,
     });
+    let notify = notify(field, a, secrets)?;
     Ok(Some(Approval {
+        notify,
         name: r.name.clone(),
         when,
         approvals,
@@ -215,4 +222,36 @@ fn condition(field: &str, src: &str) -> Result<Condition, ConfigError> {
         source: src.to_owned(),
         program: Arc::new(program),
     })
+}
+
+/// `notify` and `notify_secret_env`: an `http(s)://` URL, and the name of the variable holding
+/// the secret the body is signed with (read only by a host that reads secrets).
+fn notify(field: &str, a: &RawApproval, secrets: Secrets) -> Result<Option<Notify>, ConfigError> {
+    let Some(url) = &a.notify else {
+        if a.notify_secret_env.is_some() {
+            return Err(invalid(
+                format!("{field}.notify_secret_env"),
+                "signs what notify sends: set notify too",
+            ));
+        }
+        return Ok(None);
+    };
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| invalid(format!("{field}.notify"), format!("{url:?}: {e}")))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
+        return Err(invalid(
+            format!("{field}.notify"),
+            format!("{url:?}: an http:// or https:// URL"),
+        ));
+    }
+    let secret = match (&a.notify_secret_env, secrets) {
+        (Some(var), Secrets::Read) => Some(read_secret(
+            &format!("{field}.notify_secret_env"),
+            Some(var),
+            None,
+        )?),
+        _ => None,
+    };
+    Ok(Some(Notify { url: uri, secret }))
 }

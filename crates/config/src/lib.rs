@@ -15,7 +15,7 @@ mod raw;
 mod route;
 mod telemetry;
 
-pub use approval::{Approval, Condition};
+pub use approval::{Approval, Condition, Notify};
 pub use audit::{Retention, Signing, SIGNING_KEY_ENV};
 pub use operators::{new_token, OperatorCred, Role, TokenHash, SHARED_ADMIN};
 use raw::RawConfig;

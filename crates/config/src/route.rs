@@ -77,6 +77,7 @@ pub(super) fn route(
         r,
         (effect, protocol),
         upstream_auth.is_some(),
+        secrets,
     )?;
     Ok(Route {
         approval,

@@ -525,3 +525,77 @@ fn a_retention_policy_and_a_signing_key_are_checked() {
     assert!(err(&with_key(&dir.path().join("none"), "")).contains("server.signing_key_file"));
     assert!(err(&format!("{BASE}checkpoint_interval = \"1h\"\n")).contains("checkpoint_interval"));
 }
+
+#[test]
+fn an_approval_policy_is_checked_when_the_configuration_is() {
+    std::env::set_var("REFUNDS_TOKEN", "Bearer sk_test");
+    let route = |auth: &str, approval: &str| {
+        format!(
+            "{BASE}[[routes]]\nname = \"refunds\"\nmethod = \"POST\"\npath = \"/r\"\n\
+             upstream = \"http://127.0.0.1:9\"\neffect = \"write\"\n{auth}\n\
+             subject = {{ customer = \"/customer\" }}\n[routes.approval]\n{approval}\n"
+        )
+    };
+    let auth = "upstream_auth = { secret_env = \"REFUNDS_TOKEN\" }";
+    let ok = Config::parse(&route(
+        auth,
+        "when = 'args.amount > 50000 || subject.customer.startsWith(\"vip_\")'\napprovals = 2",
+    ))
+    .expect("a policy");
+    let policy = ok.routes[0].approval.as_ref().expect("approval");
+    let when = policy.when.as_ref().expect("condition");
+    let subject = [("customer".to_owned(), "vip_1".to_owned())];
+    let args = |v: serde_json::Value| Some(v);
+    assert_eq!(
+        when.matches(args(serde_json::json!({"amount": 60000})).as_ref(), &[]),
+        Ok(true)
+    );
+    assert_eq!(
+        when.matches(args(serde_json::json!({"amount": 100})).as_ref(), &subject),
+        Ok(true)
+    );
+    assert_eq!(
+        when.matches(args(serde_json::json!({"amount": 100.5})).as_ref(), &[])
+            .ok(),
+        None,
+        "no customer: an error, which holds the call"
+    );
+    assert_eq!(policy.approvals, 2);
+    for (auth, approval, says) in [
+        ("", "approvals = 1", "set the route's upstream_auth"),
+        (
+            auth,
+            "when = 'args.amount >'",
+            "routes[0] (refunds).approval.when: not a CEL expression",
+        ),
+        (
+            auth,
+            "when = 'request.amount > 1'",
+            "\"request\" is not known here",
+        ),
+        (
+            auth,
+            "approvals = 0",
+            "approval.approvals: must be at least 1",
+        ),
+        (
+            auth,
+            "approvals = 2\napprovers = [\"alice\"]",
+            "2 approvals need at least as many approvers",
+        ),
+        (
+            auth,
+            "notify_secret_env = \"HOOK\"",
+            "signs what notify sends: set notify too",
+        ),
+        (
+            auth,
+            "notify = \"ftp://hooks\"",
+            "an http:// or https:// URL",
+        ),
+        (auth, "expires = \"soon\"", "approval.expires"),
+    ] {
+        let e = err(&route(auth, approval));
+        assert!(e.contains(says), "{approval}: {e}");
+    }
+}

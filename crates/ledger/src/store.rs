@@ -127,8 +127,13 @@ pub enum ClaimOutcome {
     },
     /// The same effect completed under another key within the duplicate window (reject policy).
     ProbableDuplicate { entry_id: i64, key: String },
-    /// Held for approval until `expires_at`: nothing was forwarded.
-    AwaitingApproval { entry_id: i64, expires_at: Millis },
+    /// Held for approval until `expires_at`: nothing was forwarded. `requested`: this claim
+    /// asked for it (a retry attaches to the request already made).
+    AwaitingApproval {
+        entry_id: i64,
+        expires_at: Millis,
+        requested: bool,
+    },
     /// Held for approval, and rejected (`reason` the operator's) or expired: it never runs.
     NotApproved {
         entry_id: i64,

@@ -4,13 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use axum::http::Response;
+use axum::http::{header, HeaderMap, HeaderValue, Method, Response};
 use idemgate_ledger::{
     now_millis, rfc3339, ApprovalAsk, ApprovalEnd, Millis, RequestRecord, ResponseRecord, State,
 };
 use serde_json::json;
 
-use crate::config::{Approval, Route};
+use crate::config::{Approval, Notify, Route};
 use crate::engine::Engine;
 use crate::engine::ProxyBody;
 use crate::problem::{Code, Problem};
@@ -204,3 +204,112 @@ pub(crate) fn not_approved(entry_id: i64, end: ApprovalEnd, reason: Option<Strin
     };
     p.with("entry_id", entry_id)
 }
+
+/// How many times a webhook is tried, and the wait before the first retry (doubled each time).
+const NOTIFY_TRIES: u32 = 5;
+const NOTIFY_BACKOFF: Duration = Duration::from_secs(1);
+
+impl Engine {
+    /// Tells the route's `notify` webhook of held entry `entry_id`, on a task of its own: retried
+    /// with backoff, a failure logged, never in the way of a request.
+    pub(crate) fn notify_approvers(&self, route: &Route, entry_id: i64) {
+        let Some(hook) = route.approval.as_ref().and_then(|a| a.notify.clone()) else {
+            return;
+        };
+        let (store, client) = (self.store.clone(), self.client.clone());
+        tokio::spawn(async move {
+            let read = tokio::task::spawn_blocking(move || store.entry(entry_id, now_millis()));
+            let Ok(Ok(entry)) = read.await else {
+                tracing::warn!(
+                    entry = entry_id,
+                    "the approval webhook was not sent: the entry could not be read"
+                );
+                return;
+            };
+            let body = serde_json::to_vec(&json!({"text": announce(&entry), "entry": entry}))
+                .unwrap_or_default();
+            let mut wait = NOTIFY_BACKOFF;
+            for attempt in 1..=NOTIFY_TRIES {
+                match post(&client, &hook, &body).await {
+                    Ok(()) => return,
+                    Err(why) if attempt == NOTIFY_TRIES => tracing::warn!(
+                        entry = entry_id, url = %hook.url, error = %why,
+                        "the approval webhook failed; the call waits in the Approvals view"
+                    ),
+                    Err(_) => {
+                        tokio::time::sleep(wait).await;
+                        wait *= 2;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// The webhook's text (Slack's `text`): what waits, for how long, and where to decide.
+fn announce(e: &idemgate_ledger::EntryDetail) -> String {
+    let subjects: Vec<String> = e
+        .summary
+        .subjects
+        .iter()
+        .map(|(n, v)| format!("{n} {v}"))
+        .collect();
+    let expires = e.approval.as_ref().map_or(0, |a| a.expires_at);
+    format!(
+        "idemgate: a {} call ({}) is held for approval, entry {}, key {}; expires at {}. \
+         Approve or reject it in the console's Approvals view or with `idemgate approve`.",
+        e.summary.route,
+        if subjects.is_empty() {
+            "no subjects".to_owned()
+        } else {
+            subjects.join(", ")
+        },
+        e.summary.id,
+        e.summary.key,
+        rfc3339(expires)
+    )
+}
+
+/// One POST of `body` to the webhook, signed as a route's requests are checked
+/// (`t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`); a 2xx is delivered.
+async fn post(
+    client: &crate::forward::HttpClient,
+    hook: &Notify,
+    body: &[u8],
+) -> Result<(), String> {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(a) = hook.url.authority() {
+        if let Ok(v) = HeaderValue::from_str(a.as_str()) {
+            headers.insert(header::HOST, v);
+        }
+    }
+    if let Some(secret) = &hook.secret {
+        let t = now_millis() / 1000;
+        let sig = format!("t={t},v1={}", crate::signature::sign(&secret.0, t, body));
+        if let Ok(v) = HeaderValue::from_str(&sig) {
+            headers.insert(SIGNATURE_HEADER, v);
+        }
+    }
+    let out = crate::forward::Outgoing {
+        method: &Method::POST,
+        uri: hook.url.clone(),
+        headers: &headers,
+        body: bytes::Bytes::copy_from_slice(body),
+        timeout: Duration::from_secs(5),
+    };
+    match crate::forward::attempt(client, out).await {
+        crate::forward::Attempt::Executed(r) if (200..300).contains(&r.status) => Ok(()),
+        crate::forward::Attempt::Executed(r) | crate::forward::Attempt::Refused(r) => {
+            Err(format!("answered {}", r.status))
+        }
+        crate::forward::Attempt::NotExecuted { why, .. }
+        | crate::forward::Attempt::Unknown { why, .. } => Err(why),
+    }
+}
+
+/// The header a webhook's signature travels in.
+pub const SIGNATURE_HEADER: &str = "x-idemgate-signature";

@@ -193,6 +193,7 @@ pub(crate) fn settled(
         ClaimOutcome::AwaitingApproval {
             entry_id,
             expires_at,
+            ..
         } => Err(in_flight(entry_id, expires_at)),
         ClaimOutcome::Claimed { .. } | ClaimOutcome::InFlight { .. } => Err(Problem::new(
             Code::Internal,

@@ -551,7 +551,11 @@ impl Engine {
                 Claimed::Settled(ClaimOutcome::AwaitingApproval {
                     entry_id,
                     expires_at,
+                    requested,
                 }) => {
+                    if requested {
+                        self.notify_approvers(route, entry_id);
+                    }
                     let hold = route.approval.as_ref().map(|a| a.hold).unwrap_or_default();
                     if !waited {
                         waited = true;

@@ -30,6 +30,8 @@ when = 'args.amount > 50000 || subject.customer.startsWith("vip_")'
 approvals = 2
 expires = "1h"
 hold = "300ms"
+notify = "{hook}/hooks/approvals"
+notify_secret_env = "APPROVALS_HOOK_SECRET"
 
 [[routes]]
 name = "payouts"
@@ -49,6 +51,8 @@ struct Fx {
     dir: tempfile::TempDir,
     upstream: Upstream,
     proxy: Proxy,
+    /// What the approval webhook was sent: its signature header and its JSON body.
+    hooks: std::sync::mpsc::Receiver<(String, Vec<u8>)>,
     /// Operators' tokens: olga and oscar (operator), vic (viewer).
     tokens: std::collections::HashMap<&'static str, String>,
 }
@@ -57,9 +61,11 @@ fn serve(expires: &str, hold: &str) -> Fx {
     let dir = tempfile::tempdir().expect("tempdir");
     let upstream = Upstream::start();
     let ledger = dir.path().join("ledger.db");
+    let (hook, hooks) = hook_receiver();
     let mut toml = config(APPROVAL_CONFIG, &upstream.url(), &ledger)
         .replace("{expires}", expires)
-        .replace("{hold}", hold);
+        .replace("{hold}", hold)
+        .replace("{hook}", &hook);
     let mut tokens = std::collections::HashMap::new();
     for (name, role) in [
         ("olga", "operator"),
@@ -78,12 +84,59 @@ fn serve(expires: &str, hold: &str) -> Fx {
         dir,
         upstream,
         proxy,
+        hooks,
         tokens,
     }
 }
 
+const HOOK_SECRET: &str = "whsec_approvals";
+
 fn start(dir: &Path, toml: &str, ledger: &Path) -> Proxy {
-    Proxy::start_with_env(dir, toml, ledger, &[("PAYMENTS_TOKEN", "Bearer sk_test_1")])
+    let env = [
+        ("PAYMENTS_TOKEN", "Bearer sk_test_1"),
+        ("APPROVALS_HOOK_SECRET", HOOK_SECRET),
+    ];
+    Proxy::start_with_env(dir, toml, ledger, &env)
+}
+
+/// A webhook receiver on 127.0.0.1: its base URL, and what it was sent. It answers the first
+/// request `500` (the sender must try again) and the others `200`.
+fn hook_receiver() -> (String, std::sync::mpsc::Receiver<(String, Vec<u8>)>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for (n, conn) in listener.incoming().enumerate() {
+            let Ok(mut conn) = conn else { return };
+            let mut r = BufReader::new(conn.try_clone().expect("clone"));
+            let (mut length, mut signature, mut line) = (0, String::new(), String::new());
+            while r.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                let (name, value) = line.split_once(':').unwrap_or_default();
+                match name.to_ascii_lowercase().as_str() {
+                    "content-length" => length = value.trim().parse().unwrap_or(0),
+                    "x-idemgate-signature" => signature = value.trim().to_owned(),
+                    _ => {}
+                }
+                line.clear();
+            }
+            let mut body = vec![0; length];
+            let _ = r.read_exact(&mut body);
+            let status = if n == 0 {
+                "500 Internal Server Error"
+            } else {
+                "200 OK"
+            };
+            let _ = conn.write_all(
+                format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .as_bytes(),
+            );
+            if tx.send((signature, body)).is_err() {
+                return;
+            }
+        }
+    });
+    (url, rx)
 }
 
 fn post(f: &Fx, path: &str, key: &str, body: &serde_json::Value) -> Resp {
@@ -153,6 +206,26 @@ fn a_call_over_the_threshold_runs_once_two_operators_approved_it() {
         0,
         "nothing is forwarded"
     );
+    // The webhook hears of it, signed, and is tried again when it fails.
+    for _ in 0..2 {
+        let (signature, body) = f
+            .hooks
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("hook");
+        let (t, v1) = signature.split_once(",v1=").expect("t=…,v1=…");
+        let t = t.trim_start_matches("t=").parse().expect("t");
+        assert_eq!(
+            v1,
+            idemgate_proxy::signature::sign(HOOK_SECRET.as_bytes(), t, &body)
+        );
+        let hook: serde_json::Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(hook["entry"]["id"], id);
+        let text = hook["text"].as_str().unwrap_or_default();
+        assert!(
+            text.contains(&format!("entry {id}")) && text.contains("amount 60000"),
+            "{text}"
+        );
+    }
     // Below the threshold nothing is asked; a VIP customer's small refund is held too.
     let small = post(
         &f,
@@ -207,6 +280,17 @@ fn a_call_over_the_threshold_runs_once_two_operators_approved_it() {
         .map(|e| e["id"].as_i64().unwrap_or(0))
         .collect();
     assert!(!open.contains(&id) && open.len() == 1, "{open:?}");
+    // One announcement a held call: r-vip's; none for the retry that attached to r-big's.
+    let (_, vip) = f
+        .hooks
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("hook");
+    let vip: serde_json::Value = serde_json::from_slice(&vip).expect("json");
+    assert_ne!(vip["entry"]["id"], id);
+    assert!(
+        f.hooks.try_iter().next().is_none(),
+        "one announcement a call"
+    );
     assert_eq!(
         timeline(&f, id),
         [

@@ -74,6 +74,7 @@ pub(super) fn hold(
     Ok(ClaimOutcome::AwaitingApproval {
         entry_id: id,
         expires_at,
+        requested: true,
     })
 }
 
@@ -91,6 +92,7 @@ pub(super) fn claim_held(ctx: &mut Ctx<'_>, row: &Row, at: Millis) -> Result<Cla
     Ok(ClaimOutcome::AwaitingApproval {
         entry_id: row.id,
         expires_at: row.approval_expires_at.unwrap_or(at),
+        requested: false,
     })
 }
 

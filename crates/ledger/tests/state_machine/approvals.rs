@@ -62,7 +62,8 @@ fn a_held_call_runs_once_after_distinct_approvers(b: Backend) {
             .expect("claim"),
         ClaimOutcome::AwaitingApproval {
             entry_id: id,
-            expires_at: T0 + 60_000
+            expires_at: T0 + 60_000,
+            requested: false
         }
     );
     let take = |owner: &str, at| {
