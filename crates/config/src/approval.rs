@@ -56,6 +56,19 @@ pub struct Notify {
     pub secret: Option<super::Secret>,
 }
 
+/// Two policies are the same when they say the same: the hash covers the condition, the
+/// approvals, the window and the approvers.
+impl PartialEq for Approval {
+    fn eq(&self, other: &Approval) -> bool {
+        self.name == other.name
+            && self.hash == other.hash
+            && self.hold == other.hold
+            && self.notify.as_ref().map(|n| &n.url) == other.notify.as_ref().map(|n| &n.url)
+    }
+}
+
+impl Eq for Approval {}
+
 impl Approval {
     /// Whether operator `name` may decide under this policy (their role is checked apart).
     pub fn admits(&self, name: &str) -> bool {
@@ -120,9 +133,9 @@ fn cel_value(v: &serde_json::Value) -> cel::Value {
     }
 }
 
-/// Checks `[routes.approval]` of route `name` (`field` is its place in the file). A held call is
+/// Checks `[routes.approval]` of route `r` (`field` is its place in the file). A held call is
 /// forwarded later by idemgate itself, without the client's credentials (never stored): the
-/// route must carry its own (`has_upstream_auth`).
+/// route must carry its own (`has_upstream_auth`). An MCP route's approvals are per tool.
 pub(super) fn approval(
     field: &str,
     r: &RawRoute,
@@ -136,7 +149,7 @@ pub(super) fn approval(
     if protocol == Protocol::Mcp {
         return Err(invalid(
             field,
-            "an MCP route's calls are held per tool, which this version does not offer yet",
+            "an MCP route holds calls per tool: [routes.tools.\"NAME\".approval]",
         ));
     }
     if effect == Effect::Read {
@@ -145,6 +158,17 @@ pub(super) fn approval(
             "a read route claims nothing, so it holds nothing: approvals are for write routes",
         ));
     }
+    policy(field, &r.name, a, has_upstream_auth, secrets).map(Some)
+}
+
+/// An approval policy named `name` (a route's, or `route/tool`), checked.
+pub(super) fn policy(
+    field: &str,
+    name: &str,
+    a: &RawApproval,
+    has_upstream_auth: bool,
+    secrets: Secrets,
+) -> Result<Approval, ConfigError> {
     if !has_upstream_auth {
         return Err(invalid(
             field,
@@ -191,16 +215,16 @@ pub(super) fn approval(
         "approvers": a.approvers,
     });
     let notify = notify(field, a, secrets)?;
-    Ok(Some(Approval {
+    Ok(Approval {
         notify,
-        name: r.name.clone(),
+        name: name.to_owned(),
         when,
         approvals,
         expires,
         hold,
         approvers: a.approvers.clone(),
         hash: hex::encode(Sha256::digest(said.to_string().as_bytes())),
-    }))
+    })
 }
 
 /// A CEL condition, compiled; it may read only `args` and `subject`.

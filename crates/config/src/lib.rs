@@ -199,6 +199,8 @@ pub struct ToolRule {
     /// The arguments that make two calls the same effect (the route's when `None`).
     pub duplicate_on: Option<Vec<String>>,
     pub loop_guard: Option<LoopGuard>,
+    /// Which of its calls wait for operators' approval (policy `route/tool`).
+    pub approval: Option<Approval>,
 }
 
 /// A named value of a request, stored with its entry and searchable: from a JSON pointer into the

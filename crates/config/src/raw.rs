@@ -177,6 +177,8 @@ pub(super) struct RawTool {
     pub(super) subject: Option<std::collections::BTreeMap<String, String>>,
     pub(super) duplicate_on: Option<Vec<String>>,
     pub(super) loop_guard: Option<RawLoopGuard>,
+    /// `[routes.tools."name".approval]`: which of its calls wait for operators.
+    pub(super) approval: Option<super::approval::RawApproval>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -50,7 +50,7 @@ pub(super) fn route(
     let upstream = parse_upstream(&f.at("upstream"), &r.upstream)?;
     let effect = effect(&f, r, protocol)?;
     mcp_only_fields(&f, r, protocol)?;
-    let tools = tools(&f, r, protocol)?;
+    let tools = tools(&f, r, protocol, secrets)?;
     let key = key_source(&f, r, effect)?;
     let (scope_header, scope_required) = scope(&f, r)?;
     let timeout = parse_positive(&f.at("timeout"), r.timeout.as_deref().unwrap_or("10s"), "")?;
@@ -303,6 +303,7 @@ fn tools(
     f: &Fields<'_>,
     r: &RawRoute,
     protocol: Protocol,
+    secrets: Secrets,
 ) -> Result<BTreeMap<String, ToolRule>, ConfigError> {
     let mut out = BTreeMap::new();
     if protocol != Protocol::Mcp {
@@ -335,15 +336,28 @@ fn tools(
             }
             Some(k) => Some(k.arg.clone()),
         };
-        let secrets: Vec<String> = r
+        let secret_headers: Vec<String> = r
             .secret_headers
             .iter()
             .flatten()
             .map(|h| h.to_ascii_lowercase())
             .collect();
-        let subjects = subjects(&at("subject"), t.subject.as_ref(), &secrets)?;
+        let subjects = subjects(&at("subject"), t.subject.as_ref(), &secret_headers)?;
         let duplicate_on = duplicate_on(&at("duplicate_on"), t.duplicate_on.as_ref())?;
         let loop_guard = loop_guard(&at("loop_guard"), t.loop_guard.as_ref())?;
+        let approval = match &t.approval {
+            Some(_) if effect == Some(Effect::Read) => {
+                return Err(invalid(at("approval"), "a read tool's calls are not held"))
+            }
+            Some(a) => Some(crate::approval::policy(
+                &at("approval"),
+                &format!("{}/{name}", r.name),
+                a,
+                r.upstream_auth.is_some(),
+                secrets,
+            )?),
+            None => None,
+        };
         out.insert(
             name.clone(),
             ToolRule {
@@ -352,6 +366,7 @@ fn tools(
                 subjects,
                 duplicate_on,
                 loop_guard,
+                approval,
             },
         );
     }

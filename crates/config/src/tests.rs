@@ -598,4 +598,25 @@ fn an_approval_policy_is_checked_when_the_configuration_is() {
         let e = err(&route(auth, approval));
         assert!(e.contains(says), "{approval}: {e}");
     }
+    // An MCP route's approvals are its tools'.
+    let mcp = |auth: &str, table: &str| {
+        format!(
+            "{BASE}[[routes]]\nname = \"tools\"\npath = \"/mcp\"\nprotocol = \"mcp\"\n\
+             upstream = \"http://127.0.0.1:9\"\n{auth}\n[{table}]\nhold = \"1s\"\n"
+        )
+    };
+    let tools =
+        Config::parse(&mcp(auth, "routes.tools.\"refund\".approval")).expect("a tool's policy");
+    let refund = &tools.routes[0].tools["refund"];
+    assert_eq!(
+        refund.approval.as_ref().map(|a| a.name.as_str()),
+        Some("tools/refund")
+    );
+    let e = err(&mcp(auth, "routes.approval"));
+    assert!(e.contains("an MCP route holds calls per tool"), "{e}");
+    let e = err(&mcp("", "routes.tools.\"refund\".approval"));
+    assert!(
+        e.contains("tools.\"refund\".approval: a held call is forwarded later"),
+        "{e}"
+    );
 }

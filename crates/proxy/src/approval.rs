@@ -10,7 +10,7 @@ use idemgate_ledger::{
 };
 use serde_json::json;
 
-use crate::config::{Approval, Notify, Route};
+use crate::config::{Approval, Notify};
 use crate::engine::Engine;
 use crate::engine::ProxyBody;
 use crate::problem::{Code, Problem};
@@ -22,21 +22,21 @@ const LOOK_AGAIN: Duration = Duration::from_millis(100);
 /// How many approved calls one round takes to forward.
 const TAKE: u32 = 16;
 
-/// The approval a call of `route` must wait for, if its policy matches the call: `args` its JSON
-/// body, `subjects` its subjects. A condition that cannot be evaluated holds the call (fails
-/// closed), and says why in the server's log.
+/// The approval a call must wait for, if `policy` (its route's, or its MCP tool's) matches it:
+/// `args` its JSON body or arguments, `subjects` its subjects. A condition that cannot be
+/// evaluated holds the call (fails closed), and says why in the server's log.
 pub(crate) fn ask(
-    route: &Route,
+    policy: Option<&Approval>,
     args: Option<&serde_json::Value>,
     subjects: &[(String, String)],
 ) -> Option<ApprovalAsk> {
-    let policy = route.approval.as_ref()?;
+    let policy = policy?;
     if let Some(c) = &policy.when {
         match c.matches(args, subjects) {
             Ok(false) => return None,
             Ok(true) => {}
             Err(why) => tracing::warn!(
-                route = %route.name,
+                policy = %policy.name,
                 condition = %c.source,
                 error = %why,
                 "the approval condition could not be evaluated: the call is held"
@@ -94,7 +94,7 @@ impl Engine {
             .cfg
             .routes
             .iter()
-            .filter(|r| r.approval.is_some())
+            .filter(|r| r.approval.is_some() || r.tools.values().any(|t| t.approval.is_some()))
             .map(|r| r.lease)
             .max();
         let Some(lease) = lease else { return 0 };
@@ -210,10 +210,10 @@ const NOTIFY_TRIES: u32 = 5;
 const NOTIFY_BACKOFF: Duration = Duration::from_secs(1);
 
 impl Engine {
-    /// Tells the route's `notify` webhook of held entry `entry_id`, on a task of its own: retried
+    /// Tells `policy`'s `notify` webhook of held entry `entry_id`, on a task of its own: retried
     /// with backoff, a failure logged, never in the way of a request.
-    pub(crate) fn notify_approvers(&self, route: &Route, entry_id: i64) {
-        let Some(hook) = route.approval.as_ref().and_then(|a| a.notify.clone()) else {
+    pub(crate) fn notify_approvers(&self, policy: Option<&Approval>, entry_id: i64) {
+        let Some(hook) = policy.and_then(|a| a.notify.clone()) else {
             return;
         };
         let (store, client) = (self.store.clone(), self.client.clone());
@@ -313,3 +313,26 @@ async fn post(
 
 /// The header a webhook's signature travels in.
 pub const SIGNATURE_HEADER: &str = "x-idemgate-signature";
+
+/// An MCP call's answer while it is held: a tool result an agent reads (`isError`, so it is not
+/// taken for the tool's own), which idemgate gives and never records as the call's outcome.
+pub(crate) fn held_result(id: &serde_json::Value, entry_id: i64, expires_at: Millis) -> Vec<u8> {
+    tool_error(
+        id,
+        &format!(
+            "held for approval by an operator, entry {entry_id}, expires at {}; call again with \
+             the same arguments for the result",
+            rfc3339(expires_at)
+        ),
+    )
+}
+
+/// A tool result with `isError` and one text: idemgate's own answer to an MCP call.
+pub(crate) fn tool_error(id: &serde_json::Value, text: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "result": {"content": [{"type": "text", "text": text}], "isError": true},
+    }))
+    .unwrap_or_default()
+}

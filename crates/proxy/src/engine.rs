@@ -454,7 +454,7 @@ impl Engine {
         let dup_fp = route.duplicate_on.as_ref().map(|on| {
             crate::business::dup_fp(&route.name, &scope, route.duplicate_any_scope, on, json)
         });
-        let approval = crate::approval::ask(route, json, &subjects);
+        let approval = crate::approval::ask(route.approval.as_ref(), json, &subjects);
         if let Some(guard) = &route.loop_guard {
             let what = dup_fp.as_deref().unwrap_or(&fingerprint);
             self.guard_loop(req, None, &scope, &key, what, guard)
@@ -554,7 +554,7 @@ impl Engine {
                     requested,
                 }) => {
                     if requested {
-                        self.notify_approvers(route, entry_id);
+                        self.notify_approvers(route.approval.as_ref(), entry_id);
                     }
                     let hold = route.approval.as_ref().map(|a| a.hold).unwrap_or_default();
                     if !waited {

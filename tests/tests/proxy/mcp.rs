@@ -7,6 +7,7 @@ use std::io::{Read, Write};
 
 use super::*;
 
+mod approvals;
 mod refusals;
 mod sessions;
 

@@ -9,6 +9,7 @@
 //! errors ([`jsonrpc`] has the codes).
 
 mod attempt;
+mod claim;
 pub mod jsonrpc;
 mod sse;
 mod tools;
@@ -30,7 +31,7 @@ use jsonrpc::{Accept, Call, Message};
 pub use tools::{from_annotations, Source, Tools};
 
 use crate::config::Route;
-use crate::engine::{settled, Answer, Claimed, Engine, Req};
+use crate::engine::{Answer, Engine, Req};
 use crate::forward::{self, ReadAnswer};
 use crate::keys;
 use crate::problem::{Code, Problem};
@@ -313,6 +314,11 @@ impl Engine {
     async fn run_call(&self, req: &Req<'_>, p: Prepared, body: Bytes, sink: &Sink) {
         let route = req.route;
         let stored = stored_call(req, &p);
+        let policy = route
+            .tools
+            .get(&p.call.name)
+            .and_then(|t| t.approval.as_ref());
+        let approval = crate::approval::ask(policy, Some(&p.call.arguments), &p.subjects);
         let make = |at| ClaimRequest {
             route: route.name.clone(),
             scope: p.scope.clone(),
@@ -331,27 +337,13 @@ impl Engine {
             tool: Some(p.call.name.clone()),
             subjects: p.subjects.clone(),
             dup_fp: p.dup_fp.clone(),
-            approval: None,
+            approval: approval.clone(),
         };
         let id = &p.call.id;
         let _running = self.mcp_calls.start(&session_of(req.parts), id);
-        let claimed = self
-            .claim(route, &p.scope, &p.key, &p.fingerprint, make)
-            .await;
-        let (entry_id, attempt, _landing) = match claimed {
-            Ok(Claimed::Run {
-                entry_id,
-                attempt,
-                landing,
-            }) => (entry_id, attempt, landing),
-            Ok(Claimed::Settled(s)) => {
-                let answer = match settled(req.metrics, s) {
-                    Ok(stored) => replayed(stored, id, p.accept),
-                    Err(e) => jsonrpc::problem_answer(id, &e, p.accept),
-                };
-                return sink.finish_now(answer);
-            }
-            Err(e) => return sink.finish_now(jsonrpc::problem_answer(id, &e, p.accept)),
+        let (entry_id, attempt, _landing) = match self.claim_call(req, &p, policy, &make).await {
+            Ok(run) => run,
+            Err(answer) => return sink.finish_now(answer),
         };
         let pq = req.parts.uri.path_and_query().map_or("/", |q| q.as_str());
         let headers = self.forward_headers(req, Some(&p.upstream_key));

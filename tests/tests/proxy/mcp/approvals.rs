@@ -1,0 +1,125 @@
+//! An MCP tool's calls held for approval: the agent is told in a tool result it reads, nothing
+//! reaches the tool until an operator approves, then idemgate runs it once and the agent's next
+//! call (a new JSON-RPC id) gets its result; a rejected call is told why, and never runs.
+
+use super::*;
+
+const APPROVAL_MCP_CONFIG: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+ledger = "{ledger}"
+
+[defaults]
+lease = "4s"
+ttl = "1h"
+
+[[routes]]
+name = "tools"
+path = "/mcp"
+upstream = "{upstream}"
+protocol = "mcp"
+upstream_auth = { secret_env = "PAYMENTS_TOKEN", header = "Authorization" }
+scope.header = "X-Agent-Id"
+timeout = "2s"
+retry = { attempts = 3, base = "10ms", max = "50ms" }
+
+[routes.tools."refund"]
+subject = { amount = "/amount" }
+
+[routes.tools."refund".approval]
+when = 'args.amount > 1000'
+hold = "100ms"
+"#;
+
+/// The tool result's text, when idemgate held or refused the call (`isError`).
+fn held_text(r: &Resp) -> String {
+    let m = last_message(r);
+    assert_eq!(m["result"]["isError"], true, "{}", r.text());
+    m["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The entry a held call's text names.
+fn held_entry(text: &str) -> i64 {
+    let at = text.find("entry ").expect("an entry") + "entry ".len();
+    text[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no entry in {text:?}"))
+}
+
+#[test]
+fn a_tool_call_over_the_threshold_runs_once_an_operator_approves_it() {
+    let f = Fx::with_env(
+        APPROVAL_MCP_CONFIG,
+        &[("PAYMENTS_TOKEN", "Bearer sk_test_1")],
+    );
+    let big = json!({"order": "o-big", "amount": 5000});
+    let text = held_text(&rpc(&f, &call(1, "refund", big.clone()), &[]));
+    assert!(
+        text.starts_with("held for approval by an operator, entry "),
+        "{text}"
+    );
+    assert!(
+        text.contains("call again with the same arguments"),
+        "{text}"
+    );
+    let id = held_entry(&text);
+    assert_eq!(
+        effects(&f, "refund", "o-big"),
+        0,
+        "nothing reaches the tool"
+    );
+    // Below the threshold nothing is asked.
+    let small = rpc(
+        &f,
+        &call(2, "refund", json!({"order": "o-small", "amount": 10})),
+        &[],
+    );
+    assert_eq!(
+        last_message(&small)["result"]["isError"],
+        false,
+        "{}",
+        small.text()
+    );
+    assert_eq!(effects(&f, "refund", "o-small"), 1);
+    // The same call again (a new id) attaches to the same held entry.
+    let again = held_text(&rpc(&f, &call(3, "refund", big.clone()), &[]));
+    assert_eq!(held_entry(&again), id);
+    let approve = f.proxy.admin_post(
+        &format!("/admin/v1/approvals/{id}/approve"),
+        &json!({"operator": "olga", "reason": "refund agreed"}),
+    );
+    assert_eq!(approve.status, 200, "{}", approve.text());
+    eventually(10, "the approved call to run", || {
+        (effects(&f, "refund", "o-big") == 1).then_some(())
+    });
+    let done = rpc(&f, &call(4, "refund", big), &[]);
+    let m = last_message(&done);
+    assert_eq!(m["id"], 4);
+    assert_eq!(
+        m["result"]["structuredContent"]["effect"],
+        1,
+        "{}",
+        done.text()
+    );
+    assert_eq!(effects(&f, "refund", "o-big"), 1, "once");
+    // Rejected: the agent is told why, now and on every later call; the tool never hears of it.
+    let other = json!({"order": "o-no", "amount": 9000});
+    let id = held_entry(&held_text(&rpc(&f, &call(5, "refund", other.clone()), &[])));
+    let reject = f.proxy.admin_post(
+        &format!("/admin/v1/approvals/{id}/reject"),
+        &json!({"operator": "olga", "reason": "not this customer"}),
+    );
+    assert_eq!(reject.status, 200, "{}", reject.text());
+    let refused = held_text(&rpc(&f, &call(6, "refund", other), &[]));
+    assert!(
+        refused.contains("rejected") && refused.contains("not this customer"),
+        "{refused}"
+    );
+    assert_eq!(effects(&f, "refund", "o-no"), 0);
+}
