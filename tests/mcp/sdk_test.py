@@ -60,11 +60,17 @@ upstream = "http://127.0.0.1:{self.up_port}"
 protocol = "mcp"
 scope.header = "X-Agent-Id"
 timeout = "20s"
+upstream_auth = {{ secret_env = "PAYMENTS_TOKEN", header = "Authorization" }}
+
+[routes.tools."charge".approval]
+when = 'args.amount > 50000'
+hold = "200ms"
 """)
         self.idemgate = idemgate
         self.proxy = subprocess.Popen(
             [idemgate, "serve", "--config", cfg],
-            env={**os.environ, "IDEMGATE_ADMIN_TOKEN": TOKEN, "IDEMGATE_LOG": "info"},
+            env={**os.environ, "IDEMGATE_ADMIN_TOKEN": TOKEN, "IDEMGATE_LOG": "info",
+                 "PAYMENTS_TOKEN": "Bearer sk_test_mcp"},
             stdout=subprocess.DEVNULL,
             stderr=open(os.path.join(self.dir, "serve.log"), "w"),
         )
@@ -79,6 +85,16 @@ timeout = "20s"
         )
         with urllib.request.urlopen(req) as r:
             return json.load(r)["entries"]
+
+    def decide(self, entry_id: int, verdict: str, reason: str) -> None:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.admin_port}/admin/v1/approvals/{entry_id}/{verdict}",
+            data=json.dumps({"operator": "olga", "reason": reason}).encode(),
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req) as r:
+            assert r.status == 200, r.status
 
     def show(self, entry_id: int) -> str:
         out = subprocess.run(
@@ -188,6 +204,37 @@ async def two_agents_are_kept_apart(stack: Stack, mode: str) -> None:
     assert f"ch_shared-{mode}_2" in text(r), "each agent's call is its own: " + text(r)
 
 
+def held_entry(result) -> int:
+    """The entry a held call's tool result names."""
+    t = text(result)
+    assert result.is_error and t.startswith("held for approval by an operator, entry "), t
+    return int(t.split("entry ", 1)[1].split(",", 1)[0])
+
+
+async def a_large_charge_waits_for_an_operator(stack: Stack, mode: str) -> None:
+    order = f"big-{mode}"
+    args = {"order": order, "amount": 60000, "customer": "cus_7"}
+    async with client(stack, mode) as c:
+        entry = held_entry(await c.call_tool("charge", args))
+    assert await effects(stack, mode, order) == 0, "nothing ran before the approval"
+    stack.decide(entry, "approve", "agreed with the customer")
+    await eventually_async("the approved charge ran", lambda: ran_once(stack, mode, order))
+    async with client(stack, mode) as c:
+        r = await c.call_tool("charge", args)
+    assert not r.is_error and f"ch_{order}_1" in text(r), text(r)
+    assert await effects(stack, mode, order) == 1
+    # Rejected: the agent is told why, and the charge never runs.
+    order = f"no-{mode}"
+    args = {"order": order, "amount": 90000, "customer": "cus_8"}
+    async with client(stack, mode) as c:
+        entry = held_entry(await c.call_tool("charge", args))
+    stack.decide(entry, "reject", "not this customer")
+    async with client(stack, mode) as c:
+        r = await c.call_tool("charge", args)
+    assert r.is_error and "not this customer" in text(r), text(r)
+    assert await effects(stack, mode, order) == 0
+
+
 def typescript_client(stack: Stack) -> None:
     out = subprocess.run(
         ["node", os.path.join(HERE, "client.mjs"), stack.url],
@@ -212,7 +259,8 @@ def main() -> int:
     scenarios = []
     for mode in ["legacy", "2026-07-28"]:
         for s in (retried_charge_runs_once, progress_is_streamed,
-                  a_client_that_gives_up_does_not_cancel, two_agents_are_kept_apart):
+                  a_client_that_gives_up_does_not_cancel, two_agents_are_kept_apart,
+                  a_large_charge_waits_for_an_operator):
             scenarios.append((f"python {mode}: {s.__name__}", lambda s=s, m=mode: asyncio.run(s(stack, m))))
     scenarios.append(("typescript 2025-11-25: retried charge, timeout", lambda: typescript_client(stack)))
     try:

@@ -316,9 +316,15 @@ pub const SIGNATURE_HEADER: &str = "x-idemgate-signature";
 
 /// An MCP call's answer while it is held: a tool result an agent reads (`isError`, so it is not
 /// taken for the tool's own), which idemgate gives and never records as the call's outcome.
-pub(crate) fn held_result(id: &serde_json::Value, entry_id: i64, expires_at: Millis) -> Vec<u8> {
+pub(crate) fn held_result(
+    id: &serde_json::Value,
+    entry_id: i64,
+    expires_at: Millis,
+    tagged: bool,
+) -> Vec<u8> {
     tool_error(
         id,
+        tagged,
         &format!(
             "held for approval by an operator, entry {entry_id}, expires at {}; call again with \
              the same arguments for the result",
@@ -327,12 +333,13 @@ pub(crate) fn held_result(id: &serde_json::Value, entry_id: i64, expires_at: Mil
     )
 }
 
-/// A tool result with `isError` and one text: idemgate's own answer to an MCP call.
-pub(crate) fn tool_error(id: &serde_json::Value, text: &str) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "result": {"content": [{"type": "text", "text": text}], "isError": true},
-    }))
-    .unwrap_or_default()
+/// A tool result with `isError` and one text: idemgate's own answer to an MCP call. `tagged`:
+/// the client speaks a revision whose results name their type (2026-07-28 and later require
+/// `resultType`; earlier clients may refuse a member they do not know).
+pub(crate) fn tool_error(id: &serde_json::Value, tagged: bool, text: &str) -> Vec<u8> {
+    let mut result = json!({"content": [{"type": "text", "text": text}], "isError": true});
+    if tagged {
+        result["resultType"] = json!("complete");
+    }
+    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "result": result})).unwrap_or_default()
 }

@@ -2,7 +2,7 @@
 
 use idemgate_ledger::{ClaimOutcome, ClaimRequest};
 
-use super::{jsonrpc, replayed, Prepared};
+use super::{jsonrpc, replayed, tagged, Prepared};
 use crate::approval::Waited;
 use crate::engine::{settled, Claimed, Engine, Req};
 
@@ -20,6 +20,7 @@ impl Engine {
         axum::http::Response<crate::engine::ProxyBody>,
     > {
         let id = &p.call.id;
+        let tagged = tagged(req);
         let mut claimed = self
             .claim(req.route, &p.scope, &p.key, &p.fingerprint, make)
             .await;
@@ -36,7 +37,7 @@ impl Engine {
             }
             let hold = policy.map(|a| a.hold).unwrap_or_default();
             if let Waited::Held = self.wait_for_decision(entry_id, hold).await {
-                let held = crate::approval::held_result(id, entry_id, expires_at);
+                let held = crate::approval::held_result(id, entry_id, expires_at, tagged);
                 return Err(jsonrpc::answer(held, p.accept, 200));
             }
             claimed = self
@@ -55,7 +56,7 @@ impl Engine {
                 reason,
             })) => {
                 let refused = crate::approval::not_approved(entry_id, end, reason);
-                let text = crate::approval::tool_error(id, &refused.detail);
+                let text = crate::approval::tool_error(id, tagged, &refused.detail);
                 Err(jsonrpc::answer(text, p.accept, 200))
             }
             Ok(Claimed::Settled(ClaimOutcome::AwaitingApproval {
@@ -63,12 +64,12 @@ impl Engine {
                 expires_at,
                 ..
             })) => {
-                let held = crate::approval::held_result(id, entry_id, expires_at);
+                let held = crate::approval::held_result(id, entry_id, expires_at, tagged);
                 Err(jsonrpc::answer(held, p.accept, 200))
             }
             Ok(Claimed::Settled(s)) => {
                 let answer = match settled(req.metrics, s) {
-                    Ok(stored) => replayed(stored, id, p.accept),
+                    Ok(stored) => replayed(stored, id, p.accept, tagged),
                     Err(e) => jsonrpc::problem_answer(id, &e, p.accept),
                 };
                 Err(answer)

@@ -244,9 +244,33 @@ pub fn answer(message: Vec<u8>, accept: Accept, status: u16) -> Response<ProxyBo
 /// `message`, a stored JSON-RPC response, under `id`: the retry's own, which the client matches
 /// answers by. `None` when it is not a JSON object.
 pub fn with_id(message: &[u8], id: &Value) -> Option<Vec<u8>> {
+    for_client(message, id, None)
+}
+
+/// [`with_id`], its result in the shape of the client's revision when `tagged` says which: a
+/// result recorded under another revision (an operator's replay opens a session of its own)
+/// gets `resultType` for a client whose revision requires it (2026-07-28 and later), and loses
+/// it for an earlier one.
+pub fn for_client(message: &[u8], id: &Value, tagged: Option<bool>) -> Option<Vec<u8>> {
     let mut v: Value = serde_json::from_slice(message).ok()?;
-    v.as_object_mut()?.insert("id".into(), id.clone());
+    let o = v.as_object_mut()?;
+    o.insert("id".into(), id.clone());
+    if let (Some(tagged), Some(Value::Object(result))) = (tagged, o.get_mut("result")) {
+        if tagged {
+            result
+                .entry("resultType")
+                .or_insert_with(|| Value::from("complete"));
+        } else if result.get("resultType") == Some(&Value::from("complete")) {
+            result.remove("resultType");
+        }
+    }
     serde_json::to_vec(&v).ok()
+}
+
+/// Whether a client whose `MCP-Protocol-Version` is `version` reads results that name their
+/// type (`resultType`, 2026-07-28 and later: revisions are dates, so they compare as text).
+pub fn tagged_results(version: Option<&str>) -> bool {
+    version.is_some_and(|v| v >= "2026-07-28")
 }
 
 /// A JSON-RPC error response.
@@ -411,5 +435,23 @@ mod tests {
         );
         assert_eq!(v["error"]["data"]["retryAfter"], json!(2));
         assert_eq!(v["error"]["data"]["entryId"], json!(9));
+    }
+
+    #[test]
+    fn a_replayed_result_takes_the_shape_of_the_client_s_revision() {
+        let stored = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}"#;
+        let as_for = |m: &[u8], tagged| {
+            let v: Value =
+                serde_json::from_slice(&for_client(m, &json!(9), tagged).expect("object"))
+                    .expect("json");
+            (v["id"].clone(), v["result"]["resultType"].clone())
+        };
+        assert_eq!(as_for(stored, Some(true)), (json!(9), json!("complete")));
+        assert_eq!(as_for(stored, Some(false)), (json!(9), Value::Null));
+        let typed = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"resultType":"complete"}}"#;
+        assert_eq!(as_for(typed, Some(false)), (json!(9), Value::Null));
+        assert_eq!(as_for(typed, None), (json!(9), json!("complete")));
+        assert!(tagged_results(Some("2026-07-28")) && !tagged_results(Some("2025-11-25")));
+        assert!(!tagged_results(None));
     }
 }

@@ -295,7 +295,7 @@ impl Engine {
             req.metrics.replayed.increment(1);
             req.metrics.replays.increment(1);
             telemetry::outcome("replayed");
-            return Ok(replayed(stored, &p.call.id, p.accept));
+            return Ok(replayed(stored, &p.call.id, p.accept, tagged(req)));
         }
         let (sink, answer) = Sink::new();
         let e = Arc::clone(self);
@@ -373,6 +373,16 @@ impl Engine {
         let (whole, message) = driven(crate::drive::drive(self, route, call).await, id, p.accept);
         sink.finish(whole, &message).await;
     }
+}
+
+/// Whether the request's client reads results that name their type ([`jsonrpc::tagged_results`]).
+fn tagged(req: &Req<'_>) -> bool {
+    jsonrpc::tagged_results(
+        req.parts
+            .headers
+            .get("mcp-protocol-version")
+            .and_then(|v| v.to_str().ok()),
+    )
 }
 
 /// A call as the ledger keeps its request: a POST of the call without its `id`.
@@ -503,8 +513,9 @@ fn replayed(
     stored: ResponseRecord,
     id: &Value,
     accept: Accept,
+    tagged: bool,
 ) -> axum::http::Response<crate::engine::ProxyBody> {
-    match jsonrpc::with_id(&stored.body, id) {
+    match jsonrpc::for_client(&stored.body, id, Some(tagged)) {
         Some(m) => {
             let mut r = jsonrpc::answer(m, accept, 200);
             r.headers_mut().insert(
