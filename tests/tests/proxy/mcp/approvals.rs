@@ -30,6 +30,10 @@ subject = { amount = "/amount" }
 [routes.tools."refund".approval]
 when = 'args.amount > 1000'
 hold = "100ms"
+
+[routes.tools."charge".approval]
+expires = "1s"
+hold = "50ms"
 "#;
 
 /// The tool result's text, when idemgate held or refused the call (`isError`).
@@ -122,4 +126,28 @@ fn a_tool_call_over_the_threshold_runs_once_an_operator_approves_it() {
         "{refused}"
     );
     assert_eq!(effects(&f, "refund", "o-no"), 0);
+}
+
+#[test]
+fn a_tool_call_no_one_decides_on_expires_and_never_runs() {
+    let f = Fx::with_env(
+        APPROVAL_MCP_CONFIG,
+        &[("PAYMENTS_TOKEN", "Bearer sk_test_1")],
+    );
+    let args = json!({"order": "o-late", "amount": 5});
+    let id = held_entry(&held_text(&rpc(&f, &call(1, "charge", args.clone()), &[])));
+    let text = eventually(10, "the approval to expire", || {
+        let t = held_text(&rpc(&f, &call(2, "charge", args.clone()), &[]));
+        (!t.starts_with("held for approval")).then_some(t)
+    });
+    assert!(
+        text.contains("no operator decided on this call in time"),
+        "{text}"
+    );
+    let late = f.proxy.admin_post(
+        &format!("/admin/v1/approvals/{id}/approve"),
+        &json!({"operator": "olga", "reason": "too late"}),
+    );
+    assert_eq!(late.status, 409, "{}", late.text());
+    assert_eq!(effects(&f, "charge", "o-late"), 0);
 }
