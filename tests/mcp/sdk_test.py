@@ -214,8 +214,14 @@ def held_entry(result) -> int:
 async def a_large_charge_waits_for_an_operator(stack: Stack, mode: str) -> None:
     order = f"big-{mode}"
     args = {"order": order, "amount": 60000, "customer": "cus_7"}
+    seen = []
+
+    async def progress(p, total, message):
+        seen.append(message)
+
     async with client(stack, mode) as c:
-        entry = held_entry(await c.call_tool("charge", args))
+        entry = held_entry(await c.call_tool("charge", args, progress_callback=progress))
+    assert seen and "held for approval" in (seen[0] or ""), seen
     assert await effects(stack, mode, order) == 0, "nothing ran before the approval"
     stack.decide(entry, "approve", "agreed with the customer")
     await eventually_async("the approved charge ran", lambda: ran_once(stack, mode, order))

@@ -243,6 +243,12 @@ impl Sink {
         let _ = self.tx.try_send(raw);
     }
 
+    /// Sends `message` (a notification) as an event, opening the stream if it is not open.
+    pub(crate) fn notify(&self, message: &[u8]) {
+        self.open(&[("content-type".into(), "text/event-stream".into())]);
+        self.event(jsonrpc::event(message));
+    }
+
     /// Answers whole, before anything was streamed.
     pub(crate) fn finish_now(&self, whole: Response<ProxyBody>) {
         if let Some(head) = self.take_head() {

@@ -32,6 +32,8 @@ pub struct Call {
     pub meta_key: Option<Value>,
     /// The caller's trace context, from `params._meta`.
     pub trace: TraceMeta,
+    /// `params._meta.progressToken`: the client takes progress notifications for this call.
+    pub progress_token: Option<Value>,
 }
 
 /// The W3C trace context a request carries in `params._meta` (`traceparent`, `tracestate`), as
@@ -181,6 +183,10 @@ fn tools_call(m: &Map<String, Value>) -> Message {
             .and_then(|m| m.get(META_KEY))
             .cloned(),
         trace: TraceMeta::of(params),
+        progress_token: params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("progressToken"))
+            .cloned(),
     })
 }
 

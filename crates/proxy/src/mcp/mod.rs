@@ -341,9 +341,10 @@ impl Engine {
         };
         let id = &p.call.id;
         let _running = self.mcp_calls.start(&session_of(req.parts), id);
-        let (entry_id, attempt, _landing) = match self.claim_call(req, &p, policy, &make).await {
-            Ok(run) => run,
-            Err(answer) => return sink.finish_now(answer),
+        let Some((entry_id, attempt, _landing)) =
+            self.claim_call(req, &p, policy, &make, sink).await
+        else {
+            return;
         };
         let pq = req.parts.uri.path_and_query().map_or("/", |q| q.as_str());
         let headers = self.forward_headers(req, Some(&p.upstream_key));

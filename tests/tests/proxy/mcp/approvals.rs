@@ -63,7 +63,16 @@ fn a_tool_call_over_the_threshold_runs_once_an_operator_approves_it() {
         &[("PAYMENTS_TOKEN", "Bearer sk_test_1")],
     );
     let big = json!({"order": "o-big", "amount": 5000});
-    let text = held_text(&rpc(&f, &call(1, "refund", big.clone()), &[]));
+    // The call gave a progress token: while it waits it is told so, on an event stream.
+    let first = rpc(&f, &call(1, "refund", big.clone()), &[]);
+    assert_eq!(first.header("content-type"), Some("text/event-stream"));
+    let progress = first.text();
+    assert!(
+        progress.contains(r#""method":"notifications/progress""#),
+        "{progress}"
+    );
+    assert!(progress.contains(r#""progressToken":1"#), "{progress}");
+    let text = held_text(&first);
     assert!(
         text.starts_with("held for approval by an operator, entry "),
         "{text}"
