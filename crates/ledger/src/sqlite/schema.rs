@@ -332,7 +332,7 @@ fn approvals(conn: &Connection) -> Result<()> {
 }
 
 /// The approval's columns and the index the sweeper and the release read, on both backends.
-pub const APPROVAL_COLUMNS: &str = "
+const APPROVAL_COLUMNS: &str = "
 ALTER TABLE entries ADD COLUMN approval_policy TEXT;
 ALTER TABLE entries ADD COLUMN approval_hash TEXT;
 ALTER TABLE entries ADD COLUMN approvals_needed INTEGER;
