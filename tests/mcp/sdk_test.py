@@ -65,6 +65,11 @@ upstream_auth = {{ secret_env = "PAYMENTS_TOKEN", header = "Authorization" }}
 [routes.tools."charge".approval]
 when = 'args.amount > 50000'
 hold = "200ms"
+
+[routes.tools."slow_charge".approval]
+when = 'args.seconds > 100'
+expires = "1s"
+hold = "100ms"
 """)
         self.idemgate = idemgate
         self.proxy = subprocess.Popen(
@@ -241,6 +246,22 @@ async def a_large_charge_waits_for_an_operator(stack: Stack, mode: str) -> None:
     assert await effects(stack, mode, order) == 0
 
 
+async def an_undecided_charge_expires(stack: Stack, mode: str) -> None:
+    order = f"late-{mode}"
+    args = {"order": order, "seconds": 500}
+    async with client(stack, mode) as c:
+        held_entry(await c.call_tool("slow_charge", args))
+
+    async def expired():
+        async with client(stack, mode) as c:
+            r = await c.call_tool("slow_charge", args)
+        assert r.is_error, text(r)
+        return "no operator decided on this call in time" in text(r)
+
+    await eventually_async("the held charge to expire", expired)
+    assert await effects(stack, mode, order) == 0
+
+
 def typescript_client(stack: Stack) -> None:
     out = subprocess.run(
         ["node", os.path.join(HERE, "client.mjs"), stack.url],
@@ -266,7 +287,7 @@ def main() -> int:
     for mode in ["legacy", "2026-07-28"]:
         for s in (retried_charge_runs_once, progress_is_streamed,
                   a_client_that_gives_up_does_not_cancel, two_agents_are_kept_apart,
-                  a_large_charge_waits_for_an_operator):
+                  a_large_charge_waits_for_an_operator, an_undecided_charge_expires):
             scenarios.append((f"python {mode}: {s.__name__}", lambda s=s, m=mode: asyncio.run(s(stack, m))))
     scenarios.append(("typescript 2025-11-25: retried charge, timeout", lambda: typescript_client(stack)))
     try:
