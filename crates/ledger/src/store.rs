@@ -88,6 +88,9 @@ pub struct ApprovalAsk {
     pub expires_ms: i64,
     /// Who may decide (by name); `None`: any operator.
     pub approvers: Option<Vec<String>>,
+    /// Why the policy's condition could not be evaluated, when that is what held the call
+    /// (a condition fails closed): logged with the request.
+    pub unevaluated: Option<String>,
 }
 
 /// An operator's decision on a held call.

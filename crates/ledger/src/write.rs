@@ -539,7 +539,7 @@ fn rearm(
          external_ref = NULL, stuck_logged = 0, expiry_logged = 0, tool = ?13, subjects = ?14, \
          dup_fp = ?15, approval_policy = NULL, approval_hash = NULL, approvals_needed = NULL, \
          approval_expires_at = NULL, approved_by = NULL, approval_end = NULL, \
-         approval_ended_at = NULL WHERE id = ?1",
+         approval_ended_at = NULL, approvers = NULL WHERE id = ?1",
         vals![
             row.id,
             &req.fingerprint,

@@ -31,29 +31,30 @@ pub(crate) fn ask(
     subjects: &[(String, String)],
 ) -> Option<ApprovalAsk> {
     let policy = policy?;
+    let mut unevaluated = None;
     if let Some(c) = &policy.when {
         match c.matches(args, subjects) {
             Ok(false) => return None,
             Ok(true) => {}
-            Err(why) => tracing::warn!(
-                policy = %policy.name,
-                condition = %c.source,
-                error = %why,
-                "the approval condition could not be evaluated: the call is held"
-            ),
+            Err(why) => {
+                tracing::warn!(
+                    policy = %policy.name,
+                    condition = %c.source,
+                    error = %why,
+                    "the approval condition could not be evaluated: the call is held"
+                );
+                unevaluated = Some(why);
+            }
         }
     }
-    Some(asked(policy))
-}
-
-fn asked(policy: &Approval) -> ApprovalAsk {
-    ApprovalAsk {
+    Some(ApprovalAsk {
         policy: policy.name.clone(),
         policy_hash: policy.hash.clone(),
         needed: policy.approvals,
         expires_ms: policy.expires.as_millis() as i64,
         approvers: policy.approvers.clone(),
-    }
+        unevaluated,
+    })
 }
 
 /// How a held call's wait ended.

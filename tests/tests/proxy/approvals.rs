@@ -424,3 +424,32 @@ fn an_approval_given_while_no_server_runs_releases_the_call_once_after_a_sigkill
         "{by:?}"
     );
 }
+
+#[test]
+fn a_condition_that_cannot_be_evaluated_holds_the_call_and_says_why() {
+    let f = serve("1h", "100ms");
+    // No customer: the condition's second half has nothing to read, so the call is held.
+    let id = held(&post(
+        &f,
+        "/v1/refunds",
+        "r-unknown",
+        &json!({"amount": 10}),
+    ));
+    assert_eq!(f.upstream.counts.effects("r-unknown"), 0);
+    let log = f.proxy.admin_get(&format!("/admin/v1/entries/{id}")).json();
+    let requested = log["timeline"]
+        .as_array()
+        .expect("timeline")
+        .iter()
+        .find(|e| e["kind"] == "approval_requested")
+        .cloned()
+        .expect("the request is logged");
+    let detail: serde_json::Value =
+        serde_json::from_str(requested["detail"].as_str().unwrap_or("{}")).expect("detail");
+    assert!(
+        detail["unevaluated"]
+            .as_str()
+            .is_some_and(|w| w.contains("customer")),
+        "{detail}"
+    );
+}

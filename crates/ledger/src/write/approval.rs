@@ -48,7 +48,7 @@ pub(super) fn hold(
         ],
     )?;
     moved(ctx, Some(State::Pending), Some(State::AwaitingApproval));
-    let detail = json!({
+    let mut detail = json!({
         "policy": ask.policy,
         "policy_hash": ask.policy_hash,
         "approvals": ask.needed,
@@ -56,6 +56,9 @@ pub(super) fn hold(
         "expires_at": expires_at,
         "fingerprint": req.fingerprint,
     });
+    if let Some(why) = &ask.unevaluated {
+        detail["unevaluated"] = json!(why);
+    }
     append(
         ctx,
         NewEvent {

@@ -10,6 +10,7 @@ fn ask(needed: u32, expires_ms: i64, approvers: Option<&[&str]>) -> ApprovalAsk 
         needed,
         expires_ms,
         approvers: approvers.map(|a| a.iter().map(|s| (*s).to_owned()).collect()),
+        unevaluated: None,
     }
 }
 

@@ -16,6 +16,7 @@ fn ask() -> ApprovalAsk {
         needed: 2,
         expires_ms: 2 * HOUR,
         approvers: None,
+        unevaluated: None,
     }
 }
 
