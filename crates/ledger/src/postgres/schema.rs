@@ -249,6 +249,7 @@ ALTER TABLE entries ADD COLUMN approved_by TEXT;
 ALTER TABLE entries ADD COLUMN approval_end TEXT;
 ALTER TABLE entries ADD COLUMN approval_ended_at BIGINT;
 CREATE INDEX entries_awaiting ON entries (approval_expires_at) WHERE state = 'awaiting_approval';
+CREATE INDEX entries_held ON entries (id) WHERE approval_policy IS NOT NULL;
 INSERT INTO entry_counts (state, n) VALUES ('awaiting_approval', 0);
 "#,
 ];

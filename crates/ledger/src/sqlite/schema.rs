@@ -331,7 +331,8 @@ fn approvals(conn: &Connection) -> Result<()> {
     Ok(())
 }
 
-/// The approval's columns and the index the sweeper and the release read, on both backends.
+/// The approval's columns, and the indexes of the calls held now (the sweeper's and the
+/// release's reads, the open inbox) and of every call ever held (the whole inbox).
 const APPROVAL_COLUMNS: &str = "
 ALTER TABLE entries ADD COLUMN approval_policy TEXT;
 ALTER TABLE entries ADD COLUMN approval_hash TEXT;
@@ -342,6 +343,7 @@ ALTER TABLE entries ADD COLUMN approved_by TEXT;
 ALTER TABLE entries ADD COLUMN approval_end TEXT;
 ALTER TABLE entries ADD COLUMN approval_ended_at INTEGER;
 CREATE INDEX entries_awaiting ON entries (approval_expires_at) WHERE state = 'awaiting_approval';
+CREATE INDEX entries_held ON entries (id) WHERE approval_policy IS NOT NULL;
 INSERT INTO entry_counts (state, n) VALUES ('awaiting_approval', 0);
 ";
 
