@@ -125,11 +125,17 @@ pub(crate) fn decide(ctx: &mut Ctx<'_>, req: &DecideRequest) -> Result<Approval>
         "expires_at": approval.expires_at,
     });
     if req.approve {
-        approve(ctx, &row, &approval, req, bound)?;
+        approve(ctx, &row, approval, req, bound)
     } else {
-        reject(ctx, &row, req, bound)?;
+        let mut ev = row.event(req.at, EventKind::Rejected, bound);
+        ev.actor = Some(&req.actor);
+        close(ctx, &row, ApprovalEnd::Rejected, ev)?;
+        Ok(Approval {
+            end: Some(ApprovalEnd::Rejected),
+            ended_at: Some(req.at),
+            ..approval
+        })
     }
-    Ok(read::approval(ctx.db, row.id)?.unwrap_or(approval))
 }
 
 /// Whether `req` may decide on held entry `row`: in its window, on the request it holds, by an
@@ -180,18 +186,19 @@ fn check_decision(row: &Row, approval: &Approval, req: &DecideRequest) -> Result
     Ok(())
 }
 
-/// Adds an approval; the last one the policy needs releases the call (a server takes it).
+/// Adds an approval; the last one the policy needs releases the call (a server takes it). The
+/// approval as it now stands.
 fn approve(
     ctx: &mut Ctx<'_>,
     row: &Row,
-    approval: &Approval,
+    mut approval: Approval,
     req: &DecideRequest,
     mut detail: serde_json::Value,
-) -> Result<()> {
-    let mut by = approval.approved_by.clone();
-    by.push(req.actor.operator.clone());
+) -> Result<Approval> {
+    approval.approved_by.push(req.actor.operator.clone());
+    let by = &approval.approved_by;
     let released = by.len() >= approval.needed as usize;
-    let by_json = serde_json::to_string(&by).unwrap_or_default();
+    let by_json = serde_json::to_string(by).unwrap_or_default();
     ctx.db.exec(
         "UPDATE entries SET approved_by = ?2, updated_at = ?3, approval_end = ?4, \
          approval_ended_at = ?5 WHERE id = ?1",
@@ -208,31 +215,31 @@ fn approve(
     let mut ev = row.event(req.at, EventKind::Approved, detail);
     ev.actor = Some(&req.actor);
     append(ctx, ev)?;
-    Ok(())
+    if released {
+        approval.end = Some(ApprovalEnd::Approved);
+        approval.ended_at = Some(req.at);
+    }
+    Ok(approval)
 }
 
-/// Rejects the call: it fails, never runs, and its retries are told the operator's reason.
-fn reject(
-    ctx: &mut Ctx<'_>,
-    row: &Row,
-    req: &DecideRequest,
-    detail: serde_json::Value,
-) -> Result<()> {
+/// Ends held entry `row`'s approval as `end` (rejected, or expired) with the event `ev` that
+/// says so: it fails, never runs, and its retries are told why (a rejection's operator and
+/// reason are kept as the entry's resolution).
+fn close(ctx: &mut Ctx<'_>, row: &Row, end: ApprovalEnd, ev: NewEvent<'_>) -> Result<()> {
     ctx.db.exec(
-        "UPDATE entries SET state = 'failed', approval_end = 'rejected', \
-         approval_ended_at = ?2, updated_at = ?2, resolved_by = ?3, resolution_reason = ?4, \
-         expires_at = ?5, expiry_logged = 0 WHERE id = ?1",
+        "UPDATE entries SET state = 'failed', approval_end = ?2, approval_ended_at = ?3, \
+         updated_at = ?3, resolved_by = ?4, resolution_reason = ?5, expires_at = ?6, \
+         expiry_logged = 0 WHERE id = ?1",
         vals![
             row.id,
-            req.at,
-            &req.actor.operator,
-            &req.actor.reason,
-            req.at + ttl_of(row)
+            end.as_str(),
+            ev.at,
+            ev.actor.map(|a| a.operator.as_str()),
+            ev.actor.map(|a| a.reason.as_str()),
+            ev.at + ttl_of(row)
         ],
     )?;
     moved(ctx, Some(State::AwaitingApproval), Some(State::Failed));
-    let mut ev = row.event(req.at, EventKind::Rejected, detail);
-    ev.actor = Some(&req.actor);
     append(ctx, ev)?;
     Ok(())
 }
@@ -280,36 +287,16 @@ pub(crate) fn take_approved(
                 json!({"attempt": row.attempts, "after": "approval", "owner": owner}),
             ),
         )?;
-        let detail = read::entry(ctx.db, row.id, at)?;
-        let request = detail.request.clone().ok_or_else(|| {
-            LedgerError::Corrupt(format!("entry {} has no stored request", row.id))
-        })?;
-        taken.push(Redrive {
-            entry: detail.summary,
-            request,
-            attempt: row.attempts,
-        });
+        taken.push(super::operator::handed_out(ctx, row.id, row.attempts, at)?);
     }
     Ok(taken)
 }
 
 /// Ends held entry `row`'s approval as expired: it fails, and never runs.
 pub(super) fn lapse(ctx: &mut Ctx<'_>, row: &Row, at: Millis) -> Result<()> {
-    ctx.db.exec(
-        "UPDATE entries SET state = 'failed', approval_end = 'expired', approval_ended_at = ?2, \
-         updated_at = ?2, expires_at = ?3, expiry_logged = 0 WHERE id = ?1",
-        vals![row.id, at, at + ttl_of(row)],
-    )?;
-    moved(ctx, Some(State::AwaitingApproval), Some(State::Failed));
-    append(
-        ctx,
-        row.event(
-            at,
-            EventKind::ApprovalExpired,
-            json!({"expires_at": row.approval_expires_at}),
-        ),
-    )?;
-    Ok(())
+    let detail = json!({"expires_at": row.approval_expires_at});
+    let ev = row.event(at, EventKind::ApprovalExpired, detail);
+    close(ctx, row, ApprovalEnd::Expired, ev)
 }
 
 /// The held entries whose window has passed undecided, at most `limit`.

@@ -10,7 +10,7 @@ use crate::canon::sha256_hex;
 use crate::db::vals;
 use crate::entry_row::{row_by_id, Row};
 use crate::error::{LedgerError, Result};
-use crate::model::{EntrySummary, EventKind, Review, State};
+use crate::model::{EntrySummary, EventKind, Millis, Review, State};
 use crate::prepared::headers_json;
 use crate::read;
 use crate::store::{
@@ -95,7 +95,7 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: &ResolveRequest) -> Result<EntrySu
 
 /// An operator resolves a stuck, released or failed entry: not one in flight, completed, or held
 /// for an approval (that is the approvers' to decide).
-fn check_resolvable(row: &Row, at: crate::model::Millis) -> Result<()> {
+fn check_resolvable(row: &Row, at: Millis) -> Result<()> {
     let refuse = |needed| LedgerError::InvalidTransition {
         id: row.id,
         state: if row.state == State::Pending {
@@ -197,11 +197,16 @@ pub(crate) fn redrive(ctx: &mut Ctx<'_>, req: &RedriveRequest) -> Result<Redrive
     );
     ev.actor = Some(&req.actor);
     append(ctx, ev)?;
-    let detail = read::entry(ctx.db, row.id, req.at)?;
+    handed_out(ctx, row.id, attempt, req.at)
+}
+
+/// Entry `id`, just leased for `attempt`, as its new lease owner drives it: the entry and its
+/// stored request.
+pub(super) fn handed_out(ctx: &mut Ctx<'_>, id: i64, attempt: i64, at: Millis) -> Result<Redrive> {
+    let detail = read::entry(ctx.db, id, at)?;
     let request = detail
         .request
-        .clone()
-        .ok_or_else(|| LedgerError::Corrupt(format!("entry {} has no stored request", row.id)))?;
+        .ok_or_else(|| LedgerError::Corrupt(format!("entry {id} has no stored request")))?;
     Ok(Redrive {
         entry: detail.summary,
         request,
