@@ -111,7 +111,7 @@ impl Ops {
             })
             .recv()
             .await?;
-        let result = redrive::replay(upstream, route, &d, rd.request, rd.attempt).await?;
+        let result = redrive::replay(upstream, route, rd).await?;
         let entry = self.entry_now(id).await?.summary;
         Ok(match result {
             Ok(status) => ReplayReport {

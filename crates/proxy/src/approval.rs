@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, HeaderValue, Method, Response};
 use idemgate_ledger::{
-    now_millis, rfc3339, ApprovalAsk, ApprovalEnd, Millis, RequestRecord, ResponseRecord, State,
+    now_millis, rfc3339, ApprovalAsk, ApprovalEnd, Millis, Redrive, ResponseRecord, State,
 };
 use serde_json::json;
 
@@ -116,30 +116,26 @@ impl Engine {
                 return 0;
             }
         };
-        for r in &taken {
-            let (e, id, request, attempt) =
-                (self.clone(), r.entry.id, r.request.clone(), r.attempt);
-            let route = r.entry.route.clone();
-            self.requests.spawn(async move {
-                e.forward_approved(&route, id, request, attempt).await;
-            });
+        let n = taken.len();
+        for rd in taken {
+            let e = self.clone();
+            self.requests
+                .spawn(async move { e.forward_approved(rd).await });
         }
-        taken.len()
+        n
     }
 
-    async fn forward_approved(&self, route: &str, id: i64, request: RequestRecord, attempt: i64) {
-        let Some(route) = self.cfg.routes.iter().find(|r| r.name == route) else {
-            let rep = self.report(id, format!("route {route} is no longer configured"));
+    async fn forward_approved(&self, rd: Redrive) {
+        let id = rd.entry.id;
+        let Some(route) = self.cfg.routes.iter().find(|r| r.name == rd.entry.route) else {
+            let rep = self.report(
+                id,
+                format!("route {} is no longer configured", rd.entry.route),
+            );
             let _ = self.settle(Outcome::Release(rep)).await;
             return;
         };
-        let store = self.store.clone();
-        let detail = tokio::task::spawn_blocking(move || store.entry(id, now_millis())).await;
-        let Ok(Ok(detail)) = detail else {
-            tracing::warn!(entry = id, "an approved call's entry could not be read; it stays leased and shows as stuck if it is never sent");
-            return;
-        };
-        match crate::redrive::replay(self, route, &detail, request, attempt).await {
+        match crate::redrive::replay(self, route, rd).await {
             Ok(Ok(status)) => tracing::info!(entry = id, status, "approved call forwarded"),
             Ok(Err(p)) => {
                 tracing::warn!(entry = id, code = %p.code, detail = %p.detail, "approved call not completed")

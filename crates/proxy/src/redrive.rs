@@ -5,7 +5,7 @@
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use bytes::Bytes;
-use idemgate_ledger::{EntryDetail, RequestRecord, ResponseRecord};
+use idemgate_ledger::{EntryDetail, Redrive, RequestRecord, ResponseRecord};
 
 use crate::config::{Protocol, Reconcile, Route};
 use crate::engine::{drive, ClaimedCall, Engine, UPSTREAM_KEY_HEADER};
@@ -28,25 +28,29 @@ pub enum RedriveError {
 /// have answered a client with (not executed, unknown).
 pub type Redriven = Result<u16, Problem>;
 
-/// The key `d`'s upstream was sent: kept with its request when it is not the entry's own
-/// ([`crate::keys::upstream_key`]), else the entry's key.
+/// The key `d`'s upstream was sent ([`sent_key`]).
 pub fn upstream_key(d: &EntryDetail) -> String {
-    d.request
-        .as_ref()
-        .and_then(|r| r.headers.iter().find(|(n, _)| n == UPSTREAM_KEY_HEADER))
-        .map_or_else(|| d.summary.key.clone(), |(_, v)| v.clone())
+    sent_key(&d.summary.key, d.request.as_ref())
 }
 
-/// Sends `request`, the stored request of entry `d` (already taken back from the ledger for
-/// `attempt`), upstream through `route` as the proxy sends a write: the route's credential, the
-/// key the first attempt sent, its retries, and its outcome recorded on the entry.
-pub async fn replay(
-    e: &Engine,
-    route: &Route,
-    d: &EntryDetail,
-    request: RequestRecord,
-    attempt: i64,
-) -> Result<Redriven, RedriveError> {
+/// The key the upstream of an entry with `key` and stored `request` was sent: kept with its
+/// request when it is not the entry's own ([`crate::keys::upstream_key`]), else the entry's key.
+fn sent_key(key: &str, request: Option<&RequestRecord>) -> String {
+    request
+        .and_then(|r| r.headers.iter().find(|(n, _)| n == UPSTREAM_KEY_HEADER))
+        .map_or_else(|| key.to_owned(), |(_, v)| v.clone())
+}
+
+/// Sends the stored request of `rd`'s entry (already taken back from the ledger for its attempt:
+/// an operator's re-drive, or an approved call taken) upstream through `route` as the proxy sends
+/// a write: the route's credential, the key the first attempt sent, its retries, and its outcome
+/// recorded on the entry.
+pub async fn replay(e: &Engine, route: &Route, rd: Redrive) -> Result<Redriven, RedriveError> {
+    let Redrive {
+        entry: d,
+        request,
+        attempt,
+    } = rd;
     let mut headers = HeaderMap::new();
     for (n, v) in &request.headers {
         if let (Ok(n), Ok(v)) = (
@@ -64,18 +68,18 @@ pub async fn replay(
     }
     // The key the first attempt sent, as the proxy does: a replay is the same request.
     headers.remove(UPSTREAM_KEY_HEADER);
-    crate::keys::send_key(route, &mut headers, &upstream_key(d));
+    crate::keys::send_key(route, &mut headers, &sent_key(&d.key, Some(&request)));
     let method = Method::from_bytes(request.method.as_bytes()).unwrap_or(Method::POST);
     let uri = forward::upstream_uri(&route.upstream, &request.path)
         .map_err(RedriveError::StoredRequest)?;
     // An MCP entry's call is sent as a new `tools/call`, in a session of its own.
     let mcp = (route.protocol == Protocol::Mcp).then(|| McpCall::Replay {
-        tool: d.summary.tool.clone().unwrap_or_default(),
+        tool: d.tool.clone().unwrap_or_default(),
     });
     let call = ClaimedCall {
-        entry_id: d.summary.id,
+        entry_id: d.id,
         first_attempt: attempt,
-        effect: d.summary.effect,
+        effect: d.effect,
         via: mcp.as_ref().map_or(Via::Http, Via::Mcp),
         method: &method,
         uri,
