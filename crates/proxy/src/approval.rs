@@ -6,15 +6,66 @@ use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, HeaderValue, Method, Response};
 use idemgate_ledger::{
-    now_millis, rfc3339, ApprovalAsk, ApprovalEnd, Millis, Redrive, ResponseRecord, State,
+    now_millis, rfc3339, ApprovalAsk, ApprovalEnd, ClaimOutcome, ClaimRequest, Millis, Redrive,
+    ResponseRecord, State,
 };
 use serde_json::json;
 
+use crate::claim::Claimed;
+use crate::config::Route;
 use crate::config::{Approval, Notify};
 use crate::engine::Engine;
 use crate::engine::ProxyBody;
 use crate::problem::{Code, Problem};
 use crate::settle::Outcome;
+
+/// A write's key as [`Engine::claim`] takes it: its route, scope, key and fingerprint.
+pub(crate) type Keyed<'a> = (&'a Route, &'a str, &'a str, &'a str);
+
+impl Engine {
+    /// Claims a write as [`Engine::claim`] does. A call `policy` holds (a new request for
+    /// approval is announced to its webhook) waits for its decision (`wait`, given the
+    /// policy's `hold`) and is claimed again for its answer: the result, or why it will not
+    /// run. Still undecided when the wait ends, the answer is the claim's `AwaitingApproval`.
+    pub(crate) async fn claim_approved<'e, F>(
+        &'e self,
+        (route, scope, key, fingerprint): Keyed<'_>,
+        make: &impl Fn(Millis) -> ClaimRequest,
+        policy: Option<&Approval>,
+        wait: impl FnOnce(i64, Duration) -> F,
+    ) -> Result<Claimed<'e>, Problem>
+    where
+        F: std::future::Future<Output = Waited>,
+    {
+        let first = self.claim(route, scope, key, fingerprint, make).await?;
+        let Some(entry_id) = self.held(&first, policy) else {
+            return Ok(first);
+        };
+        if let Waited::Held = wait(entry_id, policy.map(|a| a.hold).unwrap_or_default()).await {
+            return Ok(first);
+        }
+        let again = self.claim(route, scope, key, fingerprint, make).await?;
+        self.held(&again, policy);
+        Ok(again)
+    }
+
+    /// The entry `claimed` holds for approval, if it does; a request this claim made is
+    /// announced.
+    fn held(&self, claimed: &Claimed<'_>, policy: Option<&Approval>) -> Option<i64> {
+        let Claimed::Settled(ClaimOutcome::AwaitingApproval {
+            entry_id,
+            requested,
+            ..
+        }) = claimed
+        else {
+            return None;
+        };
+        if *requested {
+            self.notify_approvers(policy, *entry_id);
+        }
+        Some(*entry_id)
+    }
+}
 
 /// How often a held request looks at its entry again.
 const LOOK_AGAIN: Duration = Duration::from_millis(100);

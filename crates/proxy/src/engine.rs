@@ -24,7 +24,6 @@ use metrics::{counter, Histogram};
 use opentelemetry::trace::SpanKind;
 use opentelemetry::KeyValue;
 
-use crate::approval::Waited;
 use crate::config::{Config, Protocol, Route};
 use crate::flights::Flights;
 use crate::forward::{self, HttpClient};
@@ -532,41 +531,30 @@ impl Engine {
             dup_fp: dup_fp.clone(),
             approval: approval.clone(),
         };
-        let mut waited = false;
-        loop {
-            return match self
-                .claim(route, &scope, &key, &fingerprint, &claim)
-                .await?
-            {
-                Claimed::Run {
-                    entry_id,
-                    attempt,
-                    landing: _landing,
-                } => {
-                    self.execute(req, &key, &upstream_key, body, entry_id, attempt)
-                        .await
-                }
-                // Held: the request waits for the decision, then claims again for its answer
-                // (the result, or why it will not run); once only, then it is told to ask again.
-                Claimed::Settled(ClaimOutcome::AwaitingApproval {
-                    entry_id,
-                    expires_at,
-                    requested,
-                }) => {
-                    if requested {
-                        self.notify_approvers(route.approval.as_ref(), entry_id);
-                    }
-                    let hold = route.approval.as_ref().map(|a| a.hold).unwrap_or_default();
-                    if !waited {
-                        waited = true;
-                        if let Waited::Decided = self.wait_for_decision(entry_id, hold).await {
-                            continue;
-                        }
-                    }
-                    Ok(crate::approval::pending(entry_id, expires_at, &key))
-                }
-                Claimed::Settled(settled) => answer_settled(req, &key, settled),
-            };
+        let claimed = self
+            .claim_approved(
+                (route, &scope, &key, &fingerprint),
+                &claim,
+                route.approval.as_ref(),
+                |id, hold| self.wait_for_decision(id, hold),
+            )
+            .await?;
+        match claimed {
+            Claimed::Run {
+                entry_id,
+                attempt,
+                landing: _landing,
+            } => {
+                self.execute(req, &key, &upstream_key, body, entry_id, attempt)
+                    .await
+            }
+            // Still held after its wait: it is told to ask again.
+            Claimed::Settled(ClaimOutcome::AwaitingApproval {
+                entry_id,
+                expires_at,
+                ..
+            }) => Ok(crate::approval::pending(entry_id, expires_at, &key)),
+            Claimed::Settled(settled) => answer_settled(req, &key, settled),
         }
     }
 

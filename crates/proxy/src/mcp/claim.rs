@@ -30,32 +30,18 @@ impl Engine {
     ) -> Option<(i64, i64, Landing<'e>)> {
         let id = &p.call.id;
         let tagged = tagged(req);
-        let mut claimed = self
-            .claim(req.route, &p.scope, &p.key, &p.fingerprint, make)
-            .await;
-        // Held: the call waits for the decision, then is claimed again for its answer (the
-        // result, or why it will not run); still undecided, the agent is told to call again.
-        if let Ok(Claimed::Settled(ClaimOutcome::AwaitingApproval {
-            entry_id,
-            expires_at,
-            requested,
-        })) = claimed
-        {
-            if requested {
-                self.notify_approvers(policy, entry_id);
-            }
-            let hold = policy.map(|a| a.hold).unwrap_or_default();
+        let hold_call = |entry_id, hold| {
             let progress = p.call.progress_token.clone().filter(|_| streams(req));
-            if let Waited::Held = self.hold_call(entry_id, hold, progress, sink).await {
-                let held = held_result(id, entry_id, expires_at, tagged);
-                sink.finish(jsonrpc::answer(held.clone(), p.accept, 200), &held)
-                    .await;
-                return None;
-            }
-            claimed = self
-                .claim(req.route, &p.scope, &p.key, &p.fingerprint, make)
-                .await;
-        }
+            self.hold_call(entry_id, hold, progress, sink)
+        };
+        let claimed = self
+            .claim_approved(
+                (req.route, &p.scope, &p.key, &p.fingerprint),
+                make,
+                policy,
+                hold_call,
+            )
+            .await;
         let (whole, message) = match claimed {
             Ok(Claimed::Run {
                 entry_id,
