@@ -18,14 +18,18 @@ TOKEN = "bench-" + uuid.uuid4().hex
 
 
 def _upstream():
-    """A threaded HTTP upstream that notes, per idempotency key, when it first arrived."""
+    """A threaded HTTP upstream that notes, per idempotency key, when it first arrived; the
+    condition is notified on each arrival."""
     seen = {}
+    arrived = threading.Condition()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802 - the stdlib's name
             at = time.time()
             self.rfile.read(int(self.headers.get("content-length") or 0))
-            seen.setdefault(self.headers.get("idempotency-key", ""), at)
+            with arrived:
+                seen.setdefault(self.headers.get("idempotency-key", ""), at)
+                arrived.notify_all()
             self.send_response(201)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", "2")
@@ -37,7 +41,7 @@ def _upstream():
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, seen
+    return server, seen, arrived
 
 
 def _call(port, method, path, body, headers):
@@ -51,7 +55,7 @@ def _call(port, method, path, body, headers):
 
 def measure(idemgate, work, n):
     """Sorted milliseconds from each approval's answer to its call's arrival upstream."""
-    upstream, seen = _upstream()
+    upstream, seen, arrived = _upstream()
     port, admin = free_port(), free_port()
     config = os.path.join(work, "approvals.toml")
     with open(config, "w") as f:
@@ -89,10 +93,9 @@ hold = "1ms"
             approved = time.time()
             if status != 200:
                 raise SystemExit(f"bench: the approval was answered {status}: {body[:200]!r}")
-            end = approved + 10
-            while key not in seen and time.time() < end:
-                time.sleep(0.001)
-            if key not in seen:
+            with arrived:
+                got = arrived.wait_for(lambda: key in seen, timeout=10)
+            if not got:
                 raise SystemExit(f"bench: approved call {entry} did not reach the upstream in 10 s")
             lat.append(max(0.0, seen[key] - approved) * 1000)
     finally:
