@@ -1,6 +1,7 @@
 // The UI against a mocked IPC: TauriTransport over a fake `invoke`, so the commands' names and
 // argument shapes are what is tested, with the views and the action dialog driven like a user.
 import { ADA, base, entry, inBrowser, q, setup, tick, until } from "./test-support";
+import { isoTime } from "./format";
 
 describe("console UI", () => {
   it("shows the overview counts from the stats command", async () => {
@@ -392,20 +393,23 @@ describe("console UI, keyboard and ledgers", () => {
   });
 
   it("shows the retention policy's last run on the overview, and says when none has run", async () => {
-    const status = { policy: "retention policy: entries = 30d, log_hot = 90d, archive_dir = /arch", last_run_at: Date.now() - 60_000, last_run: { purged: 12, segments: 2, archived_through: 9000, removed: 9000 }, segments: 5, archived_through: 9000, archive_dir: "/arch" };
+    const since = Date.UTC(2026, 10, 27, 9, 30);
+    const status = { policy: "retention policy: entries = 30d, log_hot = 90d, archive_dir = /arch", last_run_at: Date.now() - 60_000, last_run: { purged: 12, segments: 2, archived_through: 9000, removed: 9000 }, segments: 5, archived_through: 9000, archive_dir: "/arch", leader: { instance: "db-2:812:0a1f", since } };
     const { app } = setup({ ...base, retention_status: () => status });
     await app.start();
     expect(q("retention-policy").textContent).toBe(status.policy);
     expect(q("retention-last-run").textContent).toContain("purged 12 · 2 segment(s) sealed");
     expect(q("retention-archive").textContent).toBe("archived through #9000 in 5 segment(s) · /arch");
-    const none = setup({ ...base, retention_status: () => ({ ...status, policy: null, last_run_at: null, last_run: null, segments: 0, archived_through: null, archive_dir: null }) });
+    expect(q("retention-leader").textContent).toBe(`kept by instance db-2:812:0a1f, leading since ${isoTime(since)}`);
+    const none = setup({ ...base, retention_status: () => ({ ...status, policy: null, last_run_at: null, last_run: null, segments: 0, archived_through: null, archive_dir: null, leader: null }) });
     await none.app.start();
     expect(q("retention-none")).toBeTruthy();
+    expect(document.querySelector('[data-testid="retention-leader"]')).toBeNull();
   });
 
   it("lists the archive's segments and verifies them with progress, naming a bad one", async () => {
     const seg = (first: number, last: number, over: Record<string, unknown> = {}) => ({ file: `events-${first}-${last}.ndjson.gz`, first_seq: first, last_seq: last, count: last - first + 1, bytes: 90_000, checkpoint: { origin: "h/idemgate", seq: last, hash: "abcdef0123456789", time: "t", key: "k", note: "n" }, recorded: true, checked: false, ok: true, problems: [], ...over });
-    const status = { policy: "p", last_run_at: 1, last_run: null, segments: 2, archived_through: 20, archive_dir: "/arch" };
+    const status = { policy: "p", last_run_at: 1, last_run: null, segments: 2, archived_through: 20, archive_dir: "/arch", leader: null };
     let progress: ((e: { payload: unknown }) => void) | null = null;
     const listen = async (_: string, f: (e: { payload: unknown }) => void) => { progress = f; return () => { progress = null; }; };
     const report = { ok: false, dir: "/arch", segments: [seg(1, 10, { checked: true }), seg(11, 20, { checked: true, ok: false, problems: ["altered: seq 15: hash does not match the event's contents"] })], live: null, count: 20, head: null, problems: ["events-11-20.ndjson.gz: altered: seq 15: hash does not match the event's contents"], unfinished: [], cancelled: false };

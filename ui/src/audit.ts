@@ -12,6 +12,8 @@ import { toErrorBody, type Transport } from "./transport";
 /** The Overview's panel on retention: the policy of the last run, when it ran, what it did. */
 export function retentionPanel(st: RetentionStatus | null, now: number): HTMLElement {
   const box = h("div", { class: "panel", testid: "retention-panel" }, h("h2", null, "Retention"));
+  // A shared ledger's books are kept by one instance at a time: say which.
+  if (st?.leader) box.append(h("div", { class: "hint", testid: "retention-leader" }, `kept by instance ${st.leader.instance}, leading since ${isoTime(st.leader.since)}`));
   if (!st || st.last_run_at === null) {
     box.append(h("p", { class: "hint", testid: "retention-none" }, "No retention policy has run on this ledger: its log only grows. Set [retention] in the server's configuration, or run idemgate retention run."));
     return box;

@@ -168,9 +168,28 @@ impl Signer {
         store: &dyn crate::store::Storage,
         head: &ChainHead,
     ) -> crate::error::Result<(SignedCheckpoint, i64)> {
+        self.log_signed(store, head, false)
+    }
+
+    /// [`Signer::sign_and_log`] for the periodic checkpoint of the log's head: refused when one
+    /// of this head or a later one is logged already (another instance signed it).
+    pub fn sign_head_and_log(
+        &self,
+        store: &dyn crate::store::Storage,
+        head: &ChainHead,
+    ) -> crate::error::Result<(SignedCheckpoint, i64)> {
+        self.log_signed(store, head, true)
+    }
+
+    fn log_signed(
+        &self,
+        store: &dyn crate::store::Storage,
+        head: &ChainHead,
+        of_head: bool,
+    ) -> crate::error::Result<(SignedCheckpoint, i64)> {
         let now = crate::model::now_millis();
         let cp = self.sign(head, now);
-        let seq = store.note_checkpoint(cp.clone(), now).wait()?;
+        let seq = store.note_checkpoint(cp.clone(), now, of_head).wait()?;
         Ok((cp, seq))
     }
 

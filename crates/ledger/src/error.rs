@@ -26,6 +26,10 @@ pub enum LedgerError {
     /// request).
     #[error("{0}")]
     ApprovalRefused(String),
+    /// A periodic checkpoint of a head at or before the last one's (another instance signed it
+    /// meanwhile).
+    #[error("the log already holds a checkpoint of its head at seq {signed}; one of seq {seq} signs nothing new")]
+    AlreadySigned { seq: i64, signed: i64 },
     #[error("entry {0}'s lease is held by another owner")]
     LeaseLost(i64),
     #[error("{0} already holds a ledger; copy into a new, empty one")]
@@ -65,6 +69,7 @@ impl LedgerError {
             LedgerError::InvalidTransition { .. } => Code::InvalidTransition,
             LedgerError::LeaseLost(_) => Code::LeaseLost,
             LedgerError::ApprovalRefused(_) => Code::ApprovalRefused,
+            LedgerError::AlreadySigned { .. } => Code::Conflict,
             LedgerError::NotEmpty(_) => Code::LedgerNotEmpty,
             LedgerError::Unsupported(_) => Code::Unsupported,
             LedgerError::MissingActor => Code::MissingActor,

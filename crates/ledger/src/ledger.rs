@@ -10,6 +10,7 @@ use crate::chain::{self, ChainHasher, VerifyReport};
 use crate::checkpoint::SignedCheckpoint;
 use crate::db::Db;
 use crate::error::{LedgerError, Result};
+use crate::lead::{Lead, Leader, Sole};
 use crate::model::{
     Approval, ArchivedSegment, ChainHead, Effect, EntryDetail, EntryFilter, EntrySummary, Event,
     EventFilter, Incident, Millis, Page, ResponseRecord, Review, Stats,
@@ -64,6 +65,15 @@ pub(crate) trait ReadPool: Send + Sync + std::fmt::Debug {
     /// local file; PostgreSQL's connections drive a runtime of their own and must not).
     fn inline(&self) -> bool {
         false
+    }
+    /// Takes the books' lead for `instance` when no one holds it ([`crate::lead`]). Blocking.
+    fn lead(&self, instance: &str, at: Millis) -> Result<Option<Box<dyn Lead>>> {
+        let _ = (instance, at);
+        Ok(Some(Box::new(Sole)))
+    }
+    /// The instance leading a shared ledger's books; `None` on a ledger one process writes.
+    fn leader(&self) -> Result<Option<Leader>> {
+        Ok(None)
     }
 }
 
@@ -394,6 +404,14 @@ impl Storage for Ledger {
         Some(&self.released)
     }
 
+    fn lead(&self, instance: &str, at: Millis) -> Result<Option<Box<dyn Lead>>> {
+        self.readers.lead(instance, at)
+    }
+
+    fn leader(&self) -> Result<Option<Leader>> {
+        self.readers.leader()
+    }
+
     fn take_approved(
         &self,
         owner: String,
@@ -416,8 +434,8 @@ impl Storage for Ledger {
         self.submit(move |ctx| write::drop_archived(ctx, limit))
     }
 
-    fn note_checkpoint(&self, cp: SignedCheckpoint, at: Millis) -> Ticket<i64> {
-        self.submit(move |ctx| write::note_checkpoint(ctx, &cp, at))
+    fn note_checkpoint(&self, cp: SignedCheckpoint, at: Millis, of_head: bool) -> Ticket<i64> {
+        self.submit(move |ctx| write::note_checkpoint(ctx, &cp, at, of_head))
     }
 
     fn note_retention(&self, detail: serde_json::Value, policy: String, at: Millis) -> Ticket<i64> {

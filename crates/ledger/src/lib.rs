@@ -17,6 +17,7 @@ pub mod entries_export;
 mod entry_row;
 pub mod error;
 pub mod export;
+mod lead;
 mod ledger;
 mod model;
 mod postgres;
@@ -34,6 +35,7 @@ mod writer;
 
 pub use chain::{ChainHasher, VerifyReport};
 pub use error::{LedgerError, Result};
+pub use lead::{Lead, Leader};
 pub use ledger::{Ledger, OpenOptions};
 pub use model::{
     is_secret_header, now_millis, operator_identity, operator_name, rfc3339, without_secret_params,

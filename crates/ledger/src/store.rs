@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::chain::VerifyReport;
 use crate::checkpoint::SignedCheckpoint;
 use crate::error::{LedgerError, Result};
+use crate::lead::{Lead, Leader};
 use crate::model::{
     Approval, ArchivedSegment, ChainHead, Effect, EntryDetail, EntryFilter, EntrySummary, Event,
     EventFilter, Incident, Millis, Page, RequestRecord, ResponseRecord, Review, Stats,
@@ -386,6 +387,18 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn released(&self) -> Option<&tokio::sync::Notify> {
         None
     }
+    /// Takes the lead of the books (retention, archival, signing: [`crate::lead`]) for
+    /// `instance` if no live instance holds it; `None` while another does. Blocking, and the lead
+    /// must be kept and dropped off any async runtime.
+    fn lead(&self, instance: &str, at: Millis) -> Result<Option<Box<dyn Lead>>> {
+        let _ = (instance, at);
+        Ok(Some(Box::new(crate::lead::Sole)))
+    }
+    /// The instance leading a shared ledger's books now; `None` on a ledger one process writes,
+    /// and between one leader's end and the next one's start.
+    fn leader(&self) -> Result<Option<Leader>> {
+        Ok(None)
+    }
     /// Stores the tools' effects a `tools/list` answer gave, over what an earlier one said.
     fn note_tools(&self, listed: ToolsListed) -> Ticket<()>;
 
@@ -397,7 +410,11 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Deletes up to `limit` of the oldest events a recorded segment holds; how many went.
     fn drop_archived(&self, limit: u64) -> Ticket<u64>;
     /// Logs a signed checkpoint; the seq of its event.
-    fn note_checkpoint(&self, cp: SignedCheckpoint, at: Millis) -> Ticket<i64>;
+    ///
+    /// `of_head`: the periodic checkpoint of the log's head as it grows, refused (conflict) unless
+    /// it signs past the last one, so that two signers of one head leave one such checkpoint. An
+    /// export's or an archive segment's checkpoint signs any event, as often as it is made.
+    fn note_checkpoint(&self, cp: SignedCheckpoint, at: Millis, of_head: bool) -> Ticket<i64>;
     /// Logs a run of the retention policy `policy` and what it did.
     fn note_retention(&self, detail: serde_json::Value, policy: String, at: Millis) -> Ticket<i64>;
 

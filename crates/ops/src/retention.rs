@@ -7,8 +7,8 @@ use std::path::Path;
 use idemgate_ledger::archive::{self, ArchiveOptions, ArchiveReport, ArchiveVerifyReport};
 use idemgate_ledger::checkpoint::{PublicKey, SignedCheckpoint};
 use idemgate_ledger::{
-    now_millis, ChainHasher, EntryFilter, EventFilter, Millis, Page, Progress, PurgeRequest, State,
-    Storage, RETENTION_OPERATOR,
+    now_millis, ChainHasher, EntryFilter, EventFilter, EventKind, Leader, Millis, Page, Progress,
+    PurgeRequest, State, Storage, RETENTION_OPERATOR,
 };
 use serde::{Deserialize, Serialize};
 
@@ -126,6 +126,9 @@ pub struct RetentionStatus {
     pub archived_through: Option<i64>,
     /// Where the last run archived to.
     pub archive_dir: Option<String>,
+    /// On a ledger several instances share, the one that keeps the books now (runs retention,
+    /// archives and signs); `None` on a ledger one process writes.
+    pub leader: Option<Leader>,
 }
 
 /// What one run of the policy did, as its log event records it.
@@ -354,12 +357,14 @@ impl Ops {
             last_run: detail.and_then(|d| serde_json::from_value(d).ok()),
             segments: recorded.len() as u64,
             archived_through: recorded.last().map(|s| s.seq),
+            leader: self.store.leader()?,
         })
     }
 
-    /// Signs the chain's head and logs the checkpoint, unless the head is `unless_at` (the event
-    /// of the last checkpoint: nothing happened since). The checkpoint and its event's seq.
-    pub fn checkpoint(&self, unless_at: Option<i64>) -> OpsResult<Option<(SignedCheckpoint, i64)>> {
+    /// Signs the chain's head and logs the checkpoint, unless the head is itself a checkpoint's
+    /// event: nothing happened since the last one, whichever instance signed it. The checkpoint
+    /// and its event's seq.
+    pub fn checkpoint(&self) -> OpsResult<Option<(SignedCheckpoint, i64)>> {
         let signer = self.signer.as_deref().ok_or_else(|| {
             OpsError::invalid(
                 "signing_key_file",
@@ -369,10 +374,15 @@ impl Ops {
         let Some(head) = self.store.head()? else {
             return Ok(None);
         };
-        if Some(head.seq) == unless_at {
+        let mut kind = None;
+        self.store.scan_seqs(head.seq, head.seq, &mut |e| {
+            kind = Some(e.kind);
+            Ok(false)
+        })?;
+        if kind.as_deref() == Some(EventKind::Checkpoint.as_str()) {
             return Ok(None);
         }
-        Ok(Some(signer.sign_and_log(self.store.as_ref(), &head)?))
+        Ok(Some(signer.sign_head_and_log(self.store.as_ref(), &head)?))
     }
 }
 

@@ -13,7 +13,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use idemgate_ops::ledger::{now_millis, Progress};
+use idemgate_ops::ledger::{now_millis, Leader, Progress};
 use idemgate_ops::Ops;
 use idemgate_proxy::problem::{Code, Problem};
 use serde::Serialize;
@@ -22,6 +22,7 @@ pub(crate) mod audit;
 mod call;
 
 use crate::access::{self, Identity};
+use crate::books::Books;
 use crate::live::Live;
 use crate::Bound;
 
@@ -33,6 +34,8 @@ pub struct AdminState {
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     /// Where this process listens, as `GET /admin/v1/server` tells.
     pub listening: Bound,
+    /// Whether this instance leads the books, and which does.
+    books: Books,
 }
 
 /// `GET /admin/v1/server`: which process the admin API is, and where its proxy listens (a client
@@ -48,11 +51,18 @@ pub struct ServerInfo {
     pub admin_addr: String,
     /// The ledger: a SQLite path, or a PostgreSQL URL without its password.
     pub ledger: String,
+    /// This instance's id (host, process id, a random suffix), as its leases and the lead name it.
+    pub instance: String,
+    /// The instance that keeps the books (retention, archival, signing): this one on a ledger it
+    /// alone writes; on a shared PostgreSQL ledger whichever holds the lead. `null` between one
+    /// leader's end and the next one's start (a few seconds), or when the ledger cannot be read.
+    pub leader: Option<Leader>,
 }
 
-pub fn router(
+pub(crate) fn router(
     live: Arc<Live>,
     ops: Ops,
+    books: Books,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
     listening: Bound,
 ) -> Router {
@@ -62,6 +72,7 @@ pub fn router(
         ops,
         metrics,
         listening,
+        books,
     };
     let api = call::routes(Router::new())
         .route("/admin/v1/exports/{id}/file", get(audit::export_file))
@@ -362,6 +373,15 @@ async fn openapi() -> Response {
 const NOT_READY_AFTER_FAILURE: i64 = 5_000;
 
 async fn server_info(State(s): State<AdminState>) -> Json<ServerInfo> {
+    let books = s.books.clone();
+    let leader = match tokio::task::spawn_blocking(move || books.leader()).await {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot read which instance leads");
+            None
+        }
+        Err(_) => None,
+    };
     Json(ServerInfo {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         proxy_addr: s.listening.proxy.to_string(),
@@ -370,6 +390,8 @@ async fn server_info(State(s): State<AdminState>) -> Json<ServerInfo> {
             .admin
             .map_or_else(String::new, |a| a.to_string()),
         ledger: s.ops.store().location(),
+        instance: s.books.instance().to_owned(),
+        leader,
     })
 }
 

@@ -6,6 +6,7 @@
 
 pub mod access;
 pub mod admin;
+mod books;
 pub mod live;
 #[cfg(feature = "ts")]
 pub mod openapi;
@@ -213,6 +214,7 @@ async fn serve(
         return Err(ServeError::NoAdminToken);
     }
     let live = Arc::new(live::Live::new(engine.clone(), access));
+    let (books, keeper) = books::Books::start(engine.store.clone(), engine.owner.clone()).await;
     let admin = match &cfg.admin_listen {
         Some(addr) => {
             let (l, bound) = bind(*addr).await?;
@@ -222,6 +224,7 @@ async fn serve(
                 admin::router(
                     live.clone(),
                     ops.clone(),
+                    books.clone(),
                     metrics,
                     Bound {
                         proxy: proxy_addr,
@@ -238,9 +241,9 @@ async fn serve(
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let sweeper = tokio::spawn(sweep_loop(engine.clone(), stop_rx.clone()));
-    let releaser = tokio::spawn(release_loop(live.clone(), stop_rx.clone()));
-    let upkeep = upkeep::spawn(&cfg, &ops, &stop_rx);
+    let mut tasks = upkeep::spawn(&cfg, &ops, &books.watch(), &stop_rx);
+    tasks.push(tokio::spawn(sweep_loop(engine.clone(), stop_rx.clone())));
+    tasks.push(tokio::spawn(release_loop(live.clone(), stop_rx.clone())));
     let settler = engine.clone();
     if let Some(r) = reload {
         tokio::spawn(reload_loop(live.clone(), r));
@@ -270,11 +273,10 @@ async fn serve(
         let _ = l.await;
     }
     drain_writes(&settler, drained_by).await;
-    let _ = sweeper.await;
-    let _ = releaser.await;
-    for u in upkeep {
-        let _ = u.await;
+    for t in tasks {
+        let _ = t.await;
     }
+    drop(keeper);
     exports.close();
     record_unsettled(&settler).await;
     settler.stop_tracing().await;

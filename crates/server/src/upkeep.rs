@@ -1,20 +1,25 @@
-//! What the server does on its own for the audit trail: it applies the retention policy (purge
-//! long-expired entries, archive the log past its hot period) once at start and then at its
-//! interval, and signs the chain's head at the checkpoint interval when it has a signing key.
+//! What the server does on its own for the audit trail while it leads the books
+//! ([`crate::books`]): it applies the retention policy (purge long-expired entries, archive the
+//! log past its hot period) on taking the lead and then at its interval, and signs the chain's
+//! head at the checkpoint interval when it has a signing key.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use idemgate_config::Config;
+use idemgate_ops::ledger::Millis;
 use idemgate_ops::{op, Ops};
+use tokio::sync::watch;
 
 /// Starts what the configuration asks the server to do on its own: the retention policy and the
-/// signing of checkpoints. Each task ends when `stop` changes.
+/// signing of checkpoints, each while `leading` says this instance leads. Each task ends when
+/// `stop` changes.
 pub(crate) fn spawn(
     cfg: &Config,
     ops: &Ops,
-    stop: &tokio::sync::watch::Receiver<bool>,
+    leading: &watch::Receiver<Option<Millis>>,
+    stop: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     if let Some(r) = &cfg.retention {
@@ -22,52 +27,64 @@ pub(crate) fn spawn(
         tasks.push(tokio::spawn(every(
             "retention",
             r.interval,
+            leading.clone(),
             stop.clone(),
             move |stopping| retention_run(&ops, stopping),
         )));
     }
     if let Some(s) = &cfg.signing {
-        let (ops, last) = (ops.clone(), std::sync::Mutex::new(None));
+        let ops = ops.clone();
         tasks.push(tokio::spawn(every(
             "checkpoint",
             s.interval,
+            leading.clone(),
             stop.clone(),
-            move |_| checkpoint(&ops, &last),
+            move |_| checkpoint(&ops),
         )));
     }
     tasks
 }
 
-/// Runs `work` on a blocking thread every `every` (the first at once) until `stop`; `work` is
-/// told to stop early through the flag it is given.
+/// While `leading` holds a time, runs `work` on a blocking thread every `every` (the first on
+/// taking the lead), until `stop`; `work` is told to stop early through the flag it is given.
 pub(crate) async fn every(
     name: &'static str,
     every: Duration,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    mut leading: watch::Receiver<Option<Millis>>,
+    mut stop: watch::Receiver<bool>,
     work: impl Fn(&AtomicBool) + Send + Sync + 'static,
 ) {
     let work = Arc::new(work);
     let stopping = Arc::new(AtomicBool::new(false));
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => return,
-        }
-        let (w, s) = (work.clone(), stopping.clone());
-        let mut run = tokio::task::spawn_blocking(move || w(&s));
-        tokio::select! {
-            r = &mut run => {
-                if let Err(e) = r {
-                    tracing::error!(task = name, error = %e, "task failed");
-                }
+        while leading.borrow_and_update().is_none() {
+            tokio::select! {
+                r = leading.changed() => if r.is_err() { return },
+                _ = stop.changed() => return,
             }
-            _ = stop.changed() => {
-                // Between two of its atomic steps; what is done stays done.
-                stopping.store(true, Ordering::SeqCst);
-                let _ = run.await;
-                return;
+        }
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                r = leading.changed() => if r.is_err() { return } else { break },
+                _ = stop.changed() => return,
+            }
+            let (w, s) = (work.clone(), stopping.clone());
+            let mut run = tokio::task::spawn_blocking(move || w(&s));
+            tokio::select! {
+                r = &mut run => {
+                    if let Err(e) = r {
+                        tracing::error!(task = name, error = %e, "task failed");
+                    }
+                }
+                _ = stop.changed() => {
+                    // Between two of its atomic steps; what is done stays done.
+                    stopping.store(true, Ordering::SeqCst);
+                    let _ = run.await;
+                    return;
+                }
             }
         }
     }
@@ -92,19 +109,10 @@ pub(crate) fn retention_run(ops: &Ops, stopping: &AtomicBool) {
     }
 }
 
-/// Signs the chain's head unless nothing was logged since the last checkpoint (`last`: the seq of
-/// that checkpoint's own event).
-pub(crate) fn checkpoint(ops: &Ops, last: &std::sync::Mutex<Option<i64>>) {
-    let unless = *last
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    match ops.checkpoint(unless) {
-        Ok(Some((cp, seq))) => {
-            tracing::info!(seq = cp.seq, hash = %cp.hash, "signed checkpoint");
-            *last
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(seq);
-        }
+/// Signs the chain's head unless nothing was logged since the last checkpoint.
+pub(crate) fn checkpoint(ops: &Ops) {
+    match ops.checkpoint() {
+        Ok(Some((cp, _))) => tracing::info!(seq = cp.seq, hash = %cp.hash, "signed checkpoint"),
         Ok(None) => {}
         Err(e) => tracing::warn!(error = %e, "could not sign a checkpoint"),
     }

@@ -12,6 +12,7 @@
 //! are answered with an error, never acknowledged — and the next batch reconnects. Readers use a
 //! small pool of connections, checked before use.
 
+mod lead;
 mod schema;
 mod tls;
 
@@ -28,7 +29,9 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::db::{Db, Dialect, OwnedVal, Row, Val};
 use crate::error::{LedgerError, Result};
+use crate::lead::{Lead, Leader};
 use crate::ledger::{self, Ledger, OpenOptions, ReadPool};
+use crate::model::Millis;
 use crate::writer::{WriteConn, Writer, MAX_BATCH};
 
 /// The advisory lock a write batch holds (any constant; "idemgate" in ASCII, truncated).
@@ -618,11 +621,30 @@ impl ReadPool for Readers {
             .lock()
             .map(|mut p| std::mem::take(&mut *p))
             .unwrap_or_default();
-        // A client owns a small runtime, which must not be dropped inside an async context; the
-        // ledger may be dropped in one.
-        if !conns.is_empty() {
-            let _ = std::thread::spawn(move || drop(conns)).join();
-        }
+        drop_off_runtime(conns);
+    }
+
+    fn lead(&self, instance: &str, at: Millis) -> Result<Option<Box<dyn Lead>>> {
+        Ok(lead::try_lead(&self.config, instance, at)?.map(|l| Box::new(l) as Box<dyn Lead>))
+    }
+
+    fn leader(&self) -> Result<Option<Leader>> {
+        let mut out = Ok(None);
+        self.with(&mut |db| out = lead::leader(db))?;
+        out
+    }
+}
+
+/// Drops `conns`. A client owns a small runtime, which must not be dropped inside an async
+/// context, and a ledger (or a lead) may be dropped in one: there, on a thread of their own.
+fn drop_off_runtime(conns: Vec<PgConn>) {
+    if conns.is_empty() {
+        return;
+    }
+    if tokio::runtime::Handle::try_current().is_err() {
+        drop(conns);
+    } else {
+        let _ = std::thread::spawn(move || drop(conns)).join();
     }
 }
 

@@ -252,6 +252,16 @@ CREATE INDEX entries_awaiting ON entries (approval_expires_at) WHERE state = 'aw
 CREATE INDEX entries_held ON entries (id) WHERE approval_policy IS NOT NULL;
 INSERT INTO entry_counts (state, n) VALUES ('awaiting_approval', 0);
 "#,
+    // 11: the instance that keeps the books (`postgres/lead.rs`), a shared ledger's alone: the
+    // row names the session holding the lead's advisory lock.
+    r#"
+CREATE TABLE leader (
+    id       BIGINT PRIMARY KEY CHECK (id = 1),
+    instance TEXT NOT NULL,
+    pid      BIGINT NOT NULL,
+    since    BIGINT NOT NULL
+);
+"#,
 ];
 
 pub fn current_version() -> i64 {

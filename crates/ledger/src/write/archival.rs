@@ -79,7 +79,36 @@ pub(crate) fn drop_archived(ctx: &mut Ctx<'_>, limit: u64) -> Result<u64> {
 }
 
 /// Logs a signed checkpoint of the chain.
-pub(crate) fn note_checkpoint(ctx: &mut Ctx<'_>, cp: &SignedCheckpoint, at: Millis) -> Result<i64> {
+pub(crate) fn note_checkpoint(
+    ctx: &mut Ctx<'_>,
+    cp: &SignedCheckpoint,
+    at: Millis,
+    of_head: bool,
+) -> Result<i64> {
+    if of_head {
+        // The newest periodic checkpoint's seq, kept beside the log so that two signers of one
+        // head (two instances that both took themselves for the leader) leave one checkpoint.
+        let signed = ctx
+            .db
+            .opt(
+                "SELECT value FROM meta WHERE name = 'head_checkpointed'",
+                &[],
+                |r| r.text(0),
+            )?
+            .and_then(|v| v.parse::<i64>().ok());
+        if let Some(signed) = signed.filter(|s| cp.seq <= *s) {
+            return Err(LedgerError::AlreadySigned {
+                seq: cp.seq,
+                signed,
+            });
+        }
+        let seq = cp.seq.to_string();
+        ctx.db.exec(
+            "INSERT INTO meta (name, value) VALUES ('head_checkpointed', ?1) \
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            vals![seq.as_str()],
+        )?;
+    }
     log(
         ctx,
         at,

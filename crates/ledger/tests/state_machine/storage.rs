@@ -1,4 +1,4 @@
-//! The database itself: a newer schema refused, a keyed log, readers that never create, the append-only rule, checkpoints.
+//! The database itself: a newer schema refused, a keyed log, readers that never create, the append-only rule, checkpoints, the books' lead.
 
 use super::*;
 
@@ -211,7 +211,82 @@ fn loop_guard_windows_are_counted_in_the_ledger_on_postgresql(b: Backend) {
         .expect("only the window still open is left");
 }
 
+/// The periodic checkpoint signs a head once: a second signer of that head (or an older one) is
+/// refused and logs nothing, while an export's or a segment's checkpoint may sign any head again.
+fn a_head_gets_one_periodic_checkpoint(b: Backend) {
+    let f = fx!(b);
+    f.l.claim(req("k1", "{}", T0)).wait().expect("claim");
+    let (private, _) = checkpoint::generate("test.example/idemgate").expect("keys");
+    let signer = checkpoint::Signer::parse(&private).expect("signer");
+    let head = f.l.head().expect("head").expect("a head");
+    let (_, first) = signer.sign_head_and_log(&*f.l, &head).expect("signed");
+    let e = signer
+        .sign_head_and_log(&*f.l, &head)
+        .expect_err("a second checkpoint of the head");
+    assert!(matches!(e, LedgerError::AlreadySigned { .. }), "{e}");
+    assert_eq!(e.code(), error::Code::Conflict);
+    assert_eq!(f.l.head().expect("head").map(|h| h.seq), Some(first));
+    // An export signs the same head again, as often as it is made.
+    signer
+        .sign_and_log(&*f.l, &head)
+        .expect("an export's checkpoint");
+    // The head moved on: its periodic checkpoint is taken.
+    let now = f.l.head().expect("head").expect("a head");
+    signer
+        .sign_head_and_log(&*f.l, &now)
+        .expect("the next head");
+}
+
+/// One session at a time leads the books on PostgreSQL: every handle names it, a second cannot
+/// take it, and when the leader's session ends (killed from outside here) its holder sees it gone
+/// and another takes the lead. A SQLite ledger is led by the one process that writes it.
+fn one_instance_leads_the_books_at_a_time(b: Backend) {
+    let f = fx!(b);
+    let mut a = f.l.lead("host:1:aaaa", T0).expect("try").expect("leads");
+    assert!(a.holds());
+    if matches!(b, Backend::Sqlite) {
+        assert_eq!(f.l.leader().expect("leader"), None);
+        return;
+    }
+    let other = b
+        .open(&f.location, false, ChainHasher::unkeyed())
+        .expect("a second instance");
+    assert!(other.lead("host:2:bbbb", T0 + 1).expect("try").is_none());
+    let named = Leader {
+        instance: "host:1:aaaa".into(),
+        since: T0,
+    };
+    assert_eq!(other.leader().expect("leader"), Some(named.clone()));
+    assert_eq!(f.l.leader().expect("leader"), Some(named));
+    b.raw(
+        &f.location,
+        "SELECT pg_terminate_backend(pid::int) FROM leader",
+    )
+    .expect("end the leader's session");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while a.holds() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lead outlived its session"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _b = loop {
+        if let Some(l) = other.lead("host:2:bbbb", T0 + 2).expect("try") {
+            break l;
+        }
+        assert!(std::time::Instant::now() < deadline, "no one took the lead");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(
+        f.l.leader().expect("leader").map(|l| l.instance),
+        Some("host:2:bbbb".into())
+    );
+}
+
 suite!(
+    a_head_gets_one_periodic_checkpoint,
+    one_instance_leads_the_books_at_a_time,
     a_database_newer_than_the_binary_is_refused,
     loop_guard_windows_are_counted_in_the_ledger_on_postgresql,
     a_listed_tool_s_effect_is_kept_per_route_and_upstream,
