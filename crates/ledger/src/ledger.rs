@@ -201,6 +201,12 @@ impl Ledger {
         self.writer.counters()
     }
 
+    /// The writer's round trips to the database as of its last commit (PostgreSQL; 0 on SQLite):
+    /// what a batch costs beyond the server's own work. For tests and benches.
+    pub fn writer_round_trips(&self) -> u64 {
+        self.writer.round_trips()
+    }
+
     /// Stops accepting writes, lets the writer finish every queued job and waits for it.
     pub fn close(&self) {
         self.queue_replay_counts();

@@ -111,6 +111,11 @@ pub(crate) trait WriteConn: Send + 'static {
     fn committed(&mut self) {}
     /// Called once the queue is closed and drained.
     fn finish(&mut self) {}
+    /// The round trips to the database so far (PostgreSQL: a statement, or a pipeline of them;
+    /// SQLite has none).
+    fn round_trips(&self) -> u64 {
+        0
+    }
 }
 
 /// A queued write (see the module's comment on running it twice).
@@ -183,6 +188,8 @@ where
 pub struct WriterCounters {
     pub commits: AtomicU64,
     pub jobs: AtomicU64,
+    /// Round trips to the database, as of the last commit.
+    pub round_trips: AtomicU64,
     /// When a batch last failed to begin or commit (Unix ms; 0: never).
     pub failed_at: AtomicI64,
 }
@@ -229,6 +236,10 @@ impl Writer {
     }
 
     /// Commits and jobs so far (group commit: jobs / commits is the batching factor).
+    pub fn round_trips(&self) -> u64 {
+        self.counters.round_trips.load(Ordering::Relaxed)
+    }
+
     pub fn counters(&self) -> (u64, u64) {
         (
             self.counters.commits.load(Ordering::Relaxed),
@@ -503,6 +514,9 @@ fn writer_loop(
         match &committed {
             Ok(started) => {
                 conn.committed();
+                counters
+                    .round_trips
+                    .store(conn.round_trips(), Ordering::Relaxed);
                 counters.commits.fetch_add(1, Ordering::Relaxed);
                 counters
                     .jobs

@@ -204,6 +204,8 @@ pub(crate) struct PgConn {
     client: Client,
     statements: HashMap<String, Statement>,
     pending: Vec<Pending>,
+    /// Round trips made: a prepare, or a statement with the deferred ones sent ahead of it.
+    trips: u64,
 }
 
 /// A statement held back to go out with the next one ([`Db::defer`], [`Db::defer_exec`]).
@@ -233,6 +235,7 @@ impl PgConn {
             client,
             statements: HashMap::new(),
             pending: Vec::new(),
+            trips: 0,
         })
     }
 
@@ -256,11 +259,13 @@ impl PgConn {
         }
         // A deferred ROLLBACK TO must reach the server before anything is parsed.
         if !self.pending.is_empty() {
+            self.trips += 1;
             PgConn::run(&self.rt, &self.client, &mut self.pending, async { Ok(()) })?;
         }
         if self.statements.len() >= 512 {
             self.statements.clear();
         }
+        self.trips += 1;
         let stmt = self.rt.block_on(self.client.prepare(&placeholders(sql)))?;
         self.statements.insert(sql.to_owned(), stmt.clone());
         Ok(stmt)
@@ -368,6 +373,7 @@ impl Db for PgConn {
     fn exec(&mut self, sql: &str, p: &[Val<'_>]) -> Result<u64> {
         let stmt = self.statement(sql)?;
         let p = params(p);
+        self.trips += 1;
         PgConn::run(
             &self.rt,
             &self.client,
@@ -388,11 +394,13 @@ impl Db for PgConn {
                 .zip(&ps)
                 .map(|(stmt, p)| self.client.execute(stmt, p)),
         );
+        self.trips += 1;
         PgConn::run(&self.rt, &self.client, &mut self.pending, all)?;
         Ok(())
     }
 
     fn batch(&mut self, sql: &str) -> Result<()> {
+        self.trips += 1;
         PgConn::run(
             &self.rt,
             &self.client,
@@ -421,6 +429,7 @@ impl Db for PgConn {
     ) -> Result<()> {
         use futures_util::StreamExt;
         let stmt = self.statement(sql)?;
+        self.trips += 1;
         let rows = PgConn::run(
             &self.rt,
             &self.client,
@@ -464,6 +473,8 @@ struct PgWriter {
     lost: Disconnected,
     commits: u64,
     analyzing: Arc<AtomicBool>,
+    /// The round trips of the connections lost so far.
+    trips_before: u64,
 }
 
 impl PgWriter {
@@ -474,6 +485,7 @@ impl PgWriter {
             lost: Disconnected,
             commits: 0,
             analyzing: Arc::default(),
+            trips_before: 0,
         }
     }
 }
@@ -491,7 +503,9 @@ impl WriteConn for PgWriter {
                 Err(e) => tracing::warn!(error = %e, "ledger connection lost; reconnecting"),
             }
         }
-        self.conn = None;
+        if let Some(lost) = self.conn.take() {
+            self.trips_before += lost.trips;
+        }
         let mut c = PgConn::connect(&self.config)?;
         c.batch(&begin_locked(WRITE_LOCK))?;
         tracing::info!("ledger writer reconnected to PostgreSQL");
@@ -533,6 +547,10 @@ impl WriteConn for PgWriter {
             Some(c) => c,
             None => &mut self.lost,
         }
+    }
+
+    fn round_trips(&self) -> u64 {
+        self.trips_before + self.conn.as_ref().map_or(0, |c| c.trips)
     }
 }
 

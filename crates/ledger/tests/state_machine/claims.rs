@@ -513,7 +513,68 @@ fn a_copy_numbers_new_entries_past_a_purged_one(b: Backend) {
     }
 }
 
+/// On PostgreSQL a batch's round trips do not grow with its size: it reads its claims' (or its
+/// completions') rows in one statement and sends their writes together (`ahead.rs`), so 64 first
+/// calls at once cost the round trips of one. SQLite makes none.
+fn a_batch_s_round_trips_do_not_grow_with_its_size(b: Backend) {
+    let f = fx!(b);
+    // Claims, then completions, of `keys` submitted at once: round trips and commits.
+    let run = |keys: &[String], at: Millis| {
+        let (trips, (commits, _)) = (f.l.writer_round_trips(), f.l.writer_counters());
+        let claims: Vec<_> = keys.iter().map(|k| f.l.claim(req(k, "{}", at))).collect();
+        let ids: Vec<i64> = claims
+            .into_iter()
+            .map(|t| claimed(t.wait().expect("claim")))
+            .collect();
+        let completions: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                f.l.complete(CompleteRequest {
+                    entry_id: *id,
+                    owner: "proxy-a".into(),
+                    response: resp(201, "{}"),
+                    ttl_ms: TTL,
+                    duplicate_window_ms: None,
+                    at: at + 1,
+                })
+            })
+            .collect();
+        for c in completions {
+            c.wait().expect("complete");
+        }
+        (
+            f.l.writer_round_trips() - trips,
+            f.l.writer_counters().0 - commits,
+        )
+    };
+    let keys = |tag: &str, n: usize| (0..n).map(|i| format!("{tag}-{i}")).collect::<Vec<_>>();
+    // Every statement prepared once before counting (a batch's events go out in inserts of 64, 8
+    // and 1 rows, each prepared on its first use).
+    for (i, n) in [64, 64, 1].into_iter().enumerate() {
+        run(&keys(&format!("warm{i}"), n), T0);
+    }
+    let (one, one_commits) = run(&keys("one", 1), T0 + 10);
+    if matches!(b, Backend::Sqlite) {
+        assert_eq!(one, 0);
+        return;
+    }
+    assert_eq!(one_commits, 2, "a claim's batch and a completion's");
+    let (many, commits) = run(&keys("many", 64), T0 + 20);
+    let per_batch = many as f64 / commits as f64;
+    assert!(
+        commits < 32,
+        "64 claims and 64 completions took {commits} batches: not batched"
+    );
+    assert!(
+        per_batch <= one as f64 / 2.0 + 1.0,
+        "a batch of one costs {} round trips, one of {:.0} jobs {per_batch:.1}",
+        one / 2,
+        128.0 / commits as f64
+    );
+}
+
 suite!(
+    a_batch_s_round_trips_do_not_grow_with_its_size,
     jobs_in_one_batch_decide_after_the_jobs_before_them,
     a_duplicate_completed_in_the_same_batch_is_flagged,
     a_purged_entrys_id_is_never_handed_out_again,
