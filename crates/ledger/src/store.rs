@@ -390,15 +390,10 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Takes the lead of the books (retention, archival, signing: [`crate::lead`]) for
     /// `instance` if no live instance holds it; `None` while another does. Blocking, and the lead
     /// must be kept and dropped off any async runtime.
-    fn lead(&self, instance: &str, at: Millis) -> Result<Option<Box<dyn Lead>>> {
-        let _ = (instance, at);
-        Ok(Some(Box::new(crate::lead::Sole)))
-    }
+    fn lead(&self, instance: &str, at: Millis) -> Result<Option<Box<dyn Lead>>>;
     /// The instance leading a shared ledger's books now; `None` on a ledger one process writes,
     /// and between one leader's end and the next one's start.
-    fn leader(&self) -> Result<Option<Leader>> {
-        Ok(None)
-    }
+    fn leader(&self) -> Result<Option<Leader>>;
     /// Stores the tools' effects a `tools/list` answer gave, over what an earlier one said.
     fn note_tools(&self, listed: ToolsListed) -> Ticket<()>;
 
