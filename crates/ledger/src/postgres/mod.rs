@@ -259,8 +259,13 @@ impl PgConn {
         }
         // A deferred ROLLBACK TO must reach the server before anything is parsed.
         if !self.pending.is_empty() {
-            self.trips += 1;
-            PgConn::run(&self.rt, &self.client, &mut self.pending, async { Ok(()) })?;
+            PgConn::run(
+                &self.rt,
+                &self.client,
+                &mut self.pending,
+                &mut self.trips,
+                async { Ok(()) },
+            )?;
         }
         if self.statements.len() >= 512 {
             self.statements.clear();
@@ -271,14 +276,16 @@ impl PgConn {
         Ok(stmt)
     }
 
-    /// Runs `f` with the deferred statements sent ahead of it, in order, in the same round trip.
-    /// The first error among them is the call's.
+    /// Runs `f` with the deferred statements sent ahead of it, in order, in the same round trip,
+    /// and counts that trip. The first error among them is the call's.
     fn run<T>(
         rt: &tokio::runtime::Runtime,
         client: &Client,
         pending: &mut Vec<Pending>,
+        trips: &mut u64,
         f: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     ) -> Result<T> {
+        *trips += 1;
         if pending.is_empty() {
             return Ok(rt.block_on(f)?);
         }
@@ -373,11 +380,11 @@ impl Db for PgConn {
     fn exec(&mut self, sql: &str, p: &[Val<'_>]) -> Result<u64> {
         let stmt = self.statement(sql)?;
         let p = params(p);
-        self.trips += 1;
         PgConn::run(
             &self.rt,
             &self.client,
             &mut self.pending,
+            &mut self.trips,
             self.client.execute(&stmt, &p),
         )
     }
@@ -394,17 +401,22 @@ impl Db for PgConn {
                 .zip(&ps)
                 .map(|(stmt, p)| self.client.execute(stmt, p)),
         );
-        self.trips += 1;
-        PgConn::run(&self.rt, &self.client, &mut self.pending, all)?;
-        Ok(())
-    }
-
-    fn batch(&mut self, sql: &str) -> Result<()> {
-        self.trips += 1;
         PgConn::run(
             &self.rt,
             &self.client,
             &mut self.pending,
+            &mut self.trips,
+            all,
+        )?;
+        Ok(())
+    }
+
+    fn batch(&mut self, sql: &str) -> Result<()> {
+        PgConn::run(
+            &self.rt,
+            &self.client,
+            &mut self.pending,
+            &mut self.trips,
             self.client.batch_execute(sql),
         )
     }
@@ -429,11 +441,11 @@ impl Db for PgConn {
     ) -> Result<()> {
         use futures_util::StreamExt;
         let stmt = self.statement(sql)?;
-        self.trips += 1;
         let rows = PgConn::run(
             &self.rt,
             &self.client,
             &mut self.pending,
+            &mut self.trips,
             self.client.query_raw(&stmt, p.iter()),
         )?;
         let mut rows = std::pin::pin!(rows);
