@@ -7,8 +7,8 @@ use std::path::Path;
 use idemgate_ledger::archive::{self, ArchiveOptions, ArchiveReport, ArchiveVerifyReport};
 use idemgate_ledger::checkpoint::{PublicKey, SignedCheckpoint};
 use idemgate_ledger::{
-    now_millis, ChainHasher, EntryFilter, EventFilter, EventKind, Leader, Millis, Page, Progress,
-    PurgeRequest, State, Storage, RETENTION_OPERATOR,
+    now_millis, ChainHasher, ChainHead, EntryFilter, EventFilter, EventKind, Leader, Millis, Page,
+    Progress, PurgeRequest, State, Storage, RETENTION_OPERATOR,
 };
 use serde::{Deserialize, Serialize};
 
@@ -371,17 +371,21 @@ impl Ops {
                 "no signing key is configured (IDEMGATE_SIGNING_KEY_FILE, or signing_key_file in [server])",
             )
         })?;
-        let Some(head) = self.store.head()? else {
-            return Ok(None);
+        let newest = self
+            .store
+            .events(&EventFilter::default(), Page::newest(None, 1))?;
+        let head = match newest.into_iter().next() {
+            Some(e) if e.kind == EventKind::Checkpoint.as_str() => return Ok(None),
+            Some(e) => ChainHead {
+                seq: e.seq,
+                hash: e.hash,
+            },
+            // Every event archived: the head is the last archived one.
+            None => match self.store.head()? {
+                Some(head) => head,
+                None => return Ok(None),
+            },
         };
-        let mut kind = None;
-        self.store.scan_seqs(head.seq, head.seq, &mut |e| {
-            kind = Some(e.kind);
-            Ok(false)
-        })?;
-        if kind.as_deref() == Some(EventKind::Checkpoint.as_str()) {
-            return Ok(None);
-        }
         Ok(Some(signer.sign_head_and_log(self.store.as_ref(), &head)?))
     }
 }
