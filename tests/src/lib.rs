@@ -64,6 +64,16 @@ pub fn idemgate_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("json")
 }
 
+/// The events of one `kind` in a ledger, newest first (up to 1,000), read with `idemgate log`.
+pub fn events_of(ledger: &str, kind: &str) -> Vec<serde_json::Value> {
+    idemgate_json(&[
+        "log", "--ledger", ledger, "--kind", kind, "--limit", "1000", "--json",
+    ])
+    .as_array()
+    .cloned()
+    .unwrap_or_default()
+}
+
 /// A running `idemgate serve`.
 #[derive(Debug)]
 pub struct Proxy {

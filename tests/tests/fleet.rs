@@ -67,26 +67,15 @@ fn charge(p: &Proxy, url: &str, key: &str) -> i64 {
 
 /// The periodic checkpoints: the seq each signed, and its own event's seq.
 fn checkpoints(url: &str) -> Vec<(i64, i64)> {
-    idemgate_json(&[
-        "log",
-        "--ledger",
-        url,
-        "--kind",
-        "checkpoint",
-        "--limit",
-        "1000",
-        "--json",
-    ])
-    .as_array()
-    .expect("events")
-    .iter()
-    .map(|e| {
-        (
-            e["detail"]["seq"].as_i64().expect("signed seq"),
-            e["seq"].as_i64().expect("seq"),
-        )
-    })
-    .collect()
+    events_of(url, "checkpoint")
+        .iter()
+        .map(|e| {
+            (
+                e["detail"]["seq"].as_i64().expect("signed seq"),
+                e["seq"].as_i64().expect("seq"),
+            )
+        })
+        .collect()
 }
 
 #[test]

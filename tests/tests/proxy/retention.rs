@@ -34,15 +34,6 @@ fn listed(ledger: &str, filter: &str) -> usize {
         .map_or(0, Vec::len)
 }
 
-fn events_of(ledger: &str, kind: &str) -> Vec<serde_json::Value> {
-    idemgate_json(&[
-        "log", "--ledger", ledger, "--kind", kind, "--limit", "1000", "--json",
-    ])
-    .as_array()
-    .cloned()
-    .unwrap_or_default()
-}
-
 #[test]
 fn the_server_applies_its_retention_policy_and_signs_its_head() {
     let dir = tempfile::tempdir().expect("tempdir");
