@@ -15,15 +15,15 @@
 mod lead;
 mod schema;
 mod tls;
+mod values;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::BytesMut;
 use tokio_postgres::tls::MakeTlsConnect;
-use tokio_postgres::types::{IsNull, ToSql, Type};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls, Socket, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -33,6 +33,7 @@ use crate::lead::{Lead, Leader};
 use crate::ledger::{self, Ledger, OpenOptions, ReadPool};
 use crate::model::Millis;
 use crate::writer::{WriteConn, Writer, MAX_BATCH};
+use values::{params, placeholders};
 
 /// The advisory lock a write batch holds (any constant; "idemgate" in ASCII, truncated).
 pub(crate) const WRITE_LOCK: i64 = 0x6964_656d_6761_7465;
@@ -314,62 +315,6 @@ impl PgConn {
         }
         Ok(b?)
     }
-}
-
-/// Rewrites SQLite's `?N` placeholders to PostgreSQL's `$N`.
-fn placeholders(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len());
-    let mut chars = sql.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '?' && chars.peek().is_some_and(char::is_ascii_digit) {
-            out.push('$');
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-impl ToSql for Val<'_> {
-    fn to_sql(
-        &self,
-        ty: &Type,
-        out: &mut BytesMut,
-    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        match *self {
-            Val::Null => Ok(IsNull::Yes),
-            Val::Int(i) if *ty == Type::INT4 => i32::try_from(i)?.to_sql(ty, out),
-            Val::Int(i) => i.to_sql(ty, out),
-            Val::Text(s) => s.to_sql(ty, out),
-            Val::Blob(b) => b.to_sql(ty, out),
-            Val::Texts(v) => v.to_sql(ty, out),
-            Val::Ints(v) => v.to_sql(ty, out),
-        }
-    }
-
-    fn accepts(_: &Type) -> bool {
-        true
-    }
-
-    tokio_postgres::types::to_sql_checked!();
-}
-
-impl Row for tokio_postgres::Row {
-    fn opt_int(&self, i: usize) -> Result<Option<i64>> {
-        Ok(self.try_get(i)?)
-    }
-
-    fn opt_text(&self, i: usize) -> Result<Option<String>> {
-        Ok(self.try_get(i)?)
-    }
-
-    fn opt_blob(&self, i: usize) -> Result<Option<Vec<u8>>> {
-        Ok(self.try_get(i)?)
-    }
-}
-
-fn params<'a>(params: &'a [Val<'_>]) -> Vec<&'a (dyn ToSql + Sync)> {
-    params.iter().map(|p| p as _).collect()
 }
 
 impl Db for PgConn {
