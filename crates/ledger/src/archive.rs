@@ -119,7 +119,10 @@ pub fn archive(
         ..ArchiveReport::default()
     };
     let through = store.archived()?.last().map_or(0, |s| s.seq);
-    let last = store.seq_before(opts.before)?.unwrap_or(0);
+    // Only events the tree holds leave the live log: the tree keeps their hashes.
+    crate::tree::catch_up(store, &|| true)?;
+    let in_tree = store.tree_state()?.last_seq.unwrap_or(0);
+    let last = store.seq_before(opts.before)?.unwrap_or(0).min(in_tree);
     let per = i64::try_from(opts.segment_events.max(1)).unwrap_or(i64::MAX);
     let mut first = through + 1;
     let mut done = 0u64;

@@ -131,6 +131,10 @@ const TABLES: &[Table] = &[
             ("at", I),
         ],
     ),
+    // The log's Merkle tree as it stands: its leaves may begin before the live log (archived
+    // events), so it is copied, not recomputed.
+    ("tree_leaves", "leaf", &[("leaf", I), ("seq", I)]),
+    ("tree_hashes", "idx", &[("idx", I), ("hash", B)]),
 ];
 
 /// An owned column value.
@@ -299,7 +303,7 @@ fn copy_by_entry(src: &mut dyn Db, dst: &mut dyn Db) -> Result<()> {
 }
 
 fn copy_rows(src: &mut dyn Db, dst: &mut dyn Db, progress: Progress<'_>) -> Result<CopyReport> {
-    let mut counts = [0u64; 4];
+    let mut counts = vec![0u64; TABLES.len()];
     let mut total = 0u64;
     for (n, (table, key, cols)) in TABLES.iter().enumerate() {
         let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();

@@ -30,6 +30,12 @@ pub enum LedgerError {
     /// meanwhile).
     #[error("the log already holds a checkpoint of its head at seq {signed}; one of seq {seq} signs nothing new")]
     AlreadySigned { seq: i64, signed: i64 },
+    /// A tree step computed from a size the tree no longer has (another integrator added
+    /// those leaves meanwhile).
+    #[error("the log's tree has {found} leaves, not the {expected} this step was computed from")]
+    TreeMoved { expected: u64, found: u64 },
+    #[error("event {0} is not in the log's tree (not logged, archived before the tree began, or not yet integrated)")]
+    NotInTree(i64),
     #[error("entry {0}'s lease is held by another owner")]
     LeaseLost(i64),
     #[error("{0} already holds a ledger; copy into a new, empty one")]
@@ -69,7 +75,8 @@ impl LedgerError {
             LedgerError::InvalidTransition { .. } => Code::InvalidTransition,
             LedgerError::LeaseLost(_) => Code::LeaseLost,
             LedgerError::ApprovalRefused(_) => Code::ApprovalRefused,
-            LedgerError::AlreadySigned { .. } => Code::Conflict,
+            LedgerError::AlreadySigned { .. } | LedgerError::TreeMoved { .. } => Code::Conflict,
+            LedgerError::NotInTree(_) => Code::NotFound,
             LedgerError::NotEmpty(_) => Code::LedgerNotEmpty,
             LedgerError::Unsupported(_) => Code::Unsupported,
             LedgerError::MissingActor => Code::MissingActor,

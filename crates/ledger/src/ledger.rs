@@ -432,6 +432,10 @@ impl Storage for Ledger {
         self.submit(move |ctx| write::note_tools(ctx, &listed))
     }
 
+    fn extend_tree(&self, batch: crate::tree::TreeBatch) -> Ticket<()> {
+        self.submit(move |ctx| write::extend_tree(ctx, &batch))
+    }
+
     fn mark_archived(&self, seg: ArchivedSegment) -> Ticket<i64> {
         self.submit(move |ctx| write::mark_archived(ctx, &seg))
     }
@@ -506,6 +510,18 @@ impl Storage for Ledger {
 
     fn archived(&self) -> Result<Vec<ArchivedSegment>> {
         self.read(read::archived)
+    }
+
+    fn tree_state(&self) -> Result<crate::tree::TreeState> {
+        self.read(read::tree_state)
+    }
+
+    fn tree_hashes(&self, indexes: &[u64]) -> Result<Vec<[u8; 32]>> {
+        self.read(|db| read::tree_hashes(db, indexes))
+    }
+
+    fn leaf_of(&self, seq: i64) -> Result<Option<u64>> {
+        self.read(|db| read::leaf_of(db, seq))
     }
 
     fn tool_effect(&self, route: &str, upstream: &str, tool: &str) -> Result<Option<Effect>> {

@@ -30,6 +30,7 @@ mod store;
 mod telemetry;
 #[doc(hidden)]
 pub mod testing;
+pub mod tree;
 mod write;
 mod writer;
 

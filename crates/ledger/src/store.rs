@@ -396,6 +396,9 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn leader(&self) -> Result<Option<Leader>>;
     /// Stores the tools' effects a `tools/list` answer gave, over what an earlier one said.
     fn note_tools(&self, listed: ToolsListed) -> Ticket<()>;
+    /// Appends an integration step to the log's Merkle tree ([`crate::tree::integrate`]);
+    /// refused with nothing written when the tree no longer has the size it was computed from.
+    fn extend_tree(&self, batch: crate::tree::TreeBatch) -> Ticket<()>;
 
     // Archival, signing, retention.
     /// Records a sealed archive segment and logs it: from then on its events may be deleted
@@ -447,6 +450,12 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn seq_before(&self, before: Millis) -> Result<Option<i64>>;
     /// The recorded archive segments, oldest first.
     fn archived(&self) -> Result<Vec<ArchivedSegment>>;
+    /// The log's Merkle tree: its size and last leaf's seq.
+    fn tree_state(&self) -> Result<crate::tree::TreeState>;
+    /// The tree's stored hashes at these indexes (Go `tlog`'s `StoredHashIndex`), in order.
+    fn tree_hashes(&self, indexes: &[u64]) -> Result<Vec<[u8; 32]>>;
+    /// The event `seq`'s leaf index, once the tree holds it.
+    fn leaf_of(&self, seq: i64) -> Result<Option<u64>>;
     /// A tool's effect as its route's upstream last listed it, through any instance.
     fn tool_effect(&self, route: &str, upstream: &str, tool: &str) -> Result<Option<Effect>>;
     /// Streams the live events `first..=last` in sequence order; `f` returns `false` to stop.

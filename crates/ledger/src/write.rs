@@ -24,6 +24,7 @@ mod operator;
 mod outcome;
 mod sweep;
 mod tools;
+mod tree;
 pub(crate) use approval::{decide, take_approved};
 pub use archival::RETENTION_OPERATOR;
 pub(crate) use archival::{drop_archived, mark_archived, note_checkpoint, note_retention};
@@ -39,6 +40,7 @@ pub(crate) use sweep::sweep;
 #[cfg(test)]
 pub(crate) use sweep::{EXPIRIES_DUE, LEASES_DUE};
 pub(crate) use tools::note_tools;
+pub(crate) use tree::extend_tree;
 
 /// The fields of an event the caller chooses; the rest (seq, hashes) are the chain's.
 pub(crate) struct NewEvent<'a> {

@@ -262,6 +262,17 @@ CREATE TABLE leader (
     since    BIGINT NOT NULL
 );
 "#,
+    // 12: the log's Merkle tree, as on SQLite (its migration 15).
+    r#"
+CREATE TABLE tree_leaves (
+    leaf BIGINT PRIMARY KEY,
+    seq  BIGINT NOT NULL UNIQUE
+);
+CREATE TABLE tree_hashes (
+    idx  BIGINT PRIMARY KEY,
+    hash BYTEA NOT NULL
+);
+"#,
 ];
 
 pub fn current_version() -> i64 {

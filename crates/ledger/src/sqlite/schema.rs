@@ -311,6 +311,20 @@ CREATE INDEX loop_windows_ends ON loop_windows (ends);
     // 14: approvals. A call that matches an approval policy waits, unforwarded, in a state of
     // its own; the entry keeps the policy it matched, who approved it, and how it ended.
     Migration::Code(approvals),
+    // 15: the log's Merkle tree (`tree.rs`): each leaf's event, and the stored hashes in Go
+    // tlog's StoredHashIndex order. Both only grow; the integrator fills them after commit.
+    Migration::Sql(
+        r#"
+CREATE TABLE tree_leaves (
+    leaf INTEGER PRIMARY KEY,
+    seq  INTEGER NOT NULL UNIQUE
+) STRICT;
+CREATE TABLE tree_hashes (
+    idx  INTEGER PRIMARY KEY,
+    hash BLOB NOT NULL
+) STRICT;
+"#,
+    ),
 ];
 
 /// The entries' state check as migration 7 leaves it, and as migration 14 rewrites it.

@@ -244,3 +244,4 @@ mod claims;
 mod lifecycle;
 mod reads;
 mod storage;
+mod tree;

@@ -1,0 +1,192 @@
+//! A Merkle tree over the log (RFC 6962), so an auditor checks one event, or that one history
+//! extends another, with O(log n) hashes instead of the whole log.
+//!
+//! Each event is a leaf; its bytes are [`leaf_bytes`]: the canonical encoding the chain hashes
+//! ([`crate::chain::canonical_event`]), every field but the chain's own hash fields. An
+//! *integrator* adds committed events to the tree after the fact, in seq order, and gives each
+//! its leaf index: the request's write path never waits for the tree. The tree's hashes are
+//! stored as Go's `sumdb/tlog` stores them (one row per stored hash, addressed by its
+//! `StoredHashIndex`), from which any C2SP tlog-tiles tile is read byte for byte; the tree
+//! arithmetic is `tlog_tiles`' port of that package.
+//!
+//! Invariant: leaves and stored hashes are only ever appended, in one transaction per batch that
+//! fails unless the tree still has the size its hashes were computed from; so two integrators
+//! (a new leader and a stale one, or a CLI beside the server) never add an event twice.
+
+use tlog_tiles::tlog::{self, Hash, HashReader};
+
+use crate::chain::canonical_event;
+use crate::error::{LedgerError, Result};
+use crate::model::Event;
+use crate::store::Storage;
+
+/// The most events one integration step adds to the tree in one write.
+pub const BATCH: usize = 4096;
+
+/// The bytes of an event's leaf: what a verifier recomputes from an exported NDJSON line.
+pub fn leaf_bytes(ev: &Event) -> Vec<u8> {
+    canonical_event(ev)
+}
+
+/// How far the tree has grown: its size (leaves `0..size`) and the seq of its last leaf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TreeState {
+    pub size: u64,
+    pub last_seq: Option<i64>,
+}
+
+/// One integration step's rows: leaves `size..` (each its event's seq) and the stored hashes
+/// they add, the first at `tlog::stored_hash_index(0, size)`.
+#[derive(Debug, Clone)]
+pub struct TreeBatch {
+    pub size: u64,
+    pub seqs: Vec<i64>,
+    pub hashes: Vec<[u8; 32]>,
+}
+
+/// The tree's size and root hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeHead {
+    pub size: u64,
+    pub root: [u8; 32],
+}
+
+/// Stored hashes read from a ledger, with a batch not yet written laid over them.
+struct Reader<'a> {
+    store: &'a dyn Storage,
+    first_new: u64,
+    new: &'a [Hash],
+}
+
+impl HashReader for Reader<'_> {
+    fn read_hashes(&self, indexes: &[u64]) -> std::result::Result<Vec<Hash>, tlog::Error> {
+        let old: Vec<u64> = indexes
+            .iter()
+            .copied()
+            .filter(|&i| i < self.first_new)
+            .collect();
+        let stored = if old.is_empty() {
+            Vec::new()
+        } else {
+            self.store
+                .tree_hashes(&old)
+                .map_err(|e| tlog::Error::InvalidInput(e.to_string()))?
+        };
+        let mut stored = stored.into_iter();
+        indexes
+            .iter()
+            .map(|&i| {
+                if i < self.first_new {
+                    stored.next().map(Hash).ok_or(tlog::Error::IndexesNotInTree)
+                } else {
+                    usize::try_from(i - self.first_new)
+                        .ok()
+                        .and_then(|k| self.new.get(k).copied())
+                        .ok_or(tlog::Error::IndexesNotInTree)
+                }
+            })
+            .collect()
+    }
+}
+
+fn reader(store: &dyn Storage) -> Reader<'_> {
+    Reader {
+        store,
+        first_new: u64::MAX,
+        new: &[],
+    }
+}
+
+fn tree_error(e: &tlog::Error) -> LedgerError {
+    LedgerError::Corrupt(format!("the log's Merkle tree: {e}"))
+}
+
+/// Adds up to `max` committed events after the tree's last leaf to the tree: the events added.
+/// The hashes are computed on the caller's thread; one write stores them.
+pub fn integrate(store: &dyn Storage, max: usize) -> Result<usize> {
+    let state = store.tree_state()?;
+    let mut events = Vec::new();
+    store.scan_seqs(
+        state.last_seq.map_or(i64::MIN, |s| s + 1),
+        i64::MAX,
+        &mut |e| {
+            events.push(e);
+            Ok(events.len() < max)
+        },
+    )?;
+    if events.is_empty() {
+        return Ok(0);
+    }
+    let first_new = tlog::stored_hash_index(0, state.size);
+    let mut new: Vec<Hash> = Vec::with_capacity(events.len() * 2);
+    for (i, ev) in events.iter().enumerate() {
+        let r = Reader {
+            store,
+            first_new,
+            new: &new,
+        };
+        let hashes = tlog::stored_hashes(state.size + i as u64, &leaf_bytes(ev), &r)
+            .map_err(|e| tree_error(&e))?;
+        new.extend(hashes);
+    }
+    let added = events.len();
+    store
+        .extend_tree(TreeBatch {
+            size: state.size,
+            seqs: events.iter().map(|e| e.seq).collect(),
+            hashes: new.into_iter().map(|h| h.0).collect(),
+        })
+        .wait()?;
+    Ok(added)
+}
+
+/// Integrates until the tree holds every committed event (or `keep_going` says stop): the events
+/// added.
+pub fn catch_up(store: &dyn Storage, keep_going: &dyn Fn() -> bool) -> Result<usize> {
+    let mut total = 0;
+    while keep_going() {
+        let n = integrate(store, BATCH)?;
+        total += n;
+        if n < BATCH {
+            break;
+        }
+    }
+    Ok(total)
+}
+
+/// The tree's head now.
+pub fn head(store: &dyn Storage) -> Result<TreeHead> {
+    let size = store.tree_state()?.size;
+    root_at(store, size)
+}
+
+/// The root of the tree when it had `size` leaves.
+pub fn root_at(store: &dyn Storage, size: u64) -> Result<TreeHead> {
+    let root = tlog::tree_hash(size, &reader(store)).map_err(|e| tree_error(&e))?;
+    Ok(TreeHead { size, root: root.0 })
+}
+
+/// The inclusion proof of leaf `index` in the tree of `size` leaves: the audit path from the
+/// leaf's sibling up to the root's child (RFC 6962, 2.1.1).
+pub fn prove_leaf(store: &dyn Storage, size: u64, index: u64) -> Result<Vec<[u8; 32]>> {
+    let p = tlog::prove_record(size, index, &reader(store)).map_err(|e| tree_error(&e))?;
+    Ok(p.into_iter().map(|h| h.0).collect())
+}
+
+/// The consistency proof that the tree of `size` leaves extends the one of `old` leaves.
+pub fn prove_extends(store: &dyn Storage, size: u64, old: u64) -> Result<Vec<[u8; 32]>> {
+    let p = tlog::prove_tree(size, old, &reader(store)).map_err(|e| tree_error(&e))?;
+    Ok(p.into_iter().map(|h| h.0).collect())
+}
+
+/// Whether `proof` shows that the tree of `size` leaves and root `root` holds `leaf` at `index`.
+pub fn check_leaf(proof: &[[u8; 32]], size: u64, root: [u8; 32], index: u64, leaf: &[u8]) -> bool {
+    let p: Vec<Hash> = proof.iter().copied().map(Hash).collect();
+    tlog::check_record(&p, size, Hash(root), index, tlog::record_hash(leaf)).is_ok()
+}
+
+/// Whether `proof` shows that the tree `new` extends the tree `old`.
+pub fn check_extends(proof: &[[u8; 32]], new: TreeHead, old: TreeHead) -> bool {
+    let p: Vec<Hash> = proof.iter().copied().map(Hash).collect();
+    tlog::check_tree(&p, new.size, Hash(new.root), old.size, Hash(old.root)).is_ok()
+}

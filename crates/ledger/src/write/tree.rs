@@ -1,0 +1,59 @@
+//! Appends an integration step's leaves and hashes to the log's Merkle tree ([`crate::tree`]).
+
+use crate::db::Val;
+use crate::error::{LedgerError, Result};
+use crate::read;
+use crate::tree::TreeBatch;
+use crate::writer::Ctx;
+
+/// Rows one statement inserts.
+const ROWS: usize = 64;
+
+/// Appends `batch` unless the tree has grown past the size it was computed from (another
+/// integrator added those leaves): then nothing is written.
+pub(crate) fn extend_tree(ctx: &mut Ctx<'_>, batch: &TreeBatch) -> Result<()> {
+    let now = read::tree_state(ctx.db)?.size;
+    if now != batch.size {
+        return Err(LedgerError::TreeMoved {
+            expected: batch.size,
+            found: now,
+        });
+    }
+    let first_leaf = batch.size as i64;
+    for (k, seqs) in batch.seqs.chunks(ROWS).enumerate() {
+        let base = first_leaf + (k * ROWS) as i64;
+        let leaves: Vec<i64> = (0..seqs.len() as i64).map(|i| base + i).collect();
+        insert_pairs(ctx, "tree_leaves (leaf, seq)", &leaves, |i| {
+            Val::Int(seqs[i])
+        })?;
+    }
+    let first_idx = tlog_tiles::tlog::stored_hash_index(0, batch.size) as i64;
+    for (k, hashes) in batch.hashes.chunks(ROWS).enumerate() {
+        let base = first_idx + (k * ROWS) as i64;
+        let idx: Vec<i64> = (0..hashes.len() as i64).map(|i| base + i).collect();
+        insert_pairs(ctx, "tree_hashes (idx, hash)", &idx, |i| {
+            Val::Blob(&hashes[i][..])
+        })?;
+    }
+    Ok(())
+}
+
+/// One multi-row `INSERT INTO table (key, value)` of `keys[i]` with `value(i)`.
+fn insert_pairs<'a>(
+    ctx: &mut Ctx<'_>,
+    table: &str,
+    keys: &'a [i64],
+    value: impl Fn(usize) -> Val<'a>,
+) -> Result<()> {
+    let rows: Vec<String> = (0..keys.len())
+        .map(|i| format!("(?{}, ?{})", 2 * i + 1, 2 * i + 2))
+        .collect();
+    let sql = format!("INSERT INTO {table} VALUES {}", rows.join(", "));
+    let mut params = Vec::with_capacity(keys.len() * 2);
+    for (i, k) in keys.iter().enumerate() {
+        params.push(Val::Int(*k));
+        params.push(value(i));
+    }
+    ctx.db.exec(&sql, &params)?;
+    Ok(())
+}
