@@ -22,6 +22,7 @@ mod ledger;
 mod model;
 mod postgres;
 mod prepared;
+pub mod proof;
 mod read;
 mod replays;
 mod search;

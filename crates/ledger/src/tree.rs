@@ -17,7 +17,7 @@ use tlog_tiles::tlog::{self, Hash, HashReader};
 
 use crate::chain::canonical_event;
 use crate::error::{LedgerError, Result};
-use crate::model::Event;
+use crate::model::{ChainHead, Event};
 use crate::store::Storage;
 
 /// The most events one integration step adds to the tree in one write.
@@ -49,6 +49,36 @@ pub struct TreeBatch {
 pub struct TreeHead {
     pub size: u64,
     pub root: [u8; 32],
+}
+
+impl TreeHead {
+    /// The root in base64, as a checkpoint writes it.
+    pub fn root_base64(&self) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(self.root)
+    }
+
+    /// The head as a checkpoint signs it: the size, and the root in hex.
+    pub fn signed_head(&self) -> ChainHead {
+        ChainHead {
+            seq: i64::try_from(self.size).unwrap_or(i64::MAX),
+            hash: hex::encode(self.root),
+        }
+    }
+}
+
+impl TryFrom<&ChainHead> for TreeHead {
+    type Error = String;
+
+    /// The tree a checkpoint signs, read back from its size and hash.
+    fn try_from(h: &ChainHead) -> std::result::Result<TreeHead, String> {
+        let size = u64::try_from(h.seq).map_err(|_| format!("size {} is negative", h.seq))?;
+        let root = hex::decode(&h.hash)
+            .ok()
+            .and_then(|b| <[u8; 32]>::try_from(b).ok())
+            .ok_or_else(|| "its hash is not a SHA-256 root".to_owned())?;
+        Ok(TreeHead { size, root })
+    }
 }
 
 /// Stored hashes read from a ledger, with a batch not yet written laid over them.
