@@ -17,6 +17,7 @@ mod error;
 pub mod jobs;
 pub mod ledger;
 pub mod op;
+mod proofs;
 mod purge;
 mod reads;
 mod resolve;
@@ -38,6 +39,10 @@ pub use bulk::{
 };
 pub use demo::{seed as seed_demo, DemoOptions, DemoReport};
 pub use error::{Code, ErrorBody, OpsError};
+pub use proofs::{
+    verify_extension_files, verify_proof_file, EventProof, ExtensionReport, ProofReport,
+    TreeExtension,
+};
 pub use purge::{PurgeCmd, PurgeReport, PurgeTarget, PURGE_CHUNK};
 pub use reads::{event_kind, request_diff, EntryPage, EntryView, EventPage, FieldDiff, ToolCall};
 pub use resolve::{check_response, ResolveAs, ResolveCmd, ReviewCmd};

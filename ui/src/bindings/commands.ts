@@ -25,6 +25,8 @@ export const COMMANDS = {
   cancel_export: { role: "admin", http: [["DELETE", "/admin/v1/exports/{id}"]], desktop: false },
   verify_ledger: { role: "admin", http: [["GET", "/admin/v1/verify"]], desktop: true },
   head: { role: "viewer", http: [["GET", "/admin/v1/head"]], desktop: true },
+  prove: { role: "viewer", http: [["GET", "/admin/v1/events/{seq}/proof"]], desktop: true },
+  prove_consistency: { role: "viewer", http: [["POST", "/admin/v1/proofs/consistency"]], desktop: true },
   verify_against: { role: "admin", http: [], desktop: true },
   verify_against_manifest: { role: "admin", http: [["POST", "/admin/v1/verify/against"]], desktop: true },
   verify_export: { role: "admin", http: [], desktop: true },

@@ -10,6 +10,7 @@ import type { BulkCmd } from "./BulkCmd";
 import type { BulkPreviewRequest } from "./BulkPreviewRequest";
 import type { BulkReport } from "./BulkReport";
 import type { ChainHead } from "./ChainHead";
+import type { CheckpointArg } from "./CheckpointArg";
 import type { DecideCmd } from "./DecideCmd";
 import type { EntriesManifest } from "./EntriesManifest";
 import type { EntriesRequest } from "./EntriesRequest";
@@ -19,6 +20,8 @@ import type { EntryRef } from "./EntryRef";
 import type { EntrySummary } from "./EntrySummary";
 import type { EntryView } from "./EntryView";
 import type { EventPage } from "./EventPage";
+import type { EventProof } from "./EventProof";
+import type { EventRef } from "./EventRef";
 import type { ExportCmd } from "./ExportCmd";
 import type { ExportJob } from "./ExportJob";
 import type { ExportRef } from "./ExportRef";
@@ -46,6 +49,7 @@ import type { SegmentCheck } from "./SegmentCheck";
 import type { StartExport } from "./StartExport";
 import type { Stats } from "./Stats";
 import type { StatsRequest } from "./StatsRequest";
+import type { TreeExtension } from "./TreeExtension";
 import type { VerifyReport } from "./VerifyReport";
 
 /** Each operation: the least role that may run it, how it runs, its admin API route (none for one that reads or writes the desktop's own files), and whether the admin API records it under the token's operator. */
@@ -73,6 +77,8 @@ export const OPS = {
   cancel_export: { role: "admin", kind: "ledger", http: { method: "DELETE", path: "/admin/v1/exports/{id}" }, acts: false },
   verify_ledger: { role: "admin", kind: "job", http: { method: "GET", path: "/admin/v1/verify" }, acts: false },
   head: { role: "viewer", kind: "ledger", http: { method: "GET", path: "/admin/v1/head" }, acts: false },
+  prove: { role: "viewer", kind: "ledger", http: { method: "GET", path: "/admin/v1/events/{seq}/proof" }, acts: false },
+  prove_consistency: { role: "viewer", kind: "ledger", http: { method: "POST", path: "/admin/v1/proofs/consistency" }, acts: false },
   verify_against: { role: "admin", kind: "job", http: null, acts: false },
   verify_against_manifest: { role: "admin", kind: "job", http: { method: "POST", path: "/admin/v1/verify/against" }, acts: false },
   verify_export: { role: "admin", kind: "job", http: null, acts: false },
@@ -257,6 +263,23 @@ export interface Ops {
    */
   head(req: NoArgs): Promise<ChainHead | null>;
   /**
+   * The proof, for an auditor, that one event is in the log.
+   *
+   * A C2SP tlog-proof: the event, its Merkle inclusion path, and a checkpoint of the log's
+   * tree signed with the server's key. `idemgate verify --proof FILE --public-key KEY`
+   * checks it with nothing else.
+   */
+  prove(req: EventRef): Promise<EventProof>;
+  /**
+   * The proof, for an auditor, that the log's tree now extends an older signed one.
+   *
+   * A C2SP consistency proof from the older checkpoint's size to a checkpoint of the tree
+   * now, signed with the server's key, as a tlog-witness `add-checkpoint` body. `idemgate
+   * verify --consistency OLD --to NEW --public-key KEY` checks it with nothing else. Refused
+   * when the log's tree of the older size is not the one signed.
+   */
+  prove_consistency(req: CheckpointArg): Promise<TreeExtension>;
+  /**
    * Verifies the chain, and that the ledger still holds the heads an export's manifest (a
    * file of this host) recorded.
    *
@@ -374,6 +397,8 @@ export function opsClient(call: Call): Ops {
     cancel_export: (req: ExportRef) => call("cancel_export", req, null) as Promise<null>,
     verify_ledger: (req: NoArgs, job: string) => call("verify_ledger", req, job) as Promise<VerifyReport | null>,
     head: (req: NoArgs) => call("head", req, null) as Promise<ChainHead | null>,
+    prove: (req: EventRef) => call("prove", req, null) as Promise<EventProof>,
+    prove_consistency: (req: CheckpointArg) => call("prove_consistency", req, null) as Promise<TreeExtension>,
     verify_against: (req: KeyedPathArg, job: string) => call("verify_against", req, job) as Promise<AgainstReport | null>,
     verify_against_manifest: (req: Manifest, job: string) => call("verify_against_manifest", req, job) as Promise<AgainstReport | null>,
     verify_export: (req: PathArg, job: string) => call("verify_export", req, job) as Promise<ExportVerifyReport | null>,

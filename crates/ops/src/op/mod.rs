@@ -445,6 +445,8 @@ registry![
     cancel_export,
     verify_ledger,
     head,
+    prove,
+    prove_consistency,
     verify_against,
     verify_against_manifest,
     verify_export,

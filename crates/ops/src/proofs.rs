@@ -1,0 +1,244 @@
+//! Proofs for auditors: one event's inclusion in the log's Merkle tree, as a C2SP tlog-proof
+//! signed by the log's key ([`idemgate_ledger::proof`]), and its check with the public key alone.
+
+use std::path::Path;
+
+use idemgate_ledger::checkpoint::PublicKey;
+use idemgate_ledger::proof::{self, ConsistencyProof, InclusionProof, ProofError};
+use idemgate_ledger::{now_millis, tree, LedgerError, Storage};
+use serde::{Deserialize, Serialize};
+
+use crate::{Ops, OpsError, OpsResult};
+
+/// An event's inclusion proof.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventProof {
+    /// The event's sequence number.
+    pub seq: i64,
+    /// Its leaf index in the tree.
+    pub index: u64,
+    /// The size of the tree the checkpoint signs.
+    pub size: u64,
+    /// That tree's root, base64.
+    pub root: String,
+    /// The proof itself, in the C2SP tlog-proof format (a `.tlog-proof` file).
+    pub proof: String,
+}
+
+/// A newer signed tree and the proof that it extends an older one.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeExtension {
+    /// The older tree's size.
+    pub old: u64,
+    /// The newer tree's size and root (base64).
+    pub size: u64,
+    /// The newer tree's root, base64.
+    pub root: String,
+    /// The proof and the newer checkpoint, as the body of a C2SP tlog-witness `add-checkpoint`
+    /// request.
+    pub proof: String,
+}
+
+/// What checking a proof found.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProofReport {
+    /// The checkpoint is the key's and the event is in the tree it signs.
+    pub ok: bool,
+    /// The event's leaf index, as the proof gives it.
+    pub index: u64,
+    /// The signed tree's size, once the signature checks.
+    pub size: Option<u64>,
+    /// That tree's root, base64, when the proof checks.
+    pub root: Option<String>,
+    /// When the checkpoint was signed, when the proof checks.
+    pub signed_at: Option<String>,
+    /// The event the proof carries, as logged (its fields without the chain's hashes).
+    pub event: serde_json::Value,
+    /// Why it does not check.
+    pub problem: Option<String>,
+}
+
+impl Ops {
+    /// Adds the events committed since the tree's last leaf to the log's tree, in batches,
+    /// while `keep_going` says so: the events added. Refused (conflict) when another integrator
+    /// added some of them meanwhile.
+    pub fn integrate(&self, keep_going: &dyn Fn() -> bool) -> OpsResult<usize> {
+        Ok(tree::catch_up(self.store.as_ref(), keep_going)?)
+    }
+
+    /// The inclusion proof of event `seq` in the tree as it stands, under a checkpoint freshly
+    /// signed with this host's key. The tree is brought up to date first.
+    pub fn prove(&self, seq: i64) -> OpsResult<EventProof> {
+        let signer = self.signer()?;
+        let store: &dyn Storage = self.store.as_ref();
+        tree::catch_up(store, &|| true)?;
+        let index = store.leaf_of(seq)?.ok_or(LedgerError::NotInTree(seq))?;
+        let mut event = None;
+        store.scan_seqs(seq, seq, &mut |e| {
+            event = Some(e);
+            Ok(false)
+        })?;
+        let event = event.ok_or_else(|| {
+            LedgerError::Unsupported(format!(
+                "event {seq} is archived: its proof needs its leaf from the sealed segment"
+            ))
+        })?;
+        let head = tree::head(store)?;
+        let path = tree::prove_leaf(store, head.size, index)?;
+        let cp = signer.sign(&head.signed_head(), now_millis());
+        let proof = InclusionProof {
+            leaf: tree::leaf_bytes(&event),
+            index,
+            path,
+            checkpoint: cp.note,
+        };
+        Ok(EventProof {
+            seq,
+            index,
+            size: head.size,
+            root: head.root_base64(),
+            proof: proof.encode(),
+        })
+    }
+}
+
+impl Ops {
+    /// The proof that the log's tree now extends the one `old` (a checkpoint this log's key
+    /// signed, or a proof file carrying one) commits to, under a freshly signed checkpoint.
+    /// Refused when the tree of that size is not the one signed: the log was rewritten since.
+    pub fn prove_extension(&self, old: &str) -> OpsResult<TreeExtension> {
+        let signer = self.signer()?;
+        let then = proof::signed_tree(&signer.public(), proof::checkpoint_of(old))
+            .map_err(|e| OpsError::invalid("checkpoint", &e.to_string()))?;
+        let store: &dyn Storage = self.store.as_ref();
+        tree::catch_up(store, &|| true)?;
+        let head = tree::head(store)?;
+        if then.size > head.size {
+            return Err(OpsError::Conflict(format!(
+                "the checkpoint signs {} events, this log's tree holds {}: it is another log's, \
+                 or this one was cut back",
+                then.size, head.size
+            )));
+        }
+        if tree::root_at(store, then.size)?.root != then.root {
+            return Err(OpsError::Conflict(format!(
+                "this log's tree of {} events is not the one the checkpoint signs: the log was \
+                 rewritten since",
+                then.size
+            )));
+        }
+        let path = if then.size == 0 || then.size == head.size {
+            Vec::new()
+        } else {
+            tree::prove_extends(store, head.size, then.size)?
+        };
+        let cp = signer.sign(&head.signed_head(), now_millis());
+        Ok(TreeExtension {
+            old: then.size,
+            size: head.size,
+            root: head.root_base64(),
+            proof: ConsistencyProof {
+                old: then.size,
+                path,
+                checkpoint: cp.note,
+            }
+            .encode(),
+        })
+    }
+
+    fn signer(&self) -> OpsResult<&idemgate_ledger::checkpoint::Signer> {
+        self.signer.as_deref().ok_or_else(|| {
+            OpsError::invalid(
+                "signing_key_file",
+                "a proof carries a checkpoint signed by the log's key: none is configured \
+                 (--signing-key, IDEMGATE_SIGNING_KEY_FILE, or signing_key_file in [server])",
+            )
+        })
+    }
+}
+
+/// What checking a consistency proof found.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtensionReport {
+    /// Both checkpoints are the key's and the newer tree extends the older one.
+    pub ok: bool,
+    /// The older and the newer tree's sizes, once their signatures check.
+    pub old: Option<u64>,
+    /// The newer tree's size.
+    pub size: Option<u64>,
+    /// Why it does not check: a rollback, a fork, another key.
+    pub problem: Option<String>,
+}
+
+/// Checks with `key` alone that the tree `new_file` signs (an `add-checkpoint` body from
+/// `prove --consistency`) extends the one `old_file` signs (a checkpoint, or a proof carrying
+/// one).
+pub fn verify_extension_files(
+    old_file: &Path,
+    new_file: &Path,
+    key: &PublicKey,
+) -> OpsResult<ExtensionReport> {
+    let read = |f: &Path, what: &str| {
+        std::fs::read_to_string(f)
+            .map_err(|e| OpsError::invalid(what, &format!("{}: {e}", f.display())))
+    };
+    let old_text = read(old_file, "consistency")?;
+    let new_text = read(new_file, "to")?;
+    let ext =
+        ConsistencyProof::parse(&new_text).map_err(|e| OpsError::invalid("to", &e.to_string()))?;
+    let mut report = ExtensionReport {
+        ok: false,
+        old: None,
+        size: None,
+        problem: None,
+    };
+    let checked = proof::signed_tree(key, proof::checkpoint_of(&old_text)).and_then(|old| {
+        report.old = Some(old.size);
+        ext.verify_from(key, old)
+    });
+    match checked {
+        Ok(new) => {
+            report.ok = true;
+            report.size = Some(new.size);
+        }
+        Err(e) => report.problem = Some(e.to_string()),
+    }
+    Ok(report)
+}
+
+/// Checks the tlog-proof in `file` with `key` alone: no ledger, no secret.
+pub fn verify_proof_file(file: &Path, key: &PublicKey) -> OpsResult<ProofReport> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| OpsError::invalid("proof", &format!("{}: {e}", file.display())))?;
+    let proof =
+        InclusionProof::parse(&text).map_err(|e| OpsError::invalid("proof", &e.to_string()))?;
+    let event = serde_json::from_slice(&proof.leaf).unwrap_or(serde_json::Value::Null);
+    let mut report = ProofReport {
+        ok: false,
+        index: proof.index,
+        size: None,
+        root: None,
+        signed_at: None,
+        event,
+        problem: None,
+    };
+    match proof.verify(key) {
+        Ok((head, time)) => {
+            report.ok = true;
+            report.size = Some(head.size);
+            report.root = Some(head.root_base64());
+            report.signed_at = Some(time);
+        }
+        Err(e) => {
+            if let ProofError::NotIncluded { size, .. } = e {
+                report.size = Some(size);
+            }
+            report.problem = Some(e.to_string());
+        }
+    }
+    Ok(report)
+}
