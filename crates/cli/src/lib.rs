@@ -12,6 +12,7 @@ mod bulk;
 mod call;
 mod decide;
 mod output;
+mod proofs;
 mod serve;
 mod setup;
 mod token;
@@ -291,7 +292,13 @@ enum Cmd {
     Copy(audit::CopyArgs),
     /// Recompute the hash chain of a ledger (optionally against an export manifest), of an export,
     /// or of an archive with the live log after it; with --public-key, check signed checkpoints.
+    /// Or check, with the public key alone, an event's proof (--proof) or that one signed tree of
+    /// the log extends another (--consistency OLD --to NEW).
     Verify(audit::VerifyArgs),
+    /// Write the proof that an event is in the log, for an auditor: a C2SP tlog-proof (the event,
+    /// its Merkle inclusion path, a checkpoint of the log's tree signed with --signing-key) that
+    /// `idemgate verify --proof FILE --public-key KEY` checks with nothing else.
+    Prove(proofs::ProveArgs),
     /// Run any operation by name, as the admin API and the console run it: its request as
     /// NAME=VALUE parameters, its answer as JSON (`idemgate call OPERATION --help`).
     Call(call::Call),
@@ -642,6 +649,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
         | Cmd::Reject(_) => unreachable!("handled in main"),
         Cmd::Copy(a) => return audit::copy(&mut out, a),
         Cmd::Verify(a) => return audit::verify(&mut out, a),
+        Cmd::Prove(a) => return proofs::prove(&mut out, a),
         Cmd::Keygen(a) => return archival::keygen(&mut out, a),
         Cmd::Archive(a) => return archival::archive(&mut out, a),
         Cmd::Retention(c) => return archival::retention(&mut out, c),
