@@ -1,5 +1,5 @@
 //! What the server does on its own for the audit trail while it leads the books
-//! ([`crate::books`]): it applies the retention policy (purge long-expired entries, archive the
+//! ([`crate::books`]): it adds committed events to the log's Merkle tree, applies the retention policy (purge long-expired entries, archive the
 //! log past its hot period) on taking the lead and then at its interval, and signs the chain's
 //! head at the checkpoint interval when it has a signing key.
 
@@ -12,9 +12,13 @@ use idemgate_ops::ledger::Millis;
 use idemgate_ops::{op, Ops};
 use tokio::sync::watch;
 
-/// Starts what the configuration asks the server to do on its own: the retention policy and the
-/// signing of checkpoints, each while `leading` says this instance leads. Each task ends when
-/// `stop` changes.
+/// How often the leader adds newly committed events to the log's tree: an event waits at most
+/// this long (and a batch's hashing) before a proof can name it.
+const TREE_EVERY: Duration = Duration::from_millis(250);
+
+/// Starts what the server does on its own while `leading` says this instance leads: adding
+/// committed events to the log's tree, and what the configuration asks for (the retention
+/// policy, the signing of checkpoints). Each task ends when `stop` changes.
 pub(crate) fn spawn(
     cfg: &Config,
     ops: &Ops,
@@ -22,6 +26,14 @@ pub(crate) fn spawn(
     stop: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
+    let tree_ops = ops.clone();
+    tasks.push(tokio::spawn(every(
+        "tree",
+        TREE_EVERY,
+        leading.clone(),
+        stop.clone(),
+        move |stopping| integrate(&tree_ops, stopping),
+    )));
     if let Some(r) = &cfg.retention {
         let ops = ops.clone();
         tasks.push(tokio::spawn(every(
@@ -87,6 +99,22 @@ pub(crate) async fn every(
                 }
             }
         }
+    }
+}
+
+/// Adds every event committed since the last run to the log's tree, in batches, until it holds
+/// them all or the server stops.
+pub(crate) fn integrate(ops: &Ops, stopping: &AtomicBool) {
+    let going = || !stopping.load(Ordering::SeqCst);
+    match ops.integrate(&going) {
+        Ok(n) if n > 0 => tracing::debug!(events = n, "added to the log's tree"),
+        Ok(_) => {}
+        // Another instance's step won the race (a leader that just lost the lead): the next
+        // run starts from the tree as it is.
+        Err(e) if e.code() == idemgate_ops::Code::Conflict => {
+            tracing::debug!(error = %e, "the log's tree moved meanwhile");
+        }
+        Err(e) => tracing::warn!(error = %e, "could not add events to the log's tree"),
     }
 }
 

@@ -1,5 +1,6 @@
 //! The server keeps the audit trail on its own: it applies its retention policy (never to a stuck
-//! entry) and signs the chain's head at its interval, while it serves.
+//! entry), signs the chain's head at its interval and adds each event to the log's tree, while
+//! it serves.
 
 use idemgate_ledger::checkpoint::PublicKey;
 
@@ -150,4 +151,85 @@ fn the_server_applies_its_retention_policy_and_signs_its_head() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert!(out.status.success(), "{v}");
     assert_eq!(listed(&l, "--stuck"), 1);
+}
+
+/// The leader adds each call's events to the log's Merkle tree on its own (no proof asked for),
+/// and the admin API serves an event's proof that the public key alone checks.
+#[test]
+fn the_server_adds_its_calls_to_the_log_s_tree_and_proves_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = dir.path().join("ledger.db");
+    let l = ledger.display().to_string();
+    let prefix = dir.path().join("signing");
+    assert!(
+        idemgate(&["keygen", "--out", prefix.to_str().expect("utf8")])
+            .status
+            .success()
+    );
+    let up = upstream::Upstream::start();
+    // Signing, and no retention policy: the tree is the server's own work.
+    let (signing, routes) = RETAINING.split_once("[retention]").expect("a policy");
+    let template = format!(
+        "{signing}[[routes]]{}",
+        routes.split_once("[[routes]]").expect("routes").1
+    );
+    let cfg = config(&template, &up.url(), &ledger).replace(
+        "{key}",
+        &dir.path().join("signing.key").display().to_string(),
+    );
+    let mut proxy = Proxy::start(dir.path(), &cfg, &ledger);
+    for key in ["tree-1", "tree-2", "tree-3"] {
+        let r = proxy.send(
+            "POST",
+            "/v1/charges",
+            &[
+                ("idempotency-key", key),
+                ("content-type", "application/json"),
+            ],
+            b"{}",
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    let last = idemgate_json(&["log", "--ledger", &l, "--key", "tree-3", "--json"])[0]["seq"]
+        .as_i64()
+        .expect("seq");
+    // Read straight from the file: nothing here asks the server to integrate.
+    let db = rusqlite::Connection::open(&ledger).expect("open");
+    eventually(30, "the calls' events in the tree", || {
+        let leaves: i64 = db
+            .query_row(
+                "SELECT COUNT(*) FROM tree_leaves WHERE seq <= ?1",
+                [last],
+                |r| r.get(0),
+            )
+            .expect("count");
+        let events: i64 = db
+            .query_row("SELECT COUNT(*) FROM events WHERE seq <= ?1", [last], |r| {
+                r.get(0)
+            })
+            .expect("count");
+        (leaves == events).then_some(())
+    });
+    let r = proxy.admin_get(&format!("/admin/v1/events/{last}/proof"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let p = r.json();
+    assert_eq!(p["seq"], last);
+    let file = dir.path().join("call.tlog-proof");
+    std::fs::write(&file, p["proof"].as_str().expect("proof")).expect("write");
+    proxy.terminate();
+    let public = dir.path().join("signing.pub");
+    let out = idemgate(&[
+        "verify",
+        "--proof",
+        file.to_str().expect("utf8"),
+        "--public-key",
+        public.to_str().expect("utf8"),
+    ]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains(&format!("event {last} ")), "{said}");
 }
