@@ -77,10 +77,31 @@ export async function entryView(app: App, id: number): Promise<void> {
       ),
     );
   });
+  const proof = h("div", { testid: "proof-panel" });
+  const prove = (seq: number) => h("button", { class: "small", testid: `prove-${seq}`, attrs: { ...app.gate("prove", true), title: "Proof for the auditor: this event is in the log" }, on: { click: () => void showProof(app, proof, seq) } }, "proof");
   app.main.append(
     h("h2", null, "Timeline"),
-    h("div", { class: "timeline", testid: "timeline" }, ...v.timeline.map((ev) => h("div", { class: "row event" }, h("span", { class: "seq" }, `#${ev.seq}`), h("span", { class: "time" }, isoTime(ev.at)), h("span", { class: `kind k-${ev.kind}` }, ev.kind), h("span", { class: "who" }, ev.operator ? `${ev.operator}: ${ev.reason ?? ""}` : ev.detail)))),
+    h("div", { class: "timeline", testid: "timeline" }, ...v.timeline.map((ev) => h("div", { class: "row event" }, h("span", { class: "seq" }, `#${ev.seq}`), h("span", { class: "time" }, isoTime(ev.at)), h("span", { class: `kind k-${ev.kind}` }, ev.kind), h("span", { class: "who" }, ev.operator ? `${ev.operator}: ${ev.reason ?? ""}` : ev.detail), prove(ev.seq)))),
+    proof,
   );
+}
+
+/** The proof that event `seq` is in the log, for an auditor: a C2SP tlog-proof under a freshly
+ * signed checkpoint, to save as a file and check with the log's public key alone. */
+async function showProof(app: App, panel: HTMLElement, seq: number): Promise<void> {
+  try {
+    const p = await app.t.ops.prove({ seq });
+    const file = `event-${seq}.tlog-proof`;
+    const copied = h("span", { class: "hint" });
+    panel.replaceChildren(
+      h("h2", null, `Proof for the auditor · event #${seq}`),
+      h("p", { class: "hint", testid: "proof-summary" }, `Leaf ${p.index} of the log's tree of ${p.size} events (root ${p.root}). Save it as ${file}; anyone with the log's public key checks it, with nothing else: idemgate verify --proof ${file} --public-key LOG.pub`),
+      h("div", { class: "row" }, h("button", { testid: "copy-proof", on: { click: async () => { await navigator.clipboard?.writeText(p.proof).catch(() => {}); copied.textContent = " copied"; } } }, "Copy proof"), copied),
+      h("pre", { class: "small", testid: "proof" }, p.proof),
+    );
+  } catch (e) {
+    app.error(e);
+  }
 }
 
 export async function entryAction(app: App, name: string, id: number): Promise<void> {
