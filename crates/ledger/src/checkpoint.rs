@@ -46,18 +46,99 @@ pub enum CheckpointError {
     NotSigned(String),
 }
 
-/// A key's name and id, as a signature line names them.
-fn key_id(name: &str, public: &VerifyingKey) -> [u8; 4] {
+/// A key's id, as a signature line names it: the first four bytes of
+/// `sha256(name || "\n" || alg || public key)`.
+pub(crate) fn key_id_of(name: &str, alg: u8, public: &VerifyingKey) -> [u8; 4] {
     let mut h = Sha256::new();
     h.update(name.as_bytes());
     h.update(b"\n");
-    h.update([ED25519]);
+    h.update([alg]);
     h.update(public.as_bytes());
     let d = h.finalize();
     [d[0], d[1], d[2], d[3]]
 }
 
-fn check_name(name: &str) -> Result<(), String> {
+fn key_id(name: &str, public: &VerifyingKey) -> [u8; 4] {
+    key_id_of(name, ED25519, public)
+}
+
+/// Reads a signer key of algorithm `alg` (`PRIVATE+KEY+NAME+KEYID+BASE64(alg || seed)`).
+pub(crate) fn parse_private(text: &str, alg: u8) -> Result<(String, SigningKey), String> {
+    let rest = text
+        .trim()
+        .strip_prefix("PRIVATE+KEY+")
+        .ok_or("it does not start with PRIVATE+KEY+")?;
+    // The key's base64 may hold '+' itself: only the first two separate.
+    let mut parts = rest.splitn(3, '+');
+    let (Some(name), Some(id), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err("expected PRIVATE+KEY+NAME+KEYID+KEY".into());
+    };
+    check_name(name)?;
+    let raw = B64.decode(key).map_err(|e| format!("key: {e}"))?;
+    let (Some(&a), Ok(seed)) = (raw.first(), <[u8; 32]>::try_from(&raw[1.min(raw.len())..])) else {
+        return Err("not an Ed25519 key".into());
+    };
+    if a != alg {
+        return Err(format!("a key of type {a:#04x}, not {alg:#04x}"));
+    }
+    let key = SigningKey::from_bytes(&seed);
+    if hex::encode(key_id_of(name, alg, &key.verifying_key())) != id {
+        return Err("its key id does not match its key".into());
+    }
+    Ok((name.to_owned(), key))
+}
+
+/// Reads a verifier key of algorithm `alg` (`NAME+KEYID+BASE64(alg || public key)`).
+pub(crate) fn parse_public(text: &str, alg: u8) -> Result<(String, VerifyingKey), String> {
+    let text = text.trim();
+    if text.starts_with("PRIVATE+") {
+        return Err("this is the private key: give the .pub file".into());
+    }
+    let mut parts = text.splitn(3, '+');
+    let (Some(name), Some(id), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err("expected NAME+KEYID+KEY".into());
+    };
+    check_name(name)?;
+    let raw = B64.decode(key).map_err(|e| format!("key: {e}"))?;
+    let (Some(&a), Ok(bytes)) = (raw.first(), <[u8; 32]>::try_from(&raw[1.min(raw.len())..]))
+    else {
+        return Err("not an Ed25519 key".into());
+    };
+    if a != alg {
+        return Err(format!("a key of type {a:#04x}, not {alg:#04x}"));
+    }
+    let key = VerifyingKey::from_bytes(&bytes).map_err(|e| e.to_string())?;
+    if hex::encode(key_id_of(name, alg, &key)) != id {
+        return Err("its key id does not match its key".into());
+    }
+    Ok((name.to_owned(), key))
+}
+
+/// A key as the Go note format writes it: `NAME+KEYID+BASE64(alg || key bytes)`.
+pub(crate) fn encode_key(
+    name: &str,
+    alg: u8,
+    public: &VerifyingKey,
+    secret: Option<&SigningKey>,
+) -> String {
+    let mut raw = vec![alg];
+    match secret {
+        Some(k) => raw.extend_from_slice(k.as_bytes()),
+        None => raw.extend_from_slice(public.as_bytes()),
+    }
+    let body = format!(
+        "{name}+{}+{}",
+        hex::encode(key_id_of(name, alg, public)),
+        B64.encode(raw)
+    );
+    if secret.is_some() {
+        format!("PRIVATE+KEY+{body}")
+    } else {
+        body
+    }
+}
+
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.contains('+') || name.chars().any(char::is_whitespace) {
         return Err(format!(
             "{name:?}: a key name is not empty and has no space or '+'"
@@ -96,31 +177,8 @@ pub fn generate(name: &str) -> Result<(String, String), CheckpointError> {
 impl Signer {
     /// Reads a signer key (`PRIVATE+KEY+NAME+KEYID+BASE64`); surrounding whitespace is ignored.
     pub fn parse(text: &str) -> Result<Signer, CheckpointError> {
-        let bad = |why: &str| CheckpointError::BadSigningKey(why.to_owned());
-        let rest = text
-            .trim()
-            .strip_prefix("PRIVATE+KEY+")
-            .ok_or_else(|| bad("it does not start with PRIVATE+KEY+"))?;
-        // The key's base64 may hold '+' itself: only the first two separate.
-        let mut parts = rest.splitn(3, '+');
-        let (Some(name), Some(id), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(bad("expected PRIVATE+KEY+NAME+KEYID+KEY"));
-        };
-        check_name(name).map_err(CheckpointError::BadSigningKey)?;
-        let raw = B64.decode(key).map_err(|e| bad(&format!("key: {e}")))?;
-        let (Some(&ED25519), Ok(seed)) =
-            (raw.first(), <[u8; 32]>::try_from(&raw[1.min(raw.len())..]))
-        else {
-            return Err(bad("not an Ed25519 key"));
-        };
-        let signer = Signer {
-            name: name.to_owned(),
-            key: SigningKey::from_bytes(&seed),
-        };
-        if hex::encode(key_id(name, &signer.key.verifying_key())) != id {
-            return Err(bad("its key id does not match its key"));
-        }
-        Ok(signer)
+        let (name, key) = parse_private(text, ED25519).map_err(CheckpointError::BadSigningKey)?;
+        Ok(Signer { name, key })
     }
 
     /// Reads a signer key from a file.
@@ -138,14 +196,11 @@ impl Signer {
     }
 
     fn encode(&self) -> String {
-        let public = self.key.verifying_key();
-        let mut raw = vec![ED25519];
-        raw.extend_from_slice(self.key.as_bytes());
-        format!(
-            "PRIVATE+KEY+{}+{}+{}",
-            self.name,
-            hex::encode(key_id(&self.name, &public)),
-            B64.encode(raw)
+        encode_key(
+            &self.name,
+            ED25519,
+            &self.key.verifying_key(),
+            Some(&self.key),
         )
     }
 
@@ -227,30 +282,8 @@ pub struct PublicKey {
 impl PublicKey {
     /// Reads a verifier key (`NAME+KEYID+BASE64`).
     pub fn parse(text: &str) -> Result<PublicKey, CheckpointError> {
-        let bad = |why: &str| CheckpointError::BadPublicKey(why.to_owned());
-        let text = text.trim();
-        if text.starts_with("PRIVATE+") {
-            return Err(bad("this is the private key: give the .pub file"));
-        }
-        let mut parts = text.splitn(3, '+');
-        let (Some(name), Some(id), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(bad("expected NAME+KEYID+KEY"));
-        };
-        check_name(name).map_err(CheckpointError::BadPublicKey)?;
-        let raw = B64.decode(key).map_err(|e| bad(&format!("key: {e}")))?;
-        let (Some(&ED25519), Ok(bytes)) =
-            (raw.first(), <[u8; 32]>::try_from(&raw[1.min(raw.len())..]))
-        else {
-            return Err(bad("not an Ed25519 key"));
-        };
-        let key = VerifyingKey::from_bytes(&bytes).map_err(|e| bad(&e.to_string()))?;
-        if hex::encode(key_id(name, &key)) != id {
-            return Err(bad("its key id does not match its key"));
-        }
-        Ok(PublicKey {
-            name: name.to_owned(),
-            key,
-        })
+        let (name, key) = parse_public(text, ED25519).map_err(CheckpointError::BadPublicKey)?;
+        Ok(PublicKey { name, key })
     }
 
     /// Reads a verifier key from a file.
@@ -261,14 +294,7 @@ impl PublicKey {
     }
 
     pub fn encode(&self) -> String {
-        let mut raw = vec![ED25519];
-        raw.extend_from_slice(self.key.as_bytes());
-        format!(
-            "{}+{}+{}",
-            self.name,
-            hex::encode(key_id(&self.name, &self.key)),
-            B64.encode(raw)
-        )
+        encode_key(&self.name, ED25519, &self.key, None)
     }
 
     pub fn name(&self) -> &str {

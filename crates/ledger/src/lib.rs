@@ -12,6 +12,7 @@ pub mod canon;
 pub mod chain;
 pub mod checkpoint;
 pub mod copy;
+pub mod cosignature;
 mod db;
 pub mod entries_export;
 mod entry_row;
