@@ -22,9 +22,14 @@ pub(crate) struct KeygenArgs {
     /// key, for auditors). Neither may exist.
     #[arg(long, value_name = "PREFIX")]
     out: PathBuf,
-    /// The key's name, which is the origin of every checkpoint it signs (default HOST/idemgate).
+    /// The key's name, which is the origin of every checkpoint it signs (default HOST/idemgate;
+    /// a witness's, HOST/witness).
     #[arg(long)]
     name: Option<String>,
+    /// A witness's key (C2SP cosignature/v1, for `idemgate witness serve --key`) instead of a
+    /// log's.
+    #[arg(long)]
+    witness: bool,
     /// Let this group read the signing key too (0640): the group of the user the server runs as
     /// (`idemgate` for the package's service), so that it can sign without owning the key.
     #[arg(long, value_name = "GROUP")]
@@ -62,11 +67,14 @@ fn host_name() -> String {
 }
 
 pub(crate) fn keygen(out: &mut output::Out, a: KeygenArgs) -> Result<ExitCode, OpsError> {
-    let name = a
-        .name
-        .unwrap_or_else(|| format!("{}/idemgate", host_name()));
-    let (private, public) =
-        generate_key(&name).map_err(|e| OpsError::invalid("name", &e.to_string()))?;
+    let role = if a.witness { "witness" } else { "idemgate" };
+    let name = a.name.unwrap_or_else(|| format!("{}/{role}", host_name()));
+    let generated = if a.witness {
+        idemgate_witness::generate_key(&name)
+    } else {
+        generate_key(&name)
+    };
+    let (private, public) = generated.map_err(|e| OpsError::invalid("name", &e.to_string()))?;
     let with = |ext: &str| {
         let mut s = a.out.as_os_str().to_owned();
         s.push(ext);
@@ -88,17 +96,20 @@ pub(crate) fn keygen(out: &mut output::Out, a: KeygenArgs) -> Result<ExitCode, O
         let _ = std::fs::remove_file(&key);
         return Err(e);
     }
-    writeln!(
-        out,
-        "wrote {} (the signing key: keep it secret; the server reads it through \
-         signing_key_file or IDEMGATE_SIGNING_KEY_FILE)",
-        key.display()
-    )?;
-    writeln!(
-        out,
-        "wrote {} (the public key: auditors verify with it)",
-        pubf.display()
-    )?;
+    let (secret, public_use) = if a.witness {
+        (
+            "the witness's key: keep it secret; `idemgate witness serve --key` reads it",
+            "the witness's public key: `verify --witness-key` checks its cosignatures",
+        )
+    } else {
+        (
+            "the signing key: keep it secret; the server reads it through signing_key_file or \
+             IDEMGATE_SIGNING_KEY_FILE",
+            "the public key: auditors verify with it",
+        )
+    };
+    writeln!(out, "wrote {} ({secret})", key.display())?;
+    writeln!(out, "wrote {} ({public_use})", pubf.display())?;
     writeln!(out, "{public}")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -143,23 +143,8 @@ pub(crate) struct VerifyArgs {
     /// ledger's record of them and the live log after them.
     #[arg(long, value_name = "DIR")]
     archive: Option<PathBuf>,
-    /// An event's inclusion proof (from `idemgate prove`, a C2SP tlog-proof): checked with
-    /// --public-key alone; no ledger is read (IDEMGATE_LEDGER is ignored).
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["against", "export", "archive"])]
-    proof: Option<PathBuf>,
-    /// An older checkpoint of the log's tree (or a proof file carrying one): with --to, checks
-    /// that the newer tree extends it, with --public-key alone.
-    #[arg(
-        long,
-        value_name = "CHECKPOINT",
-        requires = "to",
-        conflicts_with_all = ["against", "export", "archive", "proof"]
-    )]
-    consistency: Option<PathBuf>,
-    /// The newer tree and the proof that it extends --consistency's (from `idemgate prove
-    /// --consistency`).
-    #[arg(long, value_name = "FILE", requires = "consistency")]
-    to: Option<PathBuf>,
+    #[command(flatten)]
+    offline: crate::proofs::ProofArgs,
     /// The public key (from `idemgate keygen`) that must have signed the checkpoints: of the
     /// export, of each archive segment, of the --against manifest, of the --proof. No secret is
     /// needed.
@@ -175,15 +160,13 @@ pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, O
         against,
         export,
         archive,
-        proof,
-        consistency,
-        to,
+        offline,
         public_key,
         json,
     } = a;
-    if proof.is_some() || consistency.is_some() {
+    if offline.asked() {
         let key = crate::archival::public_key(public_key.as_deref())?;
-        return crate::proofs::verify(out, proof, consistency.zip(to), key.as_ref(), json);
+        return crate::proofs::verify(out, offline, key.as_ref(), json);
     }
     if public_key.is_some() && archive.is_none() && export.is_none() && against.is_none() {
         return Err(OpsError::invalid(

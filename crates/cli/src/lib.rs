@@ -16,6 +16,7 @@ mod proofs;
 mod serve;
 mod setup;
 mod token;
+mod witness;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -304,6 +305,9 @@ enum Cmd {
     Call(call::Call),
     /// Write a new Ed25519 key pair for signed checkpoints: PREFIX.key (secret) and PREFIX.pub.
     Keygen(archival::KeygenArgs),
+    /// A transparency-log witness, run by an auditor apart from the log it watches.
+    #[command(subcommand)]
+    Witness(witness::WitnessCmd),
     /// Move the events logged before a time into sealed, compressed segments in a directory, then
     /// remove them from the live ledger (verify --archive checks the whole history).
     ///
@@ -651,6 +655,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
         Cmd::Verify(a) => return audit::verify(&mut out, a),
         Cmd::Prove(a) => return proofs::prove(&mut out, a),
         Cmd::Keygen(a) => return archival::keygen(&mut out, a),
+        Cmd::Witness(c) => return witness::run(c),
         Cmd::Archive(a) => return archival::archive(&mut out, a),
         Cmd::Retention(c) => return archival::retention(&mut out, c),
     }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use idemgate_ops::ledger::PublicKey;
+use idemgate_ops::ledger::{PublicKey, WitnessKey};
 use idemgate_ops::{op, Ops, OpsError};
 
 use crate::{output, LedgerArg};
@@ -98,16 +98,80 @@ fn write_new(path: &Path, text: &str) -> Result<(), OpsError> {
         .map_err(|e| OpsError::invalid("output", &format!("{}: {e}", path.display())))
 }
 
+/// `verify`'s checks that need no ledger: an event's proof, or a tree's extension.
+#[derive(Args, Debug)]
+pub(crate) struct ProofArgs {
+    /// An event's inclusion proof (from `idemgate prove`, a C2SP tlog-proof): checked with
+    /// --public-key alone; no ledger is read (IDEMGATE_LEDGER is ignored).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["against", "export", "archive"])]
+    pub(crate) proof: Option<PathBuf>,
+    /// An older checkpoint of the log's tree (or a proof file carrying one): with --to, checks
+    /// that the newer tree extends it, with --public-key alone.
+    #[arg(
+        long,
+        value_name = "CHECKPOINT",
+        requires = "to",
+        conflicts_with_all = ["against", "export", "archive", "proof"]
+    )]
+    pub(crate) consistency: Option<PathBuf>,
+    /// A witness's public key (`idemgate keygen --witness`) whose cosignature the --proof's
+    /// checkpoint must carry. Repeat for each witness.
+    #[arg(long = "witness-key", value_name = "FILE", requires = "proof")]
+    witness_keys: Vec<PathBuf>,
+    /// How many of the --witness-key witnesses must have cosigned (default: all).
+    #[arg(long, value_name = "N", requires = "witness_keys")]
+    witness_quorum: Option<usize>,
+    /// The newer tree and the proof that it extends --consistency's (from `idemgate prove
+    /// --consistency`).
+    #[arg(long, value_name = "FILE", requires = "consistency")]
+    to: Option<PathBuf>,
+}
+
+impl ProofArgs {
+    /// Whether one of these checks was asked for.
+    pub(crate) fn asked(&self) -> bool {
+        self.proof.is_some() || self.consistency.is_some()
+    }
+}
+
+/// The witnesses whose cosignatures a proof must carry, and how many of them.
+struct Witnesses {
+    keys: Vec<WitnessKey>,
+    quorum: usize,
+}
+
+impl Witnesses {
+    fn read(files: &[PathBuf], quorum: Option<usize>) -> Result<Witnesses, OpsError> {
+        let keys = files
+            .iter()
+            .map(|f| {
+                std::fs::read_to_string(f)
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| WitnessKey::parse(&t).map_err(|e| e.to_string()))
+                    .map_err(|e| OpsError::invalid("witness-key", &format!("{}: {e}", f.display())))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let quorum = quorum.unwrap_or(keys.len());
+        if quorum > keys.len() {
+            return Err(OpsError::invalid(
+                "witness-quorum",
+                &format!("{quorum} of {} witnesses can never be met", keys.len()),
+            ));
+        }
+        Ok(Witnesses { keys, quorum })
+    }
+}
+
 /// `verify --proof FILE`, or `verify --consistency OLD --to NEW`.
 pub(crate) fn verify(
     out: &mut output::Out,
-    proof: Option<PathBuf>,
-    extension: Option<(PathBuf, PathBuf)>,
+    a: ProofArgs,
     key: Option<&PublicKey>,
     json: bool,
 ) -> Result<ExitCode, OpsError> {
-    match (proof, extension) {
-        (Some(file), _) => verify_proof(out, &file, key, json),
+    let witnesses = Witnesses::read(&a.witness_keys, a.witness_quorum)?;
+    match (a.proof, a.consistency.zip(a.to)) {
+        (Some(file), _) => verify_proof(out, &file, key, &witnesses, json),
         (None, Some((old, new))) => verify_consistency(out, &old, &new, key, json),
         (None, None) => Err(OpsError::invalid(
             "proof",
@@ -164,6 +228,7 @@ fn verify_proof(
     out: &mut output::Out,
     file: &Path,
     key: Option<&PublicKey>,
+    witnesses: &Witnesses,
     json: bool,
 ) -> Result<ExitCode, OpsError> {
     let key = key.ok_or_else(|| {
@@ -172,7 +237,7 @@ fn verify_proof(
             "a proof is checked against the log's public key: give --public-key",
         )
     })?;
-    let r = idemgate_ops::verify_proof_file(file, key)?;
+    let r = idemgate_ops::verify_proof_file(file, key, &witnesses.keys, witnesses.quorum)?;
     if json {
         output::pretty(out, &r)?;
     } else if r.ok {
@@ -186,9 +251,14 @@ fn verify_proof(
             .filter(|t| !t.is_empty())
             .map(|t| format!(" at {t}"))
             .unwrap_or_default();
+        let cosigned = if r.cosigned_by.is_empty() {
+            String::new()
+        } else {
+            format!(", cosigned by {}", r.cosigned_by.join(", "))
+        };
         writeln!(
             out,
-            "ok: {what} (leaf {}) is in the tree of {} events signed by {}{when} (root {})",
+            "ok: {what} (leaf {}) is in the tree of {} events signed by {}{when}{cosigned} (root {})",
             r.index,
             r.size.unwrap_or_default(),
             key.name(),

@@ -6,6 +6,7 @@
 pub use idemgate_ledger::archive::{ArchiveReport, ArchiveVerifyReport};
 pub use idemgate_ledger::checkpoint::{generate as generate_key, PublicKey, Signer};
 pub use idemgate_ledger::copy::CopyReport;
+pub use idemgate_ledger::cosignature::WitnessKey;
 pub use idemgate_ledger::entries_export::EntriesManifest;
 pub use idemgate_ledger::export::{manifest_path, ExportVerifyReport, Format, Manifest};
 pub use idemgate_ledger::{

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use idemgate_ledger::checkpoint::PublicKey;
+use idemgate_ledger::cosignature::WitnessKey;
 use idemgate_ledger::proof::{self, ConsistencyProof, InclusionProof, ProofError};
 use idemgate_ledger::{now_millis, tree, LedgerError, Storage};
 use serde::{Deserialize, Serialize};
@@ -55,6 +56,8 @@ pub struct ProofReport {
     pub root: Option<String>,
     /// When the checkpoint was signed, when the proof checks.
     pub signed_at: Option<String>,
+    /// The witnesses asked for whose cosignature the checkpoint carries.
+    pub cosigned_by: Vec<String>,
     /// The event the proof carries, as logged (its fields without the chain's hashes).
     pub event: serde_json::Value,
     /// Why it does not check.
@@ -210,8 +213,15 @@ pub fn verify_extension_files(
     Ok(report)
 }
 
-/// Checks the tlog-proof in `file` with `key` alone: no ledger, no secret.
-pub fn verify_proof_file(file: &Path, key: &PublicKey) -> OpsResult<ProofReport> {
+/// Checks the tlog-proof in `file` with `key` alone: no ledger, no secret. With `witnesses`, the
+/// checkpoint must also carry the cosignatures of at least `quorum` of them (C2SP tlog-policy's
+/// `quorum` over a group of witnesses).
+pub fn verify_proof_file(
+    file: &Path,
+    key: &PublicKey,
+    witnesses: &[WitnessKey],
+    quorum: usize,
+) -> OpsResult<ProofReport> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| OpsError::invalid("proof", &format!("{}: {e}", file.display())))?;
     let proof =
@@ -224,14 +234,28 @@ pub fn verify_proof_file(file: &Path, key: &PublicKey) -> OpsResult<ProofReport>
         root: None,
         signed_at: None,
         event,
+        cosigned_by: witnesses
+            .iter()
+            .filter(|w| w.cosigned(&proof.checkpoint).is_some())
+            .map(|w| w.name().to_owned())
+            .collect(),
         problem: None,
     };
     match proof.verify(key) {
         Ok((head, time)) => {
-            report.ok = true;
             report.size = Some(head.size);
             report.root = Some(head.root_base64());
             report.signed_at = Some(time);
+            report.ok = report.cosigned_by.len() >= quorum;
+            if !report.ok {
+                report.problem = Some(format!(
+                    "the checkpoint is cosigned by {} of the {} witnesses given ({}); at least \
+                     {quorum} must",
+                    report.cosigned_by.len(),
+                    witnesses.len(),
+                    report.cosigned_by.join(", ")
+                ));
+            }
         }
         Err(e) => {
             if let ProofError::NotIncluded { size, .. } = e {
