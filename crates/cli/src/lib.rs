@@ -297,8 +297,10 @@ enum Cmd {
     /// the log extends another (--consistency OLD --to NEW).
     Verify(audit::VerifyArgs),
     /// Write the proof that an event is in the log, for an auditor: a C2SP tlog-proof (the event,
-    /// its Merkle inclusion path, a checkpoint of the log's tree signed with --signing-key) that
-    /// `idemgate verify --proof FILE --public-key KEY` checks with nothing else.
+    /// its Merkle inclusion path, and the newest checkpoint of the log's tree the server kept that
+    /// covers it, else one signed now with --signing-key) that `idemgate verify --proof FILE
+    /// --public-key KEY` checks with nothing else. With --consistency, the proof that the tree
+    /// extends an older checkpoint.
     Prove(proofs::ProveArgs),
     /// Run any operation by name, as the admin API and the console run it: its request as
     /// NAME=VALUE parameters, its answer as JSON (`idemgate call OPERATION --help`).

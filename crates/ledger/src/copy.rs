@@ -135,6 +135,11 @@ const TABLES: &[Table] = &[
     // events), so it is copied, not recomputed.
     ("tree_leaves", "leaf", &[("leaf", I), ("seq", I)]),
     ("tree_hashes", "idx", &[("idx", I), ("hash", B)]),
+    (
+        "tree_checkpoints",
+        "size",
+        &[("size", I), ("note", T), ("at", I)],
+    ),
 ];
 
 /// An owned column value.

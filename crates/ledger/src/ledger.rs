@@ -436,6 +436,10 @@ impl Storage for Ledger {
         self.submit(move |ctx| write::extend_tree(ctx, &batch))
     }
 
+    fn note_tree_checkpoint(&self, size: u64, note: String, at: Millis) -> Ticket<()> {
+        self.submit(move |ctx| write::note_tree_checkpoint(ctx, size, &note, at))
+    }
+
     fn mark_archived(&self, seg: ArchivedSegment) -> Ticket<i64> {
         self.submit(move |ctx| write::mark_archived(ctx, &seg))
     }
@@ -522,6 +526,10 @@ impl Storage for Ledger {
 
     fn leaf_of(&self, seq: i64) -> Result<Option<u64>> {
         self.read(|db| read::leaf_of(db, seq))
+    }
+
+    fn tree_checkpoint(&self, index: u64) -> Result<Option<(u64, String)>> {
+        self.read(|db| read::tree_checkpoint(db, index))
     }
 
     fn tool_effect(&self, route: &str, upstream: &str, tool: &str) -> Result<Option<Effect>> {

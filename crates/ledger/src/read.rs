@@ -16,7 +16,7 @@ mod tree;
 pub(crate) use approvals::{approval, approvals, resolution_reason};
 pub(crate) use fleet::{count_call, tool_effect};
 pub(crate) use incidents::{incidents, review_of};
-pub(crate) use tree::{leaf_of, tree_hashes, tree_state};
+pub(crate) use tree::{leaf_of, tree_checkpoint, tree_hashes, tree_state};
 
 /// The most rows one page of entries or events holds.
 pub(crate) const MAX_PAGE: usize = 100_000;

@@ -399,6 +399,9 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Appends an integration step to the log's Merkle tree ([`crate::tree::integrate`]);
     /// refused with nothing written when the tree no longer has the size it was computed from.
     fn extend_tree(&self, batch: crate::tree::TreeBatch) -> Ticket<()>;
+    /// Keeps a signed checkpoint (`note`) of the tree of `size` leaves; refused (conflict) unless
+    /// it is larger than every one kept, so that two signers leave one.
+    fn note_tree_checkpoint(&self, size: u64, note: String, at: Millis) -> Ticket<()>;
 
     // Archival, signing, retention.
     /// Records a sealed archive segment and logs it: from then on its events may be deleted
@@ -456,6 +459,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn tree_hashes(&self, indexes: &[u64]) -> Result<Vec<[u8; 32]>>;
     /// The event `seq`'s leaf index, once the tree holds it.
     fn leaf_of(&self, seq: i64) -> Result<Option<u64>>;
+    /// The newest kept checkpoint of the tree that covers leaf `index`: its size and note.
+    fn tree_checkpoint(&self, index: u64) -> Result<Option<(u64, String)>>;
     /// A tool's effect as its route's upstream last listed it, through any instance.
     fn tool_effect(&self, route: &str, upstream: &str, tool: &str) -> Result<Option<Effect>>;
     /// Streams the live events `first..=last` in sequence order; `f` returns `false` to stop.

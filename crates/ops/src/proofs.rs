@@ -6,6 +6,7 @@ use std::path::Path;
 use idemgate_ledger::checkpoint::PublicKey;
 use idemgate_ledger::cosignature::WitnessKey;
 use idemgate_ledger::proof::{self, ConsistencyProof, InclusionProof, ProofError};
+use idemgate_ledger::tree::TreeHead;
 use idemgate_ledger::{now_millis, tree, LedgerError, Storage};
 use serde::{Deserialize, Serialize};
 
@@ -72,10 +73,32 @@ impl Ops {
         Ok(tree::catch_up(self.store.as_ref(), keep_going)?)
     }
 
-    /// The inclusion proof of event `seq` in the tree as it stands, under a checkpoint freshly
-    /// signed with this host's key. The tree is brought up to date first.
-    pub fn prove(&self, seq: i64) -> OpsResult<EventProof> {
+    /// Signs the tree as it stands and keeps the checkpoint, unless one of this size is kept
+    /// already (nothing was logged since, or another instance signed it): the tree signed.
+    pub fn sign_tree(&self) -> OpsResult<Option<TreeHead>> {
         let signer = self.signer()?;
+        let store: &dyn Storage = self.store.as_ref();
+        tree::catch_up(store, &|| true)?;
+        let head = tree::head(store)?;
+        let kept = store.tree_checkpoint(0)?.map_or(0, |(size, _)| size);
+        if head.size <= kept {
+            return Ok(None);
+        }
+        let cp = signer.sign(&head.signed_head(), now_millis());
+        match store
+            .note_tree_checkpoint(head.size, cp.note, now_millis())
+            .wait()
+        {
+            Ok(()) => Ok(Some(head)),
+            Err(LedgerError::AlreadySigned { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The inclusion proof of event `seq`, under the newest kept checkpoint of the tree that
+    /// covers it (with the cosignatures witnesses gave it), else under one freshly signed with
+    /// this host's key. The tree is brought up to date first.
+    pub fn prove(&self, seq: i64) -> OpsResult<EventProof> {
         let store: &dyn Storage = self.store.as_ref();
         tree::catch_up(store, &|| true)?;
         let index = store.leaf_of(seq)?.ok_or(LedgerError::NotInTree(seq))?;
@@ -89,14 +112,20 @@ impl Ops {
                 "event {seq} is archived: its proof needs its leaf from the sealed segment"
             ))
         })?;
-        let head = tree::head(store)?;
+        let (head, checkpoint) = match store.tree_checkpoint(index)? {
+            Some((size, note)) => (tree::root_at(store, size)?, note),
+            None => {
+                let signer = self.signer()?;
+                let head = tree::head(store)?;
+                (head, signer.sign(&head.signed_head(), now_millis()).note)
+            }
+        };
         let path = tree::prove_leaf(store, head.size, index)?;
-        let cp = signer.sign(&head.signed_head(), now_millis());
         let proof = InclusionProof {
             leaf: tree::leaf_bytes(&event),
             index,
             path,
-            checkpoint: cp.note,
+            checkpoint,
         };
         Ok(EventProof {
             seq,

@@ -137,11 +137,19 @@ pub(crate) fn retention_run(ops: &Ops, stopping: &AtomicBool) {
     }
 }
 
-/// Signs the chain's head unless nothing was logged since the last checkpoint.
+/// Signs the chain's head and the log's tree, each unless nothing was logged since its last
+/// checkpoint.
 pub(crate) fn checkpoint(ops: &Ops) {
     match ops.checkpoint() {
         Ok(Some((cp, _))) => tracing::info!(seq = cp.seq, hash = %cp.hash, "signed checkpoint"),
         Ok(None) => {}
         Err(e) => tracing::warn!(error = %e, "could not sign a checkpoint"),
+    }
+    match ops.sign_tree() {
+        Ok(Some(head)) => {
+            tracing::info!(size = head.size, root = %head.root_base64(), "signed the log's tree");
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "could not sign the log's tree"),
     }
 }

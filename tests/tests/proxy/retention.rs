@@ -210,6 +210,14 @@ fn the_server_adds_its_calls_to_the_log_s_tree_and_proves_them() {
             .expect("count");
         (leaves == events).then_some(())
     });
+    // At its checkpoint interval it signs the tree, and keeps the checkpoint.
+    let signed: i64 = eventually(30, "a signed tree past the calls", || {
+        db.query_row("SELECT MAX(size) FROM tree_checkpoints", [], |r| {
+            r.get::<_, Option<i64>>(0)
+        })
+        .expect("max")
+        .filter(|&size| size >= last)
+    });
     let r = proxy.admin_get(&format!("/admin/v1/events/{last}/proof"));
     assert_eq!(r.status, 200, "{}", r.text());
     let p = r.json();
@@ -217,19 +225,34 @@ fn the_server_adds_its_calls_to_the_log_s_tree_and_proves_them() {
     let file = dir.path().join("call.tlog-proof");
     std::fs::write(&file, p["proof"].as_str().expect("proof")).expect("write");
     proxy.terminate();
-    let public = dir.path().join("signing.pub");
-    let out = idemgate(&[
-        "verify",
-        "--proof",
-        file.to_str().expect("utf8"),
-        "--public-key",
-        public.to_str().expect("utf8"),
+    // A proof with no key at hand: under the newest checkpoint the server kept.
+    let kept = dir.path().join("kept.tlog-proof");
+    let p = idemgate_json(&[
+        "prove",
+        "--ledger",
+        &l,
+        "--event",
+        &last.to_string(),
+        "-o",
+        kept.to_str().expect("utf8"),
+        "--json",
     ]);
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(said.contains(&format!("event {last} ")), "{said}");
+    assert!(p["size"].as_i64().is_some_and(|s| s >= signed), "{p}");
+    let public = dir.path().join("signing.pub");
+    for proof in [&file, &kept] {
+        let out = idemgate(&[
+            "verify",
+            "--proof",
+            proof.to_str().expect("utf8"),
+            "--public-key",
+            public.to_str().expect("utf8"),
+        ]);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(said.contains(&format!("event {last} ")), "{said}");
+    }
 }

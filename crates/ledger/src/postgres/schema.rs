@@ -272,6 +272,11 @@ CREATE TABLE tree_hashes (
     idx  BIGINT PRIMARY KEY,
     hash BYTEA NOT NULL
 );
+CREATE TABLE tree_checkpoints (
+    size BIGINT PRIMARY KEY,
+    note TEXT NOT NULL,
+    at   BIGINT NOT NULL
+);
 "#,
 ];
 

@@ -59,3 +59,13 @@ pub(crate) fn tree_hashes(db: &mut dyn Db, indexes: &[u64]) -> Result<Vec<[u8; 3
     }
     Ok(out)
 }
+
+/// The newest signed checkpoint of the tree whose size is past `index` (one that covers the
+/// leaf), as its size and note.
+pub(crate) fn tree_checkpoint(db: &mut dyn Db, index: u64) -> Result<Option<(u64, String)>> {
+    db.opt(
+        "SELECT size, note FROM tree_checkpoints WHERE size > ?1 ORDER BY size DESC LIMIT 1",
+        vals![i64::try_from(index).unwrap_or(i64::MAX)],
+        |r| Ok((u64::try_from(r.int(0)?).unwrap_or(0), r.text(1)?)),
+    )
+}

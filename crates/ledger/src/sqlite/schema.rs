@@ -311,8 +311,9 @@ CREATE INDEX loop_windows_ends ON loop_windows (ends);
     // 14: approvals. A call that matches an approval policy waits, unforwarded, in a state of
     // its own; the entry keeps the policy it matched, who approved it, and how it ended.
     Migration::Code(approvals),
-    // 15: the log's Merkle tree (`tree.rs`): each leaf's event, and the stored hashes in Go
-    // tlog's StoredHashIndex order. Both only grow; the integrator fills them after commit.
+    // 15: the log's Merkle tree (`tree.rs`): each leaf's event, the stored hashes in Go tlog's
+    // StoredHashIndex order, and the signed checkpoints of the tree (with the cosignatures
+    // witnesses added). Each only grows; the integrator fills the first two after commit.
     Migration::Sql(
         r#"
 CREATE TABLE tree_leaves (
@@ -322,6 +323,11 @@ CREATE TABLE tree_leaves (
 CREATE TABLE tree_hashes (
     idx  INTEGER PRIMARY KEY,
     hash BLOB NOT NULL
+) STRICT;
+CREATE TABLE tree_checkpoints (
+    size INTEGER PRIMARY KEY,
+    note TEXT NOT NULL,
+    at   INTEGER NOT NULL
 ) STRICT;
 "#,
     ),

@@ -1,6 +1,6 @@
 //! Appends an integration step's leaves and hashes to the log's Merkle tree ([`crate::tree`]).
 
-use crate::db::Val;
+use crate::db::{vals, Val};
 use crate::error::{LedgerError, Result};
 use crate::read;
 use crate::tree::TreeBatch;
@@ -55,5 +55,30 @@ fn insert_pairs<'a>(
         params.push(value(i));
     }
     ctx.db.exec(&sql, &params)?;
+    Ok(())
+}
+
+/// Keeps a signed checkpoint of the tree of `size` leaves, unless one of that size or a larger
+/// one is kept already (another instance signed it): then nothing is written.
+pub(crate) fn note_tree_checkpoint(
+    ctx: &mut Ctx<'_>,
+    size: u64,
+    note: &str,
+    at: crate::model::Millis,
+) -> Result<()> {
+    let signed = ctx
+        .db
+        .opt("SELECT MAX(size) FROM tree_checkpoints", &[], |r| {
+            r.opt_int(0)
+        })?
+        .flatten();
+    let size = i64::try_from(size).unwrap_or(i64::MAX);
+    if let Some(signed) = signed.filter(|s| size <= *s) {
+        return Err(LedgerError::AlreadySigned { seq: size, signed });
+    }
+    ctx.db.exec(
+        "INSERT INTO tree_checkpoints (size, note, at) VALUES (?1, ?2, ?3)",
+        vals![size, note, at],
+    )?;
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! The log's Merkle tree: every committed event integrated once, in seq order; its root the RFC
 //! 6962 root of the events' leaves (computed here from the definition, not by the tree code);
 //! each event's inclusion proof and each older tree's consistency proof checking; a step computed
-//! from a stale size refused with nothing written; and the tree kept when the log is archived.
+//! from a stale size refused with nothing written; signed checkpoints kept once per size; and the
+//! tree kept when the log is archived.
 
 use idemgate_ledger::archive::{self, ArchiveOptions};
 use idemgate_ledger::tree::{self, TreeBatch, TreeHead};
@@ -113,6 +114,26 @@ fn the_tree_holds_every_event_once_and_proves_each(b: Backend) {
     );
     assert_eq!(e.code(), error::Code::Conflict);
     assert_eq!(tree::head(&*f.l).expect("head"), head);
+    // Signed checkpoints of the tree: each larger than the last, the newest covering a leaf
+    // found for it.
+    let keep = |size: u64| {
+        f.l.note_tree_checkpoint(size, format!("note {size}"), T0)
+            .wait()
+    };
+    keep(5).expect("the tree of five");
+    for again in [5, 3] {
+        let e = keep(again).expect_err("signed already");
+        assert!(matches!(e, LedgerError::AlreadySigned { .. }), "{e}");
+    }
+    keep(13).expect("the tree of thirteen");
+    let found = |index: u64| f.l.tree_checkpoint(index).expect("read");
+    assert_eq!(
+        found(4),
+        Some((13, "note 13".to_owned())),
+        "the newest covering"
+    );
+    assert_eq!(found(12), Some((13, "note 13".to_owned())));
+    assert_eq!(found(13), None, "none covers a leaf past the trees signed");
 }
 
 /// Archival first brings the tree up to date, and the tree keeps the archived events' hashes:
