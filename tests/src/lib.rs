@@ -431,3 +431,61 @@ pub fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) ->
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// `idemgate witness serve` on a port of its own, until dropped (SIGKILL: what it acknowledged
+/// must already be on disk).
+#[derive(Debug)]
+pub struct WitnessProcess {
+    child: std::process::Child,
+    pub addr: std::net::SocketAddr,
+}
+
+impl WitnessProcess {
+    pub fn start(key: &Path, log: &str, state: &Path) -> WitnessProcess {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new(idemgate_bin())
+            .args([
+                "witness",
+                "serve",
+                "--key",
+                key.to_str().expect("utf8"),
+                "--log",
+                log,
+                "--state",
+                state.to_str().expect("utf8"),
+            ])
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("witness");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("its first line");
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("witness said {line:?}"))
+            .parse()
+            .expect("an address");
+        WitnessProcess { child, addr }
+    }
+
+    /// `add-checkpoint` with `body`: the status and the answer.
+    pub fn add(&self, body: &str) -> (u16, String, Option<String>) {
+        let r = request(self.addr, "POST", "/add-checkpoint", &[], body.as_bytes());
+        (
+            r.status,
+            r.text(),
+            r.header("content-type").map(str::to_owned),
+        )
+    }
+}
+
+impl Drop for WitnessProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -405,63 +405,6 @@ fn a_later_tree_extends_an_earlier_one_and_a_fork_or_rollback_is_named() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("rewritten"));
 }
 
-/// `idemgate witness serve` on a port of its own, until dropped (SIGKILL: what it acknowledged
-/// must already be on disk).
-struct WitnessProcess {
-    child: std::process::Child,
-    addr: std::net::SocketAddr,
-}
-
-impl WitnessProcess {
-    fn start(key: &Path, log: &str, state: &Path) -> WitnessProcess {
-        use std::io::BufRead as _;
-        let mut child = Command::new(idemgate_bin())
-            .args([
-                "witness",
-                "serve",
-                "--key",
-                s(key),
-                "--log",
-                log,
-                "--state",
-                s(state),
-            ])
-            .args(["--listen", "127.0.0.1:0"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
-            .spawn()
-            .expect("witness");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("its first line");
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("witness said {line:?}"))
-            .parse()
-            .expect("an address");
-        WitnessProcess { child, addr }
-    }
-
-    /// `add-checkpoint` with `body`: the status and the answer.
-    fn add(&self, body: &str) -> (u16, String, Option<String>) {
-        let r = request(self.addr, "POST", "/add-checkpoint", &[], body.as_bytes());
-        (
-            r.status,
-            r.text(),
-            r.header("content-type").map(str::to_owned),
-        )
-    }
-}
-
-impl Drop for WitnessProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A log with a key, a witness of it, and the first checkpoint the witness cosigned.
 struct Watched {
     dir: tempfile::TempDir,

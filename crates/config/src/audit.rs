@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idemgate_ledger::checkpoint::Signer;
+use idemgate_ledger::cosignature::WitnessKey;
 use serde::Deserialize;
 
 use super::{invalid, parse_positive, ConfigError};
@@ -80,12 +81,53 @@ pub(super) fn retention(r: &RawRetention) -> Result<Retention, ConfigError> {
 }
 
 /// Signed checkpoints: the key's file (from the configuration, else `IDEMGATE_SIGNING_KEY_FILE`),
-/// the key read from it, and how often the server signs the chain's head.
+/// the key read from it, how often the server signs the chain's head and the log's tree, and the
+/// witnesses each tree checkpoint is sent to.
 #[derive(Debug, Clone)]
 pub struct Signing {
     pub key_file: PathBuf,
     pub signer: Arc<Signer>,
     pub interval: Duration,
+    pub witnesses: Vec<Witness>,
+}
+
+/// A witness as `server.witnesses` names it: where its `add-checkpoint` endpoint is (the URL of
+/// its submission prefix), and its public key, which checks its cosignatures.
+#[derive(Debug, Clone)]
+pub struct Witness {
+    pub url: String,
+    pub key: WitnessKey,
+}
+
+/// `{ url, key }` in `server.witnesses`; `key` is the witness's public key file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWitness {
+    url: String,
+    key: String,
+}
+
+fn witnesses(raw: &[RawWitness]) -> Result<Vec<Witness>, ConfigError> {
+    raw.iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let field = format!("server.witnesses[{i}]");
+            if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
+                return Err(invalid(
+                    format!("{field}.url"),
+                    "an http:// or https:// URL",
+                ));
+            }
+            let text = std::fs::read_to_string(&w.key)
+                .map_err(|e| invalid(format!("{field}.key"), format!("{}: {e}", w.key)))?;
+            let key = WitnessKey::parse(&text)
+                .map_err(|e| invalid(format!("{field}.key"), e.to_string()))?;
+            Ok(Witness {
+                url: w.url.trim_end_matches('/').to_owned(),
+                key,
+            })
+        })
+        .collect()
 }
 
 /// The environment variable naming the signing key's file when the configuration does not.
@@ -94,15 +136,21 @@ pub const SIGNING_KEY_ENV: &str = "IDEMGATE_SIGNING_KEY_FILE";
 pub(super) fn signing(
     file: Option<&str>,
     interval: Option<&str>,
+    raw_witnesses: &[RawWitness],
 ) -> Result<Option<Signing>, ConfigError> {
     let (field, file) = match file {
         Some(f) => ("server.signing_key_file", f.to_owned()),
         None => match std::env::var(SIGNING_KEY_ENV) {
             Ok(f) if !f.is_empty() => (SIGNING_KEY_ENV, f),
             _ => {
-                if interval.is_some() {
+                if interval.is_some() || !raw_witnesses.is_empty() {
+                    let field = if interval.is_some() {
+                        "server.checkpoint_interval"
+                    } else {
+                        "server.witnesses"
+                    };
                     return Err(invalid(
-                        "server.checkpoint_interval",
+                        field,
                         "no signing key: set server.signing_key_file (idemgate keygen makes one)",
                     ));
                 }
@@ -118,5 +166,6 @@ pub(super) fn signing(
         key_file: PathBuf::from(file),
         signer: Arc::new(signer),
         interval,
+        witnesses: witnesses(raw_witnesses)?,
     }))
 }

@@ -16,7 +16,7 @@ mod route;
 mod telemetry;
 
 pub use approval::{Approval, Condition, Notify};
-pub use audit::{Retention, Signing, SIGNING_KEY_ENV};
+pub use audit::{Retention, Signing, Witness, SIGNING_KEY_ENV};
 pub use operators::{new_token, OperatorCred, Role, TokenHash, SHARED_ADMIN};
 use raw::RawConfig;
 pub use telemetry::Telemetry;
@@ -508,6 +508,7 @@ impl Config {
             audit::signing(
                 raw.server.signing_key_file.as_deref(),
                 raw.server.checkpoint_interval.as_deref(),
+                &raw.server.witnesses,
             ),
         );
         let (Some(d), Some(server)) = (d, server) else {

@@ -41,6 +41,8 @@ pub(super) struct RawServer {
     pub(super) body_timeout: Option<String>,
     pub(super) signing_key_file: Option<String>,
     pub(super) checkpoint_interval: Option<String>,
+    #[serde(default)]
+    pub(super) witnesses: Vec<crate::audit::RawWitness>,
 }
 
 pub(super) fn default_listen() -> String {

@@ -440,6 +440,10 @@ impl Storage for Ledger {
         self.submit(move |ctx| write::note_tree_checkpoint(ctx, size, &note, at))
     }
 
+    fn cosign_tree_checkpoint(&self, size: u64, line: String) -> Ticket<bool> {
+        self.submit(move |ctx| write::cosign_tree_checkpoint(ctx, size, &line))
+    }
+
     fn mark_archived(&self, seg: ArchivedSegment) -> Ticket<i64> {
         self.submit(move |ctx| write::mark_archived(ctx, &seg))
     }

@@ -402,6 +402,9 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Keeps a signed checkpoint (`note`) of the tree of `size` leaves; refused (conflict) unless
     /// it is larger than every one kept, so that two signers leave one.
     fn note_tree_checkpoint(&self, size: u64, note: String, at: Millis) -> Ticket<()>;
+    /// Adds a witness's cosignature line (checked by the caller) to the kept checkpoint of the
+    /// tree of `size`; `false` when it carries that witness's already.
+    fn cosign_tree_checkpoint(&self, size: u64, line: String) -> Ticket<bool>;
 
     // Archival, signing, retention.
     /// Records a sealed archive segment and logs it: from then on its events may be deleted

@@ -41,7 +41,7 @@ pub use demo::{seed as seed_demo, DemoOptions, DemoReport};
 pub use error::{Code, ErrorBody, OpsError};
 pub use proofs::{
     verify_extension_files, verify_proof_file, EventProof, ExtensionReport, ProofReport,
-    TreeExtension,
+    TreeExtension, WitnessRequest,
 };
 pub use purge::{PurgeCmd, PurgeReport, PurgeTarget, PURGE_CHUNK};
 pub use reads::{event_kind, request_diff, EntryPage, EntryView, EventPage, FieldDiff, ToolCall};

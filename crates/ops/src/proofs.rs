@@ -43,6 +43,17 @@ pub struct TreeExtension {
     pub proof: String,
 }
 
+/// A kept checkpoint of the log's tree as it goes to a witness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WitnessRequest {
+    /// The tree's size.
+    pub size: u64,
+    /// The checkpoint, as kept.
+    pub note: String,
+    /// The `add-checkpoint` request's body.
+    pub body: String,
+}
+
 /// What checking a proof found.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,6 +190,56 @@ impl Ops {
             }
             .encode(),
         })
+    }
+
+    /// What to send a witness that last cosigned the tree of `old` leaves: the newest kept
+    /// checkpoint with the proof that it extends that tree, as an `add-checkpoint` body, and its
+    /// size and note. `None` when no kept checkpoint is larger.
+    pub fn witness_request(&self, old: u64) -> OpsResult<Option<WitnessRequest>> {
+        let store: &dyn Storage = self.store.as_ref();
+        let Some((size, note)) = store.tree_checkpoint(0)? else {
+            return Ok(None);
+        };
+        if size <= old {
+            return Ok(None);
+        }
+        let path = if old == 0 {
+            Vec::new()
+        } else {
+            tree::prove_extends(store, size, old)?
+        };
+        let body = ConsistencyProof {
+            old,
+            path,
+            checkpoint: note.clone(),
+        }
+        .encode();
+        Ok(Some(WitnessRequest { size, note, body }))
+    }
+
+    /// Keeps `witness`'s cosignature `line` of the kept checkpoint of the tree of `size` (`note`,
+    /// as it was sent), once it checks: whether it was added.
+    pub fn note_cosignature(
+        &self,
+        size: u64,
+        note: &str,
+        witness: &WitnessKey,
+        line: &str,
+    ) -> OpsResult<bool> {
+        let line = line.trim_end();
+        if witness.cosigned(&format!("{note}{line}\n")).is_none() {
+            return Err(OpsError::invalid(
+                "cosignature",
+                &format!(
+                    "{line:?} is not {}'s cosignature of the tree of {size}",
+                    witness.name()
+                ),
+            ));
+        }
+        Ok(self
+            .store
+            .cosign_tree_checkpoint(size, line.to_owned())
+            .wait()?)
     }
 
     fn signer(&self) -> OpsResult<&idemgate_ledger::checkpoint::Signer> {

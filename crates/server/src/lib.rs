@@ -11,6 +11,7 @@ pub mod live;
 #[cfg(feature = "ts")]
 pub mod openapi;
 pub mod upkeep;
+mod witnesses;
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use idemgate_config::Config;
 use idemgate_ops::ledger::Millis;
+
+use crate::witnesses::Witnesses;
 use idemgate_ops::{op, Ops};
 use tokio::sync::watch;
 
@@ -46,12 +48,16 @@ pub(crate) fn spawn(
     }
     if let Some(s) = &cfg.signing {
         let ops = ops.clone();
+        let witnesses = Witnesses::new(s.witnesses.clone());
         tasks.push(tokio::spawn(every(
             "checkpoint",
             s.interval,
             leading.clone(),
             stop.clone(),
-            move |_| checkpoint(&ops),
+            move |_| {
+                checkpoint(&ops);
+                witnesses.send(&ops);
+            },
         )));
     }
     tasks

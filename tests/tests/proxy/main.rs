@@ -26,6 +26,7 @@ mod requests;
 mod retention;
 mod signals;
 mod upstreams;
+mod witness;
 
 const CONFIG: &str = r#"
 [server]

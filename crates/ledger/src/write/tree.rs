@@ -82,3 +82,29 @@ pub(crate) fn note_tree_checkpoint(
     )?;
     Ok(())
 }
+
+/// Adds a witness's cosignature line to the kept checkpoint of the tree of `size` leaves, unless
+/// it carries one of that witness already: the note only gains signature lines.
+pub(crate) fn cosign_tree_checkpoint(ctx: &mut Ctx<'_>, size: u64, line: &str) -> Result<bool> {
+    let size = i64::try_from(size).unwrap_or(i64::MAX);
+    let Some(note) = ctx.db.opt(
+        "SELECT note FROM tree_checkpoints WHERE size = ?1",
+        vals![size],
+        |r| r.text(0),
+    )?
+    else {
+        return Err(LedgerError::Corrupt(format!(
+            "no kept checkpoint of the tree of {size} to add a cosignature to"
+        )));
+    };
+    let signer = line.split(' ').take(2).collect::<Vec<_>>().join(" ");
+    if !line.starts_with('\u{2014}') || note.lines().any(|l| l.starts_with(&format!("{signer} "))) {
+        return Ok(false);
+    }
+    let line = format!("{}\n", line.trim_end());
+    ctx.db.exec(
+        "UPDATE tree_checkpoints SET note = note || ?2 WHERE size = ?1",
+        vals![size, line.as_str()],
+    )?;
+    Ok(true)
+}
