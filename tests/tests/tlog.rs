@@ -625,3 +625,81 @@ fn a_witness_refuses_a_fork_and_a_checkpoint_of_another_log_or_key() {
     let body = format!("old {}\n\n{}", w.size + 5, after_blank(&forged));
     assert_eq!(w.witness.add(&body).0, 403);
 }
+
+#[test]
+fn an_archived_event_is_proved_from_its_sealed_segment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name);
+    let ledger = path("l.db");
+    let l = s(&ledger);
+    assert!(idemgate(&["demo", "--ledger", l, "--events", "500"])
+        .status
+        .success());
+    let k = keys(dir.path(), "audit.example/idemgate");
+    let archive = path("archive");
+    std::fs::create_dir(&archive).expect("mkdir");
+    // The events logged before event 20 leave the live log.
+    let all = idemgate_json(&["log", "--ledger", l, "--limit", "10000", "--json"]);
+    let twentieth = all
+        .as_array()
+        .expect("events")
+        .iter()
+        .find(|e| e["seq"] == 20)
+        .expect("event 20");
+    let now = twentieth["at"].as_str().expect("its time").to_owned();
+    let out = idemgate(&[
+        "archive",
+        "--ledger",
+        l,
+        "--before",
+        &now,
+        "--to",
+        s(&archive),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let live = idemgate_json(&["log", "--ledger", l, "--limit", "1000", "--json"]);
+    assert!(
+        live.as_array()
+            .expect("events")
+            .iter()
+            .all(|e| e["seq"].as_i64() > Some(5)),
+        "event 5 is archived"
+    );
+    let proof = path("5.tlog-proof");
+    let prove = |extra: &[&str]| {
+        let mut args = vec![
+            "prove",
+            "--ledger",
+            l,
+            "--event",
+            "5",
+            "--signing-key",
+            s(&k.key),
+        ];
+        args.extend_from_slice(&["-o", s(&proof)]);
+        args.extend_from_slice(extra);
+        idemgate(&args)
+    };
+    let refused = prove(&[]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("archived") && said.contains("--archive"),
+        "{said}"
+    );
+    let made = prove(&["--archive", s(&archive)]);
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let (code, said) = verify(&proof, &k.public);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("event 5 (leaf 4)"), "{said}");
+    let (ok, said) = go(&[Path::new("check-proof"), &k.public, &proof]);
+    assert!(ok, "{said}");
+}

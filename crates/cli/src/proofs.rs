@@ -24,6 +24,9 @@ pub(crate) struct ProveArgs {
     /// tlog-witness `add-checkpoint` body.
     #[arg(long, value_name = "CHECKPOINT", conflicts_with = "event")]
     consistency: Option<PathBuf>,
+    /// The archive directory that holds the event when it has left the live log.
+    #[arg(long, value_name = "DIR")]
+    archive: Option<PathBuf>,
     /// The proof file (conventionally NAME.tlog-proof). An existing one is refused.
     #[arg(short = 'o', long = "output")]
     output: PathBuf,
@@ -48,7 +51,9 @@ pub(crate) fn prove(out: &mut output::Out, a: ProveArgs) -> Result<ExitCode, Ops
                 .map_err(|e| OpsError::invalid("consistency", &format!("{}: {e}", f.display())))
         })
         .transpose()?;
-    let ops = Ops::open_existing(&a.ledger.ledger)?.with_signer(a.signing.signer()?);
+    let ops = Ops::open_existing(&a.ledger.ledger)?
+        .with_signer(a.signing.signer()?)
+        .with_archive(a.archive);
     if let Some(checkpoint) = old {
         let req = op::prove_consistency::CheckpointArg { checkpoint };
         let p = op::run::<op::prove_consistency::Op>(&ops, req, None, &mut |_| true)?;

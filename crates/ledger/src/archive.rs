@@ -314,3 +314,17 @@ fn read_manifest(path: &Path) -> Result<Option<Manifest>> {
 
 mod verify;
 pub use verify::{segments, verify_archive, ArchiveVerifyReport, SegmentCheck};
+
+/// Event `seq` as the sealed segment `seg` in `dir` holds it; `None` when it does not.
+pub fn archived_event(dir: &Path, seg: &ArchivedSegment, seq: i64) -> Result<Option<Event>> {
+    for e in crate::export::read_rows(&dir.join(&seg.file), Format::Ndjson, true)? {
+        let e = e?;
+        if e.seq == seq {
+            return Ok(Some(e));
+        }
+        if e.seq > seq {
+            break;
+        }
+    }
+    Ok(None)
+}

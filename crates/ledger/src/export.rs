@@ -454,7 +454,7 @@ pub(crate) fn file_sha256(path: &Path) -> Result<String> {
 }
 
 /// The rows of an export file as events, in its format (gzip-compressed when `gzip`).
-fn read_rows(
+pub(crate) fn read_rows(
     path: &Path,
     format: Format,
     gzip: bool,

@@ -76,6 +76,9 @@ pub struct Ops {
     /// archive it writes, which a client that may not name the host's paths (the admin API)
     /// lists and verifies.
     retention: Option<RetentionPolicy>,
+    /// An archive named by the caller (the CLI's `--archive`), read where the retention
+    /// policy's would be.
+    archive: Option<std::path::PathBuf>,
     /// The export jobs of the host that runs them (the server): a client with no file system
     /// there starts one and downloads its file.
     exports: Option<Arc<jobs::exports::Exports>>,
@@ -207,6 +210,7 @@ impl Ops {
             hasher,
             signer: None,
             retention: None,
+            archive: None,
             exports: None,
         }
     }
@@ -233,10 +237,19 @@ impl Ops {
         self.with_signer(cfg.signing.as_ref().map(|s| s.signer.clone()))
     }
 
-    /// The archive the host's retention policy writes, when it names one.
+    /// The archive the caller named, else the one the host's retention policy writes.
     fn archive_dir(&self) -> Option<&Path> {
+        if let Some(dir) = &self.archive {
+            return Some(dir);
+        }
         let dir = self.retention.as_ref()?.archive_dir.as_deref()?;
         Some(Path::new(dir))
+    }
+
+    /// These operations, reading archived events from the archive in `dir`.
+    pub fn with_archive(mut self, dir: Option<std::path::PathBuf>) -> Ops {
+        self.archive = dir;
+        self
     }
 
     /// These operations, signing checkpoints with `signer`.

@@ -7,7 +7,7 @@ use idemgate_ledger::checkpoint::PublicKey;
 use idemgate_ledger::cosignature::WitnessKey;
 use idemgate_ledger::proof::{self, ConsistencyProof, InclusionProof, ProofError};
 use idemgate_ledger::tree::TreeHead;
-use idemgate_ledger::{now_millis, tree, LedgerError, Storage};
+use idemgate_ledger::{archive, now_millis, tree, Event, LedgerError, Storage};
 use serde::{Deserialize, Serialize};
 
 use crate::{Ops, OpsError, OpsResult};
@@ -118,11 +118,10 @@ impl Ops {
             event = Some(e);
             Ok(false)
         })?;
-        let event = event.ok_or_else(|| {
-            LedgerError::Unsupported(format!(
-                "event {seq} is archived: its proof needs its leaf from the sealed segment"
-            ))
-        })?;
+        let event = match event {
+            Some(e) => e,
+            None => self.archived_event(seq)?,
+        };
         let (head, checkpoint) = match store.tree_checkpoint(index)? {
             Some((size, note)) => (tree::root_at(store, size)?, note),
             None => {
@@ -189,6 +188,31 @@ impl Ops {
                 checkpoint: cp.note,
             }
             .encode(),
+        })
+    }
+
+    /// Event `seq` as its sealed archive segment holds it.
+    fn archived_event(&self, seq: i64) -> OpsResult<Event> {
+        let segments = self.store.archived()?;
+        let seg = segments
+            .iter()
+            .find(|s| s.first_seq <= seq && seq <= s.seq)
+            .ok_or(LedgerError::NotInTree(seq))?;
+        let dir = self.archive_dir().ok_or_else(|| {
+            OpsError::invalid(
+                "archive",
+                &format!(
+                    "event {seq} is archived in {}: name the archive (--archive DIR, or \
+                     [retention] archive_dir)",
+                    seg.file
+                ),
+            )
+        })?;
+        archive::archived_event(dir, seg, seq)?.ok_or_else(|| {
+            OpsError::Ledger(LedgerError::Corrupt(format!(
+                "{} does not hold event {seq}",
+                seg.file
+            )))
         })
     }
 
