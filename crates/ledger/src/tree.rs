@@ -131,9 +131,22 @@ fn tree_error(e: &tlog::Error) -> LedgerError {
     LedgerError::Corrupt(format!("the log's Merkle tree: {e}"))
 }
 
+/// What one run of the integrator did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Integrated {
+    /// The events added to the tree.
+    pub events: usize,
+    /// When the first of them was logged: how long the oldest waited, seen from now.
+    pub oldest_at: Option<crate::model::Millis>,
+}
+
 /// Adds up to `max` committed events after the tree's last leaf to the tree: the events added.
 /// The hashes are computed on the caller's thread; one write stores them.
 pub fn integrate(store: &dyn Storage, max: usize) -> Result<usize> {
+    Ok(integrate_step(store, max)?.events)
+}
+
+fn integrate_step(store: &dyn Storage, max: usize) -> Result<Integrated> {
     let state = store.tree_state()?;
     let mut events = Vec::new();
     store.scan_seqs(
@@ -145,7 +158,7 @@ pub fn integrate(store: &dyn Storage, max: usize) -> Result<usize> {
         },
     )?;
     if events.is_empty() {
-        return Ok(0);
+        return Ok(Integrated::default());
     }
     let first_new = tlog::stored_hash_index(0, state.size);
     let mut new: Vec<Hash> = Vec::with_capacity(events.len() * 2);
@@ -159,7 +172,10 @@ pub fn integrate(store: &dyn Storage, max: usize) -> Result<usize> {
             .map_err(|e| tree_error(&e))?;
         new.extend(hashes);
     }
-    let added = events.len();
+    let added = Integrated {
+        events: events.len(),
+        oldest_at: events.first().map(|e| e.at),
+    };
     store
         .extend_tree(TreeBatch {
             size: state.size,
@@ -170,14 +186,14 @@ pub fn integrate(store: &dyn Storage, max: usize) -> Result<usize> {
     Ok(added)
 }
 
-/// Integrates until the tree holds every committed event (or `keep_going` says stop): the events
-/// added.
-pub fn catch_up(store: &dyn Storage, keep_going: &dyn Fn() -> bool) -> Result<usize> {
-    let mut total = 0;
+/// Integrates until the tree holds every committed event (or `keep_going` says stop).
+pub fn catch_up(store: &dyn Storage, keep_going: &dyn Fn() -> bool) -> Result<Integrated> {
+    let mut total = Integrated::default();
     while keep_going() {
-        let n = integrate(store, BATCH)?;
-        total += n;
-        if n < BATCH {
+        let step = integrate_step(store, BATCH)?;
+        total.events += step.events;
+        total.oldest_at = total.oldest_at.or(step.oldest_at);
+        if step.events < BATCH {
             break;
         }
     }

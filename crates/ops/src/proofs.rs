@@ -78,9 +78,9 @@ pub struct ProofReport {
 
 impl Ops {
     /// Adds the events committed since the tree's last leaf to the log's tree, in batches,
-    /// while `keep_going` says so: the events added. Refused (conflict) when another integrator
-    /// added some of them meanwhile.
-    pub fn integrate(&self, keep_going: &dyn Fn() -> bool) -> OpsResult<usize> {
+    /// while `keep_going` says so: how many, and when the oldest of them was logged. Refused
+    /// (conflict) when another integrator added some of them meanwhile.
+    pub fn integrate(&self, keep_going: &dyn Fn() -> bool) -> OpsResult<tree::Integrated> {
         Ok(tree::catch_up(self.store.as_ref(), keep_going)?)
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idemgate_config::Config;
-use idemgate_ops::ledger::Millis;
+use idemgate_ops::ledger::{now_millis, Millis};
 
 use crate::witnesses::Witnesses;
 use idemgate_ops::{op, Ops};
@@ -113,8 +113,18 @@ pub(crate) async fn every(
 pub(crate) fn integrate(ops: &Ops, stopping: &AtomicBool) {
     let going = || !stopping.load(Ordering::SeqCst);
     match ops.integrate(&going) {
-        Ok(n) if n > 0 => tracing::debug!(events = n, "added to the log's tree"),
-        Ok(_) => {}
+        Ok(done) => {
+            // How long the oldest event added waited for the tree: 0 when none waited.
+            let lag = done.oldest_at.map_or(0, |at| (now_millis() - at).max(0));
+            metrics::gauge!("idemgate_tree_lag_seconds").set(lag as f64 / 1000.0);
+            if done.events > 0 {
+                tracing::debug!(
+                    events = done.events,
+                    lag_ms = lag,
+                    "added to the log's tree"
+                );
+            }
+        }
         // Another instance's step won the race (a leader that just lost the lead): the next
         // run starts from the tree as it is.
         Err(e) if e.code() == idemgate_ops::Code::Conflict => {

@@ -210,6 +210,13 @@ fn the_server_adds_its_calls_to_the_log_s_tree_and_proves_them() {
             .expect("count");
         (leaves == events).then_some(())
     });
+    // How long events wait for the tree is on /metrics.
+    let metrics = proxy.admin_get("/metrics").text();
+    let lag = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("idemgate_tree_lag_seconds "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(lag.is_some_and(|s| s >= 0.0), "{metrics}");
     // At its checkpoint interval it signs the tree, and keeps the checkpoint.
     let signed: i64 = eventually(30, "a signed tree past the calls", || {
         db.query_row("SELECT MAX(size) FROM tree_checkpoints", [], |r| {

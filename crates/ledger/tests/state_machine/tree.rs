@@ -53,7 +53,9 @@ fn the_tree_holds_every_event_once_and_proves_each(b: Backend) {
     assert_eq!(tree::integrate(&*f.l, 5).expect("integrate"), 5);
     let five = tree::head(&*f.l).expect("head");
     assert_eq!(five.size, 5);
-    assert_eq!(tree::catch_up(&*f.l, &|| true).expect("catch up"), 8);
+    let caught = tree::catch_up(&*f.l, &|| true).expect("catch up");
+    assert_eq!(caught.events, 8);
+    assert_eq!(caught.oldest_at, Some(T0 + 5), "the sixth claim's time");
     assert_eq!(tree::integrate(&*f.l, 5).expect("integrate"), 0);
     let all = leaves(&f.l);
     let head = tree::head(&*f.l).expect("head");
