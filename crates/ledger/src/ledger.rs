@@ -585,6 +585,17 @@ impl Storage for Ledger {
             });
             chain::verify_events(&self.hasher, start, events, progress)
         })
+        .and_then(|mut report| {
+            // A chain that holds is checked against the tree kept beside it.
+            if report.ok && !report.cancelled {
+                if let Some(p) = self.read(crate::tree::check)? {
+                    report.ok = false;
+                    report.first_bad_seq = p.seq;
+                    report.problem = Some(format!("the log's Merkle tree: {}", p.why));
+                }
+            }
+            Ok(report)
+        })
     }
 }
 

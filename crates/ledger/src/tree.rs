@@ -15,6 +15,11 @@
 
 use tlog_tiles::tlog::{self, Hash, HashReader};
 
+mod check;
+
+pub(crate) use check::check;
+pub use check::TreeProblem;
+
 use crate::chain::canonical_event;
 use crate::error::{LedgerError, Result};
 use crate::model::{ChainHead, Event};

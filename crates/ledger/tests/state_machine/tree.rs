@@ -174,7 +174,60 @@ fn archived_events_stay_in_the_tree(b: Backend) {
     assert!(tree::check_leaf(&proof, head.size, head.root, 3, &all[3]));
 }
 
+/// `verify` recomputes the tree from the events after the chain, and names a stored hash that is
+/// not its events' and a kept checkpoint whose root is not the tree's.
+fn verify_names_a_tree_that_is_not_its_events(b: Backend) {
+    let f = fx!(b);
+    for i in 0..6 {
+        claimed(
+            f.l.claim(req(&format!("k{i}"), "{}", T0 + i))
+                .wait()
+                .expect("claim"),
+        );
+    }
+    tree::catch_up(&*f.l, &|| true).expect("catch up");
+    let head = tree::head(&*f.l).expect("head");
+    let note = format!(
+        "log.example/idemgate\n{}\n{}\n\n",
+        head.size,
+        head.root_base64()
+    );
+    f.l.note_tree_checkpoint(head.size, note, T0)
+        .wait()
+        .expect("kept");
+    verify_ok(&f.l);
+    // A checkpoint kept for a size whose root is not the tree's.
+    let wrong = format!("log.example/idemgate\n3\n{}\n\n", head.root_base64());
+    let sql = format!("INSERT INTO tree_checkpoints (size, note, at) VALUES (3, '{wrong}', 0)");
+    b.raw(&f.location, &sql).expect("insert");
+    let r = f.l.verify(&mut |_| true).expect("verify");
+    assert!(!r.ok);
+    assert!(
+        r.problem
+            .as_deref()
+            .is_some_and(|p| p.contains("checkpoint of 3 events")),
+        "{r:?}"
+    );
+    b.raw(&f.location, "DELETE FROM tree_checkpoints WHERE size = 3")
+        .expect("delete");
+    verify_ok(&f.l);
+    // Leaf 4's hash (stored hash 7) replaced by leaf 0's: event 5 is not what the tree holds.
+    let sql = "UPDATE tree_hashes SET hash = (SELECT hash FROM tree_hashes WHERE idx = 0) \
+               WHERE idx = 7";
+    b.raw(&f.location, sql).expect("update");
+    let r = f.l.verify(&mut |_| true).expect("verify");
+    assert!(!r.ok);
+    assert_eq!(r.first_bad_seq, Some(5), "{r:?}");
+    assert!(
+        r.problem
+            .as_deref()
+            .is_some_and(|p| p.contains("Merkle tree")),
+        "{r:?}"
+    );
+}
+
 suite!(
+    verify_names_a_tree_that_is_not_its_events,
     the_tree_holds_every_event_once_and_proves_each,
     archived_events_stay_in_the_tree,
 );
