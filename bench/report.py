@@ -99,6 +99,20 @@ def report(r):
         lines.append("|---|---:|---:|")
         lines.append(f"| approval → upstream | {a['p50_ms']:.1f} | {a['p99_ms']:.1f} |")
         lines.append("")
+    t = r.get("tree")
+    if t:
+        lines.append(f"The log's Merkle tree on the {r['console']['events']:,}-event demo ledger below (each a whole "
+                     "process: open the ledger, do it, exit; medians of 5), and how long the newest events waited for "
+                     "the server's integrator as each first-calls run of idemgate ended (the largest of the rounds):")
+        lines.append("")
+        lines.append("| step | time |")
+        lines.append("|---|---:|")
+        lines.append(f"| integrate the whole log into a new tree | {t['integrate_s']:.1f} s |")
+        lines.append(f"| `idemgate prove` of one event | {t['prove_ms']:.0f} ms |")
+        lines.append(f"| `idemgate verify --proof` | {t['verify_proof_ms']:.0f} ms |")
+        if t.get("lag_s") is not None:
+            lines.append(f"| integrator lag under first calls | {t['lag_s']:.3f} s |")
+        lines.append("")
     c = r["console"]
     lines.append(f"Console data calls on a {c['events']:,}-event demo ledger ({c['ledger_mb']:.0f} MB, seeded in "
                  f"{c['demo_seconds']:.0f} s), medians of 5; steal during these calls {c['steal']:.0%}:")

@@ -29,6 +29,7 @@ import time
 import uuid
 
 import approvals
+import tree
 from host import (block_device, cpu_seconds, cpu_times, disk_counters, disk_since, free_port, machine,
                   peak_rss_mb, reap, steal_since, wait_port)
 from report import (DIRECT, PASS_THROUGH, PEER_DURABLE, PEER_NAME, PG, PG_TWO, TRACED, check, disk_cells,
@@ -79,7 +80,7 @@ class Stack:
         self.work = work
         self.procs = []
         self.ports = {k: free_port() for k in ["upstream", "nginx", "redis", "ips", "redis_durable", "ips_durable",
-                                               "idemgate", "idemgate_pg", "idemgate_pg2", "admin_pg",
+                                               "idemgate", "admin", "idemgate_pg", "idemgate_pg2", "admin_pg",
                                                "admin_pg2", "pg", "idemgate_traced", "otlp_sink"]}
         # name -> processes whose CPU time (with their children's) is that target's cost per request
         self.roots = {}
@@ -147,7 +148,8 @@ http {{
 
     def start_idemgate(self):
         # idemgate: SQLite ledger on disk, every claim fsync'd (WAL, synchronous=FULL) before forwarding.
-        self.idemgate = self.serve("idemgate", self.ports["idemgate"], f"{self.work}/idemgate.db")
+        self.idemgate = self.serve("idemgate", self.ports["idemgate"], f"{self.work}/idemgate.db",
+                                   admin=self.ports["admin"])
         self.roots["idemgate"] = self.roots[PASS_THROUGH] = [self.idemgate.pid]
         # The same with every call's spans sent to a collector that takes them and does nothing.
         sink = self.ports["otlp_sink"]
@@ -297,6 +299,21 @@ def lock_counters(ports):
             if len(parts) == 2 and parts[0] in total:
                 total[parts[0]] += float(parts[1])
     return total
+
+
+def gauge(port, name):
+    """One gauge from the /metrics of the instance whose admin API is on `port`."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"GET /metrics HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ADMIN_TOKEN}\r\n"
+                  "connection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    for line in data.decode(errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == name:
+            return float(parts[1])
+    return None
 
 
 def lock_use(c0, c1):
@@ -541,6 +558,10 @@ def main():
                     print(f"  {scenario:<18} round {rnd + 1} {n:<34} {r['rps']:>9.0f} req/s  "
                           f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  errors {r['errors']}  "
                           f"CPU {r['cpu_us'] or 0:.0f} µs/req{lock}", flush=True)
+                    if n == "idemgate" and fresh == 1.0:
+                        # The tree's integrator runs every 250 ms: its last run's lag, read as the
+                        # load ends, is the lag under load.
+                        r["tree_lag_s"] = gauge(stack.ports["admin"], "idemgate_tree_lag_seconds")
                     runs[n].append(r)
             results["scenarios"][scenario] = {
                 n: {"rps": statistics.median(x["rps"] for x in rs),
@@ -585,6 +606,12 @@ def main():
     subprocess.run([IDEMGATE, "demo", "--ledger", ledger, "--events", str(EVENTS)], check=True,
                    stdout=subprocess.DEVNULL)
     results["console"]["demo_seconds"] = time.time() - t0
+    results["tree"] = tree.measure(IDEMGATE, ledger, work, EVENTS)
+    results["tree"]["lag_s"] = max((x.get("tree_lag_s") or 0.0
+                                    for x in results["scenarios"]["first calls"]["idemgate"]["runs"]),
+                                   default=None)
+    print("  tree: integrate {integrate_s:.1f} s, prove {prove_ms:.0f} ms, verify --proof {verify_proof_ms:.0f} ms, "
+          "lag under first calls {lag_s:.3f} s".format(**results["tree"]), flush=True)
     calls_t0 = cpu_times()
     out = subprocess.run([CONSOLE_BENCH, ledger, "5"], check=True, capture_output=True, text=True)
     results["console"]["steal"] = steal_since(calls_t0)
