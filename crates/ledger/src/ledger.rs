@@ -562,9 +562,12 @@ impl Storage for Ledger {
             }
             None => (chain::ChainStart::Genesis, 0),
         };
-        // Reading and hashing overlap: a thread reads the log in pages, this one checks them.
+        // Reading and hashing overlap: a thread reads the log in pages, this one checks them; and
+        // a third recomputes the tree kept beside the chain meanwhile.
         let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Event>>>(4);
+        let stop_tree = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
+            let tree = s.spawn(|| self.read(|db| crate::tree::check(db, &stop_tree)));
             s.spawn(move || {
                 let read = self.read(|db| {
                     for page in read::event_pages(db, after, 8192) {
@@ -583,18 +586,24 @@ impl Storage for Ledger {
                 Ok(events) => events.into_iter().map(Ok).collect::<Vec<_>>(),
                 Err(e) => vec![Err(e)],
             });
-            chain::verify_events(&self.hasher, start, events, progress)
-        })
-        .and_then(|mut report| {
+            let mut report = chain::verify_events(&self.hasher, start, events, progress);
+            if !matches!(&report, Ok(r) if r.ok && !r.cancelled) {
+                stop_tree.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            let tree = tree
+                .join()
+                .unwrap_or_else(|_| Err(LedgerError::Internal("the tree's check panicked".into())));
             // A chain that holds is checked against the tree kept beside it.
-            if report.ok && !report.cancelled {
-                if let Some(p) = self.read(crate::tree::check)? {
-                    report.ok = false;
-                    report.first_bad_seq = p.seq;
-                    report.problem = Some(format!("the log's Merkle tree: {}", p.why));
+            if let Ok(r) = &mut report {
+                if r.ok && !r.cancelled {
+                    if let Some(p) = tree? {
+                        r.ok = false;
+                        r.first_bad_seq = p.seq;
+                        r.problem = Some(format!("the log's Merkle tree: {}", p.why));
+                    }
                 }
             }
-            Ok(report)
+            report
         })
     }
 }

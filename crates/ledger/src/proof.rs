@@ -166,7 +166,8 @@ impl ConsistencyProof {
         out
     }
 
-    /// Reads an `add-checkpoint` body; the checkpoint is checked by [`ConsistencyProof::verify`].
+    /// Reads an `add-checkpoint` body; the checkpoint is checked by
+    /// [`ConsistencyProof::verify_from`].
     pub fn parse(text: &str) -> Result<ConsistencyProof, ProofError> {
         let bad = |why: &str| ProofError::Malformed(why.to_owned());
         let (head, checkpoint) = text

@@ -34,7 +34,7 @@ pub struct EventProof {
 pub struct TreeExtension {
     /// The older tree's size.
     pub old: u64,
-    /// The newer tree's size and root (base64).
+    /// The newer tree's size.
     pub size: u64,
     /// The newer tree's root, base64.
     pub root: String,
@@ -58,7 +58,8 @@ pub struct WitnessRequest {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProofReport {
-    /// The checkpoint is the key's and the event is in the tree it signs.
+    /// The checkpoint is the key's, the event is in the tree it signs, and enough of the
+    /// witnesses asked for cosigned it.
     pub ok: bool,
     /// The event's leaf index, as the proof gives it.
     pub index: u64,

@@ -9,7 +9,7 @@ export type TreeExtension = {
  */
 old: number, 
 /**
- * The newer tree's size and root (base64).
+ * The newer tree's size.
  */
 size: number, 
 /**

@@ -3,6 +3,7 @@
 //! names.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tlog_tiles::tlog::{self, Hash};
 
@@ -25,7 +26,8 @@ pub struct TreeProblem {
 /// it completes recomputed; an archived event's stored hashes stand for it (the kept checkpoints'
 /// roots vouch for them). The right edge of the tree (the roots of its complete subtrees) is all
 /// the walk keeps.
-pub(crate) fn check(db: &mut dyn Db) -> Result<Option<TreeProblem>> {
+/// Stops between two pages once `stop` is set (the chain walk beside it failed or was stopped).
+pub(crate) fn check(db: &mut dyn Db, stop: &AtomicBool) -> Result<Option<TreeProblem>> {
     let checkpoints: HashMap<u64, [u8; 32]> = db
         .all(
             "SELECT size, note FROM tree_checkpoints ORDER BY size",
@@ -37,7 +39,7 @@ pub(crate) fn check(db: &mut dyn Db) -> Result<Option<TreeProblem>> {
         .collect();
     let mut edge: Vec<Hash> = Vec::new();
     let mut leaf: i64 = 0;
-    loop {
+    while !stop.load(Ordering::SeqCst) {
         let leaves = db.all(
             "SELECT leaf, seq FROM tree_leaves WHERE leaf >= ?1 ORDER BY leaf LIMIT ?2",
             vals![leaf, PAGE],
