@@ -77,26 +77,18 @@ pub struct InclusionProof {
 impl InclusionProof {
     /// The proof in the tlog-proof text format.
     pub fn encode(&self) -> String {
-        let mut out = format!(
+        let first = format!(
             "{HEADER}\nextra {}\nindex {}\n",
             B64.encode(&self.leaf),
             self.index
         );
-        for h in &self.path {
-            out.push_str(&B64.encode(h));
-            out.push('\n');
-        }
-        out.push('\n');
-        out.push_str(&self.checkpoint);
-        out
+        with_path(first, &self.path, &self.checkpoint)
     }
 
     /// Reads a tlog-proof; the checkpoint is kept as text, checked by [`InclusionProof::verify`].
     pub fn parse(text: &str) -> Result<InclusionProof, ProofError> {
         let bad = |why: &str| ProofError::Malformed(why.to_owned());
-        let (head, checkpoint) = text
-            .split_once("\n\n")
-            .ok_or_else(|| bad("no blank line before the checkpoint"))?;
+        let (head, checkpoint) = split(text)?;
         let mut lines = head.split('\n');
         if lines.next() != Some(HEADER) {
             return Err(bad(&format!("the first line is not {HEADER}")));
@@ -109,8 +101,7 @@ impl InclusionProof {
         }
         let index = line
             .strip_prefix("index ")
-            .filter(|n| *n == "0" || !n.starts_with('0'))
-            .and_then(|n| n.parse::<u64>().ok())
+            .and_then(decimal)
             .ok_or_else(|| bad("expected `index N`"))?;
         let path = lines.map(hash_line).collect::<Result<Vec<_>, _>>()?;
         Ok(InclusionProof {
@@ -124,22 +115,15 @@ impl InclusionProof {
     /// Checks the checkpoint's signature by `key` and the event's path to its root: the tree
     /// that holds the event, and when it was signed.
     pub fn verify(&self, key: &PublicKey) -> Result<(TreeHead, String), ProofError> {
-        let signed = key.verify(&self.checkpoint)?;
-        let head = TreeHead::try_from(&signed.head)
-            .map_err(|why| ProofError::Malformed(format!("the checkpoint: {why}")))?;
-        if self.index >= head.size {
-            return Err(ProofError::NotIncluded {
-                index: self.index,
-                size: head.size,
-            });
-        }
+        let (head, time) = signed_tree_at(key, &self.checkpoint)?;
+        // An index past the tree fails here too: no path leads from it to the root.
         if !tree::check_leaf(&self.path, head.size, head.root, self.index, &self.leaf) {
             return Err(ProofError::NotIncluded {
                 index: self.index,
                 size: head.size,
             });
         }
-        Ok((head, signed.time))
+        Ok((head, time))
     }
 }
 
@@ -156,29 +140,19 @@ pub struct ConsistencyProof {
 impl ConsistencyProof {
     /// The proof as an `add-checkpoint` request's body.
     pub fn encode(&self) -> String {
-        let mut out = format!("old {}\n", self.old);
-        for h in &self.path {
-            out.push_str(&B64.encode(h));
-            out.push('\n');
-        }
-        out.push('\n');
-        out.push_str(&self.checkpoint);
-        out
+        with_path(format!("old {}\n", self.old), &self.path, &self.checkpoint)
     }
 
     /// Reads an `add-checkpoint` body; the checkpoint is checked by
     /// [`ConsistencyProof::verify_from`].
     pub fn parse(text: &str) -> Result<ConsistencyProof, ProofError> {
         let bad = |why: &str| ProofError::Malformed(why.to_owned());
-        let (head, checkpoint) = text
-            .split_once("\n\n")
-            .ok_or_else(|| bad("no blank line before the checkpoint"))?;
+        let (head, checkpoint) = split(text)?;
         let mut lines = head.split('\n');
         let old = lines
             .next()
             .and_then(|l| l.strip_prefix("old "))
-            .filter(|n| *n == "0" || !n.starts_with('0'))
-            .and_then(|n| n.parse::<u64>().ok())
+            .and_then(decimal)
             .ok_or_else(|| bad("expected `old N` first"))?;
         let path = lines.map(hash_line).collect::<Result<Vec<_>, _>>()?;
         if path.len() > 63 {
@@ -217,9 +191,37 @@ pub fn checkpoint_of(text: &str) -> &str {
 
 /// The tree a checkpoint signed by `key` commits to.
 pub fn signed_tree(key: &PublicKey, note: &str) -> Result<TreeHead, ProofError> {
+    Ok(signed_tree_at(key, note)?.0)
+}
+
+/// [`signed_tree`], and when the checkpoint was signed.
+fn signed_tree_at(key: &PublicKey, note: &str) -> Result<(TreeHead, String), ProofError> {
     let signed = key.verify(note)?;
-    TreeHead::try_from(&signed.head)
-        .map_err(|why| ProofError::Malformed(format!("the checkpoint: {why}")))
+    let head = TreeHead::try_from(&signed.head)
+        .map_err(|why| ProofError::Malformed(format!("the checkpoint: {why}")))?;
+    Ok((head, signed.time))
+}
+
+/// A proof file's lines before its checkpoint, then its checkpoint.
+fn split(text: &str) -> Result<(&str, &str), ProofError> {
+    text.split_once("\n\n")
+        .ok_or_else(|| ProofError::Malformed("no blank line before the checkpoint".into()))
+}
+
+/// `first` (its lines, each ending in a newline), a hash a line, a blank line, the checkpoint.
+fn with_path(mut out: String, path: &[[u8; 32]], checkpoint: &str) -> String {
+    for h in path {
+        out.push_str(&B64.encode(h));
+        out.push('\n');
+    }
+    out.push('\n');
+    out.push_str(checkpoint);
+    out
+}
+
+/// A decimal with no leading zero (but `0` itself), as the C2SP formats write sizes and indexes.
+fn decimal(n: &str) -> Option<u64> {
+    (n == "0" || !n.starts_with('0')).then(|| n.parse().ok())?
 }
 
 /// Whether `path` shows that `new` extends `old`, naming a rollback or a fork when it does not.
