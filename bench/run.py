@@ -282,38 +282,37 @@ LOCK_SERIES = ["idemgate_ledger_commits_total", "idemgate_ledger_writes_total",
                "idemgate_ledger_write_lock_held_seconds_sum", "idemgate_ledger_write_lock_wait_seconds_sum"]
 
 
-def lock_counters(ports):
-    """The write-lock series of the instances on admin `ports`, summed (None without any)."""
-    if not ports:
-        return None
-    total = dict.fromkeys(LOCK_SERIES, 0.0)
-    for port in ports:
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-            s.sendall(f"GET /metrics HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ADMIN_TOKEN}\r\n"
-                      "connection: close\r\n\r\n".encode())
-            data = b""
-            while chunk := s.recv(65536):
-                data += chunk
-        for line in data.decode(errors="replace").splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[0] in total:
-                total[parts[0]] += float(parts[1])
-    return total
-
-
-def gauge(port, name):
-    """One gauge from the /metrics of the instance whose admin API is on `port`."""
+def metrics(port):
+    """The unlabelled series of the /metrics of the instance whose admin API is on `port`."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(f"GET /metrics HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ADMIN_TOKEN}\r\n"
                   "connection: close\r\n\r\n".encode())
         data = b""
         while chunk := s.recv(65536):
             data += chunk
+    series = {}
     for line in data.decode(errors="replace").splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[0] == name:
-            return float(parts[1])
-    return None
+        if len(parts) == 2:
+            series[parts[0]] = float(parts[1])
+    return series
+
+
+def lock_counters(ports):
+    """The write-lock series of the instances on admin `ports`, summed (None without any)."""
+    if not ports:
+        return None
+    total = dict.fromkeys(LOCK_SERIES, 0.0)
+    for port in ports:
+        series = metrics(port)
+        for k in LOCK_SERIES:
+            total[k] += series.get(k, 0.0)
+    return total
+
+
+def gauge(port, name):
+    """One gauge from the /metrics of the instance whose admin API is on `port`."""
+    return metrics(port).get(name)
 
 
 def lock_use(c0, c1):
