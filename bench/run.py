@@ -290,11 +290,20 @@ def metrics(port):
         data = b""
         while chunk := s.recv(65536):
             data += chunk
+    return parse_metrics(data)
+
+
+def parse_metrics(data):
+    """The unlabelled series of a /metrics response (its head and its body, as received)."""
+    body = data.split(b"\r\n\r\n", 1)[-1]
     series = {}
-    for line in data.decode(errors="replace").splitlines():
+    for line in body.decode(errors="replace").splitlines():
         parts = line.split()
-        if len(parts) == 2:
-            series[parts[0]] = float(parts[1])
+        if len(parts) == 2 and not parts[0].startswith("#"):
+            try:
+                series[parts[0]] = float(parts[1])
+            except ValueError:
+                pass
     return series
 
 
