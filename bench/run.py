@@ -378,6 +378,30 @@ function request()
 end
 """
 
+# In a smoke run (a correctness check, not a measurement) wrk also tallies the statuses it got, so
+# an error names itself: a `response` hook makes wrk parse every answer, which would cost the
+# fast rows of a measured run.
+WRK_TALLY = r"""
+local threads = {}
+local setup_thread = setup
+function setup(thread)
+  setup_thread(thread)
+  table.insert(threads, thread)
+end
+statuses = {}
+function response(status, headers, body)
+  if status < 200 or status > 299 then
+    local k = tostring(status) .. " " .. string.gsub(string.sub(body or "", 1, 160), "%s+", " ")
+    statuses[k] = (statuses[k] or 0) + 1
+  end
+end
+function done(summary, latency, requests)
+  for _, t in ipairs(threads) do
+    for k, n in pairs(t:get("statuses")) do io.write(string.format("status %d %s\n", n, k)) end
+  end
+end
+"""
+
 
 def parse_wrk(text):
     def lat(label):
@@ -392,12 +416,16 @@ def parse_wrk(text):
     non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
     sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
     errors = (int(non2xx.group(1)) if non2xx else 0) + (sum(int(x) for x in sock.groups()) if sock else 0)
+    statuses = re.findall(r"^status (\d+ .*)$", text, re.M)
+    if sock and any(int(x) for x in sock.groups()):
+        statuses.append(sock.group(0))
     return {
         "rps": float(rps.group(1)) if rps else 0.0,
         "p50_ms": lat("50"),
         "p99_ms": lat("99"),
         "requests": int(total.group(1)) if total else 0,
         "errors": errors,
+        "statuses": statuses,
     }
 
 
@@ -419,6 +447,7 @@ def wrk(port, path, fresh, run_id, script, roots, seconds=SECONDS, admin=()):
         raise SystemExit(f"bench: wrk failed against {ports}")
     r = {"rps": sum(o["rps"] for o in outs), "requests": sum(o["requests"] for o in outs),
          "errors": sum(o["errors"] for o in outs),
+         "statuses": [x for o in outs for x in o["statuses"]],
          # Several instances: the slower one's latency.
          "p50_ms": max((o["p50_ms"] for o in outs if o["p50_ms"] is not None), default=None),
          "p99_ms": max((o["p99_ms"] for o in outs if o["p99_ms"] is not None), default=None)}
@@ -534,7 +563,7 @@ def main():
     work = tempfile.mkdtemp(prefix="idemgate-bench-")
     script = os.path.join(work, "load.lua")
     with open(script, "w") as f:
-        f.write(WRK_SCRIPT)
+        f.write(WRK_SCRIPT + (WRK_TALLY if SMOKE else ""))
     stack = Stack(work)
     results = {"machine": machine(), "smoke": SMOKE, "sequential": SEQUENTIAL, "seconds": SECONDS, "rounds": ROUNDS,
                "connections": CONNECTIONS, "scenarios": {}, "rate": {}, "console": {}}
@@ -566,6 +595,8 @@ def main():
                     print(f"  {scenario:<18} round {rnd + 1} {n:<34} {r['rps']:>9.0f} req/s  "
                           f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  errors {r['errors']}  "
                           f"CPU {r['cpu_us'] or 0:.0f} µs/req{lock}", flush=True)
+                    for x in r["statuses"]:
+                        print(f"    {x}", flush=True)
                     if n == "idemgate" and fresh == 1.0:
                         # The tree's integrator runs every 250 ms: its last run's lag, read as the
                         # load ends, is the lag under load.
