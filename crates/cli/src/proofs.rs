@@ -20,8 +20,8 @@ pub(crate) struct ProveArgs {
     #[arg(long, value_name = "SEQ", required_unless_present = "consistency")]
     event: Option<i64>,
     /// Instead of an event's proof, the proof that the log's tree now extends the one this
-    /// checkpoint signs (a checkpoint of this log, or a proof file that carries one), as a C2SP
-    /// tlog-witness `add-checkpoint` body.
+    /// checkpoint signs (a checkpoint of this log, a proof file that carries one, or an export's
+    /// or archive segment's manifest), as a C2SP tlog-witness `add-checkpoint` body.
     #[arg(long, value_name = "CHECKPOINT", conflicts_with = "event")]
     consistency: Option<PathBuf>,
     /// The archive directory that holds the event when it has left the live log.
@@ -110,8 +110,8 @@ pub(crate) struct ProofArgs {
     /// --public-key alone; no ledger is read (IDEMGATE_LEDGER is ignored).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["against", "export", "archive"])]
     pub(crate) proof: Option<PathBuf>,
-    /// An older checkpoint of the log's tree (or a proof file carrying one): with --to, checks
-    /// that the newer tree extends it, with --public-key alone.
+    /// An older checkpoint of the log's tree (or a proof file or an export's manifest carrying
+    /// one): with --to, checks that the newer tree extends it, with --public-key alone.
     #[arg(
         long,
         value_name = "CHECKPOINT",

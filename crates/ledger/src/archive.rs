@@ -29,6 +29,7 @@ use crate::error::{LedgerError, Result};
 use crate::export::{self, Format, HashingWriter, Manifest, Row};
 use crate::model::{now_millis, rfc3339, ArchivedSegment, ChainHead, Event, Millis};
 use crate::store::{Progress, Storage};
+use crate::tree::TreeRange;
 
 /// Events per segment unless told otherwise: one file per million events.
 pub const SEGMENT_EVENTS: u64 = 1_000_000;
@@ -227,6 +228,12 @@ fn seal(
         (Some(s), Some(h)) => Some(s.sign_and_log(store, h)?.0),
         _ => None,
     };
+    let tree = TreeRange::of(
+        store,
+        (first, last),
+        u64::try_from(count).unwrap_or(0),
+        signer,
+    )?;
     let now = now_millis();
     let manifest = Manifest {
         manifest_version: 1,
@@ -247,6 +254,7 @@ fn seal(
         ledger: store.location(),
         compression: Some("gzip".into()),
         checkpoint,
+        tree,
     };
     export::write_manifest(&path, &manifest)?;
     Ok(ArchivedSegment {

@@ -160,6 +160,7 @@ pub(crate) fn verify(
         manifest: Some(mpath.display().to_string()),
         sha256_matches: Some(sha_ok),
         manifest_matches: Some(count_ok),
+        tree_matches: None,
         signed,
         chain: VerifyReport {
             count: rows,

@@ -180,13 +180,22 @@ impl ConsistencyProof {
     }
 }
 
-/// The signed note a proof file carries: a tlog-proof's or an `add-checkpoint` body's
-/// checkpoint, or the file itself when it is a checkpoint.
-pub fn checkpoint_of(text: &str) -> &str {
+/// The signed note a file carries: a tlog-proof's or an `add-checkpoint` body's checkpoint, the
+/// checkpoint of the tree an export's or archive segment's manifest places its events in, or the
+/// file itself when it is a checkpoint.
+pub fn checkpoint_of(text: &str) -> std::borrow::Cow<'_, str> {
     if text.starts_with(HEADER) || text.starts_with("old ") {
-        return text.split_once("\n\n").map_or(text, |(_, cp)| cp);
+        return text.split_once("\n\n").map_or(text, |(_, cp)| cp).into();
     }
-    text
+    if text.starts_with('{') {
+        if let Some(cp) = serde_json::from_str::<crate::export::Manifest>(text)
+            .ok()
+            .and_then(|m| m.tree?.checkpoint)
+        {
+            return cp.into();
+        }
+    }
+    text.into()
 }
 
 /// The tree a checkpoint signed by `key` commits to.

@@ -16,9 +16,11 @@
 use tlog_tiles::tlog::{self, Hash, HashReader};
 
 mod check;
+mod range;
 
 pub(crate) use check::check;
 pub use check::TreeProblem;
+pub use range::{RangeHasher, TreeRange};
 
 use crate::chain::canonical_event;
 use crate::error::{LedgerError, Result};
@@ -31,6 +33,13 @@ pub const BATCH: usize = 4096;
 /// The bytes of an event's leaf: what a verifier recomputes from an exported NDJSON line.
 pub fn leaf_bytes(ev: &Event) -> Vec<u8> {
     canonical_event(ev)
+}
+
+/// The leaf bytes of an event exported as an NDJSON line: what a verifier hashes.
+pub fn leaf_of_line(line: &str) -> Result<Vec<u8>> {
+    let row: crate::export::Row =
+        serde_json::from_str(line).map_err(|e| LedgerError::BadExport(e.to_string()))?;
+    Ok(leaf_bytes(&row.into_event()?))
 }
 
 /// How far the tree has grown: its size (leaves `0..size`) and the seq of its last leaf.
@@ -191,11 +200,24 @@ fn integrate_step(store: &dyn Storage, max: usize) -> Result<Integrated> {
     Ok(added)
 }
 
-/// Integrates until the tree holds every committed event (or `keep_going` says stop).
+/// How many steps in a row [`catch_up`] lets another integrator win before it gives up.
+const RACES: usize = 8;
+
+/// Integrates until the tree holds every committed event (or `keep_going` says stop). A step
+/// another integrator won (a leader beside a CLI's proof or export) is taken up from the tree as
+/// that one left it.
 pub fn catch_up(store: &dyn Storage, keep_going: &dyn Fn() -> bool) -> Result<Integrated> {
     let mut total = Integrated::default();
+    let mut races = 0;
     while keep_going() {
-        let step = integrate_step(store, BATCH)?;
+        let step = match integrate_step(store, BATCH) {
+            Err(LedgerError::TreeMoved { .. }) if races < RACES => {
+                races += 1;
+                continue;
+            }
+            step => step?,
+        };
+        races = 0;
         total.events += step.events;
         total.oldest_at = total.oldest_at.or(step.oldest_at);
         if step.events < BATCH {

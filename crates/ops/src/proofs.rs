@@ -150,11 +150,11 @@ impl Ops {
 
 impl Ops {
     /// The proof that the log's tree now extends the one `old` (a checkpoint this log's key
-    /// signed, or a proof file carrying one) commits to, under a freshly signed checkpoint.
+    /// signed, a proof file carrying one, or an export's manifest) commits to, under a freshly signed checkpoint.
     /// Refused when the tree of that size is not the one signed: the log was rewritten since.
     pub fn prove_extension(&self, old: &str) -> OpsResult<TreeExtension> {
         let signer = self.signer()?;
-        let then = proof::signed_tree(&signer.public(), proof::checkpoint_of(old))
+        let then = proof::signed_tree(&signer.public(), &proof::checkpoint_of(old))
             .map_err(|e| OpsError::invalid("checkpoint", &e.to_string()))?;
         let store: &dyn Storage = self.store.as_ref();
         tree::catch_up(store, &|| true)?;
@@ -314,7 +314,7 @@ pub fn verify_extension_files(
         size: None,
         problem: None,
     };
-    let checked = proof::signed_tree(key, proof::checkpoint_of(&old_text)).and_then(|old| {
+    let checked = proof::signed_tree(key, &proof::checkpoint_of(&old_text)).and_then(|old| {
         report.old = Some(old.size);
         ext.verify_from(key, old)
     });

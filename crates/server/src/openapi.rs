@@ -472,8 +472,9 @@ fn upload_route(gen: &mut SchemaGenerator) -> HostRoute {
         "POST",
         "/admin/v1/verify/export",
         "Verify an export file the client uploads, with its manifest, as idemgate verify \
-             --export does beside it: the file's sha256, the chain inside it, and the manifest's \
-             count and head. The ledger is not read; the upload is removed once checked.",
+             --export does beside it: the file's sha256, the chain inside it, the manifest's \
+             count and head, and its events as the leaves of the log's tree the manifest names. \
+             The ledger is not read; the upload is removed once checked.",
         (200, json_ok(report)),
         &[400, 401, 403, 413, 415, 429, 500, 503],
         json!({ "requestBody": {

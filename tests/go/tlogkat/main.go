@@ -4,6 +4,10 @@
 //
 //	tlogkat check-proof PUBKEY PROOF             an inclusion proof (C2SP tlog-proof)
 //	tlogkat check-tree PUBKEY OLD NEW PROOF      OLD's tree is a prefix of NEW's (PROOF: hashes)
+//	tlogkat check-range PUBKEY CP FIRST LEFT LEAVES
+//	                                             the records LEAVES (base64, a line each) from index
+//	                                             FIRST, after the subtrees LEFT (hashes), end the
+//	                                             tree checkpoint CP signs
 //	tlogkat make SIGNKEY N INDEX OLD DIR         a log of N records; DIR/proof.tlog-proof proves
 //	                                             record INDEX, DIR/old.cp and DIR/new.cp sign the
 //	                                             trees of OLD and N records, DIR/tree.proof links them
@@ -108,6 +112,70 @@ func checkTree(pubkey, oldFile, newFile, proofFile string) {
 	fmt.Printf("ok %d %d\n", oldSize, newSize)
 }
 
+// sparse holds stored hashes by their index: the subtrees left of a range, then the range's.
+type sparse map[int64]tlog.Hash
+
+func (h sparse) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	for i, x := range indexes {
+		v, ok := h[x]
+		if !ok {
+			return nil, fmt.Errorf("stored hash %d is not known", x)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// checkRange stores the hashes of the complete subtrees left of FIRST where tlog stores them,
+// adds the records from FIRST with tlog.StoredHashes, and compares tlog.TreeHash with the
+// checkpoint's root.
+func checkRange(pubkey, cpFile string, first int64, leftFile, leavesFile string) {
+	size, root := open(pubkey, read(cpFile))
+	stored := sparse{}
+	left := strings.Fields(string(read(leftFile)))
+	k := 0
+	for level := 62; level >= 0; level-- {
+		if first>>uint(level)&1 == 1 {
+			if k >= len(left) {
+				fail("too few hashes left of %d", first)
+			}
+			start := first >> uint(level+1) << uint(level+1)
+			stored[tlog.StoredHashIndex(level, start>>uint(level))] = hash(left[k])
+			k++
+		}
+	}
+	if k != len(left) {
+		fail("%d hashes left of %d, not %d", len(left), first, k)
+	}
+	n := first
+	for _, l := range strings.Fields(string(read(leavesFile))) {
+		data, err := base64.StdEncoding.DecodeString(l)
+		if err != nil {
+			fail("leaf: %v", err)
+		}
+		hs, err := tlog.StoredHashes(n, data, stored)
+		if err != nil {
+			fail("record %d: %v", n, err)
+		}
+		for i, h := range hs {
+			stored[tlog.StoredHashIndex(0, n)+int64(i)] = h
+		}
+		n++
+	}
+	if n != size {
+		fail("the records end a tree of %d, the checkpoint signs %d", n, size)
+	}
+	got, err := tlog.TreeHash(n, stored)
+	if err != nil {
+		fail("%v", err)
+	}
+	if got != root {
+		fail("the records end a tree with root %v, the checkpoint signs %v", got, root)
+	}
+	fmt.Printf("ok %d %d\n", first, size)
+}
+
 type hashes []tlog.Hash
 
 func (h hashes) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
@@ -198,9 +266,11 @@ func main() {
 		checkProof(string(read(a[1])), a[2])
 	case len(a) == 5 && a[0] == "check-tree":
 		checkTree(string(read(a[1])), a[2], a[3], a[4])
+	case len(a) == 6 && a[0] == "check-range":
+		checkRange(string(read(a[1])), a[2], num(a[3]), a[4], a[5])
 	case len(a) == 6 && a[0] == "make":
 		mk(string(read(a[1])), num(a[2]), num(a[3]), num(a[4]), a[5])
 	default:
-		fail("usage: check-proof PUBKEY PROOF | check-tree PUBKEY OLD NEW PROOF | make SIGNKEY N INDEX OLD DIR")
+		fail("usage: check-proof PUBKEY PROOF | check-tree PUBKEY OLD NEW PROOF | check-range PUBKEY CP FIRST LEFT LEAVES | make SIGNKEY N INDEX OLD DIR")
 	}
 }

@@ -484,3 +484,94 @@ fn an_archived_event_is_proved_from_its_sealed_segment() {
     let (ok, said) = go(&[Path::new("check-proof"), &k.public, &proof]);
     assert!(ok, "{said}");
 }
+
+/// An export's manifest places its events in the tree: Go stores the hashes left of the first
+/// leaf where `sumdb/tlog` keeps them, adds the exported events' leaves, and gets the root of the
+/// tree the manifest's checkpoint signs; a reordered file does not. The manifest is also the
+/// older tree a later consistency proof starts from.
+#[test]
+fn go_recomputes_an_export_s_signed_tree_from_its_lines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name);
+    let ledger = path("l.db");
+    let l = s(&ledger);
+    assert!(idemgate(&["demo", "--ledger", l, "--events", "500"])
+        .status
+        .success());
+    let k = keys(dir.path(), "audit.example/idemgate");
+    let since = idemgate_ledger::now_millis().to_string();
+    grow(l, "may");
+    let out = path("may.ndjson");
+    let m = idemgate_json(&[
+        "export",
+        "--ledger",
+        l,
+        "--format",
+        "ndjson",
+        "--since",
+        &since,
+        "-o",
+        s(&out),
+        "--signing-key",
+        s(&k.key),
+        "--json",
+    ]);
+    let tree = &m["tree"];
+    let first = tree["first_leaf"].as_u64().expect("placed in the tree");
+    assert!(
+        first > 0 && first.count_ones() > 1,
+        "a range after several subtrees: {first}"
+    );
+    let text = std::fs::read_to_string(&out).expect("export");
+    let leaves: Vec<String> = text
+        .lines()
+        .map(|line| B64.encode(idemgate_ledger::tree::leaf_of_line(line).expect("a line")))
+        .collect();
+    assert_eq!(tree["size"].as_u64(), Some(first + leaves.len() as u64));
+    let (cp, left, leaf_file) = (path("may.cp"), path("left"), path("leaves"));
+    std::fs::write(&cp, tree["checkpoint"].as_str().expect("signed")).expect("write");
+    let left_lines: Vec<&str> = tree["left"]
+        .as_array()
+        .expect("left")
+        .iter()
+        .map(|h| h.as_str().expect("hash"))
+        .collect();
+    std::fs::write(&left, left_lines.join("\n")).expect("write");
+    let first_arg = PathBuf::from(first.to_string());
+    let check = |leaves: &[String]| {
+        std::fs::write(&leaf_file, leaves.join("\n")).expect("write");
+        go(&[
+            Path::new("check-range"),
+            &k.public,
+            &cp,
+            &first_arg,
+            &left,
+            &leaf_file,
+        ])
+    };
+    let (ok, said) = check(&leaves);
+    assert!(ok, "Go refused the export's place in the tree: {said}");
+    let mut swapped = leaves.clone();
+    swapped.swap(1, 2);
+    let (ok, said) = check(&swapped);
+    assert!(!ok, "Go took a reordered export: {said}");
+    // Later, the log proves its tree extends the one the export's manifest signs.
+    grow(l, "june");
+    let june = path("june.consistency");
+    let manifest = PathBuf::from(format!("{}.manifest.json", s(&out)));
+    let e = idemgate_json(&[
+        "prove",
+        "--ledger",
+        l,
+        "--signing-key",
+        s(&k.key),
+        "-o",
+        s(&june),
+        "--consistency",
+        s(&manifest),
+        "--json",
+    ]);
+    assert_eq!(e["old"], tree["size"]);
+    let (code, said) = verify_extension(&manifest, &june, &k.public);
+    assert_eq!(code, 0, "{said}");
+}

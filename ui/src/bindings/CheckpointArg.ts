@@ -5,6 +5,7 @@
  */
 export type CheckpointArg = { 
 /**
- * A checkpoint this log's key signed (a signed note), or a proof file that carries one.
+ * A checkpoint this log's key signed (a signed note), or a proof file or an export's
+ * manifest that carries one.
  */
 checkpoint: string, };

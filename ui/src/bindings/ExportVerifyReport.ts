@@ -14,6 +14,11 @@ sha256_matches: boolean | null,
  */
 manifest_matches: boolean | null, 
 /**
- * With a public key: the manifest's checkpoint is signed by it and names the chain's head.
+ * The file's events are the leaves of the log's tree its manifest says they are.
+ */
+tree_matches: boolean | null, 
+/**
+ * With a public key: the manifest's checkpoints are signed by it and name the chain's head
+ * and the tree.
  */
 signed: boolean | null, chain: VerifyReport, problems: Array<string>, };

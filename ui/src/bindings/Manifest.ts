@@ -2,6 +2,7 @@
 import type { ChainHead } from "./ChainHead";
 import type { Format } from "./Format";
 import type { SignedCheckpoint } from "./SignedCheckpoint";
+import type { TreeRange } from "./TreeRange";
 
 export type Manifest = { manifest_version: number, format: Format, alg: string, file: string, sha256: string, bytes: number, count: number, first_seq: number | null, last_seq: number | null, 
 /**
@@ -24,4 +25,10 @@ compression?: string | null,
  * The signed checkpoint of `chain_head`, when the ledger's operator configured a signing key:
  * anyone with the public key can check that this run of the log is the one they published.
  */
-checkpoint?: SignedCheckpoint | null, };
+checkpoint?: SignedCheckpoint | null, 
+/**
+ * Where the file's events sit in the log's Merkle tree, with the hashes that recompute the
+ * root of the tree they end from the file alone, and that tree's signed checkpoint. Absent
+ * when they are not all leaves of the tree (logged before it began).
+ */
+tree?: TreeRange | null, };

@@ -24,6 +24,21 @@ pub fn exported(out: &mut Out, path: &Path, m: &Manifest, json: bool) -> R {
     if let Some(h) = &m.chain_head {
         writeln!(out, "head     seq {} {}", h.seq, h.hash)?;
     }
+    if let Some(t) = &m.tree {
+        writeln!(
+            out,
+            "tree     leaves {}..{} of the tree of {}, root {}{}",
+            t.first_leaf,
+            t.size.saturating_sub(1),
+            t.size,
+            t.root,
+            if t.checkpoint.is_some() {
+                ", signed"
+            } else {
+                ""
+            }
+        )?;
+    }
     Ok(())
 }
 
@@ -150,6 +165,12 @@ pub fn verified_export(out: &mut Out, r: &ExportVerifyReport, json: bool) -> R {
     }
     writeln!(out, "export {}", r.file)?;
     chain_lines(out, &r.chain)?;
+    if r.tree_matches == Some(true) {
+        writeln!(
+            out,
+            "tree OK: the events are the leaves of the tree the manifest names"
+        )?;
+    }
     for p in &r.problems {
         writeln!(out, "  {p}")?;
     }

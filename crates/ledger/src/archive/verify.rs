@@ -387,7 +387,16 @@ fn check_segment(
         }
     }
     crate::chain::check_alg(hasher, &m.alg)?;
-    let chain = match export::verify_rows(&path, Format::Ndjson, true, hasher, start, progress) {
+    let rows = export::verify_rows(
+        &path,
+        Format::Ndjson,
+        true,
+        hasher,
+        start,
+        m.tree.as_ref(),
+        progress,
+    );
+    let (chain, tree_problem) = match rows {
         Ok(c) => c,
         Err(LedgerError::BadExport(why)) => {
             check.problems.push(format!("altered: {why}"));
@@ -410,9 +419,12 @@ fn check_segment(
         check
             .problems
             .push("altered: its events differ from its manifest's count, range or head".into());
+    } else if let Some(why) = tree_problem {
+        check.problems.push(format!("altered: {why}"));
     }
     if let Some(key) = public_key {
         if let Err(why) = export::check_signed_head(key, m.checkpoint.as_ref(), chain.head.as_ref())
+            .and_then(|()| export::check_signed_tree(key, m))
         {
             check.problems.push(why);
         }

@@ -5,7 +5,10 @@
 //! tree kept when the log is archived.
 
 use idemgate_ledger::archive::{self, ArchiveOptions};
+use idemgate_ledger::checkpoint::{self, PublicKey, Signer};
+use idemgate_ledger::export::{self, Format};
 use idemgate_ledger::tree::{self, TreeBatch, TreeHead};
+use idemgate_ledger::{proof, EventRange};
 use sha2::{Digest, Sha256};
 
 use super::*;
@@ -226,7 +229,151 @@ fn verify_names_a_tree_that_is_not_its_events(b: Backend) {
     );
 }
 
+/// The manifests of an export and of an archive segment place their events in the tree: the
+/// hashes left of the first recompute, with the file's lines, the root of the tree its last event
+/// ends, which the log's key signs; an altered place is named, by `verify` and by the key.
+fn files_carry_their_place_in_the_tree(b: Backend) {
+    let f = fx!(b);
+    for i in 0..12 {
+        claimed(
+            f.l.claim(req(&format!("k{i}"), "{}", T0 + i * 1000))
+                .wait()
+                .expect("claim"),
+        );
+    }
+    let all = leaves(&f.l);
+    let (private, public) = checkpoint::generate("test.example/idemgate").expect("keys");
+    let signer = Signer::parse(&private).expect("signer");
+    let public = PublicKey::parse(&public).expect("public");
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Events 4..=9, not yet in the tree: the export brings it up to date.
+    let out = dir.path().join("middle.ndjson");
+    let range = EventRange {
+        since: Some(T0 + 3000),
+        until: Some(T0 + 8999),
+    };
+    let m = export::export(
+        &*f.l,
+        Format::Ndjson,
+        range,
+        &out,
+        false,
+        Some(&signer),
+        &mut |_| true,
+    )
+    .expect("export")
+    .expect("not cancelled");
+    let place = m.tree.clone().expect("placed in the tree");
+    assert_eq!((place.first_leaf, place.size, place.left.len()), (3, 9, 2));
+    let head = TreeHead {
+        size: 9,
+        root: mth(&all[..9]),
+    };
+    assert_eq!(place.head(), Ok(head));
+    let note = place.checkpoint.as_deref().expect("signed");
+    assert_eq!(proof::signed_tree(&public, note), Ok(head));
+    let checked = |key| {
+        export::verify_export(&out, &ChainHasher::unkeyed(), key, &mut |_| true).expect("verify")
+    };
+    let r = checked(Some(&public));
+    assert!(
+        r.ok && r.tree_matches == Some(true) && r.signed == Some(true),
+        "{r:?}"
+    );
+    // The same lines placed one leaf further on: the tree they make is not the one named.
+    let mpath = export::manifest_path(&out);
+    let moved = |edit: &dyn Fn(&mut export::Manifest)| {
+        let mut m = m.clone();
+        edit(&mut m);
+        std::fs::write(&mpath, serde_json::to_vec(&m).expect("json")).expect("write");
+        checked(Some(&public))
+    };
+    let r = moved(&|m| {
+        m.tree.as_mut().expect("tree").root = tree::TreeHead {
+            size: 9,
+            root: [7; 32],
+        }
+        .root_base64()
+    });
+    assert!(!r.ok && r.tree_matches == Some(false), "{r:?}");
+    assert!(
+        r.problems.iter().any(|p| p.contains("not leaves 3–8")),
+        "{:?}",
+        r.problems
+    );
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.contains("tree's signed checkpoint")),
+        "{:?}",
+        r.problems
+    );
+    let r = moved(&|m| {
+        m.tree
+            .as_mut()
+            .expect("tree")
+            .left
+            .pop()
+            .map(drop)
+            .unwrap_or(())
+    });
+    assert!(
+        !r.ok && r.problems.iter().any(|p| p.contains("needs 2 hashes")),
+        "{:?}",
+        r.problems
+    );
+    // Another log's key signed the tree's checkpoint.
+    let (other, _) = checkpoint::generate("test.example/idemgate").expect("keys");
+    let forged = Signer::parse(&other)
+        .expect("signer")
+        .sign(&head.signed_head(), T0)
+        .note;
+    let r = moved(&|m| m.tree.as_mut().expect("tree").checkpoint = Some(forged.clone()));
+    assert!(!r.ok && r.signed == Some(false), "{r:?}");
+
+    // Archive segments likewise, checked with the archive alone.
+    let arch = tempfile::tempdir().expect("tempdir");
+    archive::archive(
+        &*f.l,
+        &ArchiveOptions {
+            dir: arch.path().to_path_buf(),
+            before: T0 + 10_000,
+            segment_events: 4,
+        },
+        Some(&signer),
+        &mut |_| true,
+    )
+    .expect("archive");
+    let verify = || {
+        archive::verify_archive(
+            arch.path(),
+            None,
+            &ChainHasher::unkeyed(),
+            Some(&public),
+            &mut |_| true,
+        )
+        .expect("verify")
+    };
+    assert!(verify().ok, "{:?}", verify());
+    let second = arch.path().join(archive::segment_name(5, 8));
+    let smpath = export::manifest_path(&second);
+    let mut sm: export::Manifest =
+        serde_json::from_slice(&std::fs::read(&smpath).expect("read")).expect("manifest");
+    let t = sm.tree.as_mut().expect("the segment is placed in the tree");
+    assert_eq!((t.first_leaf, t.size), (4, 8));
+    t.first_leaf = 5;
+    t.left = vec![t.left[0].clone(), t.left[0].clone()];
+    std::fs::write(&smpath, serde_json::to_vec(&sm).expect("json")).expect("write");
+    let r = verify();
+    assert!(
+        !r.ok && r.problems.iter().any(|p| p.contains("not leaves 5–7")),
+        "{:?}",
+        r.problems
+    );
+}
+
 suite!(
+    files_carry_their_place_in_the_tree,
     verify_names_a_tree_that_is_not_its_events,
     the_tree_holds_every_event_once_and_proves_each,
     archived_events_stay_in_the_tree,

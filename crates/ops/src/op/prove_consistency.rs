@@ -7,7 +7,8 @@ use crate::proofs::TreeExtension;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointArg {
-    /// A checkpoint this log's key signed (a signed note), or a proof file that carries one.
+    /// A checkpoint this log's key signed (a signed note), or a proof file or an export's
+    /// manifest that carries one.
     pub checkpoint: String,
 }
 
