@@ -8,9 +8,15 @@
 //! - every effect the client never saw acknowledged is in the ledger, completed or stuck (never
 //!   released, which would let it run again).
 //!
-//! Profiles (environment `IDEMGATE_CHAOS`): `short` (default, CI: 2,000 operations, 5 kills) and
-//! `long` (20,000 operations, 12 kills); `IDEMGATE_CHAOS_OPS` / `_KILLS` / `_CLIENTS` override.
-//! The figures are printed (`cargo test -p idemgate-tests --test chaos -- --nocapture`).
+//! Once with one instance on SQLite; once with a fleet of four on one PostgreSQL ledger behind a
+//! load balancer that sends each retry to the next instance, SIGKILLing instances in turn, the one
+//! leading the books every other time: then also the log's tree verifies, every kept checkpoint of
+//! it is a prefix of the tree, and no head is signed twice.
+//!
+//! Profiles (environment `IDEMGATE_CHAOS`): `short` (default, CI: 2,000 operations and 5 kills
+//! for one instance, 10,000 and 8 for the fleet) and `long` (20,000 operations, 12 kills);
+//! `IDEMGATE_CHAOS_OPS` / `_KILLS` / `_CLIENTS` override. The figures are printed (`cargo test -p
+//! idemgate-tests --test chaos -- --nocapture`).
 #![allow(
     clippy::too_many_lines,
     reason = "a test is one scenario told top to bottom, its steps checked in order"
@@ -18,6 +24,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,8 +36,9 @@ use idemgate_tests::*;
 const CONFIG: &str = r#"
 [server]
 listen = "{listen}"
-admin_listen = "off"
+admin_listen = "{admin}"
 ledger = "{ledger}"
+{books}
 
 [defaults]
 lease = "2s"
@@ -71,15 +79,28 @@ struct Size {
     clients: usize,
 }
 
-/// The upstream that injects faults, and the proxy in front of it at a fixed address, so clients
-/// reach every incarnation of the proxy there.
-struct Stack {
+/// One instance of the proxy, at a fixed address, so clients reach every incarnation of it there.
+struct Instance {
     dir: tempfile::TempDir,
-    up: Upstream,
-    ledger: std::path::PathBuf,
     listen: SocketAddr,
     cfg: String,
-    proxy: Arc<Mutex<Proxy>>,
+    proxy: Mutex<Proxy>,
+}
+
+/// The upstream that injects faults, and the instances in front of it on one ledger (a SQLite
+/// file, or a PostgreSQL URL).
+struct Stack {
+    up: Upstream,
+    ledger: String,
+    fleet: Arc<Vec<Instance>>,
+    /// Holds the SQLite ledger and the signing key.
+    _dir: tempfile::TempDir,
+}
+
+impl Stack {
+    fn listens(&self) -> Vec<SocketAddr> {
+        self.fleet.iter().map(|i| i.listen).collect()
+    }
 }
 
 /// What the clients saw: each operation's outcome, and the answers by status and code.
@@ -87,9 +108,13 @@ struct Seen {
     outcomes: HashMap<usize, Outcome>,
     answers: Arc<Mutex<BTreeMap<String, u64>>>,
     restarts: usize,
+    /// Restarts of the instance that led the books.
+    leaders_killed: usize,
 }
 
-fn a_faulty_upstream_behind_the_proxy() -> Stack {
+/// `instances` proxies in front of a faulty upstream, on the PostgreSQL ledger at `pg` (they
+/// sign the log every second), else one on a SQLite file.
+fn a_faulty_upstream_behind(instances: usize, pg: Option<String>) -> Stack {
     let dir = tempfile::tempdir().expect("tempdir");
     let up = Upstream::start();
     up.counts.set_chaos(Some(Chaos {
@@ -98,50 +123,106 @@ fn a_faulty_upstream_behind_the_proxy() -> Stack {
         stall_pct: 3,
         stall_ms: 700,
     }));
-    let ledger = dir.path().join("ledger.db");
-    let listen: SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port");
-    let cfg = config(CONFIG, &up.url(), &ledger).replace("{listen}", &listen.to_string());
-    let proxy = Arc::new(Mutex::new(Proxy::start(dir.path(), &cfg, &ledger)));
+    let (ledger, admin, books) = match pg {
+        Some(url) => {
+            let prefix = dir.path().join("signing");
+            let made = idemgate(&["keygen", "--out", prefix.to_str().expect("utf8")]);
+            assert!(made.status.success());
+            let key = dir.path().join("signing.key");
+            let books = format!(
+                "signing_key_file = \"{}\"\ncheckpoint_interval = \"1s\"",
+                key.display()
+            );
+            (url, "127.0.0.1:0", books)
+        }
+        None => (
+            dir.path().join("ledger.db").display().to_string(),
+            "off",
+            String::new(),
+        ),
+    };
+    let fleet = (0..instances)
+        .map(|_| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let listen: SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("free port");
+            let cfg = config(CONFIG, &up.url(), Path::new(&ledger))
+                .replace("{listen}", &listen.to_string())
+                .replace("{admin}", admin)
+                .replace("{books}", &books);
+            let proxy = Mutex::new(Proxy::start(dir.path(), &cfg, Path::new(&ledger)));
+            Instance {
+                dir,
+                listen,
+                cfg,
+                proxy,
+            }
+        })
+        .collect();
     Stack {
-        dir,
         up,
         ledger,
-        listen,
-        cfg,
-        proxy,
+        fleet: Arc::new(fleet),
+        _dir: dir,
     }
 }
 
-/// The killer: SIGKILL and restart after every ops/(kills+1) finished operations, until
-/// `finished`. Answers how many restarts it made.
+/// The killer: SIGKILL and restart an instance after every ops/(kills+1) finished operations,
+/// until `finished`. Answers how many restarts it made, and how many of the leader.
 fn killer(
     st: &Stack,
     size: Size,
     done: &Arc<AtomicUsize>,
     finished: &Arc<AtomicBool>,
-) -> std::thread::JoinHandle<usize> {
-    let (proxy, done, finished, dir, cfg, ledger) = (
-        st.proxy.clone(),
-        done.clone(),
-        finished.clone(),
-        st.dir.path().to_path_buf(),
-        st.cfg.clone(),
-        st.ledger.clone(),
-    );
+) -> std::thread::JoinHandle<(usize, usize)> {
+    let (fleet, done, finished) = (st.fleet.clone(), done.clone(), finished.clone());
     std::thread::spawn(move || {
-        let mut killed = 0;
+        let (mut killed, mut leaders) = (0, 0);
         while killed < size.kills && !finished.load(Ordering::SeqCst) {
             if done.load(Ordering::SeqCst) >= (killed + 1) * size.ops / (size.kills + 1) {
-                restart(&proxy, &dir, &cfg, &ledger);
+                let (victim, leads) = victim(&fleet, killed);
+                restart(&fleet[victim]);
                 killed += 1;
+                leaders += usize::from(leads);
             } else {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
-        killed
+        (killed, leaders)
     })
+}
+
+/// The instance the `k`-th kill takes, and whether it leads the books: every other time the
+/// leader (when a fleet names one), else the next in turn.
+fn victim(fleet: &[Instance], k: usize) -> (usize, bool) {
+    let leader = (fleet.len() > 1).then(|| leader(fleet)).flatten();
+    match leader {
+        Some(i) if k.is_multiple_of(2) => (i, true),
+        _ => {
+            let i = (k * 5 + 1) % fleet.len();
+            (i, leader == Some(i))
+        }
+    }
+}
+
+/// The instance that leads the books, as the fleet names it.
+fn leader(fleet: &[Instance]) -> Option<usize> {
+    let named: Vec<(String, Option<String>)> = fleet
+        .iter()
+        .map(|inst| {
+            let v = inst
+                .proxy
+                .lock()
+                .expect("proxy")
+                .admin_get("/admin/v1/server")
+                .json();
+            let own = v["instance"].as_str().unwrap_or_default().to_owned();
+            (own, v["leader"]["instance"].as_str().map(str::to_owned))
+        })
+        .collect();
+    let lead = named.iter().find_map(|(_, l)| l.clone())?;
+    named.iter().position(|(own, _)| *own == lead)
 }
 
 /// The clients run every operation, retrying as an agent does, while the killer restarts the
@@ -154,22 +235,22 @@ fn the_clients_run_every_operation_through_kills(st: &Stack, size: Size) -> Seen
     let outcomes: Arc<Mutex<HashMap<usize, Outcome>>> = Arc::default();
     let finished = Arc::new(AtomicBool::new(false));
     let killer = killer(st, size, &done, &finished);
-    let listen = st.listen;
     let workers: Vec<_> = (0..size.clients)
         .map(|c| {
-            let (next, done, requests, answers, outcomes) = (
+            let (next, done, requests, answers, outcomes, listen) = (
                 next.clone(),
                 done.clone(),
                 requests.clone(),
                 answers.clone(),
                 outcomes.clone(),
+                st.listens(),
             );
             std::thread::spawn(move || loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 if i >= size.ops {
                     return;
                 }
-                let o = operation(listen, c, i, &requests, &answers);
+                let o = operation(&listen, c, i, &requests, &answers);
                 outcomes.lock().expect("outcomes").insert(i, o);
                 done.fetch_add(1, Ordering::SeqCst);
             })
@@ -179,17 +260,20 @@ fn the_clients_run_every_operation_through_kills(st: &Stack, size: Size) -> Seen
         w.join().expect("client");
     }
     finished.store(true, Ordering::SeqCst);
-    let restarts = killer.join().expect("killer");
+    let (restarts, leaders_killed) = killer.join().expect("killer");
     assert!(
         restarts >= size.kills.min(5),
         "only {restarts} restarts happened"
     );
-    restart(&st.proxy, st.dir.path(), &st.cfg, &st.ledger);
+    for inst in st.fleet.iter() {
+        restart(inst);
+    }
     let outcomes = outcomes.lock().expect("outcomes").clone();
     Seen {
         outcomes,
         answers,
         restarts,
+        leaders_killed,
     }
 }
 
@@ -216,13 +300,13 @@ fn every_acknowledged_answer_replays(st: &Stack, seen: &Seen) -> usize {
         .collect();
     let mismatches = Arc::new(AtomicUsize::new(0));
     let acked = Arc::new(acked);
-    let listen = st.listen;
     let replayers: Vec<_> = (0..16)
         .map(|t| {
-            let (acked, mismatches) = (acked.clone(), mismatches.clone());
+            let (acked, mismatches, listen) = (acked.clone(), mismatches.clone(), st.listens());
             std::thread::spawn(move || {
                 for (i, (status, body)) in acked.iter().skip(t).step_by(16) {
-                    let r = send(listen, *i).expect("the proxy answers after the last restart");
+                    let r = send(listen[i % listen.len()], *i)
+                        .expect("the proxy answers after the last restart");
                     if r.status != *status || r.body != *body {
                         eprintln!(
                             "op {i}: acknowledged {status} {:?}, replayed {} {:?}",
@@ -258,7 +342,7 @@ fn every_acknowledged_answer_replays(st: &Stack, seen: &Seen) -> usize {
 /// Every effect never acknowledged is visible: completed, or pending and flagged stuck; and the
 /// chain verifies. Answers (effects never acknowledged, stuck, completed).
 fn every_unacknowledged_effect_is_in_the_ledger(st: &Stack, seen: &Seen) -> (u64, u64, u64) {
-    let ops_api = idemgate_ops::Ops::open_existing(&st.ledger.display().to_string()).expect("open");
+    let ops_api = idemgate_ops::Ops::open_existing(&st.ledger).expect("open");
     let mut in_ledger = HashMap::new();
     ops_api
         .each_entry(&EntryFilter::default(), None, &mut |e| {
@@ -290,32 +374,34 @@ fn every_unacknowledged_effect_is_in_the_ledger(st: &Stack, seen: &Seen) -> (u64
             s => panic!("op {i}: its effect happened, yet the entry is {s:?}: {e:?}"),
         }
     }
-    let v = idemgate_json(&[
-        "verify",
-        "--ledger",
-        &st.ledger.display().to_string(),
-        "--json",
-    ]);
-    assert_eq!(v["ok"], true, "the chain verifies after the kills: {v}");
+    let v = idemgate_json(&["verify", "--ledger", &st.ledger, "--json"]);
+    assert_eq!(
+        v["ok"], true,
+        "the chain and the tree verify after the kills: {v}"
+    );
     (unacked_effects, unacked_stuck, unacked_completed)
 }
 
-#[test]
-fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
+/// The run's size: the profile's for `ops`/`kills` (short, long), or the environment's.
+fn size(ops: (usize, usize), kills: (usize, usize)) -> Size {
     let long = std::env::var("IDEMGATE_CHAOS").as_deref() == Ok("long");
-    let size = Size {
-        ops: env_usize("IDEMGATE_CHAOS_OPS", if long { 20_000 } else { 2_000 }),
-        kills: env_usize("IDEMGATE_CHAOS_KILLS", if long { 12 } else { 5 }),
+    let pick = |(short, long_one): (usize, usize)| if long { long_one } else { short };
+    Size {
+        ops: env_usize("IDEMGATE_CHAOS_OPS", pick(ops)),
+        kills: env_usize("IDEMGATE_CHAOS_KILLS", pick(kills)),
         clients: env_usize("IDEMGATE_CHAOS_CLIENTS", 64),
-    };
+    }
+}
+
+/// Runs the clients through the kills, checks what every run must hold, and prints the figures.
+fn run(st: &Stack, size: Size) -> Seen {
     let started = Instant::now();
-    let st = a_faulty_upstream_behind_the_proxy();
-    let seen = the_clients_run_every_operation_through_kills(&st, size);
+    let seen = the_clients_run_every_operation_through_kills(st, size);
     let run_secs = started.elapsed().as_secs_f64();
-    let effects = no_key_ran_twice(&st);
-    let acked_n = every_acknowledged_answer_replays(&st, &seen);
+    let effects = no_key_ran_twice(st);
+    let acked_n = every_acknowledged_answer_replays(st, &seen);
     let (unacked_effects, unacked_stuck, unacked_completed) =
-        every_unacknowledged_effect_is_in_the_ledger(&st, &seen);
+        every_unacknowledged_effect_is_in_the_ledger(st, &seen);
 
     let injected: Vec<u64> = st
         .up
@@ -327,13 +413,15 @@ fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
     let attempts: u64 = seen.outcomes.values().map(|o| u64::from(o.attempts)).sum();
     let Size { ops, clients, .. } = size;
     println!(
-        "chaos: {ops} operations from {clients} clients in {run_secs:.1}s, {attempts} requests, \
-         {}+1 SIGKILL restarts; upstream faults: {} dropped after the effect, {} 503, {} \
-         stalled past the timeout; {} effects for {} keys (none twice); {acked_n} acknowledged and \
-         replayed identically after the last restart (0 new effects); {unacked_effects} effects \
-         never acknowledged, all in the ledger ({unacked_stuck} stuck, {unacked_completed} \
-         completed); answers: {:?}",
+        "chaos: {ops} operations from {clients} clients through {} instance(s) in {run_secs:.1}s, \
+         {attempts} requests, {}+1 SIGKILL restarts ({} of the leader); upstream faults: {} \
+         dropped after the effect, {} 503, {} stalled past the timeout; {} effects for {} keys \
+         (none twice); {acked_n} acknowledged and replayed identically after the last restart (0 \
+         new effects); {unacked_effects} effects never acknowledged, all in the ledger \
+         ({unacked_stuck} stuck, {unacked_completed} completed); answers: {:?}",
+        st.fleet.len(),
         seen.restarts,
+        seen.leaders_killed,
         injected[0],
         injected[1],
         injected[2],
@@ -343,6 +431,49 @@ fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
     );
     assert!(acked_n > ops / 2, "most operations should succeed");
     assert!(injected.iter().all(|n| *n > 0), "every fault was injected");
+    seen
+}
+
+#[test]
+fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
+    let st = a_faulty_upstream_behind(1, None);
+    run(&st, size((2_000, 20_000), (5, 12)));
+}
+
+#[test]
+fn chaos_on_a_fleet_no_key_runs_twice_and_the_books_stay_whole() {
+    let Some(url) = idemgate_ledger::testing::fresh_postgres("fleet_chaos") else {
+        eprintln!("skipped: IDEMGATE_TEST_PG=skip");
+        return;
+    };
+    let st = a_faulty_upstream_behind(4, Some(url.clone()));
+    let seen = run(&st, size((10_000, 20_000), (8, 12)));
+    assert!(
+        seen.leaders_killed >= 2,
+        "the leader was killed {} times",
+        seen.leaders_killed
+    );
+    // The books: `verify` (above) recomputed the tree and checked every kept checkpoint's root
+    // against it, so each is a prefix of the tree and consistent with the next; there are some,
+    // and no periodic checkpoint signed a head twice.
+    let ops = idemgate_ops::Ops::open_existing(&url).expect("open");
+    let kept = ops.store().tree_checkpoint(0).expect("read");
+    assert!(
+        kept.is_some_and(|(size, _)| size > 0),
+        "no checkpoint of the tree was kept"
+    );
+    let mut signed: Vec<i64> = events_of(&url, "checkpoint")
+        .iter()
+        .map(|e| e["detail"]["seq"].as_i64().expect("signed seq"))
+        .collect();
+    let n = signed.len();
+    signed.sort_unstable();
+    signed.dedup();
+    assert!(
+        n > 0 && signed.len() == n,
+        "{n} periodic checkpoints, {} heads",
+        signed.len()
+    );
 }
 
 fn key(i: usize) -> String {
@@ -376,9 +507,9 @@ fn send(addr: SocketAddr, i: usize) -> Option<Resp> {
 }
 
 /// One logical operation: send, and on anything but a 2xx retry with the same key, as an agent
-/// would, up to 8 times.
+/// would, up to 8 times; each try to the next instance, as a load balancer would send it.
 fn operation(
-    addr: SocketAddr,
+    listen: &[SocketAddr],
     client: usize,
     i: usize,
     requests: &AtomicU64,
@@ -388,7 +519,7 @@ fn operation(
     loop {
         attempts += 1;
         requests.fetch_add(1, Ordering::Relaxed);
-        let r = send(addr, i);
+        let r = send(listen[(i + attempts as usize) % listen.len()], i);
         let label = match &r {
             None => "no answer".to_owned(),
             Some(r) if r.header("content-type") == Some("application/problem+json") => {
@@ -426,14 +557,14 @@ fn operation(
     }
 }
 
-fn restart(proxy: &Mutex<Proxy>, dir: &std::path::Path, cfg: &str, ledger: &std::path::Path) {
-    let mut p = proxy.lock().expect("proxy");
+fn restart(inst: &Instance) {
+    let mut p = inst.proxy.lock().expect("proxy");
     p.kill();
     // The port may stay refused for a moment; clients see connection errors and retry.
     let mut tries = 0;
     loop {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            Proxy::start(dir, cfg, ledger)
+            Proxy::start(inst.dir.path(), &inst.cfg, &p.ledger)
         })) {
             Ok(new) => {
                 *p = new;
