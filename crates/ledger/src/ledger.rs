@@ -21,11 +21,12 @@ use crate::replays::{self, cache_key, ReplayCache};
 use crate::search;
 use crate::store::{
     ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, DecideRequest, EventRange,
-    LoopNote, OwnerReport, Progress, PurgeRequest, ReconcileNote, Redrive, RedriveRequest,
+    LoopNote, OwnerReport, Progress, PurgeRequest, ReconcileNote, Redrive, RedriveRequest, Reply,
     ResolveRequest, ReviewRequest, Storage, SweepReport, Ticket, ToolsListed, WriterHealth,
 };
 use crate::write;
 use crate::writer::{Ctx, Writer};
+use replay_reads::ReplayReads;
 
 /// How to open a ledger.
 #[derive(Debug, Clone)]
@@ -105,6 +106,8 @@ pub struct Ledger {
     search: Mutex<search::SearchIndex>,
     /// Completed entries' responses, for replays without a query (SQLite; see `replays`).
     cache: Option<ReplayCache>,
+    /// Replays tried on reads off the caller's thread (PostgreSQL; see `replay_reads`).
+    replay_reads: Option<ReplayReads>,
     /// See [`Storage::released`].
     released: tokio::sync::Notify,
 }
@@ -119,6 +122,7 @@ impl Ledger {
         Arc::new_cyclic(|me| Ledger {
             me: me.clone(),
             hasher,
+            replay_reads: (!readers.inline()).then(|| ReplayReads::start(me)),
             readers,
             writer,
             replays: Arc::default(),
@@ -209,6 +213,9 @@ impl Ledger {
 
     /// Stops accepting writes, lets the writer finish every queued job and waits for it.
     pub fn close(&self) {
+        if let Some(r) = &self.replay_reads {
+            r.stop();
+        }
         self.queue_replay_counts();
         self.writer.close();
         self.readers.clear();
@@ -231,6 +238,48 @@ impl Ledger {
         // Replays counted so far go first, in the same batch or an earlier one.
         self.queue_replay_counts();
         self.writer.submit_touching(touch, f)
+    }
+
+    /// Has the writer decide a claim, its outcome sent to `reply`; a replay it decides makes the
+    /// key known to the replay readers.
+    fn claim_by_writer(&self, req: ClaimRequest, reply: Reply<ClaimOutcome>) {
+        // The reject policy's duplicate check reads other keys' entries: such a claim may depend
+        // on anything before it.
+        let touch = match req.reject_duplicates_within_ms {
+            None => Touch::Key(req.route.clone(), req.scope.clone(), req.key.clone()),
+            Some(_) => Touch::Any,
+        };
+        let known = self
+            .replay_reads
+            .as_ref()
+            .map(|r| (r.known.clone(), replay_reads::Known::key(&req)));
+        let claim = prepared::Claim::new(req);
+        self.queue_replay_counts();
+        self.writer.submit_replying(
+            touch,
+            move |ctx| {
+                let out = write::claim(ctx, &claim)?;
+                if let (ClaimOutcome::Replay { .. }, Some((known, key))) = (&out, &known) {
+                    known.mark(*key);
+                }
+                Ok(out)
+            },
+            reply,
+        );
+    }
+
+    /// A claim the replay readers were handed: a replay when a read finds its completed entry,
+    /// else the writer's to decide.
+    fn replay_or_claim(&self, req: ClaimRequest, reply: Reply<ClaimOutcome>) {
+        if let Ok(Some(entry)) = self.read(|db| replays::replayable(db, &req)) {
+            self.tally_replay(entry.entry_id, req.at);
+            let _ = reply.send(Ok(ClaimOutcome::Replay {
+                entry_id: entry.entry_id,
+                response: entry.response,
+            }));
+            return;
+        }
+        self.claim_by_writer(req, reply);
     }
 
     fn read<T>(&self, f: impl FnOnce(&mut dyn Db) -> Result<T>) -> Result<T> {
@@ -327,14 +376,17 @@ impl Storage for Ledger {
                 return Ticket::ready(Ok(ClaimOutcome::Replay { entry_id, response }));
             }
         }
-        // The reject policy's duplicate check reads other keys' entries: such a claim may depend
-        // on anything before it.
-        let touch = match req.reject_duplicates_within_ms {
-            None => Touch::Key(req.route.clone(), req.scope.clone(), req.key.clone()),
-            Some(_) => Touch::Any,
+        let (reply, ticket) = Ticket::channel();
+        // A read that must not block this thread: a key seen replayed here goes to the replay
+        // readers, which answer it or hand it to the writer.
+        let back = match &self.replay_reads {
+            Some(r) if !self.writer.refuses() => r.offer(req, reply),
+            _ => Some((req, reply)),
         };
-        let claim = prepared::Claim::new(req);
-        self.submit_touching(touch, move |ctx| write::claim(ctx, &claim))
+        if let Some((req, reply)) = back {
+            self.claim_by_writer(req, reply);
+        }
+        ticket
     }
 
     fn record_attempt(&self, report: OwnerReport, attempt: i64, lease_ms: i64) -> Ticket<()> {
@@ -608,5 +660,6 @@ impl Storage for Ledger {
     }
 }
 
+mod replay_reads;
 #[cfg(test)]
 mod tests;

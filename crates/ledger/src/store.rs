@@ -17,8 +17,11 @@ use crate::model::{
 #[derive(Debug)]
 pub struct Ticket<T>(tokio::sync::oneshot::Receiver<Result<T>>);
 
+/// Where a job's outcome goes: the other end of a [`Ticket`].
+pub type Reply<T> = tokio::sync::oneshot::Sender<Result<T>>;
+
 impl<T> Ticket<T> {
-    pub fn channel() -> (tokio::sync::oneshot::Sender<Result<T>>, Ticket<T>) {
+    pub fn channel() -> (Reply<T>, Ticket<T>) {
         let (tx, rx) = tokio::sync::oneshot::channel();
         (tx, Ticket(rx))
     }

@@ -25,7 +25,7 @@ use crate::db::{vals, Db, Dialect, PerDialect, Val};
 use crate::error::{LedgerError, Result};
 use crate::model::{now_millis, Event, State};
 use crate::read;
-use crate::store::{Ticket, WriterHealth};
+use crate::store::{Reply, Ticket, WriterHealth};
 use crate::telemetry::{self, Failures};
 
 /// The most jobs one transaction takes.
@@ -134,7 +134,7 @@ struct Queued<T, F> {
     touch: Touch,
     f: F,
     result: Option<Result<T>>,
-    reply: tokio::sync::oneshot::Sender<Result<T>>,
+    reply: Reply<T>,
 }
 
 impl<T, F> Job for Queued<T, F>
@@ -290,14 +290,26 @@ impl Writer {
         T: Send + 'static,
         F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
     {
+        let (reply, ticket) = Ticket::channel();
+        self.submit_replying(touch, f, reply);
+        ticket
+    }
+
+    /// [`Writer::submit_touching`], its outcome sent to `reply`: a ticket handed out before the
+    /// job reached the writer (a claim first tried as a replay on a read) is answered by it.
+    pub fn submit_replying<T, F>(&self, touch: Touch, f: F, reply: Reply<T>)
+    where
+        T: Send + 'static,
+        F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
+    {
         if let Some(key_required) = self.refusal {
-            return Ticket::ready(Err(if key_required {
+            let _ = reply.send(Err(if key_required {
                 LedgerError::ChainKeyRequired
             } else {
                 LedgerError::ChainKeyUnexpected
             }));
+            return;
         }
-        let (reply, ticket) = Ticket::channel();
         let job: Box<dyn Job> = Box::new(Queued {
             touch,
             f,
@@ -305,15 +317,9 @@ impl Writer {
             reply,
         });
         let sender = self.tx.lock().ok().and_then(|g| g.clone());
-        match sender {
-            Some(s) => {
-                if let Err(mpsc::SendError(job)) = s.send(job) {
-                    drop(job);
-                    return Ticket::ready(Err(LedgerError::Closed));
-                }
-                ticket
-            }
-            None => Ticket::ready(Err(LedgerError::Closed)),
+        if let Some(s) = sender {
+            // A job the writer will not take drops its reply: its ticket reads `Closed`.
+            let _ = s.send(job);
         }
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! A lost connection (the server restarted, a network cut) fails the batch in flight — its writes
 //! are answered with an error, never acknowledged — and the next batch reconnects. Readers use a
-//! small pool of connections, checked before use.
+//! small pool of connections, checked before use when they have been idle.
 
 mod lead;
 mod schema;
@@ -20,7 +20,7 @@ mod values;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::types::ToSql;
@@ -40,6 +40,8 @@ pub(crate) const WRITE_LOCK: i64 = 0x6964_656d_6761_7465;
 /// The advisory lock migrations hold.
 const MIGRATE_LOCK: i64 = 0x6964_656d_6d69_6772;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A pooled reader idle longer than this is checked before use.
+const CHECK_IDLE: Duration = Duration::from_secs(1);
 
 impl Ledger {
     /// Opens (and if asked, creates) the ledger in the PostgreSQL database at `url`
@@ -546,7 +548,8 @@ impl Db for Disconnected {
 struct Readers {
     config: Target,
     location: String,
-    pool: Mutex<Vec<PgConn>>,
+    /// Idle connections, each with when it was last used.
+    pool: Mutex<Vec<(PgConn, Instant)>>,
 }
 
 impl std::fmt::Debug for Readers {
@@ -568,9 +571,12 @@ impl ReadPool for Readers {
 
     fn with(&self, f: &mut dyn FnMut(&mut dyn Db)) -> Result<()> {
         let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
-        // A pooled connection may have died with a server restart: check it (one round trip).
+        // A pooled connection may have died with a server restart: one idle for a while is
+        // checked first (a round trip); one used just now is not, so a read in a stream of them
+        // costs its own round trips only. A restart within that moment fails one read.
         let mut conn = match pooled {
-            Some(mut c) => {
+            Some((c, used)) if !c.is_closed() && used.elapsed() < CHECK_IDLE => c,
+            Some((mut c, _)) => {
                 if c.is_valid() {
                     c
                 } else {
@@ -583,7 +589,7 @@ impl ReadPool for Readers {
         if !conn.is_closed() {
             if let Ok(mut p) = self.pool.lock() {
                 if p.len() < 8 {
-                    p.push(conn);
+                    p.push((conn, Instant::now()));
                 }
             }
         }
@@ -594,7 +600,7 @@ impl ReadPool for Readers {
         let conns = self
             .pool
             .lock()
-            .map(|mut p| std::mem::take(&mut *p))
+            .map(|mut p| p.drain(..).map(|(c, _)| c).collect())
             .unwrap_or_default();
         drop_off_runtime(conns);
     }
