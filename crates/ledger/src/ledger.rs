@@ -78,13 +78,18 @@ pub(crate) trait ReadPool: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// The longest replay counts wait for a write to ride with before a job of their own writes them.
+/// How long replay counts gather before they are written: with the first write after it, or by a
+/// job of their own when nothing is written. Each write of them updates every entry replayed
+/// since, so riding with every batch would rewrite a hot entry's row once a batch (on PostgreSQL,
+/// a new row version each time) instead of a few times a second.
 const REPLAY_COUNTS_WAIT: Duration = Duration::from_millis(250);
 
 /// Replay counts waiting to be written, and what is arranged to write them.
 #[derive(Debug, Default)]
 struct PendingReplays {
     counts: write::ReplayTally,
+    /// When the oldest of `counts` was counted.
+    since: Option<std::time::Instant>,
     /// A job that will write `counts` is queued (it takes them when it runs).
     queued: bool,
     /// A thread will queue that job after [`REPLAY_COUNTS_WAIT`].
@@ -143,13 +148,15 @@ impl Ledger {
     }
 
     /// Counts a replay answered off the writer. The counts are written by a job queued with the
-    /// next write (so they ride along in its batch) or, when nothing else is written, after
-    /// [`REPLAY_COUNTS_WAIT`] — a stream of replays costs a commit now and then, not one per batch.
+    /// first write once they are [`REPLAY_COUNTS_WAIT`] old (so they ride along in its batch) or,
+    /// when nothing else is written, by a job of their own then — a stream of replays costs a few
+    /// writes of each entry's counts a second, not one a batch.
     fn tally_replay(&self, id: i64, at: Millis) {
         let Ok(mut t) = self.replays.lock() else {
             return;
         };
         t.counts.add(id, at);
+        t.since.get_or_insert_with(std::time::Instant::now);
         if t.queued || t.timer {
             return;
         }
@@ -164,18 +171,20 @@ impl Ledger {
                     if let Ok(mut t) = l.replays.lock() {
                         t.timer = false;
                     }
-                    l.queue_replay_counts();
+                    l.queue_replay_counts(false);
                 }
             });
     }
 
-    /// Queues the job that writes the replay tally, unless it is empty or already queued.
-    fn queue_replay_counts(&self) {
+    /// Queues the job that writes the replay tally, unless it is empty or already queued, or,
+    /// when `due_only`, younger than [`REPLAY_COUNTS_WAIT`].
+    fn queue_replay_counts(&self, due_only: bool) {
         {
             let Ok(mut t) = self.replays.lock() else {
                 return;
             };
-            if t.queued || t.counts.is_empty() {
+            let young = t.since.is_some_and(|s| s.elapsed() < REPLAY_COUNTS_WAIT);
+            if t.queued || t.counts.is_empty() || (due_only && young) {
                 return;
             }
             t.queued = true;
@@ -189,6 +198,7 @@ impl Ledger {
                     .lock()
                     .map(|mut t| {
                         t.queued = false;
+                        t.since = None;
                         std::mem::take(&mut t.counts)
                     })
                     .unwrap_or_default()
@@ -216,7 +226,7 @@ impl Ledger {
         if let Some(r) = &self.replay_reads {
             r.stop();
         }
-        self.queue_replay_counts();
+        self.queue_replay_counts(false);
         self.writer.close();
         self.readers.clear();
     }
@@ -235,8 +245,8 @@ impl Ledger {
         T: Send + 'static,
         F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
     {
-        // Replays counted so far go first, in the same batch or an earlier one.
-        self.queue_replay_counts();
+        // Replays counted a while ago go first, in the same batch or an earlier one.
+        self.queue_replay_counts(true);
         self.writer.submit_touching(touch, f)
     }
 
@@ -254,7 +264,7 @@ impl Ledger {
             .as_ref()
             .map(|r| (r.known.clone(), replay_reads::Known::key(&req)));
         let claim = prepared::Claim::new(req);
-        self.queue_replay_counts();
+        self.queue_replay_counts(true);
         self.writer.submit_replying(
             touch,
             move |ctx| {
@@ -408,6 +418,8 @@ impl Storage for Ledger {
     }
 
     fn sweep(&self, at: Millis) -> Ticket<SweepReport> {
+        // The sweeper's pass writes every replay counted so far: counts are never older than it.
+        self.queue_replay_counts(false);
         self.submit(move |ctx| write::sweep(ctx, at))
     }
 
