@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark (BENCHMARKS.md): idemgate against nginx proxy_pass and idempotent-proxy-server on
 # this machine, in one run; criterion's in-process ledger benches; the console's data calls on a
-# 1M-event demo ledger. Installs what it needs (Debian 12, as root). Results: target/bench/.
+# 1M-event demo ledger; a fleet of instances on one PostgreSQL (bench/fleet.py). Installs what it needs (Debian 12, as root). Results: target/bench/.
 #   bash bench/run.sh                 the full run (release builds; ~15 min on 2 cores)
 #   BENCH_SMOKE=1 bash bench/run.sh   a few seconds each, debug builds, no peer (CI: the harness
 #                                     cannot rot); BENCH_PEER=1 adds idempotent-proxy-server
@@ -36,6 +36,12 @@ else
 fi
 echo "== proxies under wrk, fixed-rate latency, the console on a big ledger"
 IPS_BIN=$ips python3 bench/run.py
+echo "== a fleet on one PostgreSQL, on loopback and 1 ms away"
+if [ "${BENCH_SMOKE:-}" = 1 ]; then
+  BENCH_SECONDS=1 BENCH_ROUNDS=1 BENCH_FLEET="1 2" python3 bench/fleet.py
+else
+  python3 bench/fleet.py
+fi
 if [ "${BENCH_SMOKE:-}" = 1 ]; then
   # bench/ab.py, the A/B tool (BENCHMARKS.md), is not part of the full run: one short pair here so
   # it cannot rot either.

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""A fleet on one PostgreSQL: 1, 2 and 4 instances of `idemgate serve` behind one load generator,
+with PostgreSQL on loopback and behind a relay that delays each direction (a database on another
+host; this machine has no netem).
+
+    python3 bench/fleet.py          # after bench/run.sh (release build, wrk, PostgreSQL)
+
+For each delay (BENCH_DELAYS_MS, default "0 1": loopback, and 1 ms each way) and each fleet size
+(BENCH_FLEET, default "1 2 4"), every size on a database of its own: wrk's connections (64) shared
+out over the instances, first calls (fresh keys) then replays (100 keys, executed once first),
+BENCH_SECONDS each (default 10), BENCH_ROUNDS rounds (default 2, the order of sizes reversed every
+round; medians). Per run: req/s, the ratio to one instance at the same delay, the CPU time per
+call of every instance, the relay and PostgreSQL together, and how the instances' write batches
+used the ledger's write lock. Results: target/bench/fleet.md and fleet.json.
+
+The relay is `python3 bench/fleet.py relay LISTEN_PORT TARGET_PORT DELAY_MS`: an asyncio delay
+line that holds each chunk read from either side DELAY_MS before writing it on, in order, without
+limiting throughput; the timer adds up to a millisecond of its own.
+"""
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import host  # noqa: E402  (bench/host.py: ports and /proc)
+import run  # noqa: E402  (bench/run.py: the upstream, serve and wrk)
+
+SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
+DELAYS = [float(d) for d in os.environ.get("BENCH_DELAYS_MS", "0 1").split()]
+SIZES = [int(n) for n in os.environ.get("BENCH_FLEET", "1 2 4").split()]
+PATH = "/v1/charges"
+
+
+async def pipe(reader, writer, delay):
+    """Copies `reader` to `writer`, each chunk `delay` seconds late, in order."""
+    loop = asyncio.get_running_loop()
+    line = asyncio.Queue()
+
+    async def feed():
+        while True:
+            data = await reader.read(1 << 16)
+            await line.put((loop.time() + delay, data))
+            if not data:
+                return
+
+    async def deliver():
+        while True:
+            at, data = await line.get()
+            wait = at - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if not data:
+                writer.close()
+                return
+            writer.write(data)
+            await writer.drain()
+
+    try:
+        await asyncio.gather(feed(), deliver())
+    except (ConnectionError, OSError):
+        writer.close()
+
+
+async def relay(listen, target, delay_ms):
+    delay = delay_ms / 1000
+
+    async def accept(client_r, client_w):
+        try:
+            server_r, server_w = await asyncio.open_connection("127.0.0.1", target)
+        except OSError:
+            client_w.close()
+            return
+        await asyncio.gather(pipe(client_r, server_w, delay), pipe(server_r, client_w, delay))
+
+    server = await asyncio.start_server(accept, "127.0.0.1", listen)
+    async with server:
+        await server.serve_forever()
+
+
+def psql(port, sql):
+    subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-qAt", "-c", sql],
+                   check=True, capture_output=True, text=True)
+
+
+def measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, script, rnd):
+    """One fleet of `n` on a database of its own: first calls, then replays."""
+    db = f"fleet_{int(delay * 1000)}us_{n}_r{rnd}"
+    psql(pg_port, f"CREATE DATABASE {db}")
+    url = f"postgres://postgres@127.0.0.1:{relay_port if delay else pg_port}/{db}?sslmode=disable"
+    ports = [host.free_port() for _ in range(n)]
+    admins = [host.free_port() for _ in range(n)]
+    procs = [stack.serve(f"fleet-{db}-{i}", ports[i], url, admin=admins[i]) for i in range(n)]
+    roots = [p.pid for p in procs] + [postmaster] + ([relay_pid] if delay else [])
+    try:
+        out = {}
+        for k in range(run.REPLAY_KEYS):
+            status = run.http_post(ports[k % n], PATH, f"replay-{k}")
+            if not 200 <= status < 300:
+                raise SystemExit(f"bench: the fleet answered {status} to the warm-up of replay-{k}")
+        for scenario, fresh in [("first calls", 1.0), ("replays", 0.0)]:
+            r = run.wrk(tuple(ports), PATH, fresh, f"{db}-{scenario[:5]}", script, roots,
+                        seconds=SECONDS, admin=admins)
+            if r["errors"]:
+                raise SystemExit(f"bench: {n} instances, {delay} ms: {r['errors']} errors {r['statuses']}")
+            out[scenario] = r
+            lock = (f", {r['jobs_per_batch']:.1f} jobs a batch, lock held {r['lock_held_ms']:.2f} ms, "
+                    f"waited {r['lock_wait_ms']:.2f} ms" if "lock_held_ms" in r else "")
+            print(f"  PostgreSQL {delay:g} ms away, {n} instance(s), {scenario:<11} round {rnd + 1}: "
+                  f"{r['rps']:>7.0f} req/s  p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  "
+                  f"CPU {r['cpu_us'] or 0:.0f} µs/call{lock}", flush=True)
+        return out
+    finally:
+        for p in procs:
+            stack.stop_one(p)
+
+
+def median(runs, scenario, key):
+    vals = [r[scenario][key] for r in runs if r[scenario].get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def report(results):
+    lines = ["| PostgreSQL | instances | first calls/s | × one | CPU µs/call | jobs a batch | lock held ms | "
+             "lock waited ms | replays/s | × one |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for delay in DELAYS:
+        one = results[(delay, SIZES[0])]
+        for n in SIZES:
+            runs = results[(delay, n)]
+            first, replays = median(runs, "first calls", "rps"), median(runs, "replays", "rps")
+            cell = lambda k, f: f.format(median(runs, "first calls", k)) if median(runs, "first calls", k) else "–"  # noqa: E731
+            lines.append(
+                f"| {'loopback' if delay == 0 else f'{delay:g} ms away'} | {n} | {first:.0f} | "
+                f"{first / median(one, 'first calls', 'rps'):.2f}× | {cell('cpu_us', '{:.0f}')} | "
+                f"{cell('jobs_per_batch', '{:.1f}')} | {cell('lock_held_ms', '{:.2f}')} | "
+                f"{cell('lock_wait_ms', '{:.2f}')} | {replays:.0f} | "
+                f"{replays / median(one, 'replays', 'rps'):.2f}× |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "relay":
+        asyncio.run(relay(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])))
+        return
+    if not os.path.exists(run.IDEMGATE):
+        raise SystemExit(f"bench: {run.IDEMGATE} is missing (run bench/run.sh)")
+    work = tempfile.mkdtemp(prefix="idemgate-fleet-")
+    script = os.path.join(work, "load.lua")
+    with open(script, "w") as f:
+        f.write(run.WRK_SCRIPT)
+    stack = run.Stack(work)
+    pg_port, relay_port = stack.ports["pg"], host.free_port()
+    results = {}
+    try:
+        stack.start_upstream()
+        stack.pg_env = dict(os.environ, IDEMGATE_PG_DIR=tempfile.mkdtemp(prefix="idemgate-bench-pg-"),
+                            IDEMGATE_PG_PORT=str(pg_port))
+        subprocess.run(["bash", os.path.join(run.ROOT, "tests/pg/cluster.sh"), "start"], env=stack.pg_env,
+                       check=True, capture_output=True)
+        with open(os.path.join(stack.pg_env["IDEMGATE_PG_DIR"], "data", "postmaster.pid")) as f:
+            postmaster = int(f.readline())
+        for delay in DELAYS:
+            relay_pid = None
+            if delay:
+                relay_proc = stack.spawn(f"relay-{delay:g}", [sys.executable, os.path.abspath(__file__), "relay",
+                                                              str(relay_port), str(pg_port), str(delay)])
+                host.wait_port(relay_port, "relay", relay_proc)
+                relay_pid = relay_proc.pid
+            for rnd in range(ROUNDS):
+                for n in (SIZES if rnd % 2 == 0 else list(reversed(SIZES))):
+                    results.setdefault((delay, n), []).append(
+                        measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, script, rnd))
+            if delay:
+                stack.stop_one(relay_proc)
+    finally:
+        stack.stop()
+    table = report(results)
+    os.makedirs(run.OUT, exist_ok=True)
+    with open(os.path.join(run.OUT, "fleet.md"), "w") as f:
+        f.write(table)
+    with open(os.path.join(run.OUT, "fleet.json"), "w") as f:
+        json.dump({"machine": host.machine(), "seconds": SECONDS, "rounds": ROUNDS,
+                   "runs": {f"{d:g} ms/{n}": r for (d, n), r in results.items()}}, f, indent=1)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
