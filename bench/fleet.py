@@ -11,7 +11,8 @@ out over the instances, first calls (fresh keys) then replays (100 keys, execute
 BENCH_SECONDS each (default 10), BENCH_ROUNDS rounds (default 2, the order of sizes reversed every
 round; medians). Per run: req/s, the ratio to one instance at the same delay, the CPU time per
 call of every instance, the relay and PostgreSQL together, and how the instances' write batches
-used the ledger's write lock. Results: target/bench/fleet.md and fleet.json.
+used the ledger's write lock; errors (wrk's non-2xx answers and socket errors, timeouts at 2 s
+among them) are counted in the table, not fatal. Results: target/bench/fleet.md and fleet.json.
 
 The relay is `python3 bench/fleet.py relay LISTEN_PORT TARGET_PORT DELAY_MS`: an asyncio delay
 line that holds each chunk read from either side DELAY_MS before writing it on, in order, without
@@ -106,14 +107,14 @@ def measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, script,
         for scenario, fresh in [("first calls", 1.0), ("replays", 0.0)]:
             r = run.wrk(tuple(ports), PATH, fresh, f"{db}-{scenario[:5]}", script, roots,
                         seconds=SECONDS, admin=admins)
-            if r["errors"]:
-                raise SystemExit(f"bench: {n} instances, {delay} ms: {r['errors']} errors {r['statuses']}")
             out[scenario] = r
             lock = (f", {r['jobs_per_batch']:.1f} jobs a batch, lock held {r['lock_held_ms']:.2f} ms, "
                     f"waited {r['lock_wait_ms']:.2f} ms" if "lock_held_ms" in r else "")
             print(f"  PostgreSQL {delay:g} ms away, {n} instance(s), {scenario:<11} round {rnd + 1}: "
                   f"{r['rps']:>7.0f} req/s  p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  "
-                  f"CPU {r['cpu_us'] or 0:.0f} µs/call{lock}", flush=True)
+                  f"CPU {r['cpu_us'] or 0:.0f} µs/call{lock}  errors {r['errors']}", flush=True)
+            for x in r["statuses"]:
+                print(f"    {x}", flush=True)
         return out
     finally:
         for p in procs:
@@ -127,7 +128,7 @@ def median(runs, scenario, key):
 
 def report(results):
     lines = ["| PostgreSQL | instances | first calls/s | × one | CPU µs/call | jobs a batch | lock held ms | "
-             "lock waited ms | replays/s | × one |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "lock waited ms | replays/s | × one | errors |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for delay in DELAYS:
         one = results[(delay, SIZES[0])]
         for n in SIZES:
@@ -139,7 +140,8 @@ def report(results):
                 f"{first / median(one, 'first calls', 'rps'):.2f}× | {cell('cpu_us', '{:.0f}')} | "
                 f"{cell('jobs_per_batch', '{:.1f}')} | {cell('lock_held_ms', '{:.2f}')} | "
                 f"{cell('lock_wait_ms', '{:.2f}')} | {replays:.0f} | "
-                f"{replays / median(one, 'replays', 'rps'):.2f}× |")
+                f"{replays / median(one, 'replays', 'rps'):.2f}× | "
+                f"{sum(r[sc]['errors'] for r in runs for sc in r)} |")
     return "\n".join(lines) + "\n"
 
 
