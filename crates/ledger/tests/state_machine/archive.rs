@@ -10,10 +10,6 @@ use idemgate_ledger::checkpoint::{self, PublicKey, Signer};
 use super::*;
 
 /// `n` claims, one event each, logged at `T0 + i` seconds.
-fn with_claims(l: &Ledger, n: i64) {
-    with_claims_from(l, 0, n);
-}
-
 fn live_seqs(l: &Ledger) -> Vec<i64> {
     let mut s: Vec<i64> = all_events(l).into_iter().map(|e| e.seq).collect();
     s.reverse();
@@ -132,16 +128,6 @@ fn whole_count(head: &ChainHead) -> u64 {
 }
 
 /// `n` claims, keys `k{from}`…, logged at `T0 + i` seconds.
-fn with_claims_from(l: &Ledger, from: i64, n: i64) {
-    for i in from..from + n {
-        claimed(
-            l.claim(req(&format!("k{i}"), "{}", T0 + i * 1000))
-                .wait()
-                .expect("claim"),
-        );
-    }
-}
-
 fn only_archived_events_can_be_deleted(b: Backend) {
     let f = fx!(b);
     with_claims(&f.l, 6);

@@ -136,6 +136,22 @@ fn resp(status: u16, body: &str) -> ResponseRecord {
     }
 }
 
+/// Claims of keys `k0`.. `k{n-1}`, a second apart from `T0`.
+fn with_claims(l: &Ledger, n: i64) {
+    with_claims_from(l, 0, n);
+}
+
+/// Claims of keys `k{from}`.. , `n` of them, key `ki` at `T0 + i` seconds.
+fn with_claims_from(l: &Ledger, from: i64, n: i64) {
+    for i in from..from + n {
+        claimed(
+            l.claim(req(&format!("k{i}"), "{}", T0 + i * 1000))
+                .wait()
+                .expect("claim"),
+        );
+    }
+}
+
 fn claimed(o: ClaimOutcome) -> i64 {
     match o {
         ClaimOutcome::Claimed { entry_id, .. } => entry_id,

@@ -145,13 +145,7 @@ fn the_tree_holds_every_event_once_and_proves_each(b: Backend) {
 /// a proof of an archived event still checks against the root.
 fn archived_events_stay_in_the_tree(b: Backend) {
     let f = fx!(b);
-    for i in 0..20 {
-        claimed(
-            f.l.claim(req(&format!("k{i}"), "{}", T0 + i * 1000))
-                .wait()
-                .expect("claim"),
-        );
-    }
+    with_claims(&f.l, 20);
     let all = leaves(&f.l);
     let dir = tempfile::tempdir().expect("tempdir");
     let r = archive::archive(
@@ -234,13 +228,7 @@ fn verify_names_a_tree_that_is_not_its_events(b: Backend) {
 /// ends, which the log's key signs; an altered place is named, by `verify` and by the key.
 fn files_carry_their_place_in_the_tree(b: Backend) {
     let f = fx!(b);
-    for i in 0..12 {
-        claimed(
-            f.l.claim(req(&format!("k{i}"), "{}", T0 + i * 1000))
-                .wait()
-                .expect("claim"),
-        );
-    }
+    with_claims(&f.l, 12);
     let all = leaves(&f.l);
     let (private, public) = checkpoint::generate("test.example/idemgate").expect("keys");
     let signer = Signer::parse(&private).expect("signer");
