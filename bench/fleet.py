@@ -100,21 +100,16 @@ def measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, script,
     roots = [p.pid for p in procs] + [postmaster] + ([relay_pid] if delay else [])
     try:
         out = {}
-        for k in range(run.REPLAY_KEYS):
-            status = run.http_post(ports[k % n], PATH, f"replay-{k}")
-            if not 200 <= status < 300:
-                raise SystemExit(f"bench: the fleet answered {status} to the warm-up of replay-{k}")
+        run.warm_up("the fleet", ports, PATH)
         for scenario, fresh in [("first calls", 1.0), ("replays", 0.0)]:
             r = run.wrk(tuple(ports), PATH, fresh, f"{db}-{scenario[:5]}", script, roots,
                         seconds=SECONDS, admin=admins)
             out[scenario] = r
-            lock = (f", {r['jobs_per_batch']:.1f} jobs a batch, lock held {r['lock_held_ms']:.2f} ms, "
-                    f"waited {r['lock_wait_ms']:.2f} ms" if "lock_held_ms" in r else "")
             print(f"  PostgreSQL {delay:g} ms away, {n} instance(s), {scenario:<11} round {rnd + 1}: "
                   f"{r['rps']:>7.0f} req/s  p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  "
-                  f"CPU {r['cpu_us'] or 0:.0f} µs/call{lock}  errors {r['errors']}", flush=True)
-            for x in r["statuses"]:
-                print(f"    {x}", flush=True)
+                  f"CPU {r['cpu_us'] or 0:.0f} µs/call{run.lock_note(r, ', ')}  errors {r['errors']}",
+                  flush=True)
+            run.print_statuses(r)
         return out
     finally:
         for p in procs:

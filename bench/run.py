@@ -403,6 +403,28 @@ end
 """
 
 
+def warm_up(name, ports, path):
+    """Executes the replay keys once, each through one of `ports` in turn, before any run."""
+    for k in range(REPLAY_KEYS):
+        status = http_post(ports[k % len(ports)], path, f"replay-{k}")
+        if not 200 <= status < 300:
+            raise SystemExit(f"bench: {name} answered {status} to the warm-up of replay-{k}")
+
+
+def lock_note(r, sep):
+    """How a run's write batches used the ledger's write lock, after `sep`; "" without figures."""
+    if "lock_held_ms" not in r:
+        return ""
+    return (f"{sep}{r['jobs_per_batch']:.1f} jobs a batch, lock held {r['lock_held_ms']:.2f} ms, "
+            f"waited {r['lock_wait_ms']:.2f} ms")
+
+
+def print_statuses(r):
+    """The errors a run tallied (a smoke run's statuses, socket errors), a line each."""
+    for x in r["statuses"]:
+        print(f"    {x}", flush=True)
+
+
 def parse_wrk(text):
     def lat(label):
         m = re.search(rf"^\s*{label}%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)
@@ -576,10 +598,7 @@ def main():
         for name, (port, path) in t.items():
             if isinstance(port, tuple):
                 continue
-            for k in range(REPLAY_KEYS):
-                status = http_post(port, path, f"replay-{k}")
-                if not 200 <= status < 300:
-                    raise SystemExit(f"bench: {name} answered {status} to the warm-up of replay-{k}")
+            warm_up(name, (port,), path)
         names = list(t)
         for scenario, fresh in [("first calls", 1.0), ("replays", 0.0), ("mix (50% replays)", 0.5)]:
             runs = {n: [] for n in names}
@@ -590,13 +609,10 @@ def main():
                     port, path = t[n]
                     r = wrk(port, path, fresh, f"r{rnd}-{scenario[:5]}-{n}", script, stack.roots[n],
                             admin=admin_ports(stack, n))
-                    lock = (f"  {r['jobs_per_batch']:.1f} jobs a batch, lock held {r['lock_held_ms']:.2f} ms, "
-                            f"waited {r['lock_wait_ms']:.2f} ms" if "lock_held_ms" in r else "")
                     print(f"  {scenario:<18} round {rnd + 1} {n:<34} {r['rps']:>9.0f} req/s  "
                           f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  errors {r['errors']}  "
-                          f"CPU {r['cpu_us'] or 0:.0f} µs/req{lock}", flush=True)
-                    for x in r["statuses"]:
-                        print(f"    {x}", flush=True)
+                          f"CPU {r['cpu_us'] or 0:.0f} µs/req{lock_note(r, '  ')}", flush=True)
+                    print_statuses(r)
                     if n == "idemgate" and fresh == 1.0:
                         # The tree's integrator runs every 250 ms: its last run's lag, read as the
                         # load ends, is the lag under load.
