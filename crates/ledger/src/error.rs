@@ -64,6 +64,16 @@ pub enum LedgerError {
 }
 
 impl LedgerError {
+    /// Whether the database server itself refused a statement (so the transaction it was in did
+    /// not commit), rather than the connection failing on the way (which may leave a commit
+    /// unknown).
+    pub(crate) fn refused_by_server(&self) -> bool {
+        match self {
+            LedgerError::Pg(e) => e.as_db_error().is_some(),
+            _ => false,
+        }
+    }
+
     /// Its code: the CLI's `error[code]`, the admin API's problem code and status.
     pub fn code(&self) -> Code {
         match self {

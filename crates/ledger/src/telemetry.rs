@@ -65,8 +65,8 @@ pub(crate) struct Batch {
     pub lock_wait: Duration,
     /// From holding the write lock to the commit's end.
     pub lock_held: Duration,
-    /// The `COMMIT` statement alone (on SQLite the WAL's write and its fsync; on PostgreSQL the
-    /// round trip and the server's flush).
+    /// The `COMMIT` statement (on SQLite the WAL's write and its fsync; on PostgreSQL the round
+    /// trip that carries it with the batch's writes, and the server's flush).
     pub commit: Duration,
 }
 

@@ -111,6 +111,10 @@ pub(crate) trait WriteConn: Send + 'static {
     fn committed(&mut self) {}
     /// Called once the queue is closed and drained.
     fn finish(&mut self) {}
+    /// Whether the connection was lost (the next `begin` replaces it).
+    fn lost(&mut self) -> bool {
+        false
+    }
     /// The round trips to the database so far (PostgreSQL: a statement, or a pipeline of them;
     /// SQLite has none).
     fn round_trips(&self) -> u64 {
@@ -324,24 +328,44 @@ impl Writer {
     }
 }
 
-/// Begins a batch and reads the chain head inside it.
-fn begin(conn: &mut impl WriteConn) -> Result<Head> {
-    conn.begin()?;
-    let head = read::head(conn.db());
-    match head {
-        Ok(h) => Ok(h.map_or_else(
-            || Head {
-                seq: 0,
-                hash: GENESIS.into(),
-            },
-            |h| Head {
-                seq: h.seq,
-                hash: h.hash,
-            },
-        )),
-        Err(e) => {
-            let _ = conn.db().batch("ROLLBACK");
-            Err(e)
+/// Begins a batch: its transaction with the write lock, the chain head, and with `read_ahead`
+/// the rows its jobs will read (PostgreSQL: the `BEGIN` goes with the read, one round trip for
+/// all). A connection found lost on the way is replaced, once.
+fn begin(
+    conn: &mut impl WriteConn,
+    batch: &[Box<dyn Job>],
+    read_ahead: bool,
+) -> Result<(Head, Option<Ahead>)> {
+    let mut replaced = false;
+    loop {
+        conn.begin()?;
+        let read = if read_ahead {
+            Ahead::read(conn.db(), batch.iter().map(|j| j.touch()))
+        } else {
+            read::head(conn.db()).map(|h| (h, None))
+        };
+        match read {
+            Ok((head, ahead)) => {
+                let head = head.map_or_else(
+                    || Head {
+                        seq: 0,
+                        hash: GENESIS.into(),
+                    },
+                    |h| Head {
+                        seq: h.seq,
+                        hash: h.hash,
+                    },
+                );
+                return Ok((head, ahead));
+            }
+            Err(e) => {
+                let _ = conn.db().batch("ROLLBACK");
+                if replaced || !conn.lost() {
+                    return Err(e);
+                }
+                tracing::warn!(error = %e, "ledger connection lost; reconnecting");
+                replaced = true;
+            }
         }
     }
 }
@@ -413,21 +437,31 @@ fn batch_failed(failures: &mut Failures, counters: &WriterCounters, error: &dyn 
     counters.failed_at.store(now_millis(), Ordering::Relaxed);
 }
 
-/// Runs `batch` in one transaction up to its last writes (again, each job in its savepoint, if a
-/// job fails): whether a transaction began (or why not), when the write lock was taken, and the
-/// last writes' result.
+/// Runs `batch` in one transaction and commits it (again, each job in its savepoint, if a job
+/// fails): whether a transaction began (or why not), when the write lock was held, and the
+/// commit's result with the time its last statements went out.
 fn run_batch(
     conn: &mut impl WriteConn,
     batch: &mut [Box<dyn Job>],
     hasher: &ChainHasher,
     deferred: &mut Deferred,
-) -> (std::result::Result<(), String>, Option<Instant>, Result<()>) {
+) -> (
+    std::result::Result<(), String>,
+    Option<Instant>,
+    Result<Instant>,
+) {
     let mut begun = Ok(());
     let mut locked = None;
-    let mut flushed = Err(LedgerError::Internal("the batch did not run".into()));
+    let mut committed = Err(LedgerError::Internal("the batch did not run".into()));
     for savepoints in [false, true] {
-        let head = match begin(conn) {
-            Ok(h) => h,
+        let read_ahead = !savepoints && conn.db().dialect() == Dialect::Postgres;
+        let (head, mut ahead) = match begin(conn, batch, read_ahead) {
+            Ok(started) => started,
+            // The read ahead failed on a live connection: run without it.
+            Err(e) if read_ahead && !conn.lost() => {
+                tracing::warn!(error = %e, "reading the batch's rows ahead failed");
+                continue;
+            }
             Err(e) => {
                 begun = Err(e.to_string());
                 break;
@@ -435,17 +469,6 @@ fn run_batch(
         };
         locked.get_or_insert_with(Instant::now);
         deferred.clear();
-        let mut ahead = None;
-        if !savepoints && conn.db().dialect() == Dialect::Postgres {
-            match Ahead::read(conn.db(), batch.iter().map(|j| j.touch())) {
-                Ok(a) => ahead = a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading the batch's rows ahead failed");
-                    let _ = conn.db().batch("ROLLBACK");
-                    continue;
-                }
-            }
-        }
         if !run_jobs(
             conn.db(),
             batch,
@@ -459,20 +482,24 @@ fn run_batch(
             let _ = conn.db().batch("ROLLBACK");
             continue;
         }
-        flushed = flush(
-            conn.db(),
-            deferred,
-            ahead.as_ref().and_then(Ahead::taken_through),
-        );
-        if flushed.is_err() && ahead.is_some() {
-            // A write sent behind failed (it surfaces here): run the batch again, each job in
-            // its savepoint, to fail that job alone.
+        let db = conn.db();
+        let started = Instant::now();
+        committed = flush(db, deferred, ahead.as_ref().and_then(Ahead::taken_through))
+            .and_then(|()| db.batch("COMMIT"))
+            .map(|()| started);
+        if let Err(e) = &committed {
             let _ = conn.db().batch("ROLLBACK");
-            continue;
+            // A write sent behind failed (it surfaces here, with the COMMIT it went out with, which
+            // the server then ran as a rollback): run the batch again, each job in its savepoint,
+            // to fail that job alone. Only if the server said so: a connection lost on the way
+            // leaves the commit unknown, and the batch must not run twice.
+            if ahead.is_some() && e.refused_by_server() {
+                continue;
+            }
         }
         break;
     }
-    (begun, locked, flushed)
+    (begun, locked, committed)
 }
 
 fn writer_loop(
@@ -496,7 +523,7 @@ fn writer_loop(
         // When the batch asked for the write lock and when it got it: other instances' batches
         // wait for the span from `locked` to the commit (on PostgreSQL, across instances).
         let asked = Instant::now();
-        let (begun, locked, flushed) = run_batch(&mut conn, &mut batch, &hasher, &mut deferred);
+        let (begun, locked, committed) = run_batch(&mut conn, &mut batch, &hasher, &mut deferred);
         if let Err(e) = begun {
             batch_failed(
                 &mut failures,
@@ -509,14 +536,8 @@ fn writer_loop(
             }
             continue;
         }
-        let db = conn.db();
         deferred.clear();
-        let committed = flushed
-            .and_then(|()| {
-                let started = Instant::now();
-                db.batch("COMMIT").map(|()| started)
-            })
-            .map_err(|e| e.to_string());
+        let committed = committed.map_err(|e| e.to_string());
         match &committed {
             Ok(started) => {
                 conn.committed();
@@ -536,10 +557,7 @@ fn writer_loop(
                 });
                 failures.succeeded();
             }
-            Err(e) => {
-                batch_failed(&mut failures, counters, e);
-                let _ = db.batch("ROLLBACK");
-            }
+            Err(e) => batch_failed(&mut failures, counters, e),
         }
         let err = committed.as_ref().err().map(String::as_str);
         for job in batch.drain(..) {
@@ -549,8 +567,8 @@ fn writer_loop(
     conn.finish();
 }
 
-/// Writes a batch's deferred writes just before its commit: its events (multi-row inserts), the
-/// hourly counts and the entry counts. Deferring them costs nothing in consistency — no job reads
+/// Writes (on PostgreSQL: queues, to go out with the COMMIT) a batch's deferred writes just before
+/// its commit: its events (multi-row inserts), the hourly counts and the entry counts. Deferring them costs nothing in consistency — no job reads
 /// the log or the counters — and saves a statement (on PostgreSQL a round trip) per event and per
 /// counter, and a hot-row update per job.
 pub(crate) fn flush(db: &mut dyn Db, out: &Deferred, new_ids_through: Option<i64>) -> Result<()> {
@@ -620,7 +638,10 @@ pub(crate) fn flush(db: &mut dyn Db, out: &Deferred, new_ids_through: Option<i64
     if let Some(id) = new_ids_through {
         stmts.push((crate::ahead::MOVE_SEQUENCE, vals![id].to_vec()));
     }
-    db.exec_all(&stmts)
+    for (sql, params) in &stmts {
+        db.defer_exec(sql, params)?;
+    }
+    Ok(())
 }
 
 /// The batch's counter writes: an hour's count of a kind, the count of entries in a state.

@@ -450,26 +450,26 @@ impl PgWriter {
 }
 
 impl WriteConn for PgWriter {
+    /// Queues the `BEGIN` and the lock to go out with the batch's first read; a lost connection
+    /// is replaced first.
     fn begin(&mut self) -> Result<()> {
         if let Some(c) = &mut self.conn {
-            match c.batch(&begin_locked(WRITE_LOCK)) {
-                Ok(()) => return Ok(()),
-                // A live connection refused: report it. A dead one: reconnect below.
-                Err(e) if !c.is_closed() => {
-                    let _ = c.batch("ROLLBACK");
-                    return Err(e);
-                }
-                Err(e) => tracing::warn!(error = %e, "ledger connection lost; reconnecting"),
+            if !c.is_closed() {
+                return c.defer(&begin_locked(WRITE_LOCK));
             }
         }
         if let Some(lost) = self.conn.take() {
             self.trips_before += lost.trips;
         }
         let mut c = PgConn::connect(&self.config)?;
-        c.batch(&begin_locked(WRITE_LOCK))?;
+        c.defer(&begin_locked(WRITE_LOCK))?;
         tracing::info!("ledger writer reconnected to PostgreSQL");
         self.conn = Some(c);
         Ok(())
+    }
+
+    fn lost(&mut self) -> bool {
+        self.conn.as_ref().is_none_or(PgConn::is_closed)
     }
 
     /// A new ledger's tables have no statistics until autovacuum's first ANALYZE (a minute or
