@@ -12,7 +12,7 @@
 //!    it, in one transaction; the database refuses the record unless the log holds its last event
 //!    with that hash;
 //! 3. the events the recorded segments hold are deleted, in short transactions: the only DELETE
-//!    the log's triggers allow.
+//!    the log's triggers allow. The next segment is written meanwhile.
 //!
 //! A crash anywhere leaves every event in the live ledger, in a complete segment, or both: an
 //! unrecorded segment is rewritten (or taken as it is, when its digest and range check out) by the
@@ -127,21 +127,40 @@ pub fn archive(
     let per = i64::try_from(opts.segment_events.max(1)).unwrap_or(i64::MAX);
     let mut first = through + 1;
     let mut done = 0u64;
-    while first <= last {
-        let end = last.min(first.saturating_add(per - 1));
-        let seg = seal(store, &opts.dir, first, end, signer)?;
-        pause_at("sealed");
-        store.mark_archived(seg.clone()).wait()?;
-        pause_at("recorded");
-        report.removed += finish_removal(store)?;
-        done += u64::try_from(seg.count).unwrap_or(0);
-        report.segments.push(seg);
-        first = end + 1;
-        if first <= last && !progress(done) {
-            report.cancelled = true;
-            break;
+    std::thread::scope(|s| -> Result<()> {
+        // A recorded segment's events are removed (by the writer) while the next segment is
+        // sealed (by this thread and the compressor): each waits on a core the other leaves.
+        let mut removing = None;
+        let removed = |r: Option<std::thread::ScopedJoinHandle<'_, Result<u64>>>| {
+            r.map_or(Ok(0), |h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(LedgerError::Internal("a removal panicked".into())))
+            })
+        };
+        while first <= last {
+            let end = last.min(first.saturating_add(per - 1));
+            let sealed = seal(store, &opts.dir, first, end, signer);
+            report.removed += removed(removing.take())?;
+            let seg = sealed?;
+            pause_at("sealed");
+            store.mark_archived(seg.clone()).wait()?;
+            pause_at("recorded");
+            removing = Some(
+                std::thread::Builder::new()
+                    .name("idemgate-removal".into())
+                    .spawn_scoped(s, || finish_removal(store))?,
+            );
+            done += u64::try_from(seg.count).unwrap_or(0);
+            report.segments.push(seg);
+            first = end + 1;
+            if first <= last && !progress(done) {
+                report.cancelled = true;
+                break;
+            }
         }
-    }
+        report.removed += removed(removing.take())?;
+        Ok(())
+    })?;
     progress(done);
     report.archived_through = store.archived()?.last().map(|s| ChainHead {
         seq: s.seq,
@@ -150,43 +169,66 @@ pub fn archive(
     Ok(report)
 }
 
+/// NDJSON handed to the compressing thread at a time.
+const CHUNK: usize = 1 << 18;
+
 /// The events `first..=last` as gzipped NDJSON into `out`: how many, the hash before the first,
-/// and the last one's place in the chain.
+/// and the last one's place in the chain. The events are read and written as lines on this thread
+/// and compressed on another, so the two take a core each.
 fn gzipped(
     store: &dyn Storage,
     first: i64,
     last: i64,
-    out: &mut impl Write,
+    out: &mut (impl Write + Send),
 ) -> Result<(i64, Option<String>, Option<ChainHead>)> {
     let mut count = 0i64;
     let mut first_prev: Option<String> = None;
     let mut head: Option<ChainHead> = None;
-    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
-    let mut line = Vec::with_capacity(512);
-    let mut io_err = None;
-    store.scan_seqs(first, last, &mut |ev: Event| {
-        if first_prev.is_none() {
-            first_prev = Some(ev.prev_hash.clone());
-        }
-        head = Some(ChainHead {
-            seq: ev.seq,
-            hash: ev.hash.clone(),
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+    std::thread::scope(|s| {
+        let compressor = std::thread::Builder::new()
+            .name("idemgate-gzip".into())
+            .spawn_scoped(s, move || -> std::io::Result<()> {
+                let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+                for chunk in rx {
+                    gz.write_all(&chunk)?;
+                }
+                gz.finish().map(|_| ())
+            })?;
+        let mut lines = Vec::with_capacity(CHUNK + (1 << 12));
+        let scanned = store.scan_seqs(first, last, &mut |ev: Event| {
+            if first_prev.is_none() {
+                first_prev = Some(ev.prev_hash.clone());
+            }
+            head = Some(ChainHead {
+                seq: ev.seq,
+                hash: ev.hash.clone(),
+            });
+            serde_json::to_writer(&mut lines, &Row::from(ev)).map_err(std::io::Error::other)?;
+            lines.push(b'\n');
+            count += 1;
+            // A send fails only when the compressor stopped: its error is the call's.
+            Ok(lines.len() < CHUNK
+                || tx
+                    .send(std::mem::replace(
+                        &mut lines,
+                        Vec::with_capacity(CHUNK + (1 << 12)),
+                    ))
+                    .is_ok())
         });
-        line.clear();
-        serde_json::to_writer(&mut line, &Row::from(ev)).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        if let Err(e) = gz.write_all(&line) {
-            io_err = Some(e);
-            return Ok(false);
+        let sent = scanned.map(|()| lines.is_empty() || tx.send(lines).is_ok());
+        drop(tx);
+        let compressed = compressor
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the compressing thread panicked")));
+        compressed?;
+        match sent? {
+            true => Ok((count, first_prev, head)),
+            false => Err(LedgerError::Internal(
+                "the compressing thread stopped".into(),
+            )),
         }
-        count += 1;
-        Ok(true)
-    })?;
-    if let Some(e) = io_err {
-        return Err(e.into());
-    }
-    gz.finish()?;
-    Ok((count, first_prev, head))
+    })
 }
 
 /// Writes (or takes, when a crashed run left it complete) the segment of events `first..=last`.
