@@ -221,6 +221,14 @@ impl Ledger {
         self.writer.round_trips()
     }
 
+    /// The reads the replay readers made so far (PostgreSQL; 0 on SQLite), each answering every
+    /// claim that waited for it. For tests and benches.
+    pub fn replay_reads(&self) -> u64 {
+        self.replay_reads
+            .as_ref()
+            .map_or(0, |r| r.reads.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// Stops accepting writes, lets the writer finish every queued job and waits for it.
     pub fn close(&self) {
         if let Some(r) = &self.replay_reads {
@@ -278,18 +286,28 @@ impl Ledger {
         );
     }
 
-    /// A claim the replay readers were handed: a replay when a read finds its completed entry,
-    /// else the writer's to decide.
-    fn replay_or_claim(&self, req: ClaimRequest, reply: Reply<ClaimOutcome>) {
-        if let Ok(Some(entry)) = self.read(|db| replays::replayable(db, &req)) {
-            self.tally_replay(entry.entry_id, req.at);
-            let _ = reply.send(Ok(ClaimOutcome::Replay {
-                entry_id: entry.entry_id,
-                response: entry.response,
-            }));
-            return;
+    /// Claims the replay readers were handed: each a replay when one read finds its completed
+    /// entry, else the writer's to decide (all of them, if the read fails).
+    fn replay_or_claim(&self, reqs: Vec<ClaimRequest>, replies: Vec<Reply<ClaimOutcome>>) {
+        if let Some(r) = &self.replay_reads {
+            r.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        self.claim_by_writer(req, reply);
+        let found = self
+            .read(|db| replay_reads::replayable(db, &reqs))
+            .unwrap_or_default();
+        let mut found = found.into_iter();
+        for (req, reply) in reqs.into_iter().zip(replies) {
+            match found.next().flatten() {
+                Some(entry) => {
+                    self.tally_replay(entry.entry_id, req.at);
+                    let _ = reply.send(Ok(ClaimOutcome::Replay {
+                        entry_id: entry.entry_id,
+                        response: entry.response,
+                    }));
+                }
+                None => self.claim_by_writer(req, reply),
+            }
+        }
     }
 
     fn read<T>(&self, f: impl FnOnce(&mut dyn Db) -> Result<T>) -> Result<T> {

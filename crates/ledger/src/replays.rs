@@ -33,7 +33,7 @@ use std::sync::Mutex;
 use std::sync::LazyLock;
 
 use crate::db::{vals, Db};
-use crate::entry_row::{map_row, AFTER_ROW, ROW_COLS};
+use crate::entry_row::{map_row, Row, AFTER_ROW, ROW_COLS};
 use crate::error::Result;
 use crate::model::{self, Millis, ResponseRecord};
 use crate::read;
@@ -266,8 +266,20 @@ pub(crate) fn replayable(db: &mut dyn Db, req: &ClaimRequest) -> Result<Option<C
             ))
         },
     )?;
-    Ok(match found {
-        Some((row, Some(response), head))
+    Ok(found.and_then(|(row, response, head)| replay_of(req, row, response, head.unwrap_or(0))))
+}
+
+/// The replay `req` gets from its key's entry `row` (with its stored `response`, read in a
+/// snapshot whose log ended at `as_of`): only a completed, unexpired entry claimed with this very
+/// request has one.
+pub(crate) fn replay_of(
+    req: &ClaimRequest,
+    row: Row,
+    response: Option<ResponseRecord>,
+    as_of: i64,
+) -> Option<Cached> {
+    match response {
+        Some(response)
             if row.state == model::State::Completed
                 && !row.expired(req.at)
                 && row.fingerprint == req.fingerprint =>
@@ -277,11 +289,11 @@ pub(crate) fn replayable(db: &mut dyn Db, req: &ClaimRequest) -> Result<Option<C
                 fingerprint: row.fingerprint,
                 expires_at: row.expires_at,
                 response,
-                as_of: head.unwrap_or(0),
+                as_of,
             })
         }
         _ => None,
-    })
+    }
 }
 
 /// The replay cache's catch-up: the log's head and the entries named by the events after `seen`

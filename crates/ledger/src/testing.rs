@@ -117,6 +117,36 @@ fn connect(url: &str) -> Result<PgConn, String> {
     PgConn::connect(&target).map_err(|e| e.to_string())
 }
 
+/// Keeps every other connection from reading a table of a PostgreSQL ledger until dropped: its
+/// readers wait in their next statement that reads it.
+pub struct TableLocked(PgConn);
+
+impl std::fmt::Debug for TableLocked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TableLocked")
+    }
+}
+
+/// Locks `table` of the PostgreSQL ledger at `url` (`ACCESS EXCLUSIVE`, in a transaction of a
+/// connection of its own).
+///
+/// # Panics
+/// When the lock cannot be taken.
+pub fn lock_table(url: &str, table: &str) -> TableLocked {
+    let mut c = connect(url).expect("connect");
+    c.batch(&format!(
+        "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+    ))
+    .expect("lock the table");
+    TableLocked(c)
+}
+
+impl Drop for TableLocked {
+    fn drop(&mut self) {
+        let _ = self.0.batch("ROLLBACK");
+    }
+}
+
 /// Holds the PostgreSQL ledger's write lock until dropped: every instance's writer waits in its
 /// next batch's begin, and the jobs queued meanwhile all go in the batch after it.
 pub struct WriteLockHeld(PgConn);

@@ -206,6 +206,51 @@ fn replays_are_answered_without_waiting_for_the_writer(b: Backend) {
     verify_ok(&f.l);
 }
 
+/// On PostgreSQL the retries waiting for a replay read share it: 200 retries of known keys, queued
+/// while their entries cannot be read, are answered by a few reads (at most 64 retries each), not
+/// one read each. SQLite answers replays from its cache and makes none.
+fn replays_waiting_together_are_read_together(b: Backend) {
+    let f = fx!(b);
+    let keys: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
+    for (i, k) in keys.iter().enumerate() {
+        let id = claimed(
+            f.l.claim(req(k, "{}", T0 + i as i64))
+                .wait()
+                .expect("claim"),
+        );
+        complete(&f.l, id, T0 + 100, "{}");
+        // The first replay of a key here goes through the writer, and makes the key known.
+        let first = f.l.claim(req(k, "{}", T0 + 200)).wait();
+        assert!(
+            matches!(first, Ok(ClaimOutcome::Replay { .. })),
+            "{first:?}"
+        );
+    }
+    let before = f.l.replay_reads();
+    let locked =
+        matches!(b, Backend::Postgres).then(|| testing::lock_table(&f.location, "entries"));
+    let retries: Vec<_> = (0..200)
+        .map(|i| {
+            f.l.claim(req(&keys[i % keys.len()], "{}", T0 + 300 + i as i64))
+        })
+        .collect();
+    drop(locked);
+    for r in retries {
+        let o = r.wait();
+        assert!(matches!(o, Ok(ClaimOutcome::Replay { .. })), "{o:?}");
+    }
+    let reads = f.l.replay_reads() - before;
+    if matches!(b, Backend::Sqlite) {
+        assert_eq!(reads, 0);
+        return;
+    }
+    // Each reader took one retry or more before the lock let it read, then up to 64 at a time.
+    assert!(
+        (1..=12).contains(&reads),
+        "200 retries took {reads} replay reads"
+    );
+}
+
 /// A batch runs without savepoints first; a job that fails after changing something (this purge
 /// deletes `a`, then refuses the pending `b`) makes the writer roll the batch back and run it
 /// again with a savepoint per job: the failure is undone alone, every other job in the batch lands.
@@ -578,6 +623,7 @@ fn a_batch_s_round_trips_do_not_grow_with_its_size(b: Backend) {
 }
 
 suite!(
+    replays_waiting_together_are_read_together,
     a_batch_s_round_trips_do_not_grow_with_its_size,
     jobs_in_one_batch_decide_after_the_jobs_before_them,
     a_duplicate_completed_in_the_same_batch_is_flagged,
