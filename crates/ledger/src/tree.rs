@@ -100,6 +100,16 @@ struct Reader<'a> {
     store: &'a dyn Storage,
     first_new: u64,
     new: &'a [Hash],
+    /// The ledger's own error, which `tlog` can only carry as text: kept to be the call's.
+    failed: std::cell::RefCell<Option<LedgerError>>,
+}
+
+impl Reader<'_> {
+    /// What a `tlog` call that read through this reader failed with: the ledger's error when
+    /// reading failed (an outage is not a corrupt tree), else the tree's.
+    fn error(&self, e: &tlog::Error) -> LedgerError {
+        self.failed.take().unwrap_or_else(|| tree_error(e))
+    }
 }
 
 impl HashReader for Reader<'_> {
@@ -112,9 +122,11 @@ impl HashReader for Reader<'_> {
         let stored = if old.is_empty() {
             Vec::new()
         } else {
-            self.store
-                .tree_hashes(&old)
-                .map_err(|e| tlog::Error::InvalidInput(e.to_string()))?
+            self.store.tree_hashes(&old).map_err(|e| {
+                let text = e.to_string();
+                self.failed.replace(Some(e));
+                tlog::Error::InvalidInput(text)
+            })?
         };
         let mut stored = stored.into_iter();
         indexes
@@ -138,6 +150,7 @@ fn reader(store: &dyn Storage) -> Reader<'_> {
         store,
         first_new: u64::MAX,
         new: &[],
+        failed: std::cell::RefCell::default(),
     }
 }
 
@@ -178,12 +191,12 @@ fn integrate_step(store: &dyn Storage, max: usize) -> Result<Integrated> {
     let mut new: Vec<Hash> = Vec::with_capacity(events.len() * 2);
     for (i, ev) in events.iter().enumerate() {
         let r = Reader {
-            store,
-            first_new,
             new: &new,
+            first_new,
+            ..reader(store)
         };
         let hashes = tlog::stored_hashes(state.size + i as u64, &leaf_bytes(ev), &r)
-            .map_err(|e| tree_error(&e))?;
+            .map_err(|e| r.error(&e))?;
         new.extend(hashes);
     }
     let added = Integrated {
@@ -235,20 +248,23 @@ pub fn head(store: &dyn Storage) -> Result<TreeHead> {
 
 /// The root of the tree when it had `size` leaves.
 pub fn root_at(store: &dyn Storage, size: u64) -> Result<TreeHead> {
-    let root = tlog::tree_hash(size, &reader(store)).map_err(|e| tree_error(&e))?;
+    let r = reader(store);
+    let root = tlog::tree_hash(size, &r).map_err(|e| r.error(&e))?;
     Ok(TreeHead { size, root: root.0 })
 }
 
 /// The inclusion proof of leaf `index` in the tree of `size` leaves: the audit path from the
 /// leaf's sibling up to the root's child (RFC 6962, 2.1.1).
 pub fn prove_leaf(store: &dyn Storage, size: u64, index: u64) -> Result<Vec<[u8; 32]>> {
-    let p = tlog::prove_record(size, index, &reader(store)).map_err(|e| tree_error(&e))?;
+    let r = reader(store);
+    let p = tlog::prove_record(size, index, &r).map_err(|e| r.error(&e))?;
     Ok(p.into_iter().map(|h| h.0).collect())
 }
 
 /// The consistency proof that the tree of `size` leaves extends the one of `old` leaves.
 pub fn prove_extends(store: &dyn Storage, size: u64, old: u64) -> Result<Vec<[u8; 32]>> {
-    let p = tlog::prove_tree(size, old, &reader(store)).map_err(|e| tree_error(&e))?;
+    let r = reader(store);
+    let p = tlog::prove_tree(size, old, &r).map_err(|e| r.error(&e))?;
     Ok(p.into_iter().map(|h| h.0).collect())
 }
 

@@ -223,6 +223,36 @@ fn verify_names_a_tree_that_is_not_its_events(b: Backend) {
     );
 }
 
+/// A proof the ledger cannot read its stored hashes for fails with the database's error, not as a
+/// corrupt tree: an operator told "corrupt" goes looking for tampering, not for a table.
+fn a_failed_read_of_the_tree_is_not_a_corrupt_tree(b: Backend) {
+    let f = fx!(b);
+    with_claims(&f.l, 4);
+    tree::catch_up(&*f.l, &|| true).expect("catch up");
+    let head = tree::head(&*f.l).expect("head");
+    b.raw(
+        &f.location,
+        "ALTER TABLE tree_hashes RENAME TO tree_hashes_away",
+    )
+    .expect("rename");
+    let e = tree::prove_leaf(&*f.l, head.size, 1).expect_err("no stored hashes to read");
+    assert_eq!(e.code(), error::Code::Database, "{e}");
+    assert!(e.to_string().contains("tree_hashes"), "{e}");
+    b.raw(
+        &f.location,
+        "ALTER TABLE tree_hashes_away RENAME TO tree_hashes",
+    )
+    .expect("rename back");
+    let proof = tree::prove_leaf(&*f.l, head.size, 1).expect("proof");
+    assert!(tree::check_leaf(
+        &proof,
+        head.size,
+        head.root,
+        1,
+        &leaves(&f.l)[1]
+    ));
+}
+
 /// The manifests of an export and of an archive segment place their events in the tree: the
 /// hashes left of the first recompute, with the file's lines, the root of the tree its last event
 /// ends, which the log's key signs; an altered place is named, by `verify` and by the key.
@@ -361,6 +391,7 @@ fn files_carry_their_place_in_the_tree(b: Backend) {
 }
 
 suite!(
+    a_failed_read_of_the_tree_is_not_a_corrupt_tree,
     files_carry_their_place_in_the_tree,
     verify_names_a_tree_that_is_not_its_events,
     the_tree_holds_every_event_once_and_proves_each,
