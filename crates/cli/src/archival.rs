@@ -47,15 +47,18 @@ pub(crate) struct SigningArg {
 
 impl SigningArg {
     pub(crate) fn signer(&self) -> Result<Option<Arc<Signer>>, OpsError> {
-        self.signing_key
-            .as_deref()
-            .map(|f| {
-                Signer::from_file(f)
-                    .map(Arc::new)
-                    .map_err(|e| OpsError::invalid("signing-key", &e.to_string()))
-            })
-            .transpose()
+        signer_from(self.signing_key.as_deref())
     }
+}
+
+/// The signing key in `file`, if one is given.
+pub(crate) fn signer_from(file: Option<&Path>) -> Result<Option<Arc<Signer>>, OpsError> {
+    file.map(|f| {
+        Signer::from_file(f)
+            .map(Arc::new)
+            .map_err(|e| OpsError::invalid("signing-key", &e.to_string()))
+    })
+    .transpose()
 }
 
 fn host_name() -> String {

@@ -30,8 +30,10 @@ pub(crate) struct ProveArgs {
     /// The proof file (conventionally NAME.tlog-proof). An existing one is refused.
     #[arg(short = 'o', long = "output")]
     output: PathBuf,
-    #[command(flatten)]
-    signing: crate::archival::SigningArg,
+    /// Sign the checkpoint the proof carries with this key (from `idemgate keygen`): needed by
+    /// --consistency, and by --event when no checkpoint the log kept covers the event.
+    #[arg(long, env = "IDEMGATE_SIGNING_KEY_FILE", value_name = "FILE")]
+    signing_key: Option<PathBuf>,
     #[arg(long)]
     json: bool,
 }
@@ -52,7 +54,7 @@ pub(crate) fn prove(out: &mut output::Out, a: ProveArgs) -> Result<ExitCode, Ops
         })
         .transpose()?;
     let ops = Ops::open_existing(&a.ledger.ledger)?
-        .with_signer(a.signing.signer()?)
+        .with_signer(crate::archival::signer_from(a.signing_key.as_deref())?)
         .with_archive(a.archive);
     if let Some(checkpoint) = old {
         let req = op::prove_consistency::CheckpointArg { checkpoint };

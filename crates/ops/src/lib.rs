@@ -263,6 +263,19 @@ impl Ops {
         self.signer.is_some()
     }
 
+    /// The log's signing key, which `what` needs: refused as bad input when none is configured.
+    pub(crate) fn signing_key(&self, what: &str) -> OpsResult<&Signer> {
+        self.signer.as_deref().ok_or_else(|| {
+            OpsError::invalid(
+                "signing_key_file",
+                &format!(
+                    "{what} needs the log's signing key, and none is configured \
+                     (--signing-key, IDEMGATE_SIGNING_KEY_FILE, or signing_key_file in [server])"
+                ),
+            )
+        })
+    }
+
     /// Opens an existing ledger (never creates one), with the chain key from the environment.
     pub fn open_existing(location: &str) -> OpsResult<Ops> {
         let opts = OpenOptions::existing()?;

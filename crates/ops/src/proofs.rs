@@ -88,7 +88,7 @@ impl Ops {
     /// Signs the tree as it stands and keeps the checkpoint, unless one of this size is kept
     /// already (nothing was logged since, or another instance signed it): the tree signed.
     pub fn sign_tree(&self) -> OpsResult<Option<TreeHead>> {
-        let signer = self.signer()?;
+        let signer = self.signing_key("signing the tree")?;
         let store: &dyn Storage = self.store.as_ref();
         tree::catch_up(store, &|| true)?;
         let head = tree::head(store)?;
@@ -126,7 +126,7 @@ impl Ops {
         let (head, checkpoint) = match store.tree_checkpoint(index)? {
             Some((size, note)) => (tree::root_at(store, size)?, note),
             None => {
-                let signer = self.signer()?;
+                let signer = self.signing_key("a proof's checkpoint")?;
                 let head = tree::head(store)?;
                 (head, signer.sign(&head.signed_head(), now_millis()).note)
             }
@@ -153,7 +153,7 @@ impl Ops {
     /// signed, a proof file carrying one, or an export's manifest) commits to, under a freshly signed checkpoint.
     /// Refused when the tree of that size is not the one signed: the log was rewritten since.
     pub fn prove_extension(&self, old: &str) -> OpsResult<TreeExtension> {
-        let signer = self.signer()?;
+        let signer = self.signing_key("a consistency proof")?;
         let then = proof::signed_tree(&signer.public(), &proof::checkpoint_of(old))
             .map_err(|e| OpsError::invalid("checkpoint", &e.to_string()))?;
         let store: &dyn Storage = self.store.as_ref();
@@ -265,16 +265,6 @@ impl Ops {
             .store
             .cosign_tree_checkpoint(size, line.to_owned())
             .wait()?)
-    }
-
-    fn signer(&self) -> OpsResult<&idemgate_ledger::checkpoint::Signer> {
-        self.signer.as_deref().ok_or_else(|| {
-            OpsError::invalid(
-                "signing_key_file",
-                "a proof carries a checkpoint signed by the log's key: none is configured \
-                 (--signing-key, IDEMGATE_SIGNING_KEY_FILE, or signing_key_file in [server])",
-            )
-        })
     }
 }
 

@@ -365,12 +365,7 @@ impl Ops {
     /// event: nothing happened since the last one, whichever instance signed it. The checkpoint
     /// and its event's seq.
     pub fn checkpoint(&self) -> OpsResult<Option<(SignedCheckpoint, i64)>> {
-        let signer = self.signer.as_deref().ok_or_else(|| {
-            OpsError::invalid(
-                "signing_key_file",
-                "no signing key is configured (IDEMGATE_SIGNING_KEY_FILE, or signing_key_file in [server])",
-            )
-        })?;
+        let signer = self.signing_key("a checkpoint")?;
         let newest = self
             .store
             .events(&EventFilter::default(), Page::newest(None, 1))?;
