@@ -40,7 +40,9 @@ pub(crate) use sweep::sweep;
 #[cfg(test)]
 pub(crate) use sweep::{EXPIRIES_DUE, LEASES_DUE};
 pub(crate) use tools::note_tools;
-pub(crate) use tree::{cosign_tree_checkpoint, extend_tree, note_tree_checkpoint};
+pub(crate) use tree::{
+    cosign_tree_checkpoint, extend_tree, extend_tree_alone, note_tree_checkpoint,
+};
 
 /// The fields of an event the caller chooses; the rest (seq, hashes) are the chain's.
 pub(crate) struct NewEvent<'a> {

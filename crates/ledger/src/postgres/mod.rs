@@ -37,6 +37,9 @@ use values::{params, placeholders};
 
 /// The advisory lock a write batch holds (any constant; "idemgate" in ASCII, truncated).
 pub(crate) const WRITE_LOCK: i64 = 0x6964_656d_6761_7465;
+/// The advisory lock a step of the tree's integrator holds (not the write lock: see
+/// `write::tree::extend_tree_alone`).
+pub(crate) const TREE_LOCK: i64 = 0x6964_656d_7472_6565;
 /// The advisory lock migrations hold.
 const MIGRATE_LOCK: i64 = 0x6964_656d_6d69_6772;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

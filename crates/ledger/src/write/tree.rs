@@ -1,6 +1,6 @@
 //! Appends an integration step's leaves and hashes to the log's Merkle tree ([`crate::tree`]).
 
-use crate::db::{vals, Val};
+use crate::db::{vals, Db, Val};
 use crate::error::{LedgerError, Result};
 use crate::read;
 use crate::tree::TreeBatch;
@@ -9,10 +9,30 @@ use crate::writer::Ctx;
 /// Rows one statement inserts.
 const ROWS: usize = 64;
 
+/// Appends `batch` in the writer's batch (SQLite: the file's one writer).
+pub(crate) fn extend_tree(ctx: &mut Ctx<'_>, batch: &TreeBatch) -> Result<()> {
+    append(ctx.db, batch)
+}
+
+/// Appends `batch` in a transaction of its own on `db` (PostgreSQL), holding the tree's lock
+/// instead of the log's write lock: the integrators take turns at the tree, and the log's write
+/// batches, which need nothing of it, do not wait for a step's inserts.
+pub(crate) fn extend_tree_alone(db: &mut dyn Db, batch: &TreeBatch) -> Result<()> {
+    db.defer(&format!(
+        "BEGIN; SELECT pg_advisory_xact_lock({})",
+        crate::postgres::TREE_LOCK
+    ))?;
+    let appended = append(db, batch).and_then(|()| db.batch("COMMIT"));
+    if appended.is_err() {
+        let _ = db.batch("ROLLBACK");
+    }
+    appended
+}
+
 /// Appends `batch` unless the tree has grown past the size it was computed from (another
 /// integrator added those leaves): then nothing is written.
-pub(crate) fn extend_tree(ctx: &mut Ctx<'_>, batch: &TreeBatch) -> Result<()> {
-    let now = read::tree_state(ctx.db)?.size;
+fn append(db: &mut dyn Db, batch: &TreeBatch) -> Result<()> {
+    let now = read::tree_state(db)?.size;
     if now != batch.size {
         return Err(LedgerError::TreeMoved {
             expected: batch.size,
@@ -23,7 +43,7 @@ pub(crate) fn extend_tree(ctx: &mut Ctx<'_>, batch: &TreeBatch) -> Result<()> {
     for (k, seqs) in batch.seqs.chunks(ROWS).enumerate() {
         let base = first_leaf + (k * ROWS) as i64;
         let leaves: Vec<i64> = (0..seqs.len() as i64).map(|i| base + i).collect();
-        insert_pairs(ctx, "tree_leaves (leaf, seq)", &leaves, |i| {
+        insert_pairs(db, "tree_leaves (leaf, seq)", &leaves, |i| {
             Val::Int(seqs[i])
         })?;
     }
@@ -31,7 +51,7 @@ pub(crate) fn extend_tree(ctx: &mut Ctx<'_>, batch: &TreeBatch) -> Result<()> {
     for (k, hashes) in batch.hashes.chunks(ROWS).enumerate() {
         let base = first_idx + (k * ROWS) as i64;
         let idx: Vec<i64> = (0..hashes.len() as i64).map(|i| base + i).collect();
-        insert_pairs(ctx, "tree_hashes (idx, hash)", &idx, |i| {
+        insert_pairs(db, "tree_hashes (idx, hash)", &idx, |i| {
             Val::Blob(&hashes[i][..])
         })?;
     }
@@ -39,10 +59,10 @@ pub(crate) fn extend_tree(ctx: &mut Ctx<'_>, batch: &TreeBatch) -> Result<()> {
 }
 
 /// One multi-row `INSERT INTO table (key, value)` of `keys[i]` with `value(i)`, held back to ride
-/// with the next statement: a step's inserts cost the batch (which holds the write lock) the
-/// server's work on them, not a round trip each.
+/// with the next statement: a step's inserts cost the server's work on them, not a round trip
+/// each.
 fn insert_pairs<'a>(
-    ctx: &mut Ctx<'_>,
+    db: &mut dyn Db,
     table: &str,
     keys: &'a [i64],
     value: impl Fn(usize) -> Val<'a>,
@@ -56,8 +76,7 @@ fn insert_pairs<'a>(
         params.push(Val::Int(*k));
         params.push(value(i));
     }
-    ctx.db.defer_exec(&sql, &params)?;
-    Ok(())
+    db.defer_exec(&sql, &params)
 }
 
 /// Keeps a signed checkpoint of the tree of `size` leaves, unless one of that size or a larger

@@ -223,6 +223,33 @@ fn verify_names_a_tree_that_is_not_its_events(b: Backend) {
     );
 }
 
+/// On PostgreSQL the integrator writes the tree outside the log's write lock: its steps do not
+/// wait for the fleet's write batches, nor make them wait. SQLite's one writer writes both.
+fn the_tree_grows_while_the_write_lock_is_held(b: Backend) {
+    let f = fx!(b);
+    if matches!(b, Backend::Sqlite) {
+        return;
+    }
+    with_claims(&f.l, 10);
+    let held = testing::hold_write_lock(&f.location);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let l = f.l.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(tree::catch_up(&*l, &|| true));
+    });
+    // A bound on a hang, not a wait for something: the step needs no lock the test holds.
+    let step = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the integrator waited for the write lock");
+    assert!(step.expect("catch up").events >= 10);
+    drop(held);
+    assert_eq!(
+        tree::head(&*f.l).expect("head").size,
+        leaves(&f.l).len() as u64
+    );
+    verify_ok(&f.l);
+}
+
 /// A proof the ledger cannot read its stored hashes for fails with the database's error, not as a
 /// corrupt tree: an operator told "corrupt" goes looking for tampering, not for a table.
 fn a_failed_read_of_the_tree_is_not_a_corrupt_tree(b: Backend) {
@@ -391,6 +418,7 @@ fn files_carry_their_place_in_the_tree(b: Backend) {
 }
 
 suite!(
+    the_tree_grows_while_the_write_lock_is_held,
     a_failed_read_of_the_tree_is_not_a_corrupt_tree,
     files_carry_their_place_in_the_tree,
     verify_names_a_tree_that_is_not_its_events,
