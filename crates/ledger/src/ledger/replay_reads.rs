@@ -21,8 +21,10 @@ use crate::read;
 use crate::replays::{self, Cached};
 use crate::store::{ClaimOutcome, ClaimRequest, Reply};
 
-/// Threads that try replays on reads: each waits a round trip or two per read.
-const THREADS: usize = 4;
+/// Threads that try replays on reads: each waits a round trip or two per read, which answers
+/// every claim waiting. Two keep up with what the cores can answer; more only add connections and
+/// server processes that compete for them.
+const THREADS: usize = 2;
 
 /// The most claims one read answers.
 const PER_READ: usize = 64;
