@@ -7,9 +7,9 @@
 //! start of a batch and in one statement, the writer reads the chain head and every such row
 //! ([`Ahead::read`]), sent with the batch's `BEGIN` and lock; each job then decides from its row
 //! and sends its writes later ([`crate::db::Db::defer_exec`]), in order, with the batch's
-//! `COMMIT`: two round trips a batch, whatever its size. A new entry's id is handed out here, past both the
-//! highest row and the entries' sequence (read with the rows: under the write lock no one else
-//! inserts), and the sequence is moved past it.
+//! `COMMIT`: two round trips a batch, whatever its size. A new entry's id is handed out here, past
+//! both the highest row and the entries' sequence (read with the rows: under the write lock no one
+//! else inserts), and the sequence is moved past it.
 //!
 //! **Invariant: a job decides from a row read ahead only if no job before it in the batch could
 //! have changed that row.** A claim changes only its key's row, a completion only its entry's; any
@@ -240,7 +240,8 @@ static READ_AHEAD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
          COALESCE(pg_sequence_last_value(pg_get_serial_sequence('entries', 'id')::regclass), 0)), \
          h.seq, h.hash, e.* FROM (SELECT 1) AS one LEFT JOIN (\
          SELECT seq, hash FROM (SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1) AS l \
-         UNION ALL SELECT seq, hash FROM (SELECT seq, hash FROM archived ORDER BY seq DESC LIMIT 1) AS a \
+         UNION ALL SELECT seq, hash FROM \
+         (SELECT seq, hash FROM archived ORDER BY seq DESC LIMIT 1) AS a \
          ORDER BY seq DESC LIMIT 1) AS h ON true LEFT JOIN (\
          SELECT {ROW_COLS}, resp_status, resp_headers, resp_body, CAST(0 AS BIGINT) AS by_id, \
          CAST(0 AS BIGINT) AS maybe_duplicate FROM entries \

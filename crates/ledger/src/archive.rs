@@ -195,7 +195,9 @@ fn gzipped(
                 }
                 gz.finish().map(|_| ())
             })?;
-        let mut lines = Vec::with_capacity(CHUNK + (1 << 12));
+        // Room for a chunk and the line that ends it.
+        let buffer = || Vec::with_capacity(CHUNK + (1 << 12));
+        let mut lines = buffer();
         let scanned = store.scan_seqs(first, last, &mut |ev: Event| {
             if first_prev.is_none() {
                 first_prev = Some(ev.prev_hash.clone());
@@ -208,13 +210,7 @@ fn gzipped(
             lines.push(b'\n');
             count += 1;
             // A send fails only when the compressor stopped: its error is the call's.
-            Ok(lines.len() < CHUNK
-                || tx
-                    .send(std::mem::replace(
-                        &mut lines,
-                        Vec::with_capacity(CHUNK + (1 << 12)),
-                    ))
-                    .is_ok())
+            Ok(lines.len() < CHUNK || tx.send(std::mem::replace(&mut lines, buffer())).is_ok())
         });
         let sent = scanned.map(|()| lines.is_empty() || tx.send(lines).is_ok());
         drop(tx);

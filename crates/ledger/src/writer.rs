@@ -568,9 +568,9 @@ fn writer_loop(
 }
 
 /// Writes (on PostgreSQL: queues, to go out with the COMMIT) a batch's deferred writes just before
-/// its commit: its events (multi-row inserts), the hourly counts and the entry counts. Deferring them costs nothing in consistency — no job reads
-/// the log or the counters — and saves a statement (on PostgreSQL a round trip) per event and per
-/// counter, and a hot-row update per job.
+/// its commit: its events (multi-row inserts), the hourly counts and the entry counts. Deferring
+/// them costs nothing in consistency — no job reads the log or the counters — and saves a
+/// statement (on PostgreSQL a round trip) per event and per counter, and a hot-row update per job.
 pub(crate) fn flush(db: &mut dyn Db, out: &Deferred, new_ids_through: Option<i64>) -> Result<()> {
     let dialect = db.dialect();
     // SQLite numbers the rows itself (see `EVENT_INSERTS`); the last one's number is checked below.

@@ -81,7 +81,7 @@ impl Ledger {
 }
 
 /// Begins a transaction holding the advisory lock `lock` until it ends.
-fn begin_locked(lock: i64) -> String {
+pub(crate) fn begin_locked(lock: i64) -> String {
     format!("BEGIN; SELECT pg_advisory_xact_lock({lock})")
 }
 

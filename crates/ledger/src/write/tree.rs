@@ -18,10 +18,7 @@ pub(crate) fn extend_tree(ctx: &mut Ctx<'_>, batch: &TreeBatch) -> Result<()> {
 /// instead of the log's write lock: the integrators take turns at the tree, and the log's write
 /// batches, which need nothing of it, do not wait for a step's inserts.
 pub(crate) fn extend_tree_alone(db: &mut dyn Db, batch: &TreeBatch) -> Result<()> {
-    db.defer(&format!(
-        "BEGIN; SELECT pg_advisory_xact_lock({})",
-        crate::postgres::TREE_LOCK
-    ))?;
+    db.defer(&crate::postgres::begin_locked(crate::postgres::TREE_LOCK))?;
     let appended = append(db, batch).and_then(|()| db.batch("COMMIT"));
     if appended.is_err() {
         let _ = db.batch("ROLLBACK");
