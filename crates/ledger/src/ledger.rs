@@ -3,7 +3,6 @@
 //! the state machine, the queries and group commit are shared.
 
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
 
 use crate::ahead::Touch;
 use crate::chain::{self, ChainHasher, VerifyReport};
@@ -78,24 +77,6 @@ pub(crate) trait ReadPool: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// How long replay counts gather before they are written: with the first write after it, or by a
-/// job of their own when nothing is written. Each write of them updates every entry replayed
-/// since, so riding with every batch would rewrite a hot entry's row once a batch (on PostgreSQL,
-/// a new row version each time) instead of a few times a second.
-const REPLAY_COUNTS_WAIT: Duration = Duration::from_millis(250);
-
-/// Replay counts waiting to be written, and what is arranged to write them.
-#[derive(Debug, Default)]
-struct PendingReplays {
-    counts: write::ReplayTally,
-    /// When the oldest of `counts` was counted.
-    since: Option<std::time::Instant>,
-    /// A job that will write `counts` is queued (it takes them when it runs).
-    queued: bool,
-    /// A thread will queue that job after [`REPLAY_COUNTS_WAIT`].
-    timer: bool,
-}
-
 /// A ledger. Cheap to share behind an `Arc`; dropping the last handle stops the writer after it has
 /// finished every queued job.
 #[derive(Debug)]
@@ -106,7 +87,7 @@ pub struct Ledger {
     readers: Box<dyn ReadPool>,
     writer: Writer,
     /// Replays answered off the writer, until a batch writes their counts.
-    replays: Arc<Mutex<PendingReplays>>,
+    replays: Arc<Mutex<replay_counts::PendingReplays>>,
     /// The log search's skip index, built by the first search.
     search: Mutex<search::SearchIndex>,
     /// Completed entries' responses, for replays without a query (SQLite; see `replays`).
@@ -147,66 +128,6 @@ impl Ledger {
         self.cache.as_ref().map_or(0, ReplayCache::catch_ups)
     }
 
-    /// Counts a replay answered off the writer. The counts are written by a job queued with the
-    /// first write once they are [`REPLAY_COUNTS_WAIT`] old (so they ride along in its batch) or,
-    /// when nothing else is written, by a job of their own then — a stream of replays costs a few
-    /// writes of each entry's counts a second, not one a batch.
-    fn tally_replay(&self, id: i64, at: Millis) {
-        let Ok(mut t) = self.replays.lock() else {
-            return;
-        };
-        t.counts.add(id, at);
-        t.since.get_or_insert_with(std::time::Instant::now);
-        if t.queued || t.timer {
-            return;
-        }
-        t.timer = true;
-        drop(t);
-        let me = self.me.clone();
-        let _ = std::thread::Builder::new()
-            .name("idemgate-counts".into())
-            .spawn(move || {
-                std::thread::sleep(REPLAY_COUNTS_WAIT);
-                if let Some(l) = me.upgrade() {
-                    if let Ok(mut t) = l.replays.lock() {
-                        t.timer = false;
-                    }
-                    l.queue_replay_counts(false);
-                }
-            });
-    }
-
-    /// Queues the job that writes the replay tally, unless it is empty or already queued, or,
-    /// when `due_only`, younger than [`REPLAY_COUNTS_WAIT`].
-    fn queue_replay_counts(&self, due_only: bool) {
-        {
-            let Ok(mut t) = self.replays.lock() else {
-                return;
-            };
-            let young = t.since.is_some_and(|s| s.elapsed() < REPLAY_COUNTS_WAIT);
-            if t.queued || t.counts.is_empty() || (due_only && young) {
-                return;
-            }
-            t.queued = true;
-        }
-        let replays = self.replays.clone();
-        // Taken once, on the job's first run: a re-run (see `writer`) writes the same counts.
-        let mut taken: Option<write::ReplayTally> = None;
-        let _ticket = self.writer.submit(move |ctx| {
-            let tally = taken.get_or_insert_with(|| {
-                replays
-                    .lock()
-                    .map(|mut t| {
-                        t.queued = false;
-                        t.since = None;
-                        std::mem::take(&mut t.counts)
-                    })
-                    .unwrap_or_default()
-            });
-            write::count_replays(ctx, tally)
-        });
-    }
-
     /// What this process's writer has done so far: transactions committed (on SQLite each one an
     /// fsync) and the writes they carried (claims, completions, replay counts, sweeps, operator
     /// actions). Group commit: writes / commits is the batching factor. For tests and benches;
@@ -234,7 +155,7 @@ impl Ledger {
         if let Some(r) = &self.replay_reads {
             r.stop();
         }
-        self.queue_replay_counts(false);
+        self.count_replays_now();
         self.writer.close();
         self.readers.clear();
     }
@@ -437,8 +358,24 @@ impl Storage for Ledger {
 
     fn sweep(&self, at: Millis) -> Ticket<SweepReport> {
         // The sweeper's pass writes every replay counted so far: counts are never older than it.
-        self.queue_replay_counts(false);
-        self.submit(move |ctx| write::sweep(ctx, at))
+        if self.replay_reads.is_none() {
+            self.queue_replay_counts(false);
+            return self.submit(move |ctx| write::sweep(ctx, at));
+        }
+        // PostgreSQL writes them on the calling thread, which may be a server's task: both go to
+        // a thread of their own.
+        let (reply, ticket) = Ticket::channel();
+        let me = self.me.clone();
+        let _ = std::thread::Builder::new()
+            .name("idemgate-sweep".into())
+            .spawn(move || {
+                if let Some(l) = me.upgrade() {
+                    l.count_replays_now();
+                    l.writer
+                        .submit_replying(Touch::Any, move |ctx| write::sweep(ctx, at), reply);
+                }
+            });
+        ticket
     }
 
     fn resolve(&self, req: ResolveRequest) -> Ticket<EntrySummary> {
@@ -693,6 +630,7 @@ impl Storage for Ledger {
     }
 }
 
+mod replay_counts;
 mod replay_reads;
 #[cfg(test)]
 mod tests;

@@ -150,9 +150,25 @@ impl ReplayTally {
         e.0 += 1;
         e.1 = e.1.max(at);
         let hour = hour_of(at);
+        self.add_hour(hour, 1);
+    }
+
+    fn add_hour(&mut self, hour: i64, n: i64) {
         match self.hours.iter_mut().find(|(h, _)| *h == hour) {
-            Some((_, n)) => *n += 1,
-            None => self.hours.push((hour, 1)),
+            Some((_, m)) => *m += n,
+            None => self.hours.push((hour, n)),
+        }
+    }
+
+    /// Adds `other`'s counts to these (a tally that could not be written, kept for a later try).
+    pub fn merge(&mut self, other: ReplayTally) {
+        for (id, (n, last)) in other.entries {
+            let e = self.entries.entry(id).or_insert((0, last));
+            e.0 += n;
+            e.1 = e.1.max(last);
+        }
+        for (hour, n) in other.hours {
+            self.add_hour(hour, n);
         }
     }
 }
@@ -164,6 +180,40 @@ pub(crate) fn count_replays(ctx: &mut Ctx<'_>, tally: &ReplayTally) -> Result<()
     }
     for &(hour, n) in &tally.hours {
         ctx.out.bump(hour, REPLAY_ABSORBED, n);
+    }
+    Ok(())
+}
+
+/// How long [`count_replays_alone`] waits for a row another transaction holds before it gives up:
+/// well under PostgreSQL's deadlock check (1 s), so a write batch it meets rows with in the other
+/// order never waits that long, and never loses.
+const COUNTS_LOCK_TIMEOUT: &str = "100ms";
+
+/// Writes counted replays in a transaction of their own on `db` (PostgreSQL), one round trip,
+/// without the log's write lock: counts are no part of the log, so the instances' write batches
+/// need not wait for them. Rows are updated in id order, so two instances' counts never deadlock;
+/// a row a write batch holds longer than [`COUNTS_LOCK_TIMEOUT`] fails the whole write, and the
+/// caller keeps the tally for a later try.
+pub(crate) fn count_replays_alone(db: &mut dyn Db, tally: &ReplayTally) -> Result<()> {
+    db.defer(&format!(
+        "BEGIN; SET LOCAL lock_timeout = '{COUNTS_LOCK_TIMEOUT}'"
+    ))?;
+    let written = write_tally(db, tally).and_then(|()| db.batch("COMMIT"));
+    if written.is_err() {
+        let _ = db.batch("ROLLBACK");
+    }
+    written
+}
+
+fn write_tally(db: &mut dyn Db, tally: &ReplayTally) -> Result<()> {
+    let mut entries: Vec<_> = tally.entries.iter().collect();
+    entries.sort_unstable_by_key(|(id, _)| **id);
+    for (&id, &(n, last)) in entries {
+        add_replays(db, id, n, last)?;
+    }
+    let counter = crate::writer::counter_sql(db.dialect());
+    for &(hour, n) in &tally.hours {
+        db.defer_exec(counter, vals![hour, REPLAY_ABSORBED, n])?;
     }
     Ok(())
 }

@@ -622,10 +622,7 @@ pub(crate) fn flush(db: &mut dyn Db, out: &Deferred, new_ids_through: Option<i64
         }
     }
     for (hour, kind, n) in &out.bumps {
-        stmts.push((
-            COUNTER_SQL.get(db.dialect()).0.as_str(),
-            vals![*hour, kind, *n].to_vec(),
-        ));
+        stmts.push((counter_sql(db.dialect()), vals![*hour, kind, *n].to_vec()));
     }
     for (state, n) in State::ALL.iter().zip(out.counts) {
         if n != 0 {
@@ -645,6 +642,11 @@ pub(crate) fn flush(db: &mut dyn Db, out: &Deferred, new_ids_through: Option<i64
 }
 
 /// The batch's counter writes: an hour's count of a kind, the count of entries in a state.
+/// The statement that adds `n` (?3) to the hourly count of events of kind ?2 in hour ?1.
+pub(crate) fn counter_sql(d: Dialect) -> &'static str {
+    COUNTER_SQL.get(d).0.as_str()
+}
+
 static COUNTER_SQL: PerDialect<(String, String)> = PerDialect::new(|d| {
     (
         format!(

@@ -251,6 +251,44 @@ fn replays_waiting_together_are_read_together(b: Backend) {
     );
 }
 
+/// On PostgreSQL the counts of replays answered by reads are written outside the log's write lock:
+/// they land while another instance holds it. (SQLite's one writer takes no such lock.)
+fn replay_counts_land_while_the_write_lock_is_held(b: Backend) {
+    if matches!(b, Backend::Sqlite) {
+        return;
+    }
+    let f = fx!(b);
+    let id = claimed(f.l.claim(req("c", "{}", T0)).wait().expect("claim"));
+    complete(&f.l, id, T0 + 1, "{}");
+    // The first replay goes through the writer (counted in its batch) and makes the key known.
+    let first = f.l.claim(req("c", "{}", T0 + 2)).wait();
+    assert!(
+        matches!(first, Ok(ClaimOutcome::Replay { .. })),
+        "{first:?}"
+    );
+    let held = testing::hold_write_lock(&f.location);
+    for i in 0..5 {
+        let o = f.l.claim(req("c", "{}", T0 + 10 + i)).wait();
+        assert!(matches!(o, Ok(ClaimOutcome::Replay { .. })), "{o:?}");
+    }
+    // Waits for the counts; the deadline bounds a hang (nothing the test holds is in their way).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let e = f.l.entry(id, T0 + 100).expect("entry");
+        if e.summary.replays == 6 {
+            assert_eq!(e.last_replay_at, Some(T0 + 14));
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the counts waited for the write lock: {} replays counted",
+            e.summary.replays
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(held);
+}
+
 /// A batch runs without savepoints first; a job that fails after changing something (this purge
 /// deletes `a`, then refuses the pending `b`) makes the writer roll the batch back and run it
 /// again with a savepoint per job: the failure is undone alone, every other job in the batch lands.
@@ -624,6 +662,7 @@ fn a_batch_s_round_trips_do_not_grow_with_its_size(b: Backend) {
 
 suite!(
     replays_waiting_together_are_read_together,
+    replay_counts_land_while_the_write_lock_is_held,
     a_batch_s_round_trips_do_not_grow_with_its_size,
     jobs_in_one_batch_decide_after_the_jobs_before_them,
     a_duplicate_completed_in_the_same_batch_is_flagged,
