@@ -288,6 +288,21 @@ pub fn verify_events<I>(
 where
     I: IntoIterator<Item = Result<Event>>,
 {
+    verify_events_each(hasher, start, events, progress, &mut |_, _| {})
+}
+
+/// [`verify_events`], handing `each` every event that holds, by its seq and canonical encoding
+/// (its leaf bytes in the log's tree), in order.
+pub(crate) fn verify_events_each<I>(
+    hasher: &ChainHasher,
+    start: ChainStart,
+    events: I,
+    progress: &mut dyn FnMut(u64) -> bool,
+    each: &mut dyn FnMut(i64, &[u8]),
+) -> Result<VerifyReport>
+where
+    I: IntoIterator<Item = Result<Event>>,
+{
     let mut report = VerifyReport {
         started_after: match &start {
             ChainStart::After(h) => Some(h.clone()),
@@ -334,6 +349,7 @@ where
             );
             return Ok(with_head(report, expect));
         }
+        each(ev.seq, &buf);
         if report.first_seq.is_none() {
             report.first_seq = Some(ev.seq);
         }

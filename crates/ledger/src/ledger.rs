@@ -584,12 +584,16 @@ impl Storage for Ledger {
             }
             None => (chain::ChainStart::Genesis, 0),
         };
-        // Reading and hashing overlap: a thread reads the log in pages, this one checks them; and
-        // a third recomputes the tree kept beside the chain meanwhile.
+        // Reading and hashing overlap: a thread reads the log in pages, this one checks them and
+        // hands each event's leaf hash to a third, which recomputes the tree kept beside the chain.
         let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Event>>>(4);
+        let (leaves, mut live) = crate::tree::LeafHashes::channel();
         let stop_tree = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
-            let tree = s.spawn(|| self.read(|db| crate::tree::check(db, &stop_tree)));
+            // The hashes' receiver ends with the check's thread: a check that ends early (a
+            // problem found, no tree) leaves no sender waiting for room.
+            let stop = &stop_tree;
+            let tree = s.spawn(move || self.read(|db| crate::tree::check(db, &mut live, stop)));
             s.spawn(move || {
                 let read = self.read(|db| {
                     for page in read::event_pages(db, after, 8192) {
@@ -608,10 +612,22 @@ impl Storage for Ledger {
                 Ok(events) => events.into_iter().map(Ok).collect::<Vec<_>>(),
                 Err(e) => vec![Err(e)],
             });
-            let mut report = chain::verify_events(&self.hasher, start, events, progress);
+            let mut batch = Vec::with_capacity(8192);
+            let mut send = |seq, bytes: &[u8]| {
+                batch.push((seq, tlog_tiles::tlog::record_hash(bytes)));
+                if batch.len() == 8192 {
+                    // A tree check that ended early takes no more.
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(8192));
+                    let _ = leaves.send(full);
+                }
+            };
+            let mut report =
+                chain::verify_events_each(&self.hasher, start, events, progress, &mut send);
             if !matches!(&report, Ok(r) if r.ok && !r.cancelled) {
                 stop_tree.store(true, std::sync::atomic::Ordering::SeqCst);
             }
+            let _ = leaves.send(batch);
+            drop(leaves);
             let tree = tree
                 .join()
                 .unwrap_or_else(|_| Err(LedgerError::Internal("the tree's check panicked".into())));

@@ -18,8 +18,8 @@ use tlog_tiles::tlog::{self, Hash, HashReader};
 mod check;
 mod range;
 
-pub(crate) use check::check;
 pub use check::TreeProblem;
+pub(crate) use check::{check, LeafHashes};
 pub use range::{RangeHasher, TreeRange};
 
 use crate::chain::canonical_event;

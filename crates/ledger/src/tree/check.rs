@@ -1,15 +1,15 @@
-//! Recomputing the log's stored tree from its events, as `verify` does after the chain: each
+//! Recomputing the log's stored tree from its events, as `verify` does beside the chain: each
 //! live event's leaf hash, every stored hash the tree holds, and the root each kept checkpoint
 //! names.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 
 use tlog_tiles::tlog::{self, Hash};
 
 use crate::db::{vals, Db};
 use crate::error::Result;
-use crate::read;
 
 /// Leaves read and checked at a time.
 const PAGE: i64 = 8192;
@@ -22,12 +22,54 @@ pub struct TreeProblem {
     pub why: String,
 }
 
-/// Walks the tree leaf by leaf: a leaf whose event is live is hashed again and every stored hash
-/// it completes recomputed; an archived event's stored hashes stand for it (the kept checkpoints'
-/// roots vouch for them). The right edge of the tree (the roots of its complete subtrees) is all
-/// the walk keeps.
+/// The leaf hashes of the live log's events, in seq order, as the chain's walk hashed them
+/// (it encodes each event anyway: the tree's check need not read and encode it again).
+pub(crate) struct LeafHashes {
+    rx: mpsc::Receiver<Vec<(i64, Hash)>>,
+    held: VecDeque<(i64, Hash)>,
+}
+
+impl LeafHashes {
+    /// Hashes sent in batches on `tx`: the stream ends when every sender is dropped.
+    pub(crate) fn channel() -> (mpsc::SyncSender<Vec<(i64, Hash)>>, LeafHashes) {
+        let (tx, rx) = mpsc::sync_channel(4);
+        let held = VecDeque::new();
+        (tx, LeafHashes { rx, held })
+    }
+
+    /// The leaf hashes of the events `first..=last` the stream holds; those before `first` (not
+    /// leaves: logged before the tree began, or a page's gaps) are passed over.
+    fn range(&mut self, first: i64, last: i64) -> HashMap<i64, Hash> {
+        let mut out = HashMap::new();
+        loop {
+            while let Some(&(seq, h)) = self.held.front() {
+                if seq > last {
+                    return out;
+                }
+                self.held.pop_front();
+                if seq >= first {
+                    out.insert(seq, h);
+                }
+            }
+            match self.rx.recv() {
+                Ok(batch) => self.held.extend(batch),
+                Err(_) => return out,
+            }
+        }
+    }
+}
+
+/// Walks the tree leaf by leaf: a leaf whose event is live takes its hash from `live` and every
+/// stored hash it completes is recomputed; an archived event's stored hashes stand for it (the
+/// kept checkpoints' roots vouch for them), and so do those of an event logged after the chain's
+/// walk read the log. The right edge of the tree (the roots of its complete subtrees) is all the
+/// walk keeps.
 /// Stops between two pages once `stop` is set (the chain walk beside it failed or was stopped).
-pub(crate) fn check(db: &mut dyn Db, stop: &AtomicBool) -> Result<Option<TreeProblem>> {
+pub(crate) fn check(
+    db: &mut dyn Db,
+    live: &mut LeafHashes,
+    stop: &AtomicBool,
+) -> Result<Option<TreeProblem>> {
     let checkpoints: HashMap<u64, [u8; 32]> = db
         .all(
             "SELECT size, note FROM tree_checkpoints ORDER BY size",
@@ -49,11 +91,7 @@ pub(crate) fn check(db: &mut dyn Db, stop: &AtomicBool) -> Result<Option<TreePro
             break;
         };
         let last_seq = leaves.last().map_or(first_seq, |l| l.1);
-        let mut events = HashMap::with_capacity(leaves.len());
-        read::scan_seqs(db, first_seq, last_seq, &mut |e| {
-            events.insert(e.seq, e);
-            Ok(true)
-        })?;
+        let hashes = live.range(first_seq, last_seq);
         let lo = tlog::stored_hash_index(0, leaf as u64) as i64;
         let hi = tlog::stored_hash_index(0, (leaf + leaves.len() as i64) as u64) as i64;
         let stored = stored_range(db, lo, hi)?;
@@ -71,7 +109,7 @@ pub(crate) fn check(db: &mut dyn Db, stop: &AtomicBool) -> Result<Option<TreePro
                     format!("leaf {n}'s stored hashes are missing"),
                 )));
             };
-            let computed = match step(&mut edge, n, seq, events.get(&seq), block) {
+            let computed = match step(&mut edge, n, seq, hashes.get(&seq).copied(), block) {
                 Ok(c) => c,
                 Err(p) => return Ok(Some(p)),
             };
@@ -90,22 +128,21 @@ pub(crate) fn check(db: &mut dyn Db, stop: &AtomicBool) -> Result<Option<TreePro
     Ok(None)
 }
 
-/// Leaf `n`'s stored hashes, recomputed from its event when it is live (and checked against
-/// `block`, as stored), with the tree's right edge moved past it.
+/// Leaf `n`'s stored hashes, recomputed from its event's leaf hash when it is live (and checked
+/// against `block`, as stored), with the tree's right edge moved past it.
 fn step(
     edge: &mut Vec<Hash>,
     n: u64,
     seq: i64,
-    event: Option<&crate::model::Event>,
+    leaf: Option<Hash>,
     block: &[Hash],
 ) -> std::result::Result<Vec<Hash>, TreeProblem> {
-    let Some(ev) = event else {
+    let Some(mut h) = leaf else {
         for _ in 0..(n + 1).trailing_zeros() {
             edge.pop();
         }
         return Ok(block.to_vec());
     };
-    let mut h = tlog::record_hash(&super::leaf_bytes(ev));
     let mut hashes = vec![h];
     for _ in 0..(n + 1).trailing_zeros() {
         let left = edge
