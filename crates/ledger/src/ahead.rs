@@ -238,11 +238,7 @@ static READ_AHEAD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "SELECT GREATEST((SELECT COALESCE(MAX(id), 0) FROM entries), \
          COALESCE(pg_sequence_last_value(pg_get_serial_sequence('entries', 'id')::regclass), 0)), \
-         h.seq, h.hash, e.* FROM (SELECT 1) AS one LEFT JOIN (\
-         SELECT seq, hash FROM (SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1) AS l \
-         UNION ALL SELECT seq, hash FROM \
-         (SELECT seq, hash FROM archived ORDER BY seq DESC LIMIT 1) AS a \
-         ORDER BY seq DESC LIMIT 1) AS h ON true LEFT JOIN (\
+         h.seq, h.hash, e.* FROM (SELECT 1) AS one LEFT JOIN ({head}) AS h ON true LEFT JOIN (\
          SELECT {ROW_COLS}, resp_status, resp_headers, resp_body, CAST(0 AS BIGINT) AS by_id, \
          CAST(0 AS BIGINT) AS maybe_duplicate FROM entries \
          WHERE (route, scope, key) IN (SELECT * FROM unnest(?1::text[], ?2::text[], ?3::text[])) \
@@ -254,7 +250,8 @@ static READ_AHEAD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
          AND d.dup_fp = x.dup_fp AND d.state = 'completed' AND d.completed_at >= a.since \
          AND d.id <> x.id) END AS INTEGER) AS BIGINT) \
          FROM entries x JOIN unnest(?4::bigint[], ?5::bigint[]) AS a(want, since) ON x.id = a.want\
-         ) AS e ON true"
+         ) AS e ON true",
+        head = read::HEAD
     )
 });
 

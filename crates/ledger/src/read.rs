@@ -621,16 +621,15 @@ pub(crate) fn stats(db: &mut dyn Db, now: Millis, hours: u32) -> Result<Stats> {
 /// The newest event's sequence number and hash; when every event has been archived, the last
 /// archived one's. `None` for a log that never had an event.
 pub(crate) fn head(db: &mut dyn Db) -> Result<Option<ChainHead>> {
-    let live = db.opt(
-        "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1",
-        &[],
-        chain_head,
-    )?;
-    match live {
-        Some(h) => Ok(Some(h)),
-        None => archived_through(db),
-    }
+    db.opt(HEAD, &[], chain_head)
 }
+
+/// The chain's head: the live log's last event, or, when the live log is empty, the last one an
+/// archive segment holds. One statement, so a write batch can read it with its rows
+/// ([`crate::ahead`]).
+pub(crate) const HEAD: &str = "SELECT seq, hash FROM \
+     (SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1) AS l UNION ALL SELECT seq, hash FROM \
+     (SELECT seq, hash FROM archived ORDER BY seq DESC LIMIT 1) AS a ORDER BY seq DESC LIMIT 1";
 
 fn chain_head(r: &dyn Row) -> Result<ChainHead> {
     Ok(ChainHead {
