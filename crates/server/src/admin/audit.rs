@@ -120,6 +120,11 @@ pub(super) async fn verify_upload(
                         .await
                         .map_err(upload_failed)?;
                 }
+                // A tokio file's last write may still be on its way when `write_all` returns:
+                // the check below reads the file, so it waits for the write to land.
+                tokio::io::AsyncWriteExt::flush(&mut out)
+                    .await
+                    .map_err(upload_failed)?;
             }
             Some("manifest") if manifest.is_none() => {
                 let b = field.bytes().await.map_err(bad_part)?;
