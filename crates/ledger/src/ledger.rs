@@ -86,7 +86,7 @@ pub struct Ledger {
     hasher: ChainHasher,
     readers: Box<dyn ReadPool>,
     writer: Writer,
-    /// Replays answered off the writer, until a batch writes their counts.
+    /// Replays answered off the writer, until their counts are written.
     replays: Arc<Mutex<replay_counts::PendingReplays>>,
     /// The log search's skip index, built by the first search.
     search: Mutex<search::SearchIndex>,

@@ -185,8 +185,8 @@ pub(crate) fn count_replays(ctx: &mut Ctx<'_>, tally: &ReplayTally) -> Result<()
 }
 
 /// How long [`count_replays_alone`] waits for a row another transaction holds before it gives up:
-/// well under PostgreSQL's deadlock check (1 s), so a write batch it meets rows with in the other
-/// order never waits that long, and never loses.
+/// well under PostgreSQL's deadlock check (1 s), so when it and a write batch wait for each
+/// other's rows, the counts give way first and the batch goes on.
 const COUNTS_LOCK_TIMEOUT: &str = "100ms";
 
 /// Writes counted replays in a transaction of their own on `db` (PostgreSQL), one round trip,

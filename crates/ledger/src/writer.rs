@@ -641,12 +641,12 @@ pub(crate) fn flush(db: &mut dyn Db, out: &Deferred, new_ids_through: Option<i64
     Ok(())
 }
 
-/// The batch's counter writes: an hour's count of a kind, the count of entries in a state.
 /// The statement that adds `n` (?3) to the hourly count of events of kind ?2 in hour ?1.
 pub(crate) fn counter_sql(d: Dialect) -> &'static str {
     COUNTER_SQL.get(d).0.as_str()
 }
 
+/// The batch's counter writes: an hour's count of a kind, the count of entries in a state.
 static COUNTER_SQL: PerDialect<(String, String)> = PerDialect::new(|d| {
     (
         format!(

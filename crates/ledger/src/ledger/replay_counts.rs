@@ -9,9 +9,9 @@ use crate::error::LedgerError;
 use crate::model::Millis;
 use crate::write;
 
-/// How long replay counts gather before they are written. Each write of them updates every entry replayed
-/// since, so riding with every batch would rewrite a hot entry's row once a batch (on PostgreSQL,
-/// a new row version each time) instead of a few times a second.
+/// How long replay counts gather before they are written. Each write of them updates every entry
+/// replayed since, so writing them with every batch would rewrite a hot entry's row once a batch
+/// (on PostgreSQL, a new row version each time) instead of a few times a second.
 pub(super) const REPLAY_COUNTS_WAIT: Duration = Duration::from_millis(250);
 
 /// Replay counts waiting to be written, and what is arranged to write them.
