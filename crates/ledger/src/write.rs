@@ -134,8 +134,9 @@ impl Row {
 /// Replays answered without the writer (`replays::replayable`), not yet written.
 #[derive(Debug, Default)]
 pub(crate) struct ReplayTally {
-    /// Entry id → (replays, the last one's time).
-    entries: std::collections::HashMap<i64, (i64, Millis)>,
+    /// Entry id → (replays, the last one's time), in id order: the order the rows are updated in,
+    /// so two writers of counts never wait for each other's rows in a cycle.
+    entries: std::collections::BTreeMap<i64, (i64, Millis)>,
     /// (hour, replays).
     hours: Vec<(i64, i64)>,
 }
@@ -146,11 +147,14 @@ impl ReplayTally {
     }
 
     pub fn add(&mut self, id: i64, at: Millis) {
-        let e = self.entries.entry(id).or_insert((0, at));
-        e.0 += 1;
-        e.1 = e.1.max(at);
-        let hour = hour_of(at);
-        self.add_hour(hour, 1);
+        self.add_to(id, 1, at);
+        self.add_hour(hour_of(at), 1);
+    }
+
+    fn add_to(&mut self, id: i64, n: i64, last: Millis) {
+        let e = self.entries.entry(id).or_insert((0, last));
+        e.0 += n;
+        e.1 = e.1.max(last);
     }
 
     fn add_hour(&mut self, hour: i64, n: i64) {
@@ -163,9 +167,7 @@ impl ReplayTally {
     /// Adds `other`'s counts to these (a tally that could not be written, kept for a later try).
     pub fn merge(&mut self, other: ReplayTally) {
         for (id, (n, last)) in other.entries {
-            let e = self.entries.entry(id).or_insert((0, last));
-            e.0 += n;
-            e.1 = e.1.max(last);
+            self.add_to(id, n, last);
         }
         for (hour, n) in other.hours {
             self.add_hour(hour, n);
@@ -175,9 +177,7 @@ impl ReplayTally {
 
 /// Writes counted replays: the entries' replay counts and the hourly series.
 pub(crate) fn count_replays(ctx: &mut Ctx<'_>, tally: &ReplayTally) -> Result<()> {
-    for (&id, &(n, last)) in &tally.entries {
-        add_replays(ctx.db, id, n, last)?;
-    }
+    add_tally_replays(ctx.db, tally)?;
     for &(hour, n) in &tally.hours {
         ctx.out.bump(hour, REPLAY_ABSORBED, n);
     }
@@ -206,14 +206,18 @@ pub(crate) fn count_replays_alone(db: &mut dyn Db, tally: &ReplayTally) -> Resul
 }
 
 fn write_tally(db: &mut dyn Db, tally: &ReplayTally) -> Result<()> {
-    let mut entries: Vec<_> = tally.entries.iter().collect();
-    entries.sort_unstable_by_key(|(id, _)| **id);
-    for (&id, &(n, last)) in entries {
-        add_replays(db, id, n, last)?;
-    }
+    add_tally_replays(db, tally)?;
     let counter = crate::writer::counter_sql(db.dialect());
     for &(hour, n) in &tally.hours {
         db.defer_exec(counter, vals![hour, REPLAY_ABSORBED, n])?;
+    }
+    Ok(())
+}
+
+/// Adds the tally's replays to its entries, in id order.
+fn add_tally_replays(db: &mut dyn Db, tally: &ReplayTally) -> Result<()> {
+    for (&id, &(n, last)) in &tally.entries {
+        add_replays(db, id, n, last)?;
     }
     Ok(())
 }
