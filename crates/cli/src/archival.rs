@@ -163,9 +163,10 @@ pub(crate) struct ArchiveArgs {
     /// Archive the events logged before this: RFC 3339, a date, a duration ago (90d) or Unix ms.
     #[arg(long, value_parser = idemgate_ops::parse_time)]
     before: i64,
-    /// The archive directory (it must exist): segments and their manifests go there.
+    /// The archive directory (it must exist), or s3://BUCKET/PREFIX: segments and their
+    /// manifests go there.
     #[arg(long, value_name = "DIR")]
-    to: PathBuf,
+    to: String,
     /// The most events in one segment.
     #[arg(long, value_name = "N")]
     segment_events: Option<u64>,
@@ -179,7 +180,7 @@ pub(crate) fn archive(out: &mut output::Out, a: ArchiveArgs) -> Result<ExitCode,
     let ops = Ops::open_existing(&a.ledger.ledger)?.with_signer(a.signing.signer()?);
     let cmd = ArchiveCmd {
         before: op::common::Time(a.before),
-        dir: a.to.display().to_string(),
+        dir: a.to,
         segment_events: a.segment_events,
     };
     let report = with_progress("archiving", "events", None, |p| {

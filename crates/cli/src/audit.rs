@@ -139,10 +139,10 @@ pub(crate) struct VerifyArgs {
     /// An export file (its FILE.manifest.json is checked too when present).
     #[arg(long, value_name = "FILE", conflicts_with = "archive")]
     export: Option<PathBuf>,
-    /// An archive directory: every segment (digest, chain, links, order) and, with --ledger, the
-    /// ledger's record of them and the live log after them.
+    /// An archive (a directory, or s3://BUCKET/PREFIX): every segment (digest, chain, links,
+    /// order) and, with --ledger, the ledger's record of them and the live log after them.
     #[arg(long, value_name = "DIR")]
-    archive: Option<PathBuf>,
+    archive: Option<String>,
     #[command(flatten)]
     offline: crate::proofs::ProofArgs,
     /// The public key (from `idemgate keygen`) that must have signed the checkpoints: of the
@@ -181,12 +181,13 @@ pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, O
         let hasher = ChainHasher::from_env()?;
         let ops = ledger.as_deref().map(Ops::open_existing).transpose()?;
         let req = op::common::KeyedPathArg {
-            path: dir.display().to_string(),
+            path: dir.clone(),
             public_key: key_text,
         };
+        let place = idemgate_ops::archive_place("archive", &dir)?;
         let r = with_progress("verifying", "events", None, |p| match &ops {
             Some(ops) => op::run::<op::verify_archive::Op>(ops, req, None, p),
-            None => idemgate_ops::verify_archive_files(&dir, &hasher, key.as_ref(), p),
+            None => idemgate_ops::verify_archive_files(&place, &hasher, key.as_ref(), p),
         })?;
         crate::archival::verified_archive(out, &r, json)?;
         (r.ok, r.cancelled)

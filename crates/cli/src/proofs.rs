@@ -24,9 +24,10 @@ pub(crate) struct ProveArgs {
     /// or archive segment's manifest), as a C2SP tlog-witness `add-checkpoint` body.
     #[arg(long, value_name = "CHECKPOINT", conflicts_with = "event")]
     consistency: Option<PathBuf>,
-    /// The archive directory that holds the event when it has left the live log.
+    /// The archive (a directory, or s3://BUCKET/PREFIX) that holds the event when it has left
+    /// the live log.
     #[arg(long, value_name = "DIR")]
-    archive: Option<PathBuf>,
+    archive: Option<String>,
     /// The proof file (conventionally NAME.tlog-proof). An existing one is refused.
     #[arg(short = 'o', long = "output")]
     output: PathBuf,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idemgate_ledger::archive::Place;
 use idemgate_ledger::checkpoint::Signer;
 use idemgate_ledger::cosignature::WitnessKey;
 use serde::Deserialize;
@@ -28,7 +29,8 @@ pub struct Retention {
     pub entries: Option<Duration>,
     /// Events older than this are archived into `archive_dir`, then leave the live ledger.
     pub log_hot: Option<Duration>,
-    pub archive_dir: Option<PathBuf>,
+    /// An absolute directory, or `s3://bucket/prefix`.
+    pub archive_dir: Option<String>,
     /// How often the server applies the policy (and once at start).
     pub interval: Duration,
 }
@@ -54,16 +56,17 @@ pub(super) fn retention(r: &RawRetention) -> Result<Retention, ConfigError> {
         ));
     }
     let archive_dir = match (&r.archive_dir, log_hot) {
-        (Some(d), _) => {
-            let p = PathBuf::from(d);
-            if !p.is_dir() {
+        (Some(d), _) => match Place::parse(d) {
+            Err(e) => return Err(invalid("retention.archive_dir", e.to_string())),
+            Ok(Place::Bucket(_)) => Some(d.trim_end_matches('/').to_owned()),
+            Ok(Place::Dir(p)) if !p.is_dir() => {
                 return Err(invalid(
                     "retention.archive_dir",
                     format!("{d:?} is not a directory (create it, owned by the server's user)"),
-                ));
+                ))
             }
-            Some(std::path::absolute(&p).unwrap_or(p))
-        }
+            Ok(Place::Dir(p)) => Some(std::path::absolute(&p).unwrap_or(p).display().to_string()),
+        },
         (None, Some(_)) => {
             return Err(invalid(
                 "retention.archive_dir",

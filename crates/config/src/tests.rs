@@ -479,6 +479,23 @@ fn subjects_duplicate_values_and_loop_guards_are_checked() {
 }
 
 #[test]
+fn an_archive_may_be_a_bucket_and_its_url_is_checked() {
+    let cfg = Config::parse(&format!(
+        "{BASE}[retention]\nlog_hot = \"90d\"\narchive_dir = \"s3://audit/idemgate/\"\n"
+    ))
+    .expect("a bucket");
+    let r = cfg.retention.expect("retention");
+    assert_eq!(r.archive_dir.as_deref(), Some("s3://audit/idemgate"));
+    for bad in ["s3://", "s3://key:secret@audit/x", "gs://audit/x"] {
+        let e = err(&format!(
+            "{BASE}[retention]\nlog_hot = \"90d\"\narchive_dir = \"{bad}\"\n"
+        ));
+        assert!(e.contains("retention.archive_dir"), "{bad}: {e}");
+        assert!(!e.contains("secret@"), "{bad}: {e}");
+    }
+}
+
+#[test]
 fn a_retention_policy_and_a_signing_key_are_checked() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path().display();

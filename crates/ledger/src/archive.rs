@@ -4,10 +4,11 @@
 //! A segment is an NDJSON export of a contiguous run of events, gzip-compressed, named by its range
 //! (`events-000000000001-000000100000.ndjson.gz`), with a manifest beside it (first and last seq,
 //! the first event's `prev_hash`, the last event's hash, the count, the file's sha256, and a signed
-//! checkpoint when a signing key is configured). Each step is durable before the next begins:
+//! checkpoint when a signing key is configured), in a directory or a bucket ([`Place`]). Each step
+//! is durable before the next begins:
 //!
-//! 1. the segment is written beside its place, synced, renamed into place, its manifest likewise,
-//!    and the directory synced;
+//! 1. the segment is written beside its place, synced, renamed into place (or uploaded), its
+//!    manifest likewise, and the directory synced;
 //! 2. the ledger records the segment (`archived`: its range, last hash, file and digest) and logs
 //!    it, in one transaction; the database refuses the record unless the log holds its last event
 //!    with that hash;
@@ -20,7 +21,6 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -39,11 +39,11 @@ pub const SEGMENT_EVENTS: u64 = 1_000_000;
 pub const DELETE_CHUNK: u64 = 20_000;
 
 /// What to archive, and where.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ArchiveOptions {
     /// Events logged before this time are archived (by sequence: up to the last one before it).
     pub before: Millis,
-    pub dir: PathBuf,
+    pub place: Place,
     /// The most events in one segment.
     pub segment_events: u64,
 }
@@ -109,12 +109,7 @@ pub fn archive(
     signer: Option<&Signer>,
     progress: Progress<'_>,
 ) -> Result<ArchiveReport> {
-    if !opts.dir.is_dir() {
-        return Err(LedgerError::Io(std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            format!("archive directory {} does not exist", opts.dir.display()),
-        )));
-    }
+    opts.place.check()?;
     let mut report = ArchiveReport {
         removed: finish_removal(store)?,
         ..ArchiveReport::default()
@@ -139,7 +134,7 @@ pub fn archive(
         };
         while first <= last {
             let end = last.min(first.saturating_add(per - 1));
-            let sealed = seal(store, &opts.dir, first, end, signer);
+            let sealed = seal(store, &opts.place, first, end, signer);
             report.removed += removed(removing.take())?;
             let seg = sealed?;
             pause_at("sealed");
@@ -230,28 +225,21 @@ fn gzipped(
 /// Writes (or takes, when a crashed run left it complete) the segment of events `first..=last`.
 fn seal(
     store: &dyn Storage,
-    dir: &Path,
+    place: &Place,
     first: i64,
     last: i64,
     signer: Option<&Signer>,
 ) -> Result<ArchivedSegment> {
     let name = segment_name(first, last);
-    let path = dir.join(&name);
-    if let Some(seg) = sealed_before(store, &path, first, last)? {
+    if let Some(seg) = sealed_before(store, place, &name, first, last)? {
         return Ok(seg);
     }
-    let tmp = export::partial(&path);
-    let file = File::create(&tmp)?;
+    // Removed when dropped, unless committed: a failed run leaves no partial file behind.
+    let spool = place.spool(&name);
+    let file = File::create(spool.path())?;
     let mut w = HashingWriter::new(BufWriter::with_capacity(1 << 16, file));
-    let (count, first_prev, head) = match gzipped(store, first, last, &mut w) {
-        Ok(written) => written,
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-    };
+    let (count, first_prev, head) = gzipped(store, first, last, &mut w)?;
     if count != last - first + 1 || head.as_ref().map(|h| h.seq) != Some(last) {
-        let _ = std::fs::remove_file(&tmp);
         return Err(LedgerError::Corrupt(format!(
             "the live log does not hold every event of seq {first}–{last} ({count} found): \
              run verify"
@@ -259,8 +247,7 @@ fn seal(
     }
     let (sha256, bytes) = w.sync()?;
     pause_at("written");
-    // Nothing recorded points at this name yet, so what is there is replaced.
-    std::fs::rename(&tmp, &path)?;
+    place.commit(spool, &name)?;
     pause_at("renamed");
     let checkpoint = match (signer, &head) {
         (Some(s), Some(h)) => Some(s.sign_and_log(store, h)?.0),
@@ -294,7 +281,7 @@ fn seal(
         checkpoint,
         tree,
     };
-    export::write_manifest(&path, &manifest)?;
+    place.put_manifest(&name, &manifest)?;
     Ok(ArchivedSegment {
         first_seq: first,
         seq: last,
@@ -307,32 +294,36 @@ fn seal(
     })
 }
 
-/// A segment of `first..=last` a crashed run left complete at `path`: its manifest names the
-/// range, the file has the manifest's digest, and its last hash is the live log's. `None` when
+/// A segment `name` of `first..=last` a crashed run left complete in `place`: its manifest names
+/// the range, the file has the manifest's digest, and its last hash is the live log's. `None` when
 /// there is none, or what is there must be written again.
 fn sealed_before(
     store: &dyn Storage,
-    path: &Path,
+    place: &Place,
+    name: &str,
     first: i64,
     last: i64,
 ) -> Result<Option<ArchivedSegment>> {
-    let Some(m) = read_manifest(&export::manifest_path(path))? else {
+    let Some(m) = place.manifest(name)? else {
         return Ok(None);
     };
-    if !path.exists() || m.first_seq != Some(first) || m.last_seq != Some(last) {
+    if m.first_seq != Some(first) || m.last_seq != Some(last) {
         return Ok(None);
     }
     let Some(head) = m.chain_head.clone() else {
         return Ok(None);
     };
-    if export::file_sha256(path)? != m.sha256 {
+    let Some(file) = place.local(name)? else {
+        return Ok(None);
+    };
+    if export::file_sha256(file.path())? != m.sha256 {
         return Ok(None);
     }
     if !store.contains(&head)? {
         return Err(LedgerError::Corrupt(format!(
             "{} is a segment of another ledger (its last event is not this ledger's seq {}): \
-             archive into a directory of this ledger's own",
-            path.display(),
+             archive into a place of this ledger's own",
+            place.join(name),
             head.seq
         )));
     }
@@ -348,22 +339,20 @@ fn sealed_before(
     }))
 }
 
-fn read_manifest(path: &Path) -> Result<Option<Manifest>> {
-    match std::fs::read(path) {
-        Ok(raw) => serde_json::from_slice(&raw)
-            .map(Some)
-            .map_err(|e| LedgerError::BadExport(format!("{}: {e}", path.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
+mod place;
 mod verify;
+pub use place::{Bucket, Place};
 pub use verify::{segments, verify_archive, ArchiveVerifyReport, SegmentCheck};
 
-/// Event `seq` as the sealed segment `seg` in `dir` holds it; `None` when it does not.
-pub fn archived_event(dir: &Path, seg: &ArchivedSegment, seq: i64) -> Result<Option<Event>> {
-    for e in crate::export::read_rows(&dir.join(&seg.file), Format::Ndjson, true)? {
+/// Event `seq` as the sealed segment `seg` in `place` holds it; `None` when it does not.
+pub fn archived_event(place: &Place, seg: &ArchivedSegment, seq: i64) -> Result<Option<Event>> {
+    let Some(file) = place.local(&seg.file)? else {
+        return Err(LedgerError::Corrupt(format!(
+            "{} is missing: the ledger recorded it",
+            place.join(&seg.file)
+        )));
+    };
+    for e in crate::export::read_rows(file.path(), Format::Ndjson, true)? {
         let e = e?;
         if e.seq == seq {
             return Ok(Some(e));

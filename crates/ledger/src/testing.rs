@@ -1,8 +1,11 @@
 //! For tests only (of this crate and of the workspace): a claim to make, fresh PostgreSQL databases
-//! on the test cluster `tests/pg/cluster.sh` starts, and where to read what the ledger's writer
-//! thread did.
+//! on the test cluster `tests/pg/cluster.sh` starts, an S3-compatible server, and where to read
+//! what the ledger's writer thread did.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+
+mod s3;
+pub use s3::{S3, TEST_S3};
 
 use crate::db::{Db, Row};
 use crate::model::{now_millis, Effect, Millis, RequestRecord, ResponseRecord};

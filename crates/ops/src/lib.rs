@@ -25,9 +25,9 @@ mod retention;
 mod time;
 mod upstream;
 
-use std::path::Path;
 use std::sync::Arc;
 
+use idemgate_ledger::archive::Place;
 use idemgate_ledger::checkpoint::Signer;
 use idemgate_ledger::{Actor, ChainHasher, Millis, OpenOptions, Page, Storage};
 use serde::{Deserialize, Serialize};
@@ -47,8 +47,8 @@ pub use purge::{PurgeCmd, PurgeReport, PurgeTarget, PURGE_CHUNK};
 pub use reads::{event_kind, request_diff, EntryPage, EntryView, EventPage, FieldDiff, ToolCall};
 pub use resolve::{check_response, ResolveAs, ResolveCmd, ReviewCmd};
 pub use retention::{
-    verify_archive_files, ArchiveCmd, RetentionPolicy, RetentionReport, RetentionRun,
-    RetentionStatus,
+    place as archive_place, verify_archive_files, ArchiveCmd, RetentionPolicy, RetentionReport,
+    RetentionRun, RetentionStatus,
 };
 pub use time::{parse_time, BadTime};
 pub use upstream::{ActionCmd, ReconcileReport, ReplayReport};
@@ -76,9 +76,9 @@ pub struct Ops {
     /// archive it writes, which a client that may not name the host's paths (the admin API)
     /// lists and verifies.
     retention: Option<RetentionPolicy>,
-    /// An archive named by the caller (the CLI's `--archive`), read where the retention
-    /// policy's would be.
-    archive: Option<std::path::PathBuf>,
+    /// An archive named by the caller (the CLI's `--archive`: a directory or `s3://…`), read
+    /// where the retention policy's would be.
+    archive: Option<String>,
     /// The export jobs of the host that runs them (the server): a client with no file system
     /// there starts one and downloads its file.
     exports: Option<Arc<jobs::exports::Exports>>,
@@ -238,17 +238,19 @@ impl Ops {
     }
 
     /// The archive the caller named, else the one the host's retention policy writes.
-    fn archive_dir(&self) -> Option<&Path> {
-        if let Some(dir) = &self.archive {
-            return Some(dir);
-        }
-        let dir = self.retention.as_ref()?.archive_dir.as_deref()?;
-        Some(Path::new(dir))
+    fn archive_place(&self) -> OpsResult<Option<Place>> {
+        let named = self.archive.as_deref().or_else(|| {
+            self.retention
+                .as_ref()
+                .and_then(|r| r.archive_dir.as_deref())
+        });
+        Ok(named.map(Place::parse).transpose()?)
     }
 
-    /// These operations, reading archived events from the archive in `dir`.
-    pub fn with_archive(mut self, dir: Option<std::path::PathBuf>) -> Ops {
-        self.archive = dir;
+    /// These operations, reading archived events from the archive `place` names (a directory
+    /// or `s3://bucket/prefix`).
+    pub fn with_archive(mut self, place: Option<String>) -> Ops {
+        self.archive = place;
         self
     }
 

@@ -199,7 +199,7 @@ impl Ops {
             .iter()
             .find(|s| s.first_seq <= seq && seq <= s.seq)
             .ok_or(LedgerError::NotInTree(seq))?;
-        let dir = self.archive_dir().ok_or_else(|| {
+        let place = self.archive_place()?.ok_or_else(|| {
             OpsError::invalid(
                 "archive",
                 &format!(
@@ -209,7 +209,7 @@ impl Ops {
                 ),
             )
         })?;
-        archive::archived_event(dir, seg, seq)?.ok_or_else(|| {
+        archive::archived_event(&place, seg, seq)?.ok_or_else(|| {
             OpsError::Ledger(LedgerError::Corrupt(format!(
                 "{} does not hold event {seq}",
                 seg.file

@@ -2,9 +2,7 @@
 //! (purge long-expired entries, archive the log past its hot period), signed checkpoints of the
 //! chain's head, and verification of an archive with the live log after it.
 
-use std::path::Path;
-
-use idemgate_ledger::archive::{self, ArchiveOptions, ArchiveReport, ArchiveVerifyReport};
+use idemgate_ledger::archive::{self, ArchiveOptions, ArchiveReport, ArchiveVerifyReport, Place};
 use idemgate_ledger::checkpoint::{PublicKey, SignedCheckpoint};
 use idemgate_ledger::{
     now_millis, ChainHasher, ChainHead, EntryFilter, EventFilter, EventKind, Leader, Millis, Page,
@@ -23,7 +21,7 @@ pub struct ArchiveCmd {
     /// Events logged before this time are archived: epoch milliseconds, or a time as the CLI
     /// takes it (RFC 3339, a date, `-30d`).
     pub before: Time,
-    /// The archive directory (it must exist).
+    /// The archive: a directory (it must exist) or `s3://bucket/prefix`.
     pub dir: String,
     /// The most events in one segment (default 1,000,000).
     #[serde(default)]
@@ -49,7 +47,7 @@ impl RetentionPolicy {
         RetentionPolicy {
             entries_ms: r.entries.map(ms),
             log_hot_ms: r.log_hot.map(ms),
-            archive_dir: r.archive_dir.as_ref().map(|d| d.display().to_string()),
+            archive_dir: r.archive_dir.clone(),
         }
     }
 
@@ -153,15 +151,17 @@ impl Ops {
     /// Archives the events logged before `cmd.before` into `cmd.dir` and removes them from the
     /// live ledger; signs each segment when a signing key is configured.
     pub fn archive(&self, cmd: &ArchiveCmd, progress: Progress<'_>) -> OpsResult<ArchiveReport> {
-        let dir = Path::new(&cmd.dir);
         if cmd.dir.trim().is_empty() {
             return Err(OpsError::invalid("to", "name the archive directory"));
         }
-        if !dir.is_dir() {
-            return Err(OpsError::invalid(
-                "to",
-                &format!("{} is not a directory (create it first)", dir.display()),
-            ));
+        let place = place("to", &cmd.dir)?;
+        if let Place::Dir(dir) = &place {
+            if !dir.is_dir() {
+                return Err(OpsError::invalid(
+                    "to",
+                    &format!("{} is not a directory (create it first)", dir.display()),
+                ));
+            }
         }
         if cmd.before.0 > now_millis() {
             return Err(OpsError::invalid(
@@ -174,7 +174,7 @@ impl Ops {
         }
         let opts = ArchiveOptions {
             before: cmd.before.0,
-            dir: dir.to_path_buf(),
+            place,
             segment_events: cmd.segment_events.unwrap_or(archive::SEGMENT_EVENTS),
         };
         Ok(archive::archive(
@@ -185,17 +185,17 @@ impl Ops {
         )?)
     }
 
-    /// Verifies the archive in `dir` and the live log after it: the whole history, naming each
+    /// Verifies the archive `place` and the live log after it: the whole history, naming each
     /// missing, altered or reordered segment. With `public_key`, every segment must carry a
     /// checkpoint it signed.
     pub fn verify_archive(
         &self,
-        dir: &Path,
+        place: &Place,
         public_key: Option<&PublicKey>,
         progress: Progress<'_>,
     ) -> OpsResult<ArchiveVerifyReport> {
-        verify_dir(
-            dir,
+        verify_place(
+            place,
             Some(self.store.as_ref()),
             &self.hasher,
             public_key,
@@ -203,36 +203,33 @@ impl Ops {
         )
     }
 
-    /// The archive segments in `dir`, from their manifests (not verified), each marked recorded
-    /// or not by this ledger.
-    pub fn archive_segments(&self, dir: &Path) -> OpsResult<Vec<archive::SegmentCheck>> {
-        check_dir(dir)?;
-        Ok(archive::segments(dir, Some(self.store.as_ref()))?)
+    /// The archive segments in `place`, from their manifests (not verified), each marked
+    /// recorded or not by this ledger.
+    pub fn archive_segments(&self, place: &Place) -> OpsResult<Vec<archive::SegmentCheck>> {
+        check_place(place)?;
+        Ok(archive::segments(place, Some(self.store.as_ref()))?)
     }
 
     /// The segments of the host's own archive; none while its directory is not made yet (no
     /// retention run has archived anything).
     pub fn archived(&self) -> OpsResult<Vec<archive::SegmentCheck>> {
-        let dir = self.archive_dir().ok_or(OpsError::NoArchive)?;
-        if !dir.exists() && self.store.archived()?.is_empty() {
+        let place = self.archive_place()?.ok_or(OpsError::NoArchive)?;
+        if !place.exists() && self.store.archived()?.is_empty() {
             return Ok(Vec::new());
         }
-        self.archive_segments(dir)
+        self.archive_segments(&place)
     }
 
     /// Verifies the host's own archive and the live log after it.
     pub fn verify_history(&self, progress: Progress<'_>) -> OpsResult<ArchiveVerifyReport> {
-        let dir = self.archive_dir().ok_or(OpsError::NoArchive)?;
-        if !dir.exists() {
+        let place = self.archive_place()?.ok_or(OpsError::NoArchive)?;
+        if !place.exists() {
             return Err(OpsError::invalid(
                 "archive_dir",
-                &format!(
-                    "{} does not exist: no retention run has archived anything yet",
-                    dir.display()
-                ),
+                &format!("{place} does not exist: no retention run has archived anything yet"),
             ));
         }
-        self.verify_archive(dir, None, progress)
+        self.verify_archive(&place, None, progress)
     }
 
     /// Runs `policy` once: purges the entries long past their expiry (never a pending one), then
@@ -385,38 +382,46 @@ impl Ops {
     }
 }
 
-/// Verifies the archive in `dir` alone, with no ledger: each segment, and the segments chained
+/// Verifies the archive `place` alone, with no ledger: each segment, and the segments chained
 /// to each other (`hasher` as the ledger that wrote them hashed). With `public_key`, every
 /// segment must carry a checkpoint it signed.
 pub fn verify_archive_files(
-    dir: &Path,
+    place: &Place,
     hasher: &ChainHasher,
     public_key: Option<&PublicKey>,
     progress: Progress<'_>,
 ) -> OpsResult<ArchiveVerifyReport> {
-    verify_dir(dir, None, hasher, public_key, progress)
+    verify_place(place, None, hasher, public_key, progress)
 }
 
-/// The archive in `dir` verified, and the live log after it when `store` is given.
-fn verify_dir(
-    dir: &Path,
+/// The archive `place` verified, and the live log after it when `store` is given.
+fn verify_place(
+    place: &Place,
     store: Option<&dyn Storage>,
     hasher: &ChainHasher,
     public_key: Option<&PublicKey>,
     progress: Progress<'_>,
 ) -> OpsResult<ArchiveVerifyReport> {
-    check_dir(dir)?;
+    check_place(place)?;
     Ok(archive::verify_archive(
-        dir, store, hasher, public_key, progress,
+        place, store, hasher, public_key, progress,
     )?)
 }
 
-fn check_dir(dir: &Path) -> OpsResult<()> {
-    if !dir.is_dir() {
-        return Err(OpsError::invalid(
-            "archive",
-            &format!("{} is not a directory", dir.display()),
-        ));
+/// The archive `s` names (a directory or `s3://bucket/prefix`), or why it names none, as the
+/// request's `field`.
+pub fn place(field: &str, s: &str) -> OpsResult<Place> {
+    Place::parse(s).map_err(|e| OpsError::invalid(field, &e.to_string()))
+}
+
+fn check_place(place: &Place) -> OpsResult<()> {
+    if let Place::Dir(dir) = place {
+        if !dir.is_dir() {
+            return Err(OpsError::invalid(
+                "archive",
+                &format!("{} is not a directory", dir.display()),
+            ));
+        }
     }
     Ok(())
 }

@@ -246,7 +246,11 @@ fn audit(ops: &Ops, put: &mut impl FnMut(&str, Value)) {
     );
     let s = Instant::now();
     let v = ops
-        .verify_archive(&archive, None, &mut |_| true)
+        .verify_archive(
+            &idemgate_ledger::archive::Place::Dir(archive.clone()),
+            None,
+            &mut |_| true,
+        )
         .expect("verify archive");
     assert!(v.ok, "verify --archive: {:?}", v.problems);
     put("verify_history_s", json!(s.elapsed().as_secs_f64()));

@@ -11,7 +11,7 @@ export type ArchiveCmd = {
  */
 before: Time, 
 /**
- * The archive directory (it must exist).
+ * The archive: a directory (it must exist) or `s3://bucket/prefix`.
  */
 dir: string, 
 /**

@@ -304,12 +304,13 @@ export interface Ops {
    */
   retention_status(req: NoArgs): Promise<RetentionStatus>;
   /**
-   * The archive segments in a directory of this host, from their manifests (not verified),
-   * each marked recorded or not by this ledger.
+   * The archive segments in a directory of this host or in `s3://bucket/prefix`, from their
+   * manifests (not verified), each marked recorded or not by this ledger.
    */
   archive_segments(req: PathArg): Promise<Array<SegmentCheck>>;
   /**
-   * Verifies the archive in a directory of this host and the live log after it.
+   * Verifies an archive (a directory of this host, or `s3://bucket/prefix`) and the live log
+   * after it.
    *
    * The whole history, naming each missing, altered or reordered segment; with a public key,
    * each segment's signed checkpoint too.

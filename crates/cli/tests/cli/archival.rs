@@ -283,7 +283,7 @@ fn segments(dir: &Path) -> Vec<String> {
     v
 }
 
-fn head_seq(db: &Path) -> u64 {
+pub(super) fn head_seq(db: &Path) -> u64 {
     let v = json(&["log", "--ledger", s(db), "--limit", "1", "--json"]);
     v[0]["seq"].as_u64().expect("seq")
 }
@@ -349,8 +349,9 @@ fn archive_prunes_the_ledger_and_verify_names_a_missing_segment() {
     assert!(String::from_utf8_lossy(&human.stdout).contains(&gone));
 }
 
-/// Runs `archive` paused at `step`, kills it there with SIGKILL, and returns once it is gone.
-fn killed_at(step: &str, db: &Path, arch: &Path) {
+/// Runs `archive` into `arch` paused at `step`, kills it there with SIGKILL, and returns once it
+/// is gone.
+fn killed_at(step: &str, db: &Path, arch: &str, env: &[(&str, String)]) {
     let mut child = Command::new(BIN)
         .args([
             "archive",
@@ -359,10 +360,11 @@ fn killed_at(step: &str, db: &Path, arch: &Path) {
             "--before",
             "1h",
             "--to",
-            s(arch),
+            arch,
             "--segment-events",
             "500",
         ])
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("IDEMGATE_TEST_PAUSE_AT", step)
         .env_remove("IDEMGATE_LEDGER")
         .stdout(Stdio::null())
@@ -390,9 +392,14 @@ fn killed_at(step: &str, db: &Path, arch: &Path) {
     );
 }
 
-/// SIGKILL at each step of archival, on ledgers `fresh` makes (a demo ledger each): every event
-/// stays in the ledger or a complete segment, and running it again finishes the work.
-fn sigkill_at_each_step(dir: &Path, fresh: impl Fn(&str) -> Option<String>) {
+/// SIGKILL at each step of archival, on ledgers `fresh` makes (a demo ledger each), into the
+/// archives `place` names (reached with `env`): every event stays in the ledger or a complete
+/// segment, and running it again finishes the work.
+pub(super) fn sigkill_at_each_step(
+    fresh: impl Fn(&str) -> Option<String>,
+    place: impl Fn(&str) -> String,
+    env: &[(&str, String)],
+) {
     for step in ["written", "renamed", "sealed", "recorded", "removing"] {
         let Some(db) = fresh(step) else {
             eprintln!("skipped: IDEMGATE_TEST_PG=skip");
@@ -400,12 +407,11 @@ fn sigkill_at_each_step(dir: &Path, fresh: impl Fn(&str) -> Option<String>) {
         };
         ok(&["demo", "--ledger", &db, "--events", "1500"]);
         let total = head_seq(Path::new(&db));
-        let arch = dir.join(format!("archive-{step}"));
-        std::fs::create_dir(&arch).expect("mkdir");
-        killed_at(step, Path::new(&db), &arch);
+        let arch = place(step);
+        killed_at(step, Path::new(&db), &arch, env);
         // Every event is in the ledger or in a complete segment: the whole history verifies,
         // the events there were and those the run logged before it was killed (its archive event).
-        let (code, v) = verify_json(&["--ledger", &db, "--archive", s(&arch)]);
+        let (code, v) = verify_json_env(&["--ledger", &db, "--archive", &arch], env);
         assert_eq!(code, 0, "{step}: {v}");
         let now = head_seq(Path::new(&db));
         assert!(
@@ -414,18 +420,21 @@ fn sigkill_at_each_step(dir: &Path, fresh: impl Fn(&str) -> Option<String>) {
         );
         assert_eq!(v["count"].as_u64(), Some(now), "{step}: {v}");
         // Running it again finishes the work.
-        ok(&[
-            "archive",
-            "--ledger",
-            &db,
-            "--before",
-            "1h",
-            "--to",
-            s(&arch),
-            "--segment-events",
-            "500",
-        ]);
-        let (code, v) = verify_json(&["--ledger", &db, "--archive", s(&arch)]);
+        ok_env(
+            &[
+                "archive",
+                "--ledger",
+                &db,
+                "--before",
+                "1h",
+                "--to",
+                &arch,
+                "--segment-events",
+                "500",
+            ],
+            env,
+        );
+        let (code, v) = verify_json_env(&["--ledger", &db, "--archive", &arch], env);
         assert_eq!(code, 0, "{step}: {v}");
         assert_eq!(v["unfinished"], serde_json::json!([]), "{step}: {v}");
         let archived = v["segments"].as_array().map_or(0, Vec::len);
@@ -453,21 +462,34 @@ fn sigkill_at_each_step(dir: &Path, fresh: impl Fn(&str) -> Option<String>) {
     }
 }
 
+/// A directory `archive-STEP` made in `dir`, for [`sigkill_at_each_step`].
+fn archive_dir_in(dir: &Path) -> impl Fn(&str) -> String + '_ {
+    move |step| {
+        let arch = dir.join(format!("archive-{step}"));
+        std::fs::create_dir(&arch).expect("mkdir");
+        arch.display().to_string()
+    }
+}
+
 #[test]
 fn sigkill_at_each_step_of_archival_loses_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().to_path_buf();
-    sigkill_at_each_step(dir.path(), |step| {
-        Some(root.join(format!("{step}.db")).display().to_string())
-    });
+    sigkill_at_each_step(
+        |step| Some(root.join(format!("{step}.db")).display().to_string()),
+        archive_dir_in(dir.path()),
+        &[],
+    );
 }
 
 #[test]
 fn sigkill_at_each_step_of_archival_loses_nothing_on_postgresql() {
     let dir = tempfile::tempdir().expect("tempdir");
-    sigkill_at_each_step(dir.path(), |step| {
-        idemgate_ledger::testing::fresh_postgres(&format!("archive{step}"))
-    });
+    sigkill_at_each_step(
+        |step| idemgate_ledger::testing::fresh_postgres(&format!("archive{step}")),
+        archive_dir_in(dir.path()),
+        &[],
+    );
 }
 
 #[test]

@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 mod actions;
 mod archival;
 mod audit;
+mod bucket;
 mod reads;
 mod setup;
 mod signals;
@@ -21,18 +22,28 @@ mod signals;
 const BIN: &str = env!("CARGO_BIN_EXE_idemgate");
 
 fn idemgate(args: &[&str]) -> Output {
+    idemgate_env(args, &[])
+}
+
+/// Runs idemgate with `env` set besides (an S3 server's endpoint and credentials).
+fn idemgate_env(args: &[&str], env: &[(&str, String)]) -> Output {
     Command::new(BIN)
         .args(args)
         .env_remove("IDEMGATE_LEDGER")
         .env_remove("IDEMGATE_CHAIN_KEY")
         .env_remove("IDEMGATE_CHAIN_KEY_FILE")
         .env_remove("IDEMGATE_OPERATOR")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .expect("run idemgate")
 }
 
 fn ok(args: &[&str]) -> String {
-    let out = idemgate(args);
+    ok_env(args, &[])
+}
+
+fn ok_env(args: &[&str], env: &[(&str, String)]) -> String {
+    let out = idemgate_env(args, env);
     assert!(
         out.status.success(),
         "idemgate {args:?} failed ({:?}): {}{}",
@@ -72,10 +83,14 @@ fn tamper(db: &Path, sql: &str) {
 }
 
 fn verify_json(args: &[&str]) -> (i32, Value) {
+    verify_json_env(args, &[])
+}
+
+fn verify_json_env(args: &[&str], env: &[(&str, String)]) -> (i32, Value) {
     let mut a = vec!["verify"];
     a.extend_from_slice(args);
     a.push("--json");
-    let out = idemgate(&a);
+    let out = idemgate_env(&a, env);
     let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
         panic!(
             "verify printed no JSON: {}",

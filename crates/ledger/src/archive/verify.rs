@@ -2,11 +2,9 @@
 //! the segments against each other (no gap, no overlap, each chaining onto the one before), and
 //! the live log against the last segment.
 
-use std::path::Path;
-
 use serde::{Deserialize, Serialize};
 
-use super::{named_range, read_manifest};
+use super::{named_range, Place};
 use crate::chain::{ChainHasher, ChainStart, VerifyReport, GENESIS};
 use crate::checkpoint::{PublicKey, SignedCheckpoint};
 use crate::error::{LedgerError, Result};
@@ -58,15 +56,14 @@ pub struct ArchiveVerifyReport {
 /// The segments with a manifest (by file name), oldest first, and the files without one.
 type Listing = (Vec<(String, Manifest)>, Vec<String>);
 
-/// The manifests in `dir`, and the segment files without one.
-fn list(dir: &Path) -> Result<Listing> {
+/// The manifests in `place`, and the segment files without one.
+fn list(place: &Place) -> Result<Listing> {
     let mut manifests = Vec::new();
     let mut files = Vec::new();
-    for e in std::fs::read_dir(dir)? {
-        let name = e?.file_name().to_string_lossy().into_owned();
+    for name in place.names()? {
         if let Some(seg) = name.strip_suffix(".manifest.json") {
             if seg.ends_with(".ndjson.gz") {
-                if let Some(m) = read_manifest(&dir.join(&name))? {
+                if let Some(m) = place.manifest(seg)? {
                     manifests.push((seg.to_owned(), m));
                 }
             }
@@ -82,10 +79,10 @@ fn list(dir: &Path) -> Result<Listing> {
     Ok((manifests, orphans))
 }
 
-/// The segments in `dir` as their manifests describe them, oldest first, without reading the
+/// The segments in `place` as their manifests describe them, oldest first, without reading the
 /// files; each marked recorded or not by `store`'s ledger.
-pub fn segments(dir: &Path, store: Option<&dyn Storage>) -> Result<Vec<SegmentCheck>> {
-    let (manifests, _) = list(dir)?;
+pub fn segments(place: &Place, store: Option<&dyn Storage>) -> Result<Vec<SegmentCheck>> {
+    let (manifests, _) = list(place)?;
     let recorded = match store {
         Some(s) => Some(s.archived()?),
         None => None,
@@ -107,7 +104,7 @@ pub fn segments(dir: &Path, store: Option<&dyn Storage>) -> Result<Vec<SegmentCh
         .collect())
 }
 
-/// Verifies the whole history: every segment in `dir` (its digest, the chain inside it, its link
+/// Verifies the whole history: every segment in `place` (its digest, the chain inside it, its link
 /// to the one before, its signed checkpoint when `public_key` is given) and, with a `store`, the
 /// ledger's record of them and the live log after them. Names each missing, altered or reordered
 /// segment.
@@ -116,17 +113,17 @@ pub fn segments(dir: &Path, store: Option<&dyn Storage>) -> Result<Vec<SegmentCh
 /// segment the ledger has not recorded yet, past the last recorded one (its events are still
 /// live; the next run takes it or writes it again). They are listed in `unfinished`.
 pub fn verify_archive(
-    dir: &Path,
+    place: &Place,
     store: Option<&dyn Storage>,
     hasher: &ChainHasher,
     public_key: Option<&PublicKey>,
     progress: Progress<'_>,
 ) -> Result<ArchiveVerifyReport> {
-    let (manifests, orphans) = list(dir)?;
+    let (manifests, orphans) = list(place)?;
     let recorded = store.map(Storage::archived).transpose()?;
     let through = recorded.as_ref().and_then(|r| r.last()).map(|r| r.seq);
     let mut w = Walk {
-        dir,
+        place,
         hasher,
         public_key,
         recorded: recorded.as_deref(),
@@ -185,7 +182,7 @@ pub fn verify_archive(
         .or_else(|| (w.next.seq > 0).then(|| w.next.clone()));
     Ok(ArchiveVerifyReport {
         ok: w.problems.is_empty() && !w.cancelled,
-        dir: dir.display().to_string(),
+        dir: place.to_string(),
         segments: w.segments,
         live,
         count: w.count,
@@ -198,7 +195,7 @@ pub fn verify_archive(
 
 /// A walk through the segments in order.
 struct Walk<'a> {
-    dir: &'a Path,
+    place: &'a Place,
     hasher: &'a ChainHasher,
     public_key: Option<&'a PublicKey>,
     recorded: Option<&'a [ArchivedSegment]>,
@@ -290,7 +287,7 @@ impl Walk<'_> {
         let base = self.count;
         let chain = check_segment(
             &SegmentCtx {
-                dir: self.dir,
+                place: self.place,
                 hasher: self.hasher,
                 public_key: self.public_key,
                 recorded: self.recorded,
@@ -335,7 +332,7 @@ fn missing(first: i64, last: i64, recorded: Option<&[ArchivedSegment]>) -> Strin
 
 /// What checking a segment needs besides the segment.
 struct SegmentCtx<'a> {
-    dir: &'a Path,
+    place: &'a Place,
     hasher: &'a ChainHasher,
     public_key: Option<&'a PublicKey>,
     recorded: Option<&'a [ArchivedSegment]>,
@@ -351,25 +348,25 @@ fn check_segment(
     progress: Progress<'_>,
 ) -> Result<VerifyReport> {
     let SegmentCtx {
-        dir,
+        place,
         hasher,
         public_key,
         recorded,
     } = *cx;
-    let path = dir.join(name);
     let empty = VerifyReport {
         ok: false,
         ..VerifyReport::empty(hasher.alg())
     };
-    if !path.exists() {
+    let Some(file) = place.local(name)? else {
         check.problems.push(format!(
             "missing: its manifest is here, the file is not (seq {}–{})",
             m.first_seq.unwrap_or(0),
             m.last_seq.unwrap_or(0)
         ));
         return Ok(empty);
-    }
-    let sha = export::file_sha256(&path)?;
+    };
+    let path = file.path();
+    let sha = export::file_sha256(path)?;
     if sha != m.sha256 {
         check
             .problems
@@ -388,7 +385,7 @@ fn check_segment(
     }
     crate::chain::check_alg(hasher, &m.alg)?;
     let rows = export::verify_rows(
-        &path,
+        path,
         Format::Ndjson,
         true,
         hasher,

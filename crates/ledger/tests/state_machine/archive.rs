@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
-use idemgate_ledger::archive::{self, ArchiveOptions};
+use idemgate_ledger::archive::{self, ArchiveOptions, Place};
 use idemgate_ledger::checkpoint::{self, PublicKey, Signer};
 
 use super::*;
@@ -27,7 +27,7 @@ fn run(
         l,
         &ArchiveOptions {
             before,
-            dir: dir.to_path_buf(),
+            place: Place::Dir(dir.to_path_buf()),
             segment_events: per,
         },
         signer,
@@ -37,8 +37,14 @@ fn run(
 }
 
 fn verify_dir(l: &Ledger, dir: &Path, key: Option<&PublicKey>) -> archive::ArchiveVerifyReport {
-    archive::verify_archive(dir, Some(l), &ChainHasher::unkeyed(), key, &mut |_| true)
-        .expect("verify archive")
+    archive::verify_archive(
+        &Place::Dir(dir.to_path_buf()),
+        Some(l),
+        &ChainHasher::unkeyed(),
+        key,
+        &mut |_| true,
+    )
+    .expect("verify archive")
 }
 
 fn archive_prunes_the_live_log_and_the_whole_history_verifies(b: Backend) {
@@ -303,7 +309,8 @@ fn signed_segments_verify_with_the_public_key_only(b: Backend) {
     let public = PublicKey::parse(&public).expect("public");
     let dir = tempfile::tempdir().expect("dir");
     run(&f.l, dir.path(), T0 + 10_000, 5, Some(&signer));
-    let listed = archive::segments(dir.path(), Some(&*f.l)).expect("segments");
+    let listed =
+        archive::segments(&Place::Dir(dir.path().to_path_buf()), Some(&*f.l)).expect("segments");
     assert_eq!(listed.len(), 2);
     for s in &listed {
         let cp = s.checkpoint.as_ref().expect("signed");
@@ -323,7 +330,7 @@ fn signed_segments_verify_with_the_public_key_only(b: Backend) {
     assert_eq!(logged.len(), 2);
     // The archive alone (no ledger) verifies with the public key, and not with another.
     let alone = archive::verify_archive(
-        dir.path(),
+        &Place::Dir(dir.path().to_path_buf()),
         None,
         &ChainHasher::unkeyed(),
         Some(&public),

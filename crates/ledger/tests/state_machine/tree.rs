@@ -4,7 +4,7 @@
 //! from a stale size refused with nothing written; signed checkpoints kept once per size; and the
 //! tree kept when the log is archived.
 
-use idemgate_ledger::archive::{self, ArchiveOptions};
+use idemgate_ledger::archive::{self, ArchiveOptions, Place};
 use idemgate_ledger::checkpoint::{self, PublicKey, Signer};
 use idemgate_ledger::export::{self, Format};
 use idemgate_ledger::tree::{self, TreeBatch, TreeHead};
@@ -151,7 +151,7 @@ fn archived_events_stay_in_the_tree(b: Backend) {
     let r = archive::archive(
         &*f.l,
         &ArchiveOptions {
-            dir: dir.path().to_path_buf(),
+            place: Place::Dir(dir.path().to_path_buf()),
             before: T0 + 10_000,
             segment_events: 100,
         },
@@ -381,7 +381,7 @@ fn files_carry_their_place_in_the_tree(b: Backend) {
     archive::archive(
         &*f.l,
         &ArchiveOptions {
-            dir: arch.path().to_path_buf(),
+            place: Place::Dir(arch.path().to_path_buf()),
             before: T0 + 10_000,
             segment_events: 4,
         },
@@ -391,7 +391,7 @@ fn files_carry_their_place_in_the_tree(b: Backend) {
     .expect("archive");
     let verify = || {
         archive::verify_archive(
-            arch.path(),
+            &Place::Dir(arch.path().to_path_buf()),
             None,
             &ChainHasher::unkeyed(),
             Some(&public),

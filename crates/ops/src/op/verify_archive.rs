@@ -3,7 +3,8 @@ use idemgate_ledger::archive::ArchiveVerifyReport;
 use crate::op::common::{public_key, KeyedPathArg};
 
 operation! {
-    /// Verifies the archive in a directory of this host and the live log after it.
+    /// Verifies an archive (a directory of this host, or `s3://bucket/prefix`) and the live log
+    /// after it.
     ///
     /// The whole history, naming each missing, altered or reordered segment; with a public key,
     /// each segment's signed checkpoint too.
@@ -15,6 +16,6 @@ operation! {
     }
     fn run(ops, req: KeyedPathArg, cx) -> ArchiveVerifyReport {
         let key = public_key(req.public_key.as_deref())?;
-        ops.verify_archive(std::path::Path::new(&req.path), key.as_ref(), cx.progress)
+        ops.verify_archive(&crate::retention::place("path", &req.path)?, key.as_ref(), cx.progress)
     }
 }
