@@ -11,7 +11,8 @@
 //! Once with one instance on SQLite; once with a fleet of four on one PostgreSQL ledger behind a
 //! load balancer that sends each retry to the next instance, SIGKILLing instances in turn, the one
 //! leading the books every other time: then also the log's tree verifies, every kept checkpoint of
-//! it is a prefix of the tree, and no head is signed twice.
+//! it is a prefix of the tree, no head is signed twice, and the history the leaders archived into
+//! one S3 bucket as they went verifies with the live log after it.
 //!
 //! Profiles (environment `IDEMGATE_CHAOS`): `short` (default, CI: 2,000 operations and 5 kills
 //! for one instance, 10,000 and 8 for the fleet) and `long` (20,000 operations, 12 kills);
@@ -29,6 +30,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use std::process::Command;
+
+use idemgate_ledger::testing::S3;
 use idemgate_ledger::{EntryFilter, State};
 use idemgate_tests::upstream::{Chaos, Upstream};
 use idemgate_tests::*;
@@ -84,6 +88,8 @@ struct Instance {
     dir: tempfile::TempDir,
     listen: SocketAddr,
     cfg: String,
+    /// Where the archive's bucket is (`AWS_*`), for every incarnation.
+    env: Vec<(&'static str, String)>,
     proxy: Mutex<Proxy>,
 }
 
@@ -113,8 +119,9 @@ struct Seen {
 }
 
 /// `instances` proxies in front of a faulty upstream, on the PostgreSQL ledger at `pg` (they
-/// sign the log every second), else one on a SQLite file.
-fn a_faulty_upstream_behind(instances: usize, pg: Option<String>) -> Stack {
+/// sign the log every second and archive what is two seconds old into `s3`'s bucket `archive`),
+/// else one on a SQLite file.
+fn a_faulty_upstream_behind(instances: usize, pg: Option<String>, s3: Option<&S3>) -> Stack {
     let dir = tempfile::tempdir().expect("tempdir");
     let up = Upstream::start();
     up.counts.set_chaos(Some(Chaos {
@@ -129,10 +136,16 @@ fn a_faulty_upstream_behind(instances: usize, pg: Option<String>) -> Stack {
             let made = idemgate(&["keygen", "--out", prefix.to_str().expect("utf8")]);
             assert!(made.status.success());
             let key = dir.path().join("signing.key");
-            let books = format!(
+            let mut books = format!(
                 "signing_key_file = \"{}\"\ncheckpoint_interval = \"1s\"",
                 key.display()
             );
+            if s3.is_some() {
+                books.push_str(
+                    "\n[retention]\nlog_hot = \"2s\"\narchive_dir = \"s3://archive/fleet\"\n\
+                     interval = \"1s\"",
+                );
+            }
             (url, "127.0.0.1:0", books)
         }
         None => (
@@ -151,11 +164,13 @@ fn a_faulty_upstream_behind(instances: usize, pg: Option<String>) -> Stack {
                 .replace("{listen}", &listen.to_string())
                 .replace("{admin}", admin)
                 .replace("{books}", &books);
-            let proxy = Mutex::new(Proxy::start(dir.path(), &cfg, Path::new(&ledger)));
+            let env = s3.map(S3::env).unwrap_or_default();
+            let proxy = Mutex::new(start(dir.path(), &cfg, Path::new(&ledger), &env));
             Instance {
                 dir,
                 listen,
                 cfg,
+                env,
                 proxy,
             }
         })
@@ -436,7 +451,7 @@ fn run(st: &Stack, size: Size) -> Seen {
 
 #[test]
 fn chaos_no_key_runs_twice_and_nothing_acknowledged_is_lost() {
-    let st = a_faulty_upstream_behind(1, None);
+    let st = a_faulty_upstream_behind(1, None, None);
     run(&st, size((2_000, 20_000), (5, 12)));
 }
 
@@ -446,7 +461,8 @@ fn chaos_on_a_fleet_no_key_runs_twice_and_the_books_stay_whole() {
         eprintln!("skipped: IDEMGATE_TEST_PG=skip");
         return;
     };
-    let st = a_faulty_upstream_behind(4, Some(url.clone()));
+    let s3 = S3::start("archive").expect("an S3 server: the fleet archives into its bucket");
+    let st = a_faulty_upstream_behind(4, Some(url.clone()), Some(&s3));
     let seen = run(&st, size((10_000, 20_000), (8, 12)));
     assert!(
         seen.leaders_killed >= 2,
@@ -455,7 +471,7 @@ fn chaos_on_a_fleet_no_key_runs_twice_and_the_books_stay_whole() {
     );
     // The books: `verify` (above) recomputed the tree and checked every kept checkpoint's root
     // against it, so each is a prefix of the tree and consistent with the next; there are some,
-    // and no periodic checkpoint signed a head twice.
+    // and no periodic checkpoint signed a head twice, in the archived log or the live one.
     let ops = idemgate_ops::Ops::open_existing(&url).expect("open");
     let kept = ops.store().tree_checkpoint(0).expect("read");
     assert!(
@@ -463,7 +479,9 @@ fn chaos_on_a_fleet_no_key_runs_twice_and_the_books_stay_whole() {
         "no checkpoint of the tree was kept"
     );
     let mut signed: Vec<i64> = events_of(&url, "checkpoint")
-        .iter()
+        .into_iter()
+        .chain(archived_checkpoints(&s3))
+        .filter(|e| e["detail"]["periodic"] == true)
         .map(|e| e["detail"]["seq"].as_i64().expect("signed seq"))
         .collect();
     let n = signed.len();
@@ -474,6 +492,53 @@ fn chaos_on_a_fleet_no_key_runs_twice_and_the_books_stay_whole() {
         "{n} periodic checkpoints, {} heads",
         signed.len()
     );
+    // The leaders archived as they went, into the one bucket: every segment the ledger recorded
+    // is there, sealed once, and the history verifies from them through the live log.
+    let out = Command::new(idemgate_bin())
+        .args([
+            "verify",
+            "--ledger",
+            &url,
+            "--archive",
+            "s3://archive/fleet",
+            "--json",
+        ])
+        .envs(s3.env())
+        .output()
+        .expect("verify");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["ok"], true, "{v}");
+    let recorded = v["segments"]
+        .as_array()
+        .expect("segments")
+        .iter()
+        .filter(|s| s["recorded"] == true)
+        .count();
+    assert!(recorded > 0, "nothing was archived: {v}");
+}
+
+/// The `checkpoint` events in the segments of the bucket `s3://archive/fleet`, read from the
+/// server's own files, with their detail parsed as the CLI's `log` prints it.
+fn archived_checkpoints(s3: &S3) -> Vec<serde_json::Value> {
+    use std::io::BufRead;
+    let mut found = Vec::new();
+    for f in std::fs::read_dir(s3.object("archive", "fleet")).expect("the bucket's prefix") {
+        let path = f.expect("entry").path();
+        if !path.to_string_lossy().ends_with(".ndjson.gz") {
+            continue;
+        }
+        let gz = flate2::read::GzDecoder::new(std::fs::File::open(&path).expect("segment"));
+        for line in std::io::BufReader::new(gz).lines() {
+            let mut e: serde_json::Value =
+                serde_json::from_str(&line.expect("line")).expect("an event");
+            if e["kind"] == "checkpoint" {
+                let detail = e["detail"].as_str().expect("detail").to_owned();
+                e["detail"] = serde_json::from_str(&detail).expect("the detail's JSON");
+                found.push(e);
+            }
+        }
+    }
+    found
 }
 
 fn key(i: usize) -> String {
@@ -557,6 +622,11 @@ fn operation(
     }
 }
 
+fn start(dir: &Path, cfg: &str, ledger: &Path, env: &[(&'static str, String)]) -> Proxy {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Proxy::start_with_env(dir, cfg, ledger, &env)
+}
+
 fn restart(inst: &Instance) {
     let mut p = inst.proxy.lock().expect("proxy");
     p.kill();
@@ -564,7 +634,7 @@ fn restart(inst: &Instance) {
     let mut tries = 0;
     loop {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            Proxy::start(inst.dir.path(), &inst.cfg, &p.ledger)
+            start(inst.dir.path(), &inst.cfg, &p.ledger, &inst.env)
         })) {
             Ok(new) => {
                 *p = new;

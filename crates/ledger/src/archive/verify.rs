@@ -119,8 +119,10 @@ pub fn verify_archive(
     public_key: Option<&PublicKey>,
     progress: Progress<'_>,
 ) -> Result<ArchiveVerifyReport> {
-    let (manifests, orphans) = list(place)?;
+    // The ledger's record first: a segment is in place before it is recorded, so every one
+    // recorded by now is in the listing that follows, while an archival runs meanwhile.
     let recorded = store.map(Storage::archived).transpose()?;
+    let (manifests, orphans) = list(place)?;
     let through = recorded.as_ref().and_then(|r| r.last()).map(|r| r.seq);
     let mut w = Walk {
         place,

@@ -78,7 +78,8 @@ pub(crate) fn drop_archived(ctx: &mut Ctx<'_>, limit: u64) -> Result<u64> {
     )
 }
 
-/// Logs a signed checkpoint of the chain.
+/// Logs a signed checkpoint of the chain; a periodic one (`of_head`) says so in its detail, so
+/// that it is told from the checkpoint of an export or a segment, which may sign the same head.
 pub(crate) fn note_checkpoint(
     ctx: &mut Ctx<'_>,
     cp: &SignedCheckpoint,
@@ -109,20 +110,18 @@ pub(crate) fn note_checkpoint(
             vals![seq.as_str()],
         )?;
     }
-    log(
-        ctx,
-        at,
-        EventKind::Checkpoint,
-        None,
-        &json!({
-            "origin": cp.origin,
-            "seq": cp.seq,
-            "hash": cp.hash,
-            "time": cp.time,
-            "key": cp.key,
-            "note": cp.note,
-        }),
-    )
+    let mut detail = json!({
+        "origin": cp.origin,
+        "seq": cp.seq,
+        "hash": cp.hash,
+        "time": cp.time,
+        "key": cp.key,
+        "note": cp.note,
+    });
+    if of_head {
+        detail["periodic"] = json!(true);
+    }
+    log(ctx, at, EventKind::Checkpoint, None, &detail)
 }
 
 /// Logs a run of the retention policy (`detail`: the policy and what it did).
