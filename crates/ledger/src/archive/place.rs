@@ -238,6 +238,11 @@ impl Bucket {
             .with_bucket_name(bucket)
             .build()
             .map_err(|e| bad(format!("{url}: {e}")))?;
+        Bucket::with_store(url, prefix, store)
+    }
+
+    /// The prefix `prefix` of the bucket `store` reaches, named `url` in messages.
+    fn with_store(url: &str, prefix: &str, store: impl ObjectStore) -> Result<Bucket> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("idemgate-bucket")
@@ -352,5 +357,57 @@ impl Bucket {
             w.shutdown().await.map_err(|e| e.to_string())
         })?
         .map_err(|e| self.failed(name, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sha2::{Digest, Sha256};
+
+    use super::*;
+
+    /// A segment larger than one part of the upload (10 MiB) reaches the bucket whole: the
+    /// multipart path, which the archive tests' small segments never take.
+    #[test]
+    fn a_segment_larger_than_a_part_is_uploaded_whole() {
+        let Some(s3) = crate::testing::S3::start("parts") else {
+            return;
+        };
+        let env: Vec<(String, String)> = s3
+            .env()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut builder = AmazonS3Builder::new().with_bucket_name("parts");
+        for (k, v) in &env {
+            builder = builder.with_config(k.to_ascii_lowercase().parse().expect("a key"), v);
+        }
+        let bucket = Bucket::with_store(
+            "s3://parts/big",
+            "big",
+            builder.build().expect("the S3 client"),
+        )
+        .expect("bucket");
+        let place = Place::Bucket(bucket);
+        let spool = place.spool("events-1-2.ndjson.gz");
+        // 25 MiB that do not repeat within a part.
+        let mut raw = Vec::with_capacity(25 << 20);
+        let mut block = Sha256::digest(b"seed").to_vec();
+        while raw.len() < 25 << 20 {
+            block = Sha256::digest(&block).to_vec();
+            raw.extend_from_slice(&block);
+        }
+        std::fs::write(spool.path(), &raw).expect("spool");
+        place.commit(spool, "events-1-2.ndjson.gz").expect("upload");
+        let stored = std::fs::read(s3.object("parts", "big/events-1-2.ndjson.gz")).expect("stored");
+        assert_eq!(stored.len(), raw.len());
+        assert!(stored == raw, "the object differs from the file");
+        let copy = place
+            .local("events-1-2.ndjson.gz")
+            .expect("download")
+            .expect("the object");
+        assert!(std::fs::read(copy.path()).expect("copy") == raw);
+        assert_eq!(place.names().expect("names"), vec!["events-1-2.ndjson.gz"]);
     }
 }
