@@ -88,7 +88,7 @@ export interface ArchivePanel {
 /** The Export view's archive panel: its segments, and a verify with progress. */
 export function archivePanel(p: ArchivePanel): HTMLElement {
   const { t, runJob } = p;
-  const input = p.dir === null ? null : h("input", { testid: "archive-dir", attrs: { placeholder: "/var/lib/idemgate/archive", value: p.dir } });
+  const input = p.dir === null ? null : h("input", { testid: "archive-dir", attrs: { placeholder: "/var/lib/idemgate/archive or s3://bucket/prefix", value: p.dir } });
   const path = () => {
     const d = input?.value.trim() ?? "";
     if (input) p.remember(d);
