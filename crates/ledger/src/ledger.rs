@@ -27,6 +27,10 @@ use crate::write;
 use crate::writer::{Ctx, Writer};
 use replay_reads::ReplayReads;
 
+/// Events a verification reads from the log at a time, and leaf hashes it hands the tree's check
+/// at a time.
+const VERIFY_PAGE: usize = 8192;
+
 /// How to open a ledger.
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
@@ -596,7 +600,9 @@ impl Storage for Ledger {
             let tree = s.spawn(move || self.read(|db| crate::tree::check(db, &mut live, stop)));
             s.spawn(move || {
                 let read = self.read(|db| {
-                    for page in read::event_pages(db, after, 8192) {
+                    for page in
+                        read::event_pages(db, after, VERIFY_PAGE.try_into().unwrap_or(i64::MAX))
+                    {
                         if tx.send(page).is_err() {
                             break;
                         }
@@ -612,12 +618,12 @@ impl Storage for Ledger {
                 Ok(events) => events.into_iter().map(Ok).collect::<Vec<_>>(),
                 Err(e) => vec![Err(e)],
             });
-            let mut batch = Vec::with_capacity(8192);
+            let mut batch = Vec::with_capacity(VERIFY_PAGE);
             let mut send = |seq, bytes: &[u8]| {
                 batch.push((seq, tlog_tiles::tlog::record_hash(bytes)));
-                if batch.len() == 8192 {
+                if batch.len() == VERIFY_PAGE {
                     // A tree check that ended early takes no more.
-                    let full = std::mem::replace(&mut batch, Vec::with_capacity(8192));
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(VERIFY_PAGE));
                     let _ = leaves.send(full);
                 }
             };
