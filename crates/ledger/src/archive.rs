@@ -120,6 +120,16 @@ pub fn archive(
     let in_tree = store.tree_state()?.last_seq.unwrap_or(0);
     let last = store.seq_before(opts.before)?.unwrap_or(0).min(in_tree);
     let per = i64::try_from(opts.segment_events.max(1)).unwrap_or(i64::MAX);
+    // A run cut short (a leader killed) may have left a segment past the recorded ones, sealed
+    // for an earlier `before`. Its range is kept, to be taken or sealed again: two segments never
+    // start at one seq.
+    let left: Vec<(i64, i64)> = opts
+        .place
+        .names()?
+        .iter()
+        .filter_map(|n| named_range(n))
+        .filter(|(a, _)| *a > through)
+        .collect();
     let mut first = through + 1;
     let mut done = 0u64;
     std::thread::scope(|s| -> Result<()> {
@@ -133,7 +143,10 @@ pub fn archive(
             })
         };
         while first <= last {
-            let end = last.min(first.saturating_add(per - 1));
+            let end = match left.iter().find(|(a, b)| *a == first && *b <= last) {
+                Some((_, b)) => *b,
+                None => last.min(first.saturating_add(per - 1)),
+            };
             let sealed = seal(store, &opts.place, first, end, signer);
             report.removed += removed(removing.take())?;
             let seg = sealed?;

@@ -601,3 +601,39 @@ fn the_retention_policy_purges_long_expired_entries_but_never_a_stuck_one() {
     let runs = json(&["log", "--ledger", s(&db), "--kind", "retention", "--json"]);
     assert_eq!(runs.as_array().map(Vec::len), Some(2), "{runs}");
 }
+
+/// A run killed after sealing a segment it never recorded, then a run that would cut segments
+/// elsewhere (a policy's `before` moves on; here `--segment-events`): the leftover's range is
+/// taken, so no two segments start at one seq and the history verifies.
+#[test]
+fn a_segment_left_by_a_killed_run_keeps_its_range() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = demo(dir.path(), 1500);
+    let arch = dir.path().join("archive");
+    std::fs::create_dir(&arch).expect("mkdir");
+    killed_at("sealed", &db, s(&arch), &[]);
+    let left = segments(&arch);
+    assert_eq!(left.len(), 1, "{left:?}");
+    ok(&[
+        "archive",
+        "--ledger",
+        s(&db),
+        "--before",
+        "1h",
+        "--to",
+        s(&arch),
+        "--segment-events",
+        "700",
+    ]);
+    let now = segments(&arch);
+    assert_eq!(now[0], left[0], "{now:?}");
+    assert!(
+        now.iter()
+            .filter(|n| n.starts_with("events-000000000001-"))
+            .count()
+            == 1
+    );
+    let (code, v) = verify_json(&["--ledger", s(&db), "--archive", s(&arch)]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["unfinished"], serde_json::json!([]), "{v}");
+}
