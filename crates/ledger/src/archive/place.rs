@@ -41,11 +41,6 @@ impl Place {
         }
     }
 
-    /// Whether this names a bucket, not a directory.
-    pub fn is_bucket(s: &str) -> bool {
-        s.starts_with("s3://")
-    }
-
     /// Whether the archive can be written to and read: a directory must exist (it is not made
     /// here: a mistyped path would otherwise become an archive nobody reads).
     pub fn check(&self) -> Result<()> {
