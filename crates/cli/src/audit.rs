@@ -178,19 +178,7 @@ pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, O
     // An operation takes the key as its text.
     let key_text = key.as_ref().map(PublicKey::encode);
     let (ok, cancelled) = if let Some(dir) = archive {
-        let hasher = ChainHasher::from_env()?;
-        let ops = ledger.as_deref().map(Ops::open_existing).transpose()?;
-        let req = op::common::KeyedPathArg {
-            path: dir.clone(),
-            public_key: key_text,
-        };
-        let place = idemgate_ops::archive_place("archive", &dir)?;
-        let r = with_progress("verifying", "events", None, |p| match &ops {
-            Some(ops) => op::run::<op::verify_archive::Op>(ops, req, None, p),
-            None => idemgate_ops::verify_archive_files(&place, &hasher, key.as_ref(), p),
-        })?;
-        crate::archival::verified_archive(out, &r, json)?;
-        (r.ok, r.cancelled)
+        verify_archive(out, ledger.as_deref(), dir, key.as_ref(), key_text, json)?
     } else if let Some(file) = export {
         let hasher = ChainHasher::from_env()?;
         let report = with_progress("verifying", "events", None, |p| match &against {
@@ -233,6 +221,38 @@ pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, O
     } else {
         ExitCode::from(3)
     })
+}
+
+/// `verify --archive`: the segments against the ledger's record of them, or alone.
+fn verify_archive(
+    out: &mut output::Out,
+    ledger: Option<&str>,
+    dir: String,
+    key: Option<&PublicKey>,
+    key_text: Option<String>,
+    json: bool,
+) -> Result<(bool, bool), OpsError> {
+    let hasher = ChainHasher::from_env()?;
+    // With a ledger the operation reads the place; without one, it is read here.
+    let r = match ledger.map(Ops::open_existing).transpose()? {
+        Some(ops) => {
+            let req = op::common::KeyedPathArg {
+                path: dir,
+                public_key: key_text,
+            };
+            with_progress("verifying", "events", None, |p| {
+                op::run::<op::verify_archive::Op>(&ops, req, None, p)
+            })
+        }
+        None => {
+            let place = idemgate_ops::archive_place("archive", &dir)?;
+            with_progress("verifying", "events", None, |p| {
+                idemgate_ops::verify_archive_files(&place, &hasher, key, p)
+            })
+        }
+    }?;
+    crate::archival::verified_archive(out, &r, json)?;
+    Ok((r.ok, r.cancelled))
 }
 
 /// How many events the log holds (its head's sequence number): a progress bar's total.

@@ -56,16 +56,16 @@ pub(super) fn retention(r: &RawRetention) -> Result<Retention, ConfigError> {
         ));
     }
     let archive_dir = match (&r.archive_dir, log_hot) {
-        (Some(d), _) => match Place::parse(d) {
+        (Some(d), _) => match Place::check_name(d) {
             Err(e) => return Err(invalid("retention.archive_dir", e.to_string())),
-            Ok(Place::Bucket(_)) => Some(d.trim_end_matches('/').to_owned()),
-            Ok(Place::Dir(p)) if !p.is_dir() => {
+            Ok(None) => Some(d.trim_end_matches('/').to_owned()),
+            Ok(Some(p)) if !p.is_dir() => {
                 return Err(invalid(
                     "retention.archive_dir",
                     format!("{d:?} is not a directory (create it, owned by the server's user)"),
                 ))
             }
-            Ok(Place::Dir(p)) => Some(std::path::absolute(&p).unwrap_or(p).display().to_string()),
+            Ok(Some(p)) => Some(std::path::absolute(&p).unwrap_or(p).display().to_string()),
         },
         (None, Some(_)) => {
             return Err(invalid(

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as Key;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::io::AsyncWriteExt;
@@ -38,6 +38,18 @@ impl Place {
                 "{s}: archives go to a directory or to s3://bucket/prefix, not {scheme}://"
             ))),
             _ => Ok(Place::Dir(PathBuf::from(s))),
+        }
+    }
+
+    /// The directory `s` names, or `None` for a bucket: checked as [`Place::parse`] checks it,
+    /// without starting the bucket's client (a configuration check, made at each reload).
+    pub fn check_name(s: &str) -> Result<Option<PathBuf>> {
+        match s.split_once("://") {
+            Some(("s3", rest)) => Bucket::store(s, rest).map(|_| None),
+            _ => match Place::parse(s)? {
+                Place::Dir(d) => Ok(Some(d)),
+                Place::Bucket(_) => Ok(None),
+            },
         }
     }
 
@@ -143,7 +155,7 @@ impl Place {
     pub(crate) fn join(&self, name: &str) -> String {
         match self {
             Place::Dir(d) => d.join(name).display().to_string(),
-            Place::Bucket(b) => format!("{}/{name}", b.url.trim_end_matches('/')),
+            Place::Bucket(b) => format!("{}/{name}", b.url),
         }
     }
 }
@@ -218,6 +230,12 @@ impl Drop for Bucket {
 
 impl Bucket {
     fn open(url: &str, rest: &str) -> Result<Bucket> {
+        let (store, prefix) = Bucket::store(url, rest)?;
+        Bucket::with_store(url, prefix, store)
+    }
+
+    /// The client of the bucket `rest` (`bucket/prefix`) names, and the prefix.
+    fn store<'a>(url: &str, rest: &'a str) -> Result<(AmazonS3, &'a str)> {
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() || bucket.contains(['@', '?', '#', ':']) {
             // Not echoed: what is before an `@` may be a secret.
@@ -233,7 +251,7 @@ impl Bucket {
             .with_bucket_name(bucket)
             .build()
             .map_err(|e| bad(format!("{url}: {e}")))?;
-        Bucket::with_store(url, prefix, store)
+        Ok((store, prefix))
     }
 
     /// The prefix `prefix` of the bucket `store` reaches, named `url` in messages.
