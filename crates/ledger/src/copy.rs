@@ -351,9 +351,12 @@ fn copy_rows(src: &mut dyn Db, dst: &mut dyn Db, progress: Progress<'_>) -> Resu
             &[Val::Int(*hour), Val::Text(kind), Val::Int(*n)],
         )?;
     }
-    // The entry counts, rebuilt from what was copied (the one count of the table, at copy time).
+    // The entry counts and the logged expiries, rebuilt from what was copied (the one count of
+    // the table, at copy time: an insert is not counted by the triggers).
     dst.batch(
-        "UPDATE entry_counts SET n = (SELECT COUNT(*) FROM entries WHERE entries.state = entry_counts.state)",
+        "UPDATE entry_counts SET n = (SELECT COUNT(*) FROM entries WHERE entries.state = entry_counts.state); \
+         UPDATE expired_counts SET n = (SELECT COUNT(*) FROM entries \
+         WHERE expiry_logged = 1 AND state <> 'pending')",
     )?;
     // New ids go past the copied ones, and past a purged entry's that its events still name.
     let named = dst.one("SELECT COALESCE(MAX(entry_id), 0) FROM events", &[], |r| {

@@ -560,11 +560,12 @@ pub(crate) fn event_pages(
     })
 }
 
-/// The overview's count of expired entries: index-only ranges (entries_expires holds `state`), one
-/// for the expiries the sweeper has logged and one for those it has not (the index's first column;
-/// `expiry_logged` is a flag the writer sets only to 0 or 1).
-pub(crate) const EXPIRED_COUNT: &str = "SELECT COUNT(*) FROM entries \
-     WHERE expiry_logged IN (0, 1) AND expires_at <= ?1 AND state <> 'pending'";
+/// The overview's count of expired entries: those whose expiry the sweeper has logged, kept by
+/// triggers (a logged expiry has passed), and those it has not logged yet, an index-only range
+/// (entries_expires leads with `expiry_logged` and holds `state`).
+pub(crate) const EXPIRED_COUNT: &str = "SELECT (SELECT n FROM expired_counts) + \
+     (SELECT COUNT(*) FROM entries WHERE expiry_logged = 0 AND expires_at <= ?1 \
+     AND state <> 'pending')";
 
 pub(crate) fn stats(db: &mut dyn Db, now: Millis, hours: u32) -> Result<Stats> {
     let entries_by_state = db.all(

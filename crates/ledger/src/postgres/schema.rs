@@ -278,6 +278,36 @@ CREATE TABLE tree_checkpoints (
     at   BIGINT NOT NULL
 );
 "#,
+    // 13: the overview's expired count kept by triggers, as on SQLite (its migration 16).
+    r#"
+CREATE TABLE expired_counts (
+    id BIGINT PRIMARY KEY CHECK (id = 1),
+    n  BIGINT NOT NULL
+);
+UPDATE entries SET expiry_logged = 0
+    WHERE expiry_logged = 1 AND expires_at > CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT);
+INSERT INTO expired_counts (id, n)
+    SELECT 1, COUNT(*) FROM entries WHERE expiry_logged = 1 AND state <> 'pending';
+CREATE FUNCTION idemgate_expired_count() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    was BIGINT := 0;
+    now_counted BIGINT := 0;
+BEGIN
+    IF OLD.expiry_logged = 1 AND OLD.state <> 'pending' THEN was := 1; END IF;
+    IF TG_OP <> 'DELETE' THEN
+        IF NEW.expiry_logged = 1 AND NEW.state <> 'pending' THEN now_counted := 1; END IF;
+    END IF;
+    UPDATE expired_counts SET n = n + now_counted - was;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER expired_count_delete AFTER DELETE ON entries FOR EACH ROW
+    WHEN (OLD.expiry_logged = 1 AND OLD.state <> 'pending')
+    EXECUTE FUNCTION idemgate_expired_count();
+CREATE TRIGGER expired_count_update AFTER UPDATE OF expiry_logged, state ON entries FOR EACH ROW
+    WHEN ((OLD.expiry_logged = 1 AND OLD.state <> 'pending')
+        <> (NEW.expiry_logged = 1 AND NEW.state <> 'pending'))
+    EXECUTE FUNCTION idemgate_expired_count();
+"#,
 ];
 
 pub fn current_version() -> i64 {

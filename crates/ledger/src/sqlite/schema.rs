@@ -331,6 +331,36 @@ CREATE TABLE tree_checkpoints (
 ) STRICT;
 "#,
     ),
+    // 16: the overview's expired count without counting millions of index rows: the entries
+    // whose expiry is logged (and which are not pending) are counted by triggers on their updates
+    // and deletes, which do nothing unless that changes (a new entry is never logged, and the
+    // claim's insert stays trigger-free); only those not yet logged are counted in the index.
+    // A logged entry's expiry has passed (every update that moves `expires_at` clears the flag);
+    // one that broke that before is unflagged, and its expiry is logged again when it passes.
+    Migration::Sql(
+        r#"
+CREATE TABLE expired_counts (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    n  INTEGER NOT NULL
+) STRICT;
+UPDATE entries SET expiry_logged = 0
+    WHERE expiry_logged = 1 AND expires_at > CAST(strftime('%s', 'now') AS INTEGER) * 1000;
+INSERT INTO expired_counts (id, n)
+    SELECT 1, COUNT(*) FROM entries WHERE expiry_logged = 1 AND state <> 'pending';
+CREATE TRIGGER expired_count_delete AFTER DELETE ON entries
+    WHEN OLD.expiry_logged = 1 AND OLD.state <> 'pending'
+BEGIN
+    UPDATE expired_counts SET n = n - 1;
+END;
+CREATE TRIGGER expired_count_update AFTER UPDATE OF expiry_logged, state ON entries
+    WHEN (OLD.expiry_logged = 1 AND OLD.state <> 'pending')
+        <> (NEW.expiry_logged = 1 AND NEW.state <> 'pending')
+BEGIN
+    UPDATE expired_counts SET n = n + CASE WHEN NEW.expiry_logged = 1 AND NEW.state <> 'pending'
+        THEN 1 ELSE -1 END;
+END;
+"#,
+    ),
 ];
 
 /// The entries' state check as migration 7 leaves it, and as migration 14 rewrites it.

@@ -354,6 +354,41 @@ fn ids_gone_before_the_upgrade_are_not_handed_out_again() {
 }
 
 /// Migration 8 changes a unique constraint it recognises, or nothing.
+/// Migration 16 starts the expired count from the rows an existing ledger holds: a logged
+/// expiry that has passed counts, a pending entry does not, and a flag on an expiry still to come
+/// is cleared (the sweeper logs it again when it passes).
+#[test]
+fn the_expired_count_starts_from_an_existing_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = writer_conn(&dir.path().join("ledger.db"));
+    migrate_to(&conn, 15).unwrap();
+    for (key, state, expires_at) in [
+        ("passed", "completed", 1),
+        ("claimed-again", "pending", 1),
+        ("to-come", "failed", i64::MAX),
+    ] {
+        insert_entry(&conn, key, state).unwrap();
+        conn.execute(
+            "UPDATE entries SET expires_at = ?2, expiry_logged = 1 WHERE key = ?1",
+            rusqlite::params![key, expires_at],
+        )
+        .unwrap();
+    }
+    migrate(&conn).unwrap();
+    let n: i64 = conn
+        .query_row("SELECT n FROM expired_counts", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 1);
+    let flagged: i64 = conn
+        .query_row(
+            "SELECT expiry_logged FROM entries WHERE key = 'to-come'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(flagged, 0);
+}
+
 #[test]
 fn the_unique_constraint_rewrite_refuses_a_table_it_does_not_know() {
     let dir = tempfile::tempdir().unwrap();

@@ -35,8 +35,8 @@ pub(super) fn hold(
         "UPDATE entries SET state = 'awaiting_approval', lease_owner = NULL, \
          lease_expires_at = NULL, approval_policy = ?2, approval_hash = ?3, \
          approvals_needed = ?4, approval_expires_at = ?5, approved_by = '[]', \
-         approval_end = NULL, approval_ended_at = NULL, expires_at = ?6, approvers = ?7 \
-         WHERE id = ?1",
+         approval_end = NULL, approval_ended_at = NULL, expires_at = ?6, approvers = ?7, \
+         expiry_logged = 0 WHERE id = ?1",
         vals![
             id,
             &ask.policy,

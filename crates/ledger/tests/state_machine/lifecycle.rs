@@ -304,6 +304,62 @@ fn ttl_expiry_is_swept_and_an_expired_key_runs_again(b: Backend) {
     verify_ok(&f.l);
 }
 
+/// The overview's expired count (logged expiries kept by triggers, the rest counted) agrees with
+/// the expired filter through an expiry, its sweep, a new claim of the key, and a purge.
+fn the_expired_count_follows_sweeps_claims_and_purges(b: Backend) {
+    let f = fx!(b);
+    let ids: Vec<i64> = ["a", "b", "c"]
+        .iter()
+        .map(|k| {
+            let id = claimed(f.l.claim(req(k, "{}", T0)).wait().expect("claim"));
+            complete(&f.l, id, T0 + 1, "{}");
+            id
+        })
+        .collect();
+    let expired = EntryFilter {
+        expired: true,
+        ..Default::default()
+    };
+    let counted = |at: Millis, want: i64| {
+        let listed = f.l.entries(&expired, Page::default(), at).expect("list");
+        assert_eq!(listed.len() as i64, want, "listed as expired at {at}");
+        assert_eq!(
+            f.l.stats(at, 0).expect("stats").expired,
+            want,
+            "counted at {at}"
+        );
+    };
+    let due = T0 + 1 + TTL;
+    counted(due - 1, 0);
+    counted(due, 3);
+    assert_eq!(f.l.sweep(due).wait().expect("sweep").ttl_expired, 3);
+    counted(due, 3);
+    // A new claim of an expired key makes its entry pending: no longer expired.
+    claimed(
+        f.l.claim(req("a", r#"{"n":2}"#, due + 1))
+            .wait()
+            .expect("claim"),
+    );
+    counted(due + 1, 2);
+    let purged = f.l.purge(PurgeRequest {
+        ids: vec![ids[1]],
+        expired_by: Some(due + 2),
+        actor: actor(),
+        at: due + 2,
+    });
+    assert_eq!(purged.wait().expect("purge"), vec![ids[1]]);
+    counted(due + 2, 1);
+    complete(&f.l, ids[0], due + 3, "{}");
+    counted(due + 3, 1);
+    counted(due + 3 + TTL, 2);
+    assert_eq!(
+        f.l.sweep(due + 3 + TTL).wait().expect("sweep").ttl_expired,
+        1
+    );
+    counted(due + 3 + TTL, 2);
+    verify_ok(&f.l);
+}
+
 fn same_effect_under_another_key_is_flagged_as_a_duplicate_suspect(b: Backend) {
     let f = fx!(b);
     let body = r#"{"customer":"cus_1","amount":4999}"#;
@@ -470,6 +526,7 @@ suite!(
     operator_release_of_a_stuck_entry_allows_a_new_execution,
     resolving_needs_an_operator_and_a_reason,
     ttl_expiry_is_swept_and_an_expired_key_runs_again,
+    the_expired_count_follows_sweeps_claims_and_purges,
     same_effect_under_another_key_is_flagged_as_a_duplicate_suspect,
     purge_removes_entries_but_keeps_the_chain_verifiable,
     redrive_rearms_a_stuck_entry_with_its_stored_request,
