@@ -303,28 +303,65 @@ pub(crate) fn verify_events_each<I>(
 where
     I: IntoIterator<Item = Result<Event>>,
 {
-    let mut report = VerifyReport {
-        started_after: match &start {
-            ChainStart::After(h) => Some(h.clone()),
-            _ => None,
-        },
-        ..VerifyReport::empty(hasher.alg())
-    };
-    let mut expect: Option<(i64, String)> = match &start {
-        ChainStart::Genesis => Some((1, GENESIS.to_owned())),
-        ChainStart::Anywhere { prev_hash: Some(p) } => Some((i64::MIN, p.clone())),
-        ChainStart::Anywhere { prev_hash: None } => None,
-        ChainStart::After(h) => Some((h.seq + 1, h.hash.clone())),
-    };
-    let mut buf = Vec::with_capacity(512);
+    let mut walk = ChainWalk::new(hasher, start);
     for ev in events {
-        let ev = ev?;
-        let bad = |report: &mut VerifyReport, seq: i64, why: String| {
-            report.ok = false;
-            report.first_bad_seq = Some(seq);
-            report.problem = Some(why);
+        if !walk.step(&ev?, progress, each) {
+            break;
+        }
+    }
+    Ok(walk.finish(progress))
+}
+
+/// A verification in progress, event by event: what [`verify_events_each`] runs over an
+/// iterator, for a caller that holds the events itself (pages it reads and then refills).
+pub(crate) struct ChainWalk<'h> {
+    hasher: &'h ChainHasher,
+    report: VerifyReport,
+    /// The next event's seq (`i64::MIN`: any) and the hash it must link to; `None` before the
+    /// first event of a range that names no link.
+    expect: Option<(i64, String)>,
+    /// The canonical encoding of the event in hand (one buffer for the whole walk).
+    buf: Vec<u8>,
+    /// Set once the walk has stopped: a bad event, or cancelled.
+    ended: bool,
+}
+
+impl<'h> ChainWalk<'h> {
+    pub(crate) fn new(hasher: &'h ChainHasher, start: ChainStart) -> ChainWalk<'h> {
+        let report = VerifyReport {
+            started_after: match &start {
+                ChainStart::After(h) => Some(h.clone()),
+                _ => None,
+            },
+            ..VerifyReport::empty(hasher.alg())
         };
-        if let Some((seq, prev)) = &expect {
+        let expect = match start {
+            ChainStart::Genesis => Some((1, GENESIS.to_owned())),
+            ChainStart::Anywhere { prev_hash: Some(p) } => Some((i64::MIN, p)),
+            ChainStart::Anywhere { prev_hash: None } => None,
+            ChainStart::After(h) => Some((h.seq + 1, h.hash)),
+        };
+        ChainWalk {
+            hasher,
+            report,
+            expect,
+            buf: Vec::with_capacity(512),
+            ended: false,
+        }
+    }
+
+    /// Checks the next event; `false` once the walk has stopped (this event or an earlier one
+    /// does not hold, or `progress`, told the count every 4096 events, cancelled it).
+    pub(crate) fn step(
+        &mut self,
+        ev: &Event,
+        progress: &mut dyn FnMut(u64) -> bool,
+        each: &mut dyn FnMut(i64, &[u8]),
+    ) -> bool {
+        if self.ended {
+            return false;
+        }
+        if let Some((seq, prev)) = &self.expect {
             if *seq != i64::MIN && ev.seq != *seq {
                 // A missing row is named by its own (missing) sequence number.
                 let named = if ev.seq > *seq { *seq } else { ev.seq };
@@ -332,49 +369,64 @@ where
                     "sequence broken: expected seq {seq}, found {} (a row was deleted, inserted or moved)",
                     ev.seq
                 );
-                bad(&mut report, named, why);
-                return Ok(with_head(report, expect));
+                return self.bad(named, why);
             }
             if &ev.prev_hash != prev {
                 let why = "prev_hash does not link to the previous event".to_owned();
-                bad(&mut report, ev.seq, why);
-                return Ok(with_head(report, expect));
+                return self.bad(ev.seq, why);
             }
         }
-        if hasher.hex_digest(&ev, &mut buf) != ev.hash.as_bytes() {
-            bad(
-                &mut report,
-                ev.seq,
-                "hash does not match the event's contents".to_owned(),
-            );
-            return Ok(with_head(report, expect));
+        if self.hasher.hex_digest(ev, &mut self.buf) != ev.hash.as_bytes() {
+            let why = "hash does not match the event's contents".to_owned();
+            return self.bad(ev.seq, why);
         }
-        each(ev.seq, &buf);
+        each(ev.seq, &self.buf);
+        let report = &mut self.report;
         if report.first_seq.is_none() {
             report.first_seq = Some(ev.seq);
         }
         report.count += 1;
+        match &mut self.expect {
+            // The hash's buffer is reused: a walk over many events allocates nothing per event.
+            Some((seq, hash)) => {
+                *seq = ev.seq + 1;
+                hash.clone_from(&ev.hash);
+            }
+            None => self.expect = Some((ev.seq + 1, ev.hash.clone())),
+        }
         if report.count.is_multiple_of(4096) && !progress(report.count) {
             report.cancelled = true;
             report.ok = false;
             report.problem = Some("cancelled".to_owned());
-            return Ok(with_head(report, expect));
+            self.ended = true;
+            return false;
         }
-        expect = Some((ev.seq + 1, ev.hash));
+        true
     }
-    progress(report.count);
-    Ok(with_head(report, expect))
-}
 
-/// The report with its head: the last event verified (the one `expect`ed to be linked to next).
-fn with_head(mut report: VerifyReport, expect: Option<(i64, String)>) -> VerifyReport {
-    if report.count > 0 {
-        report.head = expect.map(|(next, hash)| ChainHead {
-            seq: next - 1,
-            hash,
-        });
+    fn bad(&mut self, seq: i64, why: String) -> bool {
+        self.report.ok = false;
+        self.report.first_bad_seq = Some(seq);
+        self.report.problem = Some(why);
+        self.ended = true;
+        false
     }
-    report
+
+    /// The report, with its head: the last event verified (the one expected to be linked to
+    /// next).
+    pub(crate) fn finish(self, progress: &mut dyn FnMut(u64) -> bool) -> VerifyReport {
+        let mut report = self.report;
+        if !self.ended {
+            progress(report.count);
+        }
+        if report.count > 0 {
+            report.head = self.expect.map(|(next, hash)| ChainHead {
+                seq: next - 1,
+                hash,
+            });
+        }
+        report
+    }
 }
 
 /// Checks that `alg` (recorded in a ledger or manifest) matches the hasher in use.

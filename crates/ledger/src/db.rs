@@ -108,6 +108,16 @@ pub(crate) trait Row {
     fn flag(&self, i: usize) -> Result<bool> {
         Ok(self.int(i)? != 0)
     }
+    /// [`Row::text`] into `out`, whose allocation a backend may reuse (a walk over many rows).
+    fn text_into(&self, i: usize, out: &mut String) -> Result<()> {
+        *out = self.text(i)?;
+        Ok(())
+    }
+    /// [`Row::opt_text`] into `out`, as [`Row::text_into`].
+    fn opt_text_into(&self, i: usize, out: &mut Option<String>) -> Result<()> {
+        *out = self.opt_text(i)?;
+        Ok(())
+    }
 }
 
 /// A row read from column `.1` on (a statement's leading columns are something else).

@@ -29,7 +29,9 @@ use replay_reads::ReplayReads;
 
 /// Events a verification reads from the log at a time, and leaf hashes it hands the tree's check
 /// at a time.
-const VERIFY_PAGE: usize = 8192;
+const VERIFY_PAGE: usize = 2048;
+/// Pages read ahead of the verification's walk.
+const PAGES_AHEAD: usize = 4;
 
 /// How to open a ledger.
 #[derive(Debug, Clone)]
@@ -590,7 +592,10 @@ impl Storage for Ledger {
         };
         // Reading and hashing overlap: a thread reads the log in pages, this one checks them and
         // hands each event's leaf hash to a third, which recomputes the tree kept beside the chain.
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Event>>>(4);
+        // A checked page goes back to the reader, which reads the next one into it: the walk
+        // allocates nothing per event, and holds a few pages whatever the log's size.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Event>>>(PAGES_AHEAD);
+        let (back, spare) = std::sync::mpsc::channel::<Vec<Event>>();
         let (leaves, mut live) = crate::tree::LeafHashes::channel();
         let stop_tree = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
@@ -599,24 +604,9 @@ impl Storage for Ledger {
             let stop = &stop_tree;
             let tree = s.spawn(move || self.read(|db| crate::tree::check(db, &mut live, stop)));
             s.spawn(move || {
-                let read = self.read(|db| {
-                    for page in
-                        read::event_pages(db, after, VERIFY_PAGE.try_into().unwrap_or(i64::MAX))
-                    {
-                        if tx.send(page).is_err() {
-                            break;
-                        }
-                    }
-                    Ok(())
-                });
-                if let Err(e) = read {
+                if let Err(e) = self.read(|db| read_pages(db, after, &tx, &spare)) {
                     let _ = tx.send(Err(e));
                 }
-            });
-            // `rx` is consumed (dropped) by the walk, so a walk that stops early stops the reader.
-            let events = rx.into_iter().flat_map(|page| match page {
-                Ok(events) => events.into_iter().map(Ok).collect::<Vec<_>>(),
-                Err(e) => vec![Err(e)],
             });
             let mut batch = Vec::with_capacity(VERIFY_PAGE);
             let mut send = |seq, bytes: &[u8]| {
@@ -627,8 +617,26 @@ impl Storage for Ledger {
                     let _ = leaves.send(full);
                 }
             };
-            let mut report =
-                chain::verify_events_each(&self.hasher, start, events, progress, &mut send);
+            let mut walk = chain::ChainWalk::new(&self.hasher, start);
+            let mut read = Ok(());
+            // `rx` is dropped when the walk stops, which stops the reader.
+            'pages: for page in rx {
+                match page {
+                    Ok(page) => {
+                        for ev in &page {
+                            if !walk.step(ev, progress, &mut send) {
+                                break 'pages;
+                            }
+                        }
+                        let _ = back.send(page);
+                    }
+                    Err(e) => {
+                        read = Err(e);
+                        break;
+                    }
+                }
+            }
+            let mut report = read.map(|()| walk.finish(progress));
             if !matches!(&report, Ok(r) if r.ok && !r.cancelled) {
                 stop_tree.store(true, std::sync::atomic::Ordering::SeqCst);
             }
@@ -649,6 +657,30 @@ impl Storage for Ledger {
             }
             report
         })
+    }
+}
+
+/// Reads the log after seq `after` in pages of [`VERIFY_PAGE`] events, into the pages `spare`
+/// hands back when it has one, and sends them on `tx` until the log ends or the walk stops
+/// taking them.
+fn read_pages(
+    db: &mut dyn Db,
+    mut after: i64,
+    tx: &std::sync::mpsc::SyncSender<Result<Vec<Event>>>,
+    spare: &std::sync::mpsc::Receiver<Vec<Event>>,
+) -> Result<()> {
+    loop {
+        let mut page = spare.try_recv().unwrap_or_default();
+        read::event_page_into(db, after, VERIFY_PAGE, &mut page)?;
+        let Some(last) = page.last() else {
+            return Ok(());
+        };
+        after = last.seq;
+        let full = page.len() == VERIFY_PAGE;
+        // A walk that stopped early dropped its end: stop reading.
+        if tx.send(Ok(page)).is_err() || !full {
+            return Ok(());
+        }
     }
 }
 

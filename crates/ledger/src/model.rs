@@ -460,7 +460,7 @@ pub struct ArchivedSegment {
 
 /// One event of the append-only log. `hash` chains it to the event before it.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
     pub seq: i64,
     pub at: Millis,

@@ -294,6 +294,42 @@ impl Row for rusqlite::Row<'_> {
     fn opt_blob(&self, i: usize) -> Result<Option<Vec<u8>>> {
         Ok(self.get(i)?)
     }
+
+    fn text_into(&self, i: usize, out: &mut String) -> Result<()> {
+        match str_at(self, i)? {
+            Some(s) => {
+                out.clear();
+                out.push_str(s);
+                Ok(())
+            }
+            None => Err(crate::LedgerError::Corrupt(format!(
+                "unexpected NULL in column {i}"
+            ))),
+        }
+    }
+
+    fn opt_text_into(&self, i: usize, out: &mut Option<String>) -> Result<()> {
+        match (str_at(self, i)?, out.as_mut()) {
+            (None, _) => *out = None,
+            (Some(s), Some(o)) => {
+                o.clear();
+                o.push_str(s);
+            }
+            (Some(s), None) => *out = Some(s.to_owned()),
+        }
+        Ok(())
+    }
+}
+
+/// Column `i` as text borrowed from the row (`None`: NULL).
+fn str_at<'r>(r: &'r rusqlite::Row<'_>, i: usize) -> Result<Option<&'r str>> {
+    let v = r.get_ref(i)?;
+    match v {
+        rusqlite::types::ValueRef::Null => Ok(None),
+        _ => v.as_str().map(Some).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(i, v.data_type(), Box::new(e)).into()
+        }),
+    }
 }
 
 impl Db for Connection {
