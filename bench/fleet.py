@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -176,6 +177,9 @@ def main():
                 stack.stop_one(relay_proc)
     finally:
         stack.stop()
+        shutil.rmtree(work, ignore_errors=True)
+        if stack.pg_env:
+            shutil.rmtree(stack.pg_env["IDEMGATE_PG_DIR"], ignore_errors=True)
     table = report(results)
     os.makedirs(run.OUT, exist_ok=True)
     with open(os.path.join(run.OUT, "fleet.md"), "w") as f:

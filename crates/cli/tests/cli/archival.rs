@@ -367,6 +367,8 @@ fn killed_at(step: &str, db: &Path, arch: &str, env: &[(&str, String)]) {
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("IDEMGATE_TEST_PAUSE_AT", step)
         .env_remove("IDEMGATE_LEDGER")
+        // The spool a killed run leaves goes with the test's directory, not into /tmp.
+        .env("TMPDIR", db.parent().expect("the ledger's directory"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
