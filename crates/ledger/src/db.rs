@@ -137,7 +137,7 @@ impl Row for Shifted<'_> {
     }
 }
 
-fn null(i: usize) -> crate::LedgerError {
+pub(crate) fn null(i: usize) -> crate::LedgerError {
     crate::LedgerError::Corrupt(format!("unexpected NULL in column {i}"))
 }
 

@@ -302,9 +302,7 @@ impl Row for rusqlite::Row<'_> {
                 out.push_str(s);
                 Ok(())
             }
-            None => Err(crate::LedgerError::Corrupt(format!(
-                "unexpected NULL in column {i}"
-            ))),
+            None => Err(crate::db::null(i)),
         }
     }
 
