@@ -361,6 +361,21 @@ BEGIN
 END;
 "#,
     ),
+    // 17: the log's delete guard fails the statement (FAIL) instead of undoing it (ABORT). A
+    // statement that may ABORT across many rows keeps every page it changes in a statement
+    // journal (in memory here), to undo it: archival's removal of 20,000 events at a time held
+    // ~17 MB more for it. A row the guard refuses was never deletable, the rows deleted before it
+    // were, and the writer rolls back a job that fails anyway.
+    Migration::Sql(
+        r#"
+DROP TRIGGER events_append_only_delete;
+CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events
+    WHEN OLD.seq > COALESCE((SELECT MAX(seq) FROM archived), 0)
+BEGIN
+    SELECT RAISE(FAIL, 'the idemgate log is append-only: DELETE refused');
+END;
+"#,
+    ),
 ];
 
 /// The entries' state check as migration 7 leaves it, and as migration 14 rewrites it.
