@@ -288,32 +288,17 @@ pub fn verify_events<I>(
 where
     I: IntoIterator<Item = Result<Event>>,
 {
-    verify_events_each(hasher, start, events, progress, &mut |_, _| {})
-}
-
-/// [`verify_events`], handing `each` every event that holds, by its seq and canonical encoding
-/// (its leaf bytes in the log's tree), in order.
-pub(crate) fn verify_events_each<I>(
-    hasher: &ChainHasher,
-    start: ChainStart,
-    events: I,
-    progress: &mut dyn FnMut(u64) -> bool,
-    each: &mut dyn FnMut(i64, &[u8]),
-) -> Result<VerifyReport>
-where
-    I: IntoIterator<Item = Result<Event>>,
-{
     let mut walk = ChainWalk::new(hasher, start);
     for ev in events {
-        if !walk.step(&ev?, progress, each) {
+        if !walk.step(&ev?, progress, &mut |_, _| {}) {
             break;
         }
     }
     Ok(walk.finish(progress))
 }
 
-/// A verification in progress, event by event: what [`verify_events_each`] runs over an
-/// iterator, for a caller that holds the events itself (pages it reads and then refills).
+/// A verification in progress, event by event: what [`verify_events`] runs over an iterator,
+/// for a caller that holds the events itself (pages it reads and then refills).
 pub(crate) struct ChainWalk<'h> {
     hasher: &'h ChainHasher,
     report: VerifyReport,
