@@ -142,6 +142,12 @@ impl Ledger {
         self.writer.counters()
     }
 
+    /// The batches the writer ran a second time, each job in its savepoint (a job failed in the
+    /// first run). For tests and benches.
+    pub fn writer_reruns(&self) -> u64 {
+        self.writer.reruns()
+    }
+
     /// The writer's round trips to the database as of its last commit (PostgreSQL; 0 on SQLite):
     /// what a batch costs beyond the server's own work. For tests and benches.
     pub fn writer_round_trips(&self) -> u64 {

@@ -44,6 +44,11 @@ pub fn register_metrics() {
         "Batches that could not begin or commit; every write in them was refused"
     );
     metrics::describe_counter!(
+        "idemgate_ledger_batch_reruns_total",
+        "Batches run a second time, each write in a savepoint of its own, because one of them \
+         failed (on PostgreSQL, also a conflict with a write sent with the COMMIT)"
+    );
+    metrics::describe_counter!(
         "idemgate_ledger_checkpoint_failures_total",
         "SQLite checkpoint passes that failed; the WAL grows until one succeeds"
     );
@@ -51,6 +56,7 @@ pub fn register_metrics() {
         "idemgate_ledger_commits_total",
         "idemgate_ledger_writes_total",
         "idemgate_ledger_commit_failures_total",
+        "idemgate_ledger_batch_reruns_total",
         "idemgate_ledger_checkpoint_failures_total",
     ] {
         metrics::counter!(name).increment(0);
@@ -84,6 +90,11 @@ pub(crate) fn committed(b: Batch) {
 /// A batch could not begin or commit: every job in it was answered `ledger-unavailable`.
 pub(crate) fn commit_failed() {
     metrics::counter!("idemgate_ledger_commit_failures_total").increment(1);
+}
+
+/// A batch runs again, each job in its savepoint: one failed in its first run.
+pub(crate) fn rerun() {
+    metrics::counter!("idemgate_ledger_batch_reruns_total").increment(1);
 }
 
 /// A checkpoint pass (or the database file's sync after it) failed; the WAL keeps growing.

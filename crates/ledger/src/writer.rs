@@ -156,6 +156,8 @@ pub struct WriterCounters {
     pub jobs: AtomicU64,
     /// Round trips to the database, as of the last commit.
     pub round_trips: AtomicU64,
+    /// Batches run a second time, each job in its savepoint.
+    pub reruns: AtomicU64,
     /// When a batch last failed to begin or commit (Unix ms; 0: never).
     pub failed_at: AtomicI64,
 }
@@ -204,6 +206,10 @@ impl Writer {
     /// Commits and jobs so far (group commit: jobs / commits is the batching factor).
     pub fn round_trips(&self) -> u64 {
         self.counters.round_trips.load(Ordering::Relaxed)
+    }
+
+    pub fn reruns(&self) -> u64 {
+        self.counters.reruns.load(Ordering::Relaxed)
     }
 
     pub fn counters(&self) -> (u64, u64) {
@@ -407,6 +413,7 @@ fn run_batch(
     batch: &mut [Box<dyn Job>],
     hasher: &ChainHasher,
     deferred: &mut Deferred,
+    counters: &WriterCounters,
 ) -> (
     std::result::Result<(), String>,
     Option<Instant>,
@@ -416,6 +423,10 @@ fn run_batch(
     let mut locked = None;
     let mut committed = Err(LedgerError::Internal("the batch did not run".into()));
     for savepoints in [false, true] {
+        if savepoints {
+            counters.reruns.fetch_add(1, Ordering::Relaxed);
+            telemetry::rerun();
+        }
         let read_ahead = !savepoints && conn.db().dialect() == Dialect::Postgres;
         let (head, mut ahead) = match begin(conn, batch, read_ahead) {
             Ok(started) => started,
@@ -485,7 +496,8 @@ fn writer_loop(
         // When the batch asked for the write lock and when it got it: other instances' batches
         // wait for the span from `locked` to the commit (on PostgreSQL, across instances).
         let asked = Instant::now();
-        let (begun, locked, committed) = run_batch(&mut conn, &mut batch, &hasher, &mut deferred);
+        let (begun, locked, committed) =
+            run_batch(&mut conn, &mut batch, &hasher, &mut deferred, counters);
         if let Err(e) = begun {
             batch_failed(
                 &mut failures,

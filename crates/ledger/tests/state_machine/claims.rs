@@ -298,6 +298,7 @@ fn a_failing_job_is_undone_alone_and_its_batch_lands(b: Backend) {
     let b = claimed(f.l.claim(req("b", "{}", T0)).wait().expect("claim"));
     complete(&f.l, a, T0 + 1, "{}");
     let (commits_before, _) = f.l.writer_counters();
+    let reruns = f.l.writer_reruns();
     // Queued without waiting, so they share batches with the purge.
     let before: Vec<_> = (0..40)
         .map(|i| f.l.claim(req(&format!("x{i}"), "{}", T0 + 2)))
@@ -323,6 +324,11 @@ fn a_failing_job_is_undone_alone_and_its_batch_lands(b: Backend) {
         commits_after - commits_before < 81,
         "81 queued jobs took {} commits: no batching",
         commits_after - commits_before
+    );
+    assert_eq!(
+        f.l.writer_reruns() - reruns,
+        1,
+        "the purge's batch ran again"
     );
     assert_eq!(
         f.l.entry(a, T0).expect("a is kept").summary.state,
