@@ -9,7 +9,8 @@
 //! and sends its writes later ([`crate::db::Db::defer_exec`]), in order, with the batch's
 //! `COMMIT`: two round trips a batch, whatever its size. A new entry's id is handed out here, past
 //! both the highest row and the entries' sequence (read with the rows: under the write lock no one
-//! else inserts), and the sequence is moved past it.
+//! else inserts), and the sequence is moved past it. Every new entry of such a batch takes its id
+//! here, even one claimed after reading ahead ended: the sequence's next is one of these.
 //!
 //! **Invariant: a job decides from a row read ahead only if no job before it in the batch could
 //! have changed that row.** A claim changes only its key's row, a completion only its entry's; any
@@ -256,5 +257,8 @@ static READ_AHEAD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 });
 
 /// After a batch that gave new entries ids: moves the entries' sequence to the last (?1), so an
-/// id is handed out once, whoever inserts next.
-pub(crate) const MOVE_SEQUENCE: &str = "SELECT setval(pg_get_serial_sequence('entries', 'id'), ?1)";
+/// id is handed out once, whoever inserts next. Never back: a sequence behind the entries' ids
+/// would hand out theirs.
+pub(crate) const MOVE_SEQUENCE: &str = "SELECT setval(s, GREATEST(?1::bigint, \
+     COALESCE(pg_sequence_last_value(s::regclass), 0))) \
+     FROM pg_get_serial_sequence('entries', 'id') AS s";

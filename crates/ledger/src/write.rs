@@ -1,17 +1,13 @@
 //! Every write, run by the writer thread inside the batch transaction. This file is the entry state
 //! machine: each function checks the entry's state, changes it, and appends the event(s) that say so.
 
-use std::sync::LazyLock;
-
 use serde_json::json;
 
 use crate::canon::canonical_string;
-use crate::db::{vals, Db, Dialect, PerDialect, Shifted, Val};
-use crate::entry_row::{lookup, map_row, row_by_id, Row, AFTER_ROW, LOOKUP};
+use crate::db::{vals, Db};
+use crate::entry_row::{row_by_id, Row};
 use crate::error::{LedgerError, Result};
-use crate::model::{
-    without_secret_params, ApprovalEnd, Event, EventKind, Millis, ResponseRecord, State,
-};
+use crate::model::{without_secret_params, ApprovalEnd, Event, EventKind, Millis, State};
 use crate::prepared::Claim;
 use crate::read;
 use crate::store::{Actor, ClaimOutcome, ClaimRequest, OwnerReport};
@@ -20,6 +16,7 @@ use crate::writer::Ctx;
 mod approval;
 mod archival;
 mod duplicates;
+mod insert;
 mod operator;
 mod outcome;
 mod sweep;
@@ -30,7 +27,10 @@ pub use archival::RETENTION_OPERATOR;
 pub(crate) use archival::{drop_archived, mark_archived, note_checkpoint, note_retention};
 #[cfg(test)]
 pub(crate) use duplicates::FIND_DUPLICATE;
-use duplicates::{flag_duplicate, reject_duplicate, same_effect_elsewhere, Same};
+use duplicates::{flag_duplicate, reject_duplicate};
+#[cfg(test)]
+pub(crate) use insert::INSERT_OR_LOOKUP;
+use insert::{first, First};
 pub(crate) use operator::{note_loop, note_reconcile, purge, redrive, reopen, resolve, review};
 use outcome::store_completion;
 #[cfg(test)]
@@ -270,17 +270,7 @@ fn collide(ctx: &mut Ctx<'_>, c: &Claim, row: &Row) -> Result<ClaimOutcome> {
 pub(crate) fn claim(ctx: &mut Ctx<'_>, c: &Claim) -> Result<ClaimOutcome> {
     let req = &c.req;
     let at = req.at;
-    // A claim under the reject policy is `Touch::Any`: reading ahead ended before it ran.
-    let ahead = ctx
-        .ahead
-        .as_deref_mut()
-        .and_then(|a| a.claim(&req.route, &req.scope, &req.key));
-    let first = match ahead {
-        Some(None) => First::Inserted(insert_ahead(ctx, c)?),
-        Some(Some((row, stored))) => First::Existing(row, stored),
-        None => insert_or_lookup(ctx.db, c)?,
-    };
-    let (row, stored) = match first {
+    let (row, stored) = match first(ctx, c)? {
         First::Inserted(id) => return claimed(ctx, c, id),
         First::Existing(row, stored) => (row, stored),
         First::Refused => {
@@ -375,168 +365,6 @@ fn claimed_before_targets_counted(db: &mut dyn Db, row: &Row, req: &ClaimRequest
         .flatten()
         .is_some_and(|p| without_secret_params(&p, &[]) == req.request.path))
 }
-
-/// What a claim's first statement found.
-enum First {
-    /// A new key: its entry, inserted.
-    Inserted(i64),
-    /// The key's entry, with its stored response.
-    Existing(Row, Option<ResponseRecord>),
-    /// Neither: a new key whose effect completed under another key within the reject window.
-    Refused,
-}
-
-/// A claim's first statement: inserts the entry unless its key exists or (with the reject policy)
-/// its effect completed under another key in the window; otherwise reads the key's entry. A new key
-/// (the common case) costs one statement instead of three (read the key, check for a duplicate,
-/// insert). On PostgreSQL the read rides in the same statement, so either answer is one round
-/// trip; on SQLite it is a second statement, run only for a key that exists.
-fn insert_or_lookup(db: &mut dyn Db, c: &Claim) -> Result<First> {
-    let req = &c.req;
-    let window = req.reject_duplicates_within_ms;
-    let sql = INSERT_OR_LOOKUP.get(db.dialect());
-    let mut params = new_entry(c);
-    let sql = match window {
-        Some(w) => {
-            params.push(Val::Int(req.at - w));
-            &sql[1 + Same::of(req.dup_fp.as_deref()) as usize]
-        }
-        None => &sql[0],
-    };
-    match db.dialect() {
-        Dialect::Sqlite => {
-            if db.exec(sql, &params)? == 1 {
-                return Ok(First::Inserted(db.last_insert_id()?));
-            }
-            Ok(match lookup(db, req)? {
-                Some((row, stored)) => First::Existing(row, stored),
-                None => First::Refused,
-            })
-        }
-        Dialect::Postgres => db.one(sql, &params, |r| {
-            if let Some(id) = r.opt_int(0)? {
-                return Ok(First::Inserted(id));
-            }
-            if r.opt_int(1)?.is_none() {
-                return Ok(First::Refused);
-            }
-            let r = Shifted(r, 1);
-            Ok(First::Existing(
-                map_row(&r)?,
-                read::response_cols(&r, AFTER_ROW)?,
-            ))
-        }),
-    }
-}
-
-/// A new key's entry, when the batch read ahead that it has none: its id is handed out here and
-/// its insert sent with the batch's next statement.
-fn insert_ahead(ctx: &mut Ctx<'_>, c: &Claim) -> Result<i64> {
-    let id = match ctx.ahead.as_deref_mut() {
-        Some(a) => a.new_id(),
-        None => return Err(LedgerError::Internal("no rows were read ahead".into())),
-    };
-    let mut params = new_entry(c);
-    params.push(Val::Int(id));
-    ctx.exec_later(&INSERT_WITH_ID, &params)?;
-    Ok(id)
-}
-
-/// A new entry's values, ?1–?16 of [`INSERT_OR_LOOKUP`] and [`INSERT_WITH_ID`].
-fn new_entry(c: &Claim) -> Vec<Val<'_>> {
-    let req = &c.req;
-    let request = &req.request;
-    vals![
-        &req.route,
-        &req.scope,
-        &req.key,
-        &req.fingerprint,
-        req.effect.as_str(),
-        &req.owner,
-        req.at + req.lease_ms,
-        &request.method,
-        &request.path,
-        &c.headers,
-        &request.body,
-        req.at,
-        req.at + req.ttl_ms,
-        req.tool.as_deref(),
-        c.subjects.as_deref(),
-        req.dup_fp.as_deref(),
-    ]
-    .to_vec()
-}
-
-/// [`insert_ahead`]'s statement (PostgreSQL): [`new_entry`]'s values ?1–?16, and the id ?17.
-static INSERT_WITH_ID: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "INSERT INTO entries ({NEW_ENTRY_COLS}, id) VALUES ({}, ?17)",
-        new_entry_marks("", "", "")
-    )
-});
-
-/// The columns a new entry is inserted with; [`new_entry_marks`] gives their values.
-const NEW_ENTRY_COLS: &str = "route, scope, key, fingerprint, effect, state, attempts, \
-     lease_owner, lease_expires_at, req_method, req_path, req_headers, req_body, created_at, \
-     updated_at, expires_at, tool, subjects, dup_fp";
-
-/// [`NEW_ENTRY_COLS`]' values from [`new_entry`]'s parameters, each text, integer and bytes
-/// parameter followed by `text`, `int` and `bytes` (a cast, where the statement needs one).
-fn new_entry_marks(text: &str, int: &str, bytes: &str) -> String {
-    format!(
-        "?1{text}, ?2{text}, ?3{text}, ?4{text}, ?5{text}, 'pending', 1, ?6{text}, ?7{int}, \
-         ?8{text}, ?9{text}, ?10{text}, ?11{bytes}, ?12{int}, ?12{int}, ?13{int}, ?14{text}, \
-         ?15{text}, ?16{text}"
-    )
-}
-
-/// [`insert_or_lookup`]'s statement, without the reject policy's duplicate check, then with it
-/// for each [`Same`]. ?1–?16: the new entry's route, scope, key, fingerprint, effect, lease owner,
-/// lease expiry, request method, path, headers and body, claim time, expiry, tool, subjects and
-/// duplicate values; ?17: the reject window's start.
-pub(crate) static INSERT_OR_LOOKUP: PerDialect<[String; 4]> = PerDialect::new(|d| {
-    let build = |guard: &str| {
-        // PostgreSQL types a SELECT list's parameters on their own: they are cast to the columns'.
-        let (text, int, bytes) = match d {
-            Dialect::Sqlite => ("", "", ""),
-            Dialect::Postgres => ("::text", "::bigint", "::bytea"),
-        };
-        let insert = format!(
-            "{} INTO entries ({NEW_ENTRY_COLS}) SELECT {} WHERE {guard} \
-             ON CONFLICT (route, scope, key) DO NOTHING{}",
-            d.insert(),
-            new_entry_marks(text, int, bytes),
-            // SQLite buffers a RETURNING clause's rows in an ephemeral table it opens and closes
-            // for each run; the new rowid is the connection's last insert instead.
-            match d {
-                Dialect::Sqlite => "",
-                Dialect::Postgres => " RETURNING id",
-            }
-        );
-        match d {
-            Dialect::Sqlite => insert,
-            // The key's entry as it was before this statement (a data-modifying WITH and the
-            // query around it see the same snapshot): the new id, or the existing entry.
-            Dialect::Postgres => format!(
-                "WITH ins AS ({insert}), old AS ({}) SELECT (SELECT id FROM ins), old.* \
-                 FROM (SELECT 1) AS one LEFT JOIN old ON true",
-                *LOOKUP
-            ),
-        }
-    };
-    let guard = |same, what| {
-        build(&format!(
-            "NOT EXISTS (SELECT 1 FROM entries WHERE {})",
-            same_effect_elsewhere(same, what, "?17", "?3")
-        ))
-    };
-    [
-        build("true"),
-        guard(Same::Fingerprint, "?4"),
-        guard(Same::Values, "?16"),
-        guard(Same::ValuesAnyScope, "?16"),
-    ]
-});
 
 /// Indexes entry `id`'s subjects for search.
 fn write_subjects(ctx: &mut Ctx<'_>, id: i64, subjects: &[(String, String)]) -> Result<()> {

@@ -520,86 +520,6 @@ fn a_duplicate_completed_in_the_same_batch_is_flagged(b: Backend) {
     verify_ok(&f.l);
 }
 
-/// The log names entries by id, so a purged entry's id is never a new entry's, even when it was
-/// the newest; nor is a purged collision's id another collision's.
-fn a_purged_entrys_id_is_never_handed_out_again(b: Backend) {
-    let f = fx!(b);
-    let a = claimed(f.l.claim(req("a", "{}", T0)).wait().expect("claim"));
-    complete(&f.l, a, T0 + 1, "{}");
-    let collided = f.l.claim(req("a", r#"{"n":1}"#, T0 + 2)).wait();
-    assert_eq!(
-        collided.expect("claim"),
-        ClaimOutcome::Collision { entry_id: a }
-    );
-    let collision = |id| {
-        let e = f.l.entry(id, T0 + 3).expect("entry");
-        e.collision_requests.first().expect("a collision").id
-    };
-    let first_collision = collision(a);
-    f.l.purge(PurgeRequest {
-        ids: vec![a],
-        expired_by: None,
-        actor: actor(),
-        at: T0 + 3,
-    })
-    .wait()
-    .expect("purge");
-    let b = claimed(f.l.claim(req("b", "{}", T0 + 4)).wait().expect("claim"));
-    assert!(b > a, "entry {b} took the purged entry {a}'s id");
-    complete(&f.l, b, T0 + 5, "{}");
-    let collided = f.l.claim(req("b", r#"{"n":1}"#, T0 + 6)).wait();
-    assert_eq!(
-        collided.expect("claim"),
-        ClaimOutcome::Collision { entry_id: b }
-    );
-    let second_collision = collision(b);
-    assert!(
-        second_collision > first_collision,
-        "collision {second_collision} took the purged collision {first_collision}'s id"
-    );
-    // The purged entry's history is its own: none of the new entry's events name it.
-    assert_eq!(kinds(&f.l, b), ["claim", "complete", "collision"]);
-    verify_ok(&f.l);
-}
-
-/// A copy of a ledger (to either backend) numbers new entries past the purged newest one, which
-/// the copied log still names.
-fn a_copy_numbers_new_entries_past_a_purged_one(b: Backend) {
-    let f = fx!(b);
-    claimed(f.l.claim(req("kept", "{}", T0)).wait().expect("claim"));
-    let newest = claimed(f.l.claim(req("purged", "{}", T0)).wait().expect("claim"));
-    complete(&f.l, newest, T0 + 1, "{}");
-    f.l.purge(PurgeRequest {
-        ids: vec![newest],
-        expired_by: None,
-        actor: actor(),
-        at: T0 + 2,
-    })
-    .wait()
-    .expect("purge");
-    f.l.close();
-    let dir = tempfile::tempdir().expect("tempdir");
-    for to in [Backend::Sqlite, Backend::Postgres] {
-        let Some(location) = to.fresh(&dir, "copy") else {
-            continue;
-        };
-        let hasher = ChainHasher::unkeyed();
-        idemgate_ledger::copy::copy(&f.location, &location, &hasher, &mut |_| true).expect("copy");
-        let copied = to.open(&location, false, hasher).expect("open the copy");
-        let id = claimed(
-            copied
-                .claim(req("new", "{}", T0 + 3))
-                .wait()
-                .expect("claim"),
-        );
-        assert!(
-            id > newest,
-            "{to:?}: entry {id} took the purged entry {newest}'s id"
-        );
-        copied.close();
-    }
-}
-
 /// On PostgreSQL a batch costs two round trips whatever its size: its `BEGIN` and lock go out with
 /// the one statement that reads the chain head and its claims' (or its completions') rows, and
 /// its writes with its `COMMIT` (`ahead.rs`), so 64 first calls at once cost the round trips of
@@ -672,8 +592,6 @@ suite!(
     a_batch_s_round_trips_do_not_grow_with_its_size,
     jobs_in_one_batch_decide_after_the_jobs_before_them,
     a_duplicate_completed_in_the_same_batch_is_flagged,
-    a_purged_entrys_id_is_never_handed_out_again,
-    a_copy_numbers_new_entries_past_a_purged_one,
     new_key_is_claimed_durably_then_in_flight_then_replayed,
     different_fingerprint_is_a_collision_and_keeps_the_rejected_request,
     an_entry_fingerprinted_without_its_target_matches_only_its_own_target,

@@ -257,6 +257,7 @@ fn req_at(key: &str, path: &str, at: Millis) -> ClaimRequest {
 mod approvals;
 mod archive;
 mod claims;
+mod ids;
 mod lifecycle;
 mod reads;
 mod storage;
