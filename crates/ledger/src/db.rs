@@ -266,6 +266,20 @@ impl dyn Db + '_ {
         })
     }
 
+    /// Runs `f` in one read-only transaction, so that its statements see the ledger as one
+    /// moment did (PostgreSQL: repeatable read; SQLite: the WAL snapshot of its first read) even
+    /// while a writer removes rows it has yet to read. The transaction ends with `f`.
+    pub fn in_snapshot<T>(&mut self, f: impl FnOnce(&mut dyn Db) -> Result<T>) -> Result<T> {
+        self.batch(match self.dialect() {
+            Dialect::Sqlite => "BEGIN",
+            Dialect::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        })?;
+        let out = f(self);
+        let ended = self.batch("ROLLBACK");
+        let out = out?;
+        ended.map(|()| out)
+    }
+
     /// Every row.
     pub fn all<T>(
         &mut self,

@@ -27,12 +27,6 @@ use crate::write;
 use crate::writer::{Ctx, Writer};
 use replay_reads::ReplayReads;
 
-/// Events a verification reads from the log at a time, and leaf hashes it hands the tree's check
-/// at a time.
-const VERIFY_PAGE: usize = 2048;
-/// Pages read ahead of the verification's walk.
-const PAGES_AHEAD: usize = 4;
-
 /// How to open a ledger.
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
@@ -584,109 +578,7 @@ impl Storage for Ledger {
     }
 
     fn verify(&self, progress: Progress<'_>) -> Result<VerifyReport> {
-        let alg = self.chain_alg()?;
-        chain::check_alg(&self.hasher, &alg)?;
-        // The live log starts after its archived part (events at or below the checkpoint that
-        // are still here await removal: their segment holds them).
-        let archived = self.read(read::archived_through)?;
-        let (start, after) = match archived {
-            Some(h) => {
-                let seq = h.seq;
-                (chain::ChainStart::After(h), seq)
-            }
-            None => (chain::ChainStart::Genesis, 0),
-        };
-        // Reading and hashing overlap: a thread reads the log in pages, this one checks them and
-        // hands each event's leaf hash to a third, which recomputes the tree kept beside the chain.
-        // A checked page goes back to the reader, which reads the next one into it: the walk
-        // allocates nothing per event, and holds a few pages whatever the log's size.
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Event>>>(PAGES_AHEAD);
-        let (back, spare) = std::sync::mpsc::channel::<Vec<Event>>();
-        let (leaves, mut live) = crate::tree::LeafHashes::channel();
-        let stop_tree = std::sync::atomic::AtomicBool::new(false);
-        std::thread::scope(|s| {
-            // The hashes' receiver ends with the check's thread: a check that ends early (a
-            // problem found, no tree) leaves no sender waiting for room.
-            let stop = &stop_tree;
-            let tree = s.spawn(move || self.read(|db| crate::tree::check(db, &mut live, stop)));
-            s.spawn(move || {
-                if let Err(e) = self.read(|db| read_pages(db, after, &tx, &spare)) {
-                    let _ = tx.send(Err(e));
-                }
-            });
-            let mut batch = Vec::with_capacity(VERIFY_PAGE);
-            let mut send = |seq, bytes: &[u8]| {
-                batch.push((seq, tlog_tiles::tlog::record_hash(bytes)));
-                if batch.len() == VERIFY_PAGE {
-                    // A tree check that ended early takes no more.
-                    let full = std::mem::replace(&mut batch, Vec::with_capacity(VERIFY_PAGE));
-                    let _ = leaves.send(full);
-                }
-            };
-            let mut walk = chain::ChainWalk::new(&self.hasher, start);
-            let mut read = Ok(());
-            // `rx` is dropped when the walk stops, which stops the reader.
-            'pages: for page in rx {
-                match page {
-                    Ok(page) => {
-                        for ev in &page {
-                            if !walk.step(ev, progress, &mut send) {
-                                break 'pages;
-                            }
-                        }
-                        let _ = back.send(page);
-                    }
-                    Err(e) => {
-                        read = Err(e);
-                        break;
-                    }
-                }
-            }
-            let mut report = read.map(|()| walk.finish(progress));
-            if !matches!(&report, Ok(r) if r.ok && !r.cancelled) {
-                stop_tree.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-            let _ = leaves.send(batch);
-            drop(leaves);
-            let tree = tree
-                .join()
-                .unwrap_or_else(|_| Err(LedgerError::Internal("the tree's check panicked".into())));
-            // A chain that holds is checked against the tree kept beside it.
-            if let Ok(r) = &mut report {
-                if r.ok && !r.cancelled {
-                    if let Some(p) = tree? {
-                        r.ok = false;
-                        r.first_bad_seq = p.seq;
-                        r.problem = Some(format!("the log's Merkle tree: {}", p.why));
-                    }
-                }
-            }
-            report
-        })
-    }
-}
-
-/// Reads the log after seq `after` in pages of [`VERIFY_PAGE`] events, into the pages `spare`
-/// hands back when it has one, and sends them on `tx` until the log ends or the walk stops
-/// taking them.
-fn read_pages(
-    db: &mut dyn Db,
-    mut after: i64,
-    tx: &std::sync::mpsc::SyncSender<Result<Vec<Event>>>,
-    spare: &std::sync::mpsc::Receiver<Vec<Event>>,
-) -> Result<()> {
-    loop {
-        let mut page = spare.try_recv().unwrap_or_default();
-        read::event_page_into(db, after, VERIFY_PAGE, &mut page)?;
-        let Some(last) = page.last() else {
-            return Ok(());
-        };
-        after = last.seq;
-        let full = page.len() == VERIFY_PAGE;
-        // A walk that stopped early dropped its end: stop reading.
-        if tx.send(Ok(page)).is_err() || !full {
-            return Ok(());
-        }
+        verify::verify(self, progress)
     }
 }
 
@@ -694,3 +586,4 @@ mod replay_counts;
 mod replay_reads;
 #[cfg(test)]
 mod tests;
+mod verify;

@@ -354,7 +354,45 @@ fn signed_segments_verify_with_the_public_key_only(b: Backend) {
     );
 }
 
+/// `verify` reads the live log in one snapshot: events archived and removed while it walks the
+/// log (past the pages its reader has read ahead) are still there for it.
+fn verify_walks_a_log_archived_under_it(b: Backend) {
+    let f = fx!(b);
+    // Claims submitted together, so they land in large batches.
+    let n: i64 = 24_000;
+    for chunk in (0..n).collect::<Vec<_>>().chunks(2_000) {
+        let tickets: Vec<_> = chunk
+            .iter()
+            .map(|i| f.l.claim(req(&format!("k{i}"), "{}", T0 + i * 1000)))
+            .collect();
+        for t in tickets {
+            claimed(t.wait().expect("claim"));
+        }
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let mut archived = None;
+    // Told the count every 4,096 events: by the first call the reader is a few pages of 2,048
+    // ahead, far from event 20,000.
+    let report =
+        f.l.verify(&mut |count| {
+            if archived.is_none() {
+                assert!(count < 8_192, "told late: {count}");
+                archived = Some(run(&f.l, dir.path(), T0 + 20_000_000, 5_000, None));
+            }
+            true
+        })
+        .expect("verify");
+    let archived = archived.expect("the walk was told its progress");
+    assert_eq!(archived.removed, 20_000, "{archived:?}");
+    assert!(report.ok, "{report:?}");
+    assert_eq!(report.count, u64::try_from(n).expect("count"));
+    // Afterwards the live log starts after the archive, and verifies.
+    assert_eq!(live_seqs(&f.l).first(), Some(&20_001));
+    verify_ok(&f.l);
+}
+
 suite!(
+    verify_walks_a_log_archived_under_it,
     archive_prunes_the_live_log_and_the_whole_history_verifies,
     only_archived_events_can_be_deleted,
     a_missing_altered_or_reordered_segment_is_named,
