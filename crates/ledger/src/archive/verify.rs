@@ -128,7 +128,7 @@ pub fn verify_archive(
         place,
         hasher,
         public_key,
-        recorded: recorded.as_deref(),
+        recorded: recorded.clone(),
         next: ChainHead {
             seq: 0,
             hash: GENESIS.to_owned(),
@@ -176,7 +176,13 @@ pub fn verify_archive(
     }
     let mut live = None;
     if let (Some(store), Some(recorded), false) = (store, &recorded, w.cancelled) {
-        live = Some(w.live(store, &manifests, recorded, progress)?);
+        let chain = w.live(store, &manifests, recorded, progress)?;
+        if let Some(after) = chain.started_after.as_ref() {
+            if after.seq > through.unwrap_or(0) && !w.cancelled {
+                w.archived_meanwhile(store, after, progress)?;
+            }
+        }
+        live = Some(chain);
     }
     let head = live
         .as_ref()
@@ -200,7 +206,8 @@ struct Walk<'a> {
     place: &'a Place,
     hasher: &'a ChainHasher,
     public_key: Option<&'a PublicKey>,
-    recorded: Option<&'a [ArchivedSegment]>,
+    /// The ledger's record of its segments (when a ledger was given).
+    recorded: Option<Vec<ArchivedSegment>>,
     /// The last event of the segments walked so far.
     next: ChainHead,
     count: u64,
@@ -250,6 +257,41 @@ impl Walk<'_> {
         Ok(chain)
     }
 
+    /// Walks the segments recorded while this run went on (an archival beside it): the live
+    /// log's walk began after the newest of them, `after`, their events removed from the live log
+    /// by then. They are listed again, and must end where the live log began.
+    fn archived_meanwhile(
+        &mut self,
+        store: &dyn Storage,
+        after: &ChainHead,
+        progress: Progress<'_>,
+    ) -> Result<()> {
+        self.recorded = Some(store.archived()?);
+        let (manifests, _) = list(self.place)?;
+        let through = self.next.seq;
+        for (name, m) in &manifests {
+            let (first, last) = (m.first_seq.unwrap_or(0), m.last_seq.unwrap_or(0));
+            if first <= through || last > after.seq {
+                continue;
+            }
+            self.unfinished.retain(|u| u != name);
+            self.segment(name, m, progress)?;
+            if self.cancelled {
+                return Ok(());
+            }
+        }
+        if self.next.seq < after.seq {
+            let missed = missing(self.next.seq + 1, after.seq, self.recorded.as_deref());
+            self.problems.push(missed);
+        } else if self.next.hash != after.hash {
+            self.problems.push(format!(
+                "the last segment ends at seq {} with another hash than the live log continues from",
+                after.seq
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks the segment `name` after the ones walked.
     fn segment(&mut self, name: &str, m: &Manifest, progress: Progress<'_>) -> Result<()> {
         let mut check = SegmentCheck {
@@ -259,7 +301,10 @@ impl Walk<'_> {
             count: m.count,
             bytes: m.bytes,
             checkpoint: m.checkpoint.clone(),
-            recorded: self.recorded.map(|r| r.iter().any(|s| s.file == name)),
+            recorded: self
+                .recorded
+                .as_ref()
+                .map(|r| r.iter().any(|s| s.file == name)),
             checked: true,
             ok: true,
             problems: Vec::new(),
@@ -274,8 +319,11 @@ impl Walk<'_> {
             ChainStart::After(self.next.clone())
         } else {
             if first > self.next.seq + 1 {
-                self.problems
-                    .push(missing(self.next.seq + 1, first - 1, self.recorded));
+                self.problems.push(missing(
+                    self.next.seq + 1,
+                    first - 1,
+                    self.recorded.as_deref(),
+                ));
             } else {
                 check.problems.push(format!(
                     "reordered: it starts at seq {first}, inside the segments before it (through seq {})",
@@ -292,7 +340,7 @@ impl Walk<'_> {
                 place: self.place,
                 hasher: self.hasher,
                 public_key: self.public_key,
-                recorded: self.recorded,
+                recorded: self.recorded.as_deref(),
             },
             name,
             m,

@@ -391,7 +391,40 @@ fn verify_walks_a_log_archived_under_it(b: Backend) {
     verify_ok(&f.l);
 }
 
+/// The whole history's verify walks the segments an archival sealed while it ran too: the live
+/// log's walk begins after them, and their events are nowhere else.
+fn the_whole_history_verifies_across_segments_sealed_meanwhile(b: Backend) {
+    let f = fx!(b);
+    with_claims(&f.l, 30);
+    let dir = tempfile::tempdir().expect("dir");
+    let before = run(&f.l, dir.path(), T0 + 10_000, 5, None).segments.len();
+    let mut sealed = None;
+    let r = archive::verify_archive(
+        &Place::Dir(dir.path().to_path_buf()),
+        Some(&*f.l),
+        &ChainHasher::unkeyed(),
+        None,
+        &mut |_| {
+            // Told at the end of the first segment's walk, before the live log's.
+            sealed.get_or_insert_with(|| run(&f.l, dir.path(), T0 + 25_000, 5, None));
+            true
+        },
+    )
+    .expect("verify archive");
+    let sealed = sealed.expect("told its progress").segments.len();
+    assert!(before > 0 && sealed > 0, "{before} segments, then {sealed}");
+    assert!(r.ok, "{r:?}");
+    assert!(r.unfinished.is_empty(), "{r:?}");
+    assert_eq!(r.segments.len(), before + sealed, "{r:?}");
+    // Every event once: the count is the last one's seq.
+    assert_eq!(
+        Some(i64::try_from(r.count).expect("count")),
+        r.head.map(|h| h.seq)
+    );
+}
+
 suite!(
+    the_whole_history_verifies_across_segments_sealed_meanwhile,
     verify_walks_a_log_archived_under_it,
     archive_prunes_the_live_log_and_the_whole_history_verifies,
     only_archived_events_can_be_deleted,
