@@ -34,10 +34,7 @@ impl Place {
     pub fn parse(s: &str) -> Result<Place> {
         match s.split_once("://") {
             Some(("s3", rest)) => Bucket::open(s, rest).map(Place::Bucket),
-            Some((scheme, _)) if !scheme.contains('/') => Err(bad(format!(
-                "{s}: archives go to a directory or to s3://bucket/prefix, not {scheme}://"
-            ))),
-            _ => Ok(Place::Dir(PathBuf::from(s))),
+            _ => dir(s).map(Place::Dir),
         }
     }
 
@@ -46,10 +43,7 @@ impl Place {
     pub fn check_name(s: &str) -> Result<Option<PathBuf>> {
         match s.split_once("://") {
             Some(("s3", rest)) => Bucket::store(s, rest).map(|_| None),
-            _ => match Place::parse(s)? {
-                Place::Dir(d) => Ok(Some(d)),
-                Place::Bucket(_) => Ok(None),
-            },
+            _ => dir(s).map(Some),
         }
     }
 
@@ -166,6 +160,16 @@ impl std::fmt::Display for Place {
             Place::Dir(d) => write!(f, "{}", d.display()),
             Place::Bucket(b) => f.write_str(&b.url),
         }
+    }
+}
+
+/// The directory `s` names: anything but a URL (`s3://` names a bucket, any other scheme nothing).
+fn dir(s: &str) -> Result<PathBuf> {
+    match s.split_once("://") {
+        Some((scheme, _)) if !scheme.contains('/') => Err(bad(format!(
+            "{s}: archives go to a directory or to s3://bucket/prefix, not {scheme}://"
+        ))),
+        _ => Ok(PathBuf::from(s)),
     }
 }
 
