@@ -232,7 +232,6 @@ fn verify_archive(
     key_text: Option<String>,
     json: bool,
 ) -> Result<(bool, bool), OpsError> {
-    let hasher = ChainHasher::from_env()?;
     // With a ledger the operation reads the place; without one, it is read here.
     let r = match ledger.map(Ops::open_existing).transpose()? {
         Some(ops) => {
@@ -246,6 +245,7 @@ fn verify_archive(
         }
         None => {
             let place = idemgate_ops::archive_place("archive", &dir)?;
+            let hasher = ChainHasher::from_env()?;
             with_progress("verifying", "events", None, |p| {
                 idemgate_ops::verify_archive_files(&place, &hasher, key, p)
             })
