@@ -53,13 +53,15 @@ pub fn idemgate(args: &[&str]) -> Output {
         .expect("run idemgate")
 }
 
-/// Runs the CLI and parses its stdout as JSON; panics with stderr when it fails.
+/// Runs the CLI and parses its stdout as JSON; panics with its output when it fails (a `--json`
+/// command reports a failure it found on stdout).
 pub fn idemgate_json(args: &[&str]) -> serde_json::Value {
     let out = idemgate(args);
     assert!(
         out.status.success(),
-        "idemgate {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+        "idemgate {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
     );
     serde_json::from_slice(&out.stdout).expect("json")
 }
