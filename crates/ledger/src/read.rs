@@ -537,8 +537,8 @@ pub(crate) fn scan_seqs(
 }
 
 /// The next `page` events after seq `after`, in sequence order, into `out` (one short statement
-/// a page: a walk over the whole log holds no statement open). `out`'s events are overwritten in place,
-/// their strings' allocations reused; it holds what was read.
+/// a page: a walk over the whole log holds no statement open). `out`'s events are overwritten in
+/// place, their strings' allocations reused; it holds what was read.
 pub(crate) fn event_page_into(
     db: &mut dyn Db,
     after: i64,

@@ -128,7 +128,7 @@ pub fn verify_archive(
         place,
         hasher,
         public_key,
-        recorded: recorded.clone(),
+        recorded,
         next: ChainHead {
             seq: 0,
             hash: GENESIS.to_owned(),
@@ -175,8 +175,8 @@ pub fn verify_archive(
         }
     }
     let mut live = None;
-    if let (Some(store), Some(recorded), false) = (store, &recorded, w.cancelled) {
-        let chain = w.live(store, &manifests, recorded, progress)?;
+    if let (Some(store), true, false) = (store, w.recorded.is_some(), w.cancelled) {
+        let chain = w.live(store, &manifests, progress)?;
         if let Some(after) = chain.started_after.as_ref() {
             if after.seq > through.unwrap_or(0) && !w.cancelled {
                 w.archived_meanwhile(store, after, progress)?;
@@ -224,9 +224,9 @@ impl Walk<'_> {
         &mut self,
         store: &dyn Storage,
         manifests: &[(String, Manifest)],
-        recorded: &[ArchivedSegment],
         progress: Progress<'_>,
     ) -> Result<VerifyReport> {
+        let recorded = self.recorded.as_deref().unwrap_or_default();
         for r in recorded {
             if !manifests.iter().any(|(n, _)| n == &r.file) {
                 self.problems.push(format!(
