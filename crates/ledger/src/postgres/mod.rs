@@ -40,6 +40,8 @@ pub(crate) const WRITE_LOCK: i64 = 0x6964_656d_6761_7465;
 /// The advisory lock a step of the tree's integrator holds (not the write lock: see
 /// `write::tree::extend_tree_alone`).
 pub(crate) const TREE_LOCK: i64 = 0x6964_656d_7472_6565;
+/// The commits through which the writer has its tables analysed itself ([`analyze_due`]).
+const YOUNG_COMMITS: u64 = 16_384;
 /// The advisory lock migrations hold.
 const MIGRATE_LOCK: i64 = 0x6964_656d_6d69_6772;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -434,6 +436,8 @@ struct PgWriter {
     conn: Option<PgConn>,
     lost: Disconnected,
     commits: u64,
+    /// The commit at which the writer last had the tables analysed (0: never).
+    analyzed_at: u64,
     analyzing: Arc<AtomicBool>,
     /// The round trips of the connections lost so far.
     trips_before: u64,
@@ -446,6 +450,7 @@ impl PgWriter {
             conn: Some(conn),
             lost: Disconnected,
             commits: 0,
+            analyzed_at: 0,
             analyzing: Arc::default(),
             trips_before: 0,
         }
@@ -476,18 +481,21 @@ impl WriteConn for PgWriter {
     }
 
     /// A new ledger's tables have no statistics until autovacuum's first ANALYZE (a minute or
-    /// more), and a prepared statement planned meanwhile may pick any index on an "empty" table —
-    /// e.g. the claim lookup scanning `entries_route` instead of the unique key, a full scan per
-    /// claim as the table grows. So while the ledger is young the writer has its tables analysed —
-    /// on a connection and thread of their own (ANALYZE waits for autovacuum's lock and reads a
-    /// sample; the writer must not wait for either), at most one at a time.
+    /// more), and a statement prepared meanwhile keeps the generic plan made for the table's size
+    /// then until the table is analysed again: the completion's update by primary key scanned all
+    /// of `entries`, every time, planned when `entries` held a few dozen rows. So while the
+    /// ledger is young the writer has its tables analysed each time its commits have doubled
+    /// ([`analyze_due`]) — on a connection and thread of their own (ANALYZE waits for
+    /// autovacuum's lock and reads a sample; the writer must not wait for either), one at a
+    /// time; a point passed while one runs is taken by the next commit after it.
     fn committed(&mut self) {
         self.commits += 1;
-        if !matches!(self.commits, 16 | 128 | 1024 | 8192)
+        if !analyze_due(self.commits, self.analyzed_at)
             || self.analyzing.swap(true, Ordering::AcqRel)
         {
             return;
         }
+        self.analyzed_at = self.commits;
         let (config, busy) = (self.config.clone(), self.analyzing.clone());
         let spawned = std::thread::Builder::new()
             .name("idemgate-stats".into())
@@ -514,6 +522,13 @@ impl WriteConn for PgWriter {
     fn round_trips(&self) -> u64 {
         self.trips_before + self.conn.as_ref().map_or(0, |c| c.trips)
     }
+}
+
+/// The commits of a young ledger's writer after which its tables are analysed: the 16th, then
+/// each time the commits have doubled since the last analysis, up to [`YOUNG_COMMITS`] (past
+/// that, autovacuum's own analyses keep up with the tables' growth).
+fn analyze_due(commits: u64, analyzed_at: u64) -> bool {
+    (16..=YOUNG_COMMITS).contains(&commits) && commits >= analyzed_at.saturating_mul(2)
 }
 
 /// Stands in for a lost connection: every statement fails.

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use idemgate_ledger::testing::{fresh_postgres, postgres_exec};
+use idemgate_ledger::testing::{fresh_postgres, postgres_exec, postgres_i64};
 use idemgate_ledger::*;
 
 /// `suite!(name, …)`: each named test, once per backend (`name::sqlite`, `name::postgres`).

@@ -211,6 +211,42 @@ fn loop_guard_windows_are_counted_in_the_ledger_on_postgresql(b: Backend) {
         .expect("only the window still open is left");
 }
 
+/// A young PostgreSQL ledger is analysed as it grows (each time the writer's commits double), so
+/// that statements planned on a nearly empty table are planned again: one planned on a few dozen
+/// rows scanned the whole table. Each commit here adds one entry, so an analysis at commit `c`
+/// counts about `c` rows; one counting 256 or more is due by commit 512, long before 1,000 (it
+/// runs on a thread of its own: one started by the last commits is waited for).
+fn a_young_postgresql_ledger_is_analysed_as_it_grows(b: Backend) {
+    let f = fx!(b);
+    if matches!(b, Backend::Sqlite) {
+        return;
+    }
+    let analysed = || {
+        postgres_i64(
+            &f.location,
+            "SELECT CAST(reltuples AS BIGINT) FROM pg_class WHERE relname = 'entries'",
+        )
+        .expect("reltuples")
+    };
+    let mut commits = 0;
+    while analysed() < 256 && commits < 1_000 {
+        for _ in 0..50 {
+            let key = format!("young-{commits}");
+            claimed(f.l.claim(req(&key, "{}", T0)).wait().expect("claim"));
+            commits += 1;
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while analysed() < 256 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after {commits} commits the newest analysis of entries counted {} rows",
+            analysed()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// The periodic checkpoint signs a head once: a second signer of that head (or an older one) is
 /// refused and logs nothing, while an export's or a segment's checkpoint may sign any head again.
 fn a_head_gets_one_periodic_checkpoint(b: Backend) {
@@ -289,6 +325,7 @@ suite!(
     one_instance_leads_the_books_at_a_time,
     a_database_newer_than_the_binary_is_refused,
     loop_guard_windows_are_counted_in_the_ledger_on_postgresql,
+    a_young_postgresql_ledger_is_analysed_as_it_grows,
     a_listed_tool_s_effect_is_kept_per_route_and_upstream,
     a_keyed_log_refuses_writes_without_its_key_and_detects_plain_forgeries,
     a_missing_ledger_is_not_created_by_readers,
