@@ -473,6 +473,10 @@ impl Storage for Ledger {
     }
 
     fn mark_archived(&self, seg: ArchivedSegment) -> Ticket<i64> {
+        self.search
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .forget_through(seg.seq);
         self.submit(move |ctx| write::mark_archived(ctx, &seg))
     }
 

@@ -15,7 +15,7 @@
 //! the first search (or by `Storage::warm`) and extended on each later one; events are
 //! append-only, so a complete block never changes. Events after the last complete block are
 //! always searched. If the event the index ends at is gone or different (the file was replaced),
-//! the index starts over.
+//! the index starts over. An archival's segment makes it forget the blocks the segment covers.
 //!
 //! Only SQLite uses it: its `LIKE` folds ASCII case only, as the n-grams do. PostgreSQL's `ILIKE`
 //! folds Unicode case, which byte n-grams cannot follow; there the search scans.
@@ -110,8 +110,13 @@ impl SearchIndex {
             .unwrap_or(0);
         let complete = head - head.rem_euclid(BLOCK);
         if self.blocks.is_empty() {
-            // Start no further back than the cap reaches.
-            self.first = (complete / BLOCK - self.max_blocks as i64).max(0);
+            // Start no further back than the cap reaches, nor before the live log's first block:
+            // a block is complete when its last event is read, and archived events are gone.
+            let live = db
+                .opt("SELECT MIN(seq) FROM events", &[], |r| r.opt_int(0))?
+                .flatten()
+                .unwrap_or(1);
+            self.first = (complete / BLOCK - self.max_blocks as i64).max((live - 1) / BLOCK);
         }
         if complete <= self.end() {
             return Ok(());
@@ -148,6 +153,24 @@ impl SearchIndex {
             self.first += 1;
         }
         Ok(())
+    }
+
+    /// Forgets the blocks wholly at or below seq `through`: archived, their events leave the live
+    /// log, and the memory they held is freed. A search below the first block kept reads the log.
+    pub fn forget_through(&mut self, through: i64) {
+        while !self.blocks.is_empty() && (self.first + 1) * BLOCK <= through {
+            self.blocks.pop_front();
+            self.first += 1;
+        }
+        if self.blocks.is_empty() {
+            self.end_hash = None;
+        }
+    }
+
+    /// The blocks kept.
+    #[cfg(test)]
+    pub(crate) fn kept(&self) -> usize {
+        self.blocks.len()
     }
 
     /// The sequence ranges that may hold `term`, newest first, below `before`: everything after

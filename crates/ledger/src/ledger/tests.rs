@@ -18,7 +18,13 @@ fn ledger_with(dir: &tempfile::TempDir, n: usize) -> Arc<Ledger> {
         },
     )
     .expect("open");
-    let tickets: Vec<_> = (0..n)
+    claim_keys(&l, 0..n, 1);
+    l
+}
+
+/// Claims `key-{i:05}-x` for each `i` of `keys`, at `at`: one event each.
+fn claim_keys(l: &Ledger, keys: std::ops::Range<usize>, at: Millis) {
+    let tickets: Vec<_> = keys
         .map(|i| {
             l.claim(ClaimRequest {
                 route: "r".into(),
@@ -41,14 +47,13 @@ fn ledger_with(dir: &tempfile::TempDir, n: usize) -> Arc<Ledger> {
                 subjects: Vec::new(),
                 dup_fp: None,
                 approval: None,
-                at: 1,
+                at,
             })
         })
         .collect();
     for t in tickets {
         t.wait().expect("claim");
     }
-    l
 }
 
 /// SQLite's plan of `sql` (one parameter, `?1`), its steps joined by "; ".
@@ -233,6 +238,41 @@ fn a_capped_search_index_still_finds_the_oldest_events() {
     assert_eq!(found(&l, "key-03050-"), [3_051]);
     assert_eq!(found(&l, "key-0000").len(), 10);
     assert_eq!(l.search.lock().expect("index").end(), 3 * search::BLOCK);
+}
+
+/// Archival takes a prefix of the log: the index forgets the blocks its segments hold, and an
+/// index built afterwards (a console opened on the archived ledger) starts at the live log's
+/// first block, whose events before the archived head are gone.
+#[test]
+fn the_search_index_follows_the_live_log_past_an_archived_prefix() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let l = ledger_with(&dir, 1_500);
+    claim_keys(&l, 1_500..4_100, 10);
+    l.warm().expect("warm");
+    assert_eq!(l.search.lock().expect("index").kept(), 4);
+    let segments = dir.path().join("archive");
+    std::fs::create_dir(&segments).expect("archive dir");
+    let options = crate::archive::ArchiveOptions {
+        before: 5,
+        place: crate::archive::Place::Dir(segments),
+        segment_events: 1_000,
+    };
+    let report = crate::archive::archive(&*l, &options, None, &mut |_| true).expect("archive");
+    assert_eq!(report.archived_through.map(|h| h.seq), Some(1_500));
+    assert_eq!(
+        l.search.lock().expect("index").kept(),
+        3,
+        "the block of seq 1–1024 is forgotten"
+    );
+    assert_eq!(found(&l, "key-02000-"), [2_001]);
+    assert!(found(&l, "key-00005-").is_empty(), "archived");
+    drop(l);
+    let reopened = opener(&dir.path().join("l.db"));
+    reopened.warm().expect("warm");
+    let index = reopened.search.lock().expect("index");
+    assert_eq!((index.end(), index.kept()), (4 * search::BLOCK, 3));
+    drop(index);
+    assert_eq!(found(&reopened, "key-04000-"), [4_001]);
 }
 
 fn opener(path: &std::path::Path) -> Arc<Ledger> {
