@@ -179,6 +179,9 @@ pub fn archive(
 
 /// NDJSON handed to the compressing thread at a time.
 const CHUNK: usize = 1 << 18;
+/// The segments' gzip level. On the log's NDJSON, zlib-rs at level 2 makes files about 5% larger
+/// than at its default (6) in 60% of the time: the compressor is the busiest of archival's threads.
+const LEVEL: u32 = 2;
 
 /// The events `first..=last` as gzipped NDJSON into `out`: how many, the hash before the first,
 /// and the last one's place in the chain. The events are read and written as lines on this thread
@@ -197,7 +200,7 @@ fn gzipped(
         let compressor = std::thread::Builder::new()
             .name("idemgate-gzip".into())
             .spawn_scoped(s, move || -> std::io::Result<()> {
-                let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+                let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::new(LEVEL));
                 for chunk in rx {
                     gz.write_all(&chunk)?;
                 }
