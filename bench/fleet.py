@@ -31,6 +31,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import host  # noqa: E402  (bench/host.py: ports and /proc)
 import run  # noqa: E402  (bench/run.py: the upstream, serve and wrk)
+from metrics import lock_note  # noqa: E402  (bench/metrics.py: the instances' /metrics)
 
 SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
@@ -108,7 +109,7 @@ def measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, script,
             out[scenario] = r
             print(f"  PostgreSQL {delay:g} ms away, {n} instance(s), {scenario:<11} round {rnd + 1}: "
                   f"{r['rps']:>7.0f} req/s  p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  "
-                  f"CPU {r['cpu_us'] or 0:.0f} µs/call{run.lock_note(r, ', ')}  errors {r['errors']}",
+                  f"CPU {r['cpu_us'] or 0:.0f} µs/call{lock_note(r, ', ')}  errors {r['errors']}",
                   flush=True)
             run.print_statuses(r)
         return out

@@ -33,6 +33,22 @@ def ratio(a, b):
     return f"{a / b:.2f}×" if a and b else "–"
 
 
+def scenario_table(lines, scenarios):
+    """One table of wrk runs (scenario -> proxy -> medians), each row against nginx and the peer."""
+    lines.append("| scenario | proxy | req/s | p50 ms | p99 ms | errors | CPU µs/req | vs nginx | "
+                 "vs idempotent-proxy-server | vs idempotent-proxy-server, fsync always |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for sc, rows in scenarios.items():
+        ngx, ips = rows["nginx"]["rps"], rows.get(PEER_NAME, {}).get("rps")
+        durable = rows.get(PEER_DURABLE, {}).get("rps")
+        for n, x in rows.items():
+            name = f"*{n}*" if n in REFERENCES else n
+            cpu = f"{x['cpu_us']:.0f}" if x.get("cpu_us") is not None else "–"
+            lines.append(f"| {sc} | {name} | {x['rps']:.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {x['errors']} | "
+                         f"{cpu} | {ratio(x['rps'], ngx)} | {ratio(x['rps'], ips)} | {ratio(x['rps'], durable)} |")
+    lines.append("")
+
+
 def report(r):
     lines = []
     m = r["machine"]
@@ -47,18 +63,13 @@ def report(r):
                  f"*{DIRECT}* is the ceiling of any answer on this machine, *{PASS_THROUGH}* the ceiling of "
                  "idemgate's HTTP path.")
     lines.append("")
-    lines.append("| scenario | proxy | req/s | p50 ms | p99 ms | errors | CPU µs/req | vs nginx | "
-                 "vs idempotent-proxy-server | vs idempotent-proxy-server, fsync always |")
-    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for sc, rows in r["scenarios"].items():
-        ngx, ips = rows["nginx"]["rps"], rows.get(PEER_NAME, {}).get("rps")
-        durable = rows.get(PEER_DURABLE, {}).get("rps")
-        for n, x in rows.items():
-            name = f"*{n}*" if n in REFERENCES else n
-            cpu = f"{x['cpu_us']:.0f}" if x.get("cpu_us") is not None else "–"
-            lines.append(f"| {sc} | {name} | {x['rps']:.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {x['errors']} | "
-                         f"{cpu} | {ratio(x['rps'], ngx)} | {ratio(x['rps'], ips)} | {ratio(x['rps'], durable)} |")
-    lines.append("")
+    scenario_table(lines, r["scenarios"])
+    s2 = r.get("shape2")
+    if s2:
+        lines.append(f"The second load shape: wrk -t2 -c{s2['connections']} -d{s2['seconds']}s, {r['rounds']} "
+                     "alternating round(s), medians, for the rows the targets compare:")
+        lines.append("")
+        scenario_table(lines, s2["scenarios"])
     lines.append("The PostgreSQL ledger's write lock (from the instances' /metrics; medians of the runs): how many "
                  "jobs a batch carried, how long it held the lock (its statements and its COMMIT), how long it "
                  "waited for it; and first calls against the SQLite row:")
@@ -140,21 +151,29 @@ def report(r):
     return "\n".join(lines)
 
 
+def check_scenarios(bad, shape, scenarios):
+    """What check() requires of one table of wrk runs (`shape` prefixes each complaint)."""
+    for sc, rows in scenarios.items():
+        for n, x in rows.items():
+            if x["rps"] <= 0:
+                bad.append(f"{shape}{sc}/{n}: no requests")
+            if not x.get("cpu_us"):
+                bad.append(f"{shape}{sc}/{n}: no CPU time measured for its processes")
+            if x["errors"] and (n.startswith("idemgate") or n == DIRECT):
+                bad.append(f"{shape}{sc}/{n}: {x['errors']} errors")
+            if n in (PG, PG_TWO) and "lock_held_ms" not in x:
+                bad.append(f"{shape}{sc}/{n}: no write-lock series on the instances' /metrics")
+
+
 def check(r):
     """The harness must have measured something real: every target answered and used CPU, and
     idemgate (and the upstream) without errors. Errors of the others are reported in the table, not
     fatal."""
     bad = []
-    for sc, rows in r["scenarios"].items():
-        for n, x in rows.items():
-            if x["rps"] <= 0:
-                bad.append(f"{sc}/{n}: no requests")
-            if not x.get("cpu_us"):
-                bad.append(f"{sc}/{n}: no CPU time measured for its processes")
-            if x["errors"] and (n.startswith("idemgate") or n == DIRECT):
-                bad.append(f"{sc}/{n}: {x['errors']} errors")
-            if n in (PG, PG_TWO) and "lock_held_ms" not in x:
-                bad.append(f"{sc}/{n}: no write-lock series on the instances' /metrics")
+    shapes = [("", r["scenarios"])] + ([(f"-c{r['shape2']['connections']} ", r["shape2"]["scenarios"])]
+                                        if r.get("shape2") else [])
+    for shape, scenarios in shapes:
+        check_scenarios(bad, shape, scenarios)
     for n, x in r["rate"].items():
         if x["errors"] and (n.startswith("idemgate") or n == "direct"):
             bad.append(f"1k req/s {n}: {x['errors']} errors")

@@ -32,6 +32,7 @@ import approvals
 import tree
 from host import (block_device, cpu_seconds, cpu_times, disk_counters, disk_since, free_port, machine,
                   peak_rss_mb, reap, steal_since, wait_port)
+from metrics import ADMIN_TOKEN, gauge, lock_counters, lock_note, lock_use
 from report import (DIRECT, PASS_THROUGH, PEER_DURABLE, PEER_NAME, PG, PG_TWO, TRACED, check, disk_cells,
                     report)
 
@@ -48,8 +49,6 @@ IPS = os.path.abspath(os.environ.get("IPS_BIN", os.path.join(
     os.environ.get("CARGO_HOME", os.path.expanduser("~/.cargo")), "idemgate-bench-tools/bin/idempotent-proxy-server")))
 # The peer takes minutes to build; a smoke run (BENCH_PEER=0, as CI's) goes without its row.
 PEER = os.environ.get("BENCH_PEER", "0" if SMOKE else "1") == "1"
-# The admin token of the benchmark's own instances (their /metrics report the write lock's use).
-ADMIN_TOKEN = "bench-" + uuid.uuid4().hex
 OUT = os.path.join(ROOT, "target/bench")
 # Each key's body names its order, as real calls do (one identical body under every key would make
 # every call after the first a duplicate suspect, which idemgate flags and logs). A replay sends its
@@ -278,66 +277,6 @@ def admin_ports(stack, name):
     return {PG: [stack.ports["admin_pg"]], PG_TWO: [stack.ports["admin_pg"], stack.ports["admin_pg2"]]}.get(name, [])
 
 
-LOCK_SERIES = ["idemgate_ledger_commits_total", "idemgate_ledger_writes_total",
-               "idemgate_ledger_write_lock_held_seconds_sum", "idemgate_ledger_write_lock_wait_seconds_sum"]
-
-
-def metrics(port):
-    """The unlabelled series of the /metrics of the instance whose admin API is on `port`."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(f"GET /metrics HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ADMIN_TOKEN}\r\n"
-                  "connection: close\r\n\r\n".encode())
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
-    return parse_metrics(data)
-
-
-def parse_metrics(data):
-    """The unlabelled series of a /metrics response (its head and its body, as received)."""
-    body = data.split(b"\r\n\r\n", 1)[-1]
-    series = {}
-    for line in body.decode(errors="replace").splitlines():
-        parts = line.split()
-        if len(parts) == 2 and not parts[0].startswith("#"):
-            try:
-                series[parts[0]] = float(parts[1])
-            except ValueError:
-                pass
-    return series
-
-
-def lock_counters(ports):
-    """The write-lock series of the instances on admin `ports`, summed (None without any)."""
-    if not ports:
-        return None
-    total = dict.fromkeys(LOCK_SERIES, 0.0)
-    for port in ports:
-        series = metrics(port)
-        for k in LOCK_SERIES:
-            total[k] += series.get(k, 0.0)
-    return total
-
-
-def gauge(port, name):
-    """One gauge from the /metrics of the instance whose admin API is on `port`."""
-    return metrics(port).get(name)
-
-
-def lock_use(c0, c1):
-    """What the write lock did between two lock_counters: jobs per batch, and per batch the time
-    it held the lock and waited for it (ms)."""
-    if c0 is None or c1 is None:
-        return {}
-    d = {k: c1[k] - c0[k] for k in LOCK_SERIES}
-    commits = d["idemgate_ledger_commits_total"]
-    if not commits:
-        return {}
-    return {"batches": commits, "jobs_per_batch": d["idemgate_ledger_writes_total"] / commits,
-            "lock_held_ms": d["idemgate_ledger_write_lock_held_seconds_sum"] * 1000 / commits,
-            "lock_wait_ms": d["idemgate_ledger_write_lock_wait_seconds_sum"] * 1000 / commits}
-
-
 WRK_SCRIPT = r"""
 local thread_id = 0
 function setup(thread)
@@ -411,14 +350,6 @@ def warm_up(name, ports, path):
             raise SystemExit(f"bench: {name} answered {status} to the warm-up of replay-{k}")
 
 
-def lock_note(r, sep):
-    """How a run's write batches used the ledger's write lock, after `sep`; "" without figures."""
-    if "lock_held_ms" not in r:
-        return ""
-    return (f"{sep}{r['jobs_per_batch']:.1f} jobs a batch, lock held {r['lock_held_ms']:.2f} ms, "
-            f"waited {r['lock_wait_ms']:.2f} ms")
-
-
 def print_statuses(r):
     """The errors a run tallied (a smoke run's statuses, socket errors), a line each."""
     for x in r["statuses"]:
@@ -451,16 +382,16 @@ def parse_wrk(text):
     }
 
 
-def wrk(port, path, fresh, run_id, script, roots, seconds=SECONDS, admin=()):
-    """One wrk run (one per port, at once, the connections shared out, for a target of several
-    instances); also the CPU time the target's processes (`roots`, with their children) spent per
-    request: what the proxy costs, whatever share of the 2 cores wrk and the upstream took. With
-    `admin` ports, also how the ledger's write lock was used."""
+def wrk(port, path, fresh, run_id, script, roots, seconds=SECONDS, admin=(), connections=CONNECTIONS):
+    """One wrk run of `connections` (one per port, at once, the connections shared out, for a
+    target of several instances); also the CPU time the target's processes (`roots`, with their
+    children) spent per request: what the proxy costs, whatever share of the 2 cores wrk and the
+    upstream took. With `admin` ports, also how the ledger's write lock was used."""
     ports = port if isinstance(port, tuple) else (port,)
     env = dict(os.environ, BENCH_FRESH=str(fresh), BENCH_REPLAY_KEYS=str(REPLAY_KEYS),
                BENCH_BODY=BODY, BENCH_PATH=path)
     cpu0, lock0 = cpu_seconds(roots), lock_counters(admin)
-    procs = [subprocess.Popen(["wrk", f"-t{max(1, 2 // len(ports))}", f"-c{CONNECTIONS // len(ports)}",
+    procs = [subprocess.Popen(["wrk", f"-t{max(1, 2 // len(ports))}", f"-c{connections // len(ports)}",
                                f"-d{seconds}s", "--latency", "-s", script, f"http://127.0.0.1:{p}"],
                               env=dict(env, BENCH_RUN=f"{run_id}-{i}"), stdout=subprocess.PIPE, text=True)
              for i, p in enumerate(ports)]
@@ -476,6 +407,47 @@ def wrk(port, path, fresh, run_id, script, roots, seconds=SECONDS, admin=()):
     r["cpu_us"] = (cpu_seconds(roots) - cpu0) * 1e6 / r["requests"] if r["requests"] else None
     r.update(lock_use(lock0, lock_counters(admin)))
     return r
+
+
+SCENARIOS = [("first calls", 1.0), ("replays", 0.0), ("mix (50% replays)", 0.5)]
+# The second load shape BENCHMARKS.md reports beside the main one: wrk -t2 at 32 connections, 8 s
+# rounds (the main table is wrk -t2 at 64).
+SHAPE2_CONNECTIONS = 32
+SHAPE2_SECONDS = 1 if SMOKE else 8
+
+
+def scenarios(stack, t, names, which, script, connections=CONNECTIONS, seconds=SECONDS):
+    """Each of `which` (scenario, share of fresh keys) against each of `names`, ROUNDS rounds, the
+    order reversed every round so drift favours no one: scenario -> name -> medians (and the runs)."""
+    out = {}
+    for scenario, fresh in which:
+        runs = {n: [] for n in names}
+        for rnd in range(ROUNDS):
+            order = names if rnd % 2 == 0 else list(reversed(names))
+            for n in order:
+                port, path = t[n]
+                r = wrk(port, path, fresh, f"r{rnd}-c{connections}-{scenario[:5]}-{n}", script, stack.roots[n],
+                        seconds=seconds, admin=admin_ports(stack, n), connections=connections)
+                print(f"  {scenario:<18} -c{connections} round {rnd + 1} {n:<34} {r['rps']:>9.0f} req/s  "
+                      f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  errors {r['errors']}  "
+                      f"CPU {r['cpu_us'] or 0:.0f} µs/req{lock_note(r, '  ')}", flush=True)
+                print_statuses(r)
+                if n == "idemgate" and fresh == 1.0:
+                    # The tree's integrator runs every 250 ms: its last run's lag, read as the
+                    # load ends, is the lag under load.
+                    r["tree_lag_s"] = gauge(stack.ports["admin"], "idemgate_tree_lag_seconds")
+                runs[n].append(r)
+        out[scenario] = {
+            n: {"rps": statistics.median(x["rps"] for x in rs),
+                "p50_ms": statistics.median(x["p50_ms"] for x in rs if x["p50_ms"] is not None),
+                "p99_ms": statistics.median(x["p99_ms"] for x in rs if x["p99_ms"] is not None),
+                "errors": sum(x["errors"] for x in rs),
+                "cpu_us": statistics.median(x["cpu_us"] for x in rs if x["cpu_us"] is not None),
+                **{k: statistics.median(x[k] for x in rs)
+                   for k in ["jobs_per_batch", "lock_held_ms", "lock_wait_ms"] if all(k in x for x in rs)},
+                "runs": rs}
+            for n, rs in runs.items()}
+    return out
 
 
 def http_post(port, path, key):
@@ -599,35 +571,12 @@ def main():
             if isinstance(port, tuple):
                 continue
             warm_up(name, (port,), path)
-        names = list(t)
-        for scenario, fresh in [("first calls", 1.0), ("replays", 0.0), ("mix (50% replays)", 0.5)]:
-            runs = {n: [] for n in names}
-            for rnd in range(ROUNDS):
-                # Alternate the order every round so drift favours no one.
-                order = names if rnd % 2 == 0 else list(reversed(names))
-                for n in order:
-                    port, path = t[n]
-                    r = wrk(port, path, fresh, f"r{rnd}-{scenario[:5]}-{n}", script, stack.roots[n],
-                            admin=admin_ports(stack, n))
-                    print(f"  {scenario:<18} round {rnd + 1} {n:<34} {r['rps']:>9.0f} req/s  "
-                          f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  errors {r['errors']}  "
-                          f"CPU {r['cpu_us'] or 0:.0f} µs/req{lock_note(r, '  ')}", flush=True)
-                    print_statuses(r)
-                    if n == "idemgate" and fresh == 1.0:
-                        # The tree's integrator runs every 250 ms: its last run's lag, read as the
-                        # load ends, is the lag under load.
-                        r["tree_lag_s"] = gauge(stack.ports["admin"], "idemgate_tree_lag_seconds")
-                    runs[n].append(r)
-            results["scenarios"][scenario] = {
-                n: {"rps": statistics.median(x["rps"] for x in rs),
-                    "p50_ms": statistics.median(x["p50_ms"] for x in rs if x["p50_ms"] is not None),
-                    "p99_ms": statistics.median(x["p99_ms"] for x in rs if x["p99_ms"] is not None),
-                    "errors": sum(x["errors"] for x in rs),
-                    "cpu_us": statistics.median(x["cpu_us"] for x in rs if x["cpu_us"] is not None),
-                    **{k: statistics.median(x[k] for x in rs)
-                       for k in ["jobs_per_batch", "lock_held_ms", "lock_wait_ms"] if all(k in x for x in rs)},
-                    "runs": rs}
-                for n, rs in runs.items()}
+        results["scenarios"] = scenarios(stack, t, list(t), SCENARIOS, script)
+        # The second shape: fewer connections, shorter rounds, the rows the targets compare.
+        shape = [n for n in [PASS_THROUGH, "nginx", PEER_NAME, PEER_DURABLE, "idemgate"] if n in t]
+        results["shape2"] = {"connections": SHAPE2_CONNECTIONS, "seconds": SHAPE2_SECONDS,
+                             "scenarios": scenarios(stack, t, shape, SCENARIOS[:2], script,
+                                                    SHAPE2_CONNECTIONS, SHAPE2_SECONDS)}
         # Added latency at a fixed 1k req/s, against calling the upstream directly.
         rate_targets = {"direct": (stack.ports["upstream"], "/v1/charges"),
                         **{n: x for n, x in t.items() if n not in (DIRECT, PG_TWO)}}
