@@ -271,21 +271,19 @@ fn replay_counts_land_while_the_write_lock_is_held(b: Backend) {
         let o = f.l.claim(req("c", "{}", T0 + 10 + i)).wait();
         assert!(matches!(o, Ok(ClaimOutcome::Replay { .. })), "{o:?}");
     }
-    // Waits for the counts; the deadline bounds a hang (nothing the test holds is in their way).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
+    // Waits for the counts (nothing the test holds is in their way).
+    let e = wait_for(60, || {
         let e = f.l.entry(id, T0 + 100).expect("entry");
         if e.summary.replays == 6 {
-            assert_eq!(e.last_replay_at, Some(T0 + 14));
-            break;
+            Ok(e)
+        } else {
+            Err(format!(
+                "the counts waited for the write lock: {} replays counted",
+                e.summary.replays
+            ))
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the counts waited for the write lock: {} replays counted",
-            e.summary.replays
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    });
+    assert_eq!(e.last_replay_at, Some(T0 + 14));
     drop(held);
 }
 

@@ -253,6 +253,19 @@ fn req_at(key: &str, path: &str, at: Millis) -> ClaimRequest {
     }
 }
 
+/// Polls `check` every 20 ms until it returns `Ok`, for at most `secs` seconds (a bound on a
+/// hang, not a timing), then fails with what the last poll said of the state it waited on.
+fn wait_for<T>(secs: u64, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        match check() {
+            Ok(t) => return t,
+            Err(why) => assert!(std::time::Instant::now() < deadline, "{why}"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 // After the macros above, which the modules use.
 mod approvals;
 mod archive;

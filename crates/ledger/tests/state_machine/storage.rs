@@ -124,15 +124,16 @@ fn sqlite_checkpoints_off_the_writer() {
         .expect("wal")
         .len();
     assert!(wal > 2_000_000, "the claims are in the WAL ({wal} bytes)");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while size() < before + 2_000_000 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the database file stayed at {} bytes (was {before}): no checkpoint",
-            size()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_for(10, || {
+        let now = size();
+        if now >= before + 2_000_000 {
+            Ok(())
+        } else {
+            Err(format!(
+                "the database file stayed at {now} bytes (was {before}): no checkpoint"
+            ))
+        }
+    });
     verify_ok(&f.l);
 }
 
@@ -236,15 +237,16 @@ fn a_young_postgresql_ledger_is_analysed_as_it_grows(b: Backend) {
             commits += 1;
         }
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while analysed() < 256 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "after {commits} commits the newest analysis of entries counted {} rows",
-            analysed()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for(30, || {
+        let rows = analysed();
+        if rows >= 256 {
+            Ok(())
+        } else {
+            Err(format!(
+                "after {commits} commits the newest analysis of entries counted {rows} rows"
+            ))
+        }
+    });
 }
 
 /// The periodic checkpoint signs a head once: a second signer of that head (or an older one) is
@@ -299,21 +301,19 @@ fn one_instance_leads_the_books_at_a_time(b: Backend) {
         "SELECT pg_terminate_backend(pid::int) FROM leader",
     )
     .expect("end the leader's session");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while a.holds() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the lead outlived its session"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let _b = loop {
-        if let Some(l) = other.lead("host:2:bbbb", T0 + 2).expect("try") {
-            break l;
+    wait_for(10, || {
+        if a.holds() {
+            Err("the lead outlived its session".into())
+        } else {
+            Ok(())
         }
-        assert!(std::time::Instant::now() < deadline, "no one took the lead");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    });
+    let _b = wait_for(10, || {
+        other
+            .lead("host:2:bbbb", T0 + 2)
+            .expect("try")
+            .ok_or_else(|| "no one took the lead".to_string())
+    });
     assert_eq!(
         f.l.leader().expect("leader").map(|l| l.instance),
         Some("host:2:bbbb".into())
