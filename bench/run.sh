@@ -3,7 +3,7 @@
 # this machine, in one run; criterion's in-process ledger benches; the console's data calls on a
 # 10M-event demo ledger (BENCH_EVENTS); a fleet of instances on one PostgreSQL (bench/fleet.py).
 # Installs what it needs (Debian 12, as root). Results: target/bench/.
-#   bash bench/run.sh                 the full run (release builds; ~40 min on 2 cores)
+#   bash bench/run.sh                 the full run (release builds; ~47 min on 2 cores)
 #   BENCH_SMOKE=1 bash bench/run.sh   a few seconds each, debug builds, no peer (CI: the harness
 #                                     cannot rot); BENCH_PEER=1 adds idempotent-proxy-server
 # bench/ab.py compares two builds of `idemgate serve` alternated (run it after this has installed
