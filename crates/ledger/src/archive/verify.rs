@@ -155,6 +155,7 @@ pub fn verify_archive(
             _ => w.problems.push(format!("{f}: no manifest beside it")),
         }
     }
+    let mut todo = Vec::with_capacity(manifests.len());
     for (name, m) in &manifests {
         if store.is_some() && m.first_seq.unwrap_or(0) > through.unwrap_or(0) {
             // Not recorded yet: its events are live, and the live log is verified below.
@@ -169,11 +170,9 @@ pub fn verify_archive(
             w.unfinished.push(name.clone());
             continue;
         }
-        w.segment(name, m, progress)?;
-        if w.cancelled {
-            break;
-        }
+        todo.push((name.as_str(), m));
     }
+    w.segments(&todo, progress)?;
     let mut live = None;
     if let (Some(store), true, false) = (store, w.recorded.is_some(), w.cancelled) {
         let chain = w.live(store, &manifests, progress)?;
@@ -269,16 +268,18 @@ impl Walk<'_> {
         self.recorded = Some(store.archived()?);
         let (manifests, _) = list(self.place)?;
         let through = self.next.seq;
+        let mut todo = Vec::new();
         for (name, m) in &manifests {
             let (first, last) = (m.first_seq.unwrap_or(0), m.last_seq.unwrap_or(0));
             if first <= through || last > after.seq {
                 continue;
             }
             self.unfinished.retain(|u| u != name);
-            self.segment(name, m, progress)?;
-            if self.cancelled {
-                return Ok(());
-            }
+            todo.push((name.as_str(), m));
+        }
+        self.segments(&todo, progress)?;
+        if self.cancelled {
+            return Ok(());
         }
         if self.next.seq < after.seq {
             let missed = missing(self.next.seq + 1, after.seq, self.recorded.as_deref());
@@ -292,8 +293,50 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// Checks the segment `name` after the ones walked.
-    fn segment(&mut self, name: &str, m: &Manifest, progress: Progress<'_>) -> Result<()> {
+    /// Checks the segments `todo`, in order, after the ones walked. Each one's chain starts from
+    /// its manifest's place after the one before (not from that one's events), so their files
+    /// verify independently, on as many threads as there are cores; what each found is taken in
+    /// order, up to an error or a cancel.
+    fn segments(&mut self, todo: &[(&str, &Manifest)], progress: Progress<'_>) -> Result<()> {
+        // Planning moves `next` through every segment; it ends after the last one taken.
+        let walked = self.next.clone();
+        let planned: Vec<Planned<'_>> = todo.iter().map(|(name, m)| self.plan(name, m)).collect();
+        self.next = walked;
+        let cx = SegmentCtx {
+            place: self.place,
+            hasher: self.hasher,
+            public_key: self.public_key,
+            recorded: self.recorded.as_deref(),
+        };
+        let base = self.count;
+        let mut found = check_in_parallel(&cx, &planned, &mut |n| progress(base + n));
+        for (p, found) in planned.into_iter().zip(found.iter_mut()) {
+            let Some((mut check, chain)) = found.take() else {
+                break;
+            };
+            self.problems.extend(p.gap);
+            let chain = chain?;
+            self.cancelled |= chain.cancelled;
+            self.count += chain.count;
+            check.ok = check.problems.is_empty();
+            self.problems.extend(
+                check
+                    .problems
+                    .iter()
+                    .map(|why| format!("{}: {why}", p.name)),
+            );
+            self.segments.push(check);
+            self.next = p.head;
+            if self.cancelled {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// What checking the segment `name` after the ones walked needs: the problems its place
+    /// shows (before its file is read) and where its chain starts.
+    fn plan<'m>(&mut self, name: &'m str, m: &'m Manifest) -> Planned<'m> {
         let mut check = SegmentCheck {
             file: name.to_owned(),
             first_seq: m.first_seq,
@@ -315,11 +358,12 @@ impl Walk<'_> {
                 "reordered: its manifest says it holds seq {first}–{last}, not what its name says"
             ));
         }
+        let mut gap = None;
         let start = if first == self.next.seq + 1 {
             ChainStart::After(self.next.clone())
         } else {
             if first > self.next.seq + 1 {
-                self.problems.push(missing(
+                gap = Some(missing(
                     self.next.seq + 1,
                     first - 1,
                     self.recorded.as_deref(),
@@ -334,32 +378,97 @@ impl Walk<'_> {
                 prev_hash: m.first_prev_hash.clone(),
             }
         };
-        let base = self.count;
-        let chain = check_segment(
-            &SegmentCtx {
-                place: self.place,
-                hasher: self.hasher,
-                public_key: self.public_key,
-                recorded: self.recorded.as_deref(),
-            },
-            name,
-            m,
-            start,
-            &mut check,
-            &mut |n| progress(base + n),
-        )?;
-        self.cancelled |= chain.cancelled;
-        self.count += chain.count;
         self.next = ChainHead {
             seq: last,
             hash: m.chain_head.clone().map(|h| h.hash).unwrap_or_default(),
         };
-        check.ok = check.problems.is_empty();
-        self.problems
-            .extend(check.problems.iter().map(|p| format!("{name}: {p}")));
-        self.segments.push(check);
-        Ok(())
+        Planned {
+            name,
+            m,
+            check,
+            start,
+            gap,
+            head: self.next.clone(),
+        }
     }
+}
+
+/// One segment to check, as [`Walk::plan`] placed it.
+struct Planned<'m> {
+    name: &'m str,
+    m: &'m Manifest,
+    check: SegmentCheck,
+    start: ChainStart,
+    /// The gap before it, a problem of the archive's rather than of this segment's.
+    gap: Option<String>,
+    /// Where the walk is once it is taken: its manifest's last event.
+    head: ChainHead,
+}
+
+/// What one segment's check found: the segment as checked, and its chain's report.
+type Found = Option<(SegmentCheck, Result<VerifyReport>)>;
+
+/// A thread's word to the one reporting progress.
+enum Word {
+    /// Events verified since its last word.
+    Verified(u64),
+    Done(usize, SegmentCheck, Result<VerifyReport>),
+}
+
+/// The most segments checked at once: one a core, up to this (each of a bucket's is a downloaded
+/// copy on local disk while it is checked).
+const MAX_THREADS: usize = 8;
+
+/// Checks each of `planned` on a pool of threads (one a core, up to [`MAX_THREADS`]), while this thread tells
+/// `progress` the events verified in all; `None` for a segment not checked because `progress`
+/// cancelled the run before a thread took it.
+fn check_in_parallel(
+    cx: &SegmentCtx<'_>,
+    planned: &[Planned<'_>],
+    progress: Progress<'_>,
+) -> Vec<Found> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(MAX_THREADS)
+        .min(planned.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let mut found: Vec<Found> = planned.iter().map(|_| None).collect();
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel::<Word>();
+        for _ in 0..threads {
+            let (tx, next, cancel) = (tx.clone(), &next, &cancel);
+            s.spawn(move || loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(p) = planned.get(i) else { break };
+                if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let mut check = p.check.clone();
+                let mut told = 0;
+                let chain = check_segment(cx, p.name, p.m, p.start.clone(), &mut check, &mut |n| {
+                    let _ = tx.send(Word::Verified(n.saturating_sub(told)));
+                    told = n;
+                    !cancel.load(std::sync::atomic::Ordering::Relaxed)
+                });
+                let _ = tx.send(Word::Done(i, check, chain));
+            });
+        }
+        drop(tx);
+        let mut verified = 0;
+        for word in rx {
+            match word {
+                Word::Verified(n) => {
+                    verified += n;
+                    if !progress(verified) {
+                        cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+                Word::Done(i, check, chain) => found[i] = Some((check, chain)),
+            }
+        }
+    });
+    found
 }
 
 /// The problem of a gap in the segments, naming the recorded segment that covered it if any.

@@ -297,6 +297,38 @@ fn a_missing_altered_or_reordered_segment_is_named(b: Backend) {
         "{:?}",
         r.problems
     );
+    // Two segments altered: the report lists every segment, and each problem, in the archive's
+    // order, whichever was checked first.
+    let d = copy_dir(dir.path());
+    for (first, last, key) in [(1, 10, "k4"), (21, 30, "k24")] {
+        let path = d.path().join(seg(first, last));
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(std::fs::File::open(&path).expect("open"))
+            .read_to_string(&mut text)
+            .expect("gunzip");
+        let edited = text.replacen(&format!("\"key\":\"{key}\""), "\"key\":\"forged\"", 1);
+        assert_ne!(edited, text);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(edited.as_bytes()).expect("gzip");
+        std::fs::write(&path, gz.finish().expect("gzip")).expect("write");
+    }
+    let r = verify_dir(&f.l, d.path(), None);
+    let files: Vec<&str> = r.segments.iter().map(|s| s.file.as_str()).collect();
+    assert_eq!(files, [seg(1, 10), seg(11, 20), seg(21, 30)]);
+    let oks: Vec<bool> = r.segments.iter().map(|s| s.ok).collect();
+    assert_eq!(oks, [false, true, false]);
+    let named: Vec<&str> = r
+        .problems
+        .iter()
+        .filter_map(|p| p.split(':').next())
+        .collect();
+    let first_of_last = named.iter().position(|n| *n == seg(21, 30));
+    assert!(
+        first_of_last.is_some_and(|i| named[..i].contains(&seg(1, 10).as_str())
+            && !named[i..].contains(&seg(1, 10).as_str())),
+        "{:?}",
+        r.problems
+    );
     // The original still verifies.
     assert!(verify_dir(&f.l, dir.path(), None).ok);
 }
