@@ -684,10 +684,14 @@ fn a_call_held_on_one_instance_and_approved_through_the_other_runs_once() {
         &serde_json::json!({"operator": "ops-lead", "reason": "checked"}),
     );
     assert_eq!(approved.status, 200, "{}", approved.text());
-    // Both instances look for approved calls; one takes it.
-    eventually(10, "the approved call to run", || {
-        (p.up.counts.effects("refund-1") == 1).then_some(())
+    // Both instances look for approved calls; one takes it and records its outcome (the upstream
+    // counts the call before that instance has its answer: a retry then is still in flight).
+    let l = ledger(&p.url);
+    eventually(10, "the approved call's outcome", || {
+        let e = l.entry(id, idemgate_ledger::now_millis()).expect("entry");
+        (e.summary.state == State::Completed).then_some(())
     });
+    assert_eq!(p.up.counts.effects("refund-1"), 1);
     let r = refund(p.b.addr);
     assert_eq!(r.status, 201, "{}", r.text());
     let r = refund(p.a.addr);

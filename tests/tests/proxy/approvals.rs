@@ -256,9 +256,11 @@ fn a_call_over_the_threshold_runs_once_two_operators_approved_it() {
     assert_eq!(f.upstream.counts.effects("r-big"), 0);
     let second = decide(&f, "oscar", id, "approve", "amount checked");
     assert_eq!(second.json()["end"], "approved");
-    // The server forwards it itself, with the route's credential; the retry gets its result.
-    eventually(10, "the approved call to run", || {
-        (f.upstream.counts.effects("r-big") == 1).then_some(())
+    // The server forwards it itself, with the route's credential; once it has recorded the
+    // outcome (the upstream counts the call before that), the retry gets its result.
+    eventually(10, "the approved call's outcome", || {
+        let e = f.proxy.admin_get(&format!("/admin/v1/entries/{id}")).json();
+        (e["entry"]["state"] == "completed").then_some(())
     });
     let r = post(&f, "/v1/refunds", "r-big", &big);
     assert_eq!(r.status, 201, "{}", r.text());

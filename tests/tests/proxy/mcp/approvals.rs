@@ -108,8 +108,10 @@ fn a_tool_call_over_the_threshold_runs_once_an_operator_approves_it() {
         &json!({"operator": "olga", "reason": "refund agreed"}),
     );
     assert_eq!(approve.status, 200, "{}", approve.text());
-    eventually(10, "the approved call to run", || {
-        (effects(&f, "refund", "o-big") == 1).then_some(())
+    // Waits for the outcome, recorded after the upstream counts the call.
+    eventually(10, "the approved call's outcome", || {
+        let e = f.proxy.admin_get(&format!("/admin/v1/entries/{id}")).json();
+        (e["entry"]["state"] == "completed").then_some(())
     });
     let done = rpc(&f, &call(4, "refund", big), &[]);
     let m = last_message(&done);
