@@ -24,7 +24,9 @@ type HmacSha256 = hmac::Hmac<Sha256>;
 /// Computes event hashes, keyed or not.
 #[derive(Clone)]
 pub struct ChainHasher {
-    key: Option<Vec<u8>>,
+    /// HMAC-SHA256 under the chain key, already keyed: each event's MAC starts from a copy of it
+    /// (keying hashes the key's two pads, two compressions an event saved).
+    key: Option<HmacSha256>,
 }
 
 impl std::fmt::Debug for ChainHasher {
@@ -42,7 +44,10 @@ impl ChainHasher {
     }
 
     pub fn keyed(key: Vec<u8>) -> Self {
-        ChainHasher { key: Some(key) }
+        // HMAC accepts keys of any length; new_from_slice cannot fail for it.
+        let mac = <HmacSha256 as KeyInit>::new_from_slice(&key)
+            .unwrap_or_else(|_| unreachable!("hmac accepts any key length"));
+        ChainHasher { key: Some(mac) }
     }
 
     /// The chain key from `IDEMGATE_CHAIN_KEY`, or from the file named by `IDEMGATE_CHAIN_KEY_FILE`
@@ -104,9 +109,7 @@ impl ChainHasher {
                 h.finalize().into()
             }
             Some(k) => {
-                // HMAC accepts keys of any length; new_from_slice cannot fail for it.
-                let mut m = <HmacSha256 as KeyInit>::new_from_slice(k)
-                    .unwrap_or_else(|_| unreachable!("hmac accepts any key length"));
+                let mut m = k.clone();
                 m.update(prev_hash.as_bytes());
                 m.update(canonical);
                 m.finalize().into_bytes().into()
@@ -119,31 +122,10 @@ impl ChainHasher {
     }
 }
 
-/// The canonical event's fields up to `entry_id`: the ones a writer knows only once it has placed
-/// the event in the log.
-#[derive(Serialize)]
-struct CanonicalHead<'a> {
-    v: u8,
-    seq: i64,
-    at: i64,
-    kind: &'a str,
-    entry_id: Option<i64>,
-}
-
-/// The canonical event's other fields, which follow the head's.
-#[derive(Serialize)]
-struct CanonicalTail<'a> {
-    route: &'a str,
-    scope: &'a str,
-    key: &'a str,
-    operator: Option<&'a str>,
-    reason: Option<&'a str>,
-    detail: &'a str,
-    payload_digest: Option<&'a str>,
-}
-
-/// The bytes an event's hash covers (besides `prev_hash`): compact JSON of the fields of
-/// [`CanonicalHead`] then of [`CanonicalTail`], in that order, as one object.
+/// The bytes an event's hash covers (besides `prev_hash`): one compact JSON object of `v` (1),
+/// `seq`, `at`, `kind`, `entry_id`, `route`, `scope`, `key`, `operator`, `reason`, `detail` and
+/// `payload_digest`, in that order, an absent field `null`, strings escaped as serde_json escapes
+/// them ([`crate::canon::write_string`]).
 pub fn canonical_event(ev: &Event) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     canonical_event_into(ev, &mut out);
@@ -155,18 +137,28 @@ fn canonical_event_into(ev: &Event, out: &mut Vec<u8>) {
     canonical_tail_into(ev, out);
 }
 
-/// `{"v":1,…,"entry_id":…` (the object left open).
+/// `{"v":1,…,"entry_id":…` (the object left open): the fields a writer knows only once it has
+/// placed the event in the log.
 fn canonical_head_into(ev: &Event, out: &mut Vec<u8>) {
-    let h = CanonicalHead {
-        v: 1,
-        seq: ev.seq,
-        at: ev.at,
-        kind: &ev.kind,
-        entry_id: ev.entry_id,
-    };
-    // Serializing plain strings and integers into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, &h);
-    out.pop(); // its `}`
+    out.extend_from_slice(b"{\"v\":1,\"seq\":");
+    out.extend_from_slice(itoa::Buffer::new().format(ev.seq).as_bytes());
+    out.extend_from_slice(b",\"at\":");
+    out.extend_from_slice(itoa::Buffer::new().format(ev.at).as_bytes());
+    field(out, b",\"kind\":", Some(&ev.kind));
+    out.extend_from_slice(b",\"entry_id\":");
+    match ev.entry_id {
+        Some(id) => out.extend_from_slice(itoa::Buffer::new().format(id).as_bytes()),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// `name` (its quotes, colon and leading comma included) and `value` as JSON (`null` for none).
+fn field(out: &mut Vec<u8>, name: &[u8], value: Option<&str>) {
+    out.extend_from_slice(name);
+    match value {
+        Some(v) => crate::canon::write_string(v, out),
+        None => out.extend_from_slice(b"null"),
+    }
 }
 
 /// [`canonical_tail`] of `ev`'s fields.
@@ -178,15 +170,15 @@ pub(crate) fn event_tail(ev: &Event) -> Vec<u8> {
 
 fn canonical_tail_into(ev: &Event, out: &mut Vec<u8>) {
     write_tail(
-        &CanonicalTail {
-            route: &ev.route,
-            scope: &ev.scope,
-            key: &ev.key,
-            operator: ev.operator.as_deref(),
-            reason: ev.reason.as_deref(),
-            detail: &ev.detail,
-            payload_digest: ev.payload_digest.as_deref(),
-        },
+        [
+            Some(ev.route.as_str()),
+            Some(&ev.scope),
+            Some(&ev.key),
+            ev.operator.as_deref(),
+            ev.reason.as_deref(),
+            Some(&ev.detail),
+            ev.payload_digest.as_deref(),
+        ],
         out,
     );
 }
@@ -204,27 +196,38 @@ pub(crate) fn canonical_tail(
     detail: &str,
     payload_digest: Option<&str>,
 ) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 + route.len() + scope.len() + key.len() + detail.len());
+    let mut out = Vec::with_capacity(128 + route.len() + scope.len() + key.len() + detail.len());
     write_tail(
-        &CanonicalTail {
-            route,
-            scope,
-            key,
+        [
+            Some(route),
+            Some(scope),
+            Some(key),
             operator,
             reason,
-            detail,
+            Some(detail),
             payload_digest,
-        },
+        ],
         &mut out,
     );
     out
 }
 
-fn write_tail(t: &CanonicalTail<'_>, out: &mut Vec<u8>) {
-    let start = out.len();
-    let _ = serde_json::to_writer(&mut *out, t);
-    // Its `{` becomes the `,` after the head's last field.
-    out[start] = b',';
+/// The tail's fields, in their order in the encoding.
+const TAIL: [&[u8]; 7] = [
+    b",\"route\":",
+    b",\"scope\":",
+    b",\"key\":",
+    b",\"operator\":",
+    b",\"reason\":",
+    b",\"detail\":",
+    b",\"payload_digest\":",
+];
+
+fn write_tail(values: [Option<&str>; 7], out: &mut Vec<u8>) {
+    for (name, value) in TAIL.iter().zip(values) {
+        field(out, name, value);
+    }
+    out.push(b'}');
 }
 
 /// What a verification found.
@@ -532,8 +535,19 @@ mod tests {
         }
     }
 
+    /// Any characters, with the ones JSON escapes (controls, quotes, backslashes) frequent.
+    fn text() -> impl Strategy<Value = String> {
+        let char = prop_oneof![
+            any::<char>(),
+            Just('"'),
+            Just('\\'),
+            (0u8..0x20).prop_map(char::from)
+        ];
+        prop::collection::vec(char, 0..24).prop_map(|cs| cs.into_iter().collect())
+    }
+
     fn opt_text() -> impl Strategy<Value = Option<String>> {
-        prop::option::of(any::<String>())
+        prop::option::of(text())
     }
 
     proptest! {
@@ -541,10 +555,10 @@ mod tests {
         /// beforehand gives the same hash.
         #[test]
         fn the_split_encoding_is_the_whole_one(
-            seq in any::<i64>(), at in any::<i64>(), kind in any::<String>(),
-            entry_id in prop::option::of(any::<i64>()), route in any::<String>(),
-            scope in any::<String>(), key in any::<String>(), operator in opt_text(),
-            reason in opt_text(), detail in any::<String>(), payload_digest in opt_text(),
+            seq in any::<i64>(), at in any::<i64>(), kind in text(),
+            entry_id in prop::option::of(any::<i64>()), route in text(),
+            scope in text(), key in text(), operator in opt_text(),
+            reason in opt_text(), detail in text(), payload_digest in opt_text(),
         ) {
             let ev = Event {
                 seq, at, kind, entry_id, route, scope, key, operator, reason, detail,
