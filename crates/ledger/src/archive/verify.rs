@@ -298,10 +298,16 @@ impl Walk<'_> {
     /// verify independently, on as many threads as there are cores; what each found is taken in
     /// order, up to an error or a cancel.
     fn segments(&mut self, todo: &[(&str, &Manifest)], progress: Progress<'_>) -> Result<()> {
-        // Planning moves `next` through every segment; it ends after the last one taken.
-        let walked = self.next.clone();
-        let planned: Vec<Planned<'_>> = todo.iter().map(|(name, m)| self.plan(name, m)).collect();
-        self.next = walked;
+        // Each segment is planned after the one before it; `next` moves only as one is taken.
+        let mut after = self.next.clone();
+        let planned: Vec<Planned<'_>> = todo
+            .iter()
+            .map(|(name, m)| {
+                let p = self.plan(name, m, &after);
+                after.clone_from(&p.head);
+                p
+            })
+            .collect();
         let cx = SegmentCtx {
             place: self.place,
             hasher: self.hasher,
@@ -334,9 +340,9 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// What checking the segment `name` after the ones walked needs: the problems its place
+    /// What checking the segment `name` after the event `after` needs: the problems its place
     /// shows (before its file is read) and where its chain starts.
-    fn plan<'m>(&mut self, name: &'m str, m: &'m Manifest) -> Planned<'m> {
+    fn plan<'m>(&self, name: &'m str, m: &'m Manifest, after: &ChainHead) -> Planned<'m> {
         let mut check = SegmentCheck {
             file: name.to_owned(),
             first_seq: m.first_seq,
@@ -359,28 +365,20 @@ impl Walk<'_> {
             ));
         }
         let mut gap = None;
-        let start = if first == self.next.seq + 1 {
-            ChainStart::After(self.next.clone())
+        let start = if first == after.seq + 1 {
+            ChainStart::After(after.clone())
         } else {
-            if first > self.next.seq + 1 {
-                gap = Some(missing(
-                    self.next.seq + 1,
-                    first - 1,
-                    self.recorded.as_deref(),
-                ));
+            if first > after.seq + 1 {
+                gap = Some(missing(after.seq + 1, first - 1, self.recorded.as_deref()));
             } else {
                 check.problems.push(format!(
                     "reordered: it starts at seq {first}, inside the segments before it (through seq {})",
-                    self.next.seq
+                    after.seq
                 ));
             }
             ChainStart::Anywhere {
                 prev_hash: m.first_prev_hash.clone(),
             }
-        };
-        self.next = ChainHead {
-            seq: last,
-            hash: m.chain_head.clone().map(|h| h.hash).unwrap_or_default(),
         };
         Planned {
             name,
@@ -388,7 +386,10 @@ impl Walk<'_> {
             check,
             start,
             gap,
-            head: self.next.clone(),
+            head: ChainHead {
+                seq: last,
+                hash: m.chain_head.clone().map(|h| h.hash).unwrap_or_default(),
+            },
         }
     }
 }
