@@ -22,7 +22,6 @@ limiting throughput; the timer adds up to a millisecond of its own.
 import asyncio
 import json
 import os
-import statistics
 import shutil
 import subprocess
 import sys
@@ -31,6 +30,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import host  # noqa: E402  (bench/host.py: ports and /proc)
 import run  # noqa: E402  (bench/run.py: the upstream, serve and wrk)
+from report import median as median_of  # noqa: E402  (bench/report.py)
 from metrics import lock_note  # noqa: E402  (bench/metrics.py: the instances' /metrics)
 
 SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
@@ -119,8 +119,7 @@ def measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, script,
 
 
 def median(runs, scenario, key):
-    vals = [r[scenario][key] for r in runs if r[scenario].get(key) is not None]
-    return statistics.median(vals) if vals else None
+    return median_of(r[scenario].get(key) for r in runs)
 
 
 def report(results):

@@ -1,6 +1,8 @@
 """The benchmark's report: the rows' names, the Markdown tables of a run's results, and the checks a
 run must pass (no errors where none may be)."""
 
+import statistics
+
 PEER_NAME = "idempotent-proxy-server"
 # The same peer with its Redis as durable as idemgate's ledger: every write fsync'd before the
 # answer (`appendfsync always`).
@@ -18,6 +20,12 @@ PG_TWO = "idemgate (PostgreSQL, 2 instances)"
 DIRECT = "upstream, direct (one hop)"
 PASS_THROUGH = "idemgate, pass-through (no ledger)"
 REFERENCES = [DIRECT, PASS_THROUGH]
+
+
+def median(values):
+    """The median of the values that are not None (None when there are none)."""
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
 
 
 def fmt(v, spec):

@@ -22,7 +22,6 @@ import re
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import tempfile
 import time
@@ -34,7 +33,7 @@ from host import (block_device, cpu_seconds, cpu_times, disk_counters, disk_sinc
                   peak_rss_mb, reap, steal_since, wait_port)
 from metrics import ADMIN_TOKEN, gauge, lock_counters, lock_note, lock_use
 from report import (DIRECT, PASS_THROUGH, PEER_DURABLE, PEER_NAME, PG, PG_TWO, TRACED, check, disk_cells,
-                    report)
+                    median, report)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.environ.get("BENCH_SMOKE") == "1"
@@ -432,18 +431,15 @@ def scenarios(stack, t, names, which, script, connections=CONNECTIONS, seconds=S
                       f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  errors {r['errors']}  "
                       f"CPU {r['cpu_us'] or 0:.0f} µs/req{lock_note(r, '  ')}", flush=True)
                 print_statuses(r)
-                if n == "idemgate" and fresh == 1.0:
+                if n == "idemgate" and fresh == 1.0 and connections == CONNECTIONS:
                     # The tree's integrator runs every 250 ms: its last run's lag, read as the
                     # load ends, is the lag under load.
                     r["tree_lag_s"] = gauge(stack.ports["admin"], "idemgate_tree_lag_seconds")
                 runs[n].append(r)
         out[scenario] = {
-            n: {"rps": statistics.median(x["rps"] for x in rs),
-                "p50_ms": statistics.median(x["p50_ms"] for x in rs if x["p50_ms"] is not None),
-                "p99_ms": statistics.median(x["p99_ms"] for x in rs if x["p99_ms"] is not None),
+            n: {**{k: median(x[k] for x in rs) for k in ["rps", "p50_ms", "p99_ms", "cpu_us"]},
                 "errors": sum(x["errors"] for x in rs),
-                "cpu_us": statistics.median(x["cpu_us"] for x in rs if x["cpu_us"] is not None),
-                **{k: statistics.median(x[k] for x in rs)
+                **{k: median(x[k] for x in rs)
                    for k in ["jobs_per_batch", "lock_held_ms", "lock_wait_ms"] if all(k in x for x in rs)},
                 "runs": rs}
             for n, rs in runs.items()}
