@@ -190,7 +190,7 @@ fn write_json<T: serde::Serialize + ?Sized>(v: &T, out: &mut impl Sink) {
     let _ = serde_json::to_writer(SinkWriter(out), v);
 }
 
-/// `s` as a JSON string, escaped byte for byte as serde_json escapes it: `"` and `\\`, the short
+/// `s` as a JSON string, escaped byte for byte as serde_json escapes it: `"` and `\`, the short
 /// escapes of `\b \f \n \r \t`, every other byte below 0x20 as `\u00XX`, nothing else. Runs that
 /// need no escape are found eight bytes at a time and written whole: every event the chain hashes
 /// or verifies passes through here.
@@ -235,7 +235,7 @@ pub(crate) fn write_string(s: &str, out: &mut impl Sink) {
     out.put(b"\"");
 }
 
-/// The index of the first byte at or after `from` that a JSON string escapes (`"`, `\\`, or below
+/// The index of the first byte at or after `from` that a JSON string escapes (`"`, `\`, or below
 /// 0x20), or `bytes.len()`.
 fn next_escape(bytes: &[u8], from: usize) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;

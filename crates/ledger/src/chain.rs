@@ -12,6 +12,9 @@ use sha2::{Digest, Sha256};
 use crate::error::{LedgerError, Result};
 use crate::model::{ChainHead, Event};
 
+mod page;
+pub(crate) use page::CanonPage;
+
 /// The `prev_hash` of the first event.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -91,14 +94,6 @@ impl ChainHasher {
         String::from_utf8_lossy(&hex).into_owned()
     }
 
-    /// [`ChainHasher::hash`] as lowercase hex bytes, with `buf` for the canonical encoding (so a
-    /// walk over many events allocates nothing per event).
-    fn hex_digest(&self, ev: &Event, buf: &mut Vec<u8>) -> [u8; 64] {
-        buf.clear();
-        canonical_event_into(ev, buf);
-        self.hex_digest_of(&ev.prev_hash, buf)
-    }
-
     /// The hex digest of `prev_hash` followed by an event's canonical encoding.
     fn hex_digest_of(&self, prev_hash: &str, canonical: &[u8]) -> [u8; 64] {
         let digest: [u8; 32] = match &self.key {
@@ -140,13 +135,26 @@ fn canonical_event_into(ev: &Event, out: &mut Vec<u8>) {
 /// `{"v":1,…,"entry_id":…` (the object left open): the fields a writer knows only once it has
 /// placed the event in the log.
 fn canonical_head_into(ev: &Event, out: &mut Vec<u8>) {
+    numbers_into(out, ev.seq, ev.at);
+    field(out, KIND, Some(&ev.kind));
+    entry_id_into(out, ev.entry_id);
+}
+
+/// The canonical encoding's name of `kind`, the field between `at` and `entry_id`.
+const KIND: &[u8] = b",\"kind\":";
+
+/// `{"v":1,"seq":…,"at":…`.
+fn numbers_into(out: &mut Vec<u8>, seq: i64, at: i64) {
     out.extend_from_slice(b"{\"v\":1,\"seq\":");
-    out.extend_from_slice(itoa::Buffer::new().format(ev.seq).as_bytes());
+    out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
     out.extend_from_slice(b",\"at\":");
-    out.extend_from_slice(itoa::Buffer::new().format(ev.at).as_bytes());
-    field(out, b",\"kind\":", Some(&ev.kind));
+    out.extend_from_slice(itoa::Buffer::new().format(at).as_bytes());
+}
+
+/// `,"entry_id":…`.
+fn entry_id_into(out: &mut Vec<u8>, entry_id: Option<i64>) {
     out.extend_from_slice(b",\"entry_id\":");
-    match ev.entry_id {
+    match entry_id {
         Some(id) => out.extend_from_slice(itoa::Buffer::new().format(id).as_bytes()),
         None => out.extend_from_slice(b"null"),
     }
@@ -339,10 +347,35 @@ impl<'h> ChainWalk<'h> {
     }
 
     /// Checks the next event; `false` once the walk has stopped (this event or an earlier one
-    /// does not hold, or `progress`, told the count every 4096 events, cancelled it).
+    /// does not hold, or `progress`, told the count every 4096 events, cancelled it). `each` is
+    /// handed each event that holds, with its canonical encoding.
     pub(crate) fn step(
         &mut self,
         ev: &Event,
+        progress: &mut dyn FnMut(u64) -> bool,
+        each: &mut dyn FnMut(i64, &[u8]),
+    ) -> bool {
+        if self.ended {
+            return false;
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        canonical_event_into(ev, &mut buf);
+        let packed = page::Packed {
+            seq: ev.seq,
+            canon: &buf,
+            prev_hash: &ev.prev_hash,
+            hash: &ev.hash,
+        };
+        let go = self.step_packed(&packed, progress, each);
+        self.buf = buf;
+        go
+    }
+
+    /// [`ChainWalk::step`] of an event already encoded (a [`CanonPage`]'s).
+    pub(crate) fn step_packed(
+        &mut self,
+        ev: &page::Packed<'_>,
         progress: &mut dyn FnMut(u64) -> bool,
         each: &mut dyn FnMut(i64, &[u8]),
     ) -> bool {
@@ -359,16 +392,16 @@ impl<'h> ChainWalk<'h> {
                 );
                 return self.bad(named, why);
             }
-            if &ev.prev_hash != prev {
+            if ev.prev_hash != prev {
                 let why = "prev_hash does not link to the previous event".to_owned();
                 return self.bad(ev.seq, why);
             }
         }
-        if self.hasher.hex_digest(ev, &mut self.buf) != ev.hash.as_bytes() {
+        if self.hasher.hex_digest_of(ev.prev_hash, ev.canon) != ev.hash.as_bytes() {
             let why = "hash does not match the event's contents".to_owned();
             return self.bad(ev.seq, why);
         }
-        each(ev.seq, &self.buf);
+        each(ev.seq, ev.canon);
         let report = &mut self.report;
         if report.first_seq.is_none() {
             report.first_seq = Some(ev.seq);
@@ -378,9 +411,10 @@ impl<'h> ChainWalk<'h> {
             // The hash's buffer is reused: a walk over many events allocates nothing per event.
             Some((seq, hash)) => {
                 *seq = ev.seq + 1;
-                hash.clone_from(&ev.hash);
+                hash.clear();
+                hash.push_str(ev.hash);
             }
-            None => self.expect = Some((ev.seq + 1, ev.hash.clone())),
+            None => self.expect = Some((ev.seq + 1, ev.hash.to_owned())),
         }
         if report.count.is_multiple_of(4096) && !progress(report.count) {
             report.cancelled = true;

@@ -108,14 +108,10 @@ pub(crate) trait Row {
     fn flag(&self, i: usize) -> Result<bool> {
         Ok(self.int(i)? != 0)
     }
-    /// [`Row::text`] into `out`, whose allocation a backend may reuse (a walk over many rows).
-    fn text_into(&self, i: usize, out: &mut String) -> Result<()> {
-        *out = self.text(i)?;
-        Ok(())
-    }
-    /// [`Row::opt_text`] into `out`, as [`Row::text_into`].
-    fn opt_text_into(&self, i: usize, out: &mut Option<String>) -> Result<()> {
-        *out = self.opt_text(i)?;
+    /// Column `i`'s text handed to `f` (`None`: NULL), borrowed from the row where the backend
+    /// can (a walk that encodes each row as it reads it copies nothing).
+    fn with_opt_str(&self, i: usize, f: &mut dyn FnMut(Option<&str>)) -> Result<()> {
+        f(self.opt_text(i)?.as_deref());
         Ok(())
     }
 }

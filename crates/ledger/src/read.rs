@@ -337,26 +337,21 @@ pub(crate) const EVENT_COLS: &str =
     "seq, at, kind, entry_id, route, scope, key, operator, reason, detail, payload_digest, prev_hash, hash";
 
 pub(crate) fn event_row(r: &dyn Row) -> Result<Event> {
-    let mut ev = Event::default();
-    event_row_into(r, &mut ev)?;
-    Ok(ev)
-}
-
-/// [`event_row`] into `ev`, reusing its strings' allocations.
-fn event_row_into(r: &dyn Row, ev: &mut Event) -> Result<()> {
-    ev.seq = r.int(0)?;
-    ev.at = r.int(1)?;
-    r.text_into(2, &mut ev.kind)?;
-    ev.entry_id = r.opt_int(3)?;
-    r.text_into(4, &mut ev.route)?;
-    r.text_into(5, &mut ev.scope)?;
-    r.text_into(6, &mut ev.key)?;
-    r.opt_text_into(7, &mut ev.operator)?;
-    r.opt_text_into(8, &mut ev.reason)?;
-    r.text_into(9, &mut ev.detail)?;
-    r.opt_text_into(10, &mut ev.payload_digest)?;
-    r.text_into(11, &mut ev.prev_hash)?;
-    r.text_into(12, &mut ev.hash)
+    Ok(Event {
+        seq: r.int(0)?,
+        at: r.int(1)?,
+        kind: r.text(2)?,
+        entry_id: r.opt_int(3)?,
+        route: r.text(4)?,
+        scope: r.text(5)?,
+        key: r.text(6)?,
+        operator: r.opt_text(7)?,
+        reason: r.opt_text(8)?,
+        detail: r.text(9)?,
+        payload_digest: r.opt_text(10)?,
+        prev_hash: r.text(11)?,
+        hash: r.text(12)?,
+    })
 }
 
 /// The events matching `f`, newest first; `within`: only those in this sequence range (inclusive).
@@ -536,27 +531,21 @@ pub(crate) fn scan_seqs(
     )
 }
 
-/// The next `page` events after seq `after`, in sequence order, into `out` (one short statement
-/// a page: a walk over the whole log holds no statement open). `out`'s events are overwritten in
-/// place, their strings' allocations reused; it holds what was read.
-pub(crate) fn event_page_into(
+/// The next `page` events after seq `after`, in order, packed into `out` (emptied first) as the
+/// chain's walk checks them: one short statement a page, so a walk over the whole log holds no
+/// statement open.
+pub(crate) fn canon_page_into(
     db: &mut dyn Db,
     after: i64,
     page: usize,
-    out: &mut Vec<Event>,
+    out: &mut crate::chain::CanonPage,
 ) -> Result<()> {
     let sql = format!("SELECT {EVENT_COLS} FROM events WHERE seq > ?1 ORDER BY seq LIMIT {page}");
-    let mut n = 0;
-    let read = db.each(&sql, vals![after], &mut |r| {
-        match out.get_mut(n) {
-            Some(ev) => event_row_into(r, ev)?,
-            None => out.push(event_row(r)?),
-        }
-        n += 1;
+    out.clear();
+    db.each(&sql, vals![after], &mut |r| {
+        out.push_row(r)?;
         Ok(true)
-    });
-    out.truncate(n);
-    read
+    })
 }
 
 /// The overview's count of expired entries: those whose expiry the sweeper has logged, kept by

@@ -1,11 +1,11 @@
-//! `verify` of the live log: the chain walked over pages a reader thread reads in one snapshot,
-//! and the Merkle tree kept beside it recomputed on a third thread.
+//! `verify` of the live log: the chain walked over pages a reader thread reads and encodes in one
+//! snapshot, and the Merkle tree kept beside it recomputed on a third thread.
 
 use super::Ledger;
-use crate::chain::{self, VerifyReport};
+use crate::chain::{self, CanonPage, VerifyReport};
 use crate::db::Db;
 use crate::error::{LedgerError, Result};
-use crate::model::{ChainHead, Event};
+use crate::model::ChainHead;
 use crate::read;
 use crate::store::{Progress, Storage as _};
 
@@ -19,15 +19,16 @@ const PAGES_AHEAD: usize = 4;
 pub(super) fn verify(ledger: &Ledger, progress: Progress<'_>) -> Result<VerifyReport> {
     let alg = ledger.chain_alg()?;
     chain::check_alg(&ledger.hasher, &alg)?;
-    // Reading and hashing overlap: a thread reads the log in pages, this one checks them and
-    // hands each event's leaf hash to a third, which recomputes the tree kept beside the chain.
-    // A checked page goes back to the reader, which reads the next one into it: the walk
+    // Reading and hashing overlap: a thread reads the log in pages, encoding each event from the
+    // row's own text as it reads it ([`CanonPage`]); this one hashes and checks them and hands
+    // each event's leaf hash to a third, which recomputes the tree kept beside the chain. A
+    // checked page goes back to the reader, which reads the next one into it: the walk
     // allocates nothing per event, and holds a few pages whatever the log's size. The reader
     // reads where the live log starts, then the log, in one snapshot: archival may remove events
     // meanwhile, and the walk must not find them gone.
     let (starts, start) = std::sync::mpsc::sync_channel::<Option<ChainHead>>(1);
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Event>>>(PAGES_AHEAD);
-    let (back, spare) = std::sync::mpsc::channel::<Vec<Event>>();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<CanonPage>>(PAGES_AHEAD);
+    let (back, spare) = std::sync::mpsc::channel::<CanonPage>();
     let (leaves, mut live) = crate::tree::LeafHashes::channel();
     let stop_tree = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -74,8 +75,8 @@ pub(super) fn verify(ledger: &Ledger, progress: Progress<'_>) -> Result<VerifyRe
         'pages: for page in rx {
             match page {
                 Ok(page) => {
-                    for ev in &page {
-                        if !walk.step(ev, progress, &mut send) {
+                    for ev in page.iter() {
+                        if !walk.step_packed(&ev, progress, &mut send) {
                             break 'pages;
                         }
                     }
@@ -116,16 +117,16 @@ pub(super) fn verify(ledger: &Ledger, progress: Progress<'_>) -> Result<VerifyRe
 fn read_pages(
     db: &mut dyn Db,
     mut after: i64,
-    tx: &std::sync::mpsc::SyncSender<Result<Vec<Event>>>,
-    spare: &std::sync::mpsc::Receiver<Vec<Event>>,
+    tx: &std::sync::mpsc::SyncSender<Result<CanonPage>>,
+    spare: &std::sync::mpsc::Receiver<CanonPage>,
 ) -> Result<()> {
     loop {
         let mut page = spare.try_recv().unwrap_or_default();
-        read::event_page_into(db, after, VERIFY_PAGE, &mut page)?;
-        let Some(last) = page.last() else {
+        read::canon_page_into(db, after, VERIFY_PAGE, &mut page)?;
+        let Some(last) = page.last_seq() else {
             return Ok(());
         };
-        after = last.seq;
+        after = last;
         let full = page.len() == VERIFY_PAGE;
         // A walk that stopped early dropped its end: stop reading.
         if tx.send(Ok(page)).is_err() || !full {

@@ -295,26 +295,8 @@ impl Row for rusqlite::Row<'_> {
         Ok(self.get(i)?)
     }
 
-    fn text_into(&self, i: usize, out: &mut String) -> Result<()> {
-        match str_at(self, i)? {
-            Some(s) => {
-                out.clear();
-                out.push_str(s);
-                Ok(())
-            }
-            None => Err(crate::db::null(i)),
-        }
-    }
-
-    fn opt_text_into(&self, i: usize, out: &mut Option<String>) -> Result<()> {
-        match (str_at(self, i)?, out.as_mut()) {
-            (None, _) => *out = None,
-            (Some(s), Some(o)) => {
-                o.clear();
-                o.push_str(s);
-            }
-            (Some(s), None) => *out = Some(s.to_owned()),
-        }
+    fn with_opt_str(&self, i: usize, f: &mut dyn FnMut(Option<&str>)) -> Result<()> {
+        f(str_at(self, i)?);
         Ok(())
     }
 }
