@@ -224,17 +224,22 @@ impl Where {
 /// "The entry's key is `?`": the entries' unique constraint leads with the key (migration 8).
 pub(crate) const ENTRY_KEY: &str = "key = ?";
 
-/// "The event's key is `?`". `events_key` holds every event but the claims and the completions
-/// (migration 8); those two are always logged under their entry, with its key and id. So: the
-/// events in `events_key`; the events of every entry of the key; and the events of every entry
-/// that one of the indexed events names — a purged entry's, through its purge's event (and, under
-/// another key, a refused duplicate's original). The outer `key = ?` keeps what is under another
-/// key. The kinds are spelled as the partial index's condition is, so both planners use it.
+/// "The event's key is `?`". `events_key` holds every event but an entry's lifecycle (claim,
+/// completion, attempt, release, lease and TTL expiry; SQLite migrations 8 and 18), which is
+/// always logged under its entry, with its key and id. So: the events in `events_key`; the
+/// events of every entry of the key; and the events of every entry that one of the indexed
+/// events names — a purged entry's, through its purge's event (and, under another key, a
+/// refused duplicate's original). The outer `key = ?` keeps what is under another key. The
+/// kinds are spelled as the partial index's condition is, so both planners use it.
 pub(crate) const EVENT_KEY: &str = "key = ? AND seq IN \
      (SELECT seq FROM events WHERE key = ? AND kind <> 'claim' AND kind <> 'complete' \
+      AND kind <> 'attempt' AND kind <> 'release' AND kind <> 'lease_expired' \
+      AND kind <> 'expired' \
       UNION SELECT e.seq FROM entries n CROSS JOIN events e WHERE n.key = ? AND e.entry_id = n.id \
       UNION SELECT e.seq FROM events k CROSS JOIN events e \
-      WHERE k.key = ? AND k.kind <> 'claim' AND k.kind <> 'complete' AND e.entry_id = k.entry_id)";
+      WHERE k.key = ? AND k.kind <> 'claim' AND k.kind <> 'complete' \
+      AND k.kind <> 'attempt' AND k.kind <> 'release' AND k.kind <> 'lease_expired' \
+      AND k.kind <> 'expired' AND e.entry_id = k.entry_id)";
 
 pub(crate) fn entries(
     db: &mut dyn Db,

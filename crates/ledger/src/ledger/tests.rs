@@ -178,8 +178,8 @@ fn the_sweeper_reads_only_what_is_due() {
 }
 
 /// A key filter reads key indexes and then rows by id, never a scan: the entries' unique
-/// constraint leads with the key, and the log's key index holds no claim and no completion
-/// (migration 8).
+/// constraint leads with the key, and the log's key index holds none of an entry's lifecycle
+/// events (migrations 8 and 18).
 #[test]
 fn key_lookups_read_the_key_index() {
     let dir = tempfile::tempdir().expect("tempdir");

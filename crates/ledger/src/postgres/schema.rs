@@ -308,6 +308,13 @@ CREATE TRIGGER expired_count_update AFTER UPDATE OF expiry_logged, state ON entr
         <> (NEW.expiry_logged = 1 AND NEW.state <> 'pending'))
     EXECUTE FUNCTION idemgate_expired_count();
 "#,
+    // 14: the log's key index leaves out the rest of an entry's lifecycle, as on SQLite (its
+    // migration 18).
+    r#"
+DROP INDEX events_key;
+CREATE INDEX events_key ON events (key, seq)
+    WHERE kind <> 'claim' AND kind <> 'complete' AND kind <> 'attempt' AND kind <> 'release' AND kind <> 'lease_expired' AND kind <> 'expired';
+"#,
 ];
 
 pub fn current_version() -> i64 {

@@ -376,6 +376,19 @@ BEGIN
 END;
 "#,
     ),
+    // 18: the log's key index leaves out the rest of an entry's lifecycle: its attempts,
+    // releases, lease expiries and TTL expiries are logged, as its claim and completion are,
+    // under the entry's key and id (`Row::event`), so the log finds them through the entry, or
+    // through the purge of an entry that is gone (`read::EVENT_KEY`). Each of them was a row on
+    // a random page of the index (an expiry for nearly every entry): the sweeper wrote them, and
+    // archival deleted them, a page each.
+    Migration::Sql(
+        r#"
+DROP INDEX events_key;
+CREATE INDEX events_key ON events (key, seq)
+    WHERE kind <> 'claim' AND kind <> 'complete' AND kind <> 'attempt' AND kind <> 'release' AND kind <> 'lease_expired' AND kind <> 'expired';
+"#,
+    ),
 ];
 
 /// The entries' state check as migration 7 leaves it, and as migration 14 rewrites it.

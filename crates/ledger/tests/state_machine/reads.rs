@@ -3,9 +3,10 @@
 use super::*;
 
 /// A key filter finds exactly the events and entries under that key, though the log's key index
-/// holds no claim and no completion (SQLite migration 8): checked against every event read
-/// unfiltered, with a refused duplicate's event (it names another key's entry), a purged entry,
-/// one key in two scopes, and a key that ran twice.
+/// holds none of an entry's lifecycle events (SQLite migrations 8 and 18): checked against every
+/// event read unfiltered, with a refused duplicate's event (it names another key's entry), purged
+/// entries, one key in two scopes, a key that ran twice, an attempt, a release, a lease expiry
+/// and TTL expiries.
 fn a_key_finds_exactly_its_entries_and_events(b: Backend) {
     let f = fx!(b);
     let a = claimed(
@@ -55,8 +56,56 @@ fn a_key_finds_exactly_its_entries_and_events(b: Backend) {
             .expect("claim"),
     );
     complete(&f.l, r, T0 + 11, "{}");
+    // The lifecycle events the log's key index leaves out (SQLite migration 18): each is logged
+    // under its entry, so a key finds it through its entry, or through the purge of an entry
+    // that is gone.
+    let s = claimed(
+        f.l.claim(req("k-s", r#"{"n":5}"#, T0 + 12))
+            .wait()
+            .expect("claim"),
+    );
+    let attempt = OwnerReport {
+        entry_id: s,
+        owner: "proxy-a".into(),
+        error: "timeout".into(),
+        at: T0 + 13,
+    };
+    f.l.record_attempt(attempt, 2, LEASE)
+        .wait()
+        .expect("attempt");
+    let e = claimed(
+        f.l.claim(req("k-e", r#"{"n":6}"#, T0 + 14))
+            .wait()
+            .expect("claim"),
+    );
+    complete(&f.l, e, T0 + 15, "{}");
+    let later = T0 + 16 + TTL + LEASE;
+    let swept = f.l.sweep(later).wait().expect("sweep");
+    assert!(
+        swept.lease_expired == 1 && swept.ttl_expired >= 3,
+        "{swept:?}"
+    );
+    let pr = PurgeRequest {
+        ids: vec![e],
+        expired_by: None,
+        actor: actor(),
+        at: later + 1,
+    };
+    f.l.purge(pr).wait().expect("purge");
 
     let all = all_events(&f.l);
+    for (key, kind) in [
+        ("k-s", "attempt"),
+        ("k-s", "lease_expired"),
+        ("k-e", "expired"),
+        ("k-a", "expired"),
+        ("k-r", "release"),
+    ] {
+        assert!(
+            all.iter().any(|ev| ev.key == key && ev.kind == kind),
+            "no {kind} under {key} to be found"
+        );
+    }
     let page = |key: &str, kind: Option<&str>, limit: usize| {
         let filter = EventFilter {
             key: Some(key.into()),
@@ -65,8 +114,16 @@ fn a_key_finds_exactly_its_entries_and_events(b: Backend) {
         };
         walk_events(&f.l, &filter, limit)
     };
-    for key in ["k-a", "k-b", "k-d", "k-r", "k-none"] {
-        for kind in [None, Some("complete"), Some("claim")] {
+    for key in ["k-a", "k-b", "k-d", "k-r", "k-s", "k-e", "k-none"] {
+        let lifecycle = [
+            "complete",
+            "claim",
+            "attempt",
+            "release",
+            "lease_expired",
+            "expired",
+        ];
+        for kind in std::iter::once(None).chain(lifecycle.map(Some)) {
             let truth: Vec<i64> = all
                 .iter()
                 .filter(|e| e.key == key && kind.is_none_or(|k| e.kind == k))
