@@ -49,6 +49,14 @@ impl CanonPage {
         self.ends.last().map(|e| e.seq)
     }
 
+    /// Each event as owned `(seq, canon, prev_hash, hash)`, for tests to compare.
+    #[cfg(test)]
+    pub(crate) fn owned(&self) -> Vec<(i64, Vec<u8>, String, String)> {
+        self.iter()
+            .map(|p| (p.seq, p.canon.to_vec(), p.prev_hash.into(), p.hash.into()))
+            .collect()
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = Packed<'_>> {
         let mut start = (0, 0);
         self.ends.iter().map(move |e| {
@@ -167,19 +175,7 @@ mod tests {
             ..Event::default()
         };
         let whole = super::super::canonical_event(&ev);
-        let packed = |page: &CanonPage| -> Vec<(i64, Vec<u8>, String, String)> {
-            page.iter()
-                .map(|p| {
-                    (
-                        p.seq,
-                        p.canon.to_vec(),
-                        p.prev_hash.to_owned(),
-                        p.hash.to_owned(),
-                    )
-                })
-                .collect()
-        };
-        let before = packed(&page);
+        let before = page.owned();
         assert_eq!(before, [(7, whole, "p7".to_owned(), "h7".to_owned())]);
         // hash is NULL: the row is refused, after its encoding and prev_hash were packed.
         let sql = "SELECT 8, 1001, 'claim', 3, 'r', 's', 'k', 'op', NULL, 'x', NULL, 'h7', NULL";
@@ -188,7 +184,7 @@ mod tests {
             matches!(&err, crate::LedgerError::Corrupt(m) if m.contains("column 12")),
             "{err}"
         );
-        assert_eq!(packed(&page), before);
+        assert_eq!(page.owned(), before);
         assert_eq!((page.len(), page.last_seq()), (1, Some(7)));
         // The next row packs as if the refused one had never been read.
         let sql = "SELECT 8, 1001, 'claim', 3, 'r', 's', 'k', 'op', NULL, 'd', NULL, 'h7', 'h8'";
@@ -211,6 +207,6 @@ mod tests {
             "h7".into(),
             "h8".into(),
         ));
-        assert_eq!(packed(&page), all);
+        assert_eq!(page.owned(), all);
     }
 }

@@ -493,31 +493,19 @@ fn a_page_read_into_a_used_one_holds_only_its_own_events() {
             })
             .collect()
     };
-    let of = |page: &crate::chain::CanonPage| -> Vec<(i64, Vec<u8>, String, String)> {
-        page.iter()
-            .map(|p| {
-                (
-                    p.seq,
-                    p.canon.to_vec(),
-                    p.prev_hash.to_owned(),
-                    p.hash.to_owned(),
-                )
-            })
-            .collect()
-    };
     l.read(|db| {
         let mut page = crate::chain::CanonPage::default();
         read::canon_page_into(db, 40, 20, &mut page)?;
-        assert_eq!(of(&page), packed(fresh(db, 40, 20)?));
+        assert_eq!(page.owned(), packed(fresh(db, 40, 20)?));
         assert!(fresh(db, 40, 20)?.iter().all(|e| e.operator.is_some()));
         read::canon_page_into(db, 0, 30, &mut page)?;
         assert_eq!(
-            of(&page),
+            page.owned(),
             packed(fresh(db, 0, 30)?),
             "claims read over resolutions"
         );
         read::canon_page_into(db, 50, 30, &mut page)?;
-        assert_eq!(of(&page), packed(fresh(db, 50, 30)?), "a short page");
+        assert_eq!(page.owned(), packed(fresh(db, 50, 30)?), "a short page");
         assert_eq!(page.len(), 10);
         Ok(())
     })
