@@ -2,7 +2,7 @@
 //! live event's leaf hash, every stored hash the tree holds, and the root each kept checkpoint
 //! names.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
@@ -37,23 +37,24 @@ impl LeafHashes {
         (tx, LeafHashes { rx, held })
     }
 
-    /// The leaf hashes of the events `first..=last` the stream holds; those before `first` (not
-    /// leaves: logged before the tree began, or a page's gaps) are passed over.
-    fn range(&mut self, first: i64, last: i64) -> HashMap<i64, Hash> {
-        let mut out = HashMap::new();
+    /// The leaf hashes of the events `first..=last` the stream holds, into `out` (emptied first)
+    /// in seq order; those before `first` (not leaves: logged before the tree began, or a page's
+    /// gaps) are passed over.
+    fn range_into(&mut self, first: i64, last: i64, out: &mut Vec<(i64, Hash)>) {
+        out.clear();
         loop {
             while let Some(&(seq, h)) = self.held.front() {
                 if seq > last {
-                    return out;
+                    return;
                 }
                 self.held.pop_front();
                 if seq >= first {
-                    out.insert(seq, h);
+                    out.push((seq, h));
                 }
             }
             match self.rx.recv() {
                 Ok(batch) => self.held.extend(batch),
-                Err(_) => return out,
+                Err(_) => return,
             }
         }
     }
@@ -70,7 +71,8 @@ pub(crate) fn check(
     live: &mut LeafHashes,
     stop: &AtomicBool,
 ) -> Result<Option<TreeProblem>> {
-    let checkpoints: HashMap<u64, [u8; 32]> = db
+    // By size, in order: the walk meets them as the tree grows.
+    let checkpoints: Vec<(u64, [u8; 32])> = db
         .all(
             "SELECT size, note FROM tree_checkpoints ORDER BY size",
             &[],
@@ -79,8 +81,13 @@ pub(crate) fn check(
         .into_iter()
         .filter_map(|(size, note)| Some((u64::try_from(size).ok()?, note_root(&note)?)))
         .collect();
+    let mut checkpoints = checkpoints.into_iter().peekable();
     let mut edge: Vec<Hash> = Vec::new();
     let mut leaf: i64 = 0;
+    // The previous leaf's event: the integrator adds events in seq order.
+    let mut after = i64::MIN;
+    // Reused page after page: the leaf hashes (in seq order), and a leaf's recomputed hashes.
+    let (mut hashes, mut scratch) = (Vec::new(), Vec::new());
     while !stop.load(Ordering::SeqCst) {
         let leaves = db.all(
             "SELECT leaf, seq FROM tree_leaves WHERE leaf >= ?1 ORDER BY leaf LIMIT ?2",
@@ -91,7 +98,9 @@ pub(crate) fn check(
             break;
         };
         let last_seq = leaves.last().map_or(first_seq, |l| l.1);
-        let hashes = live.range(first_seq, last_seq);
+        live.range_into(first_seq, last_seq, &mut hashes);
+        // The leaves are in seq order as the hashes are: one cursor finds each leaf's.
+        let mut next = hashes.iter().peekable();
         let lo = tlog::stored_hash_index(0, leaf as u64) as i64;
         let hi = tlog::stored_hash_index(0, (leaf + leaves.len() as i64) as u64) as i64;
         let stored = stored_range(db, lo, hi)?;
@@ -99,6 +108,11 @@ pub(crate) fn check(
             if i != leaf {
                 return Ok(Some(problem(None, format!("leaf {leaf} is missing"))));
             }
+            if seq <= after {
+                let why = format!("leaf {i} holds event {seq}, not one after leaf {}'s", i - 1);
+                return Ok(Some(problem(Some(seq), why)));
+            }
+            after = seq;
             let n = i as u64;
             let at = (tlog::stored_hash_index(0, n) as i64 - lo) as usize;
             let count =
@@ -109,14 +123,16 @@ pub(crate) fn check(
                     format!("leaf {n}'s stored hashes are missing"),
                 )));
             };
-            let computed = match step(&mut edge, n, seq, hashes.get(&seq).copied(), block) {
-                Ok(c) => c,
+            while next.next_if(|(s, _)| *s < seq).is_some() {}
+            let own = next.next_if(|(s, _)| *s == seq).map(|&(_, h)| h);
+            match step(&mut edge, &mut scratch, n, seq, own, block) {
+                Ok(top) => edge.push(top),
                 Err(p) => return Ok(Some(p)),
-            };
-            edge.push(*computed.last().unwrap_or(&computed[0]));
+            }
             leaf += 1;
-            if let Some(root) = checkpoints.get(&(n + 1)) {
-                if edge_root(&edge) != Hash(*root) {
+            while checkpoints.next_if(|(size, _)| *size < n + 1).is_some() {}
+            if let Some((_, root)) = checkpoints.next_if(|(size, _)| *size == n + 1) {
+                if edge_root(&edge) != Hash(root) {
                     return Ok(Some(problem(
                         None,
                         format!("the kept checkpoint of {} events names another root", n + 1),
@@ -128,22 +144,26 @@ pub(crate) fn check(
     Ok(None)
 }
 
-/// Leaf `n`'s stored hashes, recomputed from its event's leaf hash when it is live (and checked
-/// against `block`, as stored), with the tree's right edge moved past it.
+/// Leaf `n`'s stored hashes, recomputed (into `hashes`) from its event's leaf hash when it is
+/// live and checked against `block`, as stored, with the tree's right edge moved past it: the
+/// last of them, the root of the subtree the leaf completes, is what the edge takes.
 fn step(
     edge: &mut Vec<Hash>,
+    hashes: &mut Vec<Hash>,
     n: u64,
     seq: i64,
     leaf: Option<Hash>,
     block: &[Hash],
-) -> std::result::Result<Vec<Hash>, TreeProblem> {
+) -> std::result::Result<Hash, TreeProblem> {
+    let top = |b: &[Hash]| b.last().copied().unwrap_or(tlog::EMPTY_HASH);
     let Some(mut h) = leaf else {
         for _ in 0..(n + 1).trailing_zeros() {
             edge.pop();
         }
-        return Ok(block.to_vec());
+        return Ok(top(block));
     };
-    let mut hashes = vec![h];
+    hashes.clear();
+    hashes.push(h);
     for _ in 0..(n + 1).trailing_zeros() {
         let left = edge
             .pop()
@@ -151,7 +171,7 @@ fn step(
         h = tlog::node_hash(left, h);
         hashes.push(h);
     }
-    if hashes != block {
+    if hashes.as_slice() != block {
         let why = if hashes[0] == block[0] {
             format!("the tree's hashes above leaf {n} are not its events'")
         } else {
@@ -159,7 +179,7 @@ fn step(
         };
         return Err(problem(Some(seq), why));
     }
-    Ok(hashes)
+    Ok(top(hashes))
 }
 
 fn problem(seq: Option<i64>, why: String) -> TreeProblem {

@@ -208,6 +208,21 @@ fn verify_names_a_tree_that_is_not_its_events(b: Backend) {
     b.raw(&f.location, "DELETE FROM tree_checkpoints WHERE size = 3")
         .expect("delete");
     verify_ok(&f.l);
+    // Leaf 3 made to name an event before leaf 2's: a leaf out of the log's order, whose event
+    // the walk has passed (or that is no event at all), is named, not taken for an archived one.
+    b.raw(&f.location, "UPDATE tree_leaves SET seq = 0 WHERE leaf = 3")
+        .expect("update");
+    let r = f.l.verify(&mut |_| true).expect("verify");
+    assert!(!r.ok);
+    assert!(
+        r.problem
+            .as_deref()
+            .is_some_and(|p| p.contains("leaf 3 holds event 0")),
+        "{r:?}"
+    );
+    b.raw(&f.location, "UPDATE tree_leaves SET seq = 4 WHERE leaf = 3")
+        .expect("update");
+    verify_ok(&f.l);
     // Leaf 4's hash (stored hash 7) replaced by leaf 0's: event 5 is not what the tree holds.
     let sql = "UPDATE tree_hashes SET hash = (SELECT hash FROM tree_hashes WHERE idx = 0) \
                WHERE idx = 7";
