@@ -376,6 +376,20 @@ fn write_query(query: &str, out: &mut impl Sink) {
     }
 }
 
+/// Strings of any characters, with the ones JSON escapes (controls, quotes, backslashes)
+/// frequent, up to `max` of them.
+#[cfg(test)]
+pub(crate) fn escape_rich_text(max: usize) -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let char = prop_oneof![
+        any::<char>(),
+        Just('"'),
+        Just('\\'),
+        (0u8..0x20).prop_map(char::from)
+    ];
+    prop::collection::vec(char, 0..max).prop_map(|cs| cs.into_iter().collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,13 +399,7 @@ mod tests {
         /// Strings of any characters (controls, quotes, backslashes and non-ASCII among them),
         /// escaped as serde_json escapes them.
         #[test]
-        fn strings_are_escaped_as_serde_json_escapes_them(
-            chars in prop::collection::vec(
-                prop_oneof![any::<char>(), Just('"'), Just('\\'), (0u8..0x20).prop_map(char::from)],
-                0..40,
-            ),
-        ) {
-            let s: String = chars.into_iter().collect();
+        fn strings_are_escaped_as_serde_json_escapes_them(s in escape_rich_text(40)) {
             let mut ours = Vec::new();
             write_string(&s, &mut ours);
             prop_assert_eq!(ours, serde_json::to_vec(&s).unwrap());

@@ -301,7 +301,7 @@ where
 {
     let mut walk = ChainWalk::new(hasher, start);
     for ev in events {
-        if !walk.step(&ev?, progress, &mut |_, _| {}) {
+        if !walk.step(&ev?, progress) {
             break;
         }
     }
@@ -347,14 +347,8 @@ impl<'h> ChainWalk<'h> {
     }
 
     /// Checks the next event; `false` once the walk has stopped (this event or an earlier one
-    /// does not hold, or `progress`, told the count every 4096 events, cancelled it). `each` is
-    /// handed each event that holds, with its canonical encoding.
-    pub(crate) fn step(
-        &mut self,
-        ev: &Event,
-        progress: &mut dyn FnMut(u64) -> bool,
-        each: &mut dyn FnMut(i64, &[u8]),
-    ) -> bool {
+    /// does not hold, or `progress`, told the count every 4096 events, cancelled it).
+    fn step(&mut self, ev: &Event, progress: &mut dyn FnMut(u64) -> bool) -> bool {
         if self.ended {
             return false;
         }
@@ -367,12 +361,13 @@ impl<'h> ChainWalk<'h> {
             prev_hash: &ev.prev_hash,
             hash: &ev.hash,
         };
-        let go = self.step_packed(&packed, progress, each);
+        let go = self.step_packed(&packed, progress, &mut |_, _| {});
         self.buf = buf;
         go
     }
 
-    /// [`ChainWalk::step`] of an event already encoded (a [`CanonPage`]'s).
+    /// [`ChainWalk::step`] of an event already encoded (a [`CanonPage`]'s); `each` is handed each
+    /// event that holds, with its canonical encoding.
     pub(crate) fn step_packed(
         &mut self,
         ev: &page::Packed<'_>,
@@ -569,15 +564,8 @@ mod tests {
         }
     }
 
-    /// Any characters, with the ones JSON escapes (controls, quotes, backslashes) frequent.
     fn text() -> impl Strategy<Value = String> {
-        let char = prop_oneof![
-            any::<char>(),
-            Just('"'),
-            Just('\\'),
-            (0u8..0x20).prop_map(char::from)
-        ];
-        prop::collection::vec(char, 0..24).prop_map(|cs| cs.into_iter().collect())
+        crate::canon::escape_rich_text(24)
     }
 
     fn opt_text() -> impl Strategy<Value = Option<String>> {
