@@ -224,6 +224,17 @@ impl Where {
 /// "The entry's key is `?`": the entries' unique constraint leads with the key (migration 8).
 pub(crate) const ENTRY_KEY: &str = "key = ?";
 
+/// "The event (of table alias `$t`) is not of an entry's lifecycle", spelled as the
+/// `events_key` index's condition is.
+macro_rules! not_lifecycle {
+    ($t:literal) => {
+        not_lifecycle!($t; "claim", "complete", "attempt", "release", "lease_expired", "expired")
+    };
+    ($t:literal; $first:literal $(, $k:literal)*) => {
+        concat!($t, "kind <> '", $first, "'" $(, " AND ", $t, "kind <> '", $k, "'")*)
+    };
+}
+
 /// "The event's key is `?`". `events_key` holds every event but an entry's lifecycle (claim,
 /// completion, attempt, release, lease and TTL expiry; SQLite migrations 8 and 18), which is
 /// always logged under its entry, with its key and id. So: the events in `events_key`; the
@@ -231,15 +242,14 @@ pub(crate) const ENTRY_KEY: &str = "key = ?";
 /// events names — a purged entry's, through its purge's event (and, under another key, a
 /// refused duplicate's original). The outer `key = ?` keeps what is under another key. The
 /// kinds are spelled as the partial index's condition is, so both planners use it.
-pub(crate) const EVENT_KEY: &str = "key = ? AND seq IN \
-     (SELECT seq FROM events WHERE key = ? AND kind <> 'claim' AND kind <> 'complete' \
-      AND kind <> 'attempt' AND kind <> 'release' AND kind <> 'lease_expired' \
-      AND kind <> 'expired' \
-      UNION SELECT e.seq FROM entries n CROSS JOIN events e WHERE n.key = ? AND e.entry_id = n.id \
-      UNION SELECT e.seq FROM events k CROSS JOIN events e \
-      WHERE k.key = ? AND k.kind <> 'claim' AND k.kind <> 'complete' \
-      AND k.kind <> 'attempt' AND k.kind <> 'release' AND k.kind <> 'lease_expired' \
-      AND k.kind <> 'expired' AND e.entry_id = k.entry_id)";
+pub(crate) const EVENT_KEY: &str = concat!(
+    "key = ? AND seq IN (SELECT seq FROM events WHERE key = ? AND ",
+    not_lifecycle!(""),
+    " UNION SELECT e.seq FROM entries n CROSS JOIN events e WHERE n.key = ? AND e.entry_id = n.id",
+    " UNION SELECT e.seq FROM events k CROSS JOIN events e WHERE k.key = ? AND ",
+    not_lifecycle!("k."),
+    " AND e.entry_id = k.entry_id)"
+);
 
 pub(crate) fn entries(
     db: &mut dyn Db,
