@@ -231,12 +231,7 @@ fn a_rejected_or_lapsed_call_never_runs(b: Backend) {
     };
     assert_eq!(listed(true), [open]);
     assert_eq!(listed(false), [open, unswept, lapsing, id]);
-    let purge = f.l.purge(PurgeRequest {
-        ids: vec![open],
-        expired_by: None,
-        actor: actor(),
-        at: T0 + 4_002,
-    });
+    let purge = f.l.purge(purge_of(vec![open], T0 + 4_002));
     assert!(matches!(
         purge.wait(),
         Err(LedgerError::InvalidTransition { .. })

@@ -136,7 +136,7 @@ fn an_entry_fingerprinted_without_its_target_matches_only_its_own_target(b: Back
         ClaimOutcome::Collision { entry_id: old }
     );
 
-    let at_route = claimed(f.l.claim(req("k-route", "{}", T0)).wait().expect("claim"));
+    let at_route = claim_new(&f.l, "k-route", "{}", T0);
     complete(&f.l, at_route, T0 + 10, "{}");
     assert_eq!(
         f.l.claim(req_at("k-route", refund, T0 + 20))
@@ -157,7 +157,7 @@ fn an_entry_fingerprinted_without_its_target_matches_only_its_own_target(b: Back
 /// body, or an expired key, still goes to the writer.
 fn replays_are_answered_without_waiting_for_the_writer(b: Backend) {
     let f = fx!(b);
-    let id = claimed(f.l.claim(req("r", r#"{"n":1}"#, T0)).wait().expect("claim"));
+    let id = claim_new(&f.l, "r", r#"{"n":1}"#, T0);
     complete(&f.l, id, T0 + 1, "{}");
     let (_, jobs_before) = f.l.writer_counters();
     let threads: Vec<_> = (0..8)
@@ -258,7 +258,7 @@ fn replay_counts_land_while_the_write_lock_is_held(b: Backend) {
         return;
     }
     let f = fx!(b);
-    let id = claimed(f.l.claim(req("c", "{}", T0)).wait().expect("claim"));
+    let id = claim_new(&f.l, "c", "{}", T0);
     complete(&f.l, id, T0 + 1, "{}");
     // The first replay goes through the writer (counted in its batch) and makes the key known.
     let first = f.l.claim(req("c", "{}", T0 + 2)).wait();
@@ -292,8 +292,8 @@ fn replay_counts_land_while_the_write_lock_is_held(b: Backend) {
 /// again with a savepoint per job: the failure is undone alone, every other job in the batch lands.
 fn a_failing_job_is_undone_alone_and_its_batch_lands(b: Backend) {
     let f = fx!(b);
-    let a = claimed(f.l.claim(req("a", "{}", T0)).wait().expect("claim"));
-    let b = claimed(f.l.claim(req("b", "{}", T0)).wait().expect("claim"));
+    let a = claim_new(&f.l, "a", "{}", T0);
+    let b = claim_new(&f.l, "b", "{}", T0);
     complete(&f.l, a, T0 + 1, "{}");
     let (commits_before, _) = f.l.writer_counters();
     let reruns = f.l.writer_reruns();
@@ -301,12 +301,7 @@ fn a_failing_job_is_undone_alone_and_its_batch_lands(b: Backend) {
     let before: Vec<_> = (0..40)
         .map(|i| f.l.claim(req(&format!("x{i}"), "{}", T0 + 2)))
         .collect();
-    let purge = f.l.purge(PurgeRequest {
-        ids: vec![a, b],
-        expired_by: None,
-        actor: actor(),
-        at: T0 + 2,
-    });
+    let purge = f.l.purge(purge_of(vec![a, b], T0 + 2));
     let after: Vec<_> = (40..80)
         .map(|i| f.l.claim(req(&format!("x{i}"), "{}", T0 + 2)))
         .collect();
@@ -415,7 +410,7 @@ fn two_ledgers_on_one_database_claim_each_key_once(b: Backend) {
 /// claimed is in flight, a claim of a key just completed is its replay.
 fn jobs_in_one_batch_decide_after_the_jobs_before_them(b: Backend) {
     let f = fx!(b);
-    let done = claimed(f.l.claim(req("done", "{}", T0)).wait().expect("claim"));
+    let done = claim_new(&f.l, "done", "{}", T0);
     let completion = |at| CompleteRequest {
         entry_id: done,
         owner: "proxy-a".into(),
@@ -484,8 +479,8 @@ fn jobs_in_one_batch_decide_after_the_jobs_before_them(b: Backend) {
 fn a_duplicate_completed_in_the_same_batch_is_flagged(b: Backend) {
     let f = fx!(b);
     let body = r#"{"amount":100}"#;
-    let first = claimed(f.l.claim(req("first", body, T0)).wait().expect("claim"));
-    let second = claimed(f.l.claim(req("second", body, T0)).wait().expect("claim"));
+    let first = claim_new(&f.l, "first", body, T0);
+    let second = claim_new(&f.l, "second", body, T0);
     let completion = |entry_id, at| CompleteRequest {
         entry_id,
         owner: "proxy-a".into(),

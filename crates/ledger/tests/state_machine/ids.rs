@@ -7,7 +7,7 @@ use super::*;
 /// the newest; nor is a purged collision's id another collision's.
 fn a_purged_entrys_id_is_never_handed_out_again(b: Backend) {
     let f = fx!(b);
-    let a = claimed(f.l.claim(req("a", "{}", T0)).wait().expect("claim"));
+    let a = claim_new(&f.l, "a", "{}", T0);
     complete(&f.l, a, T0 + 1, "{}");
     let collided = f.l.claim(req("a", r#"{"n":1}"#, T0 + 2)).wait();
     assert_eq!(
@@ -19,15 +19,8 @@ fn a_purged_entrys_id_is_never_handed_out_again(b: Backend) {
         e.collision_requests.first().expect("a collision").id
     };
     let first_collision = collision(a);
-    f.l.purge(PurgeRequest {
-        ids: vec![a],
-        expired_by: None,
-        actor: actor(),
-        at: T0 + 3,
-    })
-    .wait()
-    .expect("purge");
-    let b = claimed(f.l.claim(req("b", "{}", T0 + 4)).wait().expect("claim"));
+    f.l.purge(purge_of(vec![a], T0 + 3)).wait().expect("purge");
+    let b = claim_new(&f.l, "b", "{}", T0 + 4);
     assert!(b > a, "entry {b} took the purged entry {a}'s id");
     complete(&f.l, b, T0 + 5, "{}");
     let collided = f.l.claim(req("b", r#"{"n":1}"#, T0 + 6)).wait();
@@ -108,17 +101,12 @@ fn ids_read_ahead_and_from_the_sequence_in_one_batch_stay_unique(b: Backend) {
 /// the copied log still names.
 fn a_copy_numbers_new_entries_past_a_purged_one(b: Backend) {
     let f = fx!(b);
-    claimed(f.l.claim(req("kept", "{}", T0)).wait().expect("claim"));
-    let newest = claimed(f.l.claim(req("purged", "{}", T0)).wait().expect("claim"));
+    claim_new(&f.l, "kept", "{}", T0);
+    let newest = claim_new(&f.l, "purged", "{}", T0);
     complete(&f.l, newest, T0 + 1, "{}");
-    f.l.purge(PurgeRequest {
-        ids: vec![newest],
-        expired_by: None,
-        actor: actor(),
-        at: T0 + 2,
-    })
-    .wait()
-    .expect("purge");
+    f.l.purge(purge_of(vec![newest], T0 + 2))
+        .wait()
+        .expect("purge");
     f.l.close();
     let dir = tempfile::tempdir().expect("tempdir");
     for to in [Backend::Sqlite, Backend::Postgres] {

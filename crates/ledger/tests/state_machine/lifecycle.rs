@@ -4,7 +4,7 @@ use super::*;
 
 fn lease_passing_makes_an_entry_stuck_and_the_sweeper_logs_it_once(b: Backend) {
     let f = fx!(b);
-    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    let id = claim_new(&f.l, "k1", "{}", T0);
     let stuck = EntryFilter {
         stuck: true,
         ..Default::default()
@@ -49,7 +49,7 @@ fn lease_passing_makes_an_entry_stuck_and_the_sweeper_logs_it_once(b: Backend) {
 
 fn outcome_unknown_is_stuck_immediately_until_an_operator_resolves_it(b: Backend) {
     let f = fx!(b);
-    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    let id = claim_new(&f.l, "k1", "{}", T0);
     f.l.mark_unknown(OwnerReport {
         entry_id: id,
         owner: "proxy-a".into(),
@@ -117,7 +117,7 @@ fn outcome_unknown_is_stuck_immediately_until_an_operator_resolves_it(b: Backend
 
 fn release_lets_the_key_run_again_with_the_next_attempt(b: Backend) {
     let f = fx!(b);
-    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    let id = claim_new(&f.l, "k1", "{}", T0);
     f.l.record_attempt(
         OwnerReport {
             entry_id: id,
@@ -163,7 +163,7 @@ fn release_lets_the_key_run_again_with_the_next_attempt(b: Backend) {
 
 fn only_the_lease_owner_reports_outcomes(b: Backend) {
     let f = fx!(b);
-    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    let id = claim_new(&f.l, "k1", "{}", T0);
     let r =
         f.l.release(OwnerReport {
             entry_id: id,
@@ -183,7 +183,7 @@ fn only_the_lease_owner_reports_outcomes(b: Backend) {
 
 fn operator_failure_is_final_and_returns_the_operator_response(b: Backend) {
     let f = fx!(b);
-    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    let id = claim_new(&f.l, "k1", "{}", T0);
     f.l.mark_unknown(OwnerReport {
         entry_id: id,
         owner: "proxy-a".into(),
@@ -215,7 +215,7 @@ fn operator_failure_is_final_and_returns_the_operator_response(b: Backend) {
 
 fn operator_release_of_a_stuck_entry_allows_a_new_execution(b: Backend) {
     let f = fx!(b);
-    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    let id = claim_new(&f.l, "k1", "{}", T0);
     let rr = |at| ResolveRequest {
         entry_id: id,
         resolution: Resolution::Released,
@@ -241,7 +241,7 @@ fn operator_release_of_a_stuck_entry_allows_a_new_execution(b: Backend) {
 
 fn resolving_needs_an_operator_and_a_reason(b: Backend) {
     let f = fx!(b);
-    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    let id = claim_new(&f.l, "k1", "{}", T0);
     let r = f.l.resolve(ResolveRequest {
         entry_id: id,
         resolution: Resolution::Released,
@@ -259,7 +259,7 @@ fn resolving_needs_an_operator_and_a_reason(b: Backend) {
 
 fn ttl_expiry_is_swept_and_an_expired_key_runs_again(b: Backend) {
     let f = fx!(b);
-    let id = claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    let id = claim_new(&f.l, "k1", "{}", T0);
     complete(&f.l, id, T0 + 10, r#"{"v":1}"#);
     let exp = EntryFilter {
         expired: true,
@@ -311,7 +311,7 @@ fn the_expired_count_follows_sweeps_claims_and_purges(b: Backend) {
     let ids: Vec<i64> = ["a", "b", "c"]
         .iter()
         .map(|k| {
-            let id = claimed(f.l.claim(req(k, "{}", T0)).wait().expect("claim"));
+            let id = claim_new(&f.l, k, "{}", T0);
             complete(&f.l, id, T0 + 1, "{}");
             id
         })
@@ -363,7 +363,7 @@ fn the_expired_count_follows_sweeps_claims_and_purges(b: Backend) {
 fn same_effect_under_another_key_is_flagged_as_a_duplicate_suspect(b: Backend) {
     let f = fx!(b);
     let body = r#"{"customer":"cus_1","amount":4999}"#;
-    let a = claimed(f.l.claim(req("key-a", body, T0)).wait().expect("claim"));
+    let a = claim_new(&f.l, "key-a", body, T0);
     complete(&f.l, a, T0 + 10, "{}");
     let b = claimed(
         f.l.claim(req("key-b", body, T0 + 60_000))
@@ -439,8 +439,8 @@ fn same_effect_under_another_key_is_flagged_as_a_duplicate_suspect(b: Backend) {
 
 fn purge_removes_entries_but_keeps_the_chain_verifiable(b: Backend) {
     let f = fx!(b);
-    let a = claimed(f.l.claim(req("a", "{}", T0)).wait().expect("claim"));
-    let b = claimed(f.l.claim(req("b", "{}", T0)).wait().expect("claim"));
+    let a = claim_new(&f.l, "a", "{}", T0);
+    let b = claim_new(&f.l, "b", "{}", T0);
     complete(&f.l, a, T0 + 1, "{}");
     let pr = |ids: Vec<i64>, only_expired: bool| PurgeRequest {
         ids,

@@ -152,6 +152,21 @@ fn with_claims_from(l: &Ledger, from: i64, n: i64) {
     }
 }
 
+/// Claims a new `key` for `body` at `at`: the new entry's id.
+fn claim_new(l: &Ledger, key: &str, body: &str, at: Millis) -> i64 {
+    claimed(l.claim(req(key, body, at)).wait().expect("claim"))
+}
+
+/// An operator's purge of `ids` at `at`.
+fn purge_of(ids: Vec<i64>, at: Millis) -> PurgeRequest {
+    PurgeRequest {
+        ids,
+        expired_by: None,
+        actor: actor(),
+        at,
+    }
+}
+
 fn claimed(o: ClaimOutcome) -> i64 {
     match o {
         ClaimOutcome::Claimed { entry_id, .. } => entry_id,

@@ -27,12 +27,7 @@ fn a_key_finds_exactly_its_entries_and_events(b: Backend) {
             .expect("claim"),
     );
     complete(&f.l, purged, T0 + 4, "{}");
-    let pr = PurgeRequest {
-        ids: vec![purged],
-        expired_by: None,
-        actor: actor(),
-        at: T0 + 5,
-    };
+    let pr = purge_of(vec![purged], T0 + 5);
     f.l.purge(pr).wait().expect("purge");
     let mut other_scope = req("k-a", r#"{"n":3}"#, T0 + 6);
     other_scope.scope = "agent-2".into();
@@ -85,12 +80,7 @@ fn a_key_finds_exactly_its_entries_and_events(b: Backend) {
         swept.lease_expired == 1 && swept.ttl_expired >= 3,
         "{swept:?}"
     );
-    let pr = PurgeRequest {
-        ids: vec![e],
-        expired_by: None,
-        actor: actor(),
-        at: later + 1,
-    };
+    let pr = purge_of(vec![e], later + 1);
     f.l.purge(pr).wait().expect("purge");
 
     let all = all_events(&f.l);
@@ -449,12 +439,7 @@ fn subjects_are_kept_searched_and_purged_with_their_entry(b: Backend) {
         "{}",
         claim[0].detail
     );
-    let pr = PurgeRequest {
-        ids: vec![a],
-        expired_by: None,
-        actor: actor(),
-        at: T0 + 6,
-    };
+    let pr = purge_of(vec![a], T0 + 6);
     f.l.purge(pr).wait().expect("purge");
     assert_eq!(find(subject("cus_123")), [b2]);
 }
@@ -605,16 +590,7 @@ fn an_incident_whose_first_entry_was_purged_stays_and_takes_new_suspects(b: Back
         .wait()
     };
     assert_eq!(review(T0 + 20).expect("review"), second);
-    let purge = |ids: Vec<i64>, at| {
-        f.l.purge(PurgeRequest {
-            ids,
-            expired_by: None,
-            actor: actor(),
-            at,
-        })
-        .wait()
-        .expect("purge")
-    };
+    let purge = |ids: Vec<i64>, at| f.l.purge(purge_of(ids, at)).wait().expect("purge");
     purge(vec![first], T0 + 30);
     let inc = f.l.incidents(Page::default(), T0 + 40).expect("incidents");
     assert_eq!(inc.len(), 1, "{inc:?}");

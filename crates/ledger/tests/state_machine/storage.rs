@@ -47,7 +47,7 @@ fn a_missing_ledger_is_not_created_by_readers(b: Backend) {
 
 fn the_log_is_append_only_in_the_database_itself(b: Backend) {
     let f = fx!(b);
-    claimed(f.l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    claim_new(&f.l, "k1", "{}", T0);
     for sql in [
         "UPDATE events SET detail = '{}' WHERE seq = 1",
         "DELETE FROM events WHERE seq = 1",
@@ -69,7 +69,7 @@ fn a_keyed_log_refuses_writes_without_its_key_and_detects_plain_forgeries(b: Bac
     };
     let keyed = ChainHasher::keyed(b"s3cret".to_vec());
     let l = b.open(&path, true, keyed.clone()).expect("open");
-    claimed(l.claim(req("k1", "{}", T0)).wait().expect("claim"));
+    claim_new(&l, "k1", "{}", T0);
     assert_eq!(l.chain_alg().expect("alg"), "hmac-sha256");
     assert!(l.verify(&mut |_| true).expect("verify").ok);
     l.close();
@@ -233,7 +233,7 @@ fn a_young_postgresql_ledger_is_analysed_as_it_grows(b: Backend) {
     while analysed() < 256 && commits < 1_000 {
         for _ in 0..50 {
             let key = format!("young-{commits}");
-            claimed(f.l.claim(req(&key, "{}", T0)).wait().expect("claim"));
+            claim_new(&f.l, &key, "{}", T0);
             commits += 1;
         }
     }
