@@ -4,8 +4,8 @@
 //! On PostgreSQL every statement is a round trip, made while the batch holds the write lock that
 //! the writers of all instances share. Most jobs are claims (one key's row) and completions (one
 //! entry's row), whose only statement that returns something is the read of that row. So, at the
-//! start of a batch and in one statement, the writer reads the chain head and every such row
-//! ([`Ahead::read`]), sent with the batch's `BEGIN` and lock; each job then decides from its row
+//! start of a batch and in one statement, the writer reads every such row ([`Ahead::read`]), sent
+//! with the batch's `BEGIN` and lock; each job then decides from its row
 //! and sends its writes later ([`crate::db::Db::defer_exec`]), in order, with the batch's
 //! `COMMIT`: two round trips a batch, whatever its size. A new entry's id is handed out here, past
 //! both the highest row and the entries' sequence (read with the rows: under the write lock no one
@@ -27,7 +27,7 @@ use std::collections::{HashMap, HashSet};
 use crate::db::{Db, Row as _, Shifted, Val};
 use crate::entry_row::{map_row, Row, AFTER_ROW, ROW_COLS};
 use crate::error::Result;
-use crate::model::{ChainHead, ResponseRecord};
+use crate::model::ResponseRecord;
 use crate::read;
 
 /// What a queued job may change.
@@ -66,13 +66,13 @@ pub(crate) struct Ahead {
 }
 
 impl Ahead {
-    /// Reads, in one statement, the chain head, the rows of the claims and completions of
-    /// `touches` that come before the first [`Touch::Any`], and the entries' last id. No [`Ahead`]
-    /// if there is nothing to read (then the head alone).
+    /// Reads, in one statement, the rows of the claims and completions of `touches` that come
+    /// before the first [`Touch::Any`], and the entries' last id. No [`Ahead`] if there is
+    /// nothing to read (then one statement all the same, to find a lost connection at the start).
     pub fn read<'t>(
         db: &mut dyn Db,
         touches: impl Iterator<Item = &'t Touch>,
-    ) -> Result<(Option<ChainHead>, Option<Ahead>)> {
+    ) -> Result<Option<Ahead>> {
         let (mut routes, mut scopes, mut keys) = (vec![], vec![], vec![]);
         let (mut ids, mut sinces) = (vec![], vec![]);
         for t in touches {
@@ -90,7 +90,8 @@ impl Ahead {
             }
         }
         if keys.is_empty() && ids.is_empty() {
-            return Ok((read::head(db)?, None));
+            db.one("SELECT CAST(1 AS BIGINT)", &[], |r| r.int(0))?;
+            return Ok(None);
         }
         let mut ahead = Ahead {
             keys: routes
@@ -111,16 +112,12 @@ impl Ahead {
             Val::Ints(&sinces),
         ];
         let mut rows = Vec::new();
-        let mut head = None;
         db.each(sql, &params, &mut |r| {
             let last = r.int(0)?;
-            if let (Some(seq), Some(hash)) = (r.opt_int(1)?, r.opt_text(2)?) {
-                head = Some(ChainHead { seq, hash });
-            }
-            let found = match r.opt_int(3)? {
+            let found = match r.opt_int(1)? {
                 None => None,
                 Some(_) => {
-                    let shifted = Shifted(r, 3);
+                    let shifted = Shifted(r, 1);
                     let by_id = shifted.flag(AFTER_ROW + 3)?;
                     let maybe_duplicate = shifted.flag(AFTER_ROW + 4)?;
                     let stored = read::response_cols(&shifted, AFTER_ROW)?;
@@ -142,7 +139,7 @@ impl Ahead {
                 }
             }
         }
-        Ok((head, Some(ahead)))
+        Ok(Some(ahead))
     }
 
     /// A claim's key as read ahead: `Some(None)` if it has no entry, `Some(Some(..))` its row and
@@ -227,8 +224,7 @@ fn effect(row: &Row) -> (String, String) {
 }
 
 /// The batch's read ahead: the entries' last id (the larger of the highest row's and the
-/// sequence's: a purged entry's id is never handed out again), the chain head (the last live
-/// event, else the last archived one: [`read::head`]), then one row per entry found by
+/// sequence's: a purged entry's id is never handed out again), then one row per entry found by
 /// key (?1–?3: arrays of routes, scopes and keys; with its stored response) or by id (?4, with
 /// the start of its duplicate window in ?5), which of the two (1: by id), and for an entry found
 /// by id whether another entry completed its effect in the window. That last check asks less than
@@ -239,7 +235,7 @@ static READ_AHEAD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "SELECT GREATEST((SELECT COALESCE(MAX(id), 0) FROM entries), \
          COALESCE(pg_sequence_last_value(pg_get_serial_sequence('entries', 'id')::regclass), 0)), \
-         h.seq, h.hash, e.* FROM (SELECT 1) AS one LEFT JOIN ({head}) AS h ON true LEFT JOIN (\
+         e.* FROM (SELECT 1) AS one LEFT JOIN (\
          SELECT {ROW_COLS}, resp_status, resp_headers, resp_body, CAST(0 AS BIGINT) AS by_id, \
          CAST(0 AS BIGINT) AS maybe_duplicate FROM entries \
          WHERE (route, scope, key) IN (SELECT * FROM unnest(?1::text[], ?2::text[], ?3::text[])) \
@@ -251,8 +247,7 @@ static READ_AHEAD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
          AND d.dup_fp = x.dup_fp AND d.state = 'completed' AND d.completed_at >= a.since \
          AND d.id <> x.id) END AS INTEGER) AS BIGINT) \
          FROM entries x JOIN unnest(?4::bigint[], ?5::bigint[]) AS a(want, since) ON x.id = a.want\
-         ) AS e ON true",
-        head = read::HEAD
+         ) AS e ON true"
     )
 });
 

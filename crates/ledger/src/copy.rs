@@ -5,7 +5,8 @@
 //! match); collisions and the hourly counters come along; the entry counts by state are rebuilt.
 //!
 //! The source's write lock is held for the whole copy (its proxies' writes wait, or fail after
-//! their busy timeout), so the copy is one consistent cut. The destination is written in one
+//! their busy timeout), so the copy is one consistent cut; a PostgreSQL source's intake is
+//! numbered into its log first (`write/intake.rs`). The destination is written in one
 //! transaction: it has the whole ledger or nothing.
 
 use serde::Serialize;
@@ -222,16 +223,24 @@ pub fn copy(
     let mut src = write_conn(from)?;
     let mut dst = write_conn(to)?;
     src.begin()?;
-    let r = dst
-        .begin()
-        .and_then(|()| copy_rows(src.db(), dst.db(), progress));
-    let _ = src.db().batch("ROLLBACK");
+    // A PostgreSQL source's intake is taken into its log first, under its write lock: the copy
+    // has every event numbered, and the source numbers them as the copy does (it commits that
+    // before the copy commits).
+    let sequenced = match src.db().dialect() {
+        Dialect::Postgres => crate::write::intake::take_all(src.db(), hasher).map(|_| ()),
+        Dialect::Sqlite => Ok(()),
+    };
+    let r = sequenced
+        .and_then(|()| dst.begin())
+        .and_then(|()| copy_rows(src.db(), dst.db(), progress))
+        .and_then(|report| src.db().batch("COMMIT").map(|()| report));
     match r {
         Ok(report) => {
             dst.db().batch("COMMIT")?;
             Ok(report)
         }
         Err(e) => {
+            let _ = src.db().batch("ROLLBACK");
             let _ = dst.db().batch("ROLLBACK");
             Err(e)
         }

@@ -237,6 +237,13 @@ impl Ledger {
         }
     }
 
+    /// `f` on a reader once every event acknowledged so far is in the log (PostgreSQL: taken out
+    /// of the intake first), so a read of the log shows what was written before it.
+    fn read_log<T>(&self, f: impl FnOnce(&mut dyn Db) -> Result<T>) -> Result<T> {
+        self.sequence()?;
+        self.read(f)
+    }
+
     fn read<T>(&self, f: impl FnOnce(&mut dyn Db) -> Result<T>) -> Result<T> {
         let mut f = Some(f);
         let mut out = None;
@@ -493,7 +500,7 @@ impl Storage for Ledger {
     }
 
     fn entry(&self, id: i64, now: Millis) -> Result<EntryDetail> {
-        self.read(|db| read::entry(db, id, now))
+        self.read_log(|db| read::entry(db, id, now))
     }
 
     fn entries(&self, filter: &EntryFilter, page: Page, now: Millis) -> Result<Vec<EntrySummary>> {
@@ -505,11 +512,11 @@ impl Storage for Ledger {
     }
 
     fn events(&self, filter: &EventFilter, page: Page) -> Result<Vec<Event>> {
-        self.read(|db| search::events(db, &self.search, filter, page))
+        self.read_log(|db| search::events(db, &self.search, filter, page))
     }
 
     fn warm(&self) -> Result<()> {
-        self.read(|db| search::warm(db, &self.search))
+        self.read_log(|db| search::warm(db, &self.search))
     }
 
     fn scan_events(
@@ -517,7 +524,7 @@ impl Storage for Ledger {
         range: EventRange,
         f: &mut dyn FnMut(Event) -> Result<bool>,
     ) -> Result<()> {
-        self.read(|db| read::scan_events(db, range, f))
+        self.read_log(|db| read::scan_events(db, range, f))
     }
 
     fn incidents(&self, page: Page, now: Millis) -> Result<Vec<Incident>> {
@@ -529,11 +536,11 @@ impl Storage for Ledger {
     }
 
     fn head(&self) -> Result<Option<ChainHead>> {
-        self.read(read::head)
+        self.read_log(read::head)
     }
 
     fn contains(&self, head: &ChainHead) -> Result<bool> {
-        self.read(|db| read::contains(db, head))
+        self.read_log(|db| read::contains(db, head))
     }
 
     fn scan_entries(
@@ -541,11 +548,11 @@ impl Storage for Ledger {
         range: EventRange,
         f: &mut dyn FnMut(crate::entries_export::EntryRow) -> Result<bool>,
     ) -> Result<()> {
-        self.read(|db| read::scan_entries(db, range, f))
+        self.read_log(|db| read::scan_entries(db, range, f))
     }
 
     fn seq_before(&self, before: Millis) -> Result<Option<i64>> {
-        self.read(|db| read::seq_before(db, before))
+        self.read_log(|db| read::seq_before(db, before))
     }
 
     fn archived(&self) -> Result<Vec<ArchivedSegment>> {
@@ -578,10 +585,38 @@ impl Storage for Ledger {
         last: i64,
         f: &mut dyn FnMut(Event) -> Result<bool>,
     ) -> Result<()> {
-        self.read(|db| read::scan_seqs(db, first, last, f))
+        self.read_log(|db| read::scan_seqs(db, first, last, f))
+    }
+
+    fn sequence(&self) -> Result<usize> {
+        // A writer that refuses (its chain key is not the ledger's) must not chain either.
+        if self.backend() != "postgres" || self.writer.refuses() {
+            return Ok(0);
+        }
+        let mut total = 0;
+        loop {
+            let n = self.read(|db| {
+                // One statement when there is nothing to take: a read need not wait for the lock.
+                if db
+                    .opt("SELECT CAST(1 AS BIGINT) FROM intake LIMIT 1", &[], |r| {
+                        r.int(0)
+                    })?
+                    .is_some()
+                {
+                    write::intake::sequence(db, &self.hasher, write::intake::STEP)
+                } else {
+                    Ok(0)
+                }
+            })?;
+            total += n;
+            if n < write::intake::STEP {
+                return Ok(total);
+            }
+        }
     }
 
     fn verify(&self, progress: Progress<'_>) -> Result<VerifyReport> {
+        self.sequence()?;
         verify::verify(self, progress)
     }
 }

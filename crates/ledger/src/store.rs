@@ -476,6 +476,10 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
         last: i64,
         f: &mut dyn FnMut(Event) -> Result<bool>,
     ) -> Result<()>;
+    /// Numbers and chains into the log every event written so far that is not in it yet (a
+    /// PostgreSQL ledger's intake: `write/intake.rs`): how many. The log's reads do it first;
+    /// the books' leader does it on its timer. A SQLite ledger's writer numbers its own events.
+    fn sequence(&self) -> Result<usize>;
     /// Recomputes the whole chain.
     fn verify(&self, progress: Progress<'_>) -> Result<VerifyReport>;
 }

@@ -150,6 +150,51 @@ impl Drop for TableLocked {
     }
 }
 
+/// A transaction left open on a PostgreSQL ledger, on a connection of its own: what it wrote is
+/// seen by others once [`Open::commit`] commits it; dropped, it is rolled back.
+pub struct Open(PgConn);
+
+impl std::fmt::Debug for Open {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Open")
+    }
+}
+
+/// Begins a transaction on the PostgreSQL ledger at `url` and runs `sql` in it.
+///
+/// # Panics
+/// When either fails.
+pub fn begin(url: &str, sql: &str) -> Open {
+    let mut c = connect(url).expect("connect");
+    c.batch(&format!("BEGIN; {sql}")).expect("begin");
+    Open(c)
+}
+
+impl Open {
+    /// The integer `sql` reads inside the transaction.
+    ///
+    /// # Panics
+    /// When the read fails.
+    pub fn i64(&mut self, sql: &str) -> i64 {
+        let db: &mut dyn Db = &mut self.0;
+        db.one(sql, &[], |r: &dyn Row| r.int(0)).expect("read")
+    }
+
+    /// Commits the transaction.
+    ///
+    /// # Panics
+    /// When the commit fails.
+    pub fn commit(mut self) {
+        self.0.batch("COMMIT").expect("commit");
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let _ = self.0.batch("ROLLBACK");
+    }
+}
+
 /// Holds the PostgreSQL ledger's write lock until dropped: every instance's writer waits in its
 /// next batch's begin, and the jobs queued meanwhile all go in the batch after it.
 pub struct WriteLockHeld(PgConn);

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use crate::canon::canonical_string;
-use crate::db::{vals, Db};
+use crate::db::{vals, Db, Dialect};
 use crate::entry_row::{row_by_id, Row};
 use crate::error::{LedgerError, Result};
 use crate::model::{without_secret_params, ApprovalEnd, Event, EventKind, Millis, State};
@@ -17,6 +17,7 @@ mod approval;
 mod archival;
 mod duplicates;
 mod insert;
+pub(crate) mod intake;
 mod operator;
 mod outcome;
 mod sweep;
@@ -85,11 +86,41 @@ fn moved(ctx: &mut Ctx<'_>, from: Option<State>, to: Option<State>) {
     }
 }
 
-/// Appends one event to the chain (written with the batch) and bumps its hourly counter.
-pub(crate) fn append(ctx: &mut Ctx<'_>, ne: NewEvent<'_>) -> Result<i64> {
+/// Appends one event (written with the batch) and bumps its hourly counter. On SQLite the event
+/// is numbered and chained here, after the head the batch read; on PostgreSQL it goes to the
+/// intake as it is, and the sequencer numbers and chains it ([`intake`]).
+pub(crate) fn append(ctx: &mut Ctx<'_>, ne: NewEvent<'_>) -> Result<()> {
     let tail = ne.tail;
-    let mut ev = Event {
-        seq: ctx.head.seq + 1,
+    let mut ev = unnumbered(ne);
+    bump_hourly(ctx, ev.at, &ev.kind);
+    if ctx.db.dialect() == Dialect::Sqlite {
+        chain(ctx, &mut ev, tail);
+    }
+    ctx.out.events.push(ev);
+    Ok(())
+}
+
+/// Appends one event numbered now, and returns its seq: on PostgreSQL, after every event the
+/// intake holds committed, in the batch's transaction ([`intake::take_all`]). For the books' rare
+/// events (an archive segment, a checkpoint, a retention run), whose seq their callers report.
+pub(crate) fn append_numbered(ctx: &mut Ctx<'_>, ne: NewEvent<'_>) -> Result<i64> {
+    if ctx.db.dialect() == Dialect::Sqlite {
+        append(ctx, ne)?;
+        return Ok(ctx.head.seq);
+    }
+    ctx.head = intake::take_all(ctx.db, ctx.hasher)?;
+    let tail = ne.tail;
+    let mut ev = unnumbered(ne);
+    bump_hourly(ctx, ev.at, &ev.kind);
+    chain(ctx, &mut ev, tail);
+    intake::insert_numbered(ctx.db, std::slice::from_ref(&ev))?;
+    Ok(ev.seq)
+}
+
+/// The event `ne` describes, not yet numbered or chained.
+fn unnumbered(ne: NewEvent<'_>) -> Event {
+    Event {
+        seq: 0,
         at: ne.at,
         kind: ne.kind.as_str().to_owned(),
         entry_id: ne.entry_id,
@@ -100,17 +131,20 @@ pub(crate) fn append(ctx: &mut Ctx<'_>, ne: NewEvent<'_>) -> Result<i64> {
         reason: ne.actor.map(|a| a.reason.clone()),
         detail: ne.detail,
         payload_digest: ne.payload_digest,
-        prev_hash: std::mem::take(&mut ctx.head.hash),
+        prev_hash: String::new(),
         hash: String::new(),
-    };
-    debug_assert!(tail.is_none_or(|t| t == crate::chain::event_tail(&ev)));
-    ev.hash = ctx.hasher.hash_with_tail(&ev, tail);
-    bump_hourly(ctx, ev.at, &ev.kind);
+    }
+}
+
+/// Numbers `ev` after `ctx`'s head and chains it to it (`tail`: its canonical tail, if encoded
+/// before the job was queued); it is the head from then on.
+fn chain(ctx: &mut Ctx<'_>, ev: &mut Event, tail: Option<&[u8]>) {
+    ev.seq = ctx.head.seq + 1;
+    ev.prev_hash = std::mem::take(&mut ctx.head.hash);
+    debug_assert!(tail.is_none_or(|t| t == crate::chain::event_tail(ev)));
+    ev.hash = ctx.hasher.hash_with_tail(ev, tail);
     ctx.head.seq = ev.seq;
     ctx.head.hash.clone_from(&ev.hash);
-    let seq = ev.seq;
-    ctx.out.events.push(ev);
-    Ok(seq)
 }
 
 impl Row {

@@ -5,8 +5,10 @@
 //! ledger's write lock (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: a transaction-scoped advisory lock,
 //! so the writers of several processes take turns), runs the jobs, commits once — one fsync for
 //! the whole batch — and only then answers each job's [`Ticket`]. Throughput grows with
-//! concurrency; no write is acknowledged before it is durable; the hash chain has one writer at a
-//! time, so it stays one chain.
+//! concurrency; no write is acknowledged before it is durable. On SQLite the writer numbers and
+//! chains each event after the head its batch read; on PostgreSQL events go to the intake and the
+//! sequencer chains them (`write/intake.rs`). Either way the chain has one writer at a time, so
+//! it stays one chain.
 //!
 //! One failing job must not undo the others. Jobs rarely fail, and a savepoint per job is costly
 //! (SQLite copies every page a job touches to the statement journal: a third of the writer's
@@ -23,13 +25,13 @@ use crate::ahead::{Ahead, Touch};
 use crate::chain::{ChainHasher, GENESIS};
 use crate::db::{Db, Dialect, Val};
 use crate::error::{LedgerError, Result};
-use crate::model::now_millis;
+use crate::model::{now_millis, ChainHead};
 use crate::read;
 use crate::store::{Reply, Ticket, WriterHealth};
 use crate::telemetry::{self, Failures};
 
 mod flush;
-pub(crate) use flush::{counter_sql, flush, Deferred};
+pub(crate) use flush::{counter_sql, flush, inserts, Deferred, Rows, INTAKE_COLS};
 
 /// The most jobs one transaction takes.
 pub const MAX_BATCH: usize = 4096;
@@ -61,6 +63,22 @@ impl Ctx<'_> {
 pub(crate) struct Head {
     pub seq: i64,
     pub hash: String,
+}
+
+impl Head {
+    /// The head a new event follows: `head`, or the genesis of an empty log.
+    pub fn after(head: Option<ChainHead>) -> Head {
+        head.map_or_else(
+            || Head {
+                seq: 0,
+                hash: GENESIS.into(),
+            },
+            |h| Head {
+                seq: h.seq,
+                hash: h.hash,
+            },
+        )
+    }
 }
 
 /// A backend's write connection.
@@ -296,9 +314,10 @@ impl Writer {
     }
 }
 
-/// Begins a batch: its transaction with the write lock, the chain head, and with `read_ahead`
-/// the rows its jobs will read (PostgreSQL: the `BEGIN` goes with the read, one round trip for
-/// all). A connection found lost on the way is replaced, once.
+/// Begins a batch: its transaction with the write lock; on SQLite the chain head, on PostgreSQL
+/// (whose events go to the intake, unnumbered) with `read_ahead` the rows its jobs will read (the
+/// `BEGIN` goes with the read, one round trip for all). A connection found lost on the way is
+/// replaced, once.
 fn begin(
     conn: &mut impl WriteConn,
     batch: &[Box<dyn Job>],
@@ -307,25 +326,18 @@ fn begin(
     let mut replaced = false;
     loop {
         conn.begin()?;
-        let read = if read_ahead {
-            Ahead::read(conn.db(), batch.iter().map(|j| j.touch()))
+        let db = conn.db();
+        let read = if db.dialect() == Dialect::Sqlite {
+            read::head(db).map(|h| (h, None))
+        } else if read_ahead {
+            Ahead::read(db, batch.iter().map(|j| j.touch())).map(|a| (None, a))
         } else {
-            read::head(conn.db()).map(|h| (h, None))
+            // Nothing to read: one statement all the same, to find a lost connection here.
+            db.one("SELECT CAST(1 AS BIGINT)", &[], |r| r.int(0))
+                .map(|_| (None, None))
         };
         match read {
-            Ok((head, ahead)) => {
-                let head = head.map_or_else(
-                    || Head {
-                        seq: 0,
-                        hash: GENESIS.into(),
-                    },
-                    |h| Head {
-                        seq: h.seq,
-                        hash: h.hash,
-                    },
-                );
-                return Ok((head, ahead));
-            }
+            Ok((head, ahead)) => return Ok((Head::after(head), ahead)),
             Err(e) => {
                 let _ = conn.db().batch("ROLLBACK");
                 if replaced || !conn.lost() {

@@ -2,11 +2,12 @@
 //!
 //! Each process runs the shared writer (`writer.rs`) on one connection. A batch is one transaction
 //! that first takes a transaction-scoped advisory lock ([`WRITE_LOCK`]): the writers of all
-//! instances take turns, so every claim reads its key's row and the chain head under the lock and
-//! exactly one claim wins (the unique constraint on `(key, route, scope)` is the backstop), and
-//! the hash chain stays one chain. Commits are durable (`synchronous_commit` as the server has it,
-//! `on` by default); one commit carries the whole batch — group commit across the instance's
-//! requests.
+//! instances take turns, so every claim reads its key's row under the lock and exactly one claim
+//! wins (the unique constraint on `(key, route, scope)` is the backstop). A batch's events go to
+//! the intake, unnumbered; the sequencer (`write/intake.rs`, under [`SEQ_LOCK`]) numbers and
+//! chains them into the log, so the hash chain stays one chain without the write path knowing
+//! its head. Commits are durable (`synchronous_commit` as the server has it, `on` by default);
+//! one commit carries the whole batch — group commit across the instance's requests.
 //!
 //! A lost connection (the server restarted, a network cut) fails the batch in flight — its writes
 //! are answered with an error, never acknowledged — and the next batch reconnects. Readers use a
@@ -37,6 +38,8 @@ use values::{params, placeholders};
 
 /// The advisory lock a write batch holds (any constant; "idemgate" in ASCII, truncated).
 pub(crate) const WRITE_LOCK: i64 = 0x6964_656d_6761_7465;
+/// The advisory lock a step of the sequencer holds: one at a time numbers and chains the intake.
+pub(crate) const SEQ_LOCK: i64 = 0x6964_656d_7365_7173;
 /// The advisory lock a step of the tree's integrator holds (not the write lock: see
 /// `write::tree::extend_tree_alone`).
 pub(crate) const TREE_LOCK: i64 = 0x6964_656d_7472_6565;

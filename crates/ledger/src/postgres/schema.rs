@@ -315,6 +315,26 @@ DROP INDEX events_key;
 CREATE INDEX events_key ON events (key, seq)
     WHERE kind <> 'claim' AND kind <> 'complete' AND kind <> 'attempt' AND kind <> 'release' AND kind <> 'lease_expired' AND kind <> 'expired';
 "#,
+    // 15: the log's intake. A write batch appends its events here, neither numbered nor chained,
+    // and so needs nothing of the log's head; the sequencer (`write/intake.rs`) moves them into
+    // `events` in the order it finds them committed.
+    r#"
+CREATE TABLE intake (
+    id             BIGSERIAL PRIMARY KEY,
+    at             BIGINT NOT NULL,
+    kind           TEXT NOT NULL,
+    entry_id       BIGINT,
+    route          TEXT NOT NULL,
+    scope          TEXT NOT NULL,
+    key            TEXT NOT NULL,
+    operator       TEXT,
+    reason         TEXT,
+    detail         TEXT NOT NULL,
+    payload_digest TEXT
+);
+CREATE TRIGGER intake_append_only BEFORE UPDATE ON intake
+    FOR EACH ROW EXECUTE FUNCTION idemgate_append_only();
+"#,
 ];
 
 pub fn current_version() -> i64 {

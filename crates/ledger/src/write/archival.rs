@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::{append, NewEvent};
+use super::{append_numbered, NewEvent};
 use crate::canon::canonical_string;
 use crate::checkpoint::SignedCheckpoint;
 use crate::db::vals;
@@ -146,7 +146,7 @@ fn log(
     actor: Option<&Actor>,
     detail: &serde_json::Value,
 ) -> Result<i64> {
-    append(
+    append_numbered(
         ctx,
         NewEvent {
             at,

@@ -53,42 +53,12 @@ impl Deferred {
 /// statement (on PostgreSQL a round trip) per event and per counter, and a hot-row update per job.
 pub(crate) fn flush(db: &mut dyn Db, out: &Deferred, new_ids_through: Option<i64>) -> Result<()> {
     let dialect = db.dialect();
-    // SQLite numbers the rows itself (see `EVENT_INSERTS`); the last one's number is checked below.
-    let own_seq = dialect == Dialect::Postgres;
-    let mut stmts: Vec<(&str, Vec<Val<'_>>)> = Vec::new();
-    let mut rest = &out.events[..];
-    while !rest.is_empty() {
-        // A few fixed chunk sizes, so the statements are prepared (and written) once each.
-        let (n, sql) = EVENT_INSERTS
-            .get(dialect)
-            .iter()
-            .find(|(n, _)| rest.len() >= *n)
-            .map_or((1, ""), |(n, sql)| (*n, sql.as_str()));
-        let (chunk, tail) = rest.split_at(n);
-        rest = tail;
-        let mut params = Vec::with_capacity(n * 13);
-        for ev in chunk {
-            if own_seq {
-                params.push(Val::Int(ev.seq));
-            }
-            params.extend_from_slice(vals![
-                ev.at,
-                &ev.kind,
-                ev.entry_id,
-                &ev.route,
-                &ev.scope,
-                &ev.key,
-                ev.operator.as_deref(),
-                ev.reason.as_deref(),
-                &ev.detail,
-                ev.payload_digest.as_deref(),
-                &ev.prev_hash,
-                &ev.hash
-            ]);
-        }
-        stmts.push((sql, params));
-    }
-    if let (false, Some(last)) = (own_seq, out.events.last()) {
+    let shape = match dialect {
+        Dialect::Sqlite => Rows::Log,
+        Dialect::Postgres => Rows::Intake,
+    };
+    let mut stmts = inserts(&out.events, shape);
+    if let (Dialect::Sqlite, Some(last)) = (dialect, out.events.last()) {
         db.exec_all(&stmts)?;
         stmts.clear();
         // Each row took the next rowid, one past the log's last: the rows are where their hashes
@@ -141,22 +111,63 @@ static COUNTER_SQL: PerDialect<(String, String)> = PerDialect::new(|d| {
     )
 });
 
-/// The batch's multi-row event inserts, by rows per statement (largest first).
-///
-/// On SQLite the rows leave out `seq`, the table's rowid, and SQLite numbers them one past the
-/// last: given a rowid, SQLite must be ready to refuse one that is not an integer halfway through
-/// the rows, and so keeps a statement journal for a multi-row insert (a copy of every page it
-/// touches first, ~2% of the writer's time).
-static EVENT_INSERTS: PerDialect<Vec<(usize, String)>> = PerDialect::new(|d| {
-    let (cols, per_row) = match d {
-        Dialect::Sqlite => (
-            read::EVENT_COLS
-                .strip_prefix("seq, ")
-                .unwrap_or(read::EVENT_COLS),
-            12,
-        ),
-        Dialect::Postgres => (read::EVENT_COLS, 13),
+/// Which rows an insert of events writes.
+#[derive(Clone, Copy)]
+pub(crate) enum Rows {
+    /// SQLite's log: numbered and chained by the writer, `seq` left out (see [`LOG_INSERTS`]).
+    Log,
+    /// PostgreSQL's intake: neither numbered nor chained (`write/intake.rs`).
+    Intake,
+    /// PostgreSQL's log: every column, as the sequencer numbered and chained them.
+    Numbered,
+}
+
+/// The multi-row statements that insert `events` as `shape`, with their parameters: a few fixed
+/// chunk sizes, so the statements are prepared (and written) once each.
+pub(crate) fn inserts(events: &[Event], shape: Rows) -> Vec<(&'static str, Vec<Val<'_>>)> {
+    let sizes = match shape {
+        Rows::Log => LOG_INSERTS.get(Dialect::Sqlite),
+        Rows::Intake => &INTAKE_INSERTS,
+        Rows::Numbered => LOG_INSERTS.get(Dialect::Postgres),
     };
+    let mut stmts = Vec::new();
+    let mut rest = events;
+    while !rest.is_empty() {
+        let (n, sql) = sizes
+            .iter()
+            .find(|(n, _)| rest.len() >= *n)
+            .map_or((1, ""), |(n, sql)| (*n, sql.as_str()));
+        let (chunk, tail) = rest.split_at(n);
+        rest = tail;
+        let mut params = Vec::with_capacity(n * 13);
+        for ev in chunk {
+            if let Rows::Numbered = shape {
+                params.push(Val::Int(ev.seq));
+            }
+            params.extend_from_slice(vals![
+                ev.at,
+                &ev.kind,
+                ev.entry_id,
+                &ev.route,
+                &ev.scope,
+                &ev.key,
+                ev.operator.as_deref(),
+                ev.reason.as_deref(),
+                &ev.detail,
+                ev.payload_digest.as_deref()
+            ]);
+            if !matches!(shape, Rows::Intake) {
+                params.extend_from_slice(vals![&ev.prev_hash, &ev.hash]);
+            }
+        }
+        stmts.push((sql, params));
+    }
+    stmts
+}
+
+/// The statements that insert 256, 64, 8 and 1 rows (largest first) of `per_row` columns into
+/// `table (cols)`, with their row counts.
+fn multi_row(insert: &str, table: &str, cols: &str, per_row: usize) -> Vec<(usize, String)> {
     [256, 64, 8, 1]
         .into_iter()
         .map(|n| {
@@ -168,12 +179,32 @@ static EVENT_INSERTS: PerDialect<Vec<(usize, String)>> = PerDialect::new(|d| {
                     format!("({})", marks.join(", "))
                 })
                 .collect();
-            let sql = format!(
-                "{} INTO events ({cols}) VALUES {}",
-                d.insert(),
-                rows.join(", ")
-            );
+            let sql = format!("{insert} INTO {table} ({cols}) VALUES {}", rows.join(", "));
             (n, sql)
         })
         .collect()
+}
+
+/// The log's multi-row event inserts.
+///
+/// On SQLite the rows leave out `seq`, the table's rowid, and SQLite numbers them one past the
+/// last: given a rowid, SQLite must be ready to refuse one that is not an integer halfway through
+/// the rows, and so keeps a statement journal for a multi-row insert (a copy of every page it
+/// touches first, ~2% of the writer's time).
+static LOG_INSERTS: PerDialect<Vec<(usize, String)>> = PerDialect::new(|d| match d {
+    Dialect::Sqlite => {
+        let cols = read::EVENT_COLS
+            .strip_prefix("seq, ")
+            .unwrap_or(read::EVENT_COLS);
+        multi_row(d.insert(), "events", cols, 12)
+    }
+    Dialect::Postgres => multi_row(d.insert(), "events", read::EVENT_COLS, 13),
 });
+
+/// The intake's multi-row inserts (PostgreSQL): the event's columns but its number and hashes.
+static INTAKE_INSERTS: std::sync::LazyLock<Vec<(usize, String)>> =
+    std::sync::LazyLock::new(|| multi_row(Dialect::Postgres.insert(), "intake", INTAKE_COLS, 10));
+
+/// The intake's columns, in the order [`inserts`] gives them.
+pub(crate) const INTAKE_COLS: &str =
+    "at, kind, entry_id, route, scope, key, operator, reason, detail, payload_digest";

@@ -48,6 +48,8 @@ fn a_missing_ledger_is_not_created_by_readers(b: Backend) {
 fn the_log_is_append_only_in_the_database_itself(b: Backend) {
     let f = fx!(b);
     claim_new(&f.l, "k1", "{}", T0);
+    // A read of the log numbers what was written (PostgreSQL: out of the intake).
+    assert_eq!(f.l.head().expect("head").map(|h| h.seq), Some(1));
     for sql in [
         "UPDATE events SET detail = '{}' WHERE seq = 1",
         "DELETE FROM events WHERE seq = 1",
@@ -57,6 +59,12 @@ fn the_log_is_append_only_in_the_database_itself(b: Backend) {
     }
     if let Backend::Postgres = b {
         let e = b.raw(&f.location, "TRUNCATE events").expect_err("truncate");
+        assert!(e.contains("append-only"), "{e}");
+        // An event not yet numbered cannot be rewritten in the intake either.
+        claim_new(&f.l, "k2", "{}", T0);
+        let e = b
+            .raw(&f.location, "UPDATE intake SET detail = '{}'")
+            .expect_err("an update of the intake");
         assert!(e.contains("append-only"), "{e}");
     }
     verify_ok(&f.l);
@@ -320,7 +328,48 @@ fn one_instance_leads_the_books_at_a_time(b: Backend) {
     );
 }
 
+/// A batch's events are in the log, numbered and chained, when a read of the log looks: on SQLite
+/// the writer numbered them; on PostgreSQL they waited in the intake, unnumbered (the write path
+/// knows nothing of the log's head), and the read had the sequencer take them. There an event
+/// whose transaction committed later is numbered after, though its id is lower.
+fn a_read_of_the_log_finds_every_event_written_before_it(b: Backend) {
+    let f = fx!(b);
+    claim_new(&f.l, "a", "{}", T0);
+    let keys = || -> Vec<String> {
+        let mut evs = all_events(&f.l);
+        evs.reverse();
+        evs.into_iter().map(|e| e.key).collect()
+    };
+    if let Backend::Postgres = b {
+        let count =
+            |table: &str| postgres_i64(&f.location, &format!("SELECT count(*) FROM {table}"));
+        assert_eq!((count("events"), count("intake")), (Ok(0), Ok(1)));
+        let mut open = idemgate_ledger::testing::begin(
+            &f.location,
+            "INSERT INTO intake (at, kind, route, scope, key, detail) \
+             VALUES (1, 'resolve', 'charges', 'agent-1', 'late', '{}')",
+        );
+        claim_new(&f.l, "b", "{}", T0);
+        assert_eq!(
+            keys(),
+            ["a", "b"],
+            "an event not committed yet is not taken"
+        );
+        let late = open.i64("SELECT id FROM intake WHERE key = 'late'");
+        assert!(
+            late < postgres_i64(&f.location, "SELECT last_value FROM intake_id_seq").expect("seq")
+        );
+        open.commit();
+        assert_eq!(keys(), ["a", "b", "late"]);
+        assert_eq!(count("intake"), Ok(0));
+    } else {
+        assert_eq!(keys(), ["a"]);
+    }
+    verify_ok(&f.l);
+}
+
 suite!(
+    a_read_of_the_log_finds_every_event_written_before_it,
     a_head_gets_one_periodic_checkpoint,
     one_instance_leads_the_books_at_a_time,
     a_database_newer_than_the_binary_is_refused,
