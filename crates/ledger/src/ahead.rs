@@ -7,10 +7,9 @@
 //! start of a batch and in one statement, the writer reads every such row ([`Ahead::read`]), sent
 //! with the batch's `BEGIN` and lock; each job then decides from its row
 //! and sends its writes later ([`crate::db::Db::defer_exec`]), in order, with the batch's
-//! `COMMIT`: two round trips a batch, whatever its size. A new entry's id is handed out here, past
-//! both the highest row and the entries' sequence (read with the rows: under the write lock no one
-//! else inserts), and the sequence is moved past it. Every new entry of such a batch takes its id
-//! here, even one claimed after reading ahead ended: the sequence's next is one of these.
+//! `COMMIT`: two round trips a batch, whatever its size. The same statement takes an id from the
+//! entries' sequence for each claim read ahead, so a new key's entry has its id before its insert
+//! is sent; ids a batch does not use are never handed out (the sequence only moves forward).
 //!
 //! **Invariant: a job decides from a row read ahead only if no job before it in the batch could
 //! have changed that row.** A claim changes only its key's row, a completion only its entry's; any
@@ -59,15 +58,13 @@ pub(crate) struct Ahead {
     touched_ids: HashSet<i64>,
     /// Cleared by a job that may change anything.
     valid: bool,
-    /// The last entry id in use or handed out; the next new entry's is one past it.
-    last_id: i64,
-    /// Whether a new entry took an id here (the sequence must then be moved past it).
-    took_ids: bool,
+    /// Ids taken from the entries' sequence for new entries, not handed out yet.
+    ids: std::collections::VecDeque<i64>,
 }
 
 impl Ahead {
     /// Reads, in one statement, the rows of the claims and completions of `touches` that come
-    /// before the first [`Touch::Any`], and the entries' last id. No [`Ahead`] if there is
+    /// before the first [`Touch::Any`], and an id for each of those claims. No [`Ahead`] if there is
     /// nothing to read (then one statement all the same, to find a lost connection at the start).
     pub fn read<'t>(
         db: &mut dyn Db,
@@ -110,10 +107,11 @@ impl Ahead {
             Val::Texts(&keys),
             Val::Ints(&ids),
             Val::Ints(&sinces),
+            Val::Int(keys.len() as i64),
         ];
         let mut rows = Vec::new();
         db.each(sql, &params, &mut |r| {
-            let last = r.int(0)?;
+            let new_ids = r.opt_text(0)?.unwrap_or_default();
             let found = match r.opt_int(1)? {
                 None => None,
                 Some(_) => {
@@ -124,11 +122,20 @@ impl Ahead {
                     Some((map_row(&shifted)?, stored, by_id, maybe_duplicate))
                 }
             };
-            rows.push((last, found));
+            rows.push((new_ids, found));
             Ok(true)
         })?;
-        for (last, found) in rows {
-            ahead.last_id = last;
+        for (new_ids, found) in rows {
+            if ahead.ids.is_empty() {
+                ahead.ids = new_ids
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::parse)
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(|e| {
+                        crate::error::LedgerError::Corrupt(format!("a new entry's id: {e}"))
+                    })?;
+            }
             if let Some((row, stored, by_id, maybe_duplicate)) = found {
                 let key = (row.route.clone(), row.scope.clone(), row.key.clone());
                 ahead.key_ids.insert(key.clone(), row.id);
@@ -183,16 +190,9 @@ impl Ahead {
         self.valid && !self.completed.contains(&effect(row))
     }
 
-    /// The id of a new entry.
-    pub fn new_id(&mut self) -> i64 {
-        self.last_id += 1;
-        self.took_ids = true;
-        self.last_id
-    }
-
-    /// The last id handed out, if any was.
-    pub fn taken_through(&self) -> Option<i64> {
-        self.took_ids.then_some(self.last_id)
+    /// The id of a new entry, taken with the rows; `None` once every one is handed out.
+    pub fn new_id(&mut self) -> Option<i64> {
+        self.ids.pop_front()
     }
 
     /// A job that may change `t` is about to run.
@@ -223,8 +223,8 @@ fn effect(row: &Row) -> (String, String) {
     )
 }
 
-/// The batch's read ahead: the entries' last id (the larger of the highest row's and the
-/// sequence's: a purged entry's id is never handed out again), then one row per entry found by
+/// The batch's read ahead: ?6 ids from the entries' sequence (comma-separated, the same on every
+/// row: the CTE runs once), then one row per entry found by
 /// key (?1–?3: arrays of routes, scopes and keys; with its stored response) or by id (?4, with
 /// the start of its duplicate window in ?5), which of the two (1: by id), and for an entry found
 /// by id whether another entry completed its effect in the window. That last check asks less than
@@ -233,9 +233,10 @@ fn effect(row: &Row) -> (String, String) {
 /// runs. A single row of NULLs after the id if no entry is found.
 static READ_AHEAD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "SELECT GREATEST((SELECT COALESCE(MAX(id), 0) FROM entries), \
-         COALESCE(pg_sequence_last_value(pg_get_serial_sequence('entries', 'id')::regclass), 0)), \
-         e.* FROM (SELECT 1) AS one LEFT JOIN (\
+        "WITH new AS MATERIALIZED (SELECT array_to_string(ARRAY(SELECT \
+         nextval(pg_get_serial_sequence('entries', 'id')::regclass) \
+         FROM generate_series(1, ?6::bigint)), ',') AS ids) \
+         SELECT new.ids, e.* FROM new LEFT JOIN (\
          SELECT {ROW_COLS}, resp_status, resp_headers, resp_body, CAST(0 AS BIGINT) AS by_id, \
          CAST(0 AS BIGINT) AS maybe_duplicate FROM entries \
          WHERE (route, scope, key) IN (SELECT * FROM unnest(?1::text[], ?2::text[], ?3::text[])) \
@@ -250,10 +251,3 @@ static READ_AHEAD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
          ) AS e ON true"
     )
 });
-
-/// After a batch that gave new entries ids: moves the entries' sequence to the last (?1), so an
-/// id is handed out once, whoever inserts next. Never back: a sequence behind the entries' ids
-/// would hand out theirs.
-pub(crate) const MOVE_SEQUENCE: &str = "SELECT setval(s, GREATEST(?1::bigint, \
-     COALESCE(pg_sequence_last_value(s::regclass), 0))) \
-     FROM pg_get_serial_sequence('entries', 'id') AS s";

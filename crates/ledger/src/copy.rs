@@ -351,9 +351,11 @@ fn copy_rows(src: &mut dyn Db, dst: &mut dyn Db, progress: Progress<'_>) -> Resu
     }
     copy_by_entry(src, dst)?;
     copy_tool_effects(src, dst)?;
-    let hourly = src.all("SELECT hour, kind, n FROM event_counts", &[], |r| {
-        Ok((r.int(0)?, r.text(1)?, r.int(2)?))
-    })?;
+    let hourly = src.all(
+        "SELECT hour, kind, CAST(SUM(n) AS BIGINT) FROM event_counts GROUP BY hour, kind",
+        &[],
+        |r| Ok((r.int(0)?, r.text(1)?, r.int(2)?)),
+    )?;
     for (hour, kind, n) in &hourly {
         dst.exec(
             "INSERT INTO event_counts (hour, kind, n) VALUES (?1, ?2, ?3)",

@@ -572,7 +572,7 @@ pub(crate) const EXPIRED_COUNT: &str = "SELECT (SELECT n FROM expired_counts) + 
 
 pub(crate) fn stats(db: &mut dyn Db, now: Millis, hours: u32) -> Result<Stats> {
     let entries_by_state = db.all(
-        "SELECT state, n FROM entry_counts ORDER BY state",
+        "SELECT state, CAST(SUM(n) AS BIGINT) FROM entry_counts GROUP BY state ORDER BY state",
         &[],
         |r| {
             Ok((
@@ -599,7 +599,8 @@ pub(crate) fn stats(db: &mut dyn Db, now: Millis, hours: u32) -> Result<Stats> {
     )?;
     let from = now - now.rem_euclid(3_600_000) - i64::from(hours) * 3_600_000;
     let series = db.all(
-        "SELECT hour, kind, n FROM event_counts WHERE hour >= ?1 ORDER BY hour, kind",
+        "SELECT hour, kind, CAST(SUM(n) AS BIGINT) FROM event_counts WHERE hour >= ?1 \
+         GROUP BY hour, kind ORDER BY hour, kind",
         vals![from],
         |r| {
             Ok(SeriesPoint {

@@ -469,7 +469,7 @@ fn run_batch(
         }
         let db = conn.db();
         let started = Instant::now();
-        committed = flush(db, deferred, ahead.as_ref().and_then(Ahead::taken_through))
+        committed = flush(db, deferred)
             .and_then(|()| db.batch("COMMIT"))
             .map(|()| started);
         if let Err(e) = &committed {

@@ -335,6 +335,16 @@ CREATE TABLE intake (
 CREATE TRIGGER intake_append_only BEFORE UPDATE ON intake
     FOR EACH ROW EXECUTE FUNCTION idemgate_append_only();
 "#,
+    // 16: the counters a row per writer's shard (`writer/flush.rs`), summed on read: the write
+    // batches of several instances then update rows of their own, not one hot row each.
+    r#"
+ALTER TABLE entry_counts ADD COLUMN shard INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE entry_counts DROP CONSTRAINT entry_counts_pkey;
+ALTER TABLE entry_counts ADD PRIMARY KEY (state, shard);
+ALTER TABLE event_counts ADD COLUMN shard INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE event_counts DROP CONSTRAINT event_counts_pkey;
+ALTER TABLE event_counts ADD PRIMARY KEY (hour, kind, shard);
+"#,
 ];
 
 pub fn current_version() -> i64 {

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use super::duplicates::{same_effect_elsewhere, Same};
 use crate::db::{vals, Db, Dialect, PerDialect, Shifted, Val};
 use crate::entry_row::{lookup, map_row, Row, AFTER_ROW, LOOKUP};
-use crate::error::{LedgerError, Result};
+use crate::error::Result;
 use crate::model::ResponseRecord;
 use crate::prepared::Claim;
 use crate::read;
@@ -21,16 +21,18 @@ pub(super) fn first(ctx: &mut Ctx<'_>, c: &Claim) -> Result<First> {
         .ahead
         .as_deref_mut()
         .and_then(|a| a.claim(&req.route, &req.scope, &req.key));
-    Ok(match ahead {
-        Some(None) => First::Inserted(insert_ahead(ctx, c)?),
-        Some(Some((row, stored))) => First::Existing(row, stored),
-        None => {
-            // A batch that read ahead hands out every new id itself: the entries' sequence does
-            // not know the ids it handed out yet.
-            let id = ctx.ahead.as_deref_mut().map(crate::ahead::Ahead::new_id);
-            insert_or_lookup(ctx.db, c, id)?
-        }
-    })
+    let id = match ahead {
+        Some(Some((row, stored))) => return Ok(First::Existing(row, stored)),
+        Some(None) => ctx
+            .ahead
+            .as_deref_mut()
+            .and_then(crate::ahead::Ahead::new_id),
+        None => None,
+    };
+    match id {
+        Some(id) => insert_ahead(ctx, c, id).map(First::Inserted),
+        None => insert_or_lookup(ctx.db, c),
+    }
 }
 
 /// What a claim's first statement found.
@@ -48,9 +50,7 @@ pub(super) enum First {
 /// (the common case) costs one statement instead of three (read the key, check for a duplicate,
 /// insert). On PostgreSQL the read rides in the same statement, so either answer is one round
 /// trip; on SQLite it is a second statement, run only for a key that exists.
-///
-/// On PostgreSQL the new entry takes `id` if given (a batch that read ahead), else the sequence's.
-fn insert_or_lookup(db: &mut dyn Db, c: &Claim, id: Option<i64>) -> Result<First> {
+fn insert_or_lookup(db: &mut dyn Db, c: &Claim) -> Result<First> {
     let req = &c.req;
     let window = req.reject_duplicates_within_ms;
     let sql = INSERT_OR_LOOKUP.get(db.dialect());
@@ -62,9 +62,6 @@ fn insert_or_lookup(db: &mut dyn Db, c: &Claim, id: Option<i64>) -> Result<First
         }
         None => &sql[0],
     };
-    if db.dialect() == Dialect::Postgres {
-        params.push(id.map_or(Val::Null, Val::Int));
-    }
     match db.dialect() {
         Dialect::Sqlite => {
             if db.exec(sql, &params)? == 1 {
@@ -91,13 +88,9 @@ fn insert_or_lookup(db: &mut dyn Db, c: &Claim, id: Option<i64>) -> Result<First
     }
 }
 
-/// A new key's entry, when the batch read ahead that it has none: its id is handed out here and
-/// its insert sent with the batch's next statement.
-fn insert_ahead(ctx: &mut Ctx<'_>, c: &Claim) -> Result<i64> {
-    let id = match ctx.ahead.as_deref_mut() {
-        Some(a) => a.new_id(),
-        None => return Err(LedgerError::Internal("no rows were read ahead".into())),
-    };
+/// A new key's entry, when the batch read ahead that it has none: it takes `id`, taken with the
+/// rows, and its insert is sent with the batch's next statement.
+fn insert_ahead(ctx: &mut Ctx<'_>, c: &Claim, id: i64) -> Result<i64> {
     let mut params = new_entry(c);
     params.push(Val::Int(id));
     ctx.exec_later(&INSERT_WITH_ID, &params)?;
@@ -155,10 +148,9 @@ fn new_entry_marks(text: &str, int: &str, bytes: &str) -> String {
 /// [`insert_or_lookup`]'s statement, without the reject policy's duplicate check, then with it
 /// for each [`Same`]. ?1–?16: the new entry's route, scope, key, fingerprint, effect, lease owner,
 /// lease expiry, request method, path, headers and body, claim time, expiry, tool, subjects and
-/// duplicate values; then the reject window's start (with the check); then, on PostgreSQL, the new
-/// entry's id or NULL for the sequence's next.
+/// duplicate values; then the reject window's start (with the check).
 pub(crate) static INSERT_OR_LOOKUP: PerDialect<[String; 4]> = PerDialect::new(|d| {
-    let build = |guard: &str, id: &str| {
+    let build = |guard: &str| {
         // PostgreSQL types a SELECT list's parameters on their own: they are cast to the columns'.
         let (text, int, bytes, id_col, id) = match d {
             Dialect::Sqlite => ("", "", "", "", String::new()),
@@ -167,10 +159,7 @@ pub(crate) static INSERT_OR_LOOKUP: PerDialect<[String; 4]> = PerDialect::new(|d
                 "::bigint",
                 "::bytea",
                 ", id",
-                format!(
-                    ", COALESCE({id}::bigint, \
-                     nextval(pg_get_serial_sequence('entries', 'id')::regclass))"
-                ),
+                ", nextval(pg_get_serial_sequence('entries', 'id')::regclass)".to_owned(),
             ),
         };
         let insert = format!(
@@ -197,16 +186,13 @@ pub(crate) static INSERT_OR_LOOKUP: PerDialect<[String; 4]> = PerDialect::new(|d
         }
     };
     let guard = |same, what| {
-        build(
-            &format!(
-                "NOT EXISTS (SELECT 1 FROM entries WHERE {})",
-                same_effect_elsewhere(same, what, "?17", "?3")
-            ),
-            "?18",
-        )
+        build(&format!(
+            "NOT EXISTS (SELECT 1 FROM entries WHERE {})",
+            same_effect_elsewhere(same, what, "?17", "?3")
+        ))
     };
     [
-        build("true", "?17"),
+        build("true"),
         guard(Same::Fingerprint, "?4"),
         guard(Same::Values, "?16"),
         guard(Same::ValuesAnyScope, "?16"),

@@ -51,7 +51,7 @@ impl Deferred {
 /// its commit: its events (multi-row inserts), the hourly counts and the entry counts. Deferring
 /// them costs nothing in consistency — no job reads the log or the counters — and saves a
 /// statement (on PostgreSQL a round trip) per event and per counter, and a hot-row update per job.
-pub(crate) fn flush(db: &mut dyn Db, out: &Deferred, new_ids_through: Option<i64>) -> Result<()> {
+pub(crate) fn flush(db: &mut dyn Db, out: &Deferred) -> Result<()> {
     let dialect = db.dialect();
     let shape = match dialect {
         Dialect::Sqlite => Rows::Log,
@@ -71,7 +71,10 @@ pub(crate) fn flush(db: &mut dyn Db, out: &Deferred, new_ids_through: Option<i64
             )));
         }
     }
-    for (hour, kind, n) in &out.bumps {
+    // In one order whatever the batch, so that two writers sharing a shard never deadlock.
+    let mut bumps: Vec<_> = out.bumps.iter().collect();
+    bumps.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    for (hour, kind, n) in bumps {
         stmts.push((counter_sql(db.dialect()), vals![*hour, kind, *n].to_vec()));
     }
     for (state, n) in State::ALL.iter().zip(out.counts) {
@@ -81,9 +84,6 @@ pub(crate) fn flush(db: &mut dyn Db, out: &Deferred, new_ids_through: Option<i64
                 vals![state.as_str(), n].to_vec(),
             ));
         }
-    }
-    if let Some(id) = new_ids_through {
-        stmts.push((crate::ahead::MOVE_SEQUENCE, vals![id].to_vec()));
     }
     for (sql, params) in &stmts {
         db.defer_exec(sql, params)?;
@@ -96,9 +96,13 @@ pub(crate) fn counter_sql(d: Dialect) -> &'static str {
     COUNTER_SQL.get(d).0.as_str()
 }
 
-/// The batch's counter writes: an hour's count of a kind, the count of entries in a state.
+/// The batch's counter writes: an hour's count of a kind, the count of entries in a state. On
+/// PostgreSQL each writer adds to rows of its shard (its session's process id, modulo
+/// [`SHARDS`]), summed on read, so the batches of several instances do not wait for each other's
+/// commits on one hot row.
 static COUNTER_SQL: PerDialect<(String, String)> = PerDialect::new(|d| {
-    (
+    match d {
+    Dialect::Sqlite => (
         format!(
             "{} INTO event_counts (hour, kind, n) VALUES (?1, ?2, ?3) \
              ON CONFLICT (hour, kind) DO UPDATE SET n = event_counts.n + ?3",
@@ -108,8 +112,24 @@ static COUNTER_SQL: PerDialect<(String, String)> = PerDialect::new(|d| {
             "{} entry_counts SET n = n + ?2 WHERE state = ?1",
             d.update()
         ),
-    )
+    ),
+    Dialect::Postgres => (
+        format!(
+            "INSERT INTO event_counts (hour, kind, shard, n) \
+             VALUES (?1, ?2, pg_backend_pid() % {SHARDS}, ?3) \
+             ON CONFLICT (hour, kind, shard) DO UPDATE SET n = event_counts.n + excluded.n"
+        ),
+        format!(
+            "INSERT INTO entry_counts (state, shard, n) VALUES (?1, pg_backend_pid() % {SHARDS}, ?2) \
+             ON CONFLICT (state, shard) DO UPDATE SET n = entry_counts.n + excluded.n"
+        ),
+    ),
+}
 });
+
+/// The counters' shards on PostgreSQL: two writers share one with a chance of one in this many,
+/// which costs them a wait, never a wrong count.
+const SHARDS: u32 = 64;
 
 /// Which rows an insert of events writes.
 #[derive(Clone, Copy)]

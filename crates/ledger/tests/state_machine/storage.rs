@@ -368,7 +368,41 @@ fn a_read_of_the_log_finds_every_event_written_before_it(b: Backend) {
     verify_ok(&f.l);
 }
 
+/// The overview's counts are the ledger's, whichever instance wrote: two handles on one ledger
+/// (two writers: on PostgreSQL each adds to counters of its own shard) read the same sums.
+fn the_overview_counts_every_instance_s_writes(b: Backend) {
+    let f = fx!(b);
+    let other = b
+        .open(&f.location, false, ChainHasher::unkeyed())
+        .expect("a second instance");
+    claim_new(&f.l, "a", "{}", T0);
+    let id = claim_new(&other, "b", "{}", T0);
+    complete(&other, id, T0 + 1, "{}");
+    for l in [&f.l, &other] {
+        let stats = l.stats(T0 + 2, 1).expect("stats");
+        let pending = stats
+            .entries_by_state
+            .iter()
+            .filter(|(s, _)| *s == State::Pending);
+        assert_eq!(pending.map(|(_, n)| *n).collect::<Vec<_>>(), [1]);
+        let completed = stats
+            .entries_by_state
+            .iter()
+            .filter(|(s, _)| *s == State::Completed);
+        assert_eq!(completed.map(|(_, n)| *n).collect::<Vec<_>>(), [1]);
+        let claims: Vec<_> = stats.series.iter().filter(|p| p.kind == "claim").collect();
+        assert_eq!(
+            claims.iter().map(|p| p.count).collect::<Vec<_>>(),
+            [2],
+            "{claims:?}"
+        );
+    }
+    other.close();
+    verify_ok(&f.l);
+}
+
 suite!(
+    the_overview_counts_every_instance_s_writes,
     a_read_of_the_log_finds_every_event_written_before_it,
     a_head_gets_one_periodic_checkpoint,
     one_instance_leads_the_books_at_a_time,
