@@ -1,13 +1,15 @@
 //! Reads ahead, writes behind: how a PostgreSQL batch costs a few round trips instead of one per
 //! job.
 //!
-//! On PostgreSQL every statement is a round trip, made while the batch holds the write lock that
-//! the writers of all instances share. Most jobs are claims (one key's row) and completions (one
-//! entry's row), whose only statement that returns something is the read of that row. So, at the
-//! start of a batch and in one statement, the writer reads every such row ([`Ahead::read`]), sent
-//! with the batch's `BEGIN` and lock; each job then decides from its row
+//! On PostgreSQL every statement is a round trip, made while the batch holds its rows' locks. Most
+//! jobs are claims (one key's row) and completions (one entry's row), whose only statement that
+//! returns something is the read of that row. So, at the start of a batch and in one statement,
+//! the writer reads and locks every such row ([`Ahead::read`]), sent with the batch's `BEGIN`;
+//! each job then decides from its row
 //! and sends its writes later ([`crate::db::Db::defer_exec`]), in order, with the batch's
-//! `COMMIT`: two round trips a batch, whatever its size. The same statement takes an id from the
+//! `COMMIT`: two round trips a batch, whatever its size, and one more for a batch of completions
+//! with duplicate windows, which takes its effects' locks and then looks for their duplicates
+//! ([`Ahead::read`]). The first statement also takes an id from the
 //! entries' sequence for each claim read ahead, so a new key's entry has its id before its insert
 //! is sent; ids a batch does not use are never handed out (the sequence only moves forward).
 //!
@@ -15,9 +17,8 @@
 //! have changed that row.** A claim changes only its key's row, a completion only its entry's; any
 //! other job ([`Touch::Any`]) may change anything, and ends reading ahead for the batch. A claim
 //! whose decision reads other rows (the reject policy's duplicate check) counts as
-//! [`Touch::Any`]. A completion's duplicate check is skipped only if no other entry had completed
-//! its effect before the batch and none did in it. Statements still run in the order the jobs
-//! gave them, so a job that reads (anything not read ahead) sees every earlier job's writes. A write sent later that fails fails
+//! [`Touch::Any`]. Statements still run in the order the jobs gave them, so a job that reads
+//! (anything not read ahead) sees every earlier job's writes. A write sent later that fails fails
 //! the batch's first run; the writer then runs it again, each job in its savepoint, without
 //! reading ahead.
 
@@ -71,7 +72,7 @@ impl Ahead {
         touches: impl Iterator<Item = &'t Touch>,
     ) -> Result<Option<Ahead>> {
         let (mut routes, mut scopes, mut keys) = (vec![], vec![], vec![]);
-        let (mut ids, mut sinces) = (vec![], vec![]);
+        let (mut ids, mut sinces) = (vec![], HashMap::new());
         for t in touches {
             match t {
                 Touch::Key(r, s, k) => {
@@ -81,7 +82,9 @@ impl Ahead {
                 }
                 Touch::Entry(id, since) => {
                     ids.push(*id);
-                    sinces.push(since.unwrap_or(i64::MAX));
+                    if let Some(since) = since {
+                        sinces.insert(*id, *since);
+                    }
                 }
                 Touch::Any => break,
             }
@@ -106,7 +109,6 @@ impl Ahead {
             Val::Texts(&scopes),
             Val::Texts(&keys),
             Val::Ints(&ids),
-            Val::Ints(&sinces),
             Val::Int(keys.len() as i64),
         ];
         let mut rows = Vec::new();
@@ -117,9 +119,8 @@ impl Ahead {
                 Some(_) => {
                     let shifted = Shifted(r, 1);
                     let by_id = shifted.flag(AFTER_ROW + 3)?;
-                    let maybe_duplicate = shifted.flag(AFTER_ROW + 4)?;
                     let stored = read::response_cols(&shifted, AFTER_ROW)?;
-                    Some((map_row(&shifted)?, stored, by_id, maybe_duplicate))
+                    Some((map_row(&shifted)?, stored, by_id))
                 }
             };
             rows.push((new_ids, found));
@@ -136,17 +137,64 @@ impl Ahead {
                         crate::error::LedgerError::Corrupt(format!("a new entry's id: {e}"))
                     })?;
             }
-            if let Some((row, stored, by_id, maybe_duplicate)) = found {
+            if let Some((row, stored, by_id)) = found {
                 let key = (row.route.clone(), row.scope.clone(), row.key.clone());
                 ahead.key_ids.insert(key.clone(), row.id);
                 if by_id {
-                    ahead.by_id.insert(row.id, (row, maybe_duplicate));
+                    ahead.by_id.insert(row.id, (row, true));
                 } else {
                     ahead.by_key.insert(key, (row, stored));
                 }
             }
         }
+        ahead.look_for_duplicates(db, &sinces)?;
         Ok(Some(ahead))
+    }
+
+    /// Takes the effect locks of every completion read ahead (`write/insert.rs::effect_lock`),
+    /// in one order, in a statement of their own; then marks each (with the start of its
+    /// duplicate window in `sinces`) that no other entry completed its effect in the window: the
+    /// check, sent with the locks, reads after them, so it sees the completion of any other
+    /// batch that held one. One round trip, whatever the batch's size; none without windows.
+    fn look_for_duplicates(&mut self, db: &mut dyn Db, sinces: &HashMap<i64, i64>) -> Result<()> {
+        if self.by_id.is_empty() {
+            return Ok(());
+        }
+        let mut want = Vec::new();
+        let mut lock: Vec<(&str, &str)> = Vec::new();
+        for (id, (row, _)) in &self.by_id {
+            lock.push((
+                &row.route,
+                row.dup_fp.as_deref().unwrap_or(&row.fingerprint),
+            ));
+            if let Some(since) = sinces.get(id) {
+                want.push((*id, *since));
+            }
+        }
+        let (routes, effects): (Vec<&str>, Vec<&str>) = lock.into_iter().unzip();
+        db.defer_exec(EFFECT_LOCKS, &[Val::Texts(&routes), Val::Texts(&effects)])?;
+        if want.is_empty() {
+            // The locks go out with the batch's next statement.
+            return Ok(());
+        }
+        let (ids, since): (Vec<i64>, Vec<i64>) = want.into_iter().unzip();
+        let mut none = Vec::new();
+        db.each(
+            DUPLICATES_BEFORE,
+            &[Val::Ints(&ids), Val::Ints(&since)],
+            &mut |r| {
+                if !r.flag(1)? {
+                    none.push(r.int(0)?);
+                }
+                Ok(true)
+            },
+        )?;
+        for id in none {
+            if let Some((_, maybe)) = self.by_id.get_mut(&id) {
+                *maybe = false;
+            }
+        }
+        Ok(())
     }
 
     /// A claim's key as read ahead: `Some(None)` if it has no entry, `Some(Some(..))` its row and
@@ -223,31 +271,43 @@ fn effect(row: &Row) -> (String, String) {
     )
 }
 
-/// The batch's read ahead: ?6 ids from the entries' sequence (comma-separated, the same on every
-/// row: the CTE runs once), then one row per entry found by
-/// key (?1–?3: arrays of routes, scopes and keys; with its stored response) or by id (?4, with
-/// the start of its duplicate window in ?5), which of the two (1: by id), and for an entry found
-/// by id whether another entry completed its effect in the window. That last check asks less than
-/// the duplicate check (`write::FIND_DUPLICATE`: neither the key nor, for duplicate values, the
-/// scope), so where it is false the duplicate check finds nothing; where it is true the check
-/// runs. A single row of NULLs after the id if no entry is found.
+/// Takes the locks of the effects (routes ?1, fingerprints or duplicate values ?2) in the order
+/// of their keys, so two batches never wait for each other's in a cycle.
+const EFFECT_LOCKS: &str = "SELECT pg_advisory_xact_lock(26980, h) FROM (SELECT DISTINCT \
+     hashtext(r || chr(10) || e) AS h FROM unnest(?1::text[], ?2::text[]) AS t(r, e) ORDER BY h) \
+     AS l";
+
+/// For each entry ?1 with the start of its duplicate window ?2: whether another entry completed
+/// its effect in the window (1) or not (0). It asks less than the duplicate check
+/// (`write::FIND_DUPLICATE`: neither the key nor, for duplicate values, the scope), so where it
+/// is 0 the duplicate check finds nothing; where it is 1 the check runs.
+const DUPLICATES_BEFORE: &str = "SELECT x.id, CAST(CAST(CASE WHEN dup_fp IS NULL THEN \
+     EXISTS (SELECT 1 FROM entries d WHERE d.route = x.route AND d.scope = x.scope \
+     AND d.fingerprint = x.fingerprint AND d.state = 'completed' AND d.completed_at >= a.since \
+     AND d.id <> x.id) ELSE EXISTS (SELECT 1 FROM entries d WHERE d.route = x.route \
+     AND d.dup_fp = x.dup_fp AND d.state = 'completed' AND d.completed_at >= a.since \
+     AND d.id <> x.id) END AS INTEGER) AS BIGINT) \
+     FROM entries x JOIN unnest(?1::bigint[], ?2::bigint[]) AS a(want, since) ON x.id = a.want";
+
+/// The batch's read ahead: ?5 ids from the entries' sequence (comma-separated, the same on every
+/// row: the CTE runs once), then one row per entry found by key (?1–?3: arrays of routes, scopes
+/// and keys; with its stored response) or by id (?4), and which of the two (1: by id); a single
+/// row of NULLs after the ids if no entry is found. Every row found is locked until the batch
+/// ends, each set in id order, and read as it is once locked (a lock waited for returns the row
+/// its holder committed): the write batches of other instances run at the same time.
 static READ_AHEAD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let cols = format!("{ROW_COLS}, resp_status, resp_headers, resp_body");
     format!(
         "WITH new AS MATERIALIZED (SELECT array_to_string(ARRAY(SELECT \
          nextval(pg_get_serial_sequence('entries', 'id')::regclass) \
-         FROM generate_series(1, ?6::bigint)), ',') AS ids) \
-         SELECT new.ids, e.* FROM new LEFT JOIN (\
-         SELECT {ROW_COLS}, resp_status, resp_headers, resp_body, CAST(0 AS BIGINT) AS by_id, \
-         CAST(0 AS BIGINT) AS maybe_duplicate FROM entries \
+         FROM generate_series(1, ?5::bigint)), ',') AS ids), \
+         by_key AS MATERIALIZED (SELECT {cols} FROM entries \
          WHERE (route, scope, key) IN (SELECT * FROM unnest(?1::text[], ?2::text[], ?3::text[])) \
-         UNION ALL \
-         SELECT {ROW_COLS}, NULL, NULL, NULL, CAST(1 AS BIGINT), CAST(CAST(CASE WHEN dup_fp IS NULL THEN \
-         EXISTS (SELECT 1 FROM entries d WHERE d.route = x.route AND d.scope = x.scope \
-         AND d.fingerprint = x.fingerprint AND d.state = 'completed' AND d.completed_at >= a.since \
-         AND d.id <> x.id) ELSE EXISTS (SELECT 1 FROM entries d WHERE d.route = x.route \
-         AND d.dup_fp = x.dup_fp AND d.state = 'completed' AND d.completed_at >= a.since \
-         AND d.id <> x.id) END AS INTEGER) AS BIGINT) \
-         FROM entries x JOIN unnest(?4::bigint[], ?5::bigint[]) AS a(want, since) ON x.id = a.want\
-         ) AS e ON true"
+         ORDER BY id FOR UPDATE), \
+         by_id AS MATERIALIZED (SELECT {cols} FROM entries \
+         WHERE id IN (SELECT unnest(?4::bigint[])) ORDER BY id FOR UPDATE) \
+         SELECT new.ids, e.* FROM new LEFT JOIN (\
+         SELECT by_key.*, CAST(0 AS BIGINT) AS by_id FROM by_key \
+         UNION ALL SELECT by_id.*, CAST(1 AS BIGINT) FROM by_id) AS e ON true"
     )
 });

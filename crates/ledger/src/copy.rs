@@ -227,7 +227,14 @@ pub fn copy(
     // has every event numbered, and the source numbers them as the copy does (it commits that
     // before the copy commits).
     let sequenced = match src.db().dialect() {
-        Dialect::Postgres => crate::write::intake::take_all(src.db(), hasher).map(|_| ()),
+        // Batches hold the write lock shared: taken alone, no batch runs until the copy ends.
+        Dialect::Postgres => src
+            .db()
+            .batch(&format!(
+                "SELECT pg_advisory_xact_lock({})",
+                crate::postgres::WRITE_LOCK
+            ))
+            .and_then(|()| crate::write::intake::take_all(src.db(), hasher).map(|_| ())),
         Dialect::Sqlite => Ok(()),
     };
     let r = sequenced

@@ -165,6 +165,25 @@ impl Dialect {
         }
     }
 
+    /// What a writer's read of rows it will decide on ends with: on PostgreSQL, where the write
+    /// batches of several instances run at once, it locks them until the batch ends. SQLite has
+    /// one writer at a time.
+    pub fn for_update(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "",
+            Dialect::Postgres => " FOR UPDATE",
+        }
+    }
+
+    /// [`Dialect::for_update`] for a sweep's read of rows due: rows another writer holds are left
+    /// to it.
+    pub fn skip_locked(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "",
+            Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
+        }
+    }
+
     /// `UPDATE` for the writer's single-row updates on the hot path (a completion, the counters),
     /// for the reason [`Dialect::insert`] gives: on SQLite, `OR FAIL` spares the statement journal.
     pub fn update(self) -> &'static str {

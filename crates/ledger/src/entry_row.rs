@@ -78,8 +78,9 @@ pub(crate) fn map_row(r: &dyn crate::db::Row) -> Result<Row> {
 }
 
 pub(crate) fn row_by_id(db: &mut dyn Db, id: i64) -> Result<Row> {
+    let lock = db.dialect().for_update();
     db.opt(
-        &format!("SELECT {ROW_COLS} FROM entries WHERE id = ?1"),
+        &format!("SELECT {ROW_COLS} FROM entries WHERE id = ?1{lock}"),
         vals![id],
         map_row,
     )?
@@ -99,7 +100,10 @@ pub(crate) fn lookup(
     db: &mut dyn Db,
     req: &ClaimRequest,
 ) -> Result<Option<(Row, Option<ResponseRecord>)>> {
-    db.opt(&LOOKUP, vals![&req.route, &req.scope, &req.key], |r| {
-        Ok((map_row(r)?, read::response_cols(r, AFTER_ROW)?))
-    })
+    let lock = db.dialect().for_update();
+    db.opt(
+        &format!("{}{lock}", *LOOKUP),
+        vals![&req.route, &req.scope, &req.key],
+        |r| Ok((map_row(r)?, read::response_cols(r, AFTER_ROW)?)),
+    )
 }

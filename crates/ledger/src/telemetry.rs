@@ -32,7 +32,7 @@ pub fn register_metrics() {
     metrics::describe_histogram!(
         "idemgate_ledger_write_lock_wait_seconds",
         metrics::Unit::Seconds,
-        "A batch's wait for the ledger's write lock (PostgreSQL: other instances' batches hold it)"
+        "A batch's wait for the ledger's write lock (PostgreSQL: shared, and the rows it reads ahead)"
     );
     metrics::describe_histogram!(
         "idemgate_ledger_write_lock_held_seconds",

@@ -258,7 +258,7 @@ fn add_tally_replays(db: &mut dyn Db, tally: &ReplayTally) -> Result<()> {
 
 /// Adds `n` replays to entry `id`, the last at `last` (the last replay time only moves forward).
 /// Held back to ride with the next statement: a tally of many entries costs the batch no round
-/// trip of its own each (on PostgreSQL, while the batch holds the fleet's write lock).
+/// trip of its own each (on PostgreSQL, while the batch holds its rows' locks).
 fn add_replays(db: &mut dyn Db, id: i64, n: i64, last: Millis) -> Result<()> {
     db.defer_exec(
         "UPDATE entries SET replays = replays + ?2, last_replay_at = CASE \

@@ -1,9 +1,9 @@
 //! Group commit, for every backend.
 //!
 //! One writer thread per process owns the only write connection. Writes are queued as jobs; the
-//! writer takes every job waiting (up to [`MAX_BATCH`]), opens one transaction that holds the
-//! ledger's write lock (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: a transaction-scoped advisory lock,
-//! so the writers of several processes take turns), runs the jobs, commits once — one fsync for
+//! writer takes every job waiting (up to [`MAX_BATCH`]), opens one transaction (SQLite: `BEGIN
+//! IMMEDIATE`, the file's write lock; PostgreSQL: beside the batches of other processes, each
+//! locking the rows it decides on: `postgres/mod.rs`), runs the jobs, commits once — one fsync for
 //! the whole batch — and only then answers each job's [`Ticket`]. Throughput grows with
 //! concurrency; no write is acknowledged before it is durable. On SQLite the writer numbers and
 //! chains each event after the head its batch read; on PostgreSQL events go to the intake and the
@@ -505,8 +505,8 @@ fn writer_loop(
                 Err(_) => break,
             }
         }
-        // When the batch asked for the write lock and when it got it: other instances' batches
-        // wait for the span from `locked` to the commit (on PostgreSQL, across instances).
+        // When the batch asked for the write lock and when it got it (on PostgreSQL with the rows
+        // it reads ahead): from `locked` to the commit, other writers wait for what it holds.
         let asked = Instant::now();
         let (begun, locked, committed) =
             run_batch(&mut conn, &mut batch, &hasher, &mut deferred, counters);

@@ -2,8 +2,7 @@
 //! key this instance has seen replayed is first tried as a replay on a read, by a few threads of
 //! their own, and goes to the writer only when the read finds nothing to replay (the entry was
 //! purged, expired, or is claimed with another body). A replay then costs a share of one read
-//! instead of a share of a write batch, and of the write lock the instances of a fleet take turns
-//! at: a reader takes every claim waiting (up to [`PER_READ`]) and reads their entries in one
+//! instead of a share of a write batch and its row locks: a reader takes every claim waiting (up to [`PER_READ`]) and reads their entries in one
 //! statement, one round trip for all. A first call pays nothing for it: its key is not known.
 
 use std::collections::HashSet;

@@ -1,12 +1,16 @@
 //! The PostgreSQL backend: one database shared by several idemgate instances.
 //!
-//! Each process runs the shared writer (`writer.rs`) on one connection. A batch is one transaction
-//! that first takes a transaction-scoped advisory lock ([`WRITE_LOCK`]): the writers of all
-//! instances take turns, so every claim reads its key's row under the lock and exactly one claim
-//! wins (the unique constraint on `(key, route, scope)` is the backstop). A batch's events go to
-//! the intake, unnumbered; the sequencer (`write/intake.rs`, under [`SEQ_LOCK`]) numbers and
-//! chains them into the log, so the hash chain stays one chain without the write path knowing
-//! its head. Commits are durable (`synchronous_commit` as the server has it, `on` by default);
+//! Each process runs the shared writer (`writer.rs`) on one connection, and the batches of all
+//! instances run side by side. A batch locks the rows it decides on (`ahead.rs`, and `FOR UPDATE`
+//! on every row a job reads to change), so two batches that touch one entry take turns; a new
+//! key's claim is decided by the unique constraint on `(key, route, scope)`: the second insert
+//! waits for the first and fails, and its batch runs again and finds the key's entry. A claim
+//! under the reject policy and every completion take a lock of their effect
+//! (`write/insert.rs`). A batch's events go to the intake, unnumbered; the sequencer
+//! (`write/intake.rs`, under [`SEQ_LOCK`]) numbers and chains them into the log, so the hash chain
+//! stays one chain without the write path knowing its head. Batches hold [`WRITE_LOCK`] shared:
+//! a copy of the ledger takes it alone, for a consistent cut. Commits are durable
+//! (`synchronous_commit` as the server has it, `on` by default);
 //! one commit carries the whole batch — group commit across the instance's requests.
 //!
 //! A lost connection (the server restarted, a network cut) fails the batch in flight — its writes
@@ -36,7 +40,8 @@ use crate::model::Millis;
 use crate::writer::{WriteConn, Writer, MAX_BATCH};
 use values::{params, placeholders};
 
-/// The advisory lock a write batch holds (any constant; "idemgate" in ASCII, truncated).
+/// The advisory lock every write batch holds shared, and a copy alone (any constant; "idemgate"
+/// in ASCII, truncated).
 pub(crate) const WRITE_LOCK: i64 = 0x6964_656d_6761_7465;
 /// The advisory lock a step of the sequencer holds: one at a time numbers and chains the intake.
 pub(crate) const SEQ_LOCK: i64 = 0x6964_656d_7365_7173;
@@ -88,6 +93,12 @@ impl Ledger {
 /// Begins a transaction holding the advisory lock `lock` until it ends.
 pub(crate) fn begin_locked(lock: i64) -> String {
     format!("BEGIN; SELECT pg_advisory_xact_lock({lock})")
+}
+
+/// Begins a write batch's transaction: [`WRITE_LOCK`] shared, so batches run side by side and
+/// wait only for one that holds it alone (a copy taking a consistent cut).
+fn begin_batch() -> String {
+    format!("BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})")
 }
 
 /// Where and how to connect: the settings of a URL, with idemgate's defaults (a connect timeout,
@@ -466,14 +477,14 @@ impl WriteConn for PgWriter {
     fn begin(&mut self) -> Result<()> {
         if let Some(c) = &mut self.conn {
             if !c.is_closed() {
-                return c.defer(&begin_locked(WRITE_LOCK));
+                return c.defer(&begin_batch());
             }
         }
         if let Some(lost) = self.conn.take() {
             self.trips_before += lost.trips;
         }
         let mut c = PgConn::connect(&self.config)?;
-        c.defer(&begin_locked(WRITE_LOCK))?;
+        c.defer(&begin_batch())?;
         tracing::info!("ledger writer reconnected to PostgreSQL");
         self.conn = Some(c);
         Ok(())

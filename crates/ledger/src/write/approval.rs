@@ -263,10 +263,11 @@ pub(crate) fn take_approved(
     at: Millis,
     limit: u32,
 ) -> Result<Vec<Redrive>> {
+    let lock = ctx.db.dialect().skip_locked();
     let rows: Vec<Row> = ctx.db.all(
         &format!(
             "SELECT {ROW_COLS} FROM entries WHERE state = 'awaiting_approval' \
-             AND approval_end = 'approved' ORDER BY approval_ended_at, id LIMIT ?1"
+             AND approval_end = 'approved' ORDER BY approval_ended_at, id LIMIT ?1{lock}"
         ),
         vals![i64::from(limit)],
         map_row,
@@ -301,11 +302,12 @@ pub(super) fn lapse(ctx: &mut Ctx<'_>, row: &Row, at: Millis) -> Result<()> {
 
 /// The held entries whose window has passed undecided, at most `limit`.
 pub(super) fn lapsed(ctx: &mut Ctx<'_>, at: Millis, limit: usize) -> Result<Vec<Row>> {
+    let lock = ctx.db.dialect().skip_locked();
     ctx.db.all(
         &format!(
             "SELECT {ROW_COLS} FROM entries WHERE state = 'awaiting_approval' \
              AND approval_end IS NULL AND approval_expires_at <= ?1 \
-             ORDER BY approval_expires_at, id LIMIT {limit}"
+             ORDER BY approval_expires_at, id LIMIT {limit}{lock}"
         ),
         vals![at],
         map_row,

@@ -18,6 +18,7 @@ pub const RETENTION_OPERATOR: &str = "idemgate-retention";
 /// Records `seg` (the database refuses it unless the log holds its last event with that hash, past
 /// the last segment) and logs it. From this commit on, its events may be deleted.
 pub(crate) fn mark_archived(ctx: &mut Ctx<'_>, seg: &ArchivedSegment) -> Result<i64> {
+    super::intake::lock_books(ctx.db)?;
     let through = crate::read::archived_through(ctx.db)?.map_or(0, |h| h.seq);
     if seg.first_seq != through + 1 || seg.seq < seg.first_seq {
         return Err(LedgerError::Corrupt(format!(
@@ -86,6 +87,7 @@ pub(crate) fn note_checkpoint(
     at: Millis,
     of_head: bool,
 ) -> Result<i64> {
+    super::intake::lock_books(ctx.db)?;
     if of_head {
         // The newest periodic checkpoint's seq, kept beside the log so that two signers of one
         // head (two instances that both took themselves for the leader) leave one checkpoint.

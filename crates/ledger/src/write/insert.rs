@@ -62,30 +62,59 @@ fn insert_or_lookup(db: &mut dyn Db, c: &Claim) -> Result<First> {
         }
         None => &sql[0],
     };
-    match db.dialect() {
+    let first = match db.dialect() {
         Dialect::Sqlite => {
             if db.exec(sql, &params)? == 1 {
                 return Ok(First::Inserted(db.last_insert_id()?));
             }
-            Ok(match lookup(db, req)? {
-                Some((row, stored)) => First::Existing(row, stored),
-                None => First::Refused,
-            })
+            None
         }
-        Dialect::Postgres => db.one(sql, &params, |r| {
-            if let Some(id) = r.opt_int(0)? {
-                return Ok(First::Inserted(id));
+        Dialect::Postgres => {
+            if window.is_some() {
+                // The reject policy's check reads other entries: it waits for a completion of
+                // the same effect that another batch is committing ([`effect_lock`]).
+                effect_lock(
+                    db,
+                    &req.route,
+                    req.dup_fp.as_deref().unwrap_or(&req.fingerprint),
+                )?;
             }
-            if r.opt_int(1)?.is_none() {
-                return Ok(First::Refused);
-            }
-            let r = Shifted(r, 1);
-            Ok(First::Existing(
-                map_row(&r)?,
-                read::response_cols(&r, AFTER_ROW)?,
-            ))
-        }),
-    }
+            db.one(sql, &params, |r| {
+                if let Some(id) = r.opt_int(0)? {
+                    return Ok(Some(First::Inserted(id)));
+                }
+                if r.opt_int(1)?.is_none() {
+                    return Ok(None);
+                }
+                let r = Shifted(r, 1);
+                Ok(Some(First::Existing(
+                    map_row(&r)?,
+                    read::response_cols(&r, AFTER_ROW)?,
+                )))
+            })?
+        }
+    };
+    // Neither inserted nor found in the statement's snapshot: refused by the reject policy, or
+    // (PostgreSQL) the key was inserted by a batch that committed while this insert waited for it.
+    Ok(match first {
+        Some(first) => first,
+        None => match lookup(db, req)? {
+            Some((row, stored)) => First::Existing(row, stored),
+            None => First::Refused,
+        },
+    })
+}
+
+/// Takes (PostgreSQL) the lock of an effect — `route` and the fingerprint or duplicate values
+/// `effect` — until the batch ends, before its statement that follows. A completion takes it
+/// before it commits, a claim under the reject policy before it looks for a completion of the
+/// same effect: so the claim sees every such completion that committed, or comes before it.
+/// Two int4 keys: a space of their own, apart from the ledger's fixed bigint locks.
+pub(crate) fn effect_lock(db: &mut dyn Db, route: &str, effect: &str) -> Result<()> {
+    db.defer_exec(
+        "SELECT pg_advisory_xact_lock(26980, hashtext(?1 || chr(10) || ?2))",
+        vals![route, effect],
+    )
 }
 
 /// A new key's entry, when the batch read ahead that it has none: it takes `id`, taken with the
@@ -179,8 +208,8 @@ pub(crate) static INSERT_OR_LOOKUP: PerDialect<[String; 4]> = PerDialect::new(|d
             // The key's entry as it was before this statement (a data-modifying WITH and the
             // query around it see the same snapshot): the new id, or the existing entry.
             Dialect::Postgres => format!(
-                "WITH ins AS ({insert}), old AS ({}) SELECT (SELECT id FROM ins), old.* \
-                 FROM (SELECT 1) AS one LEFT JOIN old ON true",
+                "WITH ins AS ({insert}), old AS ({} FOR UPDATE) SELECT (SELECT id FROM ins), \
+                 old.* FROM (SELECT 1) AS one LEFT JOIN old ON true",
                 *LOOKUP
             ),
         }

@@ -15,7 +15,7 @@
 //! reading the head to its commit.**
 
 use crate::chain::ChainHasher;
-use crate::db::{vals, Db, Row};
+use crate::db::{vals, Db, Dialect, Row};
 use crate::error::Result;
 use crate::model::Event;
 use crate::postgres::{begin_locked, SEQ_LOCK};
@@ -36,10 +36,21 @@ pub(crate) fn sequence(db: &mut dyn Db, hasher: &ChainHasher, max: usize) -> Res
     taken
 }
 
+/// Takes [`SEQ_LOCK`] (PostgreSQL) in the open transaction, with its next statement, until it
+/// ends. The books' jobs (a checkpoint, an archive segment, a retention run) take it before they
+/// read what they check (the last checkpoint, the last segment), so two instances that both
+/// believe they lead take turns at them.
+pub(crate) fn lock_books(db: &mut dyn Db) -> Result<()> {
+    match db.dialect() {
+        Dialect::Sqlite => Ok(()),
+        Dialect::Postgres => db.defer(&format!("SELECT pg_advisory_xact_lock({SEQ_LOCK})")),
+    }
+}
+
 /// Takes every committed event of the intake into the log, in the open transaction, which holds
 /// [`SEQ_LOCK`] from here to its end: the log's head after them.
 pub(crate) fn take_all(db: &mut dyn Db, hasher: &ChainHasher) -> Result<Head> {
-    db.defer(&format!("SELECT pg_advisory_xact_lock({SEQ_LOCK})"))?;
+    lock_books(db)?;
     loop {
         let (head, n) = take(db, hasher, STEP)?;
         if n < STEP {

@@ -18,28 +18,35 @@ pub(crate) fn complete(ctx: &mut Ctx<'_>, c: &Completion) -> Result<CompleteOutc
     let params = completion_params(req.entry_id, resp, &c.headers, req.at, req.ttl_ms);
     // Only a PENDING entry leased by `owner` completes. `maybe_duplicate`: false where the batch
     // read ahead that no other entry completed its effect in the window.
-    let (row, maybe_duplicate) = match ctx.db.dialect() {
+    let (row, maybe_duplicate, read_ahead) = match ctx.db.dialect() {
         // Read, then written: a RETURNING clause would have SQLite buffer the row in an ephemeral
         // table it opens and closes on every run (the writer holds the lock in between anyway).
         Dialect::Sqlite => {
             let row = owned(ctx.db, req.entry_id, &req.owner, "complete")?;
             ctx.db.exec(&COMPLETION.get(Dialect::Sqlite).0, &params)?;
-            (row, true)
+            (row, true, false)
         }
         Dialect::Postgres => match ctx.ahead.as_deref_mut().and_then(|a| a.entry(req.entry_id)) {
             // Read ahead (checked here), written with the batch's next statement.
             Some((row, maybe_duplicate)) => {
                 check_owned(&row, &req.owner, "complete")?;
                 ctx.exec_later(&COMPLETION.get(Dialect::Postgres).0, &params)?;
-                (row, maybe_duplicate)
+                (row, maybe_duplicate, true)
             }
-            None => (complete_now(ctx, req, params)?, true),
+            None => (complete_now(ctx, req, params)?, true, false),
         },
     };
     moved(ctx, Some(State::Pending), Some(State::Completed));
     let mut ev = row.event(req.at, EventKind::Complete, json!({"status": resp.status}));
     ev.payload_digest = Some(c.digest.clone());
     append(ctx, ev)?;
+    // Another instance's batch may complete the same effect, or claim it under the reject
+    // policy, at the same time: each takes the effect's lock before it looks or commits (one
+    // read ahead took it with the batch's rows).
+    if ctx.db.dialect() == Dialect::Postgres && !read_ahead {
+        let effect = row.dup_fp.as_deref().unwrap_or(&row.fingerprint);
+        super::insert::effect_lock(ctx.db, &row.route, effect)?;
+    }
     let none_before =
         !maybe_duplicate && ctx.ahead.as_deref().is_some_and(|a| a.no_duplicate(&row));
     let duplicate_of = match req.duplicate_window_ms {

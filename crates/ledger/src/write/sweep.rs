@@ -47,7 +47,8 @@ fn log_once(
     kind: EventKind,
     detail: impl Fn(&Row) -> serde_json::Value,
 ) -> Result<u64> {
-    let rows: Vec<Row> = ctx.db.all(due, vals![at], map_row)?;
+    let due = format!("{due}{}", ctx.db.dialect().skip_locked());
+    let rows: Vec<Row> = ctx.db.all(&due, vals![at], map_row)?;
     let set_flag = format!("UPDATE entries SET {flag} = 1 WHERE id = ?1");
     for row in &rows {
         ctx.db.exec(&set_flag, vals![row.id])?;

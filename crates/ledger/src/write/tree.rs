@@ -84,6 +84,7 @@ pub(crate) fn note_tree_checkpoint(
     note: &str,
     at: crate::model::Millis,
 ) -> Result<()> {
+    super::intake::lock_books(ctx.db)?;
     let signed = ctx
         .db
         .opt("SELECT MAX(size) FROM tree_checkpoints", &[], |r| {
@@ -104,6 +105,7 @@ pub(crate) fn note_tree_checkpoint(
 /// Adds a witness's cosignature line to the kept checkpoint of the tree of `size` leaves, unless
 /// it carries one of that witness already: the note only gains signature lines.
 pub(crate) fn cosign_tree_checkpoint(ctx: &mut Ctx<'_>, size: u64, line: &str) -> Result<bool> {
+    super::intake::lock_books(ctx.db)?;
     let size = i64::try_from(size).unwrap_or(i64::MAX);
     let Some(note) = ctx.db.opt(
         "SELECT note FROM tree_checkpoints WHERE size = ?1",

@@ -401,7 +401,63 @@ fn the_overview_counts_every_instance_s_writes(b: Backend) {
     verify_ok(&f.l);
 }
 
+/// On PostgreSQL the write batches of two instances run side by side: one held up on an entry's
+/// row (locked by a transaction left open) does not hold up another instance's claim of another
+/// key. A SQLite file has one writer at a time.
+fn a_batch_held_up_on_a_row_does_not_hold_up_another_instance(b: Backend) {
+    let f = fx!(b);
+    if !matches!(b, Backend::Postgres) {
+        return;
+    }
+    let id = claim_new(&f.l, "held", "{}", T0);
+    let other = b
+        .open(&f.location, false, ChainHasher::unkeyed())
+        .expect("a second instance");
+    let row = idemgate_ledger::testing::begin(
+        &f.location,
+        &format!("SELECT id FROM entries WHERE id = {id} FOR UPDATE"),
+    );
+    let completing = f.l.complete(CompleteRequest {
+        entry_id: id,
+        owner: "proxy-a".into(),
+        response: resp(201, "{}"),
+        ttl_ms: TTL,
+        duplicate_window_ms: None,
+        at: T0 + 1,
+    });
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while postgres_i64(&f.location, waiting) != Ok(1) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the completion's batch never waited"
+        );
+        std::thread::yield_now();
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let claim = other.claim(req("free", "{}", T0 + 1));
+    std::thread::spawn(move || tx.send(claim.wait()));
+    let claimed = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the other instance's claim waited for the held batch");
+    assert!(
+        matches!(claimed, Ok(ClaimOutcome::Claimed { .. })),
+        "{claimed:?}"
+    );
+    assert_eq!(
+        postgres_i64(&f.location, waiting),
+        Ok(1),
+        "the held batch went on"
+    );
+    row.commit();
+    completing.wait().expect("the held completion");
+    other.close();
+    verify_ok(&f.l);
+}
+
 suite!(
+    a_batch_held_up_on_a_row_does_not_hold_up_another_instance,
     the_overview_counts_every_instance_s_writes,
     a_read_of_the_log_finds_every_event_written_before_it,
     a_head_gets_one_periodic_checkpoint,
