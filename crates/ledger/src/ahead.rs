@@ -151,7 +151,7 @@ impl Ahead {
         Ok(Some(ahead))
     }
 
-    /// Takes the effect locks of every completion read ahead (`write/insert.rs::effect_lock`),
+    /// Takes the effect locks of every completion read ahead (`write/insert.rs::effect_locks`),
     /// in one order, in a statement of their own; then marks each (with the start of its
     /// duplicate window in `sinces`) that no other entry completed its effect in the window: the
     /// check, sent with the locks, reads after them, so it sees the completion of any other
@@ -163,16 +163,13 @@ impl Ahead {
         let mut want = Vec::new();
         let mut lock: Vec<(&str, &str)> = Vec::new();
         for (id, (row, _)) in &self.by_id {
-            lock.push((
-                &row.route,
-                row.dup_fp.as_deref().unwrap_or(&row.fingerprint),
-            ));
+            lock.push((&row.route, row.effect()));
             if let Some(since) = sinces.get(id) {
                 want.push((*id, *since));
             }
         }
         let (routes, effects): (Vec<&str>, Vec<&str>) = lock.into_iter().unzip();
-        db.defer_exec(EFFECT_LOCKS, &[Val::Texts(&routes), Val::Texts(&effects)])?;
+        crate::write::effect_locks(db, &routes, &effects)?;
         if want.is_empty() {
             // The locks go out with the batch's next statement.
             return Ok(());
@@ -263,19 +260,8 @@ impl Ahead {
 
 /// The effect a duplicate shares: the route, and the duplicate values or the fingerprint.
 fn effect(row: &Row) -> (String, String) {
-    (
-        row.route.clone(),
-        row.dup_fp
-            .clone()
-            .unwrap_or_else(|| row.fingerprint.clone()),
-    )
+    (row.route.clone(), row.effect().to_owned())
 }
-
-/// Takes the locks of the effects (routes ?1, fingerprints or duplicate values ?2) in the order
-/// of their keys, so two batches never wait for each other's in a cycle.
-const EFFECT_LOCKS: &str = "SELECT pg_advisory_xact_lock(26980, h) FROM (SELECT DISTINCT \
-     hashtext(r || chr(10) || e) AS h FROM unnest(?1::text[], ?2::text[]) AS t(r, e) ORDER BY h) \
-     AS l";
 
 /// For each entry ?1 with the start of its duplicate window ?2: whether another entry completed
 /// its effect in the window (1) or not (0). It asks less than the duplicate check

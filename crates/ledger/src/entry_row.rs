@@ -31,6 +31,12 @@ pub(crate) struct Row {
 }
 
 impl Row {
+    /// What a duplicate of this entry shares with it besides the route: its duplicate values if
+    /// the route declares them, else its fingerprint.
+    pub(crate) fn effect(&self) -> &str {
+        self.dup_fp.as_deref().unwrap_or(&self.fingerprint)
+    }
+
     pub(crate) fn stuck(&self, now: Millis) -> bool {
         self.state == State::Pending
             && (self.outcome_unknown || self.lease_expires_at.is_some_and(|l| l <= now))

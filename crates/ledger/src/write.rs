@@ -29,6 +29,7 @@ pub(crate) use archival::{drop_archived, mark_archived, note_checkpoint, note_re
 #[cfg(test)]
 pub(crate) use duplicates::FIND_DUPLICATE;
 use duplicates::{flag_duplicate, reject_duplicate};
+pub(crate) use insert::effect_locks;
 #[cfg(test)]
 pub(crate) use insert::INSERT_OR_LOOKUP;
 use insert::{first, First};

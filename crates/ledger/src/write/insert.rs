@@ -72,11 +72,11 @@ fn insert_or_lookup(db: &mut dyn Db, c: &Claim) -> Result<First> {
         Dialect::Postgres => {
             if window.is_some() {
                 // The reject policy's check reads other entries: it waits for a completion of
-                // the same effect that another batch is committing ([`effect_lock`]).
-                effect_lock(
+                // the same effect that another batch is committing ([`effect_locks`]).
+                effect_locks(
                     db,
-                    &req.route,
-                    req.dup_fp.as_deref().unwrap_or(&req.fingerprint),
+                    &[&req.route],
+                    &[req.dup_fp.as_deref().unwrap_or(&req.fingerprint)],
                 )?;
             }
             db.one(sql, &params, |r| {
@@ -105,17 +105,21 @@ fn insert_or_lookup(db: &mut dyn Db, c: &Claim) -> Result<First> {
     })
 }
 
-/// Takes (PostgreSQL) the lock of an effect — `route` and the fingerprint or duplicate values
-/// `effect` — until the batch ends, before its statement that follows. A completion takes it
-/// before it commits, a claim under the reject policy before it looks for a completion of the
-/// same effect: so the claim sees every such completion that committed, or comes before it.
-/// Two int4 keys: a space of their own, apart from the ledger's fixed bigint locks.
-pub(crate) fn effect_lock(db: &mut dyn Db, route: &str, effect: &str) -> Result<()> {
-    db.defer_exec(
-        "SELECT pg_advisory_xact_lock(26980, hashtext(?1 || chr(10) || ?2))",
-        vals![route, effect],
-    )
+/// Takes (PostgreSQL) the locks of effects — each a route in `routes` and the fingerprint or
+/// duplicate values at the same place in `effects` — until the batch ends, with its statement
+/// that follows. A completion takes its effect's before it commits, a claim under the reject
+/// policy before it looks for a completion of the same effect: so the claim sees every such
+/// completion that committed, or comes before it.
+pub(crate) fn effect_locks(db: &mut dyn Db, routes: &[&str], effects: &[&str]) -> Result<()> {
+    db.defer_exec(EFFECT_LOCKS, &[Val::Texts(routes), Val::Texts(effects)])
 }
+
+/// Takes the locks of the effects (routes ?1, fingerprints or duplicate values ?2) in the order
+/// of their keys, so two batches never wait for each other's in a cycle. Two int4 keys: a space
+/// of their own, apart from the ledger's fixed bigint locks.
+const EFFECT_LOCKS: &str = "SELECT pg_advisory_xact_lock(26980, h) FROM (SELECT DISTINCT \
+     hashtext(r || chr(10) || e) AS h FROM unnest(?1::text[], ?2::text[]) AS t(r, e) ORDER BY h) \
+     AS l";
 
 /// A new key's entry, when the batch read ahead that it has none: it takes `id`, taken with the
 /// rows, and its insert is sent with the batch's next statement.

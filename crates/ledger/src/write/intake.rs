@@ -15,7 +15,7 @@
 //! reading the head to its commit.**
 
 use crate::chain::ChainHasher;
-use crate::db::{vals, Db, Dialect, Row};
+use crate::db::{vals, Db, Dialect};
 use crate::error::Result;
 use crate::model::Event;
 use crate::postgres::{begin_locked, SEQ_LOCK};
@@ -73,7 +73,7 @@ fn take(db: &mut dyn Db, hasher: &ChainHasher, max: usize) -> Result<(Head, usiz
     let mut events = db.all(
         &TAKE,
         vals![i64::try_from(max).unwrap_or(i64::MAX)],
-        unnumbered,
+        read::event_row,
     )?;
     for ev in &mut events {
         ev.seq = head.seq + 1;
@@ -86,30 +86,13 @@ fn take(db: &mut dyn Db, hasher: &ChainHasher, max: usize) -> Result<(Head, usiz
     Ok((head, events.len()))
 }
 
-/// Deletes the `?1` oldest rows of the intake and returns them, oldest first: the rows one
-/// statement's snapshot holds, so exactly the rows it returns are gone.
+/// Deletes the `?1` oldest rows of the intake and returns them, oldest first, as the log's rows
+/// before they are numbered and chained: the rows one statement's snapshot holds, so exactly the
+/// rows it returns are gone.
 static TAKE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "WITH taken AS (DELETE FROM intake WHERE id IN \
          (SELECT id FROM intake ORDER BY id LIMIT ?1) RETURNING id, {INTAKE_COLS}) \
-         SELECT {INTAKE_COLS} FROM taken ORDER BY id"
+         SELECT CAST(0 AS BIGINT), {INTAKE_COLS}, '', '' FROM taken ORDER BY id"
     )
 });
-
-fn unnumbered(r: &dyn Row) -> Result<Event> {
-    Ok(Event {
-        seq: 0,
-        at: r.int(0)?,
-        kind: r.text(1)?,
-        entry_id: r.opt_int(2)?,
-        route: r.text(3)?,
-        scope: r.text(4)?,
-        key: r.text(5)?,
-        operator: r.opt_text(6)?,
-        reason: r.opt_text(7)?,
-        detail: r.text(8)?,
-        payload_digest: r.opt_text(9)?,
-        prev_hash: String::new(),
-        hash: String::new(),
-    })
-}

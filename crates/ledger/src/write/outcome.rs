@@ -44,8 +44,7 @@ pub(crate) fn complete(ctx: &mut Ctx<'_>, c: &Completion) -> Result<CompleteOutc
     // policy, at the same time: each takes the effect's lock before it looks or commits (one
     // read ahead took it with the batch's rows).
     if ctx.db.dialect() == Dialect::Postgres && !read_ahead {
-        let effect = row.dup_fp.as_deref().unwrap_or(&row.fingerprint);
-        super::insert::effect_lock(ctx.db, &row.route, effect)?;
+        super::insert::effect_locks(ctx.db, &[&row.route], &[row.effect()])?;
     }
     let none_before =
         !maybe_duplicate && ctx.ahead.as_deref().is_some_and(|a| a.no_duplicate(&row));
