@@ -123,17 +123,20 @@ def median(runs, scenario, key):
 
 
 def report(results):
-    lines = ["| PostgreSQL | instances | first calls/s | × one | CPU µs/call | jobs a batch | lock held ms | "
-             "lock waited ms | replays/s | × one | errors |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| PostgreSQL | instances | first calls/s | × one | × as many on loopback | CPU µs/call | "
+             "jobs a batch | lock held ms | lock waited ms | replays/s | × one | errors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for delay in DELAYS:
         one = results[(delay, SIZES[0])]
         for n in SIZES:
             runs = results[(delay, n)]
             first, replays = median(runs, "first calls", "rps"), median(runs, "replays", "rps")
             cell = lambda k, f: f.format(median(runs, "first calls", k)) if median(runs, "first calls", k) else "–"  # noqa: E731
+            local = results.get((0.0, n))
+            vs_local = f"{first / median(local, 'first calls', 'rps'):.2f}×" if delay and local else "–"
             lines.append(
                 f"| {'loopback' if delay == 0 else f'{delay:g} ms away'} | {n} | {first:.0f} | "
-                f"{first / median(one, 'first calls', 'rps'):.2f}× | {cell('cpu_us', '{:.0f}')} | "
+                f"{first / median(one, 'first calls', 'rps'):.2f}× | {vs_local} | {cell('cpu_us', '{:.0f}')} | "
                 f"{cell('jobs_per_batch', '{:.1f}')} | {cell('lock_held_ms', '{:.2f}')} | "
                 f"{cell('lock_wait_ms', '{:.2f}')} | {replays:.0f} | "
                 f"{replays / median(one, 'replays', 'rps'):.2f}× | "
