@@ -345,6 +345,23 @@ ALTER TABLE event_counts ADD COLUMN shard INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE event_counts DROP CONSTRAINT event_counts_pkey;
 ALTER TABLE event_counts ADD PRIMARY KEY (hour, kind, shard);
 "#,
+    // 17: the intake's events leave it only for the log: a DELETE is the sequencer's, which holds
+    // its advisory lock (`postgres::SEQ_LOCK`, whose halves are the two numbers below) in the same
+    // session; any other, and a TRUNCATE, is refused, as on the log.
+    r#"
+CREATE FUNCTION idemgate_intake_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+               AND granted AND classid = 1768187245 AND objid = 1936028019 AND objsubid = 1) THEN
+        RETURN NULL;
+    END IF;
+    RAISE EXCEPTION 'the idemgate log is append-only: DELETE refused outside the sequencer';
+END $$;
+CREATE TRIGGER intake_delete_sequencer_only BEFORE DELETE ON intake
+    FOR EACH STATEMENT EXECUTE FUNCTION idemgate_intake_delete();
+CREATE TRIGGER intake_no_truncate BEFORE TRUNCATE ON intake
+    FOR EACH STATEMENT EXECUTE FUNCTION idemgate_append_only();
+"#,
 ];
 
 pub fn current_version() -> i64 {

@@ -62,10 +62,16 @@ fn the_log_is_append_only_in_the_database_itself(b: Backend) {
         assert!(e.contains("append-only"), "{e}");
         // An event not yet numbered cannot be rewritten in the intake either.
         claim_new(&f.l, "k2", "{}", T0);
-        let e = b
-            .raw(&f.location, "UPDATE intake SET detail = '{}'")
-            .expect_err("an update of the intake");
-        assert!(e.contains("append-only"), "{e}");
+        for sql in [
+            "UPDATE intake SET detail = '{}'",
+            "DELETE FROM intake",
+            "TRUNCATE intake",
+        ] {
+            let e = b.raw(&f.location, sql).expect_err(sql);
+            assert!(e.contains("append-only"), "{sql}: {e}");
+        }
+        // Nor dropped from it: only the sequencer, holding its lock, moves it to the log.
+        assert_eq!(all_events(&f.l).len(), 2);
     }
     verify_ok(&f.l);
 }
