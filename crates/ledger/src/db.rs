@@ -27,26 +27,19 @@ pub(crate) enum OwnedVal {
     Int(i64),
     Text(String),
     Blob(Vec<u8>),
+    Texts(Vec<String>),
+    Ints(Vec<i64>),
 }
 
 impl Val<'_> {
     pub fn to_owned_val(self) -> OwnedVal {
         match self {
-            Val::Null | Val::Texts(_) | Val::Ints(_) => OwnedVal::Null,
+            Val::Null => OwnedVal::Null,
             Val::Int(i) => OwnedVal::Int(i),
             Val::Text(s) => OwnedVal::Text(s.to_owned()),
             Val::Blob(b) => OwnedVal::Blob(b.to_vec()),
-        }
-    }
-}
-
-impl OwnedVal {
-    pub fn as_val(&self) -> Val<'_> {
-        match self {
-            OwnedVal::Null => Val::Null,
-            OwnedVal::Int(i) => Val::Int(*i),
-            OwnedVal::Text(s) => Val::Text(s),
-            OwnedVal::Blob(b) => Val::Blob(b),
+            Val::Texts(v) => OwnedVal::Texts(v.iter().map(|s| (*s).to_owned()).collect()),
+            Val::Ints(v) => OwnedVal::Ints(v.to_vec()),
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::ahead::Touch;
+use crate::ahead::{Effects, Touch};
 use crate::chain::{self, ChainHasher, VerifyReport};
 use crate::checkpoint::SignedCheckpoint;
 use crate::db::Db;
@@ -94,6 +94,8 @@ pub struct Ledger {
     cache: Option<ReplayCache>,
     /// Replays tried on reads off the caller's thread (PostgreSQL; see `replay_reads`).
     replay_reads: Option<ReplayReads>,
+    /// The effects of the entries claimed here, for their completions (PostgreSQL).
+    effects: Option<Arc<Effects>>,
     /// See [`Storage::released`].
     released: tokio::sync::Notify,
 }
@@ -109,6 +111,7 @@ impl Ledger {
             me: me.clone(),
             hasher,
             replay_reads: (!readers.inline()).then(|| ReplayReads::start(me)),
+            effects: (!readers.inline()).then(Arc::default),
             readers,
             writer,
             replays: Arc::default(),
@@ -200,12 +203,19 @@ impl Ledger {
             .map(|r| (r.known.clone(), replay_reads::Known::key(&req)));
         let claim = prepared::Claim::new(req);
         self.queue_replay_counts(true);
+        let effects = self.effects.clone();
         self.writer.submit_replying(
             touch,
             move |ctx| {
                 let out = write::claim(ctx, &claim)?;
-                if let (ClaimOutcome::Replay { .. }, Some((known, key))) = (&out, &known) {
-                    known.mark(*key);
+                match (&out, &known, &effects) {
+                    (ClaimOutcome::Replay { .. }, Some((known, key)), _) => known.mark(*key),
+                    (ClaimOutcome::Claimed { entry_id, .. }, _, Some(effects)) => {
+                        let req = &claim.req;
+                        let effect = req.dup_fp.as_deref().unwrap_or(&req.fingerprint);
+                        effects.claimed(*entry_id, &req.route, effect);
+                    }
+                    _ => {}
                 }
                 Ok(out)
             },
@@ -356,7 +366,11 @@ impl Storage for Ledger {
     }
 
     fn complete(&self, req: CompleteRequest) -> Ticket<CompleteOutcome> {
-        let touch = Touch::Entry(req.entry_id, req.duplicate_window_ms.map(|w| req.at - w));
+        let touch = Touch::Entry(
+            req.entry_id,
+            req.duplicate_window_ms.map(|w| req.at - w),
+            self.effects.as_ref().and_then(|e| e.take(req.entry_id)),
+        );
         let completion = prepared::Completion::new(req);
         self.submit_touching(touch, move |ctx| write::complete(ctx, &completion))
     }

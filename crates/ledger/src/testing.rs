@@ -170,6 +170,23 @@ pub fn begin(url: &str, sql: &str) -> Open {
     Open(c)
 }
 
+/// Holds, in a transaction of its own on the PostgreSQL ledger at `url`, the lock of the effect
+/// of entry `id` (its route and its fingerprint or duplicate values), as a completion of that
+/// effect does until it commits; dropped, the lock is let go.
+///
+/// # Panics
+/// When the lock cannot be taken.
+pub fn hold_effect_lock(url: &str, id: i64) -> Open {
+    begin(
+        url,
+        &format!(
+            "SELECT pg_advisory_xact_lock({}, {}) FROM entries WHERE id = {id}",
+            crate::write::EFFECT_LOCK_SPACE,
+            crate::write::effect_key("route", "COALESCE(dup_fp, fingerprint)")
+        ),
+    )
+}
+
 impl Open {
     /// The integer `sql` reads inside the transaction.
     ///

@@ -29,9 +29,9 @@ pub(crate) use archival::{drop_archived, mark_archived, note_checkpoint, note_re
 #[cfg(test)]
 pub(crate) use duplicates::FIND_DUPLICATE;
 use duplicates::{flag_duplicate, reject_duplicate};
-pub(crate) use insert::effect_locks;
 #[cfg(test)]
 pub(crate) use insert::INSERT_OR_LOOKUP;
+pub(crate) use insert::{effect_key, effect_locks, EFFECT_LOCK_SPACE};
 use insert::{first, First};
 pub(crate) use operator::{note_loop, note_reconcile, purge, redrive, reopen, resolve, review};
 use outcome::store_completion;

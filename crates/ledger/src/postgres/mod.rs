@@ -312,18 +312,11 @@ impl PgConn {
             return Ok(rt.block_on(f)?);
         }
         let before = std::mem::take(pending);
-        let params: Vec<Vec<Val<'_>>> = before
-            .iter()
-            .map(|p| match p {
-                Pending::Simple(_) => Vec::new(),
-                Pending::Prepared(_, ps) => ps.iter().map(OwnedVal::as_val).collect(),
-            })
-            .collect();
         // Each future sends its statement when first polled, and `join_all` polls them in order.
-        let sent = futures_util::future::join_all(before.iter().zip(&params).map(|(p, ps)| {
+        let sent = futures_util::future::join_all(before.iter().map(|p| {
             let fut: std::pin::Pin<Box<dyn std::future::Future<Output = _>>> = match p {
                 Pending::Simple(sql) => Box::pin(client.batch_execute(sql)),
-                Pending::Prepared(stmt, _) => {
+                Pending::Prepared(stmt, ps) => {
                     let ps = ps.iter().map(|v| v as &(dyn ToSql + Sync));
                     Box::pin(async move { client.execute_raw(stmt, ps).await.map(|_| ()) })
                 }

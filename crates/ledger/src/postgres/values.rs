@@ -4,7 +4,7 @@
 use bytes::BytesMut;
 use tokio_postgres::types::{IsNull, ToSql, Type};
 
-use crate::db::{Row, Val};
+use crate::db::{OwnedVal, Row, Val};
 use crate::error::Result;
 
 /// Rewrites SQLite's `?N` placeholders to PostgreSQL's `$N`.
@@ -35,6 +35,29 @@ impl ToSql for Val<'_> {
             Val::Blob(b) => b.to_sql(ty, out),
             Val::Texts(v) => v.to_sql(ty, out),
             Val::Ints(v) => v.to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+impl ToSql for OwnedVal {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            OwnedVal::Null => Ok(IsNull::Yes),
+            OwnedVal::Int(i) => Val::Int(*i).to_sql(ty, out),
+            OwnedVal::Text(s) => s.to_sql(ty, out),
+            OwnedVal::Blob(b) => b.to_sql(ty, out),
+            OwnedVal::Texts(v) => v.to_sql(ty, out),
+            OwnedVal::Ints(v) => v.to_sql(ty, out),
         }
     }
 

@@ -17,8 +17,8 @@ pub(crate) fn complete(ctx: &mut Ctx<'_>, c: &Completion) -> Result<CompleteOutc
     let resp = &req.response;
     let params = completion_params(req.entry_id, resp, &c.headers, req.at, req.ttl_ms);
     // Only a PENDING entry leased by `owner` completes. `maybe_duplicate`: false where the batch
-    // read ahead that no other entry completed its effect in the window.
-    let (row, maybe_duplicate, read_ahead) = match ctx.db.dialect() {
+    // read ahead, under the effect's lock, that no other entry completed it in the window.
+    let (row, maybe_duplicate, locked) = match ctx.db.dialect() {
         // Read, then written: a RETURNING clause would have SQLite buffer the row in an ephemeral
         // table it opens and closes on every run (the writer holds the lock in between anyway).
         Dialect::Sqlite => {
@@ -28,10 +28,10 @@ pub(crate) fn complete(ctx: &mut Ctx<'_>, c: &Completion) -> Result<CompleteOutc
         }
         Dialect::Postgres => match ctx.ahead.as_deref_mut().and_then(|a| a.entry(req.entry_id)) {
             // Read ahead (checked here), written with the batch's next statement.
-            Some((row, maybe_duplicate)) => {
+            Some((row, maybe_duplicate, locked)) => {
                 check_owned(&row, &req.owner, "complete")?;
                 ctx.exec_later(&COMPLETION.get(Dialect::Postgres).0, &params)?;
-                (row, maybe_duplicate, true)
+                (row, maybe_duplicate, locked)
             }
             None => (complete_now(ctx, req, params)?, true, false),
         },
@@ -41,9 +41,9 @@ pub(crate) fn complete(ctx: &mut Ctx<'_>, c: &Completion) -> Result<CompleteOutc
     ev.payload_digest = Some(c.digest.clone());
     append(ctx, ev)?;
     // Another instance's batch may complete the same effect, or claim it under the reject
-    // policy, at the same time: each takes the effect's lock before it looks or commits (one
-    // read ahead took it with the batch's rows).
-    if ctx.db.dialect() == Dialect::Postgres && !read_ahead {
+    // policy, at the same time: each takes the effect's lock before it looks or commits (the
+    // read ahead took it for an effect the instance knew).
+    if ctx.db.dialect() == Dialect::Postgres && !locked {
         super::insert::effect_locks(ctx.db, &[&row.route], &[row.effect()])?;
     }
     let none_before =
