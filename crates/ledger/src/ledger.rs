@@ -211,9 +211,7 @@ impl Ledger {
                 match (&out, &known, &effects) {
                     (ClaimOutcome::Replay { .. }, Some((known, key)), _) => known.mark(*key),
                     (ClaimOutcome::Claimed { entry_id, .. }, _, Some(effects)) => {
-                        let req = &claim.req;
-                        let effect = req.dup_fp.as_deref().unwrap_or(&req.fingerprint);
-                        effects.claimed(*entry_id, &req.route, effect);
+                        effects.claimed(*entry_id, &claim.req.route, claim.effect());
                     }
                     _ => {}
                 }

@@ -34,6 +34,12 @@ pub(crate) struct Claim {
 }
 
 impl Claim {
+    /// What a duplicate of the claimed entry shares with it besides the route, as its row will
+    /// say ([`crate::entry_row::Row::effect`]).
+    pub fn effect(&self) -> &str {
+        self.req.dup_fp.as_deref().unwrap_or(&self.req.fingerprint)
+    }
+
     pub fn new(mut req: ClaimRequest) -> Claim {
         // Redacted by the caller; secret query parameters are left out again here, as secret
         // headers are by `headers_json`: the target is stored, and logged in the claim's event.

@@ -51,14 +51,17 @@ impl ToSql for OwnedVal {
         ty: &Type,
         out: &mut BytesMut,
     ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        match self {
-            OwnedVal::Null => Ok(IsNull::Yes),
-            OwnedVal::Int(i) => Val::Int(*i).to_sql(ty, out),
-            OwnedVal::Text(s) => s.to_sql(ty, out),
-            OwnedVal::Blob(b) => b.to_sql(ty, out),
-            OwnedVal::Texts(v) => v.to_sql(ty, out),
-            OwnedVal::Ints(v) => v.to_sql(ty, out),
-        }
+        // Encoded as the `Val` it owns, so the encoding is written once; owned texts cannot be lent
+        // as a `Val`'s `&[&str]` without a second vector.
+        let val = match self {
+            OwnedVal::Texts(v) => return v.to_sql(ty, out),
+            OwnedVal::Null => Val::Null,
+            OwnedVal::Int(i) => Val::Int(*i),
+            OwnedVal::Text(s) => Val::Text(s),
+            OwnedVal::Blob(b) => Val::Blob(b),
+            OwnedVal::Ints(v) => Val::Ints(v),
+        };
+        val.to_sql(ty, out)
     }
 
     fn accepts(_: &Type) -> bool {

@@ -73,11 +73,7 @@ fn insert_or_lookup(db: &mut dyn Db, c: &Claim) -> Result<First> {
             if window.is_some() {
                 // The reject policy's check reads other entries: it waits for a completion of
                 // the same effect that another batch is committing ([`effect_locks`]).
-                effect_locks(
-                    db,
-                    &[&req.route],
-                    &[req.dup_fp.as_deref().unwrap_or(&req.fingerprint)],
-                )?;
+                effect_locks(db, &[&req.route], &[c.effect()])?;
             }
             db.one(sql, &params, |r| {
                 if let Some(id) = r.opt_int(0)? {

@@ -622,14 +622,12 @@ fn one_effect_completed_on_two_instances_at_once_is_flagged_once(b: Backend) {
             })
             .collect();
         let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted";
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while postgres_i64(&f.location, waiting) != Ok(2) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the completions never waited for the effect's lock (crossed: {crossed})"
-            );
-            std::thread::yield_now();
-        }
+        wait_for(30, || match postgres_i64(&f.location, waiting) {
+            Ok(2) => Ok(()),
+            n => Err(format!(
+                "the two completions never queued on the effect's lock (crossed: {crossed}): {n:?}"
+            )),
+        });
         drop(held);
         let flagged: Vec<_> = completions
             .into_iter()

@@ -433,14 +433,10 @@ fn a_batch_held_up_on_a_row_does_not_hold_up_another_instance(b: Backend) {
     });
     let waiting = "SELECT count(*) FROM pg_stat_activity \
                    WHERE datname = current_database() AND wait_event_type = 'Lock'";
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while postgres_i64(&f.location, waiting) != Ok(1) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the completion's batch never waited"
-        );
-        std::thread::yield_now();
-    }
+    wait_for(30, || match postgres_i64(&f.location, waiting) {
+        Ok(1) => Ok(()),
+        n => Err(format!("the completion's batch never waited: {n:?}")),
+    });
     let (tx, rx) = std::sync::mpsc::channel();
     let claim = other.claim(req("free", "{}", T0 + 1));
     std::thread::spawn(move || tx.send(claim.wait()));
