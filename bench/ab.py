@@ -23,7 +23,8 @@ per request (`/proc/PID/io` wchar and rchar: the WAL, the checkpoint, the databa
 the sockets), split the same way. With --wal-map, after each side's last round: what one commit
 writes, in pages, per table and index (its WAL's frames, copied under load). Results:
 target/bench/ab.md and ab.json. Exits non-zero if a run answered nothing or an error, or if the
-writer's thread (or, with --wal-map, a commit that wrote the log) was not found.
+writer's thread (but for --scenario passthrough, the HTTP path alone) or, with --wal-map, a commit
+that wrote the log was not found.
 
 Needs what bench/run.sh installs (nginx-light, wrk). SQLite ledgers only.
 """
@@ -46,7 +47,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import host  # noqa: E402  (bench/host.py: ports and /proc)
 import run  # noqa: E402  (bench/run.py: the upstream, serve and wrk)
 
-SCENARIOS = {"first": 1.0, "mix": 0.5, "replays": 0.0}
+# Each scenario's share of fresh keys and its route: "passthrough" is the HTTP path alone (run.py's
+# read route without the ledger).
+SCENARIOS = {"first": (1.0, "/v1/charges"), "mix": (0.5, "/v1/charges"), "replays": (0.0, "/v1/charges"),
+             "passthrough": (1.0, "/v1/passthrough")}
 # Thread names (/proc/PID/task/TID/comm, 15 characters at most) and the column each is summed in.
 THREADS = [("idemgate-writer", "writer"), ("idemgate-ckpt", "ckpt"), ("tokio", "workers")]
 GROUPS = [group for _, group in THREADS]
@@ -83,10 +87,11 @@ def sample(pid):
     return out
 
 
-def measure(serve, port, fresh, run_id, script, seconds):
+def measure(serve, port, scenario, run_id, script, seconds):
     """One wrk run against `serve` (a process), with its CPU and I/O per request by thread group."""
+    fresh, path = SCENARIOS[scenario]
     s0 = sample(serve.pid)
-    r = run.wrk(port, "/v1/charges", fresh, run_id, script, [serve.pid], seconds)
+    r = run.wrk(port, path, fresh, run_id, script, [serve.pid], seconds)
     s1 = sample(serve.pid)
     n = max(r["requests"], 1)
     per = {g: [(b - a) / n for a, b in zip(s0[g], s1[g])] for g in s0}
@@ -103,7 +108,7 @@ def pair_run(stack, sides, args, pair, script):
     turns (A B, then B A, ...; the next pair starts with B), so that a drift of the machine's speed
     falls on both alike; then, with --wal-map, each one's map; then both stopped."""
     labels = list(sides)
-    fresh = SCENARIOS[args.scenario]
+    fresh, _ = SCENARIOS[args.scenario]
     procs = {}
     try:
         for label, (binary, env) in sides.items():
@@ -119,7 +124,7 @@ def pair_run(stack, sides, args, pair, script):
         for rnd in range(args.rounds):
             for label in labels if (pair + rnd) % 2 == 0 else labels[::-1]:
                 serve, port, _ = procs[label]
-                r = measure(serve, port, fresh, f"ab-{label}-{pair}-{rnd}", script, args.seconds)
+                r = measure(serve, port, args.scenario, f"ab-{label}-{pair}-{rnd}", script, args.seconds)
                 print(f"  pair {pair + 1} round {rnd + 1} {label}: {r['rps']:>7.0f} req/s  p99 {r['p99_ms']} ms  "
                       f"errors {r['errors']}  CPU {r['cpu_us'] or 0:.0f} µs/req ({split(r['cpu_us_by_thread'])})  "
                       f"wrote {r['wchar_per_req'] / 1000:.1f} KB/req ({split(r['wrote_by_thread'], 1000)}), "
@@ -314,8 +319,10 @@ def report(args, labels, ids, results):
     return "\n".join(lines)
 
 
-def check(labels, results):
+def check(labels, results, scenario):
     bad = []
+    # The HTTP path alone writes nothing to the ledger.
+    ledger = scenario != "passthrough"
     for i, pair in enumerate(results):
         for label in labels:
             for rnd, r in enumerate(pair[label]):
@@ -324,7 +331,7 @@ def check(labels, results):
                     bad.append(f"{where}: no requests")
                 if r["errors"]:
                     bad.append(f"{where}: {r['errors']} errors")
-                if r["cpu_us_by_thread"]["writer"] <= 0:
+                if ledger and r["cpu_us_by_thread"]["writer"] <= 0:
                     bad.append(f"{where}: no CPU time on a thread named idemgate-writer")
                 if "wal_map" in r and not (r["wal_map"]["commits"] and "events" in r["wal_map"]["by_btree"]):
                     bad.append(f"{where}: the WAL held no commit that wrote the log")
@@ -352,7 +359,8 @@ def main():
     p.add_argument("--a-name", default="A", help="A's name in the report (default: %(default)s)")
     p.add_argument("--b-name", default="B", help="B's name in the report (default: %(default)s)")
     p.add_argument("--scenario", choices=list(SCENARIOS), default="first",
-                   help="first: a fresh random key per request; replays: 100 executed keys; mix: half each")
+                   help="first: a fresh random key per request; replays: 100 executed keys; mix: half each; "
+                        "passthrough: the HTTP path alone (a read route, no ledger)")
     p.add_argument("--pairs", type=int, default=3, help="A then B, or B then A (default: %(default)s)")
     p.add_argument("--rounds", type=int, default=4,
                    help="wrk runs per side and pair, on the same ledger (default: %(default)s)")
@@ -391,7 +399,7 @@ def main():
     with open(os.path.join(run.OUT, "ab.json"), "w") as f:
         json.dump({"args": vars(args), "sides": ids, "pairs": results}, f, indent=2)
     print(md)
-    check(labels, results)
+    check(labels, results, args.scenario)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ BENCH_SECONDS each (default 10), BENCH_ROUNDS rounds (default 2, the order of si
 round; medians). Per run: req/s, the ratio to one instance at the same delay, the CPU time per
 call of every instance, the relay and PostgreSQL together, and how the instances' write batches
 used the ledger's write lock; errors (wrk's non-2xx answers and socket errors, timeouts at 2 s
-among them) are counted in the table, not fatal. Results: target/bench/fleet.md and fleet.json.
+among them) are counted in the table, not fatal. Then, on the cluster restarted with
+pg_stat_statements (after the fleet's runs, which it would slow), one more first-calls run of one
+instance on loopback, and where PostgreSQL's time went: each statement's calls, execution time
+and WAL records per first call, the costliest first. Results: target/bench/fleet.md and fleet.json.
 
 The relay is `python3 bench/fleet.py relay LISTEN_PORT TARGET_PORT DELAY_MS`: an asyncio delay
 line that holds each chunk read from either side DELAY_MS before writing it on, in order, without
@@ -86,9 +89,60 @@ async def relay(listen, target, delay_ms):
         await server.serve_forever()
 
 
-def psql(port, sql):
-    subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-qAt", "-c", sql],
-                   check=True, capture_output=True, text=True)
+def psql(port, sql, db="postgres"):
+    """`sql`'s rows, each a list of its columns' texts."""
+    out = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-d", db, "-qAt",
+                          "-F", "\t", "-c", sql], check=True, capture_output=True, text=True).stdout
+    return [line.split("\t") for line in out.splitlines()]
+
+
+# The costliest statements of a first call, as pg_stat_statements counted them (its texts are
+# normalised: constants become $N; a statement's text is cut at 90 characters).
+STATEMENTS = """SELECT calls, total_exec_time, wal_records, left(regexp_replace(query, '\\s+', ' ', 'g'), 90)
+  FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  ORDER BY total_exec_time DESC LIMIT 12"""
+
+
+def statements(stack, pg_port, script):
+    """One instance on loopback under first calls, on a cluster restarted with pg_stat_statements:
+    each statement's calls, execution time (µs) and WAL records per first call answered."""
+    psql(pg_port, "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+    subprocess.run(["bash", os.path.join(run.ROOT, "tests/pg/cluster.sh"), "restart"], env=stack.pg_env,
+                   check=True, capture_output=True)
+    with open(os.path.join(stack.pg_env["IDEMGATE_PG_DIR"], "data", "postmaster.pid")) as f:
+        postmaster = int(f.readline())
+    db = "fleet_statements"
+    psql(pg_port, f"CREATE DATABASE {db}")
+    psql(pg_port, "CREATE EXTENSION pg_stat_statements", db)
+    port, admin = host.free_port(), host.free_port()
+    url = f"postgres://postgres@127.0.0.1:{pg_port}/{db}?sslmode=disable"
+    proc = stack.serve(f"fleet-{db}", port, url, admin=admin)
+    try:
+        run.warm_up("the instance", [port], PATH)
+        psql(pg_port, "SELECT pg_stat_statements_reset()", db)
+        r = run.wrk((port,), PATH, 1.0, db, script, [proc.pid, postmaster], seconds=SECONDS, admin=(admin,))
+        rows = psql(pg_port, STATEMENTS, db)
+    finally:
+        stack.stop_one(proc)
+    calls = max(r["requests"], 1)
+    out = [{"calls": int(c) / calls, "us": float(t) * 1000 / calls, "wal": int(w) / calls, "statement": q}
+           for c, t, w, q in rows]
+    if not out:
+        raise SystemExit("bench: pg_stat_statements counted no statement of the ledger's")
+    return {"rps": r["rps"], "cpu_us": r["cpu_us"], "statements": out}
+
+
+def statements_report(s):
+    lines = [f"One instance on loopback, first calls ({s['rps']:.0f}/s, {s['cpu_us'] or 0:.0f} µs of CPU a call, "
+             "idemgate and PostgreSQL), with pg_stat_statements: PostgreSQL's execution time per first call, "
+             "by statement, the costliest first.", "",
+             "| statement | runs a call | µs a call | WAL records a call |", "|---|---:|---:|---:|"]
+    for x in s["statements"]:
+        text = x["statement"].replace("|", "\\|")
+        lines.append(f"| `{text}` | {x['calls']:.2f} | {x['us']:.1f} | {x['wal']:.1f} |")
+    lines.append(f"| these {len(s['statements'])} | | {sum(x['us'] for x in s['statements']):.1f} | "
+                 f"{sum(x['wal'] for x in s['statements']):.1f} |")
+    return "\n".join(lines) + "\n"
 
 
 def measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, script, rnd):
@@ -178,18 +232,20 @@ def main():
                         measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, script, rnd))
             if delay:
                 stack.stop_one(relay_proc)
+        profile = statements(stack, pg_port, script)
     finally:
         stack.stop()
         shutil.rmtree(work, ignore_errors=True)
         if stack.pg_env:
             shutil.rmtree(stack.pg_env["IDEMGATE_PG_DIR"], ignore_errors=True)
-    table = report(results)
+    table = report(results) + "\n" + statements_report(profile)
     os.makedirs(run.OUT, exist_ok=True)
     with open(os.path.join(run.OUT, "fleet.md"), "w") as f:
         f.write(table)
     with open(os.path.join(run.OUT, "fleet.json"), "w") as f:
         json.dump({"machine": host.machine(), "seconds": SECONDS, "rounds": ROUNDS,
-                   "runs": {f"{d:g} ms/{n}": r for (d, n), r in results.items()}}, f, indent=1)
+                   "runs": {f"{d:g} ms/{n}": r for (d, n), r in results.items()}, "statements": profile},
+                  f, indent=1)
     print(table)
 
 
