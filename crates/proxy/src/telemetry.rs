@@ -204,25 +204,33 @@ impl Drop for Call {
 }
 
 tokio::task_local! {
-    static CALL: Arc<Call>;
+    /// The current request's span, if it has one.
+    static CALL: Option<Arc<Call>>;
 }
 
-/// `work` with `call` as its request's span (none when `call` is `None`).
-pub(crate) async fn within<T>(call: Option<Arc<Call>>, work: impl Future<Output = T>) -> T {
-    match call {
-        Some(c) => CALL.scope(c, work).await,
-        None => work.await,
-    }
+/// `f` of the current request's span, if it has one.
+fn with_call<R>(f: impl FnOnce(&Arc<Call>) -> R) -> Option<R> {
+    CALL.try_with(|c| c.as_ref().map(f)).ok().flatten()
+}
+
+/// `work` with `call` as its request's span (none when `call` is `None`). One scope either way,
+/// and no async fn around it: an async fn keeps its argument beside the future it awaits, so a
+/// request's future (some 7 KB) would be held, and moved at every hand-over, twice.
+pub(crate) fn within<F: Future>(
+    call: Option<Arc<Call>>,
+    work: F,
+) -> impl Future<Output = F::Output> {
+    CALL.scope(call, work)
 }
 
 /// `work`, to be spawned, carrying the current request's span with it.
 pub(crate) fn carry<T>(work: impl Future<Output = T>) -> impl Future<Output = T> {
-    within(CALL.try_with(Arc::clone).ok(), work)
+    within(with_call(Arc::clone), work)
 }
 
 /// Attributes for the current request's span (`attrs` is called only when there is one).
 pub(crate) fn note(attrs: impl FnOnce() -> Vec<KeyValue>) {
-    let _ = CALL.try_with(|c| c.cx().span().set_attributes(attrs()));
+    with_call(|c| c.cx().span().set_attributes(attrs()));
 }
 
 /// The current request is an MCP `method` (a `tools/call` of `call`): its span started under the
@@ -234,7 +242,7 @@ pub(crate) fn mcp(
     trace: &TraceMeta,
     parts: &Parts,
 ) {
-    let _ = CALL.try_with(|c| {
+    with_call(|c| {
         let cx = c.cx.get_or_init(|| c.start(parent_of(trace)));
         let span = cx.span();
         let header = |name: &str| {
@@ -339,7 +347,7 @@ pub(crate) fn attempted(method: &str, attempt: i64, a: &Attempt) -> Vec<KeyValue
 
 /// The current request ended in `code` (a problem's), an error when `server_error`.
 pub(crate) fn failed(code: &'static str, server_error: bool) {
-    let _ = CALL.try_with(|c| {
+    with_call(|c| {
         let span = c.cx().span();
         span.set_attributes([
             KeyValue::new("idemgate.outcome", code),
@@ -378,7 +386,7 @@ fn parent_of(trace: &TraceMeta) -> Option<Context> {
 
 /// The current request's `traceparent` for its upstream: this span as the upstream's parent.
 pub(crate) fn traceparent() -> Option<HeaderValue> {
-    CALL.try_with(|c| {
+    with_call(|c| {
         let span = c.cx().span();
         let sc = span.span_context();
         let v = format!(
@@ -389,7 +397,6 @@ pub(crate) fn traceparent() -> Option<HeaderValue> {
         );
         HeaderValue::from_str(&v).ok()
     })
-    .ok()
     .flatten()
 }
 
@@ -397,8 +404,7 @@ pub(crate) fn traceparent() -> Option<HeaderValue> {
 /// [`Step::end`]; nothing when the request has no span.
 pub(crate) fn step(name: &'static str, kind: SpanKind) -> Step {
     Step(
-        CALL.try_with(|c| (c.clone(), SystemTime::now()))
-            .ok()
+        with_call(|c| (c.clone(), SystemTime::now()))
             .map(|(call, started)| (call, started, name, kind)),
     )
 }
