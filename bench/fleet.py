@@ -107,10 +107,7 @@ def statements(stack, pg_port, script):
     """One instance on loopback under first calls, on a cluster restarted with pg_stat_statements:
     each statement's calls, execution time (µs) and WAL records per first call answered."""
     psql(pg_port, "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-    subprocess.run(["bash", os.path.join(run.ROOT, "tests/pg/cluster.sh"), "restart"], env=stack.pg_env,
-                   check=True, capture_output=True)
-    with open(os.path.join(stack.pg_env["IDEMGATE_PG_DIR"], "data", "postmaster.pid")) as f:
-        postmaster = int(f.readline())
+    postmaster = stack.cluster("restart")[1]
     db = "fleet_statements"
     psql(pg_port, f"CREATE DATABASE {db}")
     psql(pg_port, "CREATE EXTENSION pg_stat_statements", db)
@@ -215,10 +212,7 @@ def main():
         stack.start_upstream()
         stack.pg_env = dict(os.environ, IDEMGATE_PG_DIR=tempfile.mkdtemp(prefix="idemgate-bench-pg-"),
                             IDEMGATE_PG_PORT=str(pg_port))
-        subprocess.run(["bash", os.path.join(run.ROOT, "tests/pg/cluster.sh"), "start"], env=stack.pg_env,
-                       check=True, capture_output=True)
-        with open(os.path.join(stack.pg_env["IDEMGATE_PG_DIR"], "data", "postmaster.pid")) as f:
-            postmaster = int(f.readline())
+        postmaster = stack.cluster("start")[1]
         for delay in DELAYS:
             relay_pid = None
             if delay:

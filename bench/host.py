@@ -61,14 +61,16 @@ def proc_stat(path):
 
 
 def cpu_seconds(roots):
-    """User + system CPU seconds used so far by the processes `roots` and their descendants."""
+    """User + system CPU seconds used so far by the processes `roots` and their descendants,
+    with what their children that have exited used (PostgreSQL's autovacuum workers and
+    short-lived connections end, and their time moves into the postmaster's)."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0
     for root in roots:
         for p in process_tree(root):
             try:
                 fields = proc_stat(f"/proc/{p}")[1]
-                total += int(fields[11]) + int(fields[12])  # utime, stime
+                total += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
             except (OSError, IndexError, ValueError):
                 pass
     return total / tick

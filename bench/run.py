@@ -167,18 +167,23 @@ http {{
         # Under /tmp, not in `work`: the postgres user must reach it.
         self.pg_env = dict(os.environ, IDEMGATE_PG_DIR=tempfile.mkdtemp(prefix="idemgate-bench-pg-"),
                            IDEMGATE_PG_PORT=str(self.ports["pg"]))
-        url = subprocess.run(["bash", os.path.join(ROOT, "tests/pg/cluster.sh"), "start"], env=self.pg_env,
-                             check=True, capture_output=True, text=True).stdout.strip()
+        url, postmaster = self.cluster("start")
         # Plain, on loopback: the test cluster offers TLS, and without sslmode the ledger would
         # encrypt, and the row would not compare with the others.
         url += "?sslmode=disable"
         self.idemgate_pg = self.serve("idemgate-pg", self.ports["idemgate_pg"], url, admin=self.ports["admin_pg"])
         self.idemgate_pg2 = self.serve("idemgate-pg2", self.ports["idemgate_pg2"], url, admin=self.ports["admin_pg2"])
         # The PostgreSQL server's processes do that ledger's work: the postmaster and its backends.
-        with open(os.path.join(self.pg_env["IDEMGATE_PG_DIR"], "data", "postmaster.pid")) as f:
-            postmaster = int(f.readline())
         self.roots[PG] = [self.idemgate_pg.pid, postmaster]
         self.roots[PG_TWO] = [self.idemgate_pg.pid, self.idemgate_pg2.pid, postmaster]
+
+    def cluster(self, cmd):
+        """`tests/pg/cluster.sh cmd` on the stack's cluster (`pg_env`): its URL and its
+        postmaster's pid."""
+        url = subprocess.run(["bash", os.path.join(ROOT, "tests/pg/cluster.sh"), cmd], env=self.pg_env,
+                             check=True, capture_output=True, text=True).stdout.strip()
+        with open(os.path.join(self.pg_env["IDEMGATE_PG_DIR"], "data", "postmaster.pid")) as f:
+            return url, int(f.readline())
 
     def start_upstream(self):
         """The static upstream: one nginx worker answering every request with a small JSON 201."""
