@@ -12,7 +12,9 @@ BENCH_SECONDS each (default 10), BENCH_ROUNDS rounds (default 2, the order of si
 round; medians). Per run: req/s, the ratio to one instance at the same delay, the CPU time per
 call of every instance, the relay and PostgreSQL together, and how the instances' write batches
 used the ledger's write lock; errors (wrk's non-2xx answers and socket errors, timeouts at 2 s
-among them) are counted in the table, not fatal. Then, on the cluster restarted with
+among them) are counted in the table, not fatal, and so are the deadlocks PostgreSQL broke between
+the instances' sessions (each costs the batches in it a second: the server's deadlock_timeout).
+Then, on the cluster restarted with
 pg_stat_statements (after the fleet's runs, which it would slow), one more first-calls run of one
 instance on loopback, and where PostgreSQL's time went: each statement's calls, execution time
 and WAL records per first call, the costliest first. Results: target/bench/fleet.md and fleet.json.
@@ -29,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import host  # noqa: E402  (bench/host.py: ports and /proc)
@@ -41,6 +44,8 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
 DELAYS = [float(d) for d in os.environ.get("BENCH_DELAYS_MS", "0 1").split()]
 SIZES = [int(n) for n in os.environ.get("BENCH_FLEET", "1 2 4").split()]
 PATH = "/v1/charges"
+# Each scenario and its share of fresh keys.
+SCENARIOS = {"first calls": 1.0, "replays": 0.0}
 
 
 async def pipe(reader, writer, delay):
@@ -154,7 +159,7 @@ def measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, script,
     try:
         out = {}
         run.warm_up("the fleet", ports, PATH)
-        for scenario, fresh in [("first calls", 1.0), ("replays", 0.0)]:
+        for scenario, fresh in SCENARIOS.items():
             r = run.wrk(tuple(ports), PATH, fresh, f"{db}-{scenario[:5]}", script, roots,
                         seconds=SECONDS, admin=admins)
             out[scenario] = r
@@ -163,10 +168,21 @@ def measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, script,
                   f"CPU {r['cpu_us'] or 0:.0f} µs/call{lock_note(r, ', ')}  errors {r['errors']}",
                   flush=True)
             run.print_statuses(r)
-        return out
     finally:
         for p in procs:
             stack.stop_one(p)
+    out["deadlocks"] = deadlocks(pg_port, db)
+    return out
+
+
+def deadlocks(pg_port, db):
+    """The deadlocks PostgreSQL broke in `db`, once every session on it has ended (a session
+    reports its counts as it ends)."""
+    for _ in range(200):
+        if psql(pg_port, f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}'")[0][0] == "0":
+            return int(psql(pg_port, f"SELECT deadlocks FROM pg_stat_database WHERE datname = '{db}'")[0][0])
+        time.sleep(0.05)
+    raise SystemExit(f"bench: sessions on {db} still open 10 s after its instances stopped")
 
 
 def median(runs, scenario, key):
@@ -175,8 +191,8 @@ def median(runs, scenario, key):
 
 def report(results):
     lines = ["| PostgreSQL | instances | first calls/s | × one | × as many on loopback | CPU µs/call | "
-             "jobs a batch | lock held ms | lock waited ms | replays/s | × one | errors |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "jobs a batch | lock held ms | lock waited ms | replays/s | × one | errors | deadlocks |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for delay in DELAYS:
         one = results[(delay, SIZES[0])]
         for n in SIZES:
@@ -191,7 +207,8 @@ def report(results):
                 f"{cell('jobs_per_batch', '{:.1f}')} | {cell('lock_held_ms', '{:.2f}')} | "
                 f"{cell('lock_wait_ms', '{:.2f}')} | {replays:.0f} | "
                 f"{replays / median(one, 'replays', 'rps'):.2f}× | "
-                f"{sum(r[sc]['errors'] for r in runs for sc in r)} |")
+                f"{sum(r[sc]['errors'] for r in runs for sc in SCENARIOS)} | "
+                f"{sum(r['deadlocks'] for r in runs)} |")
     return "\n".join(lines) + "\n"
 
 
