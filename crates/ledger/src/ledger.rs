@@ -151,6 +151,12 @@ impl Ledger {
         self.writer.round_trips()
     }
 
+    /// The statements the writer sent to the database as of its last commit (PostgreSQL; 0 on
+    /// SQLite). For tests and benches.
+    pub fn writer_statements(&self) -> u64 {
+        self.writer.statements()
+    }
+
     /// The reads the replay readers made so far (PostgreSQL; 0 on SQLite), each answering every
     /// claim that waited for it. For tests and benches.
     pub fn replay_reads(&self) -> u64 {

@@ -100,6 +100,10 @@ pub(crate) trait WriteConn: Send + 'static {
     fn round_trips(&self) -> u64 {
         0
     }
+    /// The statements sent so far (PostgreSQL; a run of one statement's rows merged counts once).
+    fn statements(&self) -> u64 {
+        0
+    }
 }
 
 /// A queued write (see the module's comment on running it twice).
@@ -174,6 +178,8 @@ pub struct WriterCounters {
     pub jobs: AtomicU64,
     /// Round trips to the database, as of the last commit.
     pub round_trips: AtomicU64,
+    /// Statements sent to the database, as of the last commit.
+    pub statements: AtomicU64,
     /// Batches run a second time, each job in its savepoint.
     pub reruns: AtomicU64,
     /// When a batch last failed to begin or commit (Unix ms; 0: never).
@@ -224,6 +230,10 @@ impl Writer {
     /// Commits and jobs so far (group commit: jobs / commits is the batching factor).
     pub fn round_trips(&self) -> u64 {
         self.counters.round_trips.load(Ordering::Relaxed)
+    }
+
+    pub fn statements(&self) -> u64 {
+        self.counters.statements.load(Ordering::Relaxed)
     }
 
     pub fn reruns(&self) -> u64 {
@@ -530,6 +540,9 @@ fn writer_loop(
                 counters
                     .round_trips
                     .store(conn.round_trips(), Ordering::Relaxed);
+                counters
+                    .statements
+                    .store(conn.statements(), Ordering::Relaxed);
                 counters.commits.fetch_add(1, Ordering::Relaxed);
                 counters
                     .jobs

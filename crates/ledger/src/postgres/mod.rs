@@ -17,28 +17,27 @@
 //! are answered with an error, never acknowledged — and the next batch reconnects. Readers use a
 //! small pool of connections, checked before use when they have been idle.
 
+mod conn;
 mod lead;
+mod rows;
 mod schema;
 mod tls;
 mod values;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio_postgres::tls::MakeTlsConnect;
-use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, NoTls, Socket, Statement};
+use tokio_postgres::Config;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::db::{Db, Dialect, OwnedVal, Row, Val};
+use crate::db::{Db, Dialect, Row, Val};
 use crate::error::{LedgerError, Result};
 use crate::lead::{Lead, Leader};
 use crate::ledger::{self, Ledger, OpenOptions, ReadPool};
 use crate::model::Millis;
 use crate::writer::{WriteConn, Writer, MAX_BATCH};
-use values::{params, placeholders};
+pub(crate) use conn::PgConn;
 
 /// The advisory lock every write batch holds shared, and a copy alone (any constant; "idemgate"
 /// in ASCII, truncated).
@@ -216,227 +215,6 @@ fn migrate_locked(db: &mut dyn Db, create: bool, location: &str) -> Result<()> {
     Ok(())
 }
 
-/// A connection, its prepared statements, and transaction-control statements waiting to be sent.
-///
-/// The connection is tokio-postgres on a small runtime of its own (driven only while a call waits).
-/// That lets a call *pipeline*: statements given to [`Db::defer`] (savepoints) and the statements of
-/// [`Db::exec_all`] go out together and cost one round trip, not one each.
-pub(crate) struct PgConn {
-    rt: tokio::runtime::Runtime,
-    client: Client,
-    statements: HashMap<String, Statement>,
-    pending: Vec<Pending>,
-    /// Round trips made: a prepare, or a statement with the deferred ones sent ahead of it.
-    trips: u64,
-}
-
-/// A statement held back to go out with the next one ([`Db::defer`], [`Db::defer_exec`]).
-enum Pending {
-    Simple(String),
-    Prepared(Statement, Vec<OwnedVal>),
-}
-
-impl PgConn {
-    pub(crate) fn connect(target: &Target) -> Result<PgConn> {
-        let unavailable = |e: &tokio_postgres::Error| {
-            LedgerError::Unavailable(format!(
-                "cannot connect to PostgreSQL: {}",
-                crate::error::pg_message(e)
-            ))
-        };
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let client = match &target.tls {
-            None => start(&rt, &target.config, NoTls),
-            Some(tls) => start(&rt, &target.config, tls.clone()),
-        }
-        .map_err(|e| unavailable(&e))?;
-        Ok(PgConn {
-            rt,
-            client,
-            statements: HashMap::new(),
-            pending: Vec::new(),
-            trips: 0,
-        })
-    }
-
-    fn is_closed(&self) -> bool {
-        self.client.is_closed()
-    }
-
-    /// Whether the server answers (one round trip).
-    fn is_valid(&mut self) -> bool {
-        let client = &self.client;
-        let ping = self.rt.block_on(async {
-            tokio::time::timeout(CONNECT_TIMEOUT, client.simple_query("")).await
-        });
-        matches!(ping, Ok(Ok(_)))
-    }
-
-    /// The prepared form of `sql` (its `?N` placeholders rewritten to `$N`), prepared once.
-    fn statement(&mut self, sql: &str) -> Result<Statement> {
-        if let Some(s) = self.statements.get(sql) {
-            return Ok(s.clone());
-        }
-        // A deferred ROLLBACK TO must reach the server before anything is parsed.
-        if !self.pending.is_empty() {
-            PgConn::run(
-                &self.rt,
-                &self.client,
-                &mut self.pending,
-                &mut self.trips,
-                async { Ok(()) },
-            )?;
-        }
-        if self.statements.len() >= 512 {
-            self.statements.clear();
-        }
-        self.trips += 1;
-        let stmt = self.rt.block_on(self.client.prepare(&placeholders(sql)))?;
-        self.statements.insert(sql.to_owned(), stmt.clone());
-        Ok(stmt)
-    }
-
-    /// Runs `f` with the deferred statements sent ahead of it, in order, in the same round trip,
-    /// and counts that trip. The first error among them is the call's.
-    fn run<T>(
-        rt: &tokio::runtime::Runtime,
-        client: &Client,
-        pending: &mut Vec<Pending>,
-        trips: &mut u64,
-        f: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
-    ) -> Result<T> {
-        *trips += 1;
-        if pending.is_empty() {
-            return Ok(rt.block_on(f)?);
-        }
-        let before = std::mem::take(pending);
-        // Each future sends its statement when first polled, and `join_all` polls them in order.
-        let sent = futures_util::future::join_all(before.iter().map(|p| {
-            let fut: std::pin::Pin<Box<dyn std::future::Future<Output = _>>> = match p {
-                Pending::Simple(sql) => Box::pin(client.batch_execute(sql)),
-                Pending::Prepared(stmt, ps) => {
-                    let ps = ps.iter().map(|v| v as &(dyn ToSql + Sync));
-                    Box::pin(async move { client.execute_raw(stmt, ps).await.map(|_| ()) })
-                }
-            };
-            fut
-        }));
-        let (a, b) = rt.block_on(futures_util::future::join(sent, f));
-        for r in a {
-            r?;
-        }
-        Ok(b?)
-    }
-}
-
-impl Db for PgConn {
-    fn dialect(&self) -> Dialect {
-        Dialect::Postgres
-    }
-
-    fn exec(&mut self, sql: &str, p: &[Val<'_>]) -> Result<u64> {
-        let stmt = self.statement(sql)?;
-        let p = params(p);
-        PgConn::run(
-            &self.rt,
-            &self.client,
-            &mut self.pending,
-            &mut self.trips,
-            self.client.execute(&stmt, &p),
-        )
-    }
-
-    fn exec_all(&mut self, stmts: &[(&str, Vec<Val<'_>>)]) -> Result<()> {
-        let prepared = stmts
-            .iter()
-            .map(|(sql, _)| self.statement(sql))
-            .collect::<Result<Vec<_>>>()?;
-        let ps: Vec<_> = stmts.iter().map(|(_, p)| params(p)).collect();
-        let all = futures_util::future::try_join_all(
-            prepared
-                .iter()
-                .zip(&ps)
-                .map(|(stmt, p)| self.client.execute(stmt, p)),
-        );
-        PgConn::run(
-            &self.rt,
-            &self.client,
-            &mut self.pending,
-            &mut self.trips,
-            all,
-        )?;
-        Ok(())
-    }
-
-    fn batch(&mut self, sql: &str) -> Result<()> {
-        PgConn::run(
-            &self.rt,
-            &self.client,
-            &mut self.pending,
-            &mut self.trips,
-            self.client.batch_execute(sql),
-        )
-    }
-
-    fn defer(&mut self, sql: &str) -> Result<()> {
-        self.pending.push(Pending::Simple(sql.to_owned()));
-        Ok(())
-    }
-
-    fn defer_exec(&mut self, sql: &str, p: &[Val<'_>]) -> Result<()> {
-        let stmt = self.statement(sql)?;
-        let owned = p.iter().map(|v| v.to_owned_val()).collect();
-        self.pending.push(Pending::Prepared(stmt, owned));
-        Ok(())
-    }
-
-    fn each(
-        &mut self,
-        sql: &str,
-        p: &[Val<'_>],
-        f: &mut dyn FnMut(&dyn Row) -> Result<bool>,
-    ) -> Result<()> {
-        use futures_util::StreamExt;
-        let stmt = self.statement(sql)?;
-        let rows = PgConn::run(
-            &self.rt,
-            &self.client,
-            &mut self.pending,
-            &mut self.trips,
-            self.client.query_raw(&stmt, p.iter()),
-        )?;
-        let mut rows = std::pin::pin!(rows);
-        while let Some(r) = self.rt.block_on(rows.next()) {
-            if !f(&r?)? {
-                break;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Connects with `tls` (a type of its own for each: none, or rustls) and drives the connection
-/// on `rt`; the client.
-fn start<T>(
-    rt: &tokio::runtime::Runtime,
-    config: &Config,
-    tls: T,
-) -> std::result::Result<Client, tokio_postgres::Error>
-where
-    T: MakeTlsConnect<Socket>,
-    T::Stream: Send + 'static,
-{
-    let (client, connection) = rt.block_on(config.connect(tls))?;
-    rt.spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "PostgreSQL connection ended");
-        }
-    });
-    Ok(client)
-}
-
 /// The writer's connection; `None` after it was lost, until the next batch reconnects.
 struct PgWriter {
     config: Target,
@@ -448,6 +226,8 @@ struct PgWriter {
     analyzing: Arc<AtomicBool>,
     /// The round trips of the connections lost so far.
     trips_before: u64,
+    /// The statements they sent.
+    sent_before: u64,
 }
 
 impl PgWriter {
@@ -460,6 +240,7 @@ impl PgWriter {
             analyzed_at: 0,
             analyzing: Arc::default(),
             trips_before: 0,
+            sent_before: 0,
         }
     }
 }
@@ -474,7 +255,8 @@ impl WriteConn for PgWriter {
             }
         }
         if let Some(lost) = self.conn.take() {
-            self.trips_before += lost.trips;
+            self.trips_before += lost.trips();
+            self.sent_before += lost.sent();
         }
         let mut c = PgConn::connect(&self.config)?;
         c.defer(&begin_batch())?;
@@ -529,7 +311,11 @@ impl WriteConn for PgWriter {
     }
 
     fn round_trips(&self) -> u64 {
-        self.trips_before + self.conn.as_ref().map_or(0, |c| c.trips)
+        self.trips_before + self.conn.as_ref().map_or(0, |c| c.trips())
+    }
+
+    fn statements(&self) -> u64 {
+        self.sent_before + self.conn.as_ref().map_or(0, |c| c.sent())
     }
 }
 
@@ -665,6 +451,7 @@ fn drop_off_runtime(conns: Vec<PgConn>) {
 
 #[cfg(test)]
 mod tests {
+    use super::values::placeholders;
     use super::*;
 
     #[test]

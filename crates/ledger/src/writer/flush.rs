@@ -142,8 +142,10 @@ pub(crate) enum Rows {
     Numbered,
 }
 
-/// The multi-row statements that insert `events` as `shape`, with their parameters: a few fixed
-/// chunk sizes, so the statements are prepared (and written) once each.
+/// The statements that insert `events` as `shape`, with their parameters. The log's are
+/// multi-row, of a few fixed chunk sizes, so each is prepared (and written) once; the intake's
+/// (a write batch's events) insert a row each, deferred one after another, and PostgreSQL's
+/// connection sends the run as one statement over arrays, whatever its length.
 pub(crate) fn inserts(events: &[Event], shape: Rows) -> Vec<(&'static str, Vec<Val<'_>>)> {
     let sizes = match shape {
         Rows::Log => LOG_INSERTS.get(Dialect::Sqlite),
@@ -185,11 +187,18 @@ pub(crate) fn inserts(events: &[Event], shape: Rows) -> Vec<(&'static str, Vec<V
     stmts
 }
 
-/// The statements that insert 256, 64, 8 and 1 rows (largest first) of `per_row` columns into
-/// `table (cols)`, with their row counts.
-fn multi_row(insert: &str, table: &str, cols: &str, per_row: usize) -> Vec<(usize, String)> {
-    [256, 64, 8, 1]
-        .into_iter()
+/// The statements that insert each of `sizes` rows (largest first, the last 1) of `per_row`
+/// columns into `table (cols)`, with their row counts.
+fn multi_row(
+    insert: &str,
+    table: &str,
+    cols: &str,
+    per_row: usize,
+    sizes: &[usize],
+) -> Vec<(usize, String)> {
+    sizes
+        .iter()
+        .copied()
         .map(|n| {
             let rows: Vec<String> = (0..n)
                 .map(|r| {
@@ -205,6 +214,9 @@ fn multi_row(insert: &str, table: &str, cols: &str, per_row: usize) -> Vec<(usiz
         .collect()
 }
 
+/// The rows of the log's multi-row event inserts.
+const CHUNKS: [usize; 4] = [256, 64, 8, 1];
+
 /// The log's multi-row event inserts.
 ///
 /// On SQLite the rows leave out `seq`, the table's rowid, and SQLite numbers them one past the
@@ -216,14 +228,15 @@ static LOG_INSERTS: PerDialect<Vec<(usize, String)>> = PerDialect::new(|d| match
         let cols = read::EVENT_COLS
             .strip_prefix("seq, ")
             .unwrap_or(read::EVENT_COLS);
-        multi_row(d.insert(), "events", cols, 12)
+        multi_row(d.insert(), "events", cols, 12, &CHUNKS)
     }
-    Dialect::Postgres => multi_row(d.insert(), "events", read::EVENT_COLS, 13),
+    Dialect::Postgres => multi_row(d.insert(), "events", read::EVENT_COLS, 13, &CHUNKS),
 });
 
-/// The intake's multi-row inserts (PostgreSQL): the event's columns but its number and hashes.
-static INTAKE_INSERTS: std::sync::LazyLock<Vec<(usize, String)>> =
-    std::sync::LazyLock::new(|| multi_row(Dialect::Postgres.insert(), "intake", INTAKE_COLS, 10));
+/// The intake's insert (PostgreSQL): the event's columns but its number and hashes.
+static INTAKE_INSERTS: std::sync::LazyLock<Vec<(usize, String)>> = std::sync::LazyLock::new(|| {
+    multi_row(Dialect::Postgres.insert(), "intake", INTAKE_COLS, 10, &[1])
+});
 
 /// The intake's columns, in the order [`inserts`] gives them.
 pub(crate) const INTAKE_COLS: &str =

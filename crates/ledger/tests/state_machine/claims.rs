@@ -517,12 +517,15 @@ fn a_duplicate_completed_in_the_same_batch_is_flagged(b: Backend) {
 /// one statement that reads its claims' (or its completions') rows, a completion's with the
 /// locks of the effects the instance claimed before it (the read then also looks for their
 /// duplicates), and its writes go with its `COMMIT` (`ahead.rs`), so 64 first calls at once cost
-/// the round trips of one. SQLite makes none.
+/// the round trips of one. Its claims' inserts and its completions' updates each go as one
+/// statement over arrays, so the statements a batch sends do not grow with it either. SQLite
+/// makes none.
 fn a_batch_s_round_trips_do_not_grow_with_its_size(b: Backend) {
     let f = fx!(b);
-    // Claims, then completions, of `keys` submitted at once: round trips and commits.
+    // Claims, then completions, of `keys` submitted at once: round trips, commits, statements.
     let run = |keys: &[String], at: Millis| {
         let (trips, (commits, _)) = (f.l.writer_round_trips(), f.l.writer_counters());
+        let sent = f.l.writer_statements();
         // A body of its own each: no completion is another's duplicate.
         let claims: Vec<_> = keys
             .iter()
@@ -551,17 +554,17 @@ fn a_batch_s_round_trips_do_not_grow_with_its_size(b: Backend) {
         (
             f.l.writer_round_trips() - trips,
             f.l.writer_counters().0 - commits,
+            f.l.writer_statements() - sent,
         )
     };
     let keys = |tag: &str, n: usize| (0..n).map(|i| format!("{tag}-{i}")).collect::<Vec<_>>();
-    // Every statement prepared once before counting (a batch's events go out in inserts of 64, 8
-    // and 1 rows, each prepared on its first use).
+    // Every statement prepared once before counting (each on its first use).
     for (i, n) in [64, 64, 1].into_iter().enumerate() {
         run(&keys(&format!("warm{i}"), n), T0);
     }
-    let (one, one_commits) = run(&keys("one", 1), T0 + 10);
+    let (one, one_commits, one_sent) = run(&keys("one", 1), T0 + 10);
     if matches!(b, Backend::Sqlite) {
-        assert_eq!(one, 0);
+        assert_eq!((one, one_sent), (0, 0));
         return;
     }
     assert_eq!(one_commits, 2, "a claim's batch and a completion's");
@@ -569,7 +572,7 @@ fn a_batch_s_round_trips_do_not_grow_with_its_size(b: Backend) {
         one, 4,
         "a claim's batch and a completion's took {one} round trips, not 2 each"
     );
-    let (many, commits) = run(&keys("many", 64), T0 + 20);
+    let (many, commits, sent) = run(&keys("many", 64), T0 + 20);
     assert!(
         commits < 32,
         "64 claims and 64 completions took {commits} batches: not batched"
@@ -579,6 +582,14 @@ fn a_batch_s_round_trips_do_not_grow_with_its_size(b: Backend) {
         many <= 2 * commits + 2,
         "{commits} batches of {:.0} jobs took {many} round trips",
         128.0 / commits as f64
+    );
+    // A batch of one job sends `one_sent / 2` statements; one of many, no more, but for a few
+    // of a job beside them that reads more than its rows.
+    assert!(
+        sent <= one_sent / 2 * commits + 4,
+        "{commits} batches of {:.0} jobs sent {sent} statements, one job's batch {}",
+        128.0 / commits as f64,
+        one_sent / 2
     );
 }
 
