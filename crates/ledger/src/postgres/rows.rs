@@ -1,7 +1,7 @@
 //! A run of one single-row statement deferred again and again in a batch (its claims' inserts,
 //! its completions' updates), sent as one statement over arrays, a row per element. PostgreSQL
-//! then starts one statement and answers one `Sync` for the run instead of one per row: a row
-//! inserted so costs its backend about half the time.
+//! then starts one statement and answers one `Sync` for the run instead of one per row, which is
+//! much of what a small row's insert or update costs it.
 
 use std::collections::HashSet;
 
