@@ -70,29 +70,35 @@ pub(super) fn many_form(sql: &str, types: &[Type]) -> Option<Many> {
     })
 }
 
-/// Whether `s`'s parentheses pair up, none closing before it opens: the `VALUES` list is one
-/// row's, not several.
+/// Whether `s`'s parentheses outside its string literals pair up, none closing before it opens:
+/// the `VALUES` list is one row's, not several.
 fn balanced(s: &str) -> bool {
     let mut depth = 0usize;
+    let mut quoted = false;
     for c in s.chars() {
         match c {
-            '(' => depth += 1,
-            ')' => match depth.checked_sub(1) {
+            '\'' => quoted = !quoted,
+            '(' if !quoted => depth += 1,
+            ')' if !quoted => match depth.checked_sub(1) {
                 Some(d) => depth = d,
                 None => return false,
             },
             _ => {}
         }
     }
-    depth == 0
+    depth == 0 && !quoted
 }
 
-/// `s` with each `$N` read from the run's row, `u.pN`.
+/// `s` with each `$N` outside its string literals read from the run's row, `u.pN`.
 fn columns(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 16);
     let mut chars = s.chars().peekable();
+    let mut quoted = false;
     while let Some(c) = chars.next() {
-        if c == '$' && chars.peek().is_some_and(char::is_ascii_digit) {
+        if c == '\'' {
+            quoted = !quoted;
+        }
+        if !quoted && c == '$' && chars.peek().is_some_and(char::is_ascii_digit) {
             out.push_str("u.p");
         } else {
             out.push(c);
@@ -197,6 +203,23 @@ mod tests {
                     .into(),
                 by_id: false,
             }
+        );
+    }
+
+    #[test]
+    fn string_literals_are_left_as_they_are() {
+        let sql = "INSERT INTO t (a, b, c) VALUES ('$1 (', $1, 'it''s $2')";
+        let many = many_form(sql, &[Type::TEXT]).unwrap();
+        assert_eq!(
+            many.sql,
+            "INSERT INTO t (a, b, c) SELECT '$1 (', u.p1, 'it''s $2' FROM unnest($1::text[]) AS u(p1)"
+        );
+        let sql = "UPDATE t SET a = '$1', b = $2 WHERE id = $1";
+        let many = many_form(sql, &[Type::INT8, Type::TEXT]).unwrap();
+        assert!(
+            many.sql.starts_with("UPDATE t SET a = '$1', b = u.p2 FROM"),
+            "{}",
+            many.sql
         );
     }
 
