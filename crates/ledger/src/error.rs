@@ -74,6 +74,20 @@ impl LedgerError {
         }
     }
 
+    /// Whether PostgreSQL refused a statement to break a deadlock or a serialization conflict
+    /// between transactions: the other went on, and the same work run again can succeed.
+    pub(crate) fn transient(&self) -> bool {
+        use tokio_postgres::error::SqlState;
+        match self {
+            LedgerError::Pg(e) => matches!(
+                e.code(),
+                Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED
+                    || *c == SqlState::T_R_SERIALIZATION_FAILURE
+            ),
+            _ => false,
+        }
+    }
+
     /// Its code: the CLI's `error[code]`, the admin API's problem code and status.
     pub fn code(&self) -> Code {
         match self {

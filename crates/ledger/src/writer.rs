@@ -112,6 +112,8 @@ trait Job: Send {
     fn touch(&self) -> &Touch;
     /// Runs against the open batch transaction; `true` if it failed.
     fn run(&mut self, ctx: &mut Ctx<'_>) -> bool;
+    /// Whether its last run failed as [`LedgerError::transient`] says.
+    fn transient(&self) -> bool;
     /// There is no transaction to run in.
     fn refuse(&mut self, why: &str);
     /// Answers the ticket with the job's result, or the commit's error.
@@ -155,6 +157,10 @@ where
         let failed = r.is_err();
         self.result = Some(r);
         failed
+    }
+
+    fn transient(&self) -> bool {
+        matches!(&self.result, Some(Err(e)) if e.transient())
     }
 
     fn refuse(&mut self, why: &str) {
@@ -427,6 +433,12 @@ fn batch_failed(failures: &mut Failures, counters: &WriterCounters, error: &dyn 
     counters.failed_at.store(now_millis(), Ordering::Relaxed);
 }
 
+/// The passes a batch may take: one without savepoints, then (if a job failed) one with a
+/// savepoint per job, and again while a job fails there because PostgreSQL broke a deadlock or a
+/// serialization conflict with another instance's batch ([`LedgerError::transient`]): rolled
+/// back, the batch lets the other one commit, and runs again after it.
+const PASSES: usize = 4;
+
 /// Runs `batch` in one transaction and commits it (again, each job in its savepoint, if a job
 /// fails): whether a transaction began (or why not), when the write lock was held, and the
 /// commit's result with the time its last statements went out.
@@ -444,7 +456,8 @@ fn run_batch(
     let mut begun = Ok(());
     let mut locked = None;
     let mut committed = Err(LedgerError::Internal("the batch did not run".into()));
-    for savepoints in [false, true] {
+    for pass in 0..PASSES {
+        let (savepoints, last) = (pass > 0, pass + 1 == PASSES);
         if savepoints {
             counters.reruns.fetch_add(1, Ordering::Relaxed);
             telemetry::rerun();
@@ -477,6 +490,10 @@ fn run_batch(
             let _ = conn.db().batch("ROLLBACK");
             continue;
         }
+        if savepoints && !last && batch.iter().any(|j| j.transient()) {
+            let _ = conn.db().batch("ROLLBACK");
+            continue;
+        }
         let db = conn.db();
         let started = Instant::now();
         committed = flush(db, deferred)
@@ -487,8 +504,9 @@ fn run_batch(
             // A write sent behind failed (it surfaces here, with the COMMIT it went out with, which
             // the server then ran as a rollback): run the batch again, each job in its savepoint,
             // to fail that job alone. Only if the server said so: a connection lost on the way
-            // leaves the commit unknown, and the batch must not run twice.
-            if ahead.is_some() && e.refused_by_server() {
+            // leaves the commit unknown, and the batch must not run twice. A later pass's commit
+            // refused to break a deadlock runs again as its jobs would.
+            if (ahead.is_some() || (e.transient() && !last)) && e.refused_by_server() {
                 continue;
             }
         }
