@@ -329,6 +329,23 @@ fn request_bytes(
     raw
 }
 
+/// An address on 127.0.0.1 where every connection is refused, for as long as the test runs: its
+/// port stays bound by a socket that never listens. A port bound and let go could be taken by the
+/// next listener, even the server under test, which would then call itself.
+pub fn refusing_addr() -> SocketAddr {
+    use rustix::net::{bind, getsockname, socket, AddressFamily, SocketType};
+    static HELD: std::sync::OnceLock<(rustix::fd::OwnedFd, SocketAddr)> =
+        std::sync::OnceLock::new();
+    HELD.get_or_init(|| {
+        let fd = socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
+        bind(&fd, &SocketAddr::from(([127, 0, 0, 1], 0))).expect("bind");
+        let addr = getsockname(&fd).expect("getsockname");
+        let addr = SocketAddr::try_from(addr).expect("an IPv4 address");
+        (fd, addr)
+    })
+    .1
+}
+
 /// Sends raw bytes and parses the response (read to EOF).
 pub fn raw_request(addr: SocketAddr, raw: &[u8]) -> Resp {
     let mut s = TcpStream::connect(addr).expect("connect");

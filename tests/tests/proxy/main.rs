@@ -147,11 +147,7 @@ impl Fx {
     }
 
     fn render(template: &str, up: &Upstream, ledger: &std::path::Path) -> String {
-        // A port nothing listens on: bind one, then let it go.
-        let closed = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("bind")
-            .local_addr()
-            .expect("addr");
+        let closed = refusing_addr();
         config(template, &up.url(), ledger).replace("{closed}", &format!("http://{closed}"))
     }
 
