@@ -25,8 +25,8 @@ pub(crate) struct PgConn {
     client: Client,
     statements: HashMap<String, Statement>,
     /// Each statement deferred so far, and its form over arrays if it has one ([`rows`]).
-    many: HashMap<String, Option<Many>>,
-    /// How many forms over arrays were prepared: the next one's [`Many::of`].
+    array_forms: HashMap<String, Option<ArrayStmt>>,
+    /// How many array forms were prepared: the next one's [`ArrayStmt::of`].
     forms: usize,
     pending: Vec<Pending>,
     /// Round trips made, and statements sent.
@@ -35,7 +35,7 @@ pub(crate) struct PgConn {
 
 /// What a connection sent: round trips (a prepare, or a statement with the deferred ones sent
 /// ahead of it), and statements (a merged run of rows counts once).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Default)]
 struct Traffic {
     trips: u64,
     sent: u64,
@@ -44,14 +44,14 @@ struct Traffic {
 /// A statement held back to go out with the next one ([`Db::defer`], [`Db::defer_exec`]).
 enum Pending {
     Simple(String),
-    Prepared(Statement, Vec<OwnedVal>, Option<Many>),
+    Prepared(Statement, Vec<OwnedVal>, Option<ArrayStmt>),
     /// A run of one statement's rows, merged ([`rows`]).
     Rows(Statement, Vec<rows::Column>),
 }
 
-/// A deferred statement's form over arrays, prepared.
+/// A deferred statement's form over arrays ([`rows::ArrayForm`]), prepared.
 #[derive(Clone)]
-struct Many {
+struct ArrayStmt {
     stmt: Statement,
     by_id: bool,
     /// Which statement's form it is (one per statement the connection deferred).
@@ -62,14 +62,14 @@ struct Many {
 /// merged into one, in order.
 fn merge_runs(pending: Vec<Pending>) -> Vec<Pending> {
     let mut out = Vec::with_capacity(pending.len());
-    let mut run: Option<(Statement, Many, Vec<Vec<OwnedVal>>)> = None;
+    let mut run: Option<(Statement, ArrayStmt, Vec<Vec<OwnedVal>>)> = None;
     for p in pending {
         match p {
-            Pending::Prepared(stmt, params, Some(many)) => match &mut run {
-                Some((_, m, rows)) if m.of == many.of => rows.push(params),
+            Pending::Prepared(stmt, params, Some(array)) => match &mut run {
+                Some((_, m, rows)) if m.of == array.of => rows.push(params),
                 _ => {
                     end_run(run.take(), &mut out);
-                    run = Some((stmt, many, vec![params]));
+                    run = Some((stmt, array, vec![params]));
                 }
             },
             other => {
@@ -83,13 +83,13 @@ fn merge_runs(pending: Vec<Pending>) -> Vec<Pending> {
 }
 
 /// Sends a run's rows as one statement if there are several and they merge, else one by one.
-fn end_run(run: Option<(Statement, Many, Vec<Vec<OwnedVal>>)>, out: &mut Vec<Pending>) {
-    let Some((stmt, many, rows)) = run else {
+fn end_run(run: Option<(Statement, ArrayStmt, Vec<Vec<OwnedVal>>)>, out: &mut Vec<Pending>) {
+    let Some((stmt, array, rows)) = run else {
         return;
     };
     let rows = if rows.len() >= 2 {
-        match rows::columns_of(rows, stmt.params(), many.by_id) {
-            Ok(cols) => return out.push(Pending::Rows(many.stmt, cols)),
+        match rows::columns_of(rows, stmt.params(), array.by_id) {
+            Ok(cols) => return out.push(Pending::Rows(array.stmt, cols)),
             Err(rows) => rows,
         }
     } else {
@@ -99,6 +99,15 @@ fn end_run(run: Option<(Statement, Many, Vec<Vec<OwnedVal>>)>, out: &mut Vec<Pen
         rows.into_iter()
             .map(|p| Pending::Prepared(stmt.clone(), p, None)),
     );
+}
+
+/// Caches `value` for `sql`, starting over past 512 statements: a ledger prepares a few dozen,
+/// so more means statements built at run time that would otherwise grow the cache forever.
+fn remember<V>(cache: &mut HashMap<String, V>, sql: &str, value: V) {
+    if cache.len() >= 512 {
+        cache.clear();
+    }
+    cache.insert(sql.to_owned(), value);
 }
 
 impl PgConn {
@@ -121,7 +130,7 @@ impl PgConn {
             rt,
             client,
             statements: HashMap::new(),
-            many: HashMap::new(),
+            array_forms: HashMap::new(),
             forms: 0,
             pending: Vec::new(),
             traffic: Traffic::default(),
@@ -168,26 +177,23 @@ impl PgConn {
                 0,
             )?;
         }
-        if self.statements.len() >= 512 {
-            self.statements.clear();
-        }
         self.traffic.trips += 1;
         let stmt = self.rt.block_on(self.client.prepare(&placeholders(sql)))?;
-        self.statements.insert(sql.to_owned(), stmt.clone());
+        remember(&mut self.statements, sql, stmt.clone());
         Ok(stmt)
     }
 
     /// The form over arrays of `sql` (prepared as `stmt`), prepared the first time `sql` is
     /// deferred, if it has one.
-    fn many_of(&mut self, sql: &str, stmt: &Statement) -> Result<Option<Many>> {
-        if let Some(m) = self.many.get(sql) {
+    fn array_form_of(&mut self, sql: &str, stmt: &Statement) -> Result<Option<ArrayStmt>> {
+        if let Some(m) = self.array_forms.get(sql) {
             return Ok(m.clone());
         }
-        let many = match rows::many_form(&placeholders(sql), stmt.params()) {
+        let array = match rows::array_form(&placeholders(sql), stmt.params()) {
             Some(form) => {
                 let prepared = self.statement(&form.sql)?;
                 self.forms += 1;
-                Some(Many {
+                Some(ArrayStmt {
                     stmt: prepared,
                     by_id: form.by_id,
                     of: self.forms - 1,
@@ -195,11 +201,8 @@ impl PgConn {
             }
             None => None,
         };
-        if self.many.len() >= 512 {
-            self.many.clear();
-        }
-        self.many.insert(sql.to_owned(), many.clone());
-        Ok(many)
+        remember(&mut self.array_forms, sql, array.clone());
+        Ok(array)
     }
 
     /// Runs `f` with the deferred statements sent ahead of it, in order, in the same round trip,
@@ -302,9 +305,9 @@ impl Db for PgConn {
 
     fn defer_exec(&mut self, sql: &str, p: &[Val<'_>]) -> Result<()> {
         let stmt = self.statement(sql)?;
-        let many = self.many_of(sql, &stmt)?;
+        let array = self.array_form_of(sql, &stmt)?;
         let owned = p.iter().map(|v| v.to_owned_val()).collect();
-        self.pending.push(Pending::Prepared(stmt, owned, many));
+        self.pending.push(Pending::Prepared(stmt, owned, array));
         Ok(())
     }
 

@@ -10,9 +10,9 @@ use tokio_postgres::types::{IsNull, ToSql, Type};
 
 use crate::db::OwnedVal;
 
-/// A statement's form over arrays ([`many_form`]).
+/// A statement's form over arrays ([`array_form`]).
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct Many {
+pub(super) struct ArrayForm {
     pub sql: String,
     /// An update of the row whose id is `$1`: a run merges only if its ids differ (one statement
     /// updates a row once, where several would each update it).
@@ -22,7 +22,7 @@ pub(super) struct Many {
 /// `sql` (with `$N` placeholders of `types`) rewritten to take each parameter as an array, if it
 /// is `INSERT INTO t (cols) VALUES (exprs)` or `UPDATE t SET sets WHERE id = $1` with nothing
 /// after, and every parameter an integer, a text or bytes.
-pub(super) fn many_form(sql: &str, types: &[Type]) -> Option<Many> {
+pub(super) fn array_form(sql: &str, types: &[Type]) -> Option<ArrayForm> {
     if types.is_empty() {
         return None;
     }
@@ -50,7 +50,7 @@ pub(super) fn many_form(sql: &str, types: &[Type]) -> Option<Many> {
         if !balanced(exprs) || head.contains(" SELECT ") {
             return None;
         }
-        return Some(Many {
+        return Some(ArrayForm {
             sql: format!("INSERT INTO {head} SELECT {} {from}", columns(exprs)),
             by_id: false,
         });
@@ -61,7 +61,7 @@ pub(super) fn many_form(sql: &str, types: &[Type]) -> Option<Many> {
     if head.contains(' ') || sets.contains(" WHERE ") || sets.contains(" FROM ") {
         return None;
     }
-    Some(Many {
+    Some(ArrayForm {
         sql: format!(
             "UPDATE {head} SET {} {from} WHERE {head}.id = u.p1",
             columns(sets)
@@ -107,7 +107,7 @@ fn columns(s: &str) -> String {
     out
 }
 
-/// One parameter of a run's rows, as the array [`many_form`]'s statement takes.
+/// One parameter of a run's rows, as the array [`array_form`]'s statement takes.
 #[derive(Debug)]
 pub(super) enum Column {
     Ints(Vec<Option<i64>>),
@@ -194,10 +194,10 @@ mod tests {
     fn an_insert_of_one_row_reads_its_values_from_arrays() {
         let sql =
             "INSERT INTO entries (route, state, n, body, id) VALUES ($1, 'pending', 1, $2, $3)";
-        let many = many_form(sql, &[Type::TEXT, Type::BYTEA, Type::INT8]).unwrap();
+        let form = array_form(sql, &[Type::TEXT, Type::BYTEA, Type::INT8]).unwrap();
         assert_eq!(
-            many,
-            Many {
+            form,
+            ArrayForm {
                 sql: "INSERT INTO entries (route, state, n, body, id) SELECT u.p1, 'pending', 1, \
                       u.p2, u.p3 FROM unnest($1::text[], $2::bytea[], $3::bigint[]) AS u(p1, p2, p3)"
                     .into(),
@@ -209,27 +209,27 @@ mod tests {
     #[test]
     fn string_literals_are_left_as_they_are() {
         let sql = "INSERT INTO t (a, b, c) VALUES ('$1 (', $1, 'it''s $2')";
-        let many = many_form(sql, &[Type::TEXT]).unwrap();
+        let form = array_form(sql, &[Type::TEXT]).unwrap();
         assert_eq!(
-            many.sql,
+            form.sql,
             "INSERT INTO t (a, b, c) SELECT '$1 (', u.p1, 'it''s $2' FROM unnest($1::text[]) AS u(p1)"
         );
         let sql = "UPDATE t SET a = '$1', b = $2 WHERE id = $1";
-        let many = many_form(sql, &[Type::INT8, Type::TEXT]).unwrap();
+        let form = array_form(sql, &[Type::INT8, Type::TEXT]).unwrap();
         assert!(
-            many.sql.starts_with("UPDATE t SET a = '$1', b = u.p2 FROM"),
+            form.sql.starts_with("UPDATE t SET a = '$1', b = u.p2 FROM"),
             "{}",
-            many.sql
+            form.sql
         );
     }
 
     #[test]
     fn an_update_by_id_reads_its_values_from_arrays() {
         let sql = "UPDATE entries SET state = 'completed', a = $2, b = $2 WHERE id = $1";
-        let many = many_form(sql, &[Type::INT8, Type::TEXT]).unwrap();
+        let form = array_form(sql, &[Type::INT8, Type::TEXT]).unwrap();
         assert_eq!(
-            many,
-            Many {
+            form,
+            ArrayForm {
                 sql: "UPDATE entries SET state = 'completed', a = u.p2, b = u.p2 FROM \
                       unnest($1::bigint[], $2::text[]) AS u(p1, p2) WHERE entries.id = u.p1"
                     .into(),
@@ -251,10 +251,10 @@ mod tests {
             "UPDATE t SET a = $2 WHERE id = $1 RETURNING a",
             "SELECT $1, $2",
         ] {
-            assert_eq!(many_form(sql, &t), None, "{sql}");
+            assert_eq!(array_form(sql, &t), None, "{sql}");
         }
         let sql = "INSERT INTO t (a) VALUES ($1)";
-        assert_eq!(many_form(sql, &[Type::INT4]), None, "an int4 parameter");
+        assert_eq!(array_form(sql, &[Type::INT4]), None, "an int4 parameter");
     }
 
     #[test]
