@@ -285,6 +285,7 @@ fn wait_for<T>(secs: u64, mut check: impl FnMut() -> Result<T, String>) -> T {
 mod approvals;
 mod archive;
 mod claims;
+mod deadlock;
 mod ids;
 mod lifecycle;
 mod reads;
