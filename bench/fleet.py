@@ -6,8 +6,10 @@ host; this machine has no netem).
     python3 bench/fleet.py          # after bench/run.sh (release build, wrk, PostgreSQL)
 
 For each delay (BENCH_DELAYS_MS, default "0 1": loopback, and 1 ms each way) and each fleet size
-(BENCH_FLEET, default "1 2 4"), every size on a database of its own: wrk's connections (64) shared
-out over the instances, first calls (fresh keys) then replays (100 keys, executed once first),
+(BENCH_FLEET, default "1 2 4"), every size on a database of its own, under two loads: wrk's 64
+connections shared out over the instances (the load stays, the fleet grows), and 64 for each
+instance (the load grows with the fleet, as it would behind a load balancer that a fleet is sized
+for); first calls (fresh keys) then replays (100 keys, executed once first),
 BENCH_SECONDS each (default 10), BENCH_ROUNDS rounds (default 2, the order of sizes reversed every
 round; medians). Per run: req/s, the ratio to one instance at the same delay, the CPU time per
 call of every instance, the relay and PostgreSQL together, and how the instances' write batches
@@ -147,9 +149,15 @@ def statements_report(s):
     return "\n".join(lines) + "\n"
 
 
-def measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, script, rnd):
-    """One fleet of `n` on a database of its own: first calls, then replays."""
-    db = f"fleet_{int(delay * 1000)}us_{n}_r{rnd}"
+def loads(n):
+    """The connections a fleet of `n` is measured with: 64 shared out, and 64 for each instance."""
+    return [run.CONNECTIONS] if n == 1 else [run.CONNECTIONS, run.CONNECTIONS * n]
+
+
+def measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, clients, script, rnd):
+    """One fleet of `n` on a database of its own, `clients` connections: first calls, then
+    replays."""
+    db = f"fleet_{int(delay * 1000)}us_{n}_c{clients}_r{rnd}"
     psql(pg_port, f"CREATE DATABASE {db}")
     url = f"postgres://postgres@127.0.0.1:{relay_port if delay else pg_port}/{db}?sslmode=disable"
     ports = [host.free_port() for _ in range(n)]
@@ -161,9 +169,10 @@ def measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, script,
         run.warm_up("the fleet", ports, PATH)
         for scenario, fresh in SCENARIOS.items():
             r = run.wrk(tuple(ports), PATH, fresh, f"{db}-{scenario[:5]}", script, roots,
-                        seconds=SECONDS, admin=admins)
+                        seconds=SECONDS, admin=admins, connections=clients)
             out[scenario] = r
-            print(f"  PostgreSQL {delay:g} ms away, {n} instance(s), {scenario:<11} round {rnd + 1}: "
+            print(f"  PostgreSQL {delay:g} ms away, {n} instance(s), {clients} connections, "
+                  f"{scenario:<11} round {rnd + 1}: "
                   f"{r['rps']:>7.0f} req/s  p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  "
                   f"CPU {r['cpu_us'] or 0:.0f} µs/call{lock_note(r, ', ')}  errors {r['errors']}",
                   flush=True)
@@ -190,19 +199,20 @@ def median(runs, scenario, key):
 
 
 def report(results):
-    lines = ["| PostgreSQL | instances | first calls/s | × one | × as many on loopback | CPU µs/call | "
-             "jobs a batch | lock held ms | lock waited ms | replays/s | × one | errors | deadlocks |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| PostgreSQL | instances | connections | first calls/s | × one | × as many on loopback | "
+             "CPU µs/call | jobs a batch | lock held ms | lock waited ms | replays/s | × one | errors | "
+             "deadlocks |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for delay in DELAYS:
-        one = results[(delay, SIZES[0])]
-        for n in SIZES:
-            runs = results[(delay, n)]
+        one = results[(delay, SIZES[0], run.CONNECTIONS)]
+        for n, clients in ((n, c) for n in SIZES for c in loads(n)):
+            runs = results[(delay, n, clients)]
             first, replays = median(runs, "first calls", "rps"), median(runs, "replays", "rps")
             cell = lambda k, f: f.format(median(runs, "first calls", k)) if median(runs, "first calls", k) else "–"  # noqa: E731
-            local = results.get((0.0, n))
+            local = results.get((0.0, n, clients))
             vs_local = f"{first / median(local, 'first calls', 'rps'):.2f}×" if delay and local else "–"
             lines.append(
-                f"| {'loopback' if delay == 0 else f'{delay:g} ms away'} | {n} | {first:.0f} | "
+                f"| {'loopback' if delay == 0 else f'{delay:g} ms away'} | {n} | {clients} | {first:.0f} | "
                 f"{first / median(one, 'first calls', 'rps'):.2f}× | {vs_local} | {cell('cpu_us', '{:.0f}')} | "
                 f"{cell('jobs_per_batch', '{:.1f}')} | {cell('lock_held_ms', '{:.2f}')} | "
                 f"{cell('lock_wait_ms', '{:.2f}')} | {replays:.0f} | "
@@ -238,9 +248,11 @@ def main():
                 host.wait_port(relay_port, "relay", relay_proc)
                 relay_pid = relay_proc.pid
             for rnd in range(ROUNDS):
-                for n in (SIZES if rnd % 2 == 0 else list(reversed(SIZES))):
-                    results.setdefault((delay, n), []).append(
-                        measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, script, rnd))
+                fleets = [(n, c) for n in SIZES for c in loads(n)]
+                for n, clients in (fleets if rnd % 2 == 0 else list(reversed(fleets))):
+                    results.setdefault((delay, n, clients), []).append(
+                        measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, clients,
+                                script, rnd))
             if delay:
                 stack.stop_one(relay_proc)
         profile = statements(stack, pg_port, script)
@@ -255,7 +267,8 @@ def main():
         f.write(table)
     with open(os.path.join(run.OUT, "fleet.json"), "w") as f:
         json.dump({"machine": host.machine(), "seconds": SECONDS, "rounds": ROUNDS,
-                   "runs": {f"{d:g} ms/{n}": r for (d, n), r in results.items()}, "statements": profile},
+                   "runs": {f"{d:g} ms/{n}/{c}": r for (d, n, c), r in results.items()},
+                   "statements": profile},
                   f, indent=1)
     print(table)
 
