@@ -7,10 +7,19 @@ import subprocess
 import time
 
 
+_GIVEN = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now that this process has not handed out before: the kernel may give a port
+    just let go to the next bind, and two servers of one run would then be given the same one."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def wait_port(port, what, proc=None, timeout=30):
