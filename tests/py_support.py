@@ -1,8 +1,11 @@
-"""What the Python suites (tests/mcp, tests/otlp) share: a free port, waiting for a listener, and
-polling for a condition with a deadline. Each suite puts this directory on its `sys.path`."""
+"""What the Python suites (tests/mcp, tests/otlp) share: a free port, waiting for a listener,
+reading where `idemgate serve` listens, and polling for a condition with a deadline. Each suite
+puts this directory on its `sys.path`."""
 
 import asyncio
 import inspect
+import json
+import select
 import socket
 import subprocess
 import time
@@ -28,6 +31,23 @@ def wait_port(port: int, what: str, proc: subprocess.Popen) -> None:
         except OSError:
             time.sleep(0.1)
     raise RuntimeError(f"{what} did not listen on {port}")
+
+
+def serve_listening(proc: subprocess.Popen, seconds: float = 30) -> tuple:
+    """Waits for the line `idemgate serve` prints on stdout once both its listeners are up, and
+    answers their ports (proxy, admin or None). A server told to listen on port 0 binds one the
+    kernel picks and no one else holds, which a port picked here and let go cannot promise."""
+    if not select.select([proc.stdout], [], [], seconds)[0]:
+        raise RuntimeError(f"idemgate serve did not listen within {seconds}s")
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError(f"idemgate serve exited before it listened: {proc.wait()}")
+    at = json.loads(line)["listening"]
+
+    def port(addr):
+        return None if addr is None else int(addr.rsplit(":", 1)[1])
+
+    return port(at["proxy"]), port(at["admin"])
 
 
 def eventually(what: str, check, seconds: float = 30):

@@ -23,7 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from py_support import eventually_async, free_port, wait_port  # noqa: E402
+from py_support import eventually_async, free_port, serve_listening, wait_port  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKEN = "mcp-sdk-test-admin-token-0123456789"
@@ -34,7 +34,7 @@ class Stack:
 
     def __init__(self, idemgate: str):
         self.dir = tempfile.mkdtemp(prefix="idemgate-mcp-")
-        self.up_port, self.port, self.admin_port = free_port(), free_port(), free_port()
+        self.up_port = free_port()
         self.server = subprocess.Popen(
             [sys.executable, os.path.join(HERE, "server.py"), "--port", str(self.up_port)],
             stdout=open(os.path.join(self.dir, "server.log"), "w"),
@@ -46,8 +46,8 @@ class Stack:
         with open(cfg, "w") as f:
             f.write(f"""
 [server]
-listen = "127.0.0.1:{self.port}"
-admin_listen = "127.0.0.1:{self.admin_port}"
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
 ledger = "{self.ledger}"
 
 [defaults]
@@ -76,10 +76,11 @@ hold = "100ms"
             [idemgate, "serve", "--config", cfg],
             env={**os.environ, "IDEMGATE_ADMIN_TOKEN": TOKEN, "IDEMGATE_LOG": "info",
                  "PAYMENTS_TOKEN": "Bearer sk_test_mcp"},
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
             stderr=open(os.path.join(self.dir, "serve.log"), "w"),
         )
-        wait_port(self.port, "idemgate serve", self.proxy)
+        self.port, self.admin_port = serve_listening(self.proxy)
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
     def entries(self, **query) -> list:

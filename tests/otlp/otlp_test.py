@@ -11,7 +11,6 @@ Usage: python otlp_test.py IDEMGATE_BIN   (run by tests/otlp/run.sh, which insta
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from py_support import eventually, free_port  # noqa: E402
+from py_support import eventually, serve_listening  # noqa: E402
 
 TOKEN = "otlp-test-admin-token-0123456789abcdef"
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -131,13 +130,12 @@ class Stack:
         serve(self.receiver)
         serve(self.upstream)
         up = f"http://127.0.0.1:{self.upstream.server_address[1]}"
-        self.port, admin = free_port(), free_port()
         cfg = os.path.join(self.dir, "idemgate.toml")
         with open(cfg, "w") as f:
             f.write(f"""
 [server]
-listen = "127.0.0.1:{self.port}"
-admin_listen = "127.0.0.1:{admin}"
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
 ledger = "{os.path.join(self.dir, "ledger.db")}"
 
 [telemetry]
@@ -160,17 +158,8 @@ protocol = "mcp"
         self.log = open(os.path.join(self.dir, "serve.log"), "w")
         env = {**os.environ, "IDEMGATE_ADMIN_TOKEN": TOKEN, "OTEL_BSP_SCHEDULE_DELAY": "100"}
         self.proc = subprocess.Popen([idemgate, "serve", "--config", cfg], env=env,
-                                     stdout=subprocess.DEVNULL, stderr=self.log)
-        eventually("idemgate serve listens", self.listening)
-
-    def listening(self) -> bool:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"idemgate serve exited: {self.proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-            return True
-        except OSError:
-            return False
+                                     stdout=subprocess.PIPE, text=True, stderr=self.log)
+        self.port, _ = serve_listening(self.proc)
 
     def post(self, path: str, body: dict, headers: dict) -> tuple:
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",

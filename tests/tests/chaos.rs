@@ -156,21 +156,26 @@ fn a_faulty_upstream_behind(instances: usize, pg: Option<String>, s3: Option<&S3
     let fleet = (0..instances)
         .map(|_| {
             let dir = tempfile::tempdir().expect("tempdir");
-            let listen: SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("free port");
-            let cfg = config(CONFIG, &up.url(), Path::new(&ledger))
-                .replace("{listen}", &listen.to_string())
+            let first = config(CONFIG, &up.url(), Path::new(&ledger))
                 .replace("{admin}", admin)
                 .replace("{books}", &books);
             let env = s3.map(S3::env).unwrap_or_default();
-            let proxy = Mutex::new(start(dir.path(), &cfg, Path::new(&ledger), &env));
+            // The first incarnation binds a port the kernel picks, which no one else holds; the
+            // next ones come back on it.
+            let proxy = start(
+                dir.path(),
+                &first.replace("{listen}", "127.0.0.1:0"),
+                Path::new(&ledger),
+                &env,
+            );
+            let listen = proxy.addr;
+            let cfg = first.replace("{listen}", &listen.to_string());
             Instance {
                 dir,
                 listen,
                 cfg,
                 env,
-                proxy,
+                proxy: Mutex::new(proxy),
             }
         })
         .collect();

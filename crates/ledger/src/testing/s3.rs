@@ -2,11 +2,13 @@
 //! installed by `.ci/test`), serving a temporary directory in which each bucket is a directory and
 //! each object a file, so that a test can alter or remove what a bucket holds.
 
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead as _, BufReader};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::Duration;
 
 /// The variable that skips the tests that need `s3s-fs` (`IDEMGATE_TEST_S3=skip`).
 pub const TEST_S3: &str = "IDEMGATE_TEST_S3";
@@ -23,7 +25,7 @@ pub struct S3 {
 }
 
 impl S3 {
-    /// Starts one with an empty bucket `bucket`, and waits until it answers; `None` when
+    /// Starts one with an empty bucket `bucket`, and waits until it listens; `None` when
     /// `IDEMGATE_TEST_S3=skip`.
     ///
     /// # Panics
@@ -40,41 +42,52 @@ impl S3 {
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(root.join(bucket)).expect("the bucket's directory");
-        // The port is free when asked; another process may take it before s3s-fs binds it, so a
-        // server that ends at once is started again on another.
-        for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port();
-            let mut child = match Command::new("s3s-fs")
-                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-                .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
-                .arg(&root)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-            {
-                Ok(c) => c,
-                Err(e) => panic!(
-                    "s3s-fs could not be started ({e}): install it with `cargo install s3s-fs \
-                     --version 0.14.1 --features binary --locked`, or set {TEST_S3}=skip"
-                ),
-            };
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return Some(S3 { child, root, port });
+        // Port 0: the server binds a port the kernel picks, which no one else holds, and says
+        // which in its log's first line (a port picked here and let go could be taken meanwhile,
+        // and answer in its place).
+        let mut child = match Command::new("s3s-fs")
+            .args(["--host", "127.0.0.1", "--port", "0"])
+            .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+            .arg(&root)
+            .env("RUST_LOG", "s3s_fs=info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) => panic!(
+                "s3s-fs could not be started ({e}): install it with `cargo install s3s-fs \
+                 --version 0.14.1 --features binary --locked`, or set {TEST_S3}=skip"
+            ),
+        };
+        // A thread reads its log: it hands on the port, then reads the rest and drops it, so
+        // that the server never waits on a full pipe.
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if let Some((_, at)) = line.split_once("server is running at http://") {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(at.trim().parse::<SocketAddr>().map_err(|_| line));
+                    }
                 }
-                if child.try_wait().expect("try_wait").is_some() {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "s3s-fs never listened");
-                std::thread::sleep(Duration::from_millis(5));
             }
-            let _ = child.wait();
-        }
-        panic!("s3s-fs ended at start five times");
+        });
+        let port = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(Ok(at)) => at.port(),
+            Ok(Err(line)) => panic!("s3s-fs said {line:?}"),
+            Err(e) => {
+                let _ = child.kill();
+                let status = child.wait().expect("wait");
+                match e {
+                    RecvTimeoutError::Timeout => panic!("s3s-fs did not listen within 30 s"),
+                    RecvTimeoutError::Disconnected => panic!("s3s-fs ended at start: {status}"),
+                }
+            }
+        };
+        Some(S3 { child, root, port })
     }
 
     /// The environment a process reaches this server with (endpoint, credentials, region).
