@@ -15,11 +15,13 @@ TRACED = "idemgate, spans over OTLP"
 PG_TWO = "idemgate (PostgreSQL, 2 instances)"
 # Reference rows, not contenders: what bounds the others on this machine. DIRECT is wrk against the
 # static upstream itself (one hop, the cheapest answer any server here can give: the ceiling of a
-# replay); PASS_THROUGH is idemgate forwarding without its ledger (the ceiling of a first call with
-# idemgate's HTTP path).
+# replay); BARE is a reverse proxy with nothing but the HTTP crates idemgate is built on (hyper's
+# server and pooled client on tokio: the ceiling of idemgate's HTTP path); PASS_THROUGH is idemgate
+# forwarding without its ledger (the ceiling of a first call with idemgate's HTTP path).
 DIRECT = "upstream, direct (one hop)"
+BARE = "hyper, bare proxy (tests/src/bin/bare-proxy.rs)"
 PASS_THROUGH = "idemgate, pass-through (no ledger)"
-REFERENCES = [DIRECT, PASS_THROUGH]
+REFERENCES = [DIRECT, BARE, PASS_THROUGH]
 
 
 def median(values):
@@ -68,7 +70,8 @@ def report(r):
     lines.append("CPU µs/req: the CPU time of the target's own processes per request (idempotent-proxy-server "
                  "with its redis-server, idemgate on PostgreSQL with the PostgreSQL server, nginx with its workers), "
                  "read from /proc over each run. The rows in italics are references, not contenders: "
-                 f"*{DIRECT}* is the ceiling of any answer on this machine, *{PASS_THROUGH}* the ceiling of "
+                 f"*{DIRECT}* is the ceiling of any answer on this machine, *{BARE}* the ceiling of a proxy "
+                 f"built on idemgate's HTTP crates, *{PASS_THROUGH}* the ceiling of a first call through "
                  "idemgate's HTTP path.")
     lines.append("")
     scenario_table(lines, r["scenarios"])
@@ -171,7 +174,7 @@ def check_scenarios(bad, shape, scenarios):
                 bad.append(f"{shape}{sc}/{n}: no requests")
             if not x.get("cpu_us"):
                 bad.append(f"{shape}{sc}/{n}: no CPU time measured for its processes")
-            if x["errors"] and (n.startswith("idemgate") or n == DIRECT):
+            if x["errors"] and (n.startswith("idemgate") or n in (DIRECT, BARE)):
                 bad.append(f"{shape}{sc}/{n}: {x['errors']} errors")
             if n in (PG, PG_TWO) and "lock_held_ms" not in x:
                 bad.append(f"{shape}{sc}/{n}: no write-lock series on the instances' /metrics")

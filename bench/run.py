@@ -11,6 +11,7 @@ Environment:
   BENCH_EVENTS        demo ledger size for the console calls (default 10000000; smoke 20000)
   IDEMGATE_BIN        the idemgate binary (default target/release/idemgate)
   CONSOLE_BENCH_BIN   the console-bench binary (default target/release/console-bench)
+  BARE_PROXY_BIN      the bare-proxy binary (default target/release/bare-proxy)
   IPS_BIN             idempotent-proxy-server (bench/run.sh installs it in ~/.cargo/idemgate-bench-tools)
 """
 
@@ -32,7 +33,7 @@ import tree
 from host import (block_device, cpu_seconds, cpu_times, disk_counters, disk_since, free_port, machine,
                   peak_rss_mb, reap, steal_since, wait_port)
 from metrics import ADMIN_TOKEN, gauge, lock_counters, lock_note, lock_use
-from report import (DIRECT, PASS_THROUGH, PEER_DURABLE, PEER_NAME, PG, PG_TWO, TRACED, check, disk_cells,
+from report import (BARE, DIRECT, PASS_THROUGH, PEER_DURABLE, PEER_NAME, PG, PG_TWO, TRACED, check, disk_cells,
                     median, report)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,6 +45,7 @@ RATE_SECONDS = 2 if SMOKE else 10
 SEQUENTIAL = 200 if SMOKE else 3000
 IDEMGATE = os.path.abspath(os.environ.get("IDEMGATE_BIN", os.path.join(ROOT, "target/release/idemgate")))
 CONSOLE_BENCH = os.path.abspath(os.environ.get("CONSOLE_BENCH_BIN", os.path.join(ROOT, "target/release/console-bench")))
+BARE_PROXY = os.path.abspath(os.environ.get("BARE_PROXY_BIN", os.path.join(ROOT, "target/release/bare-proxy")))
 IPS = os.path.abspath(os.environ.get("IPS_BIN", os.path.join(
     os.environ.get("CARGO_HOME", os.path.expanduser("~/.cargo")), "idemgate-bench-tools/bin/idempotent-proxy-server")))
 # The peer takes minutes to build; a smoke run (BENCH_PEER=0, as CI's) goes without its row.
@@ -79,7 +81,7 @@ class Stack:
         self.procs = []
         self.ports = {k: free_port() for k in ["upstream", "nginx", "redis", "ips", "redis_durable", "ips_durable",
                                                "idemgate", "admin", "idemgate_pg", "idemgate_pg2", "admin_pg",
-                                               "admin_pg2", "pg", "idemgate_traced", "otlp_sink"]}
+                                               "admin_pg2", "pg", "idemgate_traced", "otlp_sink", "bare"]}
         # name -> processes whose CPU time (with their children's) is that target's cost per request
         self.roots = {}
         self.nginx_masters = {}
@@ -111,6 +113,10 @@ http {{
 }}""")
         wait_port(ngx, "nginx proxy")
         self.roots["nginx"] = [self.nginx_masters["nginx"]]
+        # The reference row BARE: a proxy with nothing but the HTTP crates idemgate is built on.
+        bare = self.spawn("bare-proxy", [BARE_PROXY, f"127.0.0.1:{self.ports['bare']}", f"http://127.0.0.1:{up}"])
+        wait_port(self.ports["bare"], "bare-proxy", bare)
+        self.roots[BARE] = [bare.pid]
         if PEER:
             self.start_peer()
         self.start_idemgate()
@@ -265,6 +271,7 @@ def targets(stack):
     ports for a target of several instances, loaded at once."""
     return {
         DIRECT: (stack.ports["upstream"], "/v1/charges"),
+        BARE: (stack.ports["bare"], "/v1/charges"),
         PASS_THROUGH: (stack.ports["idemgate"], "/v1/passthrough"),
         "nginx": (stack.ports["nginx"], "/v1/charges"),
         **({PEER_NAME: (stack.ports["ips"], "/URL_CHARGES"),
@@ -553,7 +560,7 @@ def pct(sorted_vals, p):
 
 
 def main():
-    for b in [IDEMGATE, CONSOLE_BENCH, *([IPS] if PEER else [])]:
+    for b in [IDEMGATE, CONSOLE_BENCH, BARE_PROXY, *([IPS] if PEER else [])]:
         if not os.path.exists(b):
             raise SystemExit(f"bench: {b} is missing (run bench/run.sh)")
     os.makedirs(OUT, exist_ok=True)
@@ -576,13 +583,13 @@ def main():
             warm_up(name, (port,), path)
         results["scenarios"] = scenarios(stack, t, list(t), SCENARIOS, script)
         # The second shape: fewer connections, shorter rounds, the rows the targets compare.
-        shape = [n for n in [PASS_THROUGH, "nginx", PEER_NAME, PEER_DURABLE, "idemgate"] if n in t]
+        shape = [n for n in [BARE, PASS_THROUGH, "nginx", PEER_NAME, PEER_DURABLE, "idemgate"] if n in t]
         results["shape2"] = {"connections": SHAPE2_CONNECTIONS, "seconds": SHAPE2_SECONDS,
                              "scenarios": scenarios(stack, t, shape, SCENARIOS[:2], script,
                                                     SHAPE2_CONNECTIONS, SHAPE2_SECONDS)}
         # Added latency at a fixed 1k req/s, against calling the upstream directly.
         rate_targets = {"direct": (stack.ports["upstream"], "/v1/charges"),
-                        **{n: x for n, x in t.items() if n not in (DIRECT, PG_TWO)}}
+                        **{n: x for n, x in t.items() if n not in (DIRECT, BARE, PG_TWO)}}
         dev = block_device(work)
         for n, (port, path) in rate_targets.items():
             t0, d0 = cpu_times(), disk_counters(dev)

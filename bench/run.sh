@@ -25,12 +25,15 @@ fi
 if [ "${BENCH_SMOKE:-}" = 1 ]; then
   # The test build's targets and flags, so CI reuses its artifacts (`--bins` alone would rebuild).
   cargo build --workspace --locked --features idemgate-server/ts --all-targets
-  export IDEMGATE_BIN=target/debug/idemgate CONSOLE_BENCH_BIN=target/debug/console-bench
+  export IDEMGATE_BIN=target/debug/idemgate CONSOLE_BENCH_BIN=target/debug/console-bench \
+    BARE_PROXY_BIN=target/debug/bare-proxy
   echo "== criterion benches, once each (smoke)"
   cargo test --locked --workspace --features idemgate-server/ts --benches 2>&1 | tee target/bench/criterion.txt | grep -E "^(Testing|Success)|per fsync"
 else
-  cargo build --release --locked -p idemgate-cli -p idemgate-tests --bin idemgate --bin console-bench
-  export IDEMGATE_BIN=target/release/idemgate CONSOLE_BENCH_BIN=target/release/console-bench
+  cargo build --release --locked -p idemgate-cli -p idemgate-tests --bin idemgate --bin console-bench \
+    --bin bare-proxy
+  export IDEMGATE_BIN=target/release/idemgate CONSOLE_BENCH_BIN=target/release/console-bench \
+    BARE_PROXY_BIN=target/release/bare-proxy
   echo "== criterion: durable claims and fingerprints"
   cargo bench --locked -p idemgate-ledger --bench claims 2>&1 | tee target/bench/criterion.txt \
     | grep -E "^[a-z_]+/|thrpt|time:|per fsync"
