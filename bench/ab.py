@@ -112,9 +112,10 @@ def pair_run(stack, sides, args, pair, script):
     procs = {}
     try:
         for label, (binary, env) in sides.items():
-            port = host.free_port()
             ledger = os.path.join(stack.work, f"{label}-{pair}.db")
-            procs[label] = (stack.serve(f"{label}-{pair}", port, ledger, binary, env), port, ledger)
+            serve = stack.serve(f"{label}-{pair}", ledger, binary, env)
+            port = serve.port
+            procs[label] = (serve, port, ledger)
             if fresh < 1.0:
                 for k in range(run.REPLAY_KEYS):
                     status = run.http_post(port, "/v1/charges", f"replay-{k}")

@@ -12,7 +12,7 @@ import time
 import urllib.request
 import uuid
 
-from host import free_port, wait_port
+from host import serve_ports, wait_line
 
 TOKEN = "bench-" + uuid.uuid4().hex
 
@@ -56,12 +56,11 @@ def _call(port, method, path, body, headers):
 def measure(idemgate, work, n):
     """Sorted milliseconds from each approval's answer to its call's arrival upstream."""
     upstream, seen, arrived = _upstream()
-    port, admin = free_port(), free_port()
     config = os.path.join(work, "approvals.toml")
     with open(config, "w") as f:
         f.write(f'''[server]
-listen = "127.0.0.1:{port}"
-admin_listen = "127.0.0.1:{admin}"
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
 ledger = "{os.path.join(work, 'approvals.db')}"
 
 [[routes]]
@@ -75,11 +74,13 @@ effect = "write"
 hold = "1ms"
 ''')
     env = dict(os.environ, IDEMGATE_ADMIN_TOKEN=TOKEN, BENCH_UPSTREAM_TOKEN="Bearer bench")
-    serve = subprocess.Popen([idemgate, "serve", "--config", config], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = os.path.join(work, "approvals.log")
+    with open(log, "w") as out:
+        serve = subprocess.Popen([idemgate, "serve", "--config", config], env=env, stdout=out,
+                                 stderr=subprocess.STDOUT)
     lat = []
     try:
-        wait_port(admin, "idemgate serve (approvals)", serve)
+        port, admin = wait_line(serve, log, "idemgate serve (approvals)", serve_ports)
         auth = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
         for i in range(n):
             key = f"approval-{i}-{uuid.uuid4()}"

@@ -92,6 +92,7 @@ async def relay(listen, target, delay_ms):
         await asyncio.gather(pipe(client_r, server_w, delay), pipe(server_r, client_w, delay))
 
     server = await asyncio.start_server(accept, "127.0.0.1", listen)
+    print(f"listening on 127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
     async with server:
         await server.serve_forever()
 
@@ -118,9 +119,9 @@ def statements(stack, pg_port, script):
     db = "fleet_statements"
     psql(pg_port, f"CREATE DATABASE {db}")
     psql(pg_port, "CREATE EXTENSION pg_stat_statements", db)
-    port, admin = host.free_port(), host.free_port()
     url = f"postgres://postgres@127.0.0.1:{pg_port}/{db}?sslmode=disable"
-    proc = stack.serve(f"fleet-{db}", port, url, admin=admin)
+    proc = stack.serve(f"fleet-{db}", url, admin=True)
+    port, admin = proc.port, proc.admin
     try:
         run.warm_up("the instance", [port], PATH)
         psql(pg_port, "SELECT pg_stat_statements_reset()", db)
@@ -160,9 +161,8 @@ def measure(stack, pg_port, relay_port, postmaster, relay_pid, delay, n, clients
     db = f"fleet_{int(delay * 1000)}us_{n}_c{clients}_r{rnd}"
     psql(pg_port, f"CREATE DATABASE {db}")
     url = f"postgres://postgres@127.0.0.1:{relay_port if delay else pg_port}/{db}?sslmode=disable"
-    ports = [host.free_port() for _ in range(n)]
-    admins = [host.free_port() for _ in range(n)]
-    procs = [stack.serve(f"fleet-{db}-{i}", ports[i], url, admin=admins[i]) for i in range(n)]
+    procs = [stack.serve(f"fleet-{db}-{i}", url, admin=True) for i in range(n)]
+    ports, admins = [p.port for p in procs], [p.admin for p in procs]
     roots = [p.pid for p in procs] + [postmaster] + ([relay_pid] if delay else [])
     try:
         out = {}
@@ -233,7 +233,7 @@ def main():
     with open(script, "w") as f:
         f.write(run.WRK_SCRIPT)
     stack = run.Stack(work)
-    pg_port, relay_port = stack.ports["pg"], host.free_port()
+    pg_port, relay_port = stack.ports["pg"], None
     results = {}
     try:
         stack.start_upstream()
@@ -244,8 +244,8 @@ def main():
             relay_pid = None
             if delay:
                 relay_proc = stack.spawn(f"relay-{delay:g}", [sys.executable, os.path.abspath(__file__), "relay",
-                                                              str(relay_port), str(pg_port), str(delay)])
-                host.wait_port(relay_port, "relay", relay_proc)
+                                                              "0", str(pg_port), str(delay)])
+                relay_port = host.wait_line(relay_proc, relay_proc.log, "relay", host.listening_on)
                 relay_pid = relay_proc.pid
             for rnd in range(ROUNDS):
                 fleets = [(n, c) for n in SIZES for c in loads(n)]

@@ -1,7 +1,9 @@
 """What the benchmark reads of this machine and its processes: free ports, a process tree's CPU
 time and peak memory, the hypervisor's steal, what the disk did, and the machine's description."""
 
+import json
 import os
+import random
 import socket
 import subprocess
 import time
@@ -11,28 +13,104 @@ _GIVEN = set()
 
 
 def free_port():
-    """A port free now that this process has not handed out before: the kernel may give a port
-    just let go to the next bind, and two servers of one run would then be given the same one."""
-    while True:
+    """A port free now, below the kernel's range of ephemeral ports, that this process has not
+    handed out before: for a server that cannot be told to take any free port and say which. A port
+    in that range may be given to any connection made before the server binds it; one below it is
+    only ever bound by name."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    span = low // 2
+    start = random.randrange(span)
+    for i in range(span):
+        port = low - span + (start + i) % span
+        if port in _GIVEN:
+            continue
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _GIVEN:
-            _GIVEN.add(port)
-            return port
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    raise SystemExit(f"bench: no free port below {low}")
 
 
-def wait_port(port, what, proc=None, timeout=30):
+def wait_port(port, what, proc, timeout=30):
+    """Waits until `proc` (or a process it started) listens on `port`. A connection would not say
+    so: a port picked and let go may be taken by another socket before the server binds it, and a
+    probe would then talk to that one."""
     end = time.time() + timeout
     while time.time() < end:
-        if proc is not None and proc.poll() is not None:
+        if proc.poll() is not None:
             raise SystemExit(f"bench: {what} exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
+        if port in listening_ports(proc.pid):
+            return
+        time.sleep(0.05)
     raise SystemExit(f"bench: {what} did not listen on {port}")
+
+
+def listening_ports(pid):
+    """The TCP ports on which `pid` or its descendants hold a listening socket."""
+    inodes = set()
+    for p in process_tree(pid):
+        try:
+            fds = os.listdir(f"/proc/{p}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{p}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:["):-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                # sl, local address, remote address, state (0A: LISTEN), ..., inode (the tenth).
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def wait_line(proc, log, what, parse, timeout=30):
+    """Waits for the first line `proc` writes to the file `log` that `parse` makes something of
+    (not None), and returns that: how a server told to listen on port 0 says which port it got."""
+    end = time.time() + timeout
+    while time.time() < end:
+        with open(log, errors="replace") as f:
+            for line in f:
+                got = parse(line)
+                if got is not None:
+                    return got
+        if proc.poll() is not None:
+            raise SystemExit(f"bench: {what} exited with {proc.returncode}")
+        time.sleep(0.05)
+    raise SystemExit(f"bench: {what} did not say where it listens within {timeout}s")
+
+
+def serve_ports(line):
+    """The proxy's and the admin API's ports (the admin's None when off) from `idemgate serve`'s
+    `listening` line, or None for any other line."""
+    try:
+        at = json.loads(line)["listening"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+    def port(addr):
+        return None if addr is None else int(addr.rsplit(":", 1)[1])
+
+    return port(at["proxy"]), port(at["admin"])
+
+
+def listening_on(line):
+    """The port in a `listening on ADDR` line (bare-proxy's, the fleet's relay's), or None."""
+    if not line.startswith("listening on "):
+        return None
+    return int(line.strip().rsplit(":", 1)[1])
 
 
 def peak_rss_mb(pid):

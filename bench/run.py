@@ -30,8 +30,8 @@ import uuid
 
 import approvals
 import tree
-from host import (block_device, cpu_seconds, cpu_times, disk_counters, disk_since, free_port, machine,
-                  peak_rss_mb, reap, steal_since, wait_port)
+from host import (block_device, cpu_seconds, cpu_times, disk_counters, disk_since, free_port, listening_on,
+                  machine, peak_rss_mb, reap, serve_ports, steal_since, wait_line, wait_port)
 from metrics import ADMIN_TOKEN, gauge, lock_counters, lock_note, lock_use
 from report import (BARE, DIRECT, PASS_THROUGH, PEER_DURABLE, PEER_NAME, PG, PG_TWO, TRACED, check, disk_cells,
                     median, report)
@@ -79,9 +79,10 @@ class Stack:
     def __init__(self, work):
         self.work = work
         self.procs = []
+        # Ports for the servers that cannot be told to take any free port and say which; the
+        # others (idemgate, the bare proxy) listen on port 0 and their ports are added as they start.
         self.ports = {k: free_port() for k in ["upstream", "nginx", "redis", "ips", "redis_durable", "ips_durable",
-                                               "idemgate", "admin", "idemgate_pg", "idemgate_pg2", "admin_pg",
-                                               "admin_pg2", "pg", "idemgate_traced", "otlp_sink", "bare"]}
+                                               "pg", "otlp_sink"]}
         # name -> processes whose CPU time (with their children's) is that target's cost per request
         self.roots = {}
         self.nginx_masters = {}
@@ -91,6 +92,7 @@ class Stack:
     def spawn(self, name, args, cwd=None, env=None):
         log = open(os.path.join(self.work, f"{name}.log"), "w")
         p = subprocess.Popen(args, cwd=cwd or self.work, env=env, stdout=log, stderr=subprocess.STDOUT)
+        p.log = log.name
         self.procs.append(p)
         return p
 
@@ -111,11 +113,11 @@ http {{
     location / {{ proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }}
   }}
 }}""")
-        wait_port(ngx, "nginx proxy")
-        self.roots["nginx"] = [self.nginx_masters["nginx"]]
+        wait_port(ngx, "nginx proxy", self.nginx_masters["nginx"])
+        self.roots["nginx"] = [self.nginx_masters["nginx"].pid]
         # The reference row BARE: a proxy with nothing but the HTTP crates idemgate is built on.
-        bare = self.spawn("bare-proxy", [BARE_PROXY, f"127.0.0.1:{self.ports['bare']}", f"http://127.0.0.1:{up}"])
-        wait_port(self.ports["bare"], "bare-proxy", bare)
+        bare = self.spawn("bare-proxy", [BARE_PROXY, "127.0.0.1:0", f"http://127.0.0.1:{up}"])
+        self.ports["bare"] = wait_line(bare, bare.log, "bare-proxy", listening_on)
         self.roots[BARE] = [bare.pid]
         if PEER:
             self.start_peer()
@@ -134,7 +136,7 @@ http {{
         os.makedirs(data, exist_ok=True)
         redis = self.spawn(redis_port, ["redis-server", "--port", str(self.ports[redis_port]), "--bind", "127.0.0.1",
                                         "--dir", data, "--save", "", *persistence])
-        wait_port(self.ports[redis_port], redis_port)
+        wait_port(self.ports[redis_port], redis_port, redis)
         ips_dir = os.path.join(self.work, ips_port)
         os.makedirs(ips_dir, exist_ok=True)
         with open(os.path.join(ips_dir, ".env"), "w") as f:
@@ -152,8 +154,8 @@ http {{
 
     def start_idemgate(self):
         # idemgate: SQLite ledger on disk, every claim fsync'd (WAL, synchronous=FULL) before forwarding.
-        self.idemgate = self.serve("idemgate", self.ports["idemgate"], f"{self.work}/idemgate.db",
-                                   admin=self.ports["admin"])
+        self.idemgate = self.serve("idemgate", f"{self.work}/idemgate.db", admin=True)
+        self.ports["idemgate"], self.ports["admin"] = self.idemgate.port, self.idemgate.admin
         self.roots["idemgate"] = self.roots[PASS_THROUGH] = [self.idemgate.pid]
         # The same with every call's spans sent to a collector that takes them and does nothing.
         sink = self.ports["otlp_sink"]
@@ -164,10 +166,10 @@ http {{
   access_log off;
   server {{ listen 127.0.0.1:{sink}; location / {{ return 200; }} }}
 }}""")
-        wait_port(sink, "OTLP sink nginx")
+        wait_port(sink, "OTLP sink nginx", self.nginx_masters["otlp-sink"])
         telemetry = f'[telemetry]\notlp_endpoint = "http://127.0.0.1:{sink}"\n'
-        self.idemgate_traced = self.serve("idemgate-traced", self.ports["idemgate_traced"],
-                                          f"{self.work}/idemgate-traced.db", extra=telemetry)
+        self.idemgate_traced = self.serve("idemgate-traced", f"{self.work}/idemgate-traced.db", extra=telemetry)
+        self.ports["idemgate_traced"] = self.idemgate_traced.port
         self.roots[TRACED] = [self.idemgate_traced.pid]
         # idemgate on PostgreSQL 15 (Debian's defaults: fsync on, synchronous_commit on), same box.
         # Under /tmp, not in `work`: the postgres user must reach it.
@@ -177,8 +179,10 @@ http {{
         # Plain, on loopback: the test cluster offers TLS, and without sslmode the ledger would
         # encrypt, and the row would not compare with the others.
         url += "?sslmode=disable"
-        self.idemgate_pg = self.serve("idemgate-pg", self.ports["idemgate_pg"], url, admin=self.ports["admin_pg"])
-        self.idemgate_pg2 = self.serve("idemgate-pg2", self.ports["idemgate_pg2"], url, admin=self.ports["admin_pg2"])
+        self.idemgate_pg = self.serve("idemgate-pg", url, admin=True)
+        self.idemgate_pg2 = self.serve("idemgate-pg2", url, admin=True)
+        self.ports["idemgate_pg"], self.ports["admin_pg"] = self.idemgate_pg.port, self.idemgate_pg.admin
+        self.ports["idemgate_pg2"], self.ports["admin_pg2"] = self.idemgate_pg2.port, self.idemgate_pg2.admin
         # The PostgreSQL server's processes do that ledger's work: the postmaster and its backends.
         self.roots[PG] = [self.idemgate_pg.pid, postmaster]
         self.roots[PG_TWO] = [self.idemgate_pg.pid, self.idemgate_pg2.pid, postmaster]
@@ -205,17 +209,18 @@ http {{
     location / {{ default_type application/json; return 201 '{{"id":"ch_1","status":"succeeded"}}'; }}
   }}
 }}""")
-        wait_port(up, "upstream nginx")
-        self.roots[DIRECT] = [self.nginx_masters["upstream"]]
+        wait_port(up, "upstream nginx", self.nginx_masters["upstream"])
+        self.roots[DIRECT] = [self.nginx_masters["upstream"].pid]
 
-    def serve(self, name, port, ledger, binary=IDEMGATE, env=None, admin=None, extra=""):
-        """`idemgate serve` (`binary`, with `env` added to the environment) on `ledger`, on `port`;
-        its admin API (for /metrics) on `admin`, if given; `extra` tables in its configuration."""
+    def serve(self, name, ledger, binary=IDEMGATE, env=None, admin=False, extra=""):
+        """`idemgate serve` (`binary`, with `env` added to the environment) on `ledger`, with its
+        admin API (for /metrics) if `admin`; `extra` tables in its configuration. Both listen on
+        port 0; the process answered has them as `port` and `admin` (None without one)."""
         up = self.ports["upstream"]
         with open(os.path.join(self.work, f"{name}.toml"), "w") as f:
             f.write(f"""[server]
-listen = "127.0.0.1:{port}"
-admin_listen = "{f'127.0.0.1:{admin}' if admin else 'off'}"
+listen = "127.0.0.1:0"
+admin_listen = "{'127.0.0.1:0' if admin else 'off'}"
 ledger = "{ledger}"
 
 [[routes]]
@@ -239,7 +244,7 @@ timeout = "5s"
 {extra}""")
         env = {**os.environ, "IDEMGATE_LOG": "warn", "IDEMGATE_ADMIN_TOKEN": ADMIN_TOKEN, **(env or {})}
         p = self.spawn(name, [binary, "serve", "--config", f"{name}.toml"], env=env)
-        wait_port(port, f"{name} serve", p)
+        p.port, p.admin = wait_line(p, p.log, f"{name} serve", serve_ports)
         return p
 
     def nginx_conf(self, name, conf):
@@ -247,8 +252,8 @@ timeout = "5s"
         os.makedirs(os.path.join(d, "logs"), exist_ok=True)
         with open(os.path.join(d, "nginx.conf"), "w") as f:
             f.write(f"pid {d}/nginx.pid;\nerror_log {d}/error.log warn;\ndaemon off;\n" + conf)
-        p = self.spawn(f"nginx-{name}", ["nginx", "-p", d, "-c", os.path.join(d, "nginx.conf")])
-        self.nginx_masters[name] = p.pid
+        conf = os.path.join(d, "nginx.conf")
+        self.nginx_masters[name] = self.spawn(f"nginx-{name}", ["nginx", "-p", d, "-c", conf])
 
     def stop_one(self, p):
         """Stops one process this stack started (SIGTERM, then SIGKILL after 10 s)."""
