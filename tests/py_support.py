@@ -33,21 +33,23 @@ def wait_port(port: int, what: str, proc: subprocess.Popen) -> None:
     raise RuntimeError(f"{what} did not listen on {port}")
 
 
-def serve_listening(proc: subprocess.Popen, seconds: float = 30) -> tuple:
+def serve_addresses(proc: subprocess.Popen, seconds: float = 30) -> tuple:
     """Waits for the line `idemgate serve` prints on stdout once both its listeners are up, and
-    answers their ports (proxy, admin or None). A server told to listen on port 0 binds one the
-    kernel picks and no one else holds, which a port picked here and let go cannot promise."""
+    answers their addresses (proxy, admin or None). A server told to listen on port 0 binds one
+    the kernel picks and no one else holds, which a port picked here and let go cannot promise."""
     if not select.select([proc.stdout], [], [], seconds)[0]:
         raise RuntimeError(f"idemgate serve did not listen within {seconds}s")
     line = proc.stdout.readline()
     if not line:
         raise RuntimeError(f"idemgate serve exited before it listened: {proc.wait()}")
     at = json.loads(line)["listening"]
+    return at["proxy"], at["admin"]
 
-    def port(addr):
-        return None if addr is None else int(addr.rsplit(":", 1)[1])
 
-    return port(at["proxy"]), port(at["admin"])
+def serve_listening(proc: subprocess.Popen, seconds: float = 30) -> tuple:
+    """[`serve_addresses`] as ports."""
+    return tuple(None if addr is None else int(addr.rsplit(":", 1)[1])
+                 for addr in serve_addresses(proc, seconds))
 
 
 def eventually(what: str, check, seconds: float = 30):

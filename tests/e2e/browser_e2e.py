@@ -21,8 +21,10 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import console_e2e as e2e  # noqa: E402 - the WebDriver session and checks are shared
 from console_e2e import CLI, ROOT, TARGET, Session, check, cli  # noqa: E402
+from py_support import serve_addresses  # noqa: E402 - tests/py_support.py
 
 DRIVER = "http://127.0.0.1:4446"
 OPERATOR = "browser-operator"
@@ -69,8 +71,7 @@ def main():
     # Only the operators' tokens: no shared admin token.
     env_serve = {k: v for k, v in os.environ.items() if k != "IDEMGATE_ADMIN_TOKEN"}
     serve = subprocess.Popen([CLI, "serve", "--config", config], stdout=subprocess.PIPE, stderr=serve_log, text=True, env=env_serve)
-    listening = json.loads(serve.stdout.readline())["listening"]
-    addr, proxy = listening["admin"], listening["proxy"]
+    proxy, addr = serve_addresses(serve)
     driver_log = open(os.path.join(TARGET, "browser-e2e-driver.log"), "w")
     # A fresh profile for the browser: nothing remembered from another run.
     env = dict(os.environ, XDG_DATA_HOME=os.path.join(work, "data"), XDG_CONFIG_HOME=os.path.join(work, "config"),
