@@ -72,7 +72,7 @@ fn separate_processes_claiming_one_key_have_exactly_one_winner() {
     );
     for round in 0..3 {
         let go = dir.path().join(format!("go-{round}"));
-        let children: Vec<_> = (0..8)
+        let mut children: Vec<_> = (0..8)
             .map(|_| {
                 Command::new(HELPER)
                     .args([
@@ -87,17 +87,26 @@ fn separate_processes_claiming_one_key_have_exactly_one_winner() {
                     .expect("spawn helper")
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(300));
+        // Every process has its ledger open and waits: the claims race.
+        let mut outs: Vec<_> = children
+            .iter_mut()
+            .map(|c| {
+                let mut out = BufReader::new(c.stdout.take().expect("stdout"));
+                let mut line = String::new();
+                out.read_line(&mut line).expect("read");
+                assert_eq!(line.trim(), "ready");
+                out
+            })
+            .collect();
         std::fs::write(&go, b"go").expect("go");
         let lines: Vec<String> = children
             .into_iter()
-            .map(|c| {
-                let out = c.wait_with_output().expect("wait");
-                assert!(out.status.success());
-                String::from_utf8(out.stdout)
-                    .expect("utf8")
-                    .trim()
-                    .to_owned()
+            .zip(&mut outs)
+            .map(|(mut c, out)| {
+                let mut line = String::new();
+                out.read_line(&mut line).expect("read");
+                assert!(c.wait().expect("wait").success());
+                line.trim().to_owned()
             })
             .collect();
         let winners = lines.iter().filter(|l| l.starts_with("claimed ")).count();

@@ -1,8 +1,9 @@
 //! A separate process that claims a key on a ledger file, for the cross-process tests.
 //!
-//! `ledger-helper claim PATH KEY LEASE_MS [GO_FILE] [--hang]`: waits until GO_FILE exists (when
-//! given), claims KEY, prints the outcome as one line (`claimed ID`, `in-flight ID`, `stuck ID`, ...)
-//! and exits — or, with `--hang`, sleeps until it is killed.
+//! `ledger-helper claim PATH KEY LEASE_MS [GO_FILE] [--hang]`: with GO_FILE, prints `ready` once its
+//! ledger is open and waits until GO_FILE exists; claims KEY, prints the outcome as one line
+//! (`claimed ID`, `in-flight ID`, `stuck ID`, ...) and exits — or, with `--hang`, sleeps until it is
+//! killed.
 
 use idemgate_ledger::{ChainHasher, ClaimOutcome, Ledger, OpenOptions, Storage};
 
@@ -27,6 +28,7 @@ fn main() {
         std::process::exit(1)
     });
     if let Some(go) = go {
+        println!("ready");
         while !std::path::Path::new(go).exists() {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
