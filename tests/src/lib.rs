@@ -439,6 +439,17 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Raises its flag when dropped: threads in a scope that run until a flag is raised stop even
+/// when the scope's own closure panics (the scope waits for them before it reports the panic).
+#[derive(Debug)]
+pub struct RaiseOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for RaiseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Polls `f` until it returns `Some`, or panics after `secs`.
 pub fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(secs);
