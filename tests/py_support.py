@@ -1,36 +1,30 @@
-"""What the Python suites (tests/mcp, tests/otlp) share: a free port, waiting for a listener,
-reading where `idemgate serve` listens, and polling for a condition with a deadline. Each suite
-puts this directory on its `sys.path`."""
+"""What the Python suites (tests/mcp, tests/otlp, tests/e2e) share: reading where a server told to
+take any free port listens (`idemgate serve`, or one that prints `listening on ADDR`), and polling
+for a condition with a deadline. Each suite puts this directory on its `sys.path`."""
 
 import asyncio
 import inspect
 import json
 import select
-import socket
 import subprocess
 import time
 
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_port(port: int, what: str, proc: subprocess.Popen) -> None:
-    """Waits until something listens on `port`; fails when `proc` exits first or after 30 s."""
-    deadline = time.time() + 30
-    while time.time() < deadline:
+def listening_on(proc: subprocess.Popen, log: str, what: str, seconds: float = 30) -> int:
+    """Waits for the line `listening on ADDR` that a server told to take any free port (port 0)
+    writes to the file `log`, and answers the port; fails when `proc` exits first or after
+    `seconds`."""
+    deadline = time.time() + seconds
+    while True:
+        with open(log, errors="replace") as f:
+            for line in f:
+                if line.startswith("listening on "):
+                    return int(line.strip().rsplit(":", 1)[1])
         if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited: {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{what} did not listen on {port}")
+            raise RuntimeError(f"{what} exited before it listened: {proc.returncode}")
+        if time.time() > deadline:
+            raise RuntimeError(f"{what} did not listen within {seconds}s")
+        time.sleep(0.05)
 
 
 def serve_addresses(proc: subprocess.Popen, seconds: float = 30) -> tuple:

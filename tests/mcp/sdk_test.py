@@ -23,7 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from py_support import eventually_async, free_port, serve_listening, wait_port  # noqa: E402
+from py_support import eventually_async, listening_on, serve_listening  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKEN = "mcp-sdk-test-admin-token-0123456789"
@@ -34,13 +34,13 @@ class Stack:
 
     def __init__(self, idemgate: str):
         self.dir = tempfile.mkdtemp(prefix="idemgate-mcp-")
-        self.up_port = free_port()
+        log = os.path.join(self.dir, "server.log")
         self.server = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "server.py"), "--port", str(self.up_port)],
-            stdout=open(os.path.join(self.dir, "server.log"), "w"),
+            [sys.executable, os.path.join(HERE, "server.py")],
+            stdout=open(log, "w"),
             stderr=subprocess.STDOUT,
         )
-        wait_port(self.up_port, "the MCP server", self.server)
+        self.up_port = listening_on(self.server, log, "the MCP server")
         self.ledger = os.path.join(self.dir, "ledger.db")
         cfg = os.path.join(self.dir, "idemgate.toml")
         with open(cfg, "w") as f:

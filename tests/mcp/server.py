@@ -8,6 +8,9 @@ an order was charged).
 
 import argparse
 import asyncio
+import socket
+
+import uvicorn
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
@@ -40,9 +43,22 @@ def effects(order: str) -> int:
     return charged.get(order, 0)
 
 
+async def serve(port: int, stateless: bool) -> None:
+    """The SDK's streamable HTTP app under uvicorn (what `server.run` does), on a socket bound here
+    so that port 0 can be asked for: the line `listening on ADDR` says which port it got."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", port))
+    # Listening before it says so: a connection that comes before uvicorn accepts waits its turn.
+    sock.listen(128)
+    print(f"listening on 127.0.0.1:{sock.getsockname()[1]}", flush=True)
+    app = server.streamable_http_app(stateless_http=stateless, host="127.0.0.1")
+    config = uvicorn.Config(app, log_level=server.settings.log_level.lower())
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--port", type=int, default=0)
     p.add_argument("--stateless", action="store_true")
     a = p.parse_args()
-    server.run(transport="streamable-http", host="127.0.0.1", port=a.port, stateless_http=a.stateless)
+    asyncio.run(serve(a.port, a.stateless))
