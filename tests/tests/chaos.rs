@@ -92,6 +92,31 @@ struct Instance {
     proxy: Mutex<Proxy>,
 }
 
+/// An address for every incarnation of one instance, on a port below the kernel's range of
+/// ephemeral ports. A port in that range (one that binding port 0 gives) may be given, while its
+/// instance is down, to any connection made meanwhile (a client's, another instance's to its
+/// database) and kept; a port below it is only ever bound by name, and this process hands each
+/// out once.
+fn instance_addr() -> SocketAddr {
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let span = low / 2;
+    let mut given = GIVEN.lock().expect("ports");
+    // Another test process picks from a start of its own.
+    let start = std::process::id() as u16 ^ (given.len() as u16).wrapping_mul(7919);
+    for i in 0..span {
+        let port = low - span + (start.wrapping_add(i) % span);
+        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return SocketAddr::from(([127, 0, 0, 1], port));
+        }
+    }
+    panic!("no free port below {low}");
+}
+
 /// The upstream that injects faults, and the instances in front of it on one ledger (a SQLite
 /// file, or a PostgreSQL URL).
 struct Stack {
@@ -156,20 +181,13 @@ fn a_faulty_upstream_behind(instances: usize, pg: Option<String>, s3: Option<&S3
     let fleet = (0..instances)
         .map(|_| {
             let dir = tempfile::tempdir().expect("tempdir");
-            let first = config(CONFIG, &up.url(), Path::new(&ledger))
+            let template = config(CONFIG, &up.url(), Path::new(&ledger))
                 .replace("{admin}", admin)
                 .replace("{books}", &books);
             let env = s3.map(S3::env).unwrap_or_default();
-            // The first incarnation binds a port the kernel picks, which no one else holds; the
-            // next ones come back on it.
-            let proxy = start(
-                dir.path(),
-                &first.replace("{listen}", "127.0.0.1:0"),
-                Path::new(&ledger),
-                &env,
-            );
-            let listen = proxy.addr;
-            let cfg = first.replace("{listen}", &listen.to_string());
+            let listen = instance_addr();
+            let cfg = template.replace("{listen}", &listen.to_string());
+            let proxy = start(dir.path(), &cfg, Path::new(&ledger), &env);
             Instance {
                 dir,
                 listen,
