@@ -87,11 +87,11 @@ def sample(pid):
     return out
 
 
-def measure(serve, port, scenario, run_id, script, seconds):
+def measure(serve, scenario, run_id, script, seconds):
     """One wrk run against `serve` (a process), with its CPU and I/O per request by thread group."""
     fresh, path = SCENARIOS[scenario]
     s0 = sample(serve.pid)
-    r = run.wrk(port, path, fresh, run_id, script, [serve.pid], seconds)
+    r = run.wrk(serve.port, path, fresh, run_id, script, [serve.pid], seconds)
     s1 = sample(serve.pid)
     n = max(r["requests"], 1)
     per = {g: [(b - a) / n for a, b in zip(s0[g], s1[g])] for g in s0}
@@ -114,18 +114,17 @@ def pair_run(stack, sides, args, pair, script):
         for label, (binary, env) in sides.items():
             ledger = os.path.join(stack.work, f"{label}-{pair}.db")
             serve = stack.serve(f"{label}-{pair}", ledger, binary, env)
-            port = serve.port
-            procs[label] = (serve, port, ledger)
+            procs[label] = (serve, ledger)
             if fresh < 1.0:
                 for k in range(run.REPLAY_KEYS):
-                    status = run.http_post(port, "/v1/charges", f"replay-{k}")
+                    status = run.http_post(serve.port, "/v1/charges", f"replay-{k}")
                     if not 200 <= status < 300:
                         raise SystemExit(f"ab: {label} answered {status} to the warm-up of replay-{k}")
         runs = {label: [] for label in labels}
         for rnd in range(args.rounds):
             for label in labels if (pair + rnd) % 2 == 0 else labels[::-1]:
-                serve, port, _ = procs[label]
-                r = measure(serve, port, args.scenario, f"ab-{label}-{pair}-{rnd}", script, args.seconds)
+                serve, _ = procs[label]
+                r = measure(serve, args.scenario, f"ab-{label}-{pair}-{rnd}", script, args.seconds)
                 print(f"  pair {pair + 1} round {rnd + 1} {label}: {r['rps']:>7.0f} req/s  p99 {r['p99_ms']} ms  "
                       f"errors {r['errors']}  CPU {r['cpu_us'] or 0:.0f} µs/req ({split(r['cpu_us_by_thread'])})  "
                       f"wrote {r['wchar_per_req'] / 1000:.1f} KB/req ({split(r['wrote_by_thread'], 1000)}), "
@@ -134,15 +133,15 @@ def pair_run(stack, sides, args, pair, script):
                 runs[label].append(r)
         if args.wal_map:
             for label in labels:
-                serve, port, ledger = procs[label]
-                m = wal_map(serve, port, ledger, stack.work, fresh, script, f"ab-{label}-{pair}-map")
+                serve, ledger = procs[label]
+                m = wal_map(serve, ledger, stack.work, fresh, script, f"ab-{label}-{pair}-map")
                 runs[label][-1]["wal_map"] = m
                 print(f"  pair {pair + 1} {label}: {m['commits']} commits copied from the WAL wrote "
                       f"{m['frames_per_commit']:.1f} pages each: " +
                       ", ".join(f"{k} {v:.1f}" for k, v in list(m["by_btree"].items())[:6]), flush=True)
         return runs
     finally:
-        for serve, _, ledger in procs.values():
+        for serve, ledger in procs.values():
             stack.stop_one(serve)
             remove_db(ledger)
 
@@ -195,15 +194,15 @@ def paused(pid):
     return True
 
 
-def wal_map(serve, port, ledger, work, fresh, script, run_id):
+def wal_map(serve, ledger, work, fresh, script, run_id):
     """What `serve`'s commits write, under load: an untimed wrk run of WAL_MAP_SECONDS during which
     serve is paused (SIGSTOP) four times for a copy of its WAL; the commits found (each counted
     once) and the pages (frames) each wrote, per b-tree (table or index), named afterwards through
     SQLite's dbstat on a copy of the idle ledger."""
     snap = os.path.join(work, "walmap.db")
     commits = {}
-    load = threading.Thread(target=run.wrk, args=(port, "/v1/charges", fresh, run_id, script, [serve.pid],
-                                                   WAL_MAP_SECONDS))
+    load = threading.Thread(target=run.wrk, args=(serve.port, "/v1/charges", fresh, run_id, script, [serve.pid],
+                                                  WAL_MAP_SECONDS))
     load.start()
     try:
         for _ in range(4):

@@ -245,7 +245,7 @@ def main():
             if delay:
                 relay_proc = stack.spawn(f"relay-{delay:g}", [sys.executable, os.path.abspath(__file__), "relay",
                                                               "0", str(pg_port), str(delay)])
-                relay_port = host.wait_line(relay_proc, relay_proc.log, "relay", host.listening_on)
+                relay_port = host.wait_line(relay_proc, relay_proc.log, "relay", host.listening_port)
                 relay_pid = relay_proc.pid
             for rnd in range(ROUNDS):
                 fleets = [(n, c) for n in SIZES for c in loads(n)]

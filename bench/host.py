@@ -1,38 +1,14 @@
 """What the benchmark reads of this machine and its processes: free ports, a process tree's CPU
 time and peak memory, the hypervisor's steal, what the disk did, and the machine's description."""
 
-import json
 import os
-import random
-import socket
 import subprocess
+import sys
 import time
 
-
-_GIVEN = set()
-
-
-def free_port():
-    """A port free now, below the kernel's range of ephemeral ports, that this process has not
-    handed out before: for a server that cannot be told to take any free port and say which. A port
-    in that range may be given to any connection made before the server binds it; one below it is
-    only ever bound by name."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        low = int(f.read().split()[0])
-    span = low // 2
-    start = random.randrange(span)
-    for i in range(span):
-        port = low - span + (start + i) % span
-        if port in _GIVEN:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _GIVEN.add(port)
-        return port
-    raise SystemExit(f"bench: no free port below {low}")
+# The rules for a server's port live with the test suites, which start servers the same way.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from py_support import free_port, listening_port, serve_ports, wait_line  # noqa: E402,F401
 
 
 def wait_port(port, what, proc, timeout=30):
@@ -74,43 +50,6 @@ def listening_ports(pid):
                 if fields[3] == "0A" and fields[9] in inodes:
                     ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return ports
-
-
-def wait_line(proc, log, what, parse, timeout=30):
-    """Waits for the first line `proc` writes to the file `log` that `parse` makes something of
-    (not None), and returns that: how a server told to listen on port 0 says which port it got."""
-    end = time.time() + timeout
-    while time.time() < end:
-        with open(log, errors="replace") as f:
-            for line in f:
-                got = parse(line)
-                if got is not None:
-                    return got
-        if proc.poll() is not None:
-            raise SystemExit(f"bench: {what} exited with {proc.returncode}")
-        time.sleep(0.05)
-    raise SystemExit(f"bench: {what} did not say where it listens within {timeout}s")
-
-
-def serve_ports(line):
-    """The proxy's and the admin API's ports (the admin's None when off) from `idemgate serve`'s
-    `listening` line, or None for any other line."""
-    try:
-        at = json.loads(line)["listening"]
-    except (ValueError, KeyError, TypeError):
-        return None
-
-    def port(addr):
-        return None if addr is None else int(addr.rsplit(":", 1)[1])
-
-    return port(at["proxy"]), port(at["admin"])
-
-
-def listening_on(line):
-    """The port in a `listening on ADDR` line (bare-proxy's, the fleet's relay's), or None."""
-    if not line.startswith("listening on "):
-        return None
-    return int(line.strip().rsplit(":", 1)[1])
 
 
 def peak_rss_mb(pid):

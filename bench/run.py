@@ -30,7 +30,7 @@ import uuid
 
 import approvals
 import tree
-from host import (block_device, cpu_seconds, cpu_times, disk_counters, disk_since, free_port, listening_on,
+from host import (block_device, cpu_seconds, cpu_times, disk_counters, disk_since, free_port, listening_port,
                   machine, peak_rss_mb, reap, serve_ports, steal_since, wait_line, wait_port)
 from metrics import ADMIN_TOKEN, gauge, lock_counters, lock_note, lock_use
 from report import (BARE, DIRECT, PASS_THROUGH, PEER_DURABLE, PEER_NAME, PG, PG_TWO, TRACED, check, disk_cells,
@@ -117,7 +117,7 @@ http {{
         self.roots["nginx"] = [self.nginx_masters["nginx"].pid]
         # The reference row BARE: a proxy with nothing but the HTTP crates idemgate is built on.
         bare = self.spawn("bare-proxy", [BARE_PROXY, "127.0.0.1:0", f"http://127.0.0.1:{up}"])
-        self.ports["bare"] = wait_line(bare, bare.log, "bare-proxy", listening_on)
+        self.ports["bare"] = wait_line(bare, bare.log, "bare-proxy", listening_port)
         self.roots[BARE] = [bare.pid]
         if PEER:
             self.start_peer()
