@@ -349,7 +349,8 @@ fn a_verify_stops_when_its_client_goes_away() {
     let toml = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nledger = \"{ledger_s}\"\n"
     );
-    let proxy = Proxy::start(dir.path(), &toml, &ledger);
+    let log = [("IDEMGATE_LOG", "info,idemgate_ops=debug")];
+    let proxy = Proxy::start_with_env(dir.path(), &toml, &ledger, &log);
 
     let mut s = TcpStream::connect(proxy.admin.expect("admin")).expect("connect");
     write!(
@@ -357,7 +358,9 @@ fn a_verify_stops_when_its_client_goes_away() {
         "GET /admin/v1/verify HTTP/1.1\r\nhost: idemgate\r\nauthorization: Bearer {ADMIN_TOKEN}\r\n\r\n"
     )
     .expect("send");
-    std::thread::sleep(Duration::from_millis(100));
+    eventually(30, "the verify to begin", || {
+        proxy.logs().contains("a verify began").then_some(())
+    });
     drop(s);
     let stopped = eventually(30, "the verify to stop", || {
         let logs = proxy.logs();
