@@ -32,7 +32,7 @@ import approvals
 import tree
 from host import (block_device, cpu_seconds, cpu_times, disk_counters, disk_since, free_port, listening_port,
                   machine, peak_rss_mb, reap, serve_ports, steal_since, wait_line, wait_port)
-from metrics import ADMIN_TOKEN, gauge, lock_counters, lock_note, lock_use
+from metrics import ADMIN_TOKEN, gauge, lock_counters, lock_note, lock_use, slow_note, slow_writes, writer_buckets
 from report import (BARE, DIRECT, PASS_THROUGH, PEER_DURABLE, PEER_NAME, PG, PG_TWO, TRACED, check, disk_cells,
                     median, report)
 
@@ -168,8 +168,10 @@ http {{
 }}""")
         wait_port(sink, "OTLP sink nginx", self.nginx_masters["otlp-sink"])
         telemetry = f'[telemetry]\notlp_endpoint = "http://127.0.0.1:{sink}"\n'
-        self.idemgate_traced = self.serve("idemgate-traced", f"{self.work}/idemgate-traced.db", extra=telemetry)
+        self.idemgate_traced = self.serve("idemgate-traced", f"{self.work}/idemgate-traced.db", admin=True,
+                                          extra=telemetry)
         self.ports["idemgate_traced"] = self.idemgate_traced.port
+        self.ports["admin_traced"] = self.idemgate_traced.admin
         self.roots[TRACED] = [self.idemgate_traced.pid]
         # idemgate on PostgreSQL 15 (Debian's defaults: fsync on, synchronous_commit on), same box.
         # Under /tmp, not in `work`: the postgres user must reach it.
@@ -597,19 +599,25 @@ def main():
                         **{n: x for n, x in t.items() if n not in (DIRECT, BARE, PG_TWO)}}
         dev = block_device(work)
         for n, (port, path) in rate_targets.items():
+            admin = {"idemgate": stack.ports["admin"], TRACED: stack.ports["admin_traced"],
+                     PG: stack.ports["admin_pg"]}.get(n)
+            w0 = writer_buckets(admin) if admin else None
             t0, d0 = cpu_times(), disk_counters(dev)
             lat, errors = asyncio.run(fixed_rate(port, path, 1000, RATE_SECONDS))
             # The hypervisor's share of these seconds, and what the disk did in them: the 1k req/s
-            # tail follows both, and the whole phase's average
-            # hides one noisy run.
+            # tail follows both, and the whole phase's average hides one noisy run.
             steal, disk = steal_since(t0), disk_since(dev, d0)
+            # And whether a long wait was the ledger's writer: a slow commit, a slow batch, or neither.
+            slow = slow_writes(w0, writer_buckets(admin)) if admin else None
             # The floor under that: one request at a time on one connection, no queueing at all.
             one, one_errors = one_at_a_time(port, path, SEQUENTIAL)
             results["rate"][n] = {"p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "errors": errors + one_errors,
-                                  "alone_p50_ms": pct(one, 50), "alone_p99_ms": pct(one, 99), "steal": steal, **disk}
+                                  "alone_p50_ms": pct(one, 50), "alone_p99_ms": pct(one, 99), "steal": steal, **disk,
+                                  "slow_writes": slow}
             print(f"  1k req/s {n:<34} p50 {pct(lat, 50):.3f} ms  p99 {pct(lat, 99):.3f} ms  errors {errors}; "
                   f"one at a time p50 {pct(one, 50):.3f} ms  p99 {pct(one, 99):.3f} ms; steal {steal:.1%}; "
-                  "disk {} MB written, {} ms a write, {} ms a flush".format(*disk_cells(disk)), flush=True)
+                  "disk {} MB written, {} ms a write, {} ms a flush".format(*disk_cells(disk)) +
+                  (f"; {slow_note(slow)}" if slow else ""), flush=True)
         results["serve_peak_rss_mb"] = peak_rss_mb(stack.idemgate.pid)
         results["ips_peak_rss_mb"] = peak_rss_mb(stack.peers[PEER_NAME].pid) if PEER else None
     finally:
