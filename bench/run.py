@@ -290,6 +290,12 @@ def targets(stack):
     }
 
 
+def instance_admin(stack, name):
+    """The admin port of the one idemgate instance behind the target `name` (None for the others)."""
+    return {"idemgate": stack.ports["admin"], TRACED: stack.ports["admin_traced"],
+            PG: stack.ports["admin_pg"]}.get(name)
+
+
 def admin_ports(stack, name):
     """The admin ports whose /metrics report `name`'s ledger writer (the PostgreSQL targets)."""
     return {PG: [stack.ports["admin_pg"]], PG_TWO: [stack.ports["admin_pg"], stack.ports["admin_pg2"]]}.get(name, [])
@@ -454,8 +460,7 @@ def scenarios(stack, t, names, which, script, connections=CONNECTIONS, seconds=S
                     # The tree's integrator runs every 250 ms: its last run's lag, read as the
                     # load ends, is the lag under load (on PostgreSQL it numbers the intake's
                     # events first, so its lag counts the sequencer's too).
-                    admin = stack.ports["admin"] if n == "idemgate" else stack.ports["admin_pg"]
-                    r["tree_lag_s"] = gauge(admin, "idemgate_tree_lag_seconds")
+                    r["tree_lag_s"] = gauge(instance_admin(stack, n), "idemgate_tree_lag_seconds")
                 runs[n].append(r)
         out[scenario] = {
             n: {**{k: median(x[k] for x in rs) for k in ["rps", "p50_ms", "p99_ms", "cpu_us"]},
@@ -599,8 +604,7 @@ def main():
                         **{n: x for n, x in t.items() if n not in (DIRECT, BARE, PG_TWO)}}
         dev = block_device(work)
         for n, (port, path) in rate_targets.items():
-            admin = {"idemgate": stack.ports["admin"], TRACED: stack.ports["admin_traced"],
-                     PG: stack.ports["admin_pg"]}.get(n)
+            admin = instance_admin(stack, n)
             w0 = writer_buckets(admin) if admin else None
             t0, d0 = cpu_times(), disk_counters(dev)
             lat, errors = asyncio.run(fixed_rate(port, path, 1000, RATE_SECONDS))
