@@ -96,7 +96,7 @@ def main():
         check(s.js("return !document.querySelector('[data-testid=operator-input]')"), "no name to type: the token names the operator")
 
         # Stuck: release one, with a reason; it lands in the ledger under the token's operator
-        s.click("nav-stuck")
+        s.nav("stuck")
         s.wait("return document.querySelectorAll('[data-testid=entry-row]').length > 0", "stuck rows")
         rows = s.rows()
         check(len(rows) == len(stuck_before), f"Stuck lists the {len(stuck_before)} stuck entries")
@@ -116,7 +116,7 @@ def main():
               f"entry {entry_id} is released in the ledger, by {OPERATOR}")
 
         # Export: a job on the server; the file and manifest it offers verify with the CLI
-        s.click("nav-export")
+        s.nav("export")
         check(s.js("return !document.querySelector('[data-testid=export-path]') && !document.querySelector('[data-testid=verify-path]')"),
               "no server path is asked for")
         s.click("action-export")
@@ -146,7 +146,7 @@ def main():
         s.wd("POST", s.path("/url"), {"url": f"http://{addr}/console/?as=viewer#token={viewer_token}"})
         s.wait("const e = document.querySelector('[data-testid=signed-in]'); return e && e.textContent.includes('viewer')", "signed in as the viewer")
         check(s.text("signed-in") == f"{VIEWER} · viewer", "the header names the viewer")
-        s.click("nav-expiries")
+        s.nav("expiries")
         s.wait("return document.querySelectorAll('[data-testid=entry-row]').length > 0", "expired rows")
         purge = s.find("action-purge")
         check(s.js("return document.querySelector('[data-testid=action-purge]').disabled"), "Purge all matching is disabled for a viewer")
@@ -164,6 +164,10 @@ def main():
         _, _, after = admin(addr, "GET", "/admin/v1/stats")
         check(json.loads(before)["head"] == json.loads(after)["head"], "and the ledger is as it was")
         check(json.loads(cli("show", "--ledger", ledger, expired[0], "--json").stdout)["id"] == int(expired[0]), f"entry {expired[0]} is still there")
+    except Exception:
+        if s:
+            s.dump("browser-e2e")
+        raise
     finally:
         if s:
             s.close()

@@ -99,12 +99,33 @@ class Session:
     def click_el(self, el):
         self.wd("POST", self.path(f"/element/{el}/click"), {})
 
+    def nav(self, view):
+        """Opens `view` from the sidebar and waits until the page shows it. Every list view has its
+        rows and filter input under the same test ids: until the old view's nodes are gone, a
+        lookup can return one of them, which the new view then replaces."""
+        self.js("for (const c of document.querySelector('[data-testid=main]').children) c.dataset.e2eLeaving = '';")
+        self.click(f"nav-{view}")
+        self.wait("const m = document.querySelector('[data-testid=main]'); "
+                  "return m.dataset.view === arguments[0] && m.children.length > 0 && !m.querySelector(':scope > [data-e2e-leaving]')",
+                  f"the {view} view", 30, view)
+
     def type(self, testid, text):
-        el = self.find(testid)
-        self.wd("POST", self.path(f"/element/{el}/clear"), {})
-        self.wd("POST", self.path(f"/element/{el}/value"), {"text": text})
-        # change fires on blur / Enter: send Tab.
-        self.wd("POST", self.path(f"/element/{el}/value"), {"text": "\ue004"})
+        for attempt in (1, 2):
+            el = self.find(testid)
+            try:
+                self.wd("POST", self.path(f"/element/{el}/clear"), {})
+                self.wd("POST", self.path(f"/element/{el}/value"), {"text": text})
+                # change fires on blur / Enter: send Tab.
+                self.wd("POST", self.path(f"/element/{el}/value"), {"text": "\ue004"})
+                return
+            except RuntimeError as e:
+                # A node the page replaced between the lookup and the keys: WebKitWebDriver says
+                # `stale element reference`, or at times `unknown error` with no message. Typing
+                # again into the node now there is safe (clear, keys, Tab); what follows checks
+                # the outcome.
+                if attempt == 2 or not ("stale element reference" in str(e) or '"unknown error"' in str(e)):
+                    raise
+                print(f"  typing into {testid} again: {e}", flush=True)
 
     def text(self, testid):
         return self.wd("GET", self.path(f"/element/{self.find(testid)}/text"))
@@ -127,6 +148,18 @@ class Session:
         with open(os.path.join(SHOTS, f"{name}.png"), "wb") as f:
             f.write(png)
         check(len(png) > 10_000, f"screenshot {name}.png ({len(png)} bytes)")
+
+    def dump(self, name):
+        """What the page showed when a check failed: a picture in target/ and, in the log, the
+        view, the focused element and the start of the view's text."""
+        try:
+            with open(os.path.join(TARGET, f"{name}-failure.png"), "wb") as f:
+                f.write(base64.b64decode(self.wd("GET", self.path("/screenshot"))))
+            state = self.js("const m = document.querySelector('[data-testid=main]'); const a = document.activeElement; "
+                            "return [m && m.dataset.view, a && (a.dataset.testid || a.tagName), (m ? m.innerText : '').slice(0, 400)]")
+            print(f"  the page at the failure (target/{name}-failure.png): view {state[0]}, focus {state[1]}: {state[2]!r}", flush=True)
+        except Exception as e:  # noqa: BLE001 - the failure itself is what gets reported
+            print(f"  the page at the failure could not be read: {e}", flush=True)
 
     def close(self):
         try:
@@ -225,12 +258,12 @@ def main():
             check(denied[0] == "err" and "not allowed" in denied[1], f"an ungranted command is refused ({cmd}: {denied[1][:60]})")
 
         # Log
-        s.click("nav-log")
+        s.nav("log")
         s.wait("return document.querySelectorAll('[data-testid=entry-row]').length > 10", "log rows")
         s.screenshot("log")
 
         # Stuck: resolve one (not the destructive one) with a reason
-        s.click("nav-stuck")
+        s.nav("stuck")
         s.wait("return document.querySelectorAll('[data-testid=entry-row]').length > 0", "stuck rows")
         rows = s.rows()
         check(len(rows) == len(stuck_before), f"Stuck lists the {len(stuck_before)} stuck entries")
@@ -253,20 +286,20 @@ def main():
         s.click("confirm-button")
         s.wait("const m = document.querySelector('[data-testid=dialog-message]'); return m && /done/.test(m.textContent)", "resolve done")
         s.click("cancel-button")
-        s.click("nav-stuck")
+        s.nav("stuck")
         s.wait("return document.querySelectorAll('[data-testid=entry-row]').length > 0", "stuck rows again")
         ids = [r[0] for r in s.rows()]
         check(entry_id not in ids and len(ids) == len(stuck_before) - 1, f"entry {entry_id} left Stuck")
 
         # Log: the resolution, under the operator's name
-        s.click("nav-log")
+        s.nav("log")
         s.type("log-operator", OPERATOR)
         s.wait("const r = document.querySelector('[data-testid=entry-row]'); return r && r.textContent.includes(arguments[0])", "the operator's event", 30, OPERATOR)
         first = s.rows()[0]
         check(first[0] == entry_id and "resolve" in first[1] and "found the charge" in first[1], "the Log shows the resolve with the operator's name and reason")
 
         # Stuck: a bulk resolve of two selected entries, previewed and run by the operations layer
-        s.click("nav-stuck")
+        s.nav("stuck")
         s.wait("return document.querySelectorAll('[data-testid=row-select]').length > 1", "selectable stuck rows")
         picks = [r[0] for r in s.rows() if "⚠" not in r[1]][:2]
         check(len(picks) == 2, "two stuck entries on routes that are not destructive")
@@ -290,7 +323,7 @@ def main():
         check(sorted(str(e["entry_id"]) for e in bulk_events) == sorted(picks), "each entry's resolve is logged under the operator and the reason")
 
         # An MCP tool call held for an operator: found by its tool, shown as route · tool with its arguments
-        s.click("nav-stuck")
+        s.nav("stuck")
         s.wait("return document.querySelectorAll('[data-testid=entry-row]').length > 0", "stuck rows for the tool filter")
         s.type("filter-input", "tool:refund")
         s.wait("const r = [...document.querySelectorAll('[data-testid=entry-row]')]; return r.length === 1 && r[0].textContent.includes('tools · refund')", "the held tool call, alone")
@@ -303,7 +336,7 @@ def main():
         s.screenshot("mcp-call")
 
         # Collisions: the field-level diff
-        s.click("nav-collisions")
+        s.nav("collisions")
         s.wait("return document.querySelectorAll('[data-testid=entry-row]').length > 0", "collision rows")
         s.screenshot("collisions")
         s.click("entry-row")
@@ -312,7 +345,7 @@ def main():
         s.screenshot("collision-diff")
 
         # Expiries: purge one expired entry
-        s.click("nav-expiries")
+        s.nav("expiries")
         s.wait("return document.querySelectorAll('[data-testid=entry-row]').length > 0", "expired rows")
         s.screenshot("expiries")
         purge_id = s.rows()[0][0]
@@ -328,7 +361,7 @@ def main():
         check(len(purges) == 1 and str(purges[0]["entry_id"]) == purge_id, "the purge is in the log with the operator's name")
 
         # Incidents: titled in the customer's terms; reviewed with a reason
-        s.click("nav-incidents")
+        s.nav("incidents")
         s.find("incident")
         title = s.text("incident-title")
         check(" · charges · " in title and " USD · agents " in title and " apart" in title, f"an incident reads in the business's terms ({title})")
@@ -347,7 +380,7 @@ def main():
         waiting = json.loads(cli("approvals", "--ledger", ledger, "--open", "--json").stdout)
         s.wait("const b = document.querySelector('[data-testid=approvals-badge]'); return b && b.textContent !== ''", "the approvals badge")
         check(s.text("approvals-badge") == str(len(waiting)), f"the badge counts the {len(waiting)} calls waiting")
-        s.click("nav-approvals")
+        s.nav("approvals")
         s.wait(f"return document.querySelectorAll('[data-testid=approval]').length === {len(waiting)}", "the held calls")
         s.screenshot("approvals")
         half = next(w for w in waiting if len(w["approval"]["approved_by"]) == 1)
@@ -384,7 +417,7 @@ def main():
         check(actions <= 3, f"reached in {actions} actions")
 
         # Export NDJSON and verify it
-        s.click("nav-export")
+        s.nav("export")
         out = os.path.join(work, "audit.ndjson")
         s.type("export-path", out)
         s.click("action-export")
@@ -411,7 +444,7 @@ def main():
         check(cli("verify", "--ledger", ledger, "--archive", archive, "--public-key", key + ".pub").returncode == 0, "the CLI verifies the whole history too, with the public key")
 
         # Dark mode: the page and the charts change colour, and the lines still show on it.
-        s.click("nav-overview")
+        s.nav("overview")
         colours = "const p = document.querySelector('[data-testid=chart-complete] polyline'); if (!p) return null; " \
                   "return [getComputedStyle(document.body).backgroundColor, getComputedStyle(p).stroke]"
         light = s.wait(colours, "the overview's charts")
@@ -421,6 +454,10 @@ def main():
         check(dark[0] != light[0], f"dark mode changes the background ({light[0]} -> {dark[0]})")
         check(dark[1] not in ("none", dark[0]), f"the chart line shows on the dark background ({dark[1]} on {dark[0]})")
         s.screenshot("overview-dark")
+    except Exception:
+        if s:
+            s.dump("e2e")
+        raise
     finally:
         if s:
             s.close()
