@@ -6,26 +6,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use idemgate_ledger::Effect;
 
-use super::raw::RawRoute;
+use super::raw::{RawApproval, RawRoute};
 use super::{invalid, parse_positive, read_secret, ConfigError, Protocol, Secrets};
-
-/// `[routes.approval]` as TOML writes it.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawApproval {
-    pub(super) when: Option<String>,
-    pub(super) approvals: Option<u32>,
-    pub(super) expires: Option<String>,
-    pub(super) hold: Option<String>,
-    pub(super) approvers: Option<Vec<String>>,
-    pub(super) notify: Option<String>,
-    pub(super) notify_secret_env: Option<String>,
-}
 
 /// An approval policy: a call it matches is held, unforwarded, until `approvals` distinct
 /// operators approve it (it then runs), one rejects it, or `expires` passes (it never runs).

@@ -157,7 +157,21 @@ pub(super) struct RawRoute {
     pub(super) duplicate_scope: Option<String>,
     pub(super) loop_guard: Option<RawLoopGuard>,
     /// `[routes.approval]`: which calls wait for operators before they run.
-    pub(super) approval: Option<super::approval::RawApproval>,
+    pub(super) approval: Option<RawApproval>,
+}
+
+/// `[routes.approval]` and `[routes.tools."name".approval]` as written (`approval::policy`
+/// checks it).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawApproval {
+    pub(super) when: Option<String>,
+    pub(super) approvals: Option<u32>,
+    pub(super) expires: Option<String>,
+    pub(super) hold: Option<String>,
+    pub(super) approvers: Option<Vec<String>>,
+    pub(super) notify: Option<String>,
+    pub(super) notify_secret_env: Option<String>,
 }
 
 /// `loop_guard = { max, window, action }`.
@@ -180,7 +194,7 @@ pub(super) struct RawTool {
     pub(super) duplicate_on: Option<Vec<String>>,
     pub(super) loop_guard: Option<RawLoopGuard>,
     /// `[routes.tools."name".approval]`: which of its calls wait for operators.
-    pub(super) approval: Option<super::approval::RawApproval>,
+    pub(super) approval: Option<RawApproval>,
 }
 
 #[derive(Debug, Deserialize)]
