@@ -34,6 +34,10 @@ RECORDED = f"{OPERATOR} (OS user {os.environ.get('USER') or os.environ.get('LOGN
 passed = 0
 
 
+# What WebKitWebDriver answers about a node the page has replaced.
+REPLACED = ("stale element reference", '"unknown error"')
+
+
 def check(cond, what):
     global passed
     if not cond:
@@ -94,7 +98,10 @@ class Session:
         return v[ELEMENT]
 
     def click(self, testid):
-        self.wd("POST", self.path(f"/element/{self.find(testid)}/click"), {})
+        # A stale node took no click: clicking the node now there is safe. An `unknown error`
+        # leaves open whether the click landed, so it is not retried.
+        self.again(f"clicking {testid}", ("stale element reference",),
+                   lambda: self.wd("POST", self.path(f"/element/{self.find(testid)}/click"), {}))
 
     def click_el(self, el):
         self.wd("POST", self.path(f"/element/{el}/click"), {})
@@ -109,26 +116,32 @@ class Session:
                   "return m.dataset.view === arguments[0] && m.children.length > 0 && !m.querySelector(':scope > [data-e2e-leaving]')",
                   f"the {view} view", 30, view)
 
-    def type(self, testid, text):
+    def again(self, what, answers, op):
+        """Runs `op`, and once more if the driver's error names one of `answers`: a node the page
+        replaced between the lookup and the use (WebKitWebDriver says `stale element reference`,
+        or at times `unknown error` with no message). `op` looks the node up again."""
         for attempt in (1, 2):
-            el = self.find(testid)
             try:
-                self.wd("POST", self.path(f"/element/{el}/clear"), {})
-                self.wd("POST", self.path(f"/element/{el}/value"), {"text": text})
-                # change fires on blur / Enter: send Tab.
-                self.wd("POST", self.path(f"/element/{el}/value"), {"text": "\ue004"})
-                return
+                return op()
             except RuntimeError as e:
-                # A node the page replaced between the lookup and the keys: WebKitWebDriver says
-                # `stale element reference`, or at times `unknown error` with no message. Typing
-                # again into the node now there is safe (clear, keys, Tab); what follows checks
-                # the outcome.
-                if attempt == 2 or not ("stale element reference" in str(e) or '"unknown error"' in str(e)):
+                if attempt == 2 or not any(a in str(e) for a in answers):
                     raise
-                print(f"  typing into {testid} again: {e}", flush=True)
+                print(f"  {what} again: {e}", flush=True)
+
+    def type(self, testid, text):
+        def keys():
+            el = self.find(testid)
+            self.wd("POST", self.path(f"/element/{el}/clear"), {})
+            self.wd("POST", self.path(f"/element/{el}/value"), {"text": text})
+            # change fires on blur / Enter: send Tab.
+            self.wd("POST", self.path(f"/element/{el}/value"), {"text": "\ue004"})
+        # Typing again into the node now there is safe (clear, keys, Tab); what follows checks
+        # the outcome.
+        self.again(f"typing into {testid}", REPLACED, keys)
 
     def text(self, testid):
-        return self.wd("GET", self.path(f"/element/{self.find(testid)}/text"))
+        return self.again(f"reading {testid}", REPLACED,
+                          lambda: self.wd("GET", self.path(f"/element/{self.find(testid)}/text")))
 
     def invoke(self, cmd):
         """Calls a Tauri command from the page as the UI would: ["ok", value] or ["err", message]."""
