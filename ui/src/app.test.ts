@@ -4,6 +4,15 @@ import { ADA, base, entry, inBrowser, q, setup, tick, until } from "./test-suppo
 import { isoTime } from "./format";
 
 describe("console UI", () => {
+  it("hands each view the shell's interface: no view imports the shell's module", () => {
+    // Vite reads each view's source as text; `import type` counts too (a view would then depend
+    // on the shell's class instead of its interface).
+    const sources = import.meta.glob<string>("./views/*.ts", { query: "?raw", import: "default", eager: true });
+    const views = Object.entries(sources).filter(([path]) => !path.endsWith(".test.ts"));
+    expect(views.length).toBeGreaterThanOrEqual(7);
+    for (const [path, src] of views) expect(src, path).not.toMatch(/from "\.\.\/app"/);
+  });
+
   it("shows the overview counts from the stats command", async () => {
     const { app } = setup(base);
     await app.start();

@@ -2,16 +2,15 @@
 // view is a module of views/. Every decision (what is stuck, what may be resolved, what a purge
 // touches) is made by the operations behind the transport; the console shows their answers and
 // asks the operator for a reason.
-import type { EntryFilter } from "./bindings/EntryFilter";
 import type { EntrySummary } from "./bindings/EntrySummary";
 import type { ErrorBody } from "./bindings/ErrorBody";
 import type { Event } from "./bindings/Event";
-import type { Preview } from "./bindings/Preview";
 import type { Identity } from "./bindings/Identity";
 import { allows, COMMANDS, type CommandName } from "./bindings/commands";
 import { clear, h } from "./dom";
 import { toErrorBody, type Transport } from "./transport";
 import { VirtualList } from "./vlist";
+import { searchFilter, type ActionSpec, type Prefs, type Shell, type View } from "./shell";
 import { overview } from "./views/overview";
 import { logView } from "./views/log";
 import { incidents } from "./views/incidents";
@@ -19,8 +18,6 @@ import { approvals } from "./views/approvals";
 import { exportView } from "./views/export";
 import { entryView } from "./views/entry";
 import { entryList, expiries } from "./views/entries";
-
-export type View = "overview" | "log" | "stuck" | "collisions" | "expiries" | "incidents" | "approvals" | "export" | "entry" | "search";
 
 const NAV: [View, string, string][] = [
   ["overview", "Overview", "1"],
@@ -33,28 +30,7 @@ const NAV: [View, string, string][] = [
   ["approvals", "Approvals", "8"],
 ];
 
-/** A list row's height, in pixels. */
-export const ROW = 30;
-/** How many entries or events one page of a list asks for. */
-export const PAGE = 200;
-
-/** Where the console keeps its preferences (localStorage in the app; a Map in tests). */
-export interface Prefs {
-  getItem(k: string): string | null;
-  setItem(k: string, v: string): void;
-}
-
-interface ActionSpec {
-  title: string;
-  preview: Preview;
-  /** Extra inputs (e.g. resolve's outcome fields). */
-  fields?: HTMLElement;
-  /** Runs the action; `progress(done, total)`; stops early once `stop` is aborted (the dialog's
-   * Stop): a loop checks `stop.aborted`, one long call listens for its `abort`. Returns a summary. */
-  run: (operator: string, reason: string, progress: (done: number, total: number) => void, stop: AbortSignal) => Promise<string>;
-}
-
-export class App {
+export class App implements Shell {
   view: View = "overview";
   main!: HTMLElement;
   private banner!: HTMLElement;
@@ -62,10 +38,8 @@ export class App {
   list: VirtualList<EntrySummary> | VirtualList<Event> | null = null;
   timers: number[] = [];
   lastEntry: number | null = null;
-  /** The shown view's own keys (the Approvals view's a and r): `true` when it took the key. */
   viewKeys: ((key: string) => boolean) | null = null;
   private searchTerm = "";
-  /** The archive directory the Export view opens with: the retention policy's, or the last one used. */
   archiveDir: string | null = null;
   /** The signed-in operator in a browser; `null` on the desktop, where every action is offered. */
   private who: Identity | null = null;
@@ -93,7 +67,6 @@ export class App {
     return this.who === null || allows(this.who.role, cmd);
   }
 
-  /** Attributes of a button for `cmd`: disabled, and saying why, when the role may not run it. */
   gate(cmd: CommandName, enabled = true): Record<string, string | boolean> {
     if (!this.can(cmd)) return { disabled: true, title: `needs the ${COMMANDS[cmd].role} role; you are signed in as ${this.who?.role ?? ""}` };
     return { disabled: !enabled };
@@ -357,25 +330,4 @@ export class App {
       reason.focus();
     });
   }
-}
-
-/** The entry filter a search term asks for: `route:`, `scope:`, `tool:` or `key:` a value, any
- * other `name:value` a subject, and a bare term a key or a subject's value. */
-export function searchFilter(term: string): Pick<EntryFilter, "route" | "scope" | "tool" | "key" | "subject" | "search"> {
-  const f = { route: null, scope: null, tool: null, key: null, subject: null, search: null } as Pick<EntryFilter, "route" | "scope" | "tool" | "key" | "subject" | "search">;
-  const v = term.trim();
-  const m = /^([A-Za-z0-9_-]+):(.+)$/.exec(v);
-  if (!m) {
-    if (v) f.search = v;
-    return f;
-  }
-  const [, name, value] = m;
-  if (name === "route" || name === "scope" || name === "tool" || name === "key") f[name] = value;
-  else f.subject = `${name}=${value}`;
-  return f;
-}
-
-/** Subjects as a row shows them (values) or the entry view (`name=value`). */
-export function subjectsText(s: [string, string][], sep?: string): string {
-  return s.map(([n, v]) => (sep ? `${n}${sep}${v}` : v)).join(" · ");
 }

@@ -1,6 +1,7 @@
 // What the console's tests share: a fake IPC or admin API under a real App, and the DOM queries
 // a user's eye makes.
-import { App, type Prefs } from "./app";
+import { App } from "./app";
+import type { Prefs } from "./shell";
 import { HttpTransport, TauriTransport } from "./transport";
 import type { EntrySummary } from "./bindings/EntrySummary";
 

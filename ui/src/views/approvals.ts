@@ -2,9 +2,9 @@
 import type { EntryDetail } from "../bindings/EntryDetail";
 import { clear, h } from "../dom";
 import { bodyText, isoTime, relative, routeLabel } from "../format";
-import { type App } from "../app";
+import { type Shell } from "../shell";
 
-export async function approvals(app: App): Promise<void> {
+export async function approvals(app: Shell): Promise<void> {
   let openOnly = app.prefs.getItem("approvalsAll") !== "1";
   const list = h("div", { testid: "approval-list" });
   let shown: EntryDetail[] = [];
@@ -31,7 +31,7 @@ export async function approvals(app: App): Promise<void> {
 }
 
 /** One held call: what it is, who asked, the policy it matched, the request, the time left. */
-export function approvalPanel(app: App, e: EntryDetail): HTMLElement {
+export function approvalPanel(app: Shell, e: EntryDetail): HTMLElement {
   const a = e.approval;
   const waiting = a !== null && a.end === null;
   const get = (n: string) => e.subjects.find(([k]) => k === n)?.[1];
@@ -54,7 +54,7 @@ export function approvalPanel(app: App, e: EntryDetail): HTMLElement {
 }
 
 /** Approves or rejects one held call, through the action dialog (a reason, the operator). */
-export async function decide(app: App, e: EntryDetail, approve: boolean): Promise<void> {
+export async function decide(app: Shell, e: EntryDetail, approve: boolean): Promise<void> {
   const verb = approve ? "approve" : "reject";
   await app.action({
     title: `${verb} entry ${e.id}`,

@@ -8,10 +8,10 @@ import type { ResolveAs } from "../bindings/ResolveAs";
 import { h } from "../dom";
 import { isoTime, relative, routeLabel } from "../format";
 import { VirtualList } from "../vlist";
-import { type App, ROW, PAGE, searchFilter, subjectsText } from "../app";
+import { type Shell, ROW, PAGE, searchFilter, subjectsText } from "../shell";
 import { resolveFields } from "./entry";
 
-export function entryRow(app: App, e: EntrySummary, selected: boolean, sel: Set<number> | null): HTMLElement {
+export function entryRow(app: Shell, e: EntrySummary, selected: boolean, sel: Set<number> | null): HTMLElement {
   const now = Date.now();
   const check = sel
     ? h("input", { testid: "row-select", attrs: { type: "checkbox", checked: sel.has(e.id), "aria-label": `select ${e.key}` }, on: { click: (ev) => { ev.stopPropagation(); if ((ev.target as HTMLInputElement).checked) sel.add(e.id); else sel.delete(e.id); } } })
@@ -33,7 +33,7 @@ export function entryRow(app: App, e: EntrySummary, selected: boolean, sel: Set<
   );
 }
 
-export async function entryList(app: App, title: string, hint: string, base: Partial<EntryFilter>, bulk: ("resolve" | "release" | "replay" | "reconcile")[]): Promise<void> {
+export async function entryList(app: Shell, title: string, hint: string, base: Partial<EntryFilter>, bulk: ("resolve" | "release" | "replay" | "reconcile")[]): Promise<void> {
   const filter: EntryFilter = { state: null, stuck: false, collisions: false, expired: false, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null, subject: null, search: null, ...base };
   const sel = new Set<number>();
   const sort: Sort = { oldest: false };
@@ -93,14 +93,14 @@ export function entryHeader(selectable: boolean, sort?: Sort, flip?: () => void)
   return h("div", { class: "row entry head", testid: "list-header", attrs: { role: "row" } }, ...(selectable ? [h("span", { class: "check" })] : []), ...cells.map(cell));
 }
 
-export async function entryPage(app: App, filter: EntryFilter, last: EntrySummary | undefined, oldest = false): Promise<{ items: EntrySummary[]; more: boolean }> {
+export async function entryPage(app: Shell, filter: EntryFilter, last: EntrySummary | undefined, oldest = false): Promise<{ items: EntrySummary[]; more: boolean }> {
   const { expiring_within, ...rest } = filter;
   const from = last ? last.id : null;
   const p = await app.t.ops.entries({ ...rest, expiring_within_ms: expiring_within, before: oldest ? null : from, after: oldest ? from : null, oldest_first: oldest, limit: PAGE });
   return { items: p.entries, more: (oldest ? p.next_after : p.next_before) !== null };
 }
 
-export async function bulkAction(app: App, action: "resolve" | "release" | "replay" | "reconcile", filter: EntryFilter, sel: Set<number>, list: VirtualList<EntrySummary>): Promise<void> {
+export async function bulkAction(app: Shell, action: "resolve" | "release" | "replay" | "reconcile", filter: EntryFilter, sel: Set<number>, list: VirtualList<EntrySummary>): Promise<void> {
   try {
     // Which entries, how many and whether any is destructive: the operations layer decides.
     const kind: BulkKind = action === "release" ? "resolve" : action;
@@ -135,7 +135,7 @@ export async function bulkAction(app: App, action: "resolve" | "release" | "repl
   }
 }
 
-export async function expiries(app: App): Promise<void> {
+export async function expiries(app: Shell): Promise<void> {
   const base: EntryFilter = { state: null, stuck: false, collisions: false, expired: true, expiring_within: null, duplicates: false, route: null, scope: null, key: null, tool: null, subject: null, search: null };
   let filter = { ...base };
   const sort: Sort = { oldest: false };

@@ -5,9 +5,9 @@ import type { ErrorBody } from "../bindings/ErrorBody";
 import type { ResolveAs } from "../bindings/ResolveAs";
 import { h } from "../dom";
 import { bodyText, curlFor, DEFAULT_PROXY, isoTime, proxyBase, relative, routeLabel } from "../format";
-import { type App, subjectsText } from "../app";
+import { type Shell, subjectsText } from "../shell";
 
-export async function entryView(app: App, id: number): Promise<void> {
+export async function entryView(app: Shell, id: number): Promise<void> {
   app.lastEntry = id;
   const v: EntryView = await app.t.ops.show({ entry_id: id });
   const e = v.entry;
@@ -88,7 +88,7 @@ export async function entryView(app: App, id: number): Promise<void> {
 
 /** The proof that event `seq` is in the log, for an auditor: a C2SP tlog-proof under a freshly
  * signed checkpoint, to save as a file and check with the log's public key alone. */
-async function showProof(app: App, panel: HTMLElement, seq: number): Promise<void> {
+async function showProof(app: Shell, panel: HTMLElement, seq: number): Promise<void> {
   try {
     const p = await app.t.ops.prove({ seq });
     const file = `event-${seq}.tlog-proof`;
@@ -104,7 +104,7 @@ async function showProof(app: App, panel: HTMLElement, seq: number): Promise<voi
   }
 }
 
-export async function entryAction(app: App, name: string, id: number): Promise<void> {
+export async function entryAction(app: Shell, name: string, id: number): Promise<void> {
   try {
     const preview = name === "purge" ? await app.t.ops.preview_purge({ target: "ids", ids: [id] }) : await app.t.ops.preview_resolve({ entry_id: id });
     const fields = name === "resolve" ? resolveFields() : null;
@@ -124,7 +124,7 @@ export async function entryAction(app: App, name: string, id: number): Promise<v
   }
 }
 
-export async function perform(app: App, action: string, id: number, operator: string, reason: string, confirm: boolean, outcome?: { as: ResolveAs; external_ref: string | null; body: string | null; status: number }): Promise<void> {
+export async function perform(app: Shell, action: string, id: number, operator: string, reason: string, confirm: boolean, outcome?: { as: ResolveAs; external_ref: string | null; body: string | null; status: number }): Promise<void> {
   const cmd = { operator, reason, confirm_destructive: confirm };
   if (action === "release") {
     await app.t.ops.resolve({ entry_id: id, as: "released", response: null, external_ref: null, ...cmd });

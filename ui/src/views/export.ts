@@ -7,9 +7,9 @@ import { clear, h } from "../dom";
 import { fromLocalInput } from "../format";
 import { toErrorBody } from "../transport";
 import { archivePanel, type RunJob } from "../audit";
-import { type App } from "../app";
+import { type Shell } from "../shell";
 
-export function exportView(app: App): void {
+export function exportView(app: Shell): void {
   const format = h("select", { testid: "export-format" }, h("option", { attrs: { value: "ndjson" } }, "NDJSON"), h("option", { attrs: { value: "csv" } }, "CSV"));
   const since = h("input", { testid: "export-since", attrs: { type: "datetime-local" } });
   const until = h("input", { testid: "export-until", attrs: { type: "datetime-local" } });

@@ -2,10 +2,10 @@
 import type { Incident } from "../bindings/Incident";
 import { clear, h } from "../dom";
 import { isoTime } from "../format";
-import { type App } from "../app";
+import { type Shell } from "../shell";
 import { entryHeader, entryRow } from "./entries";
 
-export async function incidents(app: App): Promise<void> {
+export async function incidents(app: Shell): Promise<void> {
   const [groups, loops] = await Promise.all([
     app.t.ops.incidents({ limit: 100 }),
     app.t.ops.log({ kind: "loop_suspect", limit: 50 }),
@@ -32,7 +32,7 @@ export async function incidents(app: App): Promise<void> {
 }
 
 /** One incident: what it is about in the business's terms, its entries, its review. */
-export function incidentPanel(app: App, g: Incident): HTMLElement {
+export function incidentPanel(app: Shell, g: Incident): HTMLElement {
   const review = h("button", { testid: "incident-review", attrs: app.gate("review_incident"), on: { click: () => void reviewIncident(app, g) } }, g.review && !g.open ? "Reviewed ✓" : "Mark reviewed…");
   const reopen = g.review && !g.open ? h("button", { testid: "incident-reopen", attrs: app.gate("reopen_incident"), on: { click: () => void reopenIncident(app, g) } }, "Reopen…") : null;
   return h(
@@ -46,7 +46,7 @@ export function incidentPanel(app: App, g: Incident): HTMLElement {
   );
 }
 
-export async function reviewIncident(app: App, g: Incident): Promise<void> {
+export async function reviewIncident(app: Shell, g: Incident): Promise<void> {
   await app.action({
     title: `review incident ${g.id}`,
     preview: { action: "review", count: 1, ids: [g.id], keys: [incidentTitle(g)], destructive: false, skipped: [] },
@@ -58,7 +58,7 @@ export async function reviewIncident(app: App, g: Incident): Promise<void> {
   await app.go("incidents");
 }
 
-export async function reopenIncident(app: App, g: Incident): Promise<void> {
+export async function reopenIncident(app: Shell, g: Incident): Promise<void> {
   await app.action({
     title: `reopen incident ${g.id}`,
     preview: { action: "reopen", count: 1, ids: [g.id], keys: [incidentTitle(g)], destructive: false, skipped: [] },

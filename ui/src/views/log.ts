@@ -5,12 +5,12 @@ import type { LogRequest } from "../bindings/LogRequest";
 import { h } from "../dom";
 import { fromLocalInput, isoTime } from "../format";
 import { VirtualList } from "../vlist";
-import { type App, ROW, PAGE } from "../app";
+import { type Shell, ROW, PAGE } from "../shell";
 
 /** The log's column names, in the order of its rows' cells. */
 const LOG_COLUMNS: [string, string][] = [["seq", "seq"], ["time", "time"], ["kind", "kind"], ["route", "route · scope"], ["key", "idempotency key"], ["who", "operator: reason, or detail"]];
 
-export async function logView(app: App): Promise<void> {
+export async function logView(app: Shell): Promise<void> {
   const f: LogRequest = { entry_id: null, route: null, scope: null, key: null, kind: null, operator: null, since: null, until: null, search: null };
   const input = (field: keyof LogRequest, placeholder: string, testid?: string) =>
     h("input", { testid, attrs: { placeholder, "aria-label": placeholder }, on: { change: (e) => { const v = (e.target as HTMLInputElement).value.trim(); (f as Record<string, unknown>)[field] = v === "" ? null : v; void list.reset(); } } });

@@ -4,9 +4,9 @@ import { clear, h } from "../dom";
 import { seriesFor } from "../format";
 import { hourlyChart } from "../chart";
 import { retentionPanel } from "../audit";
-import { type App, type View } from "../app";
+import { type Shell, type View } from "../shell";
 
-export async function overview(app: App): Promise<void> {
+export async function overview(app: Shell): Promise<void> {
   const hours = 72;
   const s = await app.t.ops.stats({ hours });
   const now = Date.now();
@@ -44,7 +44,7 @@ export async function overview(app: App): Promise<void> {
   app.main.append(grid, retentionPanel(retention, now), ...(app.t.kind === "tauri" ? [await proxyPanel(app)] : []));
 }
 
-export async function proxyPanel(app: App): Promise<HTMLElement> {
+export async function proxyPanel(app: Shell): Promise<HTMLElement> {
   const box = h("div", { class: "panel", testid: "proxy-panel" });
   const render = async () => {
     const st = await app.t.proxyStatus().catch((e) => (app.error(e), null));
