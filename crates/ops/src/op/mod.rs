@@ -11,7 +11,7 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::commands::Role;
+pub use idemgate_config::Role;
 
 /// How an operation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -231,7 +231,7 @@ macro_rules! operation {
             const SPEC: $crate::op::Spec = $crate::op::Spec {
                 name: stringify!($name),
                 doc: concat!($($doc, "\n"),*),
-                role: $crate::commands::Role::$role,
+                role: $crate::op::Role::$role,
                 kind: $crate::op::Kind::$kind,
                 http: $crate::op::operation!(@http $($method $path)?),
                 acts: $crate::op::operation!(@acts $($acts)?),
@@ -328,13 +328,13 @@ macro_rules! registry {
         pub(crate) fn call(
             ops: &crate::Ops,
             name: &str,
-            args: crate::dispatch::Args,
+            args: args::Args,
             cx: Cx<'_, '_>,
         ) -> Option<crate::OpsResult<serde_json::Value>> {
             $(
                 if name == <$module::Op as Declared>::SPEC.name {
                     return Some(args.decode(name).and_then(|req| {
-                        crate::dispatch::answer(<$module::Op as Operation>::run(ops, req, cx))
+                        args::answer(<$module::Op as Operation>::run(ops, req, cx))
                     }));
                 }
             )*
@@ -346,7 +346,7 @@ macro_rules! registry {
             ops: &crate::Ops,
             engine: &idemgate_proxy::Engine,
             name: &str,
-            args: crate::dispatch::Args,
+            args: args::Args,
         ) -> Option<crate::OpsResult<serde_json::Value>> {
             $(
                 if name == <$module::Op as Declared>::SPEC.name {
@@ -354,7 +354,7 @@ macro_rules! registry {
                         Ok(r) => r,
                         Err(e) => return Some(Err(e)),
                     };
-                    return Some(crate::dispatch::answer(
+                    return Some(args::answer(
                         <$module::Op as Operation>::run_upstream(ops, engine, req).await,
                     ));
                 }
@@ -374,7 +374,7 @@ macro_rules! registry {
                         if spec.acts {
                             v["operator"] = serde_json::json!("alice");
                         }
-                        crate::dispatch::Args::json(spec.name, v)
+                        args::Args::json(spec.name, v)
                             .and_then(|a| a.decode::<<$module::Op as Declared>::Request>(spec.name))
                             .map_err(|e| e.to_string())
                     });
@@ -417,6 +417,7 @@ macro_rules! registry {
     };
 }
 
+pub(crate) mod args;
 pub mod common;
 #[cfg(feature = "ts")]
 pub mod ts;
