@@ -114,7 +114,7 @@ impl Ahead {
             ..Ahead::default()
         };
         if !effects.is_empty() {
-            crate::write::effect_locks(db, &effect_routes, &effects)?;
+            crate::postgres::locks::effect_locks(db, &effect_routes, &effects)?;
         }
         let sql = &*READ_AHEAD;
         let params = [

@@ -23,9 +23,9 @@
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier as _, VerifyingKey};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub use crate::model::SignedCheckpoint;
 use crate::model::{rfc3339, ChainHead, Millis};
 
 /// The algorithm byte of an Ed25519 key in a note key.
@@ -365,22 +365,6 @@ pub struct VerifiedCheckpoint {
     pub origin: String,
     pub head: ChainHead,
     pub time: String,
-}
-
-/// A signed checkpoint as manifests and the log carry it: the signed note, and what it says
-/// spelled out beside it.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SignedCheckpoint {
-    pub origin: String,
-    pub seq: i64,
-    /// The head's hash, hex.
-    pub hash: String,
-    pub time: String,
-    /// The verifier key that checks it.
-    pub key: String,
-    /// The signed note itself: the only part a verifier trusts.
-    pub note: String,
 }
 
 #[cfg(test)]

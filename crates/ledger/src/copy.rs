@@ -232,7 +232,7 @@ pub fn copy(
             .db()
             .batch(&format!(
                 "SELECT pg_advisory_xact_lock({})",
-                crate::postgres::WRITE_LOCK
+                crate::postgres::locks::WRITE_LOCK
             ))
             .and_then(|()| crate::write::intake::take_all(src.db(), hasher).map(|_| ())),
         Dialect::Sqlite => Ok(()),

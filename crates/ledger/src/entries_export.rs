@@ -12,38 +12,12 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::chain::VerifyReport;
-use crate::checkpoint::{PublicKey, SignedCheckpoint, Signer};
+use crate::checkpoint::{PublicKey, Signer};
 use crate::error::Result;
 use crate::export::{self, ExportVerifyReport, Format, Written};
-use crate::model::{now_millis, rfc3339, ChainHead, Millis};
+pub use crate::model::EntryRow;
+use crate::model::{now_millis, rfc3339, ChainHead, Millis, SignedCheckpoint};
 use crate::store::{EventRange, Progress, Storage};
-
-/// One exported entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EntryRow {
-    pub id: i64,
-    pub route: String,
-    pub tool: Option<String>,
-    pub scope: String,
-    pub key: String,
-    pub effect: String,
-    pub state: String,
-    pub created_at: String,
-    pub completed_at: Option<String>,
-    pub expires_at: Option<String>,
-    pub attempts: i64,
-    pub replays: i64,
-    pub collisions: i64,
-    pub duplicate_of: Option<i64>,
-    /// The request's subjects as a JSON object (`{"customer":"cus_123","amount":"49.99"}`).
-    pub subjects: Option<String>,
-    /// The stored response's status and the sha256 of its body.
-    pub status: Option<u16>,
-    pub response_sha256: Option<String>,
-    pub resolved_by: Option<String>,
-    pub resolution_reason: Option<String>,
-    pub external_ref: Option<String>,
-}
 
 /// The manifest of an entries export (`FILE.manifest.json`).
 #[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::checkpoint::{SignedCheckpoint, Signer};
+use crate::checkpoint::Signer;
 use crate::error::{LedgerError, Result};
-use crate::model::{now_millis, rfc3339, ChainHead, Event};
+use crate::model::{now_millis, rfc3339, ChainHead, Event, SignedCheckpoint};
 use crate::store::{EventRange, Progress, Storage};
 use crate::tree::{self, TreeRange};
 
@@ -150,6 +150,12 @@ impl Row {
             hash: self.hash,
         })
     }
+}
+
+/// The leaf bytes of an event exported as an NDJSON line: what a verifier hashes.
+pub fn leaf_of_line(line: &str) -> Result<Vec<u8>> {
+    let row: Row = serde_json::from_str(line).map_err(|e| LedgerError::BadExport(e.to_string()))?;
+    Ok(tree::leaf_bytes(&row.into_event()?))
 }
 
 /// Writes through to `inner` while hashing and counting bytes.

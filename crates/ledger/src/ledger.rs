@@ -6,13 +6,12 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::ahead::{Effects, Touch};
 use crate::chain::{self, ChainHasher, VerifyReport};
-use crate::checkpoint::SignedCheckpoint;
 use crate::db::Db;
 use crate::error::{LedgerError, Result};
 use crate::lead::{Lead, Leader, Sole};
 use crate::model::{
     Approval, ArchivedSegment, ChainHead, Effect, EntryDetail, EntryFilter, EntrySummary, Event,
-    EventFilter, Incident, Millis, Page, ResponseRecord, Review, Stats,
+    EventFilter, Incident, Millis, Page, ResponseRecord, Review, SignedCheckpoint, Stats,
 };
 use crate::prepared;
 use crate::read;
@@ -482,7 +481,7 @@ impl Storage for Ledger {
         self.submit(move |ctx| write::note_tools(ctx, &listed))
     }
 
-    fn extend_tree(&self, batch: crate::tree::TreeBatch) -> Ticket<()> {
+    fn extend_tree(&self, batch: crate::model::TreeBatch) -> Ticket<()> {
         if self.backend() == "postgres" {
             return Ticket::ready(self.read(|db| write::extend_tree_alone(db, &batch)));
         }
@@ -564,7 +563,7 @@ impl Storage for Ledger {
     fn scan_entries(
         &self,
         range: EventRange,
-        f: &mut dyn FnMut(crate::entries_export::EntryRow) -> Result<bool>,
+        f: &mut dyn FnMut(crate::model::EntryRow) -> Result<bool>,
     ) -> Result<()> {
         self.read_log(|db| read::scan_entries(db, range, f))
     }
@@ -577,7 +576,7 @@ impl Storage for Ledger {
         self.read(read::archived)
     }
 
-    fn tree_state(&self) -> Result<crate::tree::TreeState> {
+    fn tree_state(&self) -> Result<crate::model::TreeState> {
         self.read(read::tree_state)
     }
 

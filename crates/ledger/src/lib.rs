@@ -18,6 +18,8 @@ pub mod entries_export;
 mod entry_row;
 pub mod error;
 pub mod export;
+#[cfg(test)]
+mod layout;
 mod lead;
 mod ledger;
 mod model;

@@ -8,7 +8,9 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 mod approval;
+mod audit;
 pub use approval::{operator_identity, operator_name, Approval, ApprovalEnd, OS_USER_MARK};
+pub use audit::{EntryRow, SignedCheckpoint, TreeBatch, TreeState};
 
 /// Milliseconds since the Unix epoch, UTC.
 pub type Millis = i64;

@@ -487,7 +487,7 @@ pub(crate) fn scan_events(
 pub(crate) fn scan_entries(
     db: &mut dyn Db,
     range: EventRange,
-    f: &mut dyn FnMut(crate::entries_export::EntryRow) -> Result<bool>,
+    f: &mut dyn FnMut(crate::model::EntryRow) -> Result<bool>,
 ) -> Result<()> {
     use crate::entries_export::{time, EntryRow};
     db.each(

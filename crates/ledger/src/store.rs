@@ -4,12 +4,12 @@
 use serde::{Deserialize, Serialize};
 
 use crate::chain::VerifyReport;
-use crate::checkpoint::SignedCheckpoint;
 use crate::error::{LedgerError, Result};
 use crate::lead::{Lead, Leader};
 use crate::model::{
-    Approval, ArchivedSegment, ChainHead, Effect, EntryDetail, EntryFilter, EntrySummary, Event,
-    EventFilter, Incident, Millis, Page, RequestRecord, ResponseRecord, Review, Stats,
+    Approval, ArchivedSegment, ChainHead, Effect, EntryDetail, EntryFilter, EntryRow, EntrySummary,
+    Event, EventFilter, Incident, Millis, Page, RequestRecord, ResponseRecord, Review,
+    SignedCheckpoint, Stats, TreeBatch, TreeState,
 };
 
 /// A write that has been queued. It resolves once the batch holding it is durable (fsync'd) or has
@@ -401,7 +401,7 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn note_tools(&self, listed: ToolsListed) -> Ticket<()>;
     /// Appends an integration step to the log's Merkle tree ([`crate::tree::integrate`]);
     /// refused with nothing written when the tree no longer has the size it was computed from.
-    fn extend_tree(&self, batch: crate::tree::TreeBatch) -> Ticket<()>;
+    fn extend_tree(&self, batch: TreeBatch) -> Ticket<()>;
     /// Keeps a signed checkpoint (`note`) of the tree of `size` leaves; refused (conflict) unless
     /// it is larger than every one kept, so that two signers leave one.
     fn note_tree_checkpoint(&self, size: u64, note: String, at: Millis) -> Ticket<()>;
@@ -453,14 +453,14 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn scan_entries(
         &self,
         range: EventRange,
-        f: &mut dyn FnMut(crate::entries_export::EntryRow) -> Result<bool>,
+        f: &mut dyn FnMut(EntryRow) -> Result<bool>,
     ) -> Result<()>;
     /// The seq of the last live event logged before `before`.
     fn seq_before(&self, before: Millis) -> Result<Option<i64>>;
     /// The recorded archive segments, oldest first.
     fn archived(&self) -> Result<Vec<ArchivedSegment>>;
     /// The log's Merkle tree: its size and last leaf's seq.
-    fn tree_state(&self) -> Result<crate::tree::TreeState>;
+    fn tree_state(&self) -> Result<TreeState>;
     /// The tree's stored hashes at these indexes (Go `tlog`'s `StoredHashIndex`), in order.
     fn tree_hashes(&self, indexes: &[u64]) -> Result<Vec<[u8; 32]>>;
     /// The event `seq`'s leaf index, once the tree holds it.

@@ -181,8 +181,8 @@ pub fn hold_effect_lock(url: &str, id: i64) -> Open {
         url,
         &format!(
             "SELECT pg_advisory_xact_lock({}, {}) FROM entries WHERE id = {id}",
-            crate::write::EFFECT_LOCK_SPACE,
-            crate::write::effect_key("route", "COALESCE(dup_fp, fingerprint)")
+            crate::postgres::locks::EFFECT_LOCK_SPACE,
+            crate::postgres::locks::effect_key("route", "COALESCE(dup_fp, fingerprint)")
         ),
     )
 }
@@ -230,7 +230,7 @@ pub fn hold_write_lock(url: &str) -> WriteLockHeld {
     let mut c = connect(url).expect("connect");
     c.batch(&format!(
         "SELECT pg_advisory_lock({})",
-        crate::postgres::WRITE_LOCK
+        crate::postgres::locks::WRITE_LOCK
     ))
     .expect("take the write lock");
     WriteLockHeld(c)
@@ -240,7 +240,7 @@ impl Drop for WriteLockHeld {
     fn drop(&mut self) {
         let _ = self.0.batch(&format!(
             "SELECT pg_advisory_unlock({})",
-            crate::postgres::WRITE_LOCK
+            crate::postgres::locks::WRITE_LOCK
         ));
     }
 }

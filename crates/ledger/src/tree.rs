@@ -25,6 +25,7 @@ pub use range::{RangeHasher, TreeRange};
 use crate::chain::canonical_event;
 use crate::error::{LedgerError, Result};
 use crate::model::{ChainHead, Event};
+pub use crate::model::{TreeBatch, TreeState};
 use crate::store::Storage;
 
 /// The most events one integration step adds to the tree in one write.
@@ -33,29 +34,6 @@ pub const BATCH: usize = 4096;
 /// The bytes of an event's leaf: what a verifier recomputes from an exported NDJSON line.
 pub fn leaf_bytes(ev: &Event) -> Vec<u8> {
     canonical_event(ev)
-}
-
-/// The leaf bytes of an event exported as an NDJSON line: what a verifier hashes.
-pub fn leaf_of_line(line: &str) -> Result<Vec<u8>> {
-    let row: crate::export::Row =
-        serde_json::from_str(line).map_err(|e| LedgerError::BadExport(e.to_string()))?;
-    Ok(leaf_bytes(&row.into_event()?))
-}
-
-/// How far the tree has grown: its size (leaves `0..size`) and the seq of its last leaf.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TreeState {
-    pub size: u64,
-    pub last_seq: Option<i64>,
-}
-
-/// One integration step's rows: leaves `size..` (each its event's seq) and the stored hashes
-/// they add, the first at `tlog::stored_hash_index(0, size)`.
-#[derive(Debug, Clone)]
-pub struct TreeBatch {
-    pub size: u64,
-    pub seqs: Vec<i64>,
-    pub hashes: Vec<[u8; 32]>,
 }
 
 /// The tree's size and root hash.

@@ -525,7 +525,7 @@ fn go_recomputes_an_export_s_signed_tree_from_its_lines() {
     let text = std::fs::read_to_string(&out).expect("export");
     let leaves: Vec<String> = text
         .lines()
-        .map(|line| B64.encode(idemgate_ledger::tree::leaf_of_line(line).expect("a line")))
+        .map(|line| B64.encode(idemgate_ledger::export::leaf_of_line(line).expect("a line")))
         .collect();
     assert_eq!(tree["size"].as_u64(), Some(first + leaves.len() as u64));
     let (cp, left, leaf_file) = (path("may.cp"), path("left"), path("leaves"));

@@ -172,7 +172,7 @@ fn a_signed_export_verifies_with_the_public_key_alone_and_not_otherwise() {
         serde_json::from_value(mv["tree"].clone()).expect("placed in the tree");
     let mut leaves = range.hasher().expect("hasher");
     for line in std::fs::read_to_string(&cut).expect("cut").lines() {
-        leaves.push(&idemgate_ledger::tree::leaf_of_line(line).expect("a row"));
+        leaves.push(&idemgate_ledger::export::leaf_of_line(line).expect("a row"));
     }
     mv["tree"]["size"] = leaves.head().size.into();
     mv["tree"]["root"] = leaves.head().root_base64().into();

@@ -5,12 +5,12 @@
 //! on every row a job reads to change), so two batches that touch one entry take turns; a new
 //! key's claim is decided by the unique constraint on `(key, route, scope)`: the second insert
 //! waits for the first and fails, and its batch runs again and finds the key's entry. A claim
-//! under the reject policy and every completion take a lock of their effect
-//! (`write/insert.rs`). A batch's events go to the intake, unnumbered; the sequencer
-//! (`write/intake.rs`, under [`SEQ_LOCK`]) numbers and chains them into the log, so the hash chain
-//! stays one chain without the write path knowing its head. Batches hold [`WRITE_LOCK`] shared:
-//! a copy of the ledger takes it alone, for a consistent cut. Commits are durable
-//! (`synchronous_commit` as the server has it, `on` by default);
+//! under the reject policy and every completion take a lock of their effect ([`locks`]). A
+//! batch's events go to the intake, unnumbered; the sequencer (`write/intake.rs`, under
+//! [`locks::SEQ_LOCK`]) numbers and chains them into the log, so the hash chain stays one chain
+//! without the write path knowing its head. Batches hold [`locks::WRITE_LOCK`] shared: a copy of
+//! the ledger takes it alone, for a consistent cut. Commits are durable (`synchronous_commit` as
+//! the server has it, `on` by default);
 //! one commit carries the whole batch — group commit across the instance's requests.
 //!
 //! A lost connection (the server restarted, a network cut) fails the batch in flight — its writes
@@ -19,6 +19,7 @@
 
 mod conn;
 mod lead;
+pub(crate) mod locks;
 mod rows;
 mod schema;
 mod tls;
@@ -38,19 +39,10 @@ use crate::ledger::{self, Ledger, OpenOptions, ReadPool};
 use crate::model::Millis;
 use crate::writer::{WriteConn, Writer, MAX_BATCH};
 pub(crate) use conn::PgConn;
+use locks::{begin_batch, begin_locked, MIGRATE_LOCK};
 
-/// The advisory lock every write batch holds shared, and a copy alone (any constant; "idemgate"
-/// in ASCII, truncated).
-pub(crate) const WRITE_LOCK: i64 = 0x6964_656d_6761_7465;
-/// The advisory lock a step of the sequencer holds: one at a time numbers and chains the intake.
-pub(crate) const SEQ_LOCK: i64 = 0x6964_656d_7365_7173;
-/// The advisory lock a step of the tree's integrator holds (not the write lock: see
-/// `write::tree::extend_tree_alone`).
-pub(crate) const TREE_LOCK: i64 = 0x6964_656d_7472_6565;
 /// The commits through which the writer has its tables analysed itself ([`analyze_due`]).
 const YOUNG_COMMITS: u64 = 16_384;
-/// The advisory lock migrations hold.
-const MIGRATE_LOCK: i64 = 0x6964_656d_6d69_6772;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A pooled reader idle longer than this is checked before use.
 const CHECK_IDLE: Duration = Duration::from_secs(1);
@@ -87,17 +79,6 @@ impl Ledger {
         });
         Ok(Ledger::new(opts.hasher, readers, writer, None))
     }
-}
-
-/// Begins a transaction holding the advisory lock `lock` until it ends.
-pub(crate) fn begin_locked(lock: i64) -> String {
-    format!("BEGIN; SELECT pg_advisory_xact_lock({lock})")
-}
-
-/// Begins a write batch's transaction: [`WRITE_LOCK`] shared, so batches run side by side and
-/// wait only for one that holds it alone (a copy taking a consistent cut).
-fn begin_batch() -> String {
-    format!("BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})")
 }
 
 /// Where and how to connect: the settings of a URL, with idemgate's defaults (a connect timeout,

@@ -346,7 +346,7 @@ ALTER TABLE event_counts DROP CONSTRAINT event_counts_pkey;
 ALTER TABLE event_counts ADD PRIMARY KEY (hour, kind, shard);
 "#,
     // 17: the intake's events leave it only for the log: a DELETE is the sequencer's, which holds
-    // its advisory lock (`postgres::SEQ_LOCK`, whose halves are the two numbers below) in the same
+    // its advisory lock (`postgres::locks::SEQ_LOCK`, whose halves are the two numbers below) in the same
     // session; any other, and a TRUNCATE, is refused, as on the log.
     r#"
 CREATE FUNCTION idemgate_intake_delete() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -2,7 +2,7 @@
 
 use crate::db::{vals, Db, Val};
 use crate::error::{LedgerError, Result};
-use crate::tree::TreeState;
+use crate::model::TreeState;
 
 /// The tree's size and the seq of its last leaf.
 pub(crate) fn tree_state(db: &mut dyn Db) -> Result<TreeState> {

@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use super::{append, moved, NewEvent};
+use super::log::{append, moved, NewEvent};
 use crate::canon::canonical_string;
 use crate::db::vals;
 use crate::entry_row::{map_row, row_by_id, Row, ROW_COLS};

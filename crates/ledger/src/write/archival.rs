@@ -3,11 +3,11 @@
 
 use serde_json::json;
 
-use super::{append_numbered, NewEvent};
+use super::log::{append_numbered, NewEvent};
 use crate::canon::canonical_string;
-use crate::checkpoint::SignedCheckpoint;
 use crate::db::vals;
 use crate::error::{LedgerError, Result};
+use crate::model::SignedCheckpoint;
 use crate::model::{ArchivedSegment, EventKind, Millis};
 use crate::store::Actor;
 use crate::writer::Ctx;

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use serde_json::json;
 
-use super::{append, NewEvent};
+use super::log::{append, NewEvent};
 use crate::canon::canonical_string;
 use crate::db::{vals, Db};
 use crate::entry_row::Row;

@@ -8,6 +8,7 @@ use crate::db::{vals, Db, Dialect, PerDialect, Shifted, Val};
 use crate::entry_row::{lookup, map_row, Row, AFTER_ROW, LOOKUP};
 use crate::error::Result;
 use crate::model::ResponseRecord;
+use crate::postgres::locks::effect_locks;
 use crate::prepared::Claim;
 use crate::read;
 use crate::writer::Ctx;
@@ -100,33 +101,6 @@ fn insert_or_lookup(db: &mut dyn Db, c: &Claim) -> Result<First> {
         },
     })
 }
-
-/// Takes (PostgreSQL) the locks of effects — each a route in `routes` and the fingerprint or
-/// duplicate values at the same place in `effects` — until the batch ends, with its statement
-/// that follows. A completion takes its effect's before it commits, a claim under the reject
-/// policy before it looks for a completion of the same effect: so the claim sees every such
-/// completion that committed, or comes before it.
-pub(crate) fn effect_locks(db: &mut dyn Db, routes: &[&str], effects: &[&str]) -> Result<()> {
-    db.defer_exec(&EFFECT_LOCKS, &[Val::Texts(routes), Val::Texts(effects)])
-}
-
-/// The effect locks' key space: two int4 keys, apart from the ledger's fixed bigint locks.
-pub(crate) const EFFECT_LOCK_SPACE: i32 = 26_980;
-
-/// The SQL of an effect lock's key, from the SQL of its route and of its effect.
-pub(crate) fn effect_key(route: &str, effect: &str) -> String {
-    format!("hashtext({route} || chr(10) || {effect})")
-}
-
-/// Takes the locks of the effects (routes ?1, fingerprints or duplicate values ?2) in the order
-/// of their keys, so two batches never wait for each other's in a cycle.
-static EFFECT_LOCKS: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT pg_advisory_xact_lock({EFFECT_LOCK_SPACE}, h) FROM (SELECT DISTINCT {} AS h \
-         FROM unnest(?1::text[], ?2::text[]) AS t(r, e) ORDER BY h) AS l",
-        effect_key("r", "e")
-    )
-});
 
 /// A new key's entry, when the batch read ahead that it has none: it takes `id`, taken with the
 /// rows, and its insert is sent with the batch's next statement.

@@ -18,7 +18,7 @@ use crate::chain::ChainHasher;
 use crate::db::{vals, Db, Dialect};
 use crate::error::Result;
 use crate::model::Event;
-use crate::postgres::{begin_locked, SEQ_LOCK};
+use crate::postgres::locks::{begin_locked, SEQ_LOCK};
 use crate::read;
 use crate::writer::{inserts, Head, Rows, INTAKE_COLS};
 

@@ -4,7 +4,8 @@
 
 use serde_json::json;
 
-use super::{append, moved, store_completion};
+use super::log::{append, moved, NewEvent};
+use super::outcome::store_completion;
 use crate::canon::canonical_string;
 use crate::canon::sha256_hex;
 use crate::db::vals;
@@ -17,7 +18,6 @@ use crate::store::{
     Actor, LoopNote, PurgeRequest, ReconcileNote, Redrive, RedriveRequest, Resolution,
     ResolveRequest, ReviewRequest,
 };
-use crate::write::NewEvent;
 use crate::writer::Ctx;
 
 pub(super) fn check_actor(actor: &Actor) -> Result<()> {

@@ -3,9 +3,10 @@
 
 use serde_json::json;
 
-use super::{append, check_owned, flag_duplicate, moved, owned};
+use super::duplicates::flag_duplicate;
+use super::log::{append, moved};
 use crate::db::{vals, Db, Dialect, PerDialect, Val};
-use crate::entry_row::{map_row, Row, ROW_COLS};
+use crate::entry_row::{map_row, row_by_id, Row, ROW_COLS};
 use crate::error::{LedgerError, Result};
 use crate::model::{EventKind, Millis, ResponseRecord, State};
 use crate::prepared::{headers_json, Completion};
@@ -44,7 +45,7 @@ pub(crate) fn complete(ctx: &mut Ctx<'_>, c: &Completion) -> Result<CompleteOutc
     // policy, at the same time: each takes the effect's lock before it looks or commits (the
     // read ahead took it for an effect the instance knew).
     if ctx.db.dialect() == Dialect::Postgres && !locked {
-        super::insert::effect_locks(ctx.db, &[&row.route], &[row.effect()])?;
+        crate::postgres::locks::effect_locks(ctx.db, &[&row.route], &[row.effect()])?;
     }
     let none_before =
         !maybe_duplicate && ctx.ahead.as_deref().is_some_and(|a| a.no_duplicate(&row));
@@ -157,6 +158,53 @@ pub(crate) fn release(ctx: &mut Ctx<'_>, rep: &OwnerReport) -> Result<()> {
     append(
         ctx,
         row.event(rep.at, EventKind::Release, json!({"error": rep.error})),
+    )?;
+    Ok(())
+}
+
+/// The entry must be PENDING and leased by `owner`.
+pub(super) fn owned(db: &mut dyn Db, id: i64, owner: &str, action: &'static str) -> Result<Row> {
+    let row = row_by_id(db, id)?;
+    check_owned(&row, owner, action)?;
+    Ok(row)
+}
+
+/// `row` must be PENDING and leased by `owner`.
+fn check_owned(row: &Row, owner: &str, action: &'static str) -> Result<()> {
+    if row.state != State::Pending {
+        return Err(LedgerError::InvalidTransition {
+            id: row.id,
+            state: row.state.to_string(),
+            action,
+            needed: "pending",
+        });
+    }
+    if row.lease_owner.as_deref() != Some(owner) {
+        return Err(LedgerError::LeaseLost(row.id));
+    }
+    Ok(())
+}
+
+/// Records a retry after an outcome that was not executed, and renews the lease for it.
+pub(crate) fn record_attempt(
+    ctx: &mut Ctx<'_>,
+    rep: &OwnerReport,
+    attempt: i64,
+    lease_ms: i64,
+) -> Result<()> {
+    let row = owned(ctx.db, rep.entry_id, &rep.owner, "record attempt")?;
+    ctx.db.exec(
+        "UPDATE entries SET attempts = ?2, last_error = ?3, updated_at = ?4, \
+         lease_expires_at = ?5 WHERE id = ?1",
+        vals![row.id, attempt, &rep.error, rep.at, rep.at + lease_ms],
+    )?;
+    append(
+        ctx,
+        row.event(
+            rep.at,
+            EventKind::Attempt,
+            json!({"attempt": attempt, "error": rep.error}),
+        ),
     )?;
     Ok(())
 }

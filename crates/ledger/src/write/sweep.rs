@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use serde_json::json;
 
-use super::append;
+use super::log::append;
 use crate::db::vals;
 use crate::entry_row::{map_row, Row, ROW_COLS};
 use crate::error::Result;

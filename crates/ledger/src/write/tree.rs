@@ -2,8 +2,8 @@
 
 use crate::db::{vals, Db, Val};
 use crate::error::{LedgerError, Result};
+use crate::model::TreeBatch;
 use crate::read;
-use crate::tree::TreeBatch;
 use crate::writer::Ctx;
 
 /// Rows one statement inserts.
@@ -18,7 +18,9 @@ pub(crate) fn extend_tree(ctx: &mut Ctx<'_>, batch: &TreeBatch) -> Result<()> {
 /// instead of the log's write lock: the integrators take turns at the tree, and the log's write
 /// batches, which need nothing of it, do not wait for a step's inserts.
 pub(crate) fn extend_tree_alone(db: &mut dyn Db, batch: &TreeBatch) -> Result<()> {
-    db.defer(&crate::postgres::begin_locked(crate::postgres::TREE_LOCK))?;
+    db.defer(&crate::postgres::locks::begin_locked(
+        crate::postgres::locks::TREE_LOCK,
+    ))?;
     let appended = append(db, batch).and_then(|()| db.batch("COMMIT"));
     if appended.is_err() {
         let _ = db.batch("ROLLBACK");

@@ -475,4 +475,22 @@ mod tests {
     fn every_example_decodes_as_its_operation_s_request() {
         assert_eq!(super::example_errors(), Vec::new());
     }
+
+    /// ARCHITECTURE.md: `op/` takes nothing from `dispatch.rs` or `commands.rs`, which are built
+    /// on it (its tests may run operations through `dispatch`).
+    #[test]
+    fn the_declarations_take_nothing_from_their_hosts_side() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/op");
+        for file in std::fs::read_dir(dir).expect("src/op").flatten() {
+            let text = std::fs::read_to_string(file.path()).expect("a source");
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                assert!(
+                    !line.contains("dispatch::") && !line.contains("commands::"),
+                    "{}: {line}",
+                    file.path().display()
+                );
+            }
+        }
+    }
 }
