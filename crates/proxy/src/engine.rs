@@ -40,27 +40,18 @@ use crate::telemetry;
 
 pub(crate) use crate::claim::{settled, Claimed};
 pub(crate) use crate::drive::{drive, ClaimedCall};
-pub use crate::respond::{respond, respond_upstream};
+pub use crate::request_checks::{MAX_HEADERS, MAX_HEADER_BYTES};
+pub use crate::respond::{respond, respond_upstream, ProxyBody};
 pub(crate) use metrics_of_route::RouteMetrics;
 
 mod make;
 mod metrics_of_route;
 mod read;
 
-/// The most header bytes (names and values) a proxied request may carry; more gets 431.
-pub const MAX_HEADER_BYTES: usize = 32 * 1024;
-/// The most header fields a proxied request may carry; more gets 431.
-pub const MAX_HEADERS: usize = 128;
-
 /// Where a stored request keeps the key its upstream was sent (`forward_key`) when that is not the
 /// entry's own key ([`keys::upstream_key`]: a scoped key). Never sent under this name: a replay
 /// sends it as `Idempotency-Key`. An entry stored without it was sent its own key.
 pub const UPSTREAM_KEY_HEADER: &str = "idemgate-upstream-key";
-
-/// The body of every answer the proxy gives: complete before it is sent (a stored response, an
-/// upstream's collected body, a problem), a read's, streamed from its upstream as it comes, or an
-/// MCP call's events, passed on as its task reads them.
-pub type ProxyBody = Either<Full<Bytes>, Either<forward::StreamedBody, crate::mcp::EventBody>>;
 
 /// Everything the request path needs; shared by all connections.
 #[derive(Debug)]

@@ -6,8 +6,12 @@
 use axum::http::{header, HeaderMap, HeaderValue};
 use idemgate_ledger::canon;
 
-use crate::engine::{MAX_HEADERS, MAX_HEADER_BYTES};
 use crate::problem::{Code, Problem};
+
+/// The most header bytes (names and values) a proxied request may carry; more gets 431.
+pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+/// The most header fields a proxied request may carry; more gets 431.
+pub const MAX_HEADERS: usize = 128;
 
 /// The path a route is chosen by: `path` percent-decoded, as the upstream reads it (every web
 /// framework decodes a path before it routes it). Else `/v1/%63ancel` went by a broader route

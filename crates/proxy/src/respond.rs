@@ -6,8 +6,13 @@ use bytes::Bytes;
 use http_body_util::{Either, Full};
 use idemgate_ledger::ResponseRecord;
 
-use crate::engine::ProxyBody;
 use crate::forward::{self, UpstreamResponse};
+use crate::mcp::sse::EventBody;
+
+/// The body of every answer the proxy gives: complete before it is sent (a stored response, an
+/// upstream's collected body, a problem), a read's, streamed from its upstream as it comes, or an
+/// MCP call's events, passed on as its task reads them.
+pub type ProxyBody = Either<Full<Bytes>, Either<forward::StreamedBody, EventBody>>;
 
 /// A stored response to the client (a replay, or the read cache's), with the key echoed and the
 /// replay marked. The record's body becomes the response's without a copy.

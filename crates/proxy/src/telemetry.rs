@@ -33,7 +33,6 @@ use idemgate_ledger::LedgerError;
 
 use crate::config::{Protocol, Route, Telemetry};
 use crate::forward::{Attempt, HttpClient};
-use crate::mcp::jsonrpc::TraceMeta;
 
 /// How long one batch of spans may take to reach the collector.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -233,12 +232,12 @@ pub(crate) fn note(attrs: impl FnOnce() -> Vec<KeyValue>) {
     with_call(|c| c.cx().span().set_attributes(attrs()));
 }
 
-/// The current request is an MCP `method` (a `tools/call` of `call`): its span started under the
-/// message's `trace` when it carries one, named and described as OpenTelemetry's conventions for
-/// MCP servers say.
+/// The current request is an MCP `method` (a `tools/call` of `call`: its id and tool name): its
+/// span started under the message's `trace` when it carries one, named and described as
+/// OpenTelemetry's conventions for MCP servers say.
 pub(crate) fn mcp(
     method: &'static str,
-    call: Option<&crate::mcp::jsonrpc::Call>,
+    call: Option<(&serde_json::Value, &str)>,
     trace: &TraceMeta,
     parts: &Parts,
 ) {
@@ -261,17 +260,17 @@ pub(crate) fn mcp(
             header("mcp-protocol-version").map(|v| KeyValue::new("mcp.protocol.version", v)),
         );
         match call {
-            Some(call) => {
-                let id = match &call.id {
+            Some((id, name)) => {
+                let id = match id {
                     serde_json::Value::String(s) => s.clone(),
                     other => other.to_string(),
                 };
                 attrs.extend([
                     KeyValue::new("jsonrpc.request.id", id),
                     KeyValue::new("gen_ai.operation.name", "execute_tool"),
-                    KeyValue::new("gen_ai.tool.name", call.name.clone()),
+                    KeyValue::new("gen_ai.tool.name", name.to_owned()),
                 ]);
-                span.update_name(format!("{method} {}", call.name));
+                span.update_name(format!("{method} {name}"));
             }
             None => span.update_name(method),
         }
@@ -371,6 +370,15 @@ pub(crate) fn tool_result(message: &[u8]) {
             Vec::new()
         }
     });
+}
+
+/// The W3C trace context a request carries in `params._meta` (`traceparent`, `tracestate`), as
+/// MCP propagates it (SEP-414): on the wire, one HTTP request may carry many messages, so the
+/// message's own context is the one its span continues.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TraceMeta {
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
 }
 
 /// The context a message's `_meta` names, when it names a valid one.

@@ -81,3 +81,24 @@ async fn a_flight_answers_its_own_request_until_it_lands_or_its_lease_passes() {
         .expect("woken when the request ends");
     assert!(matches!(flights.seen(&k, "fp", 999), Seen::Unknown));
 }
+
+/// ARCHITECTURE.md: the request path's building blocks take nothing from the engine, which calls
+/// them.
+#[test]
+fn the_request_path_s_building_blocks_take_nothing_from_the_engine() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for file in [
+        "respond.rs",
+        "request_checks.rs",
+        "read_body.rs",
+        "telemetry.rs",
+        "mcp/jsonrpc.rs",
+        "mcp/sse.rs",
+        "mcp/attempt.rs",
+    ] {
+        let text = std::fs::read_to_string(src.join(file)).expect("a source");
+        for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            assert!(!line.contains("engine::"), "{file}: {line}");
+        }
+    }
+}

@@ -11,14 +11,13 @@ use std::time::Duration;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Response};
 use bytes::Bytes;
 use http_body_util::Either;
-use hyper::body::{Body, Frame};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::jsonrpc;
-use super::sse;
-use crate::engine::ProxyBody;
+use super::sse::{self, EventBody};
 use crate::forward::{self, Attempt, Deadline, HttpClient, Outgoing, UpstreamResponse};
+use crate::respond::ProxyBody;
 
 /// How each attempt of a claimed call reaches its upstream.
 pub(crate) enum Via<'a> {
@@ -232,7 +231,7 @@ impl Sink {
         let Some(rx) = self.rx.lock().ok().and_then(|mut r| r.take()) else {
             return;
         };
-        let body = Either::Right(Either::Right(EventBody { rx }));
+        let body = Either::Right(Either::Right(EventBody::new(rx)));
         let _ = head.send(crate::respond::response(
             200, headers, body, None, false, None,
         ));
@@ -267,24 +266,6 @@ impl Sink {
                 let _ = tokio::time::timeout(LAST_WAIT, self.tx.send(last)).await;
             }
         }
-    }
-}
-
-/// A stream's body: the events a call's task sends.
-#[derive(Debug)]
-pub struct EventBody {
-    rx: mpsc::Receiver<Bytes>,
-}
-
-impl Body for EventBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.rx.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
     }
 }
 

@@ -8,8 +8,9 @@ use http_body_util::{Either, Full};
 use idemgate_ledger::canon;
 use serde_json::{json, Map, Value};
 
-use crate::engine::ProxyBody;
 use crate::problem::{Code, Problem};
+use crate::respond::ProxyBody;
+pub use crate::telemetry::TraceMeta;
 
 /// JSON-RPC's own codes for a message idemgate will not take.
 pub const PARSE_ERROR: i64 = -32700;
@@ -36,27 +37,17 @@ pub struct Call {
     pub progress_token: Option<Value>,
 }
 
-/// The W3C trace context a request carries in `params._meta` (`traceparent`, `tracestate`), as
-/// MCP propagates it (SEP-414): on the wire, one HTTP request may carry many messages, so the
-/// message's own context is the one its span continues.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TraceMeta {
-    pub traceparent: Option<String>,
-    pub tracestate: Option<String>,
-}
-
-impl TraceMeta {
-    fn of(params: Option<&Map<String, Value>>) -> TraceMeta {
-        let meta = params.and_then(|p| p.get("_meta"));
-        let text = |k: &str| {
-            meta.and_then(|m| m.get(k))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
-        TraceMeta {
-            traceparent: text("traceparent"),
-            tracestate: text("tracestate"),
-        }
+/// The W3C trace context in `params._meta`, when the message carries one.
+fn trace_meta(params: Option<&Map<String, Value>>) -> TraceMeta {
+    let meta = params.and_then(|p| p.get("_meta"));
+    let text = |k: &str| {
+        meta.and_then(|m| m.get(k))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    TraceMeta {
+        traceparent: text("traceparent"),
+        tracestate: text("tracestate"),
     }
 }
 
@@ -127,7 +118,7 @@ pub fn classify(body: &[u8]) -> Message {
         Value::Object(ref m) => match method(&v) {
             Some("tools/call") => tools_call(m),
             Some("tools/list") => {
-                Message::ToolsList(TraceMeta::of(m.get("params").and_then(Value::as_object)))
+                Message::ToolsList(trace_meta(m.get("params").and_then(Value::as_object)))
             }
             Some("notifications/cancelled") => match v.pointer("/params/requestId") {
                 Some(id) => Message::Cancelled {
@@ -182,7 +173,7 @@ fn tools_call(m: &Map<String, Value>) -> Message {
             .and_then(|p| p.get("_meta"))
             .and_then(|m| m.get(META_KEY))
             .cloned(),
-        trace: TraceMeta::of(params),
+        trace: trace_meta(params),
         progress_token: params
             .and_then(|p| p.get("_meta"))
             .and_then(|m| m.get("progressToken"))

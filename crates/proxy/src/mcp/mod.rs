@@ -11,7 +11,7 @@
 mod attempt;
 mod claim;
 pub mod jsonrpc;
-mod sse;
+pub(crate) mod sse;
 mod tools;
 
 use std::net::SocketAddr;
@@ -25,9 +25,9 @@ use metrics::counter;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-pub use attempt::EventBody;
 pub(crate) use attempt::{McpCall, Sink, Via};
 use jsonrpc::{Accept, Call, Message};
+pub use sse::EventBody;
 pub use tools::{from_annotations, Source, Tools};
 
 use crate::config::Route;
@@ -108,7 +108,12 @@ impl Engine {
             Message::Cancelled { .. } => self.pass(req, body).await,
             Message::Other => self.pass(req, body).await,
             Message::ToolsCall(call) => {
-                telemetry::mcp("tools/call", Some(&call), &call.trace, &parts);
+                telemetry::mcp(
+                    "tools/call",
+                    Some((&call.id, &call.name)),
+                    &call.trace,
+                    &parts,
+                );
                 let effect = self.tool_effect(route_at, req.route, &call.name).await;
                 if effect == Effect::Read {
                     return self.pass(req, body).await;

@@ -2,6 +2,8 @@
 //! kept as it came (to pass on unchanged) with its `data` joined (to read the message in it).
 
 use bytes::{Bytes, BytesMut};
+use hyper::body::{Body, Frame};
+use tokio::sync::mpsc;
 
 /// The longest event kept whole: beyond it the stream is not one idemgate can read.
 pub const MAX_EVENT: usize = idemgate_ledger::MAX_RESPONSE_BODY;
@@ -106,6 +108,30 @@ pub fn events(body: &[u8]) -> Vec<Event> {
     // A last event without its blank line still counts once the stream has ended.
     all.extend(p.push(b"\n\n").unwrap_or_default());
     all
+}
+
+/// A stream's body: the events a call's task sends.
+#[derive(Debug)]
+pub struct EventBody {
+    rx: mpsc::Receiver<Bytes>,
+}
+
+impl EventBody {
+    pub(crate) fn new(rx: mpsc::Receiver<Bytes>) -> EventBody {
+        EventBody { rx }
+    }
+}
+
+impl Body for EventBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.rx.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    }
 }
 
 #[cfg(test)]
