@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, HeaderValue, Method, Response};
 use idemgate_ledger::{
-    now_millis, rfc3339, ApprovalAsk, ApprovalEnd, ClaimOutcome, ClaimRequest, Millis, Redrive,
-    ResponseRecord, State,
+    now_millis, rfc3339, ApprovalAsk, ClaimOutcome, ClaimRequest, Millis, Redrive, ResponseRecord,
+    State,
 };
 use serde_json::json;
 
@@ -16,7 +16,7 @@ use crate::config::Route;
 use crate::config::{Approval, Notify};
 use crate::engine::Engine;
 use crate::engine::ProxyBody;
-use crate::problem::{Code, Problem};
+use crate::problem::Problem;
 use crate::settle::Outcome;
 
 /// A write's key as [`Engine::claim`] takes it: its route, scope, key and fingerprint.
@@ -230,27 +230,6 @@ pub(crate) fn pending(entry_id: i64, expires_at: Millis, key: &str) -> Response<
         body: serde_json::to_vec(&body).unwrap_or_default(),
     };
     crate::respond::respond(r, Some(key), false, None)
-}
-
-/// The final answer to a call whose approval was rejected or expired: it never runs.
-pub(crate) fn not_approved(entry_id: i64, end: ApprovalEnd, reason: Option<String>) -> Problem {
-    let p = match end {
-        ApprovalEnd::Expired => Problem::new(
-            Code::ApprovalExpired,
-            "no operator decided on this call in time; it was not run and will not be",
-        ),
-        _ => Problem::new(
-            Code::ApprovalRejected,
-            format!(
-                "an operator rejected this call; it was not run and will not be{}",
-                reason
-                    .as_deref()
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default()
-            ),
-        ),
-    };
-    p.with("entry_id", entry_id)
 }
 
 /// How many times a webhook is tried, and the wait before the first retry (doubled each time).

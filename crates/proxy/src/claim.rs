@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idemgate_ledger::{now_millis, ClaimOutcome, ClaimRequest, LedgerError, Millis};
+use idemgate_ledger::{now_millis, ApprovalEnd, ClaimOutcome, ClaimRequest, LedgerError, Millis};
 
 use crate::config::{InFlight, Route};
 use crate::engine::{Engine, RouteMetrics};
@@ -24,6 +24,27 @@ pub(crate) fn in_flight(entry_id: i64, lease_expires_at: Millis) -> Problem {
     )
     .retry_after(secs.min(5))
     .with("entry_id", entry_id)
+}
+
+/// The final answer to a call whose approval was rejected or expired: it never runs.
+pub(crate) fn not_approved(entry_id: i64, end: ApprovalEnd, reason: Option<String>) -> Problem {
+    let p = match end {
+        ApprovalEnd::Expired => Problem::new(
+            Code::ApprovalExpired,
+            "no operator decided on this call in time; it was not run and will not be",
+        ),
+        _ => Problem::new(
+            Code::ApprovalRejected,
+            format!(
+                "an operator rejected this call; it was not run and will not be{}",
+                reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ),
+        ),
+    };
+    p.with("entry_id", entry_id)
 }
 
 /// What a claim came to.
@@ -187,7 +208,7 @@ pub(crate) fn settled(
             entry_id,
             end,
             reason,
-        } => Err(crate::approval::not_approved(entry_id, end, reason)),
+        } => Err(not_approved(entry_id, end, reason)),
         // The request that is held answers it; another one (of a route without a policy now)
         // is told it is held.
         ClaimOutcome::AwaitingApproval {

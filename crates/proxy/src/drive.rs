@@ -13,7 +13,7 @@ use metrics::counter;
 use crate::config::Route;
 use crate::engine::{Engine, RouteMetrics};
 use crate::forward::{self, Attempt, UpstreamResponse};
-pub(crate) use crate::mcp::Via;
+pub(crate) use crate::mcp::attempt::Via;
 use crate::problem::{Code, Problem};
 use crate::settle::Outcome;
 use crate::telemetry;

@@ -10,7 +10,9 @@ mod drive;
 pub mod engine;
 mod flights;
 pub mod forward;
+mod handle;
 pub mod keys;
+mod loop_guard;
 pub mod mcp;
 pub mod problem;
 mod read_body;
@@ -30,6 +32,7 @@ use idemgate_config as config;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub use engine::Engine;
+pub use handle::handle;
 
 /// The process-wide Prometheus recorder (installed once).
 pub fn metrics_handle() -> PrometheusHandle {

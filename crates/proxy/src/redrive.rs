@@ -8,9 +8,10 @@ use bytes::Bytes;
 use idemgate_ledger::{EntryDetail, Redrive, RequestRecord, ResponseRecord};
 
 use crate::config::{Protocol, Reconcile, Route};
-use crate::engine::{drive, ClaimedCall, Engine, UPSTREAM_KEY_HEADER};
+use crate::drive::{drive, ClaimedCall};
+use crate::engine::{Engine, UPSTREAM_KEY_HEADER};
 use crate::forward::{self, Attempt};
-use crate::mcp::{McpCall, Via};
+use crate::mcp::attempt::{McpCall, Via};
 use crate::problem::Problem;
 
 /// Why a stored request or a probe could not be sent at all.

@@ -24,7 +24,6 @@ use hyper_util::server::conn::auto;
 use idemgate_config::{Config, ConfigError, Secret};
 use idemgate_ops::ledger::{now_millis, LedgerError, State};
 use idemgate_ops::{Code, Ops};
-use idemgate_proxy::engine;
 use idemgate_proxy::{metrics_handle, Engine};
 use tokio::net::TcpListener;
 use tower::Service;
@@ -255,7 +254,7 @@ async fn serve(
         let live = live.clone();
         hyper::service::service_fn(move |req| {
             let engine = live.engine();
-            async move { Ok::<_, Infallible>(engine::handle(&engine, peer, req).await) }
+            async move { Ok::<_, Infallible>(idemgate_proxy::handle(&engine, peer, req).await) }
         })
     };
     let mut loops = vec![tokio::spawn(accept_loop(

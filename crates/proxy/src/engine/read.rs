@@ -21,7 +21,7 @@ use crate::telemetry;
 
 impl Engine {
     /// A read, on the connection's task.
-    pub(super) async fn read(
+    pub(crate) async fn read(
         &self,
         route_at: usize,
         parts: &axum::http::request::Parts,

@@ -9,9 +9,10 @@ use serde_json::{json, Value};
 
 use super::attempt::Sink;
 use super::{jsonrpc, replayed, tagged, Prepared};
-use crate::approval::{held_result, not_approved, tool_error, Waited};
+use crate::approval::{held_result, tool_error, Waited};
+use crate::claim::{not_approved, settled, Claimed};
 use crate::config::Approval;
-use crate::engine::{settled, Claimed, Engine, Req};
+use crate::engine::{Engine, Req};
 use crate::flights::Landing;
 
 /// How often a held call tells a client that asked for progress that it still waits.

@@ -8,11 +8,12 @@
 //! recorded, and a retry is given that response under the retry's own `id`. Errors are JSON-RPC
 //! errors ([`jsonrpc`] has the codes).
 
-mod attempt;
+pub(crate) mod attempt;
+pub(crate) mod calls;
 mod claim;
 pub mod jsonrpc;
 pub(crate) mod sse;
-mod tools;
+pub(crate) mod tools;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 pub(crate) use attempt::{McpCall, Sink, Via};
+pub use calls::Calls;
 use jsonrpc::{Accept, Call, Message};
 pub use sse::EventBody;
 pub use tools::{from_annotations, Source, Tools};
@@ -443,58 +445,6 @@ fn session_of(parts: &Parts) -> String {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned()
-}
-
-/// The calls this process is running for clients, by session and request id: a client's
-/// `notifications/cancelled` for one of them is not passed on.
-#[derive(Debug, Default)]
-pub struct Calls(std::sync::Mutex<std::collections::HashMap<String, usize>>);
-
-impl Calls {
-    fn name(session: &str, id: &Value) -> String {
-        format!("{session}\n{id}")
-    }
-
-    /// Notes a call as running until the guard drops.
-    fn start(&self, session: &str, id: &Value) -> Running<'_> {
-        let name = Calls::name(session, id);
-        if let Ok(mut m) = self.0.lock() {
-            *m.entry(name.clone()).or_default() += 1;
-        }
-        Running { calls: self, name }
-    }
-
-    /// Whether a call of `session` runs.
-    fn in_session(&self, session: &str) -> bool {
-        let prefix = format!("{session}\n");
-        self.0
-            .lock()
-            .is_ok_and(|m| m.keys().any(|k| k.starts_with(&prefix)))
-    }
-
-    fn running(&self, session: &str, id: &Value) -> bool {
-        let name = Calls::name(session, id);
-        self.0.lock().is_ok_and(|m| m.contains_key(&name))
-    }
-}
-
-/// A call noted as running ([`Calls::start`]).
-struct Running<'c> {
-    calls: &'c Calls,
-    name: String,
-}
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        if let Ok(mut m) = self.calls.0.lock() {
-            if let Some(n) = m.get_mut(&self.name) {
-                *n -= 1;
-                if *n == 0 {
-                    m.remove(&self.name);
-                }
-            }
-        }
-    }
 }
 
 /// A problem answering request `id` on an MCP route, counted, as a JSON-RPC error with `status`.
