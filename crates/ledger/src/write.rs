@@ -1,5 +1,6 @@
-//! Every write, run by the writer thread inside the batch transaction. This file is the entry state
-//! machine: each function checks the entry's state, changes it, and appends the event(s) that say so.
+//! Every write, run by the writer thread inside the batch transaction: the entry state machine,
+//! each function checking the entry's state, changing it, and appending the event(s) that say so.
+//! This file holds the claim; the files under `write/` hold the rest.
 
 use serde_json::json;
 

@@ -81,7 +81,7 @@ pub(crate) fn append_numbered(ctx: &mut Ctx<'_>, ne: NewEvent<'_>) -> Result<i64
 }
 
 /// The event `ne` describes, not yet numbered or chained.
-pub(super) fn unnumbered(ne: NewEvent<'_>) -> Event {
+fn unnumbered(ne: NewEvent<'_>) -> Event {
     Event {
         seq: 0,
         at: ne.at,
@@ -101,7 +101,7 @@ pub(super) fn unnumbered(ne: NewEvent<'_>) -> Event {
 
 /// Numbers `ev` after `ctx`'s head and chains it to it (`tail`: its canonical tail, if encoded
 /// before the job was queued); it is the head from then on.
-pub(super) fn chain(ctx: &mut Ctx<'_>, ev: &mut Event, tail: Option<&[u8]>) {
+fn chain(ctx: &mut Ctx<'_>, ev: &mut Event, tail: Option<&[u8]>) {
     ev.seq = ctx.head.seq + 1;
     ev.prev_hash = std::mem::take(&mut ctx.head.hash);
     debug_assert!(tail.is_none_or(|t| t == crate::chain::event_tail(ev)));
