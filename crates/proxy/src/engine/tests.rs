@@ -115,9 +115,6 @@ fn the_engine_stands_between_the_building_blocks_and_the_steps() {
         "mcp/tools.rs",
         "mcp/calls.rs",
     ];
-    for (file, line) in code_of(&blocks) {
-        assert!(!line.contains("engine::"), "{file}: {line}");
-    }
     let steps = [
         "crate::handle",
         "crate::approval",
@@ -126,6 +123,12 @@ fn the_engine_stands_between_the_building_blocks_and_the_steps() {
         "crate::redrive",
         "crate::loop_guard",
     ];
+    for (file, line) in code_of(&blocks) {
+        assert!(
+            !line.contains("engine::") && !steps.iter().any(|s| line.contains(s)),
+            "{file}: {line}"
+        );
+    }
     let engine = [
         "engine.rs",
         "engine/make.rs",
