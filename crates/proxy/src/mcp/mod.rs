@@ -27,7 +27,6 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 pub(crate) use attempt::{McpCall, Sink, Via};
-pub use calls::Calls;
 use jsonrpc::{Accept, Call, Message};
 pub use sse::EventBody;
 pub use tools::{from_annotations, Source, Tools};
