@@ -22,6 +22,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use idemgate_ops::ledger::{EntryFilter, Progress, State};
 use idemgate_ops::{op, Ops, OpsError, ResolveAs};
@@ -67,12 +68,11 @@ struct ActorArgs {
     confirm_destructive: bool,
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum StatusArg {
-    Pending,
-    Completed,
-    Released,
-    Failed,
+/// An entry state on the command line: the ledger's own names, all of them, so what `--status`
+/// takes and `--help` lists follows the states the ledger has.
+fn state_arg() -> impl TypedValueParser<Value = State> {
+    PossibleValuesParser::new(State::ALL.map(State::as_str))
+        .try_map(|s: String| State::parse(&s).ok_or("not an entry state"))
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,8 +95,9 @@ impl From<AsArg> for ResolveAs {
 /// Which entries: the filters `entries` and `bulk` share.
 #[derive(Args, Debug, Clone)]
 struct FilterArgs {
-    #[arg(long, value_enum)]
-    status: Option<StatusArg>,
+    /// Entries in this state.
+    #[arg(long, value_parser = state_arg())]
+    status: Option<State>,
     /// PENDING whose lease has passed or whose outcome is unknown.
     #[arg(long)]
     stuck: bool,
@@ -126,12 +127,7 @@ struct FilterArgs {
 impl From<FilterArgs> for EntryFilter {
     fn from(f: FilterArgs) -> EntryFilter {
         EntryFilter {
-            state: f.status.map(|s| match s {
-                StatusArg::Pending => State::Pending,
-                StatusArg::Completed => State::Completed,
-                StatusArg::Released => State::Released,
-                StatusArg::Failed => State::Failed,
-            }),
+            state: f.status,
             stuck: f.stuck,
             collisions: f.collisions,
             expired: f.expired,

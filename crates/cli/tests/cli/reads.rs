@@ -251,3 +251,34 @@ fn a_relative_ledger_path_is_shown_as_the_file_it_is() {
     .expect("json");
     assert_eq!(manifest["ledger"], abs.display().to_string());
 }
+
+#[test]
+fn entries_filter_by_every_state_the_ledger_has() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = demo(dir.path(), 600);
+    let all = json(&["entries", "--ledger", s(&db), "--json"]);
+    let total = all.as_array().expect("array").len();
+    let mut counted = 0;
+    for state in [
+        "pending",
+        "completed",
+        "released",
+        "failed",
+        "awaiting_approval",
+    ] {
+        let some = json(&["entries", "--ledger", s(&db), "--status", state, "--json"]);
+        let some = some.as_array().expect("array");
+        assert!(!some.is_empty(), "the demo has {state} entries");
+        assert!(
+            some.iter().all(|e| e["state"] == state),
+            "{state}: {some:?}"
+        );
+        counted += some.len();
+    }
+    assert_eq!(counted, total, "every entry is in one of the states");
+    // A state the ledger does not have is refused, and the answer lists those it has.
+    let bad = idemgate(&["entries", "--ledger", s(&db), "--status", "held"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("awaiting_approval"), "{err}");
+}
