@@ -18,8 +18,7 @@ use crate::{Ops, OpsError, OpsResult, PURGE_CHUNK};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArchiveCmd {
-    /// Events logged before this time are archived: epoch milliseconds, or a time as the CLI
-    /// takes it (RFC 3339, a date, `-30d`).
+    /// Events logged before this time are archived.
     pub before: Time,
     /// The archive: a directory (it must exist) or `s3://bucket/prefix`.
     pub dir: String,

@@ -6,8 +6,7 @@ import type { Time } from "./Time";
  */
 export type ArchiveCmd = { 
 /**
- * Events logged before this time are archived: epoch milliseconds, or a time as the CLI
- * takes it (RFC 3339, a date, `-30d`).
+ * Events logged before this time are archived.
  */
 before: Time, 
 /**

@@ -6,7 +6,7 @@
  */
 export type KeyedPathArg = { 
 /**
- * Its path.
+ * The path of a file or directory on the host that runs the operation.
  */
 path: string, 
 /**

@@ -5,6 +5,6 @@
  */
 export type PathArg = { 
 /**
- * Its path.
+ * The path of a file or directory on the host that runs the operation.
  */
 path: string, };

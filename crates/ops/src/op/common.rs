@@ -23,7 +23,7 @@ pub struct EntryRef {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PathArg {
-    /// Its path.
+    /// The path of a file or directory on the host that runs the operation.
     pub path: String,
 }
 
@@ -37,7 +37,7 @@ pub struct PathArg {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeyedPathArg {
-    /// Its path.
+    /// The path of a file or directory on the host that runs the operation.
     pub path: String,
     /// A verifier key in the Go note format (`name+hash+key`); given, each signed checkpoint
     /// must verify under it.
@@ -45,8 +45,8 @@ pub struct KeyedPathArg {
     pub public_key: Option<String>,
 }
 
-/// A time as the CLI takes it ([`crate::parse_time`]: RFC 3339, a date, `-2h`, or epoch
-/// milliseconds), or epoch milliseconds as a JSON number.
+/// A time as the CLI takes it ([`crate::parse_time`]: RFC 3339, a date, a span back from now
+/// such as `2h`, or epoch milliseconds), or epoch milliseconds as a JSON number.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(type = "number | string"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Time(pub Millis);
@@ -83,8 +83,10 @@ impl schemars::JsonSchema for Time {
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
-            "description":
-                "A time: RFC 3339, a date, a span back from now (`-2h`), or epoch milliseconds.",
+            "description": concat!(
+                "A time: RFC 3339, a date, a span back from now (`90m`, `2h`, `7d`), ",
+                "or epoch milliseconds."
+            ),
             "anyOf": [{ "type": "integer" }, { "type": "string" }]
         })
     }
