@@ -13,6 +13,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command, FromArgMatches};
 use idemgate_config::Config;
 use idemgate_ops::dispatch::{self, Args, Kind, Spec};
 use idemgate_ops::{Ops, OpsError};
+use idemgate_server::parameters::Parameter;
 use serde_json::Value;
 
 use crate::serve::CmdError;
@@ -103,8 +104,11 @@ fn command(spec: &'static Spec) -> Command {
             Arg::new("params")
                 .value_name("NAME=VALUE")
                 .action(ArgAction::Append)
-                .help("The request's parameters; NAME:=JSON for a structured one"),
+                .help("The request's parameters (below); NAME:=JSON for a structured one"),
         );
+    if let Some(params) = idemgate_server::parameters::parameters(spec.name) {
+        c = c.after_help(parameters_help(&params));
+    }
     if spec.acts {
         c = c.arg(
             Arg::new("operator")
@@ -115,6 +119,23 @@ fn command(spec: &'static Spec) -> Command {
         );
     }
     c
+}
+
+/// The request's parameters as the help lists them; the operator is `--operator`'s.
+fn parameters_help(params: &[Parameter]) -> String {
+    let mut out = String::from("Parameters (NAME=VALUE; NAME:=JSON for a JSON list or object):");
+    let listed: Vec<&Parameter> = params.iter().filter(|p| p.name != "operator").collect();
+    if listed.is_empty() {
+        return "Parameters: none".to_owned();
+    }
+    for p in listed {
+        let required = if p.required { ", required" } else { "" };
+        out.push_str(&format!("\n  {}  {}{required}", p.name, p.kind));
+        if !p.doc.is_empty() {
+            out.push_str(&format!("\n          {}", p.doc.replace('\n', " ")));
+        }
+    }
+    out
 }
 
 /// The operation's example request as parameters: `entry_id=42 reason='…'`.

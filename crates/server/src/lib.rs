@@ -10,6 +10,7 @@ mod books;
 pub mod live;
 #[cfg(feature = "ts")]
 pub mod openapi;
+pub mod parameters;
 pub mod upkeep;
 mod witnesses;
 

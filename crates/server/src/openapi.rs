@@ -27,12 +27,18 @@ application/json answer holds). A failure before its first report is an ordinary
 answer with its status; one after is the last line. A client that goes away stops the work at \
 its next report.";
 
-/// The whole document.
+/// The whole document. The requests of the operations with no route (a host runs them on a
+/// ledger it opens itself: an export to a path, an archive to a directory) are in it as well,
+/// under `x-idemgate-local-operations`, so it describes every operation's parameters.
 pub fn document() -> Value {
     let mut gen = SchemaSettings::openapi3().into_generator();
     let mut paths = Map::new();
+    let mut local = Map::new();
     for (spec, request, answer) in idemgate_ops::op::schemas(&mut gen) {
-        let Some(http) = spec.http else { continue };
+        let Some(http) = spec.http else {
+            local.insert(spec.name.into(), openapi3(&mut gen, request));
+            continue;
+        };
         let (request, answer) = (openapi3(&mut gen, request), openapi3(&mut gen, answer));
         let item = operation(&spec, &http, request, answer);
         put(&mut paths, http.path, http.method, item);
@@ -46,6 +52,7 @@ pub fn document() -> Value {
         "servers": [{ "url": "http://127.0.0.1:8701" }],
         "security": [{ "bearer": [] }],
         "paths": paths,
+        "x-idemgate-local-operations": local,
         "components": {
             "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
             "schemas": schemas,

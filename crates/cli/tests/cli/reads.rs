@@ -282,3 +282,35 @@ fn entries_filter_by_every_state_the_ledger_has() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("awaiting_approval"), "{err}");
 }
+
+#[test]
+fn each_operation_lists_its_parameters_in_its_help() {
+    let help = |op: &str| ok(&["call", op, "--help"]);
+    let resolve = help("resolve");
+    for line in [
+        "  entry_id  integer, required",
+        "  as  completed|failed|released, required",
+        "  external_ref  string",
+        "          Why, as the log records it.",
+    ] {
+        assert!(resolve.contains(line), "{line:?} in {resolve}");
+    }
+    // `--operator` names who acts: not listed again as a parameter.
+    assert!(!resolve.contains("  operator  "), "{resolve}");
+    // One with no route takes its parameters from the same document.
+    assert!(help("archive").contains("  dir  string, required"));
+    // Every operation the CLI runs has the section.
+    let all = ok(&["call", "--help"]);
+    let ops: Vec<&str> = all
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|op| *op != "help")
+        .collect();
+    assert!(ops.len() >= 30, "{all}");
+    for op in ops {
+        assert!(help(op).contains("\nParameters"), "{op}");
+    }
+}
