@@ -60,4 +60,16 @@ describe("approvals", () => {
     await until(() => calls.some(([c]) => c === "approve"));
     expect(calls.find(([c]) => c === "approve")?.[1]).toMatchObject({ entry_id: 8, operator: "dana", reason: "agreed on the phone", fingerprint: "fp-8" });
   });
+  it("counts the held calls on the overview, which opens the inbox", async () => {
+    const { app } = setup({
+      ...base,
+      stats: () => ({ ...base.stats(), entries_by_state: [["pending", 2], ["awaiting_approval", 3]] }),
+      approvals: () => [held(8)],
+    });
+    await app.start();
+    expect(q("stat-approvals").textContent).toBe("3awaiting approval");
+    q("stat-approvals").click();
+    await until(() => q("approval-title"));
+    expect(app.view).toBe("approvals");
+  });
 });

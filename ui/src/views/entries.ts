@@ -71,7 +71,7 @@ function sortedHeader(selectable: boolean, sort: Sort, list: VirtualList<EntrySu
 export function entryHeader(selectable: boolean, sort?: Sort, flip?: () => void): HTMLElement {
   const cells: [string, string, string][] = [
     ["id", "id", "the entry's id"],
-    ["state", "state", "pending, completed, released or failed; stuck when held for an operator"],
+    ["state", "state", "pending, completed, released, failed or awaiting_approval; stuck when held for an operator"],
     ["route", "route", "the route (· the MCP tool); ⚠ a destructive one"],
     ["scope", "scope", "the scope: the agent or tenant the key belongs to"],
     ["key", "idempotency key", "the idempotency key"],

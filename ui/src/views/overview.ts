@@ -26,6 +26,7 @@ export async function overview(app: Shell): Promise<void> {
       stat("pending", byState.pending ?? 0),
       stat("released", byState.released ?? 0),
       stat("failed", byState.failed ?? 0),
+      stat("awaiting approval", byState.awaiting_approval ?? 0, "stat-approvals", "approvals"),
       stat("log head", s.head ? `#${s.head.seq}` : "—"),
     ),
   );
