@@ -276,6 +276,25 @@ describe("console UI", () => {
     expect(q("dialog-message").textContent).toBe("1 of 2 done; 1 failed: 1: entry 1 cannot be resolved");
   });
 
+  it("shows a bulk preview's refusals, the first twenty of many", async () => {
+    const skipped = Array.from({ length: 25 }, (_, i) => [i + 1, "entry is completed; resolve needs a stuck, released or failed entry"]);
+    const { app } = setup({
+      ...base,
+      entries: () => ({ entries: [entry(1), entry(2)], next_before: null }),
+      preview_bulk: () => ({ action: "resolve", count: 0, ids: [], keys: [], destructive: false, skipped }),
+    });
+    await app.start();
+    await app.go("stuck");
+    await tick();
+    q("bulk-release").click();
+    await until(() => q("preview-skipped"));
+    const shown = [...document.querySelectorAll('[data-testid="preview-skipped"]')].map((e) => e.textContent);
+    expect(shown).toHaveLength(20);
+    expect(shown[0]).toBe("skipped 1: entry is completed; resolve needs a stuck, released or failed entry");
+    expect(q("action-dialog").textContent).toContain("… and 5 more skipped");
+    expect(q("confirm-button").textContent).toBe("Nothing to do");
+  });
+
   it("shows a typed error from a command with its code", async () => {
     const { app } = setup({ ...base, entries: () => { throw { code: "ledger-unavailable", message: "locked" }; } });
     await app.start();

@@ -44,6 +44,20 @@ impl BulkKind {
     pub fn reaches_upstream(self) -> bool {
         !matches!(self, BulkKind::Resolve)
     }
+
+    /// Why the action would be refused on entry `e` as it stands, if it would: resolve and
+    /// replay take a stuck, released or failed entry, reconcile a stuck one.
+    fn refusal(self, e: &EntrySummary) -> Option<String> {
+        let (taken, needed) = match self {
+            BulkKind::Resolve | BulkKind::Replay => (
+                e.state.operable(e.stuck),
+                "a stuck, released or failed entry",
+            ),
+            BulkKind::Reconcile => (e.stuck, "a stuck entry"),
+        };
+        let state = e.state.described(e.stuck);
+        (!taken).then(|| format!("entry is {state}; {} needs {needed}", self.as_str()))
+    }
 }
 
 /// The entries a bulk action acts on: every entry `filter` matches, or, with `ids`, those of them
@@ -225,17 +239,28 @@ impl Ops {
         }
     }
 
-    /// What a bulk action would touch: the exact count and keys, and whether any is on a
-    /// destructive route. The action itself takes the entries that match when it runs.
+    /// What a bulk action would touch: the exact count and keys, the entries it names that the
+    /// action would refuse as they stand (held for an approval, say) and why, and whether any is
+    /// on a destructive route (the action then needs confirming). The action itself takes the
+    /// entries that match when it runs, and reports each one it is refused.
     pub fn preview_bulk(&self, action: BulkKind, target: &BulkTarget) -> OpsResult<Preview> {
-        let touched = self.bulk_targets(target)?;
+        let named = self.bulk_targets(target)?;
+        let destructive = named.iter().any(|e| e.effect == Effect::Destructive);
+        let mut skipped = Vec::new();
+        let mut touched = Vec::new();
+        for e in named {
+            match action.refusal(&e) {
+                Some(why) => skipped.push((e.id, why)),
+                None => touched.push(e),
+            }
+        }
         Ok(Preview {
             action: action.as_str().into(),
             count: touched.len(),
-            destructive: touched.iter().any(|e| e.effect == Effect::Destructive),
+            destructive,
             ids: touched.iter().map(|e| e.id).collect(),
             keys: touched.into_iter().map(|e| e.key).collect(),
-            skipped: Vec::new(),
+            skipped,
         })
     }
 
@@ -308,7 +333,7 @@ impl Ops {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idemgate_ledger::{now_millis, testing, ClaimOutcome, EventFilter, State};
+    use idemgate_ledger::{now_millis, testing, ApprovalAsk, ClaimOutcome, EventFilter, State};
 
     /// A ledger with `n` stuck charges (claimed two minutes ago, leased for one), the last of
     /// them on a destructive route, and one completed charge.
@@ -393,6 +418,70 @@ mod tests {
                 .expect_err("empty")
                 .code(),
             "invalid-argument"
+        );
+    }
+
+    #[test]
+    fn a_bulk_preview_names_what_the_action_would_refuse_and_why() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ops, ids, done) = stuck_ledger(&dir, 2);
+        let mut held = testing::charge("held", now_millis());
+        held.approval = Some(ApprovalAsk {
+            policy: "charges".into(),
+            policy_hash: "h".into(),
+            needed: 1,
+            expires_ms: 3_600_000,
+            approvers: None,
+            unevaluated: None,
+        });
+        let ClaimOutcome::AwaitingApproval { entry_id: held, .. } =
+            ops.store().claim(held).wait().expect("claim")
+        else {
+            panic!("not held");
+        };
+        let every = |ids: Vec<i64>| BulkTarget {
+            filter: EntryFilter::default(),
+            ids: Some(ids),
+        };
+        let p = ops
+            .preview_bulk(BulkKind::Resolve, &every(vec![ids[0], done, held]))
+            .expect("preview");
+        assert_eq!((p.count, p.ids.clone()), (1, vec![ids[0]]));
+        assert_eq!(
+            p.skipped,
+            [
+                (
+                    held,
+                    "entry is awaiting_approval; resolve needs a stuck, released or failed entry"
+                        .to_owned()
+                ),
+                (
+                    done,
+                    "entry is completed; resolve needs a stuck, released or failed entry"
+                        .to_owned()
+                ),
+            ]
+        );
+        // The action is refused on exactly those.
+        let report = ops
+            .bulk(&cmd(every(vec![ids[0], done, held])), None, &mut |_| true)
+            .expect("bulk");
+        let mut refused: Vec<i64> = report.failures.iter().map(|f| f.id).collect();
+        refused.sort_unstable();
+        let mut skipped: Vec<i64> = p.skipped.iter().map(|(id, _)| *id).collect();
+        skipped.sort_unstable();
+        assert_eq!((report.succeeded, refused), (1, skipped));
+        // Reconcile takes only the stuck: a released entry is named as not stuck.
+        let p = ops
+            .preview_bulk(BulkKind::Reconcile, &every(vec![ids[0], ids[1]]))
+            .expect("preview");
+        assert_eq!(p.ids, [ids[1]]);
+        assert_eq!(
+            p.skipped,
+            [(
+                ids[0],
+                "entry is released; reconcile needs a stuck entry".to_owned()
+            )]
         );
     }
 

@@ -4,7 +4,7 @@
 
 use idemgate_ledger::{
     is_secret_header, now_millis, Actor, Effect, EntrySummary, Resolution, ResolveRequest,
-    ResponseRecord, State, ANSWER_HEADERS, MAX_RESPONSE_BODY,
+    ResponseRecord, ANSWER_HEADERS, MAX_RESPONSE_BODY,
 };
 use serde::{Deserialize, Serialize};
 
@@ -300,24 +300,9 @@ impl Ops {
     pub fn preview_resolve(&self, id: i64) -> OpsResult<Preview> {
         let e = self.store.entry(id, now_millis())?.summary;
         let mut skipped = Vec::new();
-        let resolvable = match e.state {
-            State::Pending => e.stuck,
-            State::Completed | State::AwaitingApproval => false,
-            State::Released | State::Failed => true,
-        };
+        let resolvable = e.state.operable(e.stuck);
         if !resolvable {
-            skipped.push((
-                e.id,
-                format!(
-                    "entry is {}{}",
-                    e.state,
-                    if e.state == State::Pending {
-                        " and in flight"
-                    } else {
-                        ""
-                    }
-                ),
-            ));
+            skipped.push((e.id, format!("entry is {}", e.state.described(e.stuck))));
         }
         Ok(Preview {
             action: "resolve".into(),

@@ -184,8 +184,9 @@ export interface Ops {
   /**
    * What a bulk action would touch.
    *
-   * The exact count and keys, and whether any is on a destructive route. The action itself
-   * takes the entries that match when it runs.
+   * The exact count and keys, the entries the action would refuse as they stand (and why),
+   * and whether any is on a destructive route. The action itself takes the entries that match
+   * when it runs.
    */
   preview_bulk(req: BulkPreviewRequest): Promise<Preview>;
   /**

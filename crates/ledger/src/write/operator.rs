@@ -96,25 +96,20 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: &ResolveRequest) -> Result<EntrySu
 /// An operator resolves a stuck, released or failed entry: not one in flight, completed, or held
 /// for an approval (that is the approvers' to decide).
 fn check_resolvable(row: &Row, at: Millis) -> Result<()> {
-    let refuse = |needed| LedgerError::InvalidTransition {
-        id: row.id,
-        state: if row.state == State::Pending {
-            "pending and in flight".into()
-        } else {
-            row.state.to_string()
-        },
-        action: "resolve",
-        needed,
-    };
-    match row.state {
-        State::Completed | State::AwaitingApproval => {
-            Err(refuse("pending (stuck), released or failed"))
-        }
-        State::Pending if !row.stuck(at) => {
-            Err(refuse("a stuck entry (lease passed or outcome unknown)"))
-        }
-        _ => Ok(()),
+    let stuck = row.stuck(at);
+    if row.state.operable(stuck) {
+        return Ok(());
     }
+    Err(LedgerError::InvalidTransition {
+        id: row.id,
+        state: row.state.described(stuck),
+        action: "resolve",
+        needed: if row.state == State::Pending {
+            "a stuck entry (lease passed or outcome unknown)"
+        } else {
+            "pending (stuck), released or failed"
+        },
+    })
 }
 
 pub(crate) fn purge(ctx: &mut Ctx<'_>, req: &PurgeRequest) -> Result<Vec<i64>> {
@@ -165,19 +160,11 @@ pub(crate) fn purge(ctx: &mut Ctx<'_>, req: &PurgeRequest) -> Result<Vec<i64>> {
 pub(crate) fn redrive(ctx: &mut Ctx<'_>, req: &RedriveRequest) -> Result<Redrive> {
     check_actor(&req.actor)?;
     let row = row_by_id(ctx.db, req.entry_id)?;
-    let allowed = match row.state {
-        State::Pending => row.stuck(req.at),
-        State::Released | State::Failed => true,
-        State::Completed | State::AwaitingApproval => false,
-    };
-    if !allowed {
+    let stuck = row.stuck(req.at);
+    if !row.state.operable(stuck) {
         return Err(LedgerError::InvalidTransition {
             id: row.id,
-            state: if row.state == State::Pending {
-                "pending and in flight".into()
-            } else {
-                row.state.to_string()
-            },
+            state: row.state.described(stuck),
             action: "replay",
             needed: "stuck, released or failed",
         });

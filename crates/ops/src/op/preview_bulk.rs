@@ -16,8 +16,9 @@ pub struct BulkPreviewRequest {
 operation! {
     /// What a bulk action would touch.
     ///
-    /// The exact count and keys, and whether any is on a destructive route. The action itself
-    /// takes the entries that match when it runs.
+    /// The exact count and keys, the entries the action would refuse as they stand (and why),
+    /// and whether any is on a destructive route. The action itself takes the entries that match
+    /// when it runs.
     Op {
         name: preview_bulk,
         role: Operator,
