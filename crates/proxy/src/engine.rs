@@ -27,7 +27,7 @@ use crate::telemetry;
 
 pub use crate::request_checks::{MAX_HEADERS, MAX_HEADER_BYTES};
 pub use crate::respond::{respond, respond_upstream, ProxyBody};
-pub(crate) use metrics_of_route::RouteMetrics;
+pub(crate) use metrics_of_route::{describe as describe_metrics, RouteMetrics};
 
 mod make;
 mod metrics_of_route;

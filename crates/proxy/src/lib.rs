@@ -50,6 +50,7 @@ pub fn metrics_handle() -> PrometheusHandle {
             let handle = recorder.handle();
             if metrics::set_global_recorder(recorder).is_ok() {
                 idemgate_ledger::register_metrics();
+                engine::describe_metrics();
             }
             handle
         })

@@ -118,18 +118,6 @@ struct Queue {
 
 impl Default for Unsettled {
     fn default() -> Self {
-        metrics::describe_gauge!(
-            "idemgate_outcomes_unrecorded",
-            "Outcomes (completions, releases, unknown outcomes) this process holds because the ledger could not take them; recorded when it takes writes again"
-        );
-        metrics::describe_counter!(
-            "idemgate_outcomes_recorded_late_total",
-            "Outcomes recorded after the ledger first refused them"
-        );
-        metrics::describe_counter!(
-            "idemgate_outcomes_unrecorded_dropped_total",
-            "Outcomes the ledger refused that were not recorded later (no room to keep them, or the entry was decided meanwhile): each entry is left for an operator"
-        );
         Unsettled {
             queue: Mutex::default(),
             waiting: gauge!("idemgate_outcomes_unrecorded"),

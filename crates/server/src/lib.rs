@@ -203,6 +203,7 @@ async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let metrics = metrics_handle();
+    describe_metrics();
     let engine = Arc::new(ops.upstream(cfg.clone()).traced()?);
     let exports = Arc::new(idemgate_ops::jobs::exports::Exports::new(
         cfg.export_dir.clone(),
@@ -488,4 +489,50 @@ pub struct ProxyStatus {
     pub admin_addr: Option<String>,
     /// Why it is not running, when it failed to start or stopped with an error.
     pub error: Option<String>,
+}
+
+/// Gives each of the server's own metrics its `# HELP` line on `/metrics` (the proxy and the
+/// ledger describe theirs).
+fn describe_metrics() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        "idemgate_admin_denied_total",
+        "Admin API requests refused, by reason: missing, invalid, role, throttled"
+    );
+    describe_counter!(
+        "idemgate_config_reloads_total",
+        "Configuration reloads (SIGHUP), by result: applied, or refused (the configuration \
+         loaded before keeps serving)"
+    );
+    describe_gauge!(
+        "idemgate_stuck_entries",
+        "Pending entries past their lease or of unknown outcome: each waits for an operator"
+    );
+    describe_gauge!(
+        "idemgate_expired_entries",
+        "Entries past their TTL, no longer replayed, awaiting purge"
+    );
+    describe_gauge!(
+        "idemgate_approvals_pending",
+        "Calls held for approval, waiting for a decision"
+    );
+    describe_counter!(
+        "idemgate_approval_decisions_total",
+        "Decisions on held calls in the ledger, by decision: approved (each approval), rejected, \
+         expired"
+    );
+    describe_histogram!(
+        "idemgate_approval_wait_seconds",
+        Unit::Seconds,
+        "From a held call's claim to the decision that ended its wait, for decisions made \
+         through this server"
+    );
+    describe_gauge!(
+        "idemgate_leader",
+        "1 while this instance keeps the books (retention, archival, signing), else 0"
+    );
+    describe_gauge!(
+        "idemgate_tree_lag_seconds",
+        "On the leader: how long the oldest event the tree's integrator last added had waited"
+    );
 }

@@ -30,10 +30,6 @@ pub struct Live {
 
 impl Live {
     pub fn new(engine: Arc<Engine>, access: Arc<Access>) -> Live {
-        metrics::describe_counter!(
-            "idemgate_config_reloads_total",
-            "Configuration reloads (SIGHUP), by result: applied, or refused (the configuration loaded before keeps serving)"
-        );
         Live {
             engine: RwLock::new(engine),
             access,

@@ -269,6 +269,17 @@ fn failed_calls_are_logged_and_counted_once(f: &Fx) {
     ] {
         assert!(metrics.contains(m), "{m} missing from /metrics:\n{metrics}");
     }
+    // Each metric says what it measures, as Prometheus's tools expect of it.
+    let of = |tag: &str| -> std::collections::BTreeSet<String> {
+        metrics
+            .lines()
+            .filter_map(|l| l.strip_prefix(tag)?.split(' ').next().map(str::to_owned))
+            .collect()
+    };
+    let (typed, helped) = (of("# TYPE "), of("# HELP "));
+    assert!(typed.len() >= 20, "{typed:?}");
+    let bare: Vec<_> = typed.difference(&helped).collect();
+    assert!(bare.is_empty(), "no # HELP for {bare:?}");
 }
 
 /// The ledger writer's commits, writes and lock use, as /metrics exports them.

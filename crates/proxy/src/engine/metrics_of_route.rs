@@ -1,6 +1,68 @@
-//! A route's metric handles.
+//! A route's metric handles, and what each of the proxy's metrics measures.
 
-use metrics::{counter, histogram, Counter, Histogram};
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, histogram, Unit};
+use metrics::{Counter, Histogram};
+
+/// Gives each of the proxy's metrics its `# HELP` line on `/metrics`.
+pub(crate) fn describe() {
+    describe_counter!(
+        "idemgate_requests_total",
+        "Requests by route and outcome, each counted once: executed, replayed, forwarded, \
+         cache_hit, not_executed, unknown, or the problem's code"
+    );
+    describe_counter!(
+        "idemgate_replays_total",
+        "Retries answered with the response the ledger stored, by route"
+    );
+    describe_counter!(
+        "idemgate_collisions_total",
+        "Keys reused with a different request (422 key-reuse), by route"
+    );
+    describe_counter!(
+        "idemgate_duplicate_suspects_total",
+        "Calls flagged as a probable duplicate of one completed under another key, by route"
+    );
+    describe_counter!(
+        "idemgate_loop_suspects_total",
+        "Calls past their route's loop guard: one request repeated by one scope, by route"
+    );
+    describe_counter!(
+        "idemgate_retries_total",
+        "Upstream attempts made again because the one before was not executed, by route and class"
+    );
+    describe_histogram!(
+        "idemgate_upstream_seconds",
+        Unit::Seconds,
+        "One upstream attempt, from sending the request to its answer, by route"
+    );
+    describe_histogram!(
+        "idemgate_claim_seconds",
+        Unit::Seconds,
+        "A claim in the ledger, from asking to its durable answer"
+    );
+    describe_counter!(
+        "idemgate_mcp_cancels_held_total",
+        "MCP cancellations of a running tool call answered 202 and not passed on, by route"
+    );
+    describe_counter!(
+        "idemgate_mcp_session_ends_deferred_total",
+        "MCP session ends passed on only once the session's calls had ended, by route"
+    );
+    describe_gauge!(
+        "idemgate_outcomes_unrecorded",
+        "Outcomes (completions, releases, unknown outcomes) this process holds because the \
+         ledger could not take them; recorded when it takes writes again"
+    );
+    describe_counter!(
+        "idemgate_outcomes_recorded_late_total",
+        "Outcomes recorded after the ledger first refused them"
+    );
+    describe_counter!(
+        "idemgate_outcomes_unrecorded_dropped_total",
+        "Outcomes the ledger refused that were not recorded later (no room to keep them, or the \
+         entry was decided meanwhile): each entry is left for an operator"
+    );
+}
 
 /// The metric handles of one route, registered once: a `counter!` with labels looks its series up
 /// (hashing the labels, allocating the route's name) on every call.
