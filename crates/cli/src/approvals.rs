@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Args;
-use idemgate_ops::ledger::{rfc3339, EntryDetail};
+use idemgate_ops::ledger::EntryDetail;
 use idemgate_ops::{desktop_operator, op, os_user, ApprovalsRequest, DecideCmd, Ops, OpsError};
 
 use crate::{output, LedgerArg};
@@ -67,19 +67,11 @@ pub(crate) fn list(out: &mut output::Out, a: ListArgs) -> Result<ExitCode, OpsEr
 fn line(e: &EntryDetail) -> String {
     let s = &e.summary;
     let subjects: Vec<String> = s.subjects.iter().map(|(n, v)| format!("{n}={v}")).collect();
-    let standing = match &e.approval {
-        Some(a) => {
-            let end = a.end.map_or("waiting", |e| e.as_str());
-            format!(
-                "{end} {}/{} (policy {}), expires {}",
-                a.approved_by.len(),
-                a.needed,
-                a.policy,
-                rfc3339(a.expires_at)
-            )
-        }
-        None => String::new(),
-    };
+    let standing = e
+        .approval
+        .as_ref()
+        .map(output::approval_standing)
+        .unwrap_or_default();
     format!(
         "{:>6}  {:<12} {:<24} {:<30} {standing}",
         s.id,

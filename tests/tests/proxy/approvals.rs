@@ -396,6 +396,19 @@ fn an_approval_given_while_no_server_runs_releases_the_call_once_after_a_sigkill
     f.proxy.kill();
     // The CLI writes the decision into the ledger file; the next server to start forwards it.
     let ledger = f.dir.path().join("ledger.db");
+    let show = |json: bool| {
+        let id = id.to_string();
+        let mut args = vec!["show", "--ledger", ledger.to_str().expect("utf-8"), &id];
+        if json {
+            args.push("--json");
+        }
+        String::from_utf8_lossy(&idemgate(&args).stdout).into_owned()
+    };
+    let before = show(false);
+    assert!(
+        before.contains("\n  approval     waiting: 0 of 1 approvals (policy payouts), expires "),
+        "{before}"
+    );
     let out = idemgate(&[
         "approve",
         "--ledger",
@@ -412,6 +425,12 @@ fn an_approval_given_while_no_server_runs_releases_the_call_once_after_a_sigkill
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(f.upstream.counts.effects("p-kill"), 0);
+    let after: serde_json::Value = serde_json::from_str(&show(true)).expect("show --json");
+    assert_eq!(after["approval"]["end"], "approved", "{after}");
+    assert!(
+        show(false).contains("  approval     approved: 1 of 1 approvals, by olga (OS user "),
+        "{after}"
+    );
     let toml = std::fs::read_to_string(&f.proxy.config).expect("config");
     f.proxy = start(f.dir.path(), &toml, &ledger);
     eventually(10, "the restarted server to forward it", || {

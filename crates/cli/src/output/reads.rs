@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use idemgate_ops::ledger::{rfc3339, EntryDetail, EntryFilter, EntrySummary, Event};
+use idemgate_ops::ledger::{rfc3339, Approval, EntryDetail, EntryFilter, EntrySummary, Event};
 use idemgate_ops::op::entries::EntriesRequest;
 use idemgate_ops::op::log::LogRequest;
 use idemgate_ops::{op, EntryView, Ops};
@@ -222,6 +222,7 @@ pub(super) fn show_json(out: &mut Out, v: &EntryView) -> R {
         obj.insert("resolution_reason".into(), json!(d.resolution_reason));
         obj.insert("external_ref".into(), json!(d.external_ref));
         obj.insert("collision_requests".into(), json!(d.collision_requests));
+        obj.insert("approval".into(), json!(d.approval));
         obj.insert("call".into(), json!(v.call));
         obj.insert(
             "timeline".into(),
@@ -288,6 +289,9 @@ pub fn show(out: &mut Out, v: &EntryView, json: bool) -> R {
     if let Some(x) = &d.external_ref {
         writeln!(out, "  external ref {x}")?;
     }
+    if let Some(a) = &d.approval {
+        writeln!(out, "  approval     {}", approval_standing(a))?;
+    }
     if let Some(c) = &v.call {
         tool_call(out, c)?;
     }
@@ -297,6 +301,27 @@ pub fn show(out: &mut Out, v: &EntryView, json: bool) -> R {
         event_line(out, ev)?;
     }
     Ok(())
+}
+
+/// Where a held call's approval stands: waiting or how it ended, the approvals it has of those
+/// its policy needs and from whom, and when an undecided one expires.
+pub fn approval_standing(a: &Approval) -> String {
+    let end = a.end.map_or("waiting", |e| e.as_str());
+    let by = if a.approved_by.is_empty() {
+        String::new()
+    } else {
+        format!(", by {}", a.approved_by.join(", "))
+    };
+    let when = match a.ended_at {
+        Some(at) if a.end.is_some() => format!("ended {}", rfc3339(at)),
+        _ => format!("expires {}", rfc3339(a.expires_at)),
+    };
+    format!(
+        "{end}: {} of {} approvals{by} (policy {}), {when}",
+        a.approved_by.len(),
+        a.needed,
+        a.policy
+    )
 }
 
 /// An entry's stored request and response, and the requests its key refused (collisions).
