@@ -60,6 +60,28 @@ describe("approvals", () => {
     await until(() => calls.some(([c]) => c === "approve"));
     expect(calls.find(([c]) => c === "approve")?.[1]).toMatchObject({ entry_id: 8, operator: "dana", reason: "agreed on the phone", fingerprint: "fp-8" });
   });
+  it("shows a held call's approval on its entry, and approves it there", async () => {
+    const { app, calls, prefs } = setup({
+      ...base,
+      show: () => ({ entry: held(8), timeline: [], collision_diffs: [], call: null }),
+      approve: () => ({ ...held(8).approval, approved_by: ["olga", "dana"], end: "approved" }),
+      approvals: () => [held(8)],
+    });
+    prefs.set("operator", "dana");
+    await app.start();
+    await app.go("entry", 8);
+    expect(q("approval-standing").textContent).toMatch(/^1 of 2 approvals · expires in /);
+    expect(q("approval-policy").textContent).toBe("policy refunds · approved by olga");
+    // The request is shown once, in the entry's own section.
+    expect(q("approval-request")).toBeNull();
+    expect(q("request-body")).toBeTruthy();
+    q("approval-approve").click();
+    await tick();
+    (q("reason-input") as HTMLTextAreaElement).value = "checked with the customer";
+    q("confirm-button").click();
+    await until(() => calls.some(([c]) => c === "approve"));
+    expect(calls.find(([c]) => c === "approve")?.[1]).toMatchObject({ entry_id: 8, operator: "dana", fingerprint: "fp-8" });
+  });
   it("counts the held calls on the overview, which opens the inbox", async () => {
     const { app } = setup({
       ...base,

@@ -30,8 +30,9 @@ export async function approvals(app: Shell): Promise<void> {
   };
 }
 
-/** One held call: what it is, who asked, the policy it matched, the request, the time left. */
-export function approvalPanel(app: Shell, e: EntryDetail): HTMLElement {
+/** One held call: what it is, who asked, the policy it matched, the request (unless `request`
+ * is false: the entry's own view shows it), the time left. */
+export function approvalPanel(app: Shell, e: EntryDetail, request = true): HTMLElement {
   const a = e.approval;
   const waiting = a !== null && a.end === null;
   const get = (n: string) => e.subjects.find(([k]) => k === n)?.[1];
@@ -40,7 +41,7 @@ export function approvalPanel(app: Shell, e: EntryDetail): HTMLElement {
   const standing = a === null ? "" : a.end === null ? `${a.approved_by.length} of ${a.needed} approvals · expires ${relative(a.expires_at, Date.now())} (${isoTime(a.expires_at)})` : `${a.end} ${isoTime(a.ended_at)}`;
   const approve = h("button", { class: "primary", testid: "approval-approve", attrs: app.gate("approve", waiting), on: { click: () => void decide(app, e, true) } }, "Approve…");
   const reject = h("button", { class: "danger", testid: "approval-reject", attrs: app.gate("reject", waiting), on: { click: () => void decide(app, e, false) } }, "Reject…");
-  const req = e.request;
+  const req = request ? e.request : null;
   return h(
     "div",
     { class: `panel approval${waiting ? "" : " decided"}`, testid: "approval", attrs: { "data-entry-id": e.id } },
