@@ -122,6 +122,9 @@ struct FilterArgs {
     /// Entries with this subject: `NAME=VALUE` (`customer=cus_123`), or a VALUE under any name.
     #[arg(long)]
     subject: Option<String>,
+    /// Entries whose key, or a subject's value, is this: what the console's search box finds.
+    #[arg(long)]
+    search: Option<String>,
 }
 
 impl From<FilterArgs> for EntryFilter {
@@ -137,7 +140,7 @@ impl From<FilterArgs> for EntryFilter {
             key: f.key,
             tool: f.tool,
             subject: f.subject,
-            search: None,
+            search: f.search,
             expiring_within: None,
         }
     }

@@ -314,3 +314,35 @@ fn each_operation_lists_its_parameters_in_its_help() {
         assert!(help(op).contains("\nParameters"), "{op}");
     }
 }
+
+#[test]
+fn entries_search_finds_what_the_consoles_search_box_finds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = demo(dir.path(), 600);
+    let ids = |v: &Value| -> Vec<i64> {
+        v.as_array()
+            .expect("array")
+            .iter()
+            .filter_map(|e| e["id"].as_i64())
+            .collect()
+    };
+    let stuck = json(&["entries", "--ledger", s(&db), "--stuck", "--json"]);
+    let key = stuck[0]["key"].as_str().expect("key").to_owned();
+    let customer = json(&["entries", "--ledger", s(&db), "--duplicates", "--json"])[0]["subjects"]
+        ["customer"]
+        .as_str()
+        .expect("a duplicate suspect with a customer")
+        .to_owned();
+    for text in [key.as_str(), customer.as_str()] {
+        let cli = json(&["entries", "--ledger", s(&db), "--search", text, "--json"]);
+        let op = json(&[
+            "call",
+            "entries",
+            "--ledger",
+            s(&db),
+            &format!("search={text}"),
+        ]);
+        assert!(!ids(&cli).is_empty(), "{text}");
+        assert_eq!(ids(&cli), ids(&op["entries"]), "{text}");
+    }
+}
