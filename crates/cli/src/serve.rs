@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use idemgate_config::Config;
+use idemgate_config::{Approval, Config, LoopGuard};
 use idemgate_ops::{op, ActionCmd, Code, Ops, OpsError};
 use idemgate_server::{Reload, Server};
 
@@ -98,6 +98,40 @@ fn hangups(rt: &tokio::runtime::Runtime) -> tokio::sync::mpsc::UnboundedReceiver
     rx
 }
 
+/// What a route (or an MCP tool) holds for operators and counts as a loop, in words.
+fn guards(approval: Option<&Approval>, loop_guard: Option<&LoopGuard>) -> Vec<String> {
+    let span = idemgate_ops::RetentionPolicy::span;
+    let mut out = Vec::new();
+    if let Some(a) = approval {
+        let when = a.when.as_ref().map_or("every call".to_owned(), |c| {
+            format!("calls where {}", c.source)
+        });
+        let by = a
+            .approvers
+            .as_ref()
+            .map_or(String::new(), |who| format!(" from {}", who.join(", ")));
+        out.push(format!(
+            "held for approval: {when}; {} {}{by}, within {}",
+            a.approvals,
+            if a.approvals == 1 {
+                "approval"
+            } else {
+                "approvals"
+            },
+            span(a.expires)
+        ));
+    }
+    if let Some(g) = loop_guard {
+        out.push(format!(
+            "loop guard: more than {} calls of one request from one scope within {}: {}",
+            g.max,
+            span(g.window),
+            if g.reject { "refused" } else { "flagged" }
+        ));
+    }
+    out
+}
+
 /// `serve --check`: everything `serve` checks before it opens the ledger and binds.
 pub fn check(config: &Path) -> Result<ExitCode, CmdError> {
     let cfg = Config::load(&config.display().to_string())?;
@@ -119,6 +153,16 @@ pub fn check(config: &Path) -> Result<ExitCode, CmdError> {
             r.effect.as_str(),
             r.upstream
         );
+        for line in guards(r.approval.as_ref(), r.loop_guard.as_ref()) {
+            let _ = writeln!(out, "      {line}");
+        }
+        for (tool, rule) in &r.tools {
+            let effect = rule.effect.map_or("as annotated", |e| e.as_str());
+            let _ = writeln!(out, "      tool {tool}: {effect}");
+            for line in guards(rule.approval.as_ref(), rule.loop_guard.as_ref()) {
+                let _ = writeln!(out, "        {line}");
+            }
+        }
     }
     if let Some(r) = &cfg.retention {
         let _ = writeln!(

@@ -1,6 +1,7 @@
 //! From installed to serving: `init` writes a configuration `serve --check` accepts, with an admin
 //! token only its owner reads; it never replaces a file unasked, and a bad route writes nothing;
-//! `man` and `completions` describe every command.
+//! `serve --check` says what each route holds for approval and counts as a loop; `man` and
+//! `completions` describe every command.
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -94,4 +95,62 @@ fn the_manual_page_and_completions_cover_every_command() {
     }
     let out = idemgate(&["completions", "cmd.exe"]);
     assert_eq!(out.status.code(), Some(2), "an unknown shell is bad usage");
+}
+
+#[test]
+fn serve_check_says_what_each_route_holds_for_approval_and_guards_against_loops() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("idemgate.toml");
+    let auth = r#"upstream_auth = { secret_env = "PAYMENTS_TOKEN", header = "Authorization" }"#;
+    let toml = format!(
+        r#"[server]
+listen = "127.0.0.1:0"
+admin_listen = "off"
+ledger = "{ledger}"
+
+[[routes]]
+name = "refunds"
+method = "POST"
+path = "/v1/refunds"
+upstream = "http://127.0.0.1:9"
+effect = "write"
+{auth}
+loop_guard = {{ max = 5, window = "1m", action = "reject" }}
+[routes.approval]
+when = "args.amount > 50000"
+approvals = 2
+expires = "1h"
+approvers = ["olga", "oscar"]
+
+[[routes]]
+name = "tools"
+path = "/mcp"
+upstream = "http://127.0.0.1:9"
+protocol = "mcp"
+{auth}
+[routes.tools."charge"]
+effect = "destructive"
+[routes.tools."charge".approval]
+expires = "30m"
+[routes.tools."lookup"]
+loop_guard = {{ max = 20, window = "1m" }}
+"#,
+        ledger = s(&dir.path().join("l.db")),
+    );
+    std::fs::write(&cfg, toml).expect("write");
+    let out = ok_env(
+        &["serve", "--config", s(&cfg), "--check"],
+        &[("PAYMENTS_TOKEN", "x".into())],
+    );
+    for line in [
+        "\n      held for approval: calls where args.amount > 50000; 2 approvals from olga, oscar, \
+         within 1h\n",
+        "\n      loop guard: more than 5 calls of one request from one scope within 1m: refused\n",
+        "\n      tool charge: destructive\n        held for approval: every call; 1 approval, \
+         within 30m\n",
+        "\n      tool lookup: as annotated\n        loop guard: more than 20 calls of one request \
+         from one scope within 1m: flagged\n",
+    ] {
+        assert!(out.contains(line), "{line:?} in:\n{out}");
+    }
 }
