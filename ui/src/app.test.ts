@@ -295,6 +295,19 @@ describe("console UI", () => {
     expect(q("confirm-button").textContent).toBe("Nothing to do");
   });
 
+  it("filters the log by any kind of event the ledger has, an approval's included", async () => {
+    const { app, calls } = setup({ ...base, log: () => ({ events: [], next_before: null }) });
+    await app.start();
+    await app.go("log");
+    const kind = q("log-kind") as HTMLSelectElement;
+    const offered = [...kind.options].map((o) => o.value);
+    for (const k of ["claim", "review", "loop_suspect", "checkpoint", "approval_requested", "approved", "rejected", "approval_expired"]) expect(offered).toContain(k);
+    kind.value = "approved";
+    kind.dispatchEvent(new Event("change"));
+    await until(() => calls.some(([c, a]) => c === "log" && (a as { kind: string | null }).kind === "approved"));
+    expect(calls.some(([c, a]) => c === "log" && (a as { kind: string | null }).kind === "approved")).toBe(true);
+  });
+
   it("shows a typed error from a command with its code", async () => {
     const { app } = setup({ ...base, entries: () => { throw { code: "ledger-unavailable", message: "locked" }; } });
     await app.start();

@@ -16,6 +16,7 @@ fn generate(dir: &Path) {
     // Every operation's request and answer, and what they name; then what the hosts add.
     let ops = idemgate_ops::op::export_types(&cfg).expect("the operations' types");
     std::fs::write(dir.join("ops.ts"), idemgate_ops::op::ts::client(&ops)).expect("ops.ts");
+    std::fs::write(dir.join("values.ts"), idemgate_ops::op::ts::values()).expect("values.ts");
     macro_rules! export {
         ($($t:ty),* $(,)?) => { $( <$t>::export_all(&cfg).expect(stringify!($t)); )* };
     }

@@ -5,6 +5,7 @@ import type { BulkCmd } from "../bindings/BulkCmd";
 import type { BulkKind } from "../bindings/BulkKind";
 import type { BulkTarget } from "../bindings/BulkTarget";
 import type { ResolveAs } from "../bindings/ResolveAs";
+import { STATES } from "../bindings/values";
 import { h } from "../dom";
 import { isoTime, relative, routeLabel } from "../format";
 import { VirtualList } from "../vlist";
@@ -71,7 +72,7 @@ function sortedHeader(selectable: boolean, sort: Sort, list: VirtualList<EntrySu
 export function entryHeader(selectable: boolean, sort?: Sort, flip?: () => void): HTMLElement {
   const cells: [string, string, string][] = [
     ["id", "id", "the entry's id"],
-    ["state", "state", "pending, completed, released, failed or awaiting_approval; stuck when held for an operator"],
+    ["state", "state", `${STATES.join(", ")}; stuck when held for an operator`],
     ["route", "route", "the route (· the MCP tool); ⚠ a destructive one"],
     ["scope", "scope", "the scope: the agent or tenant the key belongs to"],
     ["key", "idempotency key", "the idempotency key"],

@@ -2,6 +2,7 @@
 import type { Event } from "../bindings/Event";
 import type { EventKind } from "../bindings/EventKind";
 import type { LogRequest } from "../bindings/LogRequest";
+import { EVENT_KINDS } from "../bindings/values";
 import { h } from "../dom";
 import { fromLocalInput, isoTime } from "../format";
 import { VirtualList } from "../vlist";
@@ -16,7 +17,7 @@ export async function logView(app: Shell): Promise<void> {
     h("input", { testid, attrs: { placeholder, "aria-label": placeholder }, on: { change: (e) => { const v = (e.target as HTMLInputElement).value.trim(); (f as Record<string, unknown>)[field] = v === "" ? null : v; void list.reset(); } } });
   const time = (field: "since" | "until", label: string) =>
     h("label", null, label, h("input", { testid: `log-${field}`, attrs: { type: "datetime-local" }, on: { change: (e) => { f[field] = fromLocalInput((e.target as HTMLInputElement).value); void list.reset(); } } }));
-  const kinds = ["", "claim", "attempt", "complete", "outcome_unknown", "release", "collision", "duplicate_suspect", "lease_expired", "expired", "resolve", "replay", "reconcile", "purge"];
+  const kinds = ["", ...EVENT_KINDS];
   const kind = h("select", { testid: "log-kind", on: { change: (e) => { const v = (e.target as HTMLSelectElement).value; f.kind = (v || null) as EventKind | null; void list.reset(); } } }, ...kinds.map((k) => h("option", { attrs: { value: k } }, k || "any kind")));
   const live = h("input", { testid: "log-live", attrs: { type: "checkbox", checked: true } });
   const list = new VirtualList<Event>(

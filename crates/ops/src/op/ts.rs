@@ -128,6 +128,26 @@ pub fn client(ops: &[(Spec, String, String)]) -> String {
     s
 }
 
+/// `values.ts`: the values of the ledger's enums that the console offers as choices (the Log's
+/// kinds, the states), so one the ledger adds is offered with no change to the console.
+pub fn values() -> String {
+    use idemgate_ledger::{EventKind, State};
+    let list = |values: &mut dyn Iterator<Item = &'static str>| -> String {
+        values.map(|v| format!("  \"{v}\",\n")).collect()
+    };
+    format!(
+        "// Generated from crates/ledger/src/model.rs by the ipc_bindings test; do not edit.\n\
+         import type {{ EventKind }} from \"./EventKind\";\n\
+         import type {{ State }} from \"./State\";\n\n\
+         /** Every kind of event the log holds, in the ledger's order. */\n\
+         export const EVENT_KINDS: readonly EventKind[] = [\n{}];\n\n\
+         /** Every state an entry may be in. */\n\
+         export const STATES: readonly State[] = [\n{}];\n",
+        list(&mut EventKind::ALL.iter().map(|k| k.as_str())),
+        list(&mut State::ALL.iter().map(|s| s.as_str())),
+    )
+}
+
 fn kind(k: Kind) -> &'static str {
     match k {
         Kind::Ledger => "ledger",
