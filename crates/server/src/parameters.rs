@@ -3,6 +3,8 @@
 //! doc. The document is made from the operations' declarations, so what a host lists from it
 //! (the CLI's `call OPERATION --help`) follows them.
 
+use std::sync::OnceLock;
+
 use serde_json::Value;
 
 /// One parameter of an operation's request.
@@ -18,8 +20,12 @@ pub struct Parameter {
 /// The parameters of the operation named `operation` (its `operationId`): the required ones
 /// first, each group in the document's order; `None` when the document has no such operation.
 pub fn parameters(operation: &str) -> Option<Vec<Parameter>> {
-    let doc: Value = serde_json::from_str(crate::OPENAPI).ok()?;
-    let read = Reader { doc: &doc };
+    // Read once a process: the CLI asks for every operation's parameters each time it starts.
+    static DOC: OnceLock<Option<Value>> = OnceLock::new();
+    let doc = DOC
+        .get_or_init(|| serde_json::from_str(crate::OPENAPI).ok())
+        .as_ref()?;
+    let read = Reader { doc };
     let routed = doc["paths"]
         .as_object()?
         .values()
@@ -30,7 +36,7 @@ pub fn parameters(operation: &str) -> Option<Vec<Parameter>> {
         // An operation with no route: its request, as a body would be.
         let request = doc["x-idemgate-local-operations"].get(operation)?;
         let mut out = Vec::new();
-        read.members(request, true, &mut out);
+        read.members(request, &mut out);
         out.sort_by_key(|p| !p.required);
         return Some(out);
     };
@@ -46,7 +52,7 @@ pub fn parameters(operation: &str) -> Option<Vec<Parameter>> {
         })
         .collect();
     let body = &op["requestBody"]["content"]["application/json"]["schema"];
-    read.members(body, true, &mut out);
+    read.members(body, &mut out);
     out.sort_by_key(|p| !p.required);
     Some(out)
 }
@@ -80,13 +86,12 @@ impl Reader<'_> {
 
     /// The members of object schema `s`; those of its alternatives (`oneOf`) too, required
     /// only when every alternative requires them, their kinds and docs joined.
-    fn members(&self, s: &Value, required: bool, out: &mut Vec<Parameter>) {
+    fn members(&self, s: &Value, out: &mut Vec<Parameter>) {
         let s = self.resolve(s);
         let needed = |name: &str| {
-            required
-                && s["required"]
-                    .as_array()
-                    .is_some_and(|r| r.iter().any(|n| n == name))
+            s["required"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|n| n == name))
         };
         for (name, p) in s["properties"].as_object().into_iter().flatten() {
             out.push(Parameter {
@@ -102,7 +107,7 @@ impl Reader<'_> {
         let mut each: Vec<Vec<Parameter>> = Vec::new();
         for form in forms {
             let mut members = Vec::new();
-            self.members(form, required, &mut members);
+            self.members(form, &mut members);
             // A member that only names the form (`"target": "ids"`) is documented by the form.
             for m in &mut members {
                 if m.doc.is_empty() && !m.kind.contains('|') {
