@@ -290,6 +290,9 @@ def main():
         el = wd("POST", s.path("/element"), {"using": "css selector", "value": f"[data-testid='entry-row'][data-entry-id='{entry_id}']"})[ELEMENT]
         s.click_el(el)
         s.find("action-resolve")
+        offered = s.js("return ['resolve', 'purge'].map(a => document.querySelector(`[data-testid=action-${a}]`)).map(b => [b.disabled, b.title])")
+        check(offered[0] == [False, ""] and offered[1][0] and "purge needs a completed, released or failed entry" in offered[1][1],
+              f"a stuck entry is resolved, not purged, and Purge says why ({offered[1][1]})")
         s.screenshot("entry")
         s.click("action-resolve")
         s.find("action-dialog")

@@ -1,6 +1,6 @@
 // The UI against a mocked IPC: TauriTransport over a fake `invoke`, so the commands' names and
 // argument shapes are what is tested, with the views and the action dialog driven like a user.
-import { ADA, base, entry, inBrowser, q, setup, tick, until } from "./test-support";
+import { actions, ADA, base, entry, inBrowser, q, setup, tick, until } from "./test-support";
 import { isoTime } from "./format";
 
 describe("console UI", () => {
@@ -75,7 +75,7 @@ describe("console UI", () => {
   it("shows an MCP entry as route · tool with its call, and filters by tool", async () => {
     const mcp = entry(9, { route: "tools", tool: "charge", state: "completed", stuck: false });
     const call = { label: "tools · charge", tool: "charge", arguments: { customer: "cus_1", amount: 4999 }, result_text: "charged", structured: null, is_error: false, error: null };
-    const show = () => ({ entry: { ...mcp, lease_owner: null, request: null, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [], call });
+    const show = () => ({ entry: { ...mcp, lease_owner: null, request: null, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [], actions: actions("purge"), call });
     const { app, calls } = setup({ ...base, show, entries: () => ({ entries: [mcp], next_before: null }) });
     await app.start();
     await app.go("stuck");
@@ -115,7 +115,7 @@ describe("console UI", () => {
   });
 
   it("copies a stored request as curl through the proxy the console runs, or names the default", async () => {
-    const show = () => ({ entry: { ...entry(7), request: { method: "POST", path: "/v1/charges?mode=live", headers: [["idempotency-key", "key-7"]], body: "{}" }, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [] });
+    const show = () => ({ entry: { ...entry(7), request: { method: "POST", path: "/v1/charges?mode=live", headers: [["idempotency-key", "key-7"]], body: "{}" }, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [], actions: actions("purge") });
     let running = true;
     const { app } = setup({ ...base, show, proxy_status: () => ({ running, config: "/etc/idemgate.toml", proxy_addr: "127.0.0.1:9100", admin_addr: null, error: null }) });
     await app.start();
@@ -129,7 +129,7 @@ describe("console UI", () => {
   });
 
   it("resolves with a reason and the operator's name, after a preview", async () => {
-    const show = () => ({ entry: { ...entry(7), lease_owner: "p", request: { method: "POST", path: "/v1/charges", headers: [], body: "{}" }, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [] });
+    const show = () => ({ entry: { ...entry(7), lease_owner: "p", request: { method: "POST", path: "/v1/charges", headers: [], body: "{}" }, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [], actions: actions("purge") });
     const { app, calls, prefs } = setup({
       ...base, show,
       preview_resolve: () => ({ action: "resolve", count: 1, ids: [7], keys: ["key-7"], destructive: false, skipped: [] }),
@@ -155,7 +155,7 @@ describe("console UI", () => {
   });
 
   it("asks a failed entry's response for its error status instead of sending 200", async () => {
-    const show = () => ({ entry: { ...entry(7), lease_owner: "p", request: null, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [] });
+    const show = () => ({ entry: { ...entry(7), lease_owner: "p", request: null, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [], actions: actions("purge") });
     const { app, calls, prefs } = setup({
       ...base, show,
       preview_resolve: () => ({ action: "resolve", count: 1, ids: [7], keys: ["key-7"], destructive: false, skipped: [] }),
@@ -189,7 +189,7 @@ describe("console UI", () => {
   it("needs a second confirmation on a destructive route", async () => {
     const { app, calls, prefs } = setup({
       ...base,
-      show: () => ({ entry: { ...entry(8, { effect: "destructive" }), lease_owner: null, request: null, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [] }),
+      show: () => ({ entry: { ...entry(8, { effect: "destructive" }), lease_owner: null, request: null, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [], actions: actions("purge") }),
       preview_resolve: () => ({ action: "release", count: 1, ids: [8], keys: ["key-8"], destructive: true, skipped: [] }),
       resolve: () => entry(8, { state: "released", stuck: false }),
     });
@@ -328,7 +328,7 @@ describe("console UI", () => {
 
 describe("console UI, keyboard and ledgers", () => {
   it("switches views with 1-7 and opens the selected entry with j/k and Enter", async () => {
-    const show = () => ({ entry: { ...entry(5), lease_owner: null, request: null, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [] });
+    const show = () => ({ entry: { ...entry(5), lease_owner: null, request: null, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [], actions: actions("purge") });
     const { app, calls } = setup({ ...base, show, entries: () => ({ entries: [entry(7), entry(5)], next_before: null }) });
     await app.start();
     const key = (k: string) => document.body.dispatchEvent(new KeyboardEvent("keydown", { key: k, bubbles: true }));
@@ -582,7 +582,7 @@ describe("console UI, keyboard and ledgers", () => {
   });
 
   it("offers a viewer only what a viewer may do, and records actions under the token's operator", async () => {
-    const show = { entry: { ...entry(7, { state: "completed", stuck: false }), request: { method: "POST", path: "/v1/charges", headers: [], body: "{}" }, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [] };
+    const show = { entry: { ...entry(7, { state: "completed", stuck: false }), request: { method: "POST", path: "/v1/charges", headers: [], body: "{}" }, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] }, timeline: [], collision_diffs: [], actions: actions("resolve", "release", "replay", "reconcile") };
     let who: Record<string, unknown> = { name: "vic", role: "viewer", shared: false };
     const fake = (async (url: string) => {
       if (url.endsWith("/admin/v1/whoami")) return new Response(JSON.stringify(who), { status: 200 });
@@ -612,8 +612,9 @@ describe("console UI, keyboard and ledgers", () => {
     app = await open();
     await app.go("entry", 7);
     expect(q("action-purge").hasAttribute("disabled")).toBe(true);
-    expect(q("action-release").hasAttribute("disabled")).toBe(true); // completed: nothing to release
-    expect(q("action-resolve").title).toBe("");
+    // Completed: the ledger takes none of them, and the button says why.
+    expect(q("action-release").hasAttribute("disabled")).toBe(true);
+    expect(q("action-resolve").title).toBe("resolve needs another state");
     await app.go("stuck");
     expect(q("bulk-release").hasAttribute("disabled")).toBe(false);
     // The shared admin token names no one: the name to record is typed.

@@ -3,6 +3,8 @@
 import { App } from "./app";
 import type { Prefs } from "./shell";
 import { HttpTransport, TauriTransport } from "./transport";
+import type { Action } from "./bindings/Action";
+import type { ActionStanding } from "./bindings/ActionStanding";
 import type { EntrySummary } from "./bindings/EntrySummary";
 
 export function entry(id: number, over: Partial<EntrySummary> = {}): EntrySummary {
@@ -11,6 +13,12 @@ export function entry(id: number, over: Partial<EntrySummary> = {}): EntrySummar
     created_at: 1_800_000_000_000, updated_at: 1_800_000_000_000, expires_at: null, effect: "write", lease_expires_at: 1_800_000_030_000,
     outcome_unknown: true, last_error: "upstream timeout", collisions: 0, duplicate_of: null, response_status: null, tool: null, subjects: [], ...over,
   };
+}
+
+/** An entry view's actions: each taken but those named, which are refused as the ledger says. */
+export function actions(...refused: Action[]): ActionStanding[] {
+  const all: Action[] = ["resolve", "release", "replay", "reconcile", "purge"];
+  return all.map((action) => ({ action, refused: refused.includes(action) ? `${action} needs another state` : null }));
 }
 
 export type Listen = (event: string, f: (e: { payload: unknown }) => void) => Promise<() => void>;

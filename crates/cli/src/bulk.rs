@@ -101,6 +101,7 @@ pub(crate) fn run(a: BulkArgs) -> Result<ExitCode, CmdError> {
     let mut out = output::Out::stdout();
     let req = op::preview_bulk::BulkPreviewRequest {
         action,
+        as_: cmd.as_,
         target: cmd.target.clone(),
     };
     let preview = op::run::<op::preview_bulk::Op>(&ops, req, None, &mut |_| true)?;

@@ -24,7 +24,7 @@ use std::process::ExitCode;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use idemgate_ops::ledger::{EntryFilter, Progress, State};
+use idemgate_ops::ledger::{EntryFilter, EventKind, Progress, State};
 use idemgate_ops::{op, Ops, OpsError, ResolveAs};
 
 #[derive(Parser, Debug)]
@@ -73,6 +73,12 @@ struct ActorArgs {
 fn state_arg() -> impl TypedValueParser<Value = State> {
     PossibleValuesParser::new(State::ALL.map(State::as_str))
         .try_map(|s: String| State::parse(&s).ok_or("not an entry state"))
+}
+
+/// An event kind on the command line, likewise the ledger's own names, all of them.
+fn kind_arg() -> impl TypedValueParser<Value = EventKind> {
+    PossibleValuesParser::new(EventKind::ALL.map(EventKind::as_str))
+        .try_map(|s: String| EventKind::parse(&s).ok_or("not an event kind"))
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -512,9 +518,9 @@ pub(crate) struct LogArgs {
     scope: Option<String>,
     #[arg(long)]
     key: Option<String>,
-    /// Event kind (claim, complete, resolve, purge, collision, duplicate_suspect, ...).
-    #[arg(long)]
-    kind: Option<String>,
+    /// Only events of this kind.
+    #[arg(long, value_parser = kind_arg())]
+    kind: Option<EventKind>,
     #[arg(long)]
     operator: Option<String>,
     /// Substring search over key, route, scope, operator, reason and detail.
@@ -534,11 +540,7 @@ impl LogArgs {
             route: self.route,
             scope: self.scope,
             key: self.key,
-            kind: self
-                .kind
-                .as_deref()
-                .map(idemgate_ops::event_kind)
-                .transpose()?,
+            kind: self.kind,
             operator: self.operator,
             since: self.since.map(op::common::Time),
             until: self.until.map(op::common::Time),

@@ -7,8 +7,10 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
+mod action;
 mod approval;
 mod audit;
+pub use action::Action;
 pub use approval::{operator_identity, operator_name, Approval, ApprovalEnd, OS_USER_MARK};
 pub use audit::{EntryRow, SignedCheckpoint, TreeBatch, TreeState};
 

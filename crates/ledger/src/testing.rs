@@ -10,7 +10,7 @@ pub use s3::{S3, TEST_S3};
 use crate::db::{Db, Row};
 use crate::model::{now_millis, Effect, Millis, RequestRecord, ResponseRecord};
 use crate::postgres::PgConn;
-use crate::store::{ClaimOutcome, ClaimRequest, CompleteRequest, Storage};
+use crate::store::{ApprovalAsk, ClaimOutcome, ClaimRequest, CompleteRequest, Storage};
 
 /// A claim of `key` on a `charges` route at `at`, by owner `o`, leased and kept for 60 s.
 pub fn charge(key: &str, at: Millis) -> ClaimRequest {
@@ -36,6 +36,21 @@ pub fn charge(key: &str, at: Millis) -> ClaimRequest {
         dup_fp: None,
         approval: None,
         at,
+    }
+}
+
+/// [`charge`], held for one operator's approval within an hour.
+pub fn held_charge(key: &str, at: Millis) -> ClaimRequest {
+    ClaimRequest {
+        approval: Some(ApprovalAsk {
+            policy: "charges".into(),
+            policy_hash: "h".into(),
+            needed: 1,
+            expires_ms: 3_600_000,
+            approvers: None,
+            unevaluated: None,
+        }),
+        ..charge(key, at)
     }
 }
 

@@ -4,7 +4,9 @@
 //! its own atomic action logged under the operator and the reason, with progress after each and
 //! a stop between two. An entry that fails is reported and the rest go on.
 
-use idemgate_ledger::{Effect, EntryFilter, EntrySummary, Progress, ResponseRecord, Result};
+use idemgate_ledger::{
+    Action, Effect, EntryFilter, EntrySummary, Progress, ResponseRecord, Result,
+};
 use idemgate_proxy::Engine;
 use serde::{Deserialize, Serialize};
 
@@ -45,18 +47,13 @@ impl BulkKind {
         !matches!(self, BulkKind::Resolve)
     }
 
-    /// Why the action would be refused on entry `e` as it stands, if it would: resolve and
-    /// replay take a stuck, released or failed entry, reconcile a stuck one.
-    fn refusal(self, e: &EntrySummary) -> Option<String> {
-        let (taken, needed) = match self {
-            BulkKind::Resolve | BulkKind::Replay => (
-                e.state.operable(e.stuck),
-                "a stuck, released or failed entry",
-            ),
-            BulkKind::Reconcile => (e.stuck, "a stuck entry"),
-        };
-        let state = e.state.described(e.stuck);
-        (!taken).then(|| format!("entry is {state}; {} needs {needed}", self.as_str()))
+    /// The action run on each entry: a resolve `as` released releases it.
+    pub fn action(self, as_: Option<ResolveAs>) -> Action {
+        match self {
+            BulkKind::Resolve => as_.map_or(Action::Resolve, ResolveAs::action),
+            BulkKind::Replay => Action::Replay,
+            BulkKind::Reconcile => Action::Reconcile,
+        }
     }
 }
 
@@ -243,13 +240,19 @@ impl Ops {
     /// action would refuse as they stand (held for an approval, say) and why, and whether any is
     /// on a destructive route (the action then needs confirming). The action itself takes the
     /// entries that match when it runs, and reports each one it is refused.
-    pub fn preview_bulk(&self, action: BulkKind, target: &BulkTarget) -> OpsResult<Preview> {
+    pub fn preview_bulk(
+        &self,
+        action: BulkKind,
+        as_: Option<ResolveAs>,
+        target: &BulkTarget,
+    ) -> OpsResult<Preview> {
+        let each = action.action(as_);
         let named = self.bulk_targets(target)?;
         let destructive = named.iter().any(|e| e.effect == Effect::Destructive);
         let mut skipped = Vec::new();
         let mut touched = Vec::new();
         for e in named {
-            match action.refusal(&e) {
+            match each.refusal(e.state, e.stuck) {
                 Some(why) => skipped.push((e.id, why)),
                 None => touched.push(e),
             }
@@ -333,7 +336,7 @@ impl Ops {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idemgate_ledger::{now_millis, testing, ApprovalAsk, ClaimOutcome, EventFilter, State};
+    use idemgate_ledger::{now_millis, testing, ClaimOutcome, EventFilter, State};
 
     /// A ledger with `n` stuck charges (claimed two minutes ago, leased for one), the last of
     /// them on a destructive route, and one completed charge.
@@ -390,7 +393,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (ops, ids, done) = stuck_ledger(&dir, 4);
         let p = ops
-            .preview_bulk(BulkKind::Resolve, &stuck())
+            .preview_bulk(BulkKind::Resolve, None, &stuck())
             .expect("preview");
         assert_eq!(p.count, 4);
         let mut seen = p.ids.clone();
@@ -403,7 +406,7 @@ mod tests {
             ..stuck()
         };
         let p = ops
-            .preview_bulk(BulkKind::Replay, &picked)
+            .preview_bulk(BulkKind::Replay, None, &picked)
             .expect("preview");
         assert_eq!(
             (p.count, p.destructive, p.action.as_str()),
@@ -414,7 +417,7 @@ mod tests {
             ..stuck()
         };
         assert_eq!(
-            ops.preview_bulk(BulkKind::Resolve, &none)
+            ops.preview_bulk(BulkKind::Resolve, None, &none)
                 .expect_err("empty")
                 .code(),
             "invalid-argument"
@@ -425,15 +428,7 @@ mod tests {
     fn a_bulk_preview_names_what_the_action_would_refuse_and_why() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (ops, ids, done) = stuck_ledger(&dir, 2);
-        let mut held = testing::charge("held", now_millis());
-        held.approval = Some(ApprovalAsk {
-            policy: "charges".into(),
-            policy_hash: "h".into(),
-            needed: 1,
-            expires_ms: 3_600_000,
-            approvers: None,
-            unevaluated: None,
-        });
+        let held = testing::held_charge("held", now_millis());
         let ClaimOutcome::AwaitingApproval { entry_id: held, .. } =
             ops.store().claim(held).wait().expect("claim")
         else {
@@ -443,8 +438,9 @@ mod tests {
             filter: EntryFilter::default(),
             ids: Some(ids),
         };
+        let release = cmd(every(vec![ids[0], done, held]));
         let p = ops
-            .preview_bulk(BulkKind::Resolve, &every(vec![ids[0], done, held]))
+            .preview_bulk(BulkKind::Resolve, release.as_, &release.target)
             .expect("preview");
         assert_eq!((p.count, p.ids.clone()), (1, vec![ids[0]]));
         assert_eq!(
@@ -452,28 +448,47 @@ mod tests {
             [
                 (
                     held,
-                    "entry is awaiting_approval; resolve needs a stuck, released or failed entry"
-                        .to_owned()
+                    "entry is awaiting_approval; release needs a stuck or failed entry".to_owned()
                 ),
                 (
                     done,
-                    "entry is completed; resolve needs a stuck, released or failed entry"
-                        .to_owned()
+                    "entry is completed; release needs a stuck or failed entry".to_owned()
                 ),
             ]
         );
         // The action is refused on exactly those.
-        let report = ops
-            .bulk(&cmd(every(vec![ids[0], done, held])), None, &mut |_| true)
-            .expect("bulk");
+        let report = ops.bulk(&release, None, &mut |_| true).expect("bulk");
         let mut refused: Vec<i64> = report.failures.iter().map(|f| f.id).collect();
         refused.sort_unstable();
         let mut skipped: Vec<i64> = p.skipped.iter().map(|(id, _)| *id).collect();
         skipped.sort_unstable();
         assert_eq!((report.succeeded, refused), (1, skipped));
+        // Released now, it is not released again, but may still be resolved.
+        let p = ops
+            .preview_bulk(BulkKind::Resolve, release.as_, &every(vec![ids[0]]))
+            .expect("preview");
+        assert_eq!(
+            (p.count, p.skipped),
+            (
+                0,
+                vec![(
+                    ids[0],
+                    "entry is released; release needs a stuck or failed entry".to_owned()
+                )]
+            )
+        );
+        let report = ops
+            .bulk(&cmd(every(vec![ids[0]])), None, &mut |_| true)
+            .expect("bulk");
+        assert_eq!((report.succeeded, report.failed), (0, 1));
+        let failed = Some(ResolveAs::Failed);
+        let p = ops
+            .preview_bulk(BulkKind::Resolve, failed, &every(vec![ids[0]]))
+            .expect("preview");
+        assert_eq!(p.ids, [ids[0]]);
         // Reconcile takes only the stuck: a released entry is named as not stuck.
         let p = ops
-            .preview_bulk(BulkKind::Reconcile, &every(vec![ids[0], ids[1]]))
+            .preview_bulk(BulkKind::Reconcile, None, &every(vec![ids[0], ids[1]]))
             .expect("preview");
         assert_eq!(p.ids, [ids[1]]);
         assert_eq!(

@@ -11,6 +11,6 @@ pub use idemgate_ledger::entries_export::EntriesManifest;
 pub use idemgate_ledger::export::{manifest_path, ExportVerifyReport, Format, Manifest};
 pub use idemgate_ledger::{
     is_postgres, now_millis, rfc3339, Approval, ChainHasher, EntryDetail, EntryFilter,
-    EntrySummary, Event, EventRange, Incident, Lead, Leader, LedgerError, Millis, Progress,
-    ResponseRecord, State, Storage, VerifyReport, MAX_RESPONSE_BODY,
+    EntrySummary, Event, EventKind, EventRange, Incident, Lead, Leader, LedgerError, Millis,
+    Progress, ResponseRecord, State, Storage, VerifyReport, MAX_RESPONSE_BODY,
 };

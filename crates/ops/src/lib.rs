@@ -44,7 +44,9 @@ pub use proofs::{
     TreeExtension, WitnessRequest,
 };
 pub use purge::{PurgeCmd, PurgeReport, PurgeTarget, PURGE_CHUNK};
-pub use reads::{event_kind, request_diff, EntryPage, EntryView, EventPage, FieldDiff, ToolCall};
+pub use reads::{
+    event_kind, request_diff, ActionStanding, EntryPage, EntryView, EventPage, FieldDiff, ToolCall,
+};
 pub use resolve::{check_response, ResolveAs, ResolveCmd, ReviewCmd};
 pub use retention::{
     place as archive_place, verify_archive_files, ArchiveCmd, RetentionPolicy, RetentionReport,

@@ -3,7 +3,7 @@
 //! never purged. Also the sweep that marks lease and TTL expiries in the log.
 
 use idemgate_ledger::{
-    now_millis, Effect, EntryFilter, EntrySummary, Progress, PurgeRequest, State, SweepReport,
+    now_millis, Action, Effect, EntryFilter, EntrySummary, Progress, PurgeRequest, SweepReport,
 };
 use serde::{Deserialize, Serialize};
 
@@ -14,7 +14,7 @@ use crate::{validate_actor, Ops, OpsError, OpsResult, Preview};
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "target", rename_all = "lowercase")]
 pub enum PurgeTarget {
-    /// These entries (each must exist and not be pending).
+    /// These entries (each must exist, and be neither pending nor held for an approval).
     Ids {
         /// The entries' ids.
         ids: Vec<i64>,
@@ -153,10 +153,9 @@ impl Ops {
                 // An entry named twice is purged once.
                 for &id in ids.iter().filter(|&&id| seen.insert(id)) {
                     let e = self.store.entry(id, now)?.summary;
-                    if e.state == State::Pending {
-                        skipped.push((id, "pending: resolve it first".to_owned()));
-                    } else {
-                        touched.push(e);
+                    match Action::Purge.refusal(e.state, e.stuck) {
+                        Some(why) => skipped.push((id, why)),
+                        None => touched.push(e),
                     }
                 }
             }

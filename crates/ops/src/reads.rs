@@ -2,8 +2,8 @@
 //! requests, the log, incidents and the overview's stats. Nothing here writes.
 
 use idemgate_ledger::{
-    canon, now_millis, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter, EventKind,
-    Incident, Page, RequestRecord, Stats,
+    canon, now_millis, Action, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter,
+    EventKind, Incident, Page, RequestRecord, Stats,
 };
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +43,33 @@ pub struct EntryView {
     pub collision_diffs: Vec<Vec<FieldDiff>>,
     /// An MCP entry's call, read from its request and response.
     pub call: Option<ToolCall>,
+    /// Every operator action, and whether the entry's state takes it now. A reconcile also
+    /// needs its route's probe, which the route configuration has.
+    pub actions: Vec<ActionStanding>,
+}
+
+/// An operator action on one entry, as its state stands.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionStanding {
+    /// The action.
+    pub action: Action,
+    /// Why the ledger would refuse it, in words; `None` when it takes it.
+    pub refused: Option<String>,
+}
+
+impl ActionStanding {
+    /// Every action on an entry in `state` (`stuck`: pending past its lease, or of unknown
+    /// outcome).
+    pub fn all(state: idemgate_ledger::State, stuck: bool) -> Vec<ActionStanding> {
+        Action::ALL
+            .into_iter()
+            .map(|action| ActionStanding {
+                action,
+                refused: action.refusal(state, stuck),
+            })
+            .collect()
+    }
 }
 
 /// An MCP `tools/call` entry as people read it: `route · tool`, its arguments, and what came
@@ -308,6 +335,7 @@ impl Ops {
         };
         Ok(EntryView {
             call: ToolCall::of(&entry),
+            actions: ActionStanding::all(entry.summary.state, entry.summary.stuck),
             entry,
             timeline,
             collision_diffs,
@@ -357,7 +385,185 @@ impl Ops {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idemgate_ledger::testing;
+    use crate::{PurgeCmd, PurgeTarget, ResolveAs, ResolveCmd};
+    use idemgate_ledger::{
+        testing, Actor, ClaimOutcome, RedriveRequest, Resolution, ResolveRequest, State,
+    };
+
+    /// A ledger with one entry in `state` (`stuck`: a pending one past its lease); its id.
+    fn one_entry(dir: &tempfile::TempDir, state: State, stuck: bool) -> (Ops, i64) {
+        let ops =
+            Ops::open_or_create(&dir.path().join("l.db").display().to_string()).expect("ledger");
+        let at = now_millis()
+            - if stuck || state != State::Pending {
+                120_000
+            } else {
+                0
+            };
+        let c = match state {
+            State::AwaitingApproval => testing::held_charge("k", at),
+            _ => testing::charge("k", at),
+        };
+        let id = match ops.store().claim(c).wait().expect("claim") {
+            ClaimOutcome::Claimed { entry_id, .. }
+            | ClaimOutcome::AwaitingApproval { entry_id, .. } => entry_id,
+            o => panic!("{o:?}"),
+        };
+        let resolution = match state {
+            State::Pending | State::AwaitingApproval => None,
+            State::Completed => Some(Resolution::Completed {
+                response: idemgate_ledger::ResponseRecord {
+                    status: 201,
+                    headers: vec![],
+                    body: b"{}".to_vec(),
+                },
+                external_ref: None,
+            }),
+            State::Released => Some(Resolution::Released),
+            State::Failed => Some(Resolution::Failed { response: None }),
+        };
+        if let Some(resolution) = resolution {
+            ops.store()
+                .resolve(ResolveRequest {
+                    entry_id: id,
+                    resolution,
+                    actor: Actor {
+                        operator: "o".into(),
+                        reason: "set up".into(),
+                    },
+                    ttl_ms: 3_600_000,
+                    at: now_millis(),
+                })
+                .wait()
+                .expect("resolve");
+        }
+        (ops, id)
+    }
+
+    /// Runs `action` on entry `id` as its host would: through the operations, or, for a replay,
+    /// the ledger's claim of it (the upstream is not the question here).
+    fn act(ops: &Ops, action: Action, id: i64) -> Result<(), String> {
+        let (operator, reason) = ("dana".to_owned(), "checking".to_owned());
+        let resolve = |as_| {
+            ops.resolve(&ResolveCmd {
+                entry_id: id,
+                as_,
+                response: None,
+                external_ref: Some("ch_1".into()),
+                operator: operator.clone(),
+                reason: reason.clone(),
+                confirm_destructive: false,
+            })
+            .map(drop)
+        };
+        let done = match action {
+            Action::Resolve => resolve(ResolveAs::Completed),
+            Action::Release => resolve(ResolveAs::Released),
+            Action::Replay => ops
+                .store()
+                .redrive(RedriveRequest {
+                    entry_id: id,
+                    owner: "o2".into(),
+                    lease_ms: 60_000,
+                    actor: Actor {
+                        operator: operator.clone(),
+                        reason: reason.clone(),
+                    },
+                    at: now_millis(),
+                })
+                .wait()
+                .map(drop)
+                .map_err(crate::OpsError::from),
+            Action::Purge => ops
+                .purge(
+                    &PurgeCmd {
+                        target: PurgeTarget::Ids { ids: vec![id] },
+                        operator: operator.clone(),
+                        reason: reason.clone(),
+                        confirm_destructive: false,
+                    },
+                    &mut |_| true,
+                )
+                .map(drop),
+            // Needs the route's probe: the upstream refuses it before the probe runs.
+            Action::Reconcile => {
+                let e = ops.show(id).expect("show").entry.summary;
+                Action::Reconcile
+                    .check(id, e.state, e.stuck)
+                    .map_err(crate::OpsError::from)
+            }
+        };
+        done.map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_entry_view_offers_exactly_the_actions_its_state_takes_and_says_why_not() {
+        let states = [
+            (State::Pending, false),
+            (State::Pending, true),
+            (State::Completed, false),
+            (State::Released, false),
+            (State::Failed, false),
+            (State::AwaitingApproval, false),
+        ];
+        let mut offered = Vec::new();
+        for (state, stuck) in states {
+            for action in Action::ALL {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let (ops, id) = one_entry(&dir, state, stuck);
+                let view = ops.show(id).expect("show");
+                assert_eq!(
+                    (view.entry.summary.state, view.entry.summary.stuck),
+                    (state, stuck)
+                );
+                let standing = view
+                    .actions
+                    .iter()
+                    .find(|a| a.action == action)
+                    .expect("every action is listed");
+                // A preview refuses what the action refuses, in the same words.
+                let preview = match action {
+                    Action::Resolve => Some(ops.preview_resolve(id).expect("preview")),
+                    Action::Purge => Some(
+                        ops.preview_purge(&PurgeTarget::Ids { ids: vec![id] })
+                            .expect("preview"),
+                    ),
+                    _ => None,
+                };
+                if let Some(p) = preview {
+                    let skipped = p.skipped.first().map(|(_, why)| why);
+                    assert_eq!(skipped, standing.refused.as_ref(), "{action} preview");
+                }
+                let done = act(&ops, action, id);
+                let what = format!("{action} on {}{state}", if stuck { "stuck " } else { "" });
+                match (&standing.refused, done) {
+                    (None, Ok(())) => offered.push(what),
+                    (Some(why), Err(e)) => {
+                        let (_, needs) = why.split_once("; ").expect("what it needs");
+                        assert!(e.contains(needs), "{what}: {e} is not for {why}");
+                    }
+                    (why, done) => panic!("{what}: offered as {why:?}, done as {done:?}"),
+                }
+            }
+        }
+        assert_eq!(
+            offered,
+            [
+                "resolve on stuck pending",
+                "release on stuck pending",
+                "replay on stuck pending",
+                "reconcile on stuck pending",
+                "purge on completed",
+                "resolve on released",
+                "replay on released",
+                "purge on released",
+                "resolve on failed",
+                "release on failed",
+                "replay on failed",
+                "purge on failed",
+            ]
+        );
+    }
 
     #[test]
     fn every_entry_is_walked_either_way_across_pages() {

@@ -3,7 +3,7 @@
 //! checked before anything is written, and logged with the operator and the reason.
 
 use idemgate_ledger::{
-    is_secret_header, now_millis, Actor, Effect, EntrySummary, Resolution, ResolveRequest,
+    is_secret_header, now_millis, Action, Actor, Effect, EntrySummary, Resolution, ResolveRequest,
     ResponseRecord, ANSWER_HEADERS, MAX_RESPONSE_BODY,
 };
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,14 @@ impl ResolveAs {
             "failed" => Some(ResolveAs::Failed),
             "released" => Some(ResolveAs::Released),
             _ => None,
+        }
+    }
+
+    /// The operator action it is: resolving as released releases the entry.
+    pub fn action(self) -> Action {
+        match self {
+            ResolveAs::Completed | ResolveAs::Failed => Action::Resolve,
+            ResolveAs::Released => Action::Release,
         }
     }
 }
@@ -299,47 +307,37 @@ impl Ops {
     /// What `resolve` would touch.
     pub fn preview_resolve(&self, id: i64) -> OpsResult<Preview> {
         let e = self.store.entry(id, now_millis())?.summary;
-        let mut skipped = Vec::new();
-        let resolvable = e.state.operable(e.stuck);
-        if !resolvable {
-            skipped.push((e.id, format!("entry is {}", e.state.described(e.stuck))));
-        }
+        let refused = Action::Resolve.refusal(e.state, e.stuck);
+        let (ids, keys) = match refused {
+            None => (vec![e.id], vec![e.key.clone()]),
+            Some(_) => (vec![], vec![]),
+        };
         Ok(Preview {
             action: "resolve".into(),
-            count: usize::from(resolvable),
-            ids: if resolvable { vec![e.id] } else { vec![] },
-            keys: if resolvable {
-                vec![e.key.clone()]
-            } else {
-                vec![]
-            },
+            count: ids.len(),
+            ids,
+            keys,
             destructive: e.effect == Effect::Destructive,
-            skipped,
+            skipped: refused.map(|why| (e.id, why)).into_iter().collect(),
         })
     }
 
-    /// Resolves a stuck, released or failed entry as `cmd` says; refused on an entry in flight or
-    /// completed.
+    /// Resolves a stuck, released or failed entry as `cmd` says; refused on an entry in flight,
+    /// completed or held, and a release of one already released.
     pub fn resolve(&self, cmd: &ResolveCmd) -> OpsResult<EntrySummary> {
         let (actor, mut resolution) = cmd.check()?;
-        let preview = self.preview_resolve(cmd.entry_id)?;
-        if self
-            .store
-            .entry(cmd.entry_id, now_millis())?
-            .summary
-            .tool
-            .is_some()
-        {
+        let e = self.store.entry(cmd.entry_id, now_millis())?.summary;
+        if e.tool.is_some() {
             resolution = as_tool_call(resolution);
         }
-        if let Some((_, why)) = preview.skipped.first() {
+        if let Some(why) = cmd.as_.action().refusal(e.state, e.stuck) {
             return Err(OpsError::Conflict(format!(
                 "entry {} cannot be resolved: {why}",
                 cmd.entry_id
             )));
         }
-        if preview.destructive && !cmd.confirm_destructive {
-            return Err(OpsError::ConfirmationRequired(preview.keys));
+        if e.effect == Effect::Destructive && !cmd.confirm_destructive {
+            return Err(OpsError::ConfirmationRequired(vec![e.key]));
         }
         Ok(self
             .store

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use idemgate_config::Config;
 use idemgate_config::Route;
 use idemgate_ledger::{
-    now_millis, Effect, EntryDetail, EntrySummary, ReconcileNote, RedriveRequest, Resolution,
-    ResolveRequest,
+    now_millis, Action, Effect, EntryDetail, EntrySummary, ReconcileNote, RedriveRequest,
+    Resolution, ResolveRequest,
 };
 use idemgate_proxy::redrive::{self, ProbeAnswer};
 use idemgate_proxy::{instance_id, Engine};
@@ -143,12 +143,7 @@ impl Ops {
             .reconcile
             .as_ref()
             .ok_or_else(|| OpsError::NoProbe(route.name.clone()))?;
-        if !d.summary.stuck {
-            return Err(OpsError::Conflict(format!(
-                "entry {id} is {} and not stuck; only stuck entries are reconciled",
-                d.summary.state
-            )));
-        }
+        Action::Reconcile.check(id, d.summary.state, d.summary.stuck)?;
         if d.summary.effect == Effect::Destructive && !cmd.confirm_destructive {
             return Err(OpsError::ConfirmationRequired(vec![d.summary.key.clone()]));
         }

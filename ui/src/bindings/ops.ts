@@ -118,8 +118,9 @@ export interface Ops {
   /**
    * One entry with its whole history.
    *
-   * Its request and response as the ledger keeps them, its events in order, and the
-   * differences between the requests that reused its key.
+   * Its request and response as the ledger keeps them, its events in order, the
+   * differences between the requests that reused its key, and each operator action with
+   * why its state refuses it.
    */
   show(req: EntryRef): Promise<EntryView>;
   /**

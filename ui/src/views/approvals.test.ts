@@ -1,6 +1,6 @@
 // The Approvals view: the inbox of held calls, approved and rejected with a reason (buttons and
 // the a and r keys), and the badge that counts what waits.
-import { base, entry, q, setup, tick, until } from "../test-support";
+import { actions, base, entry, q, setup, tick, until } from "../test-support";
 
 const held = (id: number, end: "approved" | "rejected" | null = null) => ({
   ...entry(id, { state: end === "rejected" ? "failed" : "awaiting_approval", stuck: false, route: "refunds", subjects: [["amount", "60000"], ["currency", "usd"], ["customer", "cus_9"]] as [string, string][] }),
@@ -63,7 +63,7 @@ describe("approvals", () => {
   it("shows a held call's approval on its entry, and approves it there", async () => {
     const { app, calls, prefs } = setup({
       ...base,
-      show: () => ({ entry: held(8), timeline: [], collision_diffs: [], call: null }),
+      show: () => ({ entry: held(8), timeline: [], collision_diffs: [], call: null, actions: actions("resolve", "release", "replay", "reconcile", "purge") }),
       approve: () => ({ ...held(8).approval, approved_by: ["olga", "dana"], end: "approved" }),
       approvals: () => [held(8)],
     });
@@ -75,6 +75,9 @@ describe("approvals", () => {
     // The request is shown once, in the entry's own section.
     expect(q("approval-request")).toBeNull();
     expect(q("request-body")).toBeTruthy();
+    // Held, it is its approvers' alone: each action is off, and says why.
+    expect(q("action-purge").hasAttribute("disabled")).toBe(true);
+    expect(q("action-purge").title).toBe("purge needs another state");
     q("approval-approve").click();
     await tick();
     (q("reason-input") as HTMLTextAreaElement).value = "checked with the customer";

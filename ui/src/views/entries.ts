@@ -106,7 +106,7 @@ export async function bulkAction(app: Shell, action: "resolve" | "release" | "re
     // Which entries, how many and whether any is destructive: the operations layer decides.
     const kind: BulkKind = action === "release" ? "resolve" : action;
     const target: BulkTarget = { filter, ids: sel.size ? [...sel] : null };
-    const preview = await app.t.ops.preview_bulk({ action: kind, target });
+    const preview = await app.t.ops.preview_bulk({ action: kind, as: action === "release" ? "released" : null, target });
     const outcome = action === "resolve" ? resolveFields() : null;
     await app.action({
       title: `${action} ${preview.count} entr${preview.count === 1 ? "y" : "ies"}`,

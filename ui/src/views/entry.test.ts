@@ -1,6 +1,6 @@
 // The entry view's proof for the auditor: any event of the timeline, proved by the operations
 // layer, shown as the tlog-proof file to save and the command that checks it.
-import { base, entry, q, setup, until } from "../test-support";
+import { actions, base, entry, q, setup, until } from "../test-support";
 
 const show = () => ({
   entry: { ...entry(7, { state: "completed", stuck: false }), lease_owner: null, request: null, response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [] },
@@ -9,6 +9,7 @@ const show = () => ({
     { seq: 42, at: 1_800_000_001_000, kind: "complete", entry_id: 7, route: "charges", scope: "agent-1", key: "key-7", operator: null, reason: null, detail: "{}", payload_digest: null, prev_hash: "b", hash: "c" },
   ],
   collision_diffs: [],
+  actions: actions("resolve", "release", "replay", "reconcile"),
 });
 
 const PROOF = "c2sp.org/tlog-proof@v1\nextra e30=\nindex 41\nAAAA\n\nlog.example/idemgate\n100\nROOT=\n\n— log.example/idemgate SIG\n";

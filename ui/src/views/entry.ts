@@ -1,4 +1,5 @@
 // One entry: its request, response and timeline, and the operator actions on it.
+import type { Action } from "../bindings/Action";
 import type { Code } from "../bindings/Code";
 import type { EntryView } from "../bindings/EntryView";
 import type { ErrorBody } from "../bindings/ErrorBody";
@@ -14,22 +15,17 @@ export async function entryView(app: Shell, id: number): Promise<void> {
   const e = v.entry;
   const now = Date.now();
   const kv = (k: string, val: string | number | null | undefined) => h("div", { class: "kv" }, h("span", null, k), h("span", { class: "mono" }, val === null || val === undefined || val === "" ? "—" : String(val)));
-  const act = (name: "resolve" | "release" | "replay" | "reconcile" | "purge", label: string, enabled: boolean) =>
-    h("button", { testid: `action-${name}`, attrs: app.gate(name === "release" ? "resolve" : name, enabled), on: { click: () => void entryAction(app, name, e.id) } }, label);
-  const resolvable = (e.state === "pending" && e.stuck) || e.state === "released" || e.state === "failed";
+  // Which actions the entry's state takes, and why not: the ledger's rule, as `show` reports it.
+  const act = (name: Action, label: string) => {
+    const refused = v.actions.find((a) => a.action === name)?.refused ?? null;
+    const gate = app.gate(name === "release" ? "resolve" : name, refused === null);
+    return h("button", { testid: `action-${name}`, attrs: refused !== null && gate.title === undefined ? { ...gate, title: refused } : gate, on: { click: () => void entryAction(app, name, e.id) } }, label);
+  };
   const header = h(
     "div",
     { class: "entry-head" },
     h("h1", null, h("span", { class: `state s-${e.state}${e.stuck ? " stuck" : ""}` }, e.stuck ? "stuck" : e.state), ` ${routeLabel(e)} · ${e.key}`),
-    h(
-      "div",
-      { class: "actions" },
-      act("resolve", "Resolve…", resolvable),
-      act("release", "Release…", resolvable && e.state !== "released"),
-      act("replay", "Replay upstream…", resolvable),
-      act("reconcile", "Reconcile…", e.stuck),
-      act("purge", "Purge…", e.state !== "pending"),
-    ),
+    h("div", { class: "actions" }, act("resolve", "Resolve…"), act("release", "Release…"), act("replay", "Replay upstream…"), act("reconcile", "Reconcile…"), act("purge", "Purge…")),
   );
   const facts = h(
     "div",

@@ -224,6 +224,7 @@ pub(super) fn show_json(out: &mut Out, v: &EntryView) -> R {
         obj.insert("collision_requests".into(), json!(d.collision_requests));
         obj.insert("approval".into(), json!(d.approval));
         obj.insert("call".into(), json!(v.call));
+        obj.insert("actions".into(), json!(v.actions));
         obj.insert(
             "timeline".into(),
             Value::Array(v.timeline.iter().map(event_json).collect()),
@@ -292,6 +293,7 @@ pub fn show(out: &mut Out, v: &EntryView, json: bool) -> R {
     if let Some(a) = &d.approval {
         writeln!(out, "  approval     {}", approval_standing(a))?;
     }
+    writeln!(out, "  actions      {}", actions_taken(v))?;
     if let Some(c) = &v.call {
         tool_call(out, c)?;
     }
@@ -301,6 +303,21 @@ pub fn show(out: &mut Out, v: &EntryView, json: bool) -> R {
         event_line(out, ev)?;
     }
     Ok(())
+}
+
+/// The operator actions the entry's state takes, as a list.
+fn actions_taken(v: &EntryView) -> String {
+    let taken: Vec<&str> = v
+        .actions
+        .iter()
+        .filter(|a| a.refused.is_none())
+        .map(|a| a.action.as_str())
+        .collect();
+    if taken.is_empty() {
+        "none in this state".to_owned()
+    } else {
+        taken.join(", ")
+    }
 }
 
 /// Where a held call's approval stands: waiting or how it ended, the approvals it has of those

@@ -403,8 +403,8 @@ fn other_refused_commands(r: &Refusing) -> Vec<Refusal> {
         ),
         (
             args(&format!("log --ledger {l} --kind nonsense")),
-            1,
-            "invalid-argument",
+            2,
+            "[possible values: claim,",
         ),
         (since, 2, "not a time"),
         (

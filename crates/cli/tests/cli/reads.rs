@@ -89,6 +89,28 @@ fn entries_json_has_the_stable_fields_and_respects_limit() {
     let shown = json(&["show", "--ledger", s(&db), &one["id"].to_string(), "--json"]);
     assert_eq!(shown["key"], one["key"]);
     assert_eq!(shown["timeline"][0]["kind"], "claim");
+    // Stuck: every action but a purge takes it, and the purge says why not.
+    let refused: Vec<_> = shown["actions"]
+        .as_array()
+        .expect("actions")
+        .iter()
+        .map(|a| (a["action"].as_str().expect("name"), !a["refused"].is_null()))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            ("resolve", false),
+            ("release", false),
+            ("replay", false),
+            ("reconcile", false),
+            ("purge", true)
+        ]
+    );
+    let text = ok(&["show", "--ledger", s(&db), &one["id"].to_string()]);
+    assert!(
+        text.contains("\n  actions      resolve, release, replay, reconcile\n"),
+        "{text}"
+    );
     // Filters by route and key.
     let by_key = json(&[
         "entries",

@@ -11,7 +11,7 @@ use crate::canon::sha256_hex;
 use crate::db::vals;
 use crate::entry_row::{row_by_id, Row};
 use crate::error::{LedgerError, Result};
-use crate::model::{EntrySummary, EventKind, Millis, Review, State};
+use crate::model::{Action, EntrySummary, EventKind, Millis, Review, State};
 use crate::prepared::headers_json;
 use crate::read;
 use crate::store::{
@@ -30,7 +30,11 @@ pub(super) fn check_actor(actor: &Actor) -> Result<()> {
 pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: &ResolveRequest) -> Result<EntrySummary> {
     check_actor(&req.actor)?;
     let row = row_by_id(ctx.db, req.entry_id)?;
-    check_resolvable(&row, req.at)?;
+    let action = match req.resolution {
+        Resolution::Released => Action::Release,
+        Resolution::Completed { .. } | Resolution::Failed { .. } => Action::Resolve,
+    };
+    check_takes(&row, action, req.at)?;
     let mut detail = json!({"as": req.resolution.name(), "from": row.state});
     let mut digest = None;
     let mut external_ref = None;
@@ -93,23 +97,8 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, req: &ResolveRequest) -> Result<EntrySu
     read::entry_summary(ctx.db, row.id, req.at)
 }
 
-/// An operator resolves a stuck, released or failed entry: not one in flight, completed, or held
-/// for an approval (that is the approvers' to decide).
-fn check_resolvable(row: &Row, at: Millis) -> Result<()> {
-    let stuck = row.stuck(at);
-    if row.state.operable(stuck) {
-        return Ok(());
-    }
-    Err(LedgerError::InvalidTransition {
-        id: row.id,
-        state: row.state.described(stuck),
-        action: "resolve",
-        needed: if row.state == State::Pending {
-            "a stuck entry (lease passed or outcome unknown)"
-        } else {
-            "pending (stuck), released or failed"
-        },
-    })
+fn check_takes(row: &Row, action: Action, at: Millis) -> Result<()> {
+    action.check(row.id, row.state, row.stuck(at))
 }
 
 pub(crate) fn purge(ctx: &mut Ctx<'_>, req: &PurgeRequest) -> Result<Vec<i64>> {
@@ -120,15 +109,7 @@ pub(crate) fn purge(ctx: &mut Ctx<'_>, req: &PurgeRequest) -> Result<Vec<i64>> {
         if req.expired_by.is_some_and(|by| !row.expired(by)) {
             continue;
         }
-        if matches!(row.state, State::Pending | State::AwaitingApproval) {
-            return Err(LedgerError::InvalidTransition {
-                id,
-                state: row.state.to_string(),
-                action: "purge",
-                needed: "completed, released or failed (resolve a pending entry, decide a held \
-                         one first)",
-            });
-        }
+        check_takes(&row, Action::Purge, req.at)?;
         for table in ["collisions", "subjects"] {
             ctx.db.exec(
                 &format!("DELETE FROM {table} WHERE entry_id = ?1"),
@@ -160,15 +141,7 @@ pub(crate) fn purge(ctx: &mut Ctx<'_>, req: &PurgeRequest) -> Result<Vec<i64>> {
 pub(crate) fn redrive(ctx: &mut Ctx<'_>, req: &RedriveRequest) -> Result<Redrive> {
     check_actor(&req.actor)?;
     let row = row_by_id(ctx.db, req.entry_id)?;
-    let stuck = row.stuck(req.at);
-    if !row.state.operable(stuck) {
-        return Err(LedgerError::InvalidTransition {
-            id: row.id,
-            state: row.state.described(stuck),
-            action: "replay",
-            needed: "stuck, released or failed",
-        });
-    }
+    check_takes(&row, Action::Replay, req.at)?;
     let attempt = row.attempts + 1;
     ctx.db.exec(
         "UPDATE entries SET state = 'pending', attempts = ?2, lease_owner = ?3, lease_expires_at = ?4, \

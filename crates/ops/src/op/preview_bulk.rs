@@ -1,6 +1,6 @@
 use serde::Deserialize;
 
-use crate::{BulkKind, BulkTarget, Preview};
+use crate::{BulkKind, BulkTarget, Preview, ResolveAs};
 
 /// A bulk action to preview.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
@@ -9,6 +9,9 @@ use crate::{BulkKind, BulkTarget, Preview};
 pub struct BulkPreviewRequest {
     /// What would run on each entry.
     pub action: BulkKind,
+    /// A resolve's outcome, when it is known: a release takes fewer entries than a resolve.
+    #[serde(rename = "as", default)]
+    pub as_: Option<ResolveAs>,
     /// Which entries.
     pub target: BulkTarget,
 }
@@ -27,6 +30,6 @@ operation! {
         example: r#"{"action": "replay", "target": {"filter": {"stuck": true}, "ids": null}}"#,
     }
     fn run(ops, req: BulkPreviewRequest, _) -> Preview {
-        ops.preview_bulk(req.action, &req.target)
+        ops.preview_bulk(req.action, req.as_, &req.target)
     }
 }
