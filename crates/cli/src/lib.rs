@@ -281,7 +281,8 @@ enum Cmd {
     Approve(approvals::DecideArgs),
     /// Reject a call held for approval: it never runs, and its client is told why.
     Reject(approvals::DecideArgs),
-    /// Delete entries (the log keeps their events). Pending entries must be resolved first.
+    /// Delete entries (the log keeps their events). Pending entries must be resolved, and held
+    /// ones decided, first.
     ///
     /// Entries go in chunks of 1,000, each atomic. Ctrl-C or SIGTERM stops the purge between two:
     /// what is purged stays purged and logged, the command says how many are left and exits 130

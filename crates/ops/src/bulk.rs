@@ -248,7 +248,6 @@ impl Ops {
     ) -> OpsResult<Preview> {
         let each = action.action(as_);
         let named = self.bulk_targets(target)?;
-        let destructive = named.iter().any(|e| e.effect == Effect::Destructive);
         let mut skipped = Vec::new();
         let mut touched = Vec::new();
         for e in named {
@@ -260,7 +259,7 @@ impl Ops {
         Ok(Preview {
             action: action.as_str().into(),
             count: touched.len(),
-            destructive,
+            destructive: touched.iter().any(|e| e.effect == Effect::Destructive),
             ids: touched.iter().map(|e| e.id).collect(),
             keys: touched.into_iter().map(|e| e.key).collect(),
             skipped,
@@ -291,9 +290,12 @@ impl Ops {
             None
         };
         let targets = self.bulk_targets(&cmd.target)?;
+        // As the preview: an entry the action refuses is not acted on, so it asks for nothing.
+        // One that a state change makes actionable meanwhile is refused unconfirmed by its action.
+        let each = cmd.action.action(cmd.as_);
         let destructive: Vec<String> = targets
             .iter()
-            .filter(|e| e.effect == Effect::Destructive)
+            .filter(|e| e.effect == Effect::Destructive && each.needs(e.state, e.stuck).is_none())
             .map(|e| e.key.clone())
             .collect();
         if !destructive.is_empty() && !cmd.confirm_destructive {
@@ -543,6 +545,17 @@ mod tests {
             .events
             .iter()
             .all(|e| e.reason.as_deref() == Some("processor says none ran")));
+        // Released now, the destructive one is not acted on again: nothing to confirm.
+        let last = BulkTarget {
+            filter: EntryFilter::default(),
+            ids: Some(vec![ids[2]]),
+        };
+        let p = ops
+            .preview_bulk(BulkKind::Resolve, Some(ResolveAs::Released), &last)
+            .expect("preview");
+        assert_eq!((p.count, p.destructive), (0, false));
+        let r = ops.bulk(&cmd(last), None, &mut |_| true).expect("bulk");
+        assert_eq!((r.succeeded, r.failed), (0, 1));
     }
 
     #[test]

@@ -317,7 +317,7 @@ impl Ops {
             count: ids.len(),
             ids,
             keys,
-            destructive: e.effect == Effect::Destructive,
+            destructive: refused.is_none() && e.effect == Effect::Destructive,
             skipped: refused.map(|why| (e.id, why)).into_iter().collect(),
         })
     }

@@ -97,6 +97,7 @@ impl Ops {
         let actor = validate_actor(&cmd.operator, &cmd.reason)?;
         let d = self.entry_now(id).await?;
         let route = Self::route_of(upstream, &d)?;
+        Action::Replay.check(id, d.summary.state, d.summary.stuck)?;
         if d.summary.effect == Effect::Destructive && !cmd.confirm_destructive {
             return Err(OpsError::ConfirmationRequired(vec![d.summary.key.clone()]));
         }
