@@ -198,6 +198,7 @@ describe("console UI", () => {
     await app.go("entry", 8);
     q("action-release").click();
     await tick();
+    expect(calls.find(([c]) => c === "preview_resolve")?.[1]).toEqual({ entry_id: 8, as: "released" });
     (q("reason-input") as HTMLTextAreaElement).value = "customer asked";
     q("confirm-button").click();
     await tick();

@@ -523,7 +523,11 @@ mod tests {
                     .expect("every action is listed");
                 // A preview refuses what the action refuses, in the same words.
                 let preview = match action {
-                    Action::Resolve => Some(ops.preview_resolve(id).expect("preview")),
+                    Action::Resolve => Some(ops.preview_resolve(id, None).expect("preview")),
+                    Action::Release => Some(
+                        ops.preview_resolve(id, Some(ResolveAs::Released))
+                            .expect("preview"),
+                    ),
                     Action::Purge => Some(
                         ops.preview_purge(&PurgeTarget::Ids { ids: vec![id] })
                             .expect("preview"),

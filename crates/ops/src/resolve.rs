@@ -304,16 +304,17 @@ impl Ops {
         })
     }
 
-    /// What `resolve` would touch.
-    pub fn preview_resolve(&self, id: i64) -> OpsResult<Preview> {
+    /// What `resolve` would touch: as `as_` says, or as any resolve but a release.
+    pub fn preview_resolve(&self, id: i64, as_: Option<ResolveAs>) -> OpsResult<Preview> {
         let e = self.store.entry(id, now_millis())?.summary;
-        let refused = Action::Resolve.refusal(e.state, e.stuck);
+        let action = as_.map_or(Action::Resolve, ResolveAs::action);
+        let refused = action.refusal(e.state, e.stuck);
         let (ids, keys) = match refused {
             None => (vec![e.id], vec![e.key.clone()]),
             Some(_) => (vec![], vec![]),
         };
         Ok(Preview {
-            action: "resolve".into(),
+            action: action.as_str().into(),
             count: ids.len(),
             ids,
             keys,

@@ -75,6 +75,24 @@ fn reads_check_their_limits_and_filters(f: &Fx) -> i64 {
     let id = page["entries"][0]["id"].as_i64().expect("id");
     let shown = f.proxy.admin_get(&format!("/admin/v1/entries/{id}")).json();
     assert_eq!(shown["timeline"][0]["kind"], "claim");
+    // Completed: a purge takes it, a release does not, and its preview says so.
+    let purge = &shown["actions"][4];
+    assert_eq!(
+        (purge["action"].as_str(), purge["refused"].is_null()),
+        (Some("purge"), true)
+    );
+    assert!(!shown["actions"][1]["refused"].is_null(), "{shown}");
+    let p = f
+        .proxy
+        .admin_get(&format!(
+            "/admin/v1/entries/{id}/resolve/preview?as=released"
+        ))
+        .json();
+    assert_eq!(p["count"], 0, "{p}");
+    assert_eq!(
+        p["skipped"][0][1],
+        "entry is completed; release needs a stuck or failed entry"
+    );
     assert_eq!(f.proxy.admin_get("/admin/v1/entries/999999").status, 404);
     // The log's filters are checked as the CLI's are; its times take the CLI's forms, and refuse
     // what would silently mean 1970.
@@ -170,7 +188,7 @@ fn actions_refuse_what_they_do_not_know(f: &Fx, id: i64) {
     }
     for path in [
         format!("/admin/v1/entries/{id}?full=1"),
-        format!("/admin/v1/entries/{id}/resolve/preview?as=failed"),
+        format!("/admin/v1/entries/{id}/resolve/preview?as=maybe"),
         "/admin/v1/verify?against=manifest.json".to_owned(),
         "/admin/v1/entries/x/resolve/preview".to_owned(),
     ] {

@@ -14,7 +14,7 @@ action: BulkKind,
 /**
  * A resolve's outcome, when it is known: a release takes fewer entries than a resolve.
  */
-as: ResolveAs | null, 
+as?: ResolveAs | null, 
 /**
  * Which entries.
  */

@@ -41,6 +41,7 @@ import type { ReconcileReport } from "./ReconcileReport";
 import type { ReopenCmd } from "./ReopenCmd";
 import type { ReplayReport } from "./ReplayReport";
 import type { ResolveCmd } from "./ResolveCmd";
+import type { ResolvePreviewRequest } from "./ResolvePreviewRequest";
 import type { RetentionReport } from "./RetentionReport";
 import type { RetentionStatus } from "./RetentionStatus";
 import type { Review } from "./Review";
@@ -154,10 +155,10 @@ export interface Ops {
   /**
    * What resolving an entry would touch.
    *
-   * The entry, whether it may be resolved, and whether its route is destructive (a resolve
-   * then needs `confirm_destructive`).
+   * The entry, whether it may be resolved (as `as` says, when given), and whether its route
+   * is destructive (a resolve then needs `confirm_destructive`).
    */
-  preview_resolve(req: EntryRef): Promise<Preview>;
+  preview_resolve(req: ResolvePreviewRequest): Promise<Preview>;
   /**
    * Resolves a stuck entry by hand.
    *
@@ -384,7 +385,7 @@ export function opsClient(call: Call): Ops {
     incidents: (req: IncidentsRequest) => call("incidents", req, null) as Promise<Array<Incident>>,
     review_incident: (req: ReviewCmd) => call("review_incident", req, null) as Promise<Review>,
     reopen_incident: (req: ReopenCmd) => call("reopen_incident", req, null) as Promise<Review>,
-    preview_resolve: (req: EntryRef) => call("preview_resolve", req, null) as Promise<Preview>,
+    preview_resolve: (req: ResolvePreviewRequest) => call("preview_resolve", req, null) as Promise<Preview>,
     resolve: (req: ResolveCmd) => call("resolve", req, null) as Promise<EntrySummary>,
     replay: (req: ActionCmd) => call("replay", req, null) as Promise<ReplayReport>,
     reconcile: (req: ActionCmd) => call("reconcile", req, null) as Promise<ReconcileReport>,

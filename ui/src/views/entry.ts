@@ -104,7 +104,7 @@ async function showProof(app: Shell, panel: HTMLElement, seq: number): Promise<v
 
 export async function entryAction(app: Shell, name: string, id: number): Promise<void> {
   try {
-    const preview = name === "purge" ? await app.t.ops.preview_purge({ target: "ids", ids: [id] }) : await app.t.ops.preview_resolve({ entry_id: id });
+    const preview = name === "purge" ? await app.t.ops.preview_purge({ target: "ids", ids: [id] }) : await app.t.ops.preview_resolve({ entry_id: id, as: name === "release" ? "released" : null });
     const fields = name === "resolve" ? resolveFields() : null;
     await app.action({
       title: `${name} entry ${id}`,

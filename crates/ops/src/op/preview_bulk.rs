@@ -3,7 +3,11 @@ use serde::Deserialize;
 use crate::{BulkKind, BulkTarget, Preview, ResolveAs};
 
 /// A bulk action to preview.
-#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "ts",
+    derive(ts_rs::TS, schemars::JsonSchema),
+    ts(optional_fields = nullable)
+)]
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BulkPreviewRequest {
