@@ -485,7 +485,8 @@ mod tests {
                     &mut |_| true,
                 )
                 .map(drop),
-            // Needs the route's probe: the upstream refuses it before the probe runs.
+            // A reconcile needs the route configuration's probe: this is the check it makes of
+            // the entry before it asks the probe.
             Action::Reconcile => {
                 let e = ops.show(id).expect("show").entry.summary;
                 Action::Reconcile

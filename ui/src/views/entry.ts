@@ -17,7 +17,8 @@ export async function entryView(app: Shell, id: number): Promise<void> {
   const kv = (k: string, val: string | number | null | undefined) => h("div", { class: "kv" }, h("span", null, k), h("span", { class: "mono" }, val === null || val === undefined || val === "" ? "—" : String(val)));
   // Which actions the entry's state takes, and why not: the ledger's rule, as `show` reports it.
   const act = (name: Action, label: string) => {
-    const refused = v.actions.find((a) => a.action === name)?.refused ?? null;
+    const standing = v.actions.find((a) => a.action === name);
+    const refused = standing ? standing.refused : `${name} is not offered on this entry`;
     const gate = app.gate(name === "release" ? "resolve" : name, refused === null);
     return h("button", { testid: `action-${name}`, attrs: refused !== null && gate.title === undefined ? { ...gate, title: refused } : gate, on: { click: () => void entryAction(app, name, e.id) } }, label);
   };
