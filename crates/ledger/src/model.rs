@@ -72,17 +72,6 @@ impl State {
             .find(|st| st.as_str().eq_ignore_ascii_case(s))
     }
 
-    /// Whether an operator may resolve or replay an entry in this state (`stuck`: pending past
-    /// its lease, or of unknown outcome): one stuck, released or failed; not one in flight,
-    /// completed, or held for an approval (that is the approvers' to decide).
-    pub fn operable(self, stuck: bool) -> bool {
-        match self {
-            State::Pending => stuck,
-            State::Released | State::Failed => true,
-            State::Completed | State::AwaitingApproval => false,
-        }
-    }
-
     /// This state as a refusal names it: a pending entry that is not stuck is in flight.
     pub fn described(self, stuck: bool) -> String {
         if self == State::Pending && !stuck {

@@ -45,12 +45,16 @@ impl Action {
     /// unknown outcome) that it lacks, or `None` when the entry may take it. A call in flight
     /// is its owner's and one held for an approval its approvers'; a completed one is settled.
     pub fn needs(self, state: State, stuck: bool) -> Option<&'static str> {
+        // Stuck, released or failed: not in flight, completed, or held for an approval.
+        let unsettled = match state {
+            State::Pending => stuck,
+            State::Released | State::Failed => true,
+            State::Completed | State::AwaitingApproval => false,
+        };
         let (takes, needed) = match self {
-            Action::Resolve | Action::Replay => {
-                (state.operable(stuck), "a stuck, released or failed entry")
-            }
+            Action::Resolve | Action::Replay => (unsettled, "a stuck, released or failed entry"),
             Action::Release => (
-                state.operable(stuck) && state != State::Released,
+                unsettled && state != State::Released,
                 "a stuck or failed entry",
             ),
             Action::Reconcile => (stuck, "a stuck entry"),
