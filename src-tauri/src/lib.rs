@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use idemgate_config::Config;
 use idemgate_ops::ledger::Progress;
 use idemgate_ops::{
-    dispatch, jobs::Running, os_user, Code, ErrorBody, JobProgress, LedgerInfo, Ops, OpsError,
-    OpsResult,
+    dispatch, dispatch::Host, jobs::Running, os_user, Code, ErrorBody, JobProgress, LedgerInfo,
+    Ops, OpsError, OpsResult,
 };
 use idemgate_proxy::Engine;
 use idemgate_server::{ProxyStatus, Server};
@@ -201,9 +201,15 @@ impl Console {
                     .await
                     .map_err(|e| err(&e))
             }
+            // Under the embedded proxy's routes, when it runs: an entry's view and the previews
+            // judge a replay or a reconcile by them.
             Some(dispatch::Kind::Ledger) => {
-                self.call_blocking(move |o| dispatch::run(o, None, &name, args, &mut |_| true))
-                    .await
+                let routes = self.routes().await;
+                self.call_blocking(move |o| {
+                    let host = routes.as_deref().map_or(Host::none(), Host::routes);
+                    dispatch::run(o, host, &name, args, &mut |_| true)
+                })
+                .await
             }
             Some(kind) => {
                 // A bulk replay or reconcile reaches the upstream through the embedded proxy's
@@ -214,7 +220,8 @@ impl Console {
                 };
                 let job = job.unwrap_or_else(|| format!("{name}-call"));
                 self.job(&job, progress, move |o, p| {
-                    dispatch::run(o, upstream.as_ref(), &name, args, p)
+                    let host = upstream.as_ref().map_or(Host::none(), Host::upstream);
+                    dispatch::run(o, host, &name, args, p)
                 })
                 .await
             }
@@ -243,8 +250,13 @@ impl Console {
         self.jobs.cancel(job)
     }
 
+    /// The embedded proxy's configuration, while it runs.
+    async fn routes(&self) -> Option<Arc<Config>> {
+        self.proxy.lock().await.as_ref().map(|p| p.cfg.clone())
+    }
+
     async fn engine(&self) -> R<Engine> {
-        let cfg = self.proxy.lock().await.as_ref().map(|p| p.cfg.clone()).ok_or_else(|| ErrorBody {
+        let cfg = self.routes().await.ok_or_else(|| ErrorBody {
             code: Code::NoConfig,
             message: "replay and reconcile talk to the upstream: start the embedded proxy from its configuration first".into(),
         })?;

@@ -105,6 +105,11 @@ def main():
         s.click_el(el)
         s.wait("const e = document.querySelector('[data-testid=curl]'); return e && e.textContent.startsWith('curl')", "the entry's request as curl")
         check(f"'http://{proxy}/" in s.text("curl"), f"Copy as curl sends it through the server's proxy, {proxy}")
+        # The server runs with no routes: nothing may reach the entry's upstream, and the view
+        # says why rather than offering what the server would refuse.
+        reach = s.js("return ['release', 'replay', 'reconcile'].map(a => document.querySelector(`[data-testid=action-${a}]`)).map(b => [b.disabled, b.title])")
+        check(reach[0] == [False, ""] and all(b[0] and "which this configuration does not have" in b[1] for b in reach[1:]),
+              f"Replay and Reconcile are disabled on a route the server does not have, and say why ({reach[2][1]})")
         s.click("action-release")
         s.find("action-dialog")
         s.type("reason-input", "processor confirms it never ran")

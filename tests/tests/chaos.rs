@@ -402,7 +402,12 @@ fn every_unacknowledged_effect_is_in_the_ledger(st: &Stack, seen: &Seen) -> (u64
             State::Pending => {
                 // A claim orphaned by a kill is stuck once its lease has passed.
                 let e = eventually(10, "an orphaned claim to be reported stuck", || {
-                    let e = ops_api.show(e.id).expect("show").entry.summary.clone();
+                    let e = ops_api
+                        .show(e.id, None)
+                        .expect("show")
+                        .entry
+                        .summary
+                        .clone();
                     (e.stuck || e.outcome_unknown).then_some(e)
                 });
                 assert_eq!(e.state, State::Pending);

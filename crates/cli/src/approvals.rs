@@ -49,7 +49,7 @@ pub(crate) fn list(out: &mut output::Out, a: ListArgs) -> Result<ExitCode, OpsEr
         before: None,
         limit: Some(a.limit),
     };
-    let list = op::run::<op::approvals::Op>(&ops, req, None, &mut |_| true)?;
+    let list = op::run::<op::approvals::Op>(&ops, req, op::Host::none(), &mut |_| true)?;
     if a.json {
         output::pretty(out, &list)?;
         return Ok(ExitCode::SUCCESS);
@@ -94,9 +94,9 @@ pub(crate) fn decide(
     };
     let ops = Ops::open_existing(&a.ledger.ledger)?;
     let r = if approve {
-        op::run::<op::approve::Op>(&ops, cmd, None, &mut |_| true)?
+        op::run::<op::approve::Op>(&ops, cmd, op::Host::none(), &mut |_| true)?
     } else {
-        op::run::<op::reject::Op>(&ops, cmd, None, &mut |_| true)?
+        op::run::<op::reject::Op>(&ops, cmd, op::Host::none(), &mut |_| true)?
     };
     if a.json {
         output::pretty(out, &r)?;

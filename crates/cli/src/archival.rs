@@ -184,7 +184,7 @@ pub(crate) fn archive(out: &mut output::Out, a: ArchiveArgs) -> Result<ExitCode,
         segment_events: a.segment_events,
     };
     let report = with_progress("archiving", "events", None, |p| {
-        op::run::<op::archive::Op>(&ops, cmd, None, p)
+        op::run::<op::archive::Op>(&ops, cmd, op::Host::none(), p)
     })?;
     archived(out, &report, a.json)?;
     if let (true, Some(stop)) = (report.cancelled, interrupt::asked()) {
@@ -253,7 +253,7 @@ pub(crate) fn retention(out: &mut output::Out, c: RetentionCmd) -> Result<ExitCo
     let ops =
         Ops::open_existing(&ledger.unwrap_or_else(|| cfg.ledger.clone()))?.configured_by(&cfg);
     let report = with_progress("archiving", "events", None, |p| {
-        op::run::<op::run_retention::Op>(&ops, op::common::NoArgs {}, None, p)
+        op::run::<op::run_retention::Op>(&ops, op::common::NoArgs {}, op::Host::none(), p)
     })?;
     if json {
         output::pretty(out, &report)?;

@@ -63,7 +63,7 @@ pub(crate) fn export(out: &mut output::Out, a: ExportArgs) -> Result<ExitCode, O
     let ops = Ops::open_existing(&ledger.ledger)?.with_signer(signing.signer()?);
     if entries {
         let manifest = with_progress("exporting", "entries", None, |p| {
-            op::run::<op::export_entries::Op>(&ops, cmd, None, p)
+            op::run::<op::export_entries::Op>(&ops, cmd, op::Host::none(), p)
         })?;
         match (manifest, interrupt::asked()) {
             (Some(m), _) => output::exported_entries(out, &path, &m, json)?,
@@ -75,7 +75,7 @@ pub(crate) fn export(out: &mut output::Out, a: ExportArgs) -> Result<ExitCode, O
     }
     let total = events(&ops)?;
     let manifest = with_progress("exporting", "events", total, |p| {
-        op::run::<op::export::Op>(&ops, cmd, None, p)
+        op::run::<op::export::Op>(&ops, cmd, op::Host::none(), p)
     })?;
     match (manifest, interrupt::asked()) {
         (Some(m), _) => output::exported(out, &path, &m, json)?,
@@ -198,14 +198,19 @@ pub(crate) fn verify(out: &mut output::Out, a: VerifyArgs) -> Result<ExitCode, O
                     public_key: key_text,
                 };
                 let r = with_progress("verifying", "events", total, |p| {
-                    op::run::<op::verify_against::Op>(&ops, req, None, p)
+                    op::run::<op::verify_against::Op>(&ops, req, op::Host::none(), p)
                 })?;
                 output::verified_against(out, &r, json)?;
                 (r.ok, r.chain.cancelled)
             }
             None => {
                 let r = with_progress("verifying", "events", total, |p| {
-                    op::run::<op::verify_ledger::Op>(&ops, op::common::NoArgs {}, None, p)
+                    op::run::<op::verify_ledger::Op>(
+                        &ops,
+                        op::common::NoArgs {},
+                        op::Host::none(),
+                        p,
+                    )
                 })?;
                 output::verified(out, &r, json)?;
                 (r.ok, r.cancelled)
@@ -240,7 +245,7 @@ fn verify_archive(
                 public_key: key_text,
             };
             with_progress("verifying", "events", None, |p| {
-                op::run::<op::verify_archive::Op>(&ops, req, None, p)
+                op::run::<op::verify_archive::Op>(&ops, req, op::Host::none(), p)
             })
         }
         None => {
@@ -257,6 +262,7 @@ fn verify_archive(
 
 /// How many events the log holds (its head's sequence number): a progress bar's total.
 fn events(ops: &Ops) -> Result<Option<u64>, OpsError> {
-    let head = op::run::<op::head::Op>(ops, op::common::NoArgs {}, None, &mut |_| true)?;
+    let head =
+        op::run::<op::head::Op>(ops, op::common::NoArgs {}, op::Host::none(), &mut |_| true)?;
     Ok(head.map(|h| h.seq.max(0) as u64))
 }

@@ -104,7 +104,8 @@ pub(crate) fn run(a: BulkArgs) -> Result<ExitCode, CmdError> {
         as_: cmd.as_,
         target: cmd.target.clone(),
     };
-    let preview = op::run::<op::preview_bulk::Op>(&ops, req, None, &mut |_| true)?;
+    let host = cfg.as_deref().map_or(op::Host::none(), op::Host::routes);
+    let preview = op::run::<op::preview_bulk::Op>(&ops, req, host, &mut |_| true)?;
     if a.dry_run {
         output::preview(&mut out, &preview, a.json)?;
         return Ok(ExitCode::SUCCESS);
@@ -114,7 +115,10 @@ pub(crate) fn run(a: BulkArgs) -> Result<ExitCode, CmdError> {
     let upstream = cfg.map(|c| ops.upstream(c));
     let total = preview.count as u64;
     let report = with_progress(action.as_str(), "entries", Some(total), |p| {
-        op::run::<op::bulk::Op>(&ops, cmd, upstream.as_ref(), p)
+        let host = upstream
+            .as_ref()
+            .map_or(op::Host::none(), op::Host::upstream);
+        op::run::<op::bulk::Op>(&ops, cmd, host, p)
     })?;
     output::bulk(&mut out, &report, a.json)?;
     if let (true, Some(stop)) = (report.cancelled, interrupt::asked()) {

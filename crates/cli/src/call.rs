@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use clap::{Arg, ArgAction, ArgMatches, Command, FromArgMatches};
 use idemgate_config::Config;
-use idemgate_ops::dispatch::{self, Args, Kind, Spec};
+use idemgate_ops::dispatch::{self, Args, Host, Kind, Spec};
 use idemgate_ops::{Ops, OpsError};
 use idemgate_server::parameters::Parameter;
 use serde_json::Value;
@@ -256,14 +256,20 @@ pub(crate) fn run(out: &mut output::Out, c: Call) -> Result<ExitCode, CmdError> 
         }
         (Kind::Job | Kind::UpstreamJob, _) => {
             let r = with_progress(name, "", None, |p| {
-                dispatch::run(&ops, engine.as_ref(), name, args, p)
+                let host = engine.as_ref().map_or(Host::none(), Host::upstream);
+                dispatch::run(&ops, host, name, args, p)
             });
             if let Some(stop) = interrupt::asked() {
                 return Ok(stopped(stop, name, "what was done stays done"));
             }
             r?
         }
-        (Kind::Ledger, _) => dispatch::run(&ops, None, name, args, &mut |_| true)?,
+        (Kind::Ledger, _) => {
+            let host = engine
+                .as_ref()
+                .map_or(Host::none(), |e| Host::routes(&e.cfg));
+            dispatch::run(&ops, host, name, args, &mut |_| true)?
+        }
     };
     output::pretty(out, &answer)?;
     out.flush().map_err(OpsError::from)?;

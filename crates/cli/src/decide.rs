@@ -63,7 +63,7 @@ pub(crate) fn review(out: &mut output::Out, a: ReviewArgs) -> Result<ExitCode, O
         reason: a.reason,
     };
     let ops = Ops::open_existing(&a.ledger.ledger)?;
-    let r = op::run::<op::review_incident::Op>(&ops, cmd, None, &mut |_| true)?;
+    let r = op::run::<op::review_incident::Op>(&ops, cmd, op::Host::none(), &mut |_| true)?;
     if a.json {
         serde_json::to_writer_pretty(&mut *out, &r).map_err(std::io::Error::other)?;
         writeln!(out)?;
@@ -127,7 +127,7 @@ pub(crate) fn resolve(out: &mut output::Out, a: ResolveArgs) -> Result<ExitCode,
     };
     cmd.check()?;
     let ops = Ops::open_existing(&ledger.ledger)?;
-    let e = op::run::<op::resolve::Op>(&ops, cmd, None, &mut |_| true)?;
+    let e = op::run::<op::resolve::Op>(&ops, cmd, op::Host::none(), &mut |_| true)?;
     output::resolved(out, &e, json)?;
     out.flush().ok();
     Ok(ExitCode::SUCCESS)
@@ -186,14 +186,17 @@ pub(crate) fn purge(out: &mut output::Out, a: PurgeArgs) -> Result<ExitCode, Ops
     };
     idemgate_ops::validate_actor(&cmd.operator, &cmd.reason)?;
     let ops = Ops::open_existing(&ledger.ledger)?;
-    let preview = op::run::<op::preview_purge::Op>(&ops, cmd.target.clone(), None, &mut |_| true)?;
+    let preview =
+        op::run::<op::preview_purge::Op>(&ops, cmd.target.clone(), op::Host::none(), &mut |_| {
+            true
+        })?;
     if dry_run {
         output::preview(out, &preview, json)?;
         return Ok(ExitCode::SUCCESS);
     }
     let total = preview.count as u64;
     let report = with_progress("purging", "entries", Some(total), |p| {
-        op::run::<op::purge::Op>(&ops, cmd, None, p)
+        op::run::<op::purge::Op>(&ops, cmd, op::Host::none(), p)
     })?;
     output::purged(out, &report, json)?;
     if let (true, Some(stop)) = (report.cancelled, interrupt::asked()) {

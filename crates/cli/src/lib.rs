@@ -585,7 +585,7 @@ fn incidents(
         before: None,
         limit: Some(limit),
     };
-    let mut list = op::run::<op::incidents::Op>(&ops, req, None, &mut |_| true)?;
+    let mut list = op::run::<op::incidents::Op>(&ops, req, op::Host::none(), &mut |_| true)?;
     list.retain(|i| i.open || !open);
     output::incidents(out, &list, json)
 }
@@ -627,7 +627,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             let entry = op::run::<op::show::Op>(
                 &ops,
                 op::common::EntryRef { entry_id },
-                None,
+                op::Host::none(),
                 &mut |_| true,
             )?;
             output::show(&mut out, &entry, json)?;

@@ -59,7 +59,7 @@ pub(crate) fn prove(out: &mut output::Out, a: ProveArgs) -> Result<ExitCode, Ops
         .with_archive(a.archive);
     if let Some(checkpoint) = old {
         let req = op::prove_consistency::CheckpointArg { checkpoint };
-        let p = op::run::<op::prove_consistency::Op>(&ops, req, None, &mut |_| true)?;
+        let p = op::run::<op::prove_consistency::Op>(&ops, req, op::Host::none(), &mut |_| true)?;
         write_new(&a.output, &p.proof)?;
         if a.json {
             output::pretty(out, &p)?;
@@ -78,7 +78,7 @@ pub(crate) fn prove(out: &mut output::Out, a: ProveArgs) -> Result<ExitCode, Ops
     let req = op::prove::EventRef {
         seq: a.event.unwrap_or_default(),
     };
-    let p = op::run::<op::prove::Op>(&ops, req, None, &mut |_| true)?;
+    let p = op::run::<op::prove::Op>(&ops, req, op::Host::none(), &mut |_| true)?;
     write_new(&a.output, &p.proof)?;
     if a.json {
         output::pretty(out, &p)?;

@@ -237,21 +237,23 @@ impl Ops {
     }
 
     /// What a bulk action would touch: the exact count and keys, the entries it names that the
-    /// action would refuse as they stand (held for an approval, say) and why, and whether any is
-    /// on a destructive route (the action then needs confirming). The action itself takes the
-    /// entries that match when it runs, and reports each one it is refused.
+    /// action would refuse as they stand (held for an approval, say, or on a route with no
+    /// probe when the host runs under `routes`) and why, and whether any is on a destructive
+    /// route (the action then needs confirming). The action itself takes the entries that match
+    /// when it runs, and reports each one it is refused.
     pub fn preview_bulk(
         &self,
         action: BulkKind,
         as_: Option<ResolveAs>,
         target: &BulkTarget,
+        routes: Option<&idemgate_config::Config>,
     ) -> OpsResult<Preview> {
         let each = action.action(as_);
         let named = self.bulk_targets(target)?;
         let mut skipped = Vec::new();
         let mut touched = Vec::new();
         for e in named {
-            match each.refusal(e.state, e.stuck) {
+            match crate::upstream::refusal(each, &e, routes) {
                 Some(why) => skipped.push((e.id, why)),
                 None => touched.push(e),
             }
@@ -293,9 +295,13 @@ impl Ops {
         // As the preview: an entry the action refuses is not acted on, so it asks for nothing.
         // One that a state change makes actionable meanwhile is refused unconfirmed by its action.
         let each = cmd.action.action(cmd.as_);
+        let routes = runtime.as_ref().map(|(engine, _)| &*engine.cfg);
         let destructive: Vec<String> = targets
             .iter()
-            .filter(|e| e.effect == Effect::Destructive && each.needs(e.state, e.stuck).is_none())
+            .filter(|e| {
+                e.effect == Effect::Destructive
+                    && crate::upstream::refusal(each, e, routes).is_none()
+            })
             .map(|e| e.key.clone())
             .collect();
         if !destructive.is_empty() && !cmd.confirm_destructive {
@@ -387,7 +393,7 @@ mod tests {
     }
 
     fn state(ops: &Ops, id: i64) -> State {
-        ops.show(id).expect("show").entry.summary.state
+        ops.show(id, None).expect("show").entry.summary.state
     }
 
     #[test]
@@ -395,7 +401,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (ops, ids, done) = stuck_ledger(&dir, 4);
         let p = ops
-            .preview_bulk(BulkKind::Resolve, None, &stuck())
+            .preview_bulk(BulkKind::Resolve, None, &stuck(), None)
             .expect("preview");
         assert_eq!(p.count, 4);
         let mut seen = p.ids.clone();
@@ -408,7 +414,7 @@ mod tests {
             ..stuck()
         };
         let p = ops
-            .preview_bulk(BulkKind::Replay, None, &picked)
+            .preview_bulk(BulkKind::Replay, None, &picked, None)
             .expect("preview");
         assert_eq!(
             (p.count, p.destructive, p.action.as_str()),
@@ -419,7 +425,7 @@ mod tests {
             ..stuck()
         };
         assert_eq!(
-            ops.preview_bulk(BulkKind::Resolve, None, &none)
+            ops.preview_bulk(BulkKind::Resolve, None, &none, None)
                 .expect_err("empty")
                 .code(),
             "invalid-argument"
@@ -442,7 +448,7 @@ mod tests {
         };
         let release = cmd(every(vec![ids[0], done, held]));
         let p = ops
-            .preview_bulk(BulkKind::Resolve, release.as_, &release.target)
+            .preview_bulk(BulkKind::Resolve, release.as_, &release.target, None)
             .expect("preview");
         assert_eq!((p.count, p.ids.clone()), (1, vec![ids[0]]));
         assert_eq!(
@@ -467,7 +473,7 @@ mod tests {
         assert_eq!((report.succeeded, refused), (1, skipped));
         // Released now, it is not released again, but may still be resolved.
         let p = ops
-            .preview_bulk(BulkKind::Resolve, release.as_, &every(vec![ids[0]]))
+            .preview_bulk(BulkKind::Resolve, release.as_, &every(vec![ids[0]]), None)
             .expect("preview");
         assert_eq!(
             (p.count, p.skipped),
@@ -485,12 +491,17 @@ mod tests {
         assert_eq!((report.succeeded, report.failed), (0, 1));
         let failed = Some(ResolveAs::Failed);
         let p = ops
-            .preview_bulk(BulkKind::Resolve, failed, &every(vec![ids[0]]))
+            .preview_bulk(BulkKind::Resolve, failed, &every(vec![ids[0]]), None)
             .expect("preview");
         assert_eq!(p.ids, [ids[0]]);
         // Reconcile takes only the stuck: a released entry is named as not stuck.
         let p = ops
-            .preview_bulk(BulkKind::Reconcile, None, &every(vec![ids[0], ids[1]]))
+            .preview_bulk(
+                BulkKind::Reconcile,
+                None,
+                &every(vec![ids[0], ids[1]]),
+                None,
+            )
             .expect("preview");
         assert_eq!(p.ids, [ids[1]]);
         assert_eq!(
@@ -551,7 +562,7 @@ mod tests {
             ids: Some(vec![ids[2]]),
         };
         let p = ops
-            .preview_bulk(BulkKind::Resolve, Some(ResolveAs::Released), &last)
+            .preview_bulk(BulkKind::Resolve, Some(ResolveAs::Released), &last, None)
             .expect("preview");
         assert_eq!((p.count, p.destructive), (0, false));
         let r = ops.bulk(&cmd(last), None, &mut |_| true).expect("bulk");

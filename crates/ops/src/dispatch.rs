@@ -7,22 +7,23 @@ use serde_json::Value;
 
 pub use crate::op::args::Args;
 use crate::op::Cx;
-pub use crate::op::{spec, Kind, Spec, SPECS};
+pub use crate::op::{spec, Host, Kind, Spec, SPECS};
 use crate::{desktop_operator, OpsError, OpsResult};
 
 /// Runs the operation `name` with `args`. All but [`Kind::Upstream`] operations block (call
-/// them off the async threads); `progress` hears long work; `upstream` is the data plane a
-/// [`Kind::UpstreamJob`] may need.
+/// them off the async threads); `progress` hears long work; `host` is what the host has: the
+/// routes it runs under (an entry's view and the previews judge its actions by them) and the
+/// data plane a [`Kind::UpstreamJob`] may need.
 pub fn run(
     ops: &crate::Ops,
-    upstream: Option<&Engine>,
+    host: Host<'_>,
     name: &str,
     args: Args,
     progress: Progress<'_>,
 ) -> OpsResult<Value> {
     match spec(name).map(|s| s.kind) {
         Some(Kind::Upstream) => Err(crate::op::refuse(name)),
-        _ => crate::op::call(ops, name, args, Cx { upstream, progress })
+        _ => crate::op::call(ops, name, args, Cx { host, progress })
             .unwrap_or_else(|| Err(no_such(name))),
     }
 }
@@ -81,7 +82,7 @@ mod tests {
         let json = |v| Args::json("stats", v).expect("object");
         let stats = run(
             &ops,
-            None,
+            Host::none(),
             "stats",
             json(serde_json::json!({"hours": 1})),
             &mut |_| true,
@@ -98,7 +99,7 @@ mod tests {
             ("nothing", serde_json::json!({}), "command"),
             ("replay", serde_json::json!({}), "command"),
         ] {
-            match run(&ops, None, name, json(a), &mut |_| true) {
+            match run(&ops, Host::none(), name, json(a), &mut |_| true) {
                 Err(OpsError::Invalid { field: f, .. }) => assert_eq!(f, field, "{name}"),
                 other => panic!("{name}: {other:?}"),
             }
@@ -127,7 +128,7 @@ mod tests {
         ] {
             a.text(k, v);
         }
-        let page = run(&ops, None, "entries", a, &mut |_| true).expect("entries");
+        let page = run(&ops, Host::none(), "entries", a, &mut |_| true).expect("entries");
         assert_eq!(page["entries"], serde_json::json!([]));
         for (k, v, says) in [
             (
@@ -141,7 +142,7 @@ mod tests {
         ] {
             let mut a = Args::default();
             a.text(k, v);
-            match run(&ops, None, "entries", a, &mut |_| true) {
+            match run(&ops, Host::none(), "entries", a, &mut |_| true) {
                 Err(OpsError::Invalid { message, .. }) => {
                     assert!(message.contains(says), "{k}: {message}")
                 }
@@ -151,7 +152,7 @@ mod tests {
         let mut a = Args::json("log", serde_json::json!({"limit": 5})).expect("object");
         a.text("since", "2026-01-01");
         a.text("entry_id", "3");
-        let page = run(&ops, None, "log", a, &mut |_| true).expect("log");
+        let page = run(&ops, Host::none(), "log", a, &mut |_| true).expect("log");
         assert_eq!(page["events"], serde_json::json!([]));
     }
 }

@@ -54,19 +54,19 @@ pub struct EntryView {
 pub struct ActionStanding {
     /// The action.
     pub action: Action,
-    /// Why the ledger would refuse it, in words; `None` when it takes it.
+    /// Why it would be refused, in words (the entry's state, or what its route lacks for a
+    /// replay or a reconcile); `None` when it is taken.
     pub refused: Option<String>,
 }
 
 impl ActionStanding {
-    /// Every action on an entry in `state` (`stuck`: pending past its lease, or of unknown
-    /// outcome).
-    pub fn all(state: idemgate_ledger::State, stuck: bool) -> Vec<ActionStanding> {
+    /// Every action on `e`, judged by its state and, when the host has them, its `routes`.
+    pub fn all(e: &EntrySummary, routes: Option<&idemgate_config::Config>) -> Vec<ActionStanding> {
         Action::ALL
             .into_iter()
             .map(|action| ActionStanding {
                 action,
-                refused: action.refusal(state, stuck),
+                refused: crate::upstream::refusal(action, e, routes),
             })
             .collect()
     }
@@ -300,8 +300,10 @@ impl Ops {
         crate::op::entries::each(self, req, limit, f)
     }
 
-    /// One entry with its whole timeline and the diffs of the requests a reused key was sent.
-    pub fn show(&self, id: i64) -> OpsResult<EntryView> {
+    /// One entry with its whole timeline, the diffs of the requests a reused key was sent, and
+    /// its actions as they stand: by its state, and by `routes` when the host runs under a route
+    /// configuration.
+    pub fn show(&self, id: i64, routes: Option<&idemgate_config::Config>) -> OpsResult<EntryView> {
         let entry = self.store.entry(id, now_millis())?;
         let mut timeline = Vec::new();
         let mut before = None;
@@ -335,7 +337,7 @@ impl Ops {
         };
         Ok(EntryView {
             call: ToolCall::of(&entry),
-            actions: ActionStanding::all(entry.summary.state, entry.summary.stuck),
+            actions: ActionStanding::all(&entry.summary, routes),
             entry,
             timeline,
             collision_diffs,
@@ -488,7 +490,7 @@ mod tests {
             // A reconcile needs the route configuration's probe: this is the check it makes of
             // the entry before it asks the probe.
             Action::Reconcile => {
-                let e = ops.show(id).expect("show").entry.summary;
+                let e = ops.show(id, None).expect("show").entry.summary;
                 Action::Reconcile
                     .check(id, e.state, e.stuck)
                     .map_err(crate::OpsError::from)
@@ -512,7 +514,7 @@ mod tests {
             for action in Action::ALL {
                 let dir = tempfile::tempdir().expect("tempdir");
                 let (ops, id) = one_entry(&dir, state, stuck);
-                let view = ops.show(id).expect("show");
+                let view = ops.show(id, None).expect("show");
                 assert_eq!(
                     (view.entry.summary.state, view.entry.summary.stuck),
                     (state, stuck)

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use idemgate_config::Config;
-use idemgate_config::Route;
+use idemgate_config::{Reconcile, Route};
 use idemgate_ledger::{
     now_millis, Action, Effect, EntryDetail, EntrySummary, ReconcileNote, RedriveRequest,
     Resolution, ResolveRequest,
@@ -62,6 +62,40 @@ pub struct ReconcileReport {
     pub decision: String,
 }
 
+/// The route of `e` in `cfg`, which a replay or a reconcile reaches the upstream through.
+fn route_of<'c>(e: &EntrySummary, cfg: &'c Config) -> OpsResult<&'c Route> {
+    cfg.route(&e.route).ok_or_else(|| OpsError::UnknownRoute {
+        entry: e.id,
+        route: e.route.clone(),
+    })
+}
+
+/// The route of `e` in `cfg` and its probe, which a reconcile asks.
+fn probe_of<'c>(e: &EntrySummary, cfg: &'c Config) -> OpsResult<(&'c Route, &'c Reconcile)> {
+    let route = route_of(e, cfg)?;
+    let probe = route
+        .reconcile
+        .as_ref()
+        .ok_or_else(|| OpsError::NoProbe(route.name.clone()))?;
+    Ok((route, probe))
+}
+
+/// Why `action` is refused on `e` as it stands, in words, or `None`: first its state (the
+/// ledger's rule, [`Action::needs`]), then, when the host runs under a route configuration,
+/// what a replay or a reconcile needs of it (the entry's route, and a reconcile its probe). An
+/// entry's view and every preview say it; the actions refuse by the same checks.
+pub(crate) fn refusal(action: Action, e: &EntrySummary, routes: Option<&Config>) -> Option<String> {
+    action.refusal(e.state, e.stuck).or_else(|| {
+        let cfg = routes?;
+        match action {
+            Action::Replay => route_of(e, cfg).err(),
+            Action::Reconcile => probe_of(e, cfg).err(),
+            Action::Resolve | Action::Release | Action::Purge => None,
+        }
+        .map(|err| err.to_string())
+    })
+}
+
 impl Ops {
     /// The data plane that operator actions on this ledger reach the upstream through, built
     /// from the routes of `cfg` (which must be the configuration the entries were claimed under).
@@ -77,16 +111,6 @@ impl Ops {
             .map_err(OpsError::from)
     }
 
-    fn route_of<'a>(upstream: &'a Engine, d: &EntryDetail) -> OpsResult<&'a Route> {
-        upstream
-            .cfg
-            .route(&d.summary.route)
-            .ok_or_else(|| OpsError::UnknownRoute {
-                entry: d.summary.id,
-                route: d.summary.route.clone(),
-            })
-    }
-
     /// Replays a stuck, released or failed entry: its stored request is sent upstream again
     /// through `upstream` (the data plane, built from the route configuration), with the key the
     /// first attempt sent, and the outcome is recorded on the entry as the proxy records one.
@@ -96,8 +120,8 @@ impl Ops {
         let id = cmd.entry_id;
         let actor = validate_actor(&cmd.operator, &cmd.reason)?;
         let d = self.entry_now(id).await?;
-        let route = Self::route_of(upstream, &d)?;
         Action::Replay.check(id, d.summary.state, d.summary.stuck)?;
+        let route = route_of(&d.summary, &upstream.cfg)?;
         if d.summary.effect == Effect::Destructive && !cmd.confirm_destructive {
             return Err(OpsError::ConfirmationRequired(vec![d.summary.key.clone()]));
         }
@@ -139,12 +163,8 @@ impl Ops {
         let id = cmd.entry_id;
         let actor = validate_actor(&cmd.operator, &cmd.reason)?;
         let d = self.entry_now(id).await?;
-        let route = Self::route_of(upstream, &d)?;
-        let probe = route
-            .reconcile
-            .as_ref()
-            .ok_or_else(|| OpsError::NoProbe(route.name.clone()))?;
         Action::Reconcile.check(id, d.summary.state, d.summary.stuck)?;
+        let (route, probe) = probe_of(&d.summary, &upstream.cfg)?;
         if d.summary.effect == Effect::Destructive && !cmd.confirm_destructive {
             return Err(OpsError::ConfirmationRequired(vec![d.summary.key.clone()]));
         }
@@ -199,5 +219,122 @@ impl Ops {
             probe_status: status,
             decision: decision.into(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BulkCmd, BulkKind, BulkTarget};
+    use idemgate_ledger::{testing, ClaimOutcome};
+
+    const CHARGES: &str = "[[routes]]\nname = \"charges\"\nmethod = \"POST\"\n\
+        path = \"/v1/charges\"\nupstream = \"http://127.0.0.1:9\"\neffect = \"destructive\"\n";
+
+    fn config(routes: &str) -> Arc<Config> {
+        let toml = format!("[server]\nledger = \"l.db\"\n{routes}");
+        Arc::new(Config::parse(&toml).expect("config"))
+    }
+
+    /// A ledger with one stuck charge on a destructive route.
+    fn stuck_charge(dir: &tempfile::TempDir) -> (Ops, i64) {
+        let ops =
+            Ops::open_or_create(&dir.path().join("l.db").display().to_string()).expect("ledger");
+        let mut stuck = testing::charge("k", now_millis() - 120_000);
+        stuck.effect = Effect::Destructive;
+        let ClaimOutcome::Claimed { entry_id, .. } =
+            ops.store().claim(stuck).wait().expect("claim")
+        else {
+            panic!("not claimed");
+        };
+        (ops, entry_id)
+    }
+
+    fn bulk_reconcile(target: BulkTarget) -> BulkCmd {
+        BulkCmd {
+            action: BulkKind::Reconcile,
+            target,
+            as_: None,
+            response: None,
+            external_ref: None,
+            operator: "dana".into(),
+            reason: "checking".into(),
+            confirm_destructive: false,
+        }
+    }
+
+    #[test]
+    fn replay_and_reconcile_are_offered_only_where_the_entrys_route_reaches_the_upstream() {
+        let probe = "reconcile = { url = \"http://127.0.0.1:9/v1/charges/{key}\" }\n";
+        let no_probe = "route charges has no reconcile probe configured";
+        let unknown =
+            "entry 1 belongs to route \"charges\", which this configuration does not have";
+        let cases = [
+            (config(&format!("{CHARGES}{probe}")), None, None),
+            (config(CHARGES), None, Some(no_probe)),
+            (
+                config(&CHARGES.replace("charges", "refunds")),
+                Some(unknown),
+                Some(unknown),
+            ),
+        ];
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        for (cfg, replay, reconcile) in cases {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (ops, id) = stuck_charge(&dir);
+            let refused = |routes: Option<&Config>, action| {
+                let view = ops.show(id, routes).expect("show");
+                let a = view.actions.into_iter().find(|a| a.action == action);
+                a.expect("every action is listed").refused
+            };
+            let what = format!("{:?}", cfg.routes.first().map(|r| (&r.name, &r.reconcile)));
+            assert_eq!(
+                refused(Some(&cfg), Action::Replay).as_deref(),
+                replay,
+                "{what}"
+            );
+            assert_eq!(
+                refused(Some(&cfg), Action::Reconcile).as_deref(),
+                reconcile,
+                "{what}"
+            );
+            // With no configuration the host cannot tell: the state alone is judged.
+            assert_eq!(refused(None, Action::Reconcile), None);
+
+            // A bulk preview skips the entry for the same words; the action asks no confirmation
+            // for it, and is refused it in those words, before anything reaches the upstream.
+            let target = BulkTarget {
+                filter: Default::default(),
+                ids: Some(vec![id]),
+            };
+            let preview = ops
+                .preview_bulk(BulkKind::Reconcile, None, &target, Some(&cfg))
+                .expect("preview");
+            let skipped = preview.skipped.first().map(|(_, why)| why.as_str());
+            assert_eq!(skipped, reconcile, "{what}");
+            let engine = ops.upstream(Arc::clone(&cfg));
+            let ran = {
+                let _in = rt.enter();
+                ops.bulk(&bulk_reconcile(target), Some(&engine), &mut |_| true)
+            };
+            match (reconcile, ran) {
+                (None, Err(OpsError::ConfirmationRequired(keys))) => assert_eq!(keys, ["k"]),
+                (Some(why), Ok(r)) => assert_eq!(r.failures[0].message, why),
+                (why, ran) => panic!("{what}: {why:?} but {ran:?}"),
+            }
+            let cmd = ActionCmd {
+                entry_id: id,
+                operator: "dana".into(),
+                reason: "checking".into(),
+                confirm_destructive: true,
+            };
+            let done = rt.block_on(ops.reconcile(&engine, &cmd)).map(drop);
+            assert_eq!(done.map_err(|e| e.to_string()).err().as_deref(), reconcile);
+            let done = rt.block_on(ops.replay(&engine, &cmd)).map(drop);
+            assert_eq!(done.map_err(|e| e.to_string()).err().as_deref(), replay);
+        }
     }
 }

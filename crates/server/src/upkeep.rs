@@ -137,7 +137,7 @@ pub(crate) fn integrate(ops: &Ops, stopping: &AtomicBool) {
 /// One run of the retention policy `ops` is configured with, logged.
 pub(crate) fn retention_run(ops: &Ops, stopping: &AtomicBool) {
     let stop = &mut |_| !stopping.load(Ordering::SeqCst);
-    match op::run::<op::run_retention::Op>(ops, op::common::NoArgs {}, None, stop) {
+    match op::run::<op::run_retention::Op>(ops, op::common::NoArgs {}, op::Host::none(), stop) {
         Ok(r) => {
             let archived = r.archive.as_ref().map_or(0, |a| a.segments.len());
             if r.purged > 0 || archived > 0 {

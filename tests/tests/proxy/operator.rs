@@ -234,6 +234,41 @@ fn operator_replay_re_drives_a_stuck_entry_and_destructive_routes_need_confirmat
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("confirmation-required"));
+    // The route has no probe: the entry's view, under the server's routes, offers a replay but
+    // not a reconcile, and says why, as the reconcile would.
+    let shown = f
+        .proxy
+        .admin_get(&format!("/admin/v1/entries/{cid}"))
+        .json();
+    let refused = |action: &str| {
+        let a = shown["actions"].as_array().expect("actions").iter();
+        let mut a = a.filter(|a| a["action"] == action);
+        a.next().expect("listed")["refused"].clone()
+    };
+    assert_eq!(refused("replay"), serde_json::Value::Null, "{shown}");
+    assert_eq!(
+        refused("reconcile"),
+        "route cancel has no reconcile probe configured"
+    );
+    // The CLI judges it by the configuration it is given, as the server does.
+    let entry = format!("entry_id={cid}");
+    let shown = idemgate_json(&["call", "show", "--config", &cfg, &entry]);
+    let reconcile = &shown["actions"][3];
+    assert_eq!(reconcile["action"], "reconcile");
+    assert_eq!(
+        reconcile["refused"],
+        "route cancel has no reconcile probe configured"
+    );
+    let r = f.proxy.admin_post(
+        &format!("/admin/v1/entries/{cid}/reconcile"),
+        &json!({"operator": "o", "reason": "r", "confirm_destructive": true}),
+    );
+    assert_eq!(
+        (r.status, r.code()),
+        (409, "no-probe".into()),
+        "{}",
+        r.text()
+    );
     let r = f.proxy.admin_post(
         &format!("/admin/v1/entries/{cid}/replay"),
         &json!({"operator": "o", "reason": "r"}),

@@ -10,6 +10,7 @@ export type ActionStanding = {
  */
 action: Action, 
 /**
- * Why the ledger would refuse it, in words; `None` when it takes it.
+ * Why it would be refused, in words (the entry's state, or what its route lacks for a
+ * replay or a reconcile); `None` when it is taken.
  */
 refused: string | null, };

@@ -121,7 +121,8 @@ export interface Ops {
    *
    * Its request and response as the ledger keeps them, its events in order, the
    * differences between the requests that reused its key, and each operator action with
-   * why its state refuses it.
+   * why it would be refused: the entry's state, or what its route lacks for a replay or a
+   * reconcile.
    */
   show(req: EntryRef): Promise<EntryView>;
   /**

@@ -398,7 +398,7 @@ pub fn log(out: &mut Out, ops: &Ops, req: LogRequest, limit: usize, json: bool) 
             limit: Some(n),
             ..req.clone()
         };
-        op::run::<op::log::Op>(ops, req, None, &mut |_| true)
+        op::run::<op::log::Op>(ops, req, op::Host::none(), &mut |_| true)
     };
     let mut remaining = limit;
     let mut before = None;

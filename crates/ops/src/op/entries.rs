@@ -125,7 +125,7 @@ pub fn each(
             return Ok(n);
         }
         req.limit = Some(size);
-        let page = super::run::<Op>(ops, req.clone(), None, &mut |_| true)?;
+        let page = super::run::<Op>(ops, req.clone(), super::Host::none(), &mut |_| true)?;
         for e in &page.entries {
             f(e)?;
         }
@@ -142,7 +142,7 @@ pub fn each(
 mod tests {
     use serde_json::json;
 
-    use crate::dispatch::{run, Args};
+    use crate::dispatch::{run, Args, Host};
     use crate::{seed_demo, Code, DemoOptions, Ops};
 
     /// Entries page newest first below `before`, or oldest first above `after`; a cursor of the
@@ -154,7 +154,7 @@ mod tests {
             .expect("ledger");
         seed_demo(ops.store().as_ref(), DemoOptions { events: 300, seed: 3 }).expect("demo");
         let call = |req: serde_json::Value| {
-            run(&ops, None, "entries", Args::json("entries", req).expect("args"), &mut |_| true)
+            run(&ops, Host::none(), "entries", Args::json("entries", req).expect("args"), &mut |_| true)
         };
         let ids = |page: &serde_json::Value| -> Vec<i64> {
             page["entries"]

@@ -22,7 +22,7 @@ operation! {
 
 #[cfg(test)]
 mod tests {
-    use crate::dispatch::{run, Args};
+    use crate::dispatch::{run, Args, Host};
     use crate::{seed_demo, DemoOptions, Ops};
 
     #[test]
@@ -30,7 +30,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let ops = Ops::open_or_create(&dir.path().join("l.db").display().to_string())
             .expect("ledger");
-        let head = || run(&ops, None, "head", Args::default(), &mut |_| true).expect("head");
+        let head = || run(&ops, Host::none(), "head", Args::default(), &mut |_| true).expect("head");
         assert_eq!(head(), serde_json::Value::Null, "an empty log has no head");
         seed_demo(ops.store().as_ref(), DemoOptions { events: 200, seed: 7 }).expect("demo");
         let last = ops

@@ -130,10 +130,53 @@ pub trait Wire: 'static {}
 #[cfg(not(feature = "ts"))]
 impl<T: 'static> Wire for T {}
 
+/// What the host running an operation has besides the ledger: the route configuration it runs
+/// under, and the data plane built from it. Either may be missing (the CLI without `--config`,
+/// the desktop console before its proxy starts); the data plane brings its configuration.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Host<'a> {
+    routes: Option<&'a idemgate_config::Config>,
+    upstream: Option<&'a idemgate_proxy::Engine>,
+}
+
+impl<'a> Host<'a> {
+    /// A host with neither: what an entry's state allows is all an operation can judge.
+    pub fn none() -> Host<'a> {
+        Host::default()
+    }
+
+    /// A host that runs under `cfg` (an entry's actions are judged by its routes too) but does
+    /// not reach the upstream for this operation.
+    pub fn routes(cfg: &'a idemgate_config::Config) -> Host<'a> {
+        Host {
+            routes: Some(cfg),
+            upstream: None,
+        }
+    }
+
+    /// A host that reaches the upstream through `engine`, under its configuration.
+    pub fn upstream(engine: &'a idemgate_proxy::Engine) -> Host<'a> {
+        Host {
+            routes: Some(&engine.cfg),
+            upstream: Some(engine),
+        }
+    }
+
+    /// The route configuration, when the host has one.
+    pub fn config(&self) -> Option<&'a idemgate_config::Config> {
+        self.routes
+    }
+
+    /// The data plane, when the host hands it over (long work that may reach the upstream).
+    pub fn engine(&self) -> Option<&'a idemgate_proxy::Engine> {
+        self.upstream
+    }
+}
+
 /// What a blocking operation is handed besides its request.
 pub struct Cx<'a, 'p> {
-    /// The data plane, when the host has one (a bulk replay needs it).
-    pub upstream: Option<&'a idemgate_proxy::Engine>,
+    /// What the host has: its route configuration and data plane.
+    pub host: Host<'a>,
     /// Hears long work's progress; answering `false` stops it at that report.
     pub progress: idemgate_ledger::Progress<'p>,
 }
@@ -284,15 +327,16 @@ pub trait Operation: Declared {
 }
 
 /// Runs the blocking operation `O` on `req`, on this thread: the path a host holding a typed
-/// request takes (the CLI), through the function the dispatch runs for the others. `upstream` is
-/// the data plane, for long work that may reach it (a bulk replay).
+/// request takes (the CLI), through the function the dispatch runs for the others. `host` is
+/// what the host has: its routes (an entry's actions are judged by them) and its data plane (for
+/// long work that may reach the upstream, a bulk replay).
 pub fn run<O: Operation>(
     ops: &crate::Ops,
     req: O::Request,
-    upstream: Option<&idemgate_proxy::Engine>,
+    host: Host<'_>,
     progress: idemgate_ledger::Progress<'_>,
 ) -> crate::OpsResult<O::Answer> {
-    O::run(ops, req, Cx { upstream, progress })
+    O::run(ops, req, Cx { host, progress })
 }
 
 /// Runs the [`Kind::Upstream`] operation `O` on `req` through `engine`, the data plane.

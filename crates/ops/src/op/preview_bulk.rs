@@ -33,7 +33,7 @@ operation! {
         http: POST "/admin/v1/bulk/preview",
         example: r#"{"action": "replay", "target": {"filter": {"stuck": true}, "ids": null}}"#,
     }
-    fn run(ops, req: BulkPreviewRequest, _) -> Preview {
-        ops.preview_bulk(req.action, req.as_, &req.target)
+    fn run(ops, req: BulkPreviewRequest, cx) -> Preview {
+        ops.preview_bulk(req.action, req.as_, &req.target, cx.host.config())
     }
 }

@@ -176,7 +176,7 @@ async fn verify_uploaded(
         let req = op::common::PathArg {
             path: path.display().to_string(),
         };
-        op::run::<op::verify_export::Op>(&ops, req, None, progress)
+        op::run::<op::verify_export::Op>(&ops, req, op::Host::none(), progress)
     })
     .await?;
     report.file = name;

@@ -11,7 +11,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::{Extension, Json, Router};
-use idemgate_ops::dispatch::{self, Args, Kind, Spec};
+use idemgate_ops::dispatch::{self, Args, Host, Kind, Spec};
 use idemgate_ops::op::Answers;
 use idemgate_proxy::problem::{Code, Problem};
 use serde_json::Value;
@@ -63,13 +63,19 @@ async fn call(
     let args = request(spec, who, params, req).await?;
     let name = spec.name;
     let answer = match spec.kind {
+        // Under the routes a request that starts now is served under: an entry's view and the
+        // previews judge a replay or a reconcile by them.
         Kind::Ledger => {
-            blocking(move || dispatch::run(&s.ops, None, name, args, &mut |_| true)).await?
+            let engine = s.live.engine();
+            blocking(move || {
+                dispatch::run(&s.ops, Host::routes(&engine.cfg), name, args, &mut |_| true)
+            })
+            .await?
         }
         Kind::Job | Kind::UpstreamJob => {
             let engine = s.live.engine();
             return long_work(wants_lines(headers), move |progress| {
-                dispatch::run(&s.ops, Some(&engine), name, args, progress)
+                dispatch::run(&s.ops, Host::upstream(&engine), name, args, progress)
             })
             .await;
         }

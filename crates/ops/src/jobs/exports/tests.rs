@@ -1,3 +1,4 @@
+use crate::dispatch::Host;
 use idemgate_proxy::problem::Problem;
 
 use super::*;
@@ -193,9 +194,13 @@ fn the_export_job_operations_run_only_where_the_host_has_export_jobs() {
     let start = |ops: &Ops| {
         let args =
             crate::dispatch::Args::json("start_export", serde_json::json!({"format": "csv"}));
-        crate::dispatch::run(ops, None, "start_export", args.expect("args"), &mut |_| {
-            true
-        })
+        crate::dispatch::run(
+            ops,
+            Host::none(),
+            "start_export",
+            args.expect("args"),
+            &mut |_| true,
+        )
     };
     let e = start(&ops(dir.path())).expect_err("no export jobs");
     assert_eq!(problem(e).status, 400);
@@ -207,7 +212,7 @@ fn the_export_job_operations_run_only_where_the_host_has_export_jobs() {
     let args = crate::dispatch::Args::json("cancel_export", serde_json::json!({"id": id}));
     let gone = crate::dispatch::run(
         &ops,
-        None,
+        Host::none(),
         "cancel_export",
         args.expect("args"),
         &mut |_| true,
