@@ -494,3 +494,31 @@ fn complete_now(
         .wait()?;
     Ok(id)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idemgate_config::{Config, Protocol};
+
+    /// The console's demo runs its embedded proxy under `examples/idemgate.toml` (`.ci/demo`):
+    /// every route the demo's calls went through is there, takes them, and names the subjects
+    /// they were recorded with, so a demo entry can be replayed or reconciled through its route.
+    #[test]
+    fn every_route_the_demo_seeds_is_in_the_example_configuration() {
+        let example = include_str!("../../../examples/idemgate.toml");
+        // As `.ci/demo` runs it: without the webhook signature, whose secret the demo has not.
+        let demo: Vec<&str> = example
+            .lines()
+            .filter(|l| !l.starts_with("signature = "))
+            .collect();
+        let cfg = Config::parse(&demo.join("\n")).expect("the demo's configuration");
+        for r in ROUTES {
+            let route = cfg.route(r.name);
+            let route = route.unwrap_or_else(|| panic!("{} is not configured", r.name));
+            assert!(route.serves(r.method) && route.takes(r.path), "{}", r.name);
+            assert_eq!(route.subjects, subject_spec(r.name), "{}", r.name);
+        }
+        let tools = cfg.route(scenes::TOOLS).expect("the MCP route");
+        assert_eq!(tools.protocol, Protocol::Mcp);
+    }
+}

@@ -141,10 +141,13 @@ fn stuck_now(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
     Ok(())
 }
 
-/// An agent's tool calls through an MCP route (`tools`): charges, refunds and emails, one of
+/// The MCP route the demo's agent calls its tools through.
+pub(super) const TOOLS: &str = "tools";
+
+/// An agent's tool calls through an MCP route ([`TOOLS`]): charges, refunds and emails, one of
 /// them declined by the tool (`isError`), one held after the server's stream ended early.
 fn tool_calls(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
-    const ROUTE: &str = "tools";
+    const ROUTE: &str = TOOLS;
     let scope = "agent-mcp-01";
     for i in 0..10i64 {
         let tool = ["charge", "refund", "send_email"][(i % 3) as usize];
