@@ -19,8 +19,10 @@ pub(crate) struct ListArgs {
     /// Only the calls still waiting for a decision.
     #[arg(long)]
     open: bool,
+    /// At most this many calls, the newest.
     #[arg(long, default_value_t = 50, value_parser = crate::at_least_one)]
     limit: usize,
+    /// Print the result as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -38,6 +40,7 @@ pub(crate) struct DecideArgs {
     /// Who: your name as it should appear in the log (your OS account is recorded beside it).
     #[arg(long, env = "IDEMGATE_OPERATOR")]
     operator: String,
+    /// Print the result as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
 }

@@ -172,6 +172,7 @@ pub(crate) struct ArchiveArgs {
     segment_events: Option<u64>,
     #[command(flatten)]
     signing: SigningArg,
+    /// Print the result as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -231,6 +232,7 @@ pub(crate) enum RetentionCmd {
         /// The ledger, when not the one the configuration names.
         #[arg(long, env = "IDEMGATE_LEDGER", value_name = "PATH|URL")]
         ledger: Option<String>,
+        /// Print the result as JSON on stdout instead of text.
         #[arg(long)]
         json: bool,
     },

@@ -16,11 +16,14 @@ use crate::{interrupt, output, stopped, with_progress, FormatArg, LedgerArg};
 pub(crate) struct ExportArgs {
     #[command(flatten)]
     ledger: LedgerArg,
+    /// The export's format.
     #[arg(long, value_enum)]
     format: FormatArg,
-    /// RFC 3339 time, a date (2026-11-20), a duration ago (90m, 2h, 7d) or Unix ms.
+    /// Only events at or after this time: RFC 3339, a date (2026-11-20), a duration ago (90m,
+    /// 2h, 7d) or Unix ms.
     #[arg(long, value_parser = idemgate_ops::parse_time)]
     since: Option<i64>,
+    /// Only events before this time, in the forms --since takes.
     #[arg(long, value_parser = idemgate_ops::parse_time)]
     until: Option<i64>,
     /// Output file; FILE.manifest.json is written beside it. An existing one is refused.
@@ -35,6 +38,7 @@ pub(crate) struct ExportArgs {
     entries: bool,
     #[command(flatten)]
     signing: crate::archival::SigningArg,
+    /// Print the result as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -96,6 +100,7 @@ pub(crate) struct CopyArgs {
     /// The new ledger: a SQLite file path or a postgres:// URL (created; must be empty).
     #[arg(long, value_name = "PATH|URL")]
     to: String,
+    /// Print the result as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -150,6 +155,7 @@ pub(crate) struct VerifyArgs {
     /// needed.
     #[arg(long, value_name = "FILE")]
     public_key: Option<PathBuf>,
+    /// Print the result as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
 }

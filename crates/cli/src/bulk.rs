@@ -52,6 +52,7 @@ pub(crate) struct BulkArgs {
     dry_run: bool,
     #[command(flatten)]
     actor: ActorArgs,
+    /// Print the result as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
 }

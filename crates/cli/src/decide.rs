@@ -16,7 +16,9 @@ use crate::{interrupt, output, stopped, with_progress, ActorArgs, AsArg, LedgerA
 pub(crate) struct ResolveArgs {
     #[command(flatten)]
     ledger: LedgerArg,
+    /// The entry (`idemgate entries --stuck` lists the stuck ones).
     entry_id: i64,
+    /// What happened upstream.
     #[arg(long = "as", value_enum)]
     as_: AsArg,
     /// Body of the response retries will get (completed or failed).
@@ -35,6 +37,7 @@ pub(crate) struct ResolveArgs {
     external_ref: Option<String>,
     #[command(flatten)]
     actor: ActorArgs,
+    /// Print the result as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -52,6 +55,7 @@ pub(crate) struct ReviewArgs {
     /// Who: your name as it should appear in the log.
     #[arg(long, env = "IDEMGATE_OPERATOR")]
     operator: String,
+    /// Print the result as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -138,13 +142,16 @@ pub(crate) fn resolve(out: &mut output::Out, a: ResolveArgs) -> Result<ExitCode,
 pub(crate) struct PurgeArgs {
     #[command(flatten)]
     ledger: LedgerArg,
+    /// The entries to purge (`idemgate entries` lists them).
     #[arg(required_unless_present = "expired", conflicts_with = "expired")]
     entry_ids: Vec<i64>,
     /// Every expired entry (narrow with --route / --scope).
     #[arg(long)]
     expired: bool,
+    /// Only expired entries of this route.
     #[arg(long, requires = "expired")]
     route: Option<String>,
+    /// Only expired entries of this scope.
     #[arg(long, requires = "expired")]
     scope: Option<String>,
     /// Show what would be purged and change nothing.
@@ -152,6 +159,7 @@ pub(crate) struct PurgeArgs {
     dry_run: bool,
     #[command(flatten)]
     actor: ActorArgs,
+    /// Print the result as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
 }

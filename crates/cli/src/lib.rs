@@ -83,8 +83,12 @@ fn kind_arg() -> impl TypedValueParser<Value = EventKind> {
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum AsArg {
+    /// The effect happened: retries get the response given (--response-file), or one naming
+    /// the external reference.
     Completed,
+    /// It failed for good: retries get the failure, and the key does not run again.
     Failed,
+    /// It did not happen: the key may run again.
     Released,
 }
 
@@ -116,10 +120,13 @@ struct FilterArgs {
     /// Duplicate suspects: the same effect completed under different keys.
     #[arg(long)]
     duplicates: bool,
+    /// Entries of this route.
     #[arg(long)]
     route: Option<String>,
+    /// Entries of this scope (the caller, by the route's scope header).
     #[arg(long)]
     scope: Option<String>,
+    /// Entries with this idempotency key.
     #[arg(long)]
     key: Option<String>,
     /// Entries of this MCP tool (`tools/call` through an MCP route).
@@ -154,7 +161,9 @@ impl From<FilterArgs> for EntryFilter {
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum FormatArg {
+    /// One JSON object per line.
     Ndjson,
+    /// A header row, then one row per event.
     Csv,
 }
 
@@ -166,9 +175,11 @@ struct ProxyActionArgs {
     /// The ledger, when not the one the configuration names.
     #[arg(long, env = "IDEMGATE_LEDGER", value_name = "PATH|URL")]
     ledger: Option<String>,
+    /// The entry (`idemgate entries --stuck` lists the stuck ones).
     entry_id: i64,
     #[command(flatten)]
     actor: ActorArgs,
+    /// Print the result as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -183,6 +194,7 @@ enum LogFormat {
 enum Cmd {
     /// Run the proxy (and the admin API and /metrics) from a configuration file.
     Serve {
+        /// The configuration file (`idemgate init` writes one).
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
         /// Log format on stderr (level: IDEMGATE_LOG, default info).
@@ -243,6 +255,7 @@ enum Cmd {
     Man,
     /// Print shell completions on stdout: `idemgate completions bash > /etc/bash_completion.d/idemgate`.
     Completions {
+        /// The shell to write completions for.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
@@ -250,7 +263,9 @@ enum Cmd {
     Show {
         #[command(flatten)]
         ledger: LedgerArg,
+        /// The entry (`idemgate entries` lists them).
         entry_id: i64,
+        /// Print the result as JSON on stdout instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -266,8 +281,10 @@ enum Cmd {
         /// Only those not reviewed (or with a suspect since the review).
         #[arg(long)]
         open: bool,
+        /// At most this many incidents, the newest.
         #[arg(long, default_value_t = 50, value_parser = at_least_one)]
         limit: usize,
+        /// Print the result as JSON on stdout instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -506,22 +523,29 @@ fn stopped(stop: interrupt::Stop, what: &str, left: &str) -> ExitCode {
 pub(crate) struct LogArgs {
     #[command(flatten)]
     ledger: LedgerArg,
+    /// Only events of this entry.
     #[arg(long, value_name = "ENTRY_ID")]
     entry: Option<i64>,
-    /// RFC 3339 time, a date (2026-11-20), a duration ago (90m, 2h, 7d) or Unix ms.
+    /// Only events at or after this time: RFC 3339, a date (2026-11-20), a duration ago (90m,
+    /// 2h, 7d) or Unix ms.
     #[arg(long, value_parser = idemgate_ops::parse_time)]
     since: Option<i64>,
+    /// Only events before this time, in the forms --since takes.
     #[arg(long, value_parser = idemgate_ops::parse_time)]
     until: Option<i64>,
+    /// Only events of this route.
     #[arg(long)]
     route: Option<String>,
+    /// Only events of this scope.
     #[arg(long)]
     scope: Option<String>,
+    /// Only events of this idempotency key.
     #[arg(long)]
     key: Option<String>,
     /// Only events of this kind.
     #[arg(long, value_parser = kind_arg())]
     kind: Option<EventKind>,
+    /// Only the actions of this operator (as the log records the name).
     #[arg(long)]
     operator: Option<String>,
     /// Substring search over key, route, scope, operator, reason and detail.
@@ -530,6 +554,7 @@ pub(crate) struct LogArgs {
     /// At most this many events, the newest (stderr says when older ones match too).
     #[arg(long, default_value_t = 100, value_parser = at_least_one)]
     limit: usize,
+    /// Print the result as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
 }

@@ -35,6 +35,7 @@ pub(crate) struct ProveArgs {
     /// --consistency, and by --event when no checkpoint the log kept covers the event.
     #[arg(long, env = "IDEMGATE_SIGNING_KEY_FILE", value_name = "FILE")]
     signing_key: Option<PathBuf>,
+    /// Print the result as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
 }

@@ -217,3 +217,32 @@ pub(crate) fn completions(shell: clap_complete::Shell) -> Result<ExitCode, OpsEr
     );
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every command and every argument of every command says what it is in `--help` (and so in
+    /// the manual page): a user reading `idemgate log --help` meets no bare `--json`.
+    #[test]
+    fn every_argument_of_every_command_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, bare: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                let said = arg.get_help().or(arg.get_long_help()).is_some();
+                if !said && !matches!(id, "help" | "version") {
+                    bare.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_about().or(sub.get_long_about()).is_none() {
+                    bare.push(format!("{path} {}", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), bare);
+            }
+        }
+        let mut bare = Vec::new();
+        walk(&Cli::command(), "idemgate", &mut bare);
+        assert!(bare.is_empty(), "without help: {bare:#?}");
+    }
+}

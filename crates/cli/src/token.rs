@@ -39,6 +39,7 @@ pub(crate) struct NewArgs {
     /// The operator's name, as the log will record their actions.
     #[arg(long)]
     name: String,
+    /// What the operator may do.
     #[arg(long, value_enum)]
     role: RoleArg,
     /// One JSON object: name, role, token, token_hash.

@@ -30,6 +30,7 @@ pub(crate) struct ServeArgs {
     /// Where the witness keeps the tree it last cosigned of each log (created when missing).
     #[arg(long, value_name = "FILE")]
     state: PathBuf,
+    /// Where to listen: ADDR:PORT (loopback unless you mean otherwise).
     #[arg(long, default_value = "127.0.0.1:7380", value_name = "ADDR")]
     listen: String,
 }
