@@ -305,7 +305,7 @@ pub fn show(out: &mut Out, v: &EntryView, json: bool) -> R {
     Ok(())
 }
 
-/// The operator actions the entry's state takes, as a list.
+/// The operator actions the entry's state takes, as a list; a held call's are its approvers'.
 fn actions_taken(v: &EntryView) -> String {
     let taken: Vec<&str> = v
         .actions
@@ -313,10 +313,14 @@ fn actions_taken(v: &EntryView) -> String {
         .filter(|a| a.refused.is_none())
         .map(|a| a.action.as_str())
         .collect();
-    if taken.is_empty() {
-        "none in this state".to_owned()
-    } else {
-        taken.join(", ")
+    let waits = v.entry.approval.as_ref().is_some_and(|a| a.end.is_none());
+    match (taken.is_empty(), waits) {
+        (true, true) => format!(
+            "approve or reject it (idemgate approve|reject {})",
+            v.entry.summary.id
+        ),
+        (true, false) => "none in this state".to_owned(),
+        (false, _) => taken.join(", "),
     }
 }
 
