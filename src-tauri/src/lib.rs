@@ -201,12 +201,14 @@ impl Console {
                     .await
                     .map_err(|e| err(&e))
             }
-            // Under the embedded proxy's routes, when it runs: an entry's view and the previews
-            // judge a replay or a reconcile by them.
+            // Under the embedded proxy's routes: an entry's view and the previews judge a replay
+            // or a reconcile by them, and refuse both while the proxy is stopped.
             Some(dispatch::Kind::Ledger) => {
                 let routes = self.routes().await;
                 self.call_blocking(move |o| {
-                    let host = routes.as_deref().map_or(Host::none(), Host::routes);
+                    let host = routes
+                        .as_deref()
+                        .map_or(Host::without_routes(), Host::routes);
                     dispatch::run(o, host, &name, args, &mut |_| true)
                 })
                 .await
@@ -256,10 +258,10 @@ impl Console {
     }
 
     async fn engine(&self) -> R<Engine> {
-        let cfg = self.routes().await.ok_or_else(|| ErrorBody {
-            code: Code::NoConfig,
-            message: "replay and reconcile talk to the upstream: start the embedded proxy from its configuration first".into(),
-        })?;
+        let cfg = self
+            .routes()
+            .await
+            .ok_or_else(|| err(&OpsError::NoConfig))?;
         Ok(self.ops()?.upstream(cfg))
     }
 

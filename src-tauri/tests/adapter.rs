@@ -271,6 +271,19 @@ fn the_embedded_proxy_starts_stops_and_reports_bad_configs() {
     let act = json!({"entry_id": 1, "operator": "o", "reason": "r", "confirm_destructive": false});
     let e = op::<ReplayReport>(&c, "replay", act).expect_err("no config");
     assert_eq!(e.code, "no-config");
+    // An entry's view says so before anyone tries, in the words the replay is refused in; once
+    // the proxy runs, it judges by the proxy's routes.
+    let page = op::<EntryPage>(&c, "entries", json!({"stuck": true, "limit": 1})).expect("entries");
+    let stuck = json!({"entry_id": page.entries[0].id});
+    let replay_refused = || {
+        let v = op::<EntryView>(&c, "show", stuck.clone()).expect("show");
+        let a = v
+            .actions
+            .into_iter()
+            .find(|a| a.action.as_str() == "replay");
+        a.expect("listed").refused.unwrap_or_default()
+    };
+    assert_eq!(replay_refused(), e.message);
     // A name the command table does not have is refused by name.
     let e = op::<Value>(&c, "drop_everything", json!({})).expect_err("unknown");
     assert_eq!(e.code, "invalid-argument");
@@ -289,6 +302,11 @@ fn the_embedded_proxy_starts_stops_and_reports_bad_configs() {
     .expect("write");
     let st = block_on(c.proxy_start(good.display().to_string())).expect("start");
     assert!(st.running);
+    let routeless = replay_refused();
+    assert!(
+        routeless.contains("which this configuration does not have"),
+        "{routeless}"
+    );
     let addr: std::net::SocketAddr = st.proxy_addr.expect("addr").parse().expect("addr");
     assert!(std::net::TcpStream::connect(addr).is_ok());
     assert!(block_on(c.proxy_status()).running);

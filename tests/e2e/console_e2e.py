@@ -290,9 +290,11 @@ def main():
         el = wd("POST", s.path("/element"), {"using": "css selector", "value": f"[data-testid='entry-row'][data-entry-id='{entry_id}']"})[ELEMENT]
         s.click_el(el)
         s.find("action-resolve")
-        offered = s.js("return ['resolve', 'purge'].map(a => document.querySelector(`[data-testid=action-${a}]`)).map(b => [b.disabled, b.title])")
+        offered = s.js("return ['resolve', 'purge', 'replay'].map(a => document.querySelector(`[data-testid=action-${a}]`)).map(b => [b.disabled, b.title])")
         check(offered[0] == [False, ""] and offered[1][0] and "purge needs a completed, released or failed entry" in offered[1][1],
               f"a stuck entry is resolved, not purged, and Purge says why ({offered[1][1]})")
+        check(offered[2][0] and "embedded proxy" in offered[2][1],
+              f"with the embedded proxy stopped, Replay is disabled and says what it needs ({offered[2][1]})")
         s.screenshot("entry")
         s.click("action-resolve")
         s.find("action-dialog")

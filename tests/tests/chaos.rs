@@ -403,7 +403,7 @@ fn every_unacknowledged_effect_is_in_the_ledger(st: &Stack, seen: &Seen) -> (u64
                 // A claim orphaned by a kill is stuck once its lease has passed.
                 let e = eventually(10, "an orphaned claim to be reported stuck", || {
                     let e = ops_api
-                        .show(e.id, None)
+                        .show(e.id, idemgate_ops::op::Host::none())
                         .expect("show")
                         .entry
                         .summary

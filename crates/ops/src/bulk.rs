@@ -237,23 +237,23 @@ impl Ops {
     }
 
     /// What a bulk action would touch: the exact count and keys, the entries it names that the
-    /// action would refuse as they stand (held for an approval, say, or on a route with no
-    /// probe when the host runs under `routes`) and why, and whether any is on a destructive
-    /// route (the action then needs confirming). The action itself takes the entries that match
-    /// when it runs, and reports each one it is refused.
+    /// action would refuse as they stand (held for an approval, say, or on a route of `host`'s
+    /// with no probe) and why, and whether any is on a destructive route (the action then needs
+    /// confirming). The action itself takes the entries that match when it runs, and reports
+    /// each one it is refused.
     pub fn preview_bulk(
         &self,
         action: BulkKind,
         as_: Option<ResolveAs>,
         target: &BulkTarget,
-        routes: Option<&idemgate_config::Config>,
+        host: crate::op::Host<'_>,
     ) -> OpsResult<Preview> {
         let each = action.action(as_);
         let named = self.bulk_targets(target)?;
         let mut skipped = Vec::new();
         let mut touched = Vec::new();
         for e in named {
-            match crate::upstream::refusal(each, &e, routes) {
+            match crate::upstream::refusal(each, &e, host) {
                 Some(why) => skipped.push((e.id, why)),
                 None => touched.push(e),
             }
@@ -295,12 +295,11 @@ impl Ops {
         // As the preview: an entry the action refuses is not acted on, so it asks for nothing.
         // One that a state change makes actionable meanwhile is refused unconfirmed by its action.
         let each = cmd.action.action(cmd.as_);
-        let routes = runtime.as_ref().map(|(engine, _)| &*engine.cfg);
+        let host = upstream.map_or(crate::op::Host::none(), crate::op::Host::upstream);
         let destructive: Vec<String> = targets
             .iter()
             .filter(|e| {
-                e.effect == Effect::Destructive
-                    && crate::upstream::refusal(each, e, routes).is_none()
+                e.effect == Effect::Destructive && crate::upstream::refusal(each, e, host).is_none()
             })
             .map(|e| e.key.clone())
             .collect();
@@ -344,6 +343,7 @@ impl Ops {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::op::Host;
     use idemgate_ledger::{now_millis, testing, ClaimOutcome, EventFilter, State};
 
     /// A ledger with `n` stuck charges (claimed two minutes ago, leased for one), the last of
@@ -393,7 +393,11 @@ mod tests {
     }
 
     fn state(ops: &Ops, id: i64) -> State {
-        ops.show(id, None).expect("show").entry.summary.state
+        ops.show(id, Host::none())
+            .expect("show")
+            .entry
+            .summary
+            .state
     }
 
     #[test]
@@ -401,7 +405,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (ops, ids, done) = stuck_ledger(&dir, 4);
         let p = ops
-            .preview_bulk(BulkKind::Resolve, None, &stuck(), None)
+            .preview_bulk(BulkKind::Resolve, None, &stuck(), Host::none())
             .expect("preview");
         assert_eq!(p.count, 4);
         let mut seen = p.ids.clone();
@@ -414,7 +418,7 @@ mod tests {
             ..stuck()
         };
         let p = ops
-            .preview_bulk(BulkKind::Replay, None, &picked, None)
+            .preview_bulk(BulkKind::Replay, None, &picked, Host::none())
             .expect("preview");
         assert_eq!(
             (p.count, p.destructive, p.action.as_str()),
@@ -425,7 +429,7 @@ mod tests {
             ..stuck()
         };
         assert_eq!(
-            ops.preview_bulk(BulkKind::Resolve, None, &none, None)
+            ops.preview_bulk(BulkKind::Resolve, None, &none, Host::none())
                 .expect_err("empty")
                 .code(),
             "invalid-argument"
@@ -446,10 +450,12 @@ mod tests {
             filter: EntryFilter::default(),
             ids: Some(ids),
         };
+        let preview = |kind, as_, target: &BulkTarget| {
+            let p = ops.preview_bulk(kind, as_, target, Host::none());
+            p.expect("preview")
+        };
         let release = cmd(every(vec![ids[0], done, held]));
-        let p = ops
-            .preview_bulk(BulkKind::Resolve, release.as_, &release.target, None)
-            .expect("preview");
+        let p = preview(BulkKind::Resolve, release.as_, &release.target);
         assert_eq!((p.count, p.ids.clone()), (1, vec![ids[0]]));
         assert_eq!(
             p.skipped,
@@ -472,9 +478,7 @@ mod tests {
         skipped.sort_unstable();
         assert_eq!((report.succeeded, refused), (1, skipped));
         // Released now, it is not released again, but may still be resolved.
-        let p = ops
-            .preview_bulk(BulkKind::Resolve, release.as_, &every(vec![ids[0]]), None)
-            .expect("preview");
+        let p = preview(BulkKind::Resolve, release.as_, &every(vec![ids[0]]));
         assert_eq!(
             (p.count, p.skipped),
             (
@@ -490,19 +494,10 @@ mod tests {
             .expect("bulk");
         assert_eq!((report.succeeded, report.failed), (0, 1));
         let failed = Some(ResolveAs::Failed);
-        let p = ops
-            .preview_bulk(BulkKind::Resolve, failed, &every(vec![ids[0]]), None)
-            .expect("preview");
+        let p = preview(BulkKind::Resolve, failed, &every(vec![ids[0]]));
         assert_eq!(p.ids, [ids[0]]);
         // Reconcile takes only the stuck: a released entry is named as not stuck.
-        let p = ops
-            .preview_bulk(
-                BulkKind::Reconcile,
-                None,
-                &every(vec![ids[0], ids[1]]),
-                None,
-            )
-            .expect("preview");
+        let p = preview(BulkKind::Reconcile, None, &every(vec![ids[0], ids[1]]));
         assert_eq!(p.ids, [ids[1]]);
         assert_eq!(
             p.skipped,
@@ -562,7 +557,12 @@ mod tests {
             ids: Some(vec![ids[2]]),
         };
         let p = ops
-            .preview_bulk(BulkKind::Resolve, Some(ResolveAs::Released), &last, None)
+            .preview_bulk(
+                BulkKind::Resolve,
+                Some(ResolveAs::Released),
+                &last,
+                Host::none(),
+            )
             .expect("preview");
         assert_eq!((p.count, p.destructive), (0, false));
         let r = ops.bulk(&cmd(last), None, &mut |_| true).expect("bulk");

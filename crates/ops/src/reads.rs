@@ -60,13 +60,13 @@ pub struct ActionStanding {
 }
 
 impl ActionStanding {
-    /// Every action on `e`, judged by its state and, when the host has them, its `routes`.
-    pub fn all(e: &EntrySummary, routes: Option<&idemgate_config::Config>) -> Vec<ActionStanding> {
+    /// Every action on `e`, judged by its state and by what `host` has of the routes.
+    pub fn all(e: &EntrySummary, host: crate::op::Host<'_>) -> Vec<ActionStanding> {
         Action::ALL
             .into_iter()
             .map(|action| ActionStanding {
                 action,
-                refused: crate::upstream::refusal(action, e, routes),
+                refused: crate::upstream::refusal(action, e, host),
             })
             .collect()
     }
@@ -301,9 +301,8 @@ impl Ops {
     }
 
     /// One entry with its whole timeline, the diffs of the requests a reused key was sent, and
-    /// its actions as they stand: by its state, and by `routes` when the host runs under a route
-    /// configuration.
-    pub fn show(&self, id: i64, routes: Option<&idemgate_config::Config>) -> OpsResult<EntryView> {
+    /// its actions as they stand: by its state, and by what `host` has of the routes.
+    pub fn show(&self, id: i64, host: crate::op::Host<'_>) -> OpsResult<EntryView> {
         let entry = self.store.entry(id, now_millis())?;
         let mut timeline = Vec::new();
         let mut before = None;
@@ -337,7 +336,7 @@ impl Ops {
         };
         Ok(EntryView {
             call: ToolCall::of(&entry),
-            actions: ActionStanding::all(&entry.summary, routes),
+            actions: ActionStanding::all(&entry.summary, host),
             entry,
             timeline,
             collision_diffs,
@@ -387,6 +386,7 @@ impl Ops {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::op::Host;
     use crate::{PurgeCmd, PurgeTarget, ResolveAs, ResolveCmd};
     use idemgate_ledger::{
         testing, Actor, ClaimOutcome, RedriveRequest, Resolution, ResolveRequest, State,
@@ -490,7 +490,7 @@ mod tests {
             // A reconcile needs the route configuration's probe: this is the check it makes of
             // the entry before it asks the probe.
             Action::Reconcile => {
-                let e = ops.show(id, None).expect("show").entry.summary;
+                let e = ops.show(id, Host::none()).expect("show").entry.summary;
                 Action::Reconcile
                     .check(id, e.state, e.stuck)
                     .map_err(crate::OpsError::from)
@@ -514,7 +514,7 @@ mod tests {
             for action in Action::ALL {
                 let dir = tempfile::tempdir().expect("tempdir");
                 let (ops, id) = one_entry(&dir, state, stuck);
-                let view = ops.show(id, None).expect("show");
+                let view = ops.show(id, Host::none()).expect("show");
                 assert_eq!(
                     (view.entry.summary.state, view.entry.summary.stuck),
                     (state, stuck)

@@ -17,6 +17,7 @@ use idemgate_proxy::{instance_id, Engine};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::op::{Host, Routes};
 use crate::{validate_actor, Ops, OpsError, OpsResult};
 
 /// Who asks for a replay or a reconcile, and why.
@@ -81,18 +82,26 @@ fn probe_of<'c>(e: &EntrySummary, cfg: &'c Config) -> OpsResult<(&'c Route, &'c 
 }
 
 /// Why `action` is refused on `e` as it stands, in words, or `None`: first its state (the
-/// ledger's rule, [`Action::needs`]), then, when the host runs under a route configuration,
-/// what a replay or a reconcile needs of it (the entry's route, and a reconcile its probe). An
-/// entry's view and every preview say it; the actions refuse by the same checks.
-pub(crate) fn refusal(action: Action, e: &EntrySummary, routes: Option<&Config>) -> Option<String> {
+/// ledger's rule, [`Action::needs`]), then what a replay or a reconcile needs of the routes the
+/// host has (a configuration, the entry's route in it, and a reconcile its probe). An entry's
+/// view and every preview say it; the actions refuse by the same checks.
+pub(crate) fn refusal(action: Action, e: &EntrySummary, host: Host<'_>) -> Option<String> {
     action.refusal(e.state, e.stuck).or_else(|| {
-        let cfg = routes?;
-        match action {
-            Action::Replay => route_of(e, cfg).err(),
+        let reaches = match action {
+            Action::Replay | Action::Reconcile => true,
+            Action::Resolve | Action::Release | Action::Purge => false,
+        };
+        let cfg = match host.routes {
+            _ if !reaches => return None,
+            Routes::Unknown => return None,
+            Routes::Absent => return Some(OpsError::NoConfig.to_string()),
+            Routes::Known(cfg) => cfg,
+        };
+        let refused = match action {
             Action::Reconcile => probe_of(e, cfg).err(),
-            Action::Resolve | Action::Release | Action::Purge => None,
-        }
-        .map(|err| err.to_string())
+            _ => route_of(e, cfg).err(),
+        };
+        refused.map(|err| err.to_string())
     })
 }
 
@@ -285,24 +294,27 @@ mod tests {
         for (cfg, replay, reconcile) in cases {
             let dir = tempfile::tempdir().expect("tempdir");
             let (ops, id) = stuck_charge(&dir);
-            let refused = |routes: Option<&Config>, action| {
-                let view = ops.show(id, routes).expect("show");
+            let refused = |host: Host<'_>, action| {
+                let view = ops.show(id, host).expect("show");
                 let a = view.actions.into_iter().find(|a| a.action == action);
                 a.expect("every action is listed").refused
             };
             let what = format!("{:?}", cfg.routes.first().map(|r| (&r.name, &r.reconcile)));
+            let under = Host::routes(&cfg);
+            assert_eq!(refused(under, Action::Replay).as_deref(), replay, "{what}");
             assert_eq!(
-                refused(Some(&cfg), Action::Replay).as_deref(),
-                replay,
-                "{what}"
-            );
-            assert_eq!(
-                refused(Some(&cfg), Action::Reconcile).as_deref(),
+                refused(under, Action::Reconcile).as_deref(),
                 reconcile,
                 "{what}"
             );
-            // With no configuration the host cannot tell: the state alone is judged.
-            assert_eq!(refused(None, Action::Reconcile), None);
+            // A host that takes its configuration per command cannot tell: the state alone is
+            // judged. One that has none now reaches no upstream.
+            assert_eq!(refused(Host::none(), Action::Reconcile), None);
+            let none = OpsError::NoConfig.to_string();
+            for action in [Action::Replay, Action::Reconcile] {
+                assert_eq!(refused(Host::without_routes(), action), Some(none.clone()));
+            }
+            assert_eq!(refused(Host::without_routes(), Action::Resolve), None);
 
             // A bulk preview skips the entry for the same words; the action asks no confirmation
             // for it, and is refused it in those words, before anything reaches the upstream.
@@ -311,7 +323,7 @@ mod tests {
                 ids: Some(vec![id]),
             };
             let preview = ops
-                .preview_bulk(BulkKind::Reconcile, None, &target, Some(&cfg))
+                .preview_bulk(BulkKind::Reconcile, None, &target, under)
                 .expect("preview");
             let skipped = preview.skipped.first().map(|(_, why)| why.as_str());
             assert_eq!(skipped, reconcile, "{what}");

@@ -163,7 +163,9 @@ fn main() {
         put(
             "collision_diff_ms",
             json!(median_ms(repeats, || {
-                let v = ops.show(e.id, None).expect("show");
+                let v = ops
+                    .show(e.id, idemgate_ops::op::Host::none())
+                    .expect("show");
                 assert!(!v.collision_diffs.is_empty());
             })),
         );

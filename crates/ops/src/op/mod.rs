@@ -131,25 +131,46 @@ pub trait Wire: 'static {}
 impl<T: 'static> Wire for T {}
 
 /// What the host running an operation has besides the ledger: the route configuration it runs
-/// under, and the data plane built from it. Either may be missing (the CLI without `--config`,
-/// the desktop console before its proxy starts); the data plane brings its configuration.
+/// under, and the data plane built from it; the data plane brings its configuration.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Host<'a> {
-    routes: Option<&'a idemgate_config::Config>,
+    pub(crate) routes: Routes<'a>,
     upstream: Option<&'a idemgate_proxy::Engine>,
 }
 
+/// What a host knows of the routes an entry's replay or reconcile would go through.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) enum Routes<'a> {
+    /// Nothing: the host takes its configuration per command (the CLI without `--config`).
+    #[default]
+    Unknown,
+    /// That it has none now, so nothing reaches the upstream from it (the desktop console before
+    /// its proxy starts).
+    Absent,
+    /// These.
+    Known(&'a idemgate_config::Config),
+}
+
 impl<'a> Host<'a> {
-    /// A host with neither: what an entry's state allows is all an operation can judge.
+    /// A host that takes its route configuration per command: what an entry's state allows is
+    /// all an operation can judge.
     pub fn none() -> Host<'a> {
         Host::default()
+    }
+
+    /// A host that has no route configuration now: a replay or a reconcile is refused on it.
+    pub fn without_routes() -> Host<'a> {
+        Host {
+            routes: Routes::Absent,
+            upstream: None,
+        }
     }
 
     /// A host that runs under `cfg` (an entry's actions are judged by its routes too) but does
     /// not reach the upstream for this operation.
     pub fn routes(cfg: &'a idemgate_config::Config) -> Host<'a> {
         Host {
-            routes: Some(cfg),
+            routes: Routes::Known(cfg),
             upstream: None,
         }
     }
@@ -157,14 +178,9 @@ impl<'a> Host<'a> {
     /// A host that reaches the upstream through `engine`, under its configuration.
     pub fn upstream(engine: &'a idemgate_proxy::Engine) -> Host<'a> {
         Host {
-            routes: Some(&engine.cfg),
+            routes: Routes::Known(&engine.cfg),
             upstream: Some(engine),
         }
-    }
-
-    /// The route configuration, when the host has one.
-    pub fn config(&self) -> Option<&'a idemgate_config::Config> {
-        self.routes
     }
 
     /// The data plane, when the host hands it over (long work that may reach the upstream).

@@ -34,6 +34,6 @@ operation! {
         example: r#"{"action": "replay", "target": {"filter": {"stuck": true}, "ids": null}}"#,
     }
     fn run(ops, req: BulkPreviewRequest, cx) -> Preview {
-        ops.preview_bulk(req.action, req.as_, &req.target, cx.host.config())
+        ops.preview_bulk(req.action, req.as_, &req.target, cx.host)
     }
 }

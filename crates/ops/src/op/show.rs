@@ -16,6 +16,6 @@ operation! {
         example: r#"{"entry_id": 42}"#,
     }
     fn run(ops, req: EntryRef, cx) -> EntryView {
-        ops.show(req.entry_id, cx.host.config())
+        ops.show(req.entry_id, cx.host)
     }
 }
