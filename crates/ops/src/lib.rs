@@ -191,6 +191,29 @@ pub fn check_range(since: Option<Millis>, until: Option<Millis>) -> OpsResult<()
     }
 }
 
+/// Refuses filters that name nothing: no route, key, tool, operator or subject is called "", so
+/// such a filter would match nothing where leaving it out matches everything (a shell variable
+/// left unset, say). The empty scope is a scope: the one callers without a scope header share.
+fn check_named(filters: &[(&str, Option<&str>)]) -> OpsResult<()> {
+    for (field, value) in filters {
+        let blank = |s: &str| s.trim().is_empty();
+        let empty = match (*field, value) {
+            (_, None) => false,
+            ("subject", Some(s)) => s
+                .split_once('=')
+                .map_or(blank(s), |(n, v)| blank(n) || blank(v)),
+            (_, Some(s)) => blank(s),
+        };
+        if empty {
+            return Err(OpsError::invalid(
+                field,
+                "names nothing, so it would match nothing: leave it out to match every one",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A page of at most `limit` rows. A limit of 0, or over `max`, is refused rather than quietly
 /// turned into another one: a caller that asked for 0 rows and got 1, or for 50,000 and got 10,000,
 /// would page wrongly.
@@ -326,6 +349,56 @@ impl Ops {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use idemgate_ledger::{EntryFilter, EventFilter};
+
+    #[test]
+    fn a_filter_that_names_nothing_is_refused_but_the_empty_scope_is_a_scope() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ops =
+            Ops::open_or_create(&dir.path().join("l.db").display().to_string()).expect("ledger");
+        let claim = idemgate_ledger::testing::charge("k", idemgate_ledger::now_millis());
+        ops.store().claim(claim).wait().expect("claim");
+        let entries = |f| ops.entries_in_order(&f, Page::newest(None, 10));
+        let named = |field: &str, value: &str| {
+            let mut f = EntryFilter::default();
+            let slot = match field {
+                "route" => &mut f.route,
+                "key" => &mut f.key,
+                "subject" => &mut f.subject,
+                "search" => &mut f.search,
+                _ => &mut f.scope,
+            };
+            *slot = Some(value.to_owned());
+            f
+        };
+        for (field, value) in [
+            ("route", ""),
+            ("key", " "),
+            ("subject", "customer="),
+            ("search", ""),
+        ] {
+            let e = entries(named(field, value)).expect_err(field);
+            assert_eq!(e.code(), "invalid-argument");
+            let why = e.to_string();
+            assert!(
+                why.contains(field) && why.contains("names nothing"),
+                "{why}"
+            );
+        }
+        let unscoped = entries(named("scope", "")).expect("the empty scope");
+        assert!(unscoped.entries.is_empty());
+        assert_eq!(
+            entries(EntryFilter::default()).expect("all").entries.len(),
+            1
+        );
+        let by = |operator: &str| EventFilter {
+            operator: Some(operator.to_owned()),
+            ..EventFilter::default()
+        };
+        let e = ops.log(&by(""), None, 10).expect_err("operator");
+        assert!(e.to_string().contains("operator"), "{e}");
+        assert!(ops.log(&by("o"), None, 10).expect("log").events.is_empty());
+    }
 
     #[test]
     fn the_desktop_records_the_os_user_beside_the_name_typed() {

@@ -246,6 +246,13 @@ impl Ops {
     /// [`Ops::entries`] in `page`'s order.
     pub fn entries_in_order(&self, filter: &EntryFilter, page: Page) -> OpsResult<EntryPage> {
         let checked = crate::page(page.before, page.limit, MAX_PAGE)?;
+        crate::check_named(&[
+            ("route", filter.route.as_deref()),
+            ("key", filter.key.as_deref()),
+            ("tool", filter.tool.as_deref()),
+            ("subject", filter.subject.as_deref()),
+            ("search", filter.search.as_deref()),
+        ])?;
         if page.oldest_first && page.before.is_some() {
             return Err(OpsError::invalid(
                 "before",
@@ -354,6 +361,12 @@ impl Ops {
             event_kind(k)?;
         }
         check_range(filter.since, filter.until)?;
+        crate::check_named(&[
+            ("route", filter.route.as_deref()),
+            ("key", filter.key.as_deref()),
+            ("operator", filter.operator.as_deref()),
+            ("search", filter.search.as_deref()),
+        ])?;
         let events = self.store.events(filter, page(before, limit, MAX_PAGE)?)?;
         let next_before = (events.len() == limit)
             .then(|| events.last().map(|e| e.seq))
