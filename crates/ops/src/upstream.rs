@@ -86,23 +86,21 @@ fn probe_of<'c>(e: &EntrySummary, cfg: &'c Config) -> OpsResult<(&'c Route, &'c 
 /// host has (a configuration, the entry's route in it, and a reconcile its probe). An entry's
 /// view and every preview say it; the actions refuse by the same checks.
 pub(crate) fn refusal(action: Action, e: &EntrySummary, host: Host<'_>) -> Option<String> {
-    action.refusal(e.state, e.stuck).or_else(|| {
-        let reaches = match action {
-            Action::Replay | Action::Reconcile => true,
-            Action::Resolve | Action::Release | Action::Purge => false,
-        };
-        let cfg = match host.routes {
-            _ if !reaches => return None,
-            Routes::Unknown => return None,
-            Routes::Absent => return Some(OpsError::NoConfig.to_string()),
-            Routes::Known(cfg) => cfg,
-        };
-        let refused = match action {
-            Action::Reconcile => probe_of(e, cfg).err(),
-            _ => route_of(e, cfg).err(),
-        };
-        refused.map(|err| err.to_string())
-    })
+    if let Some(why) = action.refusal(e.state, e.stuck) {
+        return Some(why);
+    }
+    let cfg = match (action, host.routes) {
+        (Action::Resolve | Action::Release | Action::Purge, _) | (_, Routes::Unknown) => {
+            return None
+        }
+        (_, Routes::Absent) => return Some(OpsError::NoConfig.to_string()),
+        (_, Routes::Known(cfg)) => cfg,
+    };
+    let refused = match action {
+        Action::Reconcile => probe_of(e, cfg).err(),
+        _ => route_of(e, cfg).err(),
+    };
+    refused.map(|err| err.to_string())
 }
 
 impl Ops {
