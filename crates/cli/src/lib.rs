@@ -15,6 +15,7 @@ mod output;
 mod proofs;
 mod serve;
 mod setup;
+mod show;
 mod token;
 mod witness;
 
@@ -259,16 +260,9 @@ enum Cmd {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Show one entry: request, response, state and its whole timeline.
-    Show {
-        #[command(flatten)]
-        ledger: LedgerArg,
-        /// The entry (`idemgate entries` lists them).
-        entry_id: i64,
-        /// Print the result as JSON on stdout instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    /// Show one entry: request, response, state, its whole timeline, and the operator actions
+    /// it takes.
+    Show(show::ShowArgs),
     /// Read the append-only log, newest first.
     Log(LogArgs),
     /// Record an operator's decision on a stuck, released or failed entry.
@@ -393,6 +387,7 @@ pub fn main() -> ExitCode {
         Cmd::Bulk(a) => bulk::run(a),
         Cmd::Token(t) => token::run(t),
         Cmd::Call(c) => call::run(&mut output::Out::stdout(), c),
+        Cmd::Show(a) => show::run(&mut output::Out::stdout(), a),
         Cmd::Approvals(a) => approvals::list(&mut output::Out::stdout(), a).map_err(Into::into),
         Cmd::Approve(a) => {
             approvals::decide(&mut output::Out::stdout(), a, true).map_err(Into::into)
@@ -643,20 +638,6 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
             };
             output::entries(&mut out, &ops, &filter, page)?;
         }
-        Cmd::Show {
-            ledger,
-            entry_id,
-            json,
-        } => {
-            let ops = Ops::open_existing(&ledger.ledger)?;
-            let entry = op::run::<op::show::Op>(
-                &ops,
-                op::common::EntryRef { entry_id },
-                op::Host::none(),
-                &mut |_| true,
-            )?;
-            output::show(&mut out, &entry, json)?;
-        }
         Cmd::Log(a) => a.run(&mut out)?,
         Cmd::Resolve(a) => return decide::resolve(&mut out, a),
         Cmd::Review(a) => return decide::review(&mut out, a),
@@ -677,6 +658,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, OpsError> {
         | Cmd::Bulk(_)
         | Cmd::Token(_)
         | Cmd::Call(_)
+        | Cmd::Show(_)
         | Cmd::Approvals(_)
         | Cmd::Approve(_)
         | Cmd::Reject(_) => unreachable!("handled in main"),

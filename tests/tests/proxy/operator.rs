@@ -259,6 +259,12 @@ fn operator_replay_re_drives_a_stuck_entry_and_destructive_routes_need_confirmat
         reconcile["refused"],
         "route cancel has no reconcile probe configured"
     );
+    let shown = idemgate(&["show", "--config", &cfg, &cid.to_string()]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.contains("\n  actions      resolve, release, replay\n"),
+        "{text}"
+    );
     let r = f.proxy.admin_post(
         &format!("/admin/v1/entries/{cid}/reconcile"),
         &json!({"operator": "o", "reason": "r", "confirm_destructive": true}),
