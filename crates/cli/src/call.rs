@@ -7,10 +7,8 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Arg, ArgAction, ArgMatches, Command, FromArgMatches};
-use idemgate_config::Config;
 use idemgate_ops::dispatch::{self, Args, Host, Kind, Spec};
 use idemgate_ops::{Ops, OpsError};
 use idemgate_server::parameters::Parameter;
@@ -219,21 +217,7 @@ fn as_local(typed: &str) -> String {
 /// Runs the operation, printing its answer as JSON.
 pub(crate) fn run(out: &mut output::Out, c: Call) -> Result<ExitCode, CmdError> {
     let args = request(&c)?;
-    let cfg = c
-        .config
-        .as_ref()
-        .map(|p| Config::load_for_operations(&p.display().to_string()).map(Arc::new))
-        .transpose()?;
-    let ledger = c
-        .ledger
-        .clone()
-        .or_else(|| cfg.as_ref().map(|c| c.ledger.clone()))
-        .ok_or_else(|| {
-            OpsError::invalid(
-                "ledger",
-                "name it: --ledger PATH|URL, IDEMGATE_LEDGER or --config",
-            )
-        })?;
+    let (cfg, ledger) = crate::serve::config_and_ledger(c.config.as_deref(), c.ledger.clone())?;
     let mut ops = Ops::open_existing(&ledger)?;
     if let Some(cfg) = &cfg {
         ops = ops.configured_by(cfg);

@@ -35,6 +35,26 @@ impl CmdError {
     }
 }
 
+/// The configuration `--config` names, read for operator work (the signing secrets it names need
+/// not be present), and the ledger: `--ledger` (or `IDEMGATE_LEDGER`), else the configuration's.
+pub(crate) fn config_and_ledger(
+    config: Option<&Path>,
+    ledger: Option<String>,
+) -> Result<(Option<Arc<Config>>, String), CmdError> {
+    let cfg = config
+        .map(|p| Config::load_for_operations(&p.display().to_string()).map(Arc::new))
+        .transpose()?;
+    let ledger = ledger
+        .or_else(|| cfg.as_ref().map(|c| c.ledger.clone()))
+        .ok_or_else(|| {
+            OpsError::invalid(
+                "ledger",
+                "name it: --ledger PATH|URL, IDEMGATE_LEDGER or --config",
+            )
+        })?;
+    Ok((cfg, ledger))
+}
+
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CmdError> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use idemgate_config::Config;
 use idemgate_ops::{op, Ops, OpsError};
 
 use crate::output;
@@ -29,21 +28,9 @@ pub(crate) struct ShowArgs {
 
 /// Runs `idemgate show`.
 pub(crate) fn run(out: &mut output::Out, a: ShowArgs) -> Result<ExitCode, CmdError> {
-    let cfg = a
-        .config
-        .map(|p| Config::load_for_operations(&p.display().to_string()))
-        .transpose()?;
-    let ledger = a
-        .ledger
-        .or_else(|| cfg.as_ref().map(|c| c.ledger.clone()))
-        .ok_or_else(|| {
-            OpsError::invalid(
-                "ledger",
-                "name it: --ledger PATH|URL, IDEMGATE_LEDGER or --config",
-            )
-        })?;
+    let (cfg, ledger) = crate::serve::config_and_ledger(a.config.as_deref(), a.ledger)?;
     let ops = Ops::open_existing(&ledger)?;
-    let host = cfg.as_ref().map_or(op::Host::none(), op::Host::routes);
+    let host = cfg.as_deref().map_or(op::Host::none(), op::Host::routes);
     let req = op::common::EntryRef {
         entry_id: a.entry_id,
     };
