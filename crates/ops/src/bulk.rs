@@ -270,18 +270,18 @@ impl Ops {
 
     /// Runs a bulk action on every entry its target names when it starts, one at a time:
     /// `progress` hears the count attempted after each and may stop it there. Replay and reconcile
-    /// need `upstream` (the data plane built from the route configuration) and a tokio runtime to
-    /// run on; call this off the runtime's async threads. Nothing is done when the command is
+    /// need `host`'s data plane (built from the route configuration) and a tokio runtime to run
+    /// on; call this off the runtime's async threads. Nothing is done when the command is
     /// invalid, or when an entry is on a destructive route and the command does not confirm it.
     pub fn bulk(
         &self,
         cmd: &BulkCmd,
-        upstream: Option<&Engine>,
+        host: crate::op::Host<'_>,
         progress: Progress<'_>,
     ) -> OpsResult<BulkReport> {
         cmd.check()?;
         let runtime = if cmd.action.reaches_upstream() {
-            let Some(engine) = upstream else {
+            let Some(engine) = host.engine() else {
                 return Err(OpsError::NoConfig);
             };
             let handle = tokio::runtime::Handle::try_current().map_err(|_| {
@@ -295,7 +295,6 @@ impl Ops {
         // As the preview: an entry the action refuses is not acted on, so it asks for nothing.
         // One that a state change makes actionable meanwhile is refused unconfirmed by its action.
         let each = cmd.action.action(cmd.as_);
-        let host = upstream.map_or(crate::op::Host::none(), crate::op::Host::upstream);
         let destructive: Vec<String> = targets
             .iter()
             .filter(|e| {
@@ -471,7 +470,9 @@ mod tests {
             ]
         );
         // The action is refused on exactly those.
-        let report = ops.bulk(&release, None, &mut |_| true).expect("bulk");
+        let report = ops
+            .bulk(&release, Host::none(), &mut |_| true)
+            .expect("bulk");
         let mut refused: Vec<i64> = report.failures.iter().map(|f| f.id).collect();
         refused.sort_unstable();
         let mut skipped: Vec<i64> = p.skipped.iter().map(|(id, _)| *id).collect();
@@ -490,7 +491,7 @@ mod tests {
             )
         );
         let report = ops
-            .bulk(&cmd(every(vec![ids[0]])), None, &mut |_| true)
+            .bulk(&cmd(every(vec![ids[0]])), Host::none(), &mut |_| true)
             .expect("bulk");
         assert_eq!((report.succeeded, report.failed), (0, 1));
         let failed = Some(ResolveAs::Failed);
@@ -513,7 +514,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (ops, ids, _) = stuck_ledger(&dir, 3);
         let e = ops
-            .bulk(&cmd(stuck()), None, &mut |_| true)
+            .bulk(&cmd(stuck()), Host::none(), &mut |_| true)
             .expect_err("destructive");
         assert_eq!(e.code(), "confirmation-required");
         assert!(ids.iter().all(|&id| state(&ops, id) == State::Pending));
@@ -523,7 +524,7 @@ mod tests {
                     confirm_destructive: true,
                     ..cmd(stuck())
                 },
-                None,
+                Host::none(),
                 &mut |_| true,
             )
             .expect("bulk");
@@ -565,7 +566,9 @@ mod tests {
             )
             .expect("preview");
         assert_eq!((p.count, p.destructive), (0, false));
-        let r = ops.bulk(&cmd(last), None, &mut |_| true).expect("bulk");
+        let r = ops
+            .bulk(&cmd(last), Host::none(), &mut |_| true)
+            .expect("bulk");
         assert_eq!((r.succeeded, r.failed), (0, 1));
     }
 
@@ -580,7 +583,7 @@ mod tests {
                     confirm_destructive: true,
                     ..cmd(stuck())
                 },
-                None,
+                Host::none(),
                 &mut |n| {
                     heard.push(n);
                     n < 2
@@ -605,7 +608,9 @@ mod tests {
             filter: EntryFilter::default(),
             ids: Some(vec![ids[0], done]),
         };
-        let r = ops.bulk(&cmd(all), None, &mut |_| true).expect("bulk");
+        let r = ops
+            .bulk(&cmd(all), Host::none(), &mut |_| true)
+            .expect("bulk");
         assert_eq!((r.total, r.succeeded, r.failed), (2, 1, 1));
         assert_eq!(r.failures[0].id, done);
         assert_eq!(r.failures[0].code, "conflict");
@@ -658,7 +663,7 @@ mod tests {
             ),
         ];
         for (c, code) in bad {
-            let e = ops.bulk(&c, None, &mut |_| true).expect_err(code);
+            let e = ops.bulk(&c, Host::none(), &mut |_| true).expect_err(code);
             assert_eq!(e.code(), code, "{c:?}");
         }
         assert!(ids.iter().all(|&id| state(&ops, id) == State::Pending));

@@ -328,7 +328,11 @@ mod tests {
             let engine = ops.upstream(Arc::clone(&cfg));
             let ran = {
                 let _in = rt.enter();
-                ops.bulk(&bulk_reconcile(target), Some(&engine), &mut |_| true)
+                ops.bulk(
+                    &bulk_reconcile(target),
+                    Host::upstream(&engine),
+                    &mut |_| true,
+                )
             };
             match (reconcile, ran) {
                 (None, Err(OpsError::ConfirmationRequired(keys))) => assert_eq!(keys, ["k"]),

@@ -147,7 +147,6 @@ pub(super) const TOOLS: &str = "tools";
 /// An agent's tool calls through an MCP route ([`TOOLS`]): charges, refunds and emails, one of
 /// them declined by the tool (`isError`), one held after the server's stream ended early.
 fn tool_calls(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
-    const ROUTE: &str = TOOLS;
     let scope = "agent-mcp-01";
     for i in 0..10i64 {
         let tool = ["charge", "refund", "send_email"][(i % 3) as usize];
@@ -158,7 +157,7 @@ fn tool_calls(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
             _ => json!({"to": format!("{customer}@example.com"), "template": "receipt"}),
         };
         let at = now - (170 - i * 15) * MIN;
-        let c = tool_claim(ROUTE, scope, tool, &arguments, i + 1, at);
+        let c = tool_claim(TOOLS, scope, tool, &arguments, i + 1, at);
         let id = claimed_id(&store.claim(c).wait()?)?;
         if i == 7 {
             store

@@ -19,7 +19,7 @@ operation! {
         ),
     }
     fn run(ops, req: BulkCmd, cx) -> BulkReport {
-        let r = ops.bulk(&req, cx.host.engine(), cx.progress)?;
+        let r = ops.bulk(&req, cx.host, cx.progress)?;
         if r.cancelled {
             tracing::warn!(
                 action = r.action.as_str(),
