@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use idemgate_config::Config;
 use idemgate_ops::ledger::Progress;
 use idemgate_ops::{
-    dispatch, dispatch::Host, jobs::Running, os_user, Code, ErrorBody, JobProgress, LedgerInfo,
-    Ops, OpsError, OpsResult,
+    dispatch, dispatch::Caller, dispatch::Host, jobs::Running, os_user, Code, ErrorBody,
+    JobProgress, LedgerInfo, Ops, OpsError, OpsResult,
 };
 use idemgate_proxy::Engine;
 use idemgate_server::{ProxyStatus, Server};
@@ -192,7 +192,8 @@ impl Console {
         job: Option<String>,
         progress: impl Fn(u64) + Send + 'static,
     ) -> R<serde_json::Value> {
-        dispatch::as_desktop(&name, &mut args, &os_user());
+        let me = os_user();
+        dispatch::as_desktop(&name, &mut args, &me);
         let args = dispatch::Args::json(&name, args).map_err(|e| err(&e))?;
         match dispatch::kind(&name) {
             Some(dispatch::Kind::Upstream) => {
@@ -202,13 +203,15 @@ impl Console {
                     .map_err(|e| err(&e))
             }
             // Under the embedded proxy's routes: an entry's view and the previews judge a replay
-            // or a reconcile by them, and refuse both while the proxy is stopped.
+            // or a reconcile by them, and refuse both while the proxy is stopped. Its OS account
+            // is who asks: one who approved a held call is not offered to approve it again.
             Some(dispatch::Kind::Ledger) => {
                 let routes = self.routes().await;
                 self.call_blocking(move |o| {
                     let host = routes
                         .as_deref()
-                        .map_or(Host::without_routes(), Host::routes);
+                        .map_or(Host::without_routes(), Host::routes)
+                        .by(Caller::Account(&me));
                     dispatch::run(o, host, &name, args, &mut |_| true)
                 })
                 .await

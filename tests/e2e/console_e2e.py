@@ -398,11 +398,20 @@ def main():
         waiting = json.loads(cli("approvals", "--ledger", ledger, "--open", "--json").stdout)
         s.wait("const b = document.querySelector('[data-testid=approvals-badge]'); return b && b.textContent !== ''", "the approvals badge")
         check(s.text("approvals-badge") == str(len(waiting)), f"the badge counts the {len(waiting)} calls waiting")
+        half = next(w for w in waiting if len(w["approval"]["approved_by"]) == 1)
+        other = next(w for w in waiting if w["id"] != half["id"] and not w["approval"]["approved_by"])
+        # This OS account approves one on the CLI: the console, run by the same account, no
+        # longer offers to approve it, says why, and still offers to reject it.
+        cli("approve", "--ledger", ledger, str(other["id"]), "--operator", "cli-operator", "--reason", "first look")
         s.nav("approvals")
         s.wait(f"return document.querySelectorAll('[data-testid=approval]').length === {len(waiting)}", "the held calls")
         s.screenshot("approvals")
-        half = next(w for w in waiting if len(w["approval"]["approved_by"]) == 1)
-        other = next(w for w in waiting if w["id"] != half["id"])
+        mine = f"[data-testid=approval][data-entry-id=\"{other['id']}\"]"
+        why = s.js(f"const b = document.querySelector('{mine} [data-testid=approval-approve]'); return b.disabled ? b.title : ''")
+        check(why.endswith(f" already approved entry {other['id']}; another operator must"), f"Approve is off for the account that approved, and says why ({why})")
+        check(s.js(f"return !document.querySelector('{mine} [data-testid=approval-reject]').disabled"), "Reject stays on for it")
+        said = s.js(f"return document.querySelector('{mine} [data-testid=approval-not-yours]').textContent")
+        check(said == f"You may not approve it: {why}", f"the panel says so ({said})")
         for entry, verb, reason in [(half, "approve", "amount checked against the returned order"), (other, "reject", "the agent misread the ticket")]:
             button = f"[data-testid=approval][data-entry-id=\"{entry['id']}\"] [data-testid=approval-{verb}]"
             s.wait(f"return document.querySelector('{button}') !== null", f"the call to {verb}")

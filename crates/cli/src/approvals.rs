@@ -6,8 +6,9 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Args;
-use idemgate_ops::ledger::EntryDetail;
-use idemgate_ops::{desktop_operator, op, os_user, ApprovalsRequest, DecideCmd, Ops, OpsError};
+use idemgate_ops::{
+    desktop_operator, op, os_user, ApprovalsRequest, DecideCmd, HeldCall, Ops, OpsError,
+};
 
 use crate::{output, LedgerArg};
 
@@ -52,7 +53,9 @@ pub(crate) fn list(out: &mut output::Out, a: ListArgs) -> Result<ExitCode, OpsEr
         before: None,
         limit: Some(a.limit),
     };
-    let list = op::run::<op::approvals::Op>(&ops, req, op::Host::none(), &mut |_| true)?;
+    let me = os_user();
+    let host = op::Host::none().by(op::Caller::Account(&me));
+    let list = op::run::<op::approvals::Op>(&ops, req, host, &mut |_| true)?;
     if a.json {
         output::pretty(out, &list)?;
         return Ok(ExitCode::SUCCESS);
@@ -66,8 +69,10 @@ pub(crate) fn list(out: &mut output::Out, a: ListArgs) -> Result<ExitCode, OpsEr
     Ok(ExitCode::SUCCESS)
 }
 
-/// One held call: its entry, route and key, its subjects, and where its approval stands.
-fn line(e: &EntryDetail) -> String {
+/// One held call: its entry, route and key, its subjects, where its approval stands, and why
+/// the one who runs the command may not approve it while it waits.
+fn line(held: &HeldCall) -> String {
+    let e = &held.entry;
     let s = &e.summary;
     let subjects: Vec<String> = s.subjects.iter().map(|(n, v)| format!("{n}={v}")).collect();
     let standing = e
@@ -75,8 +80,13 @@ fn line(e: &EntryDetail) -> String {
         .as_ref()
         .map(output::approval_standing)
         .unwrap_or_default();
+    let waits = e.approval.as_ref().is_some_and(|a| a.end.is_none());
+    let not_me = match &held.decision.approve {
+        Some(why) if waits => format!("; not for you to approve: {why}"),
+        _ => String::new(),
+    };
     format!(
-        "{:>6}  {:<12} {:<24} {:<30} {standing}",
+        "{:>6}  {:<12} {:<24} {:<30} {standing}{not_me}",
         s.id,
         s.route,
         s.key,

@@ -30,7 +30,11 @@ pub(crate) struct ShowArgs {
 pub(crate) fn run(out: &mut output::Out, a: ShowArgs) -> Result<ExitCode, CmdError> {
     let (cfg, ledger) = crate::serve::config_and_ledger(a.config.as_deref(), a.ledger)?;
     let ops = Ops::open_existing(&ledger)?;
-    let host = cfg.as_deref().map_or(op::Host::none(), op::Host::routes);
+    let me = idemgate_ops::os_user();
+    let host = cfg
+        .as_deref()
+        .map_or(op::Host::none(), op::Host::routes)
+        .by(op::Caller::Account(&me));
     let req = op::common::EntryRef {
         entry_id: a.entry_id,
     };

@@ -43,11 +43,12 @@ pub use error::{LedgerError, Result};
 pub use lead::{Lead, Leader};
 pub use ledger::{Ledger, OpenOptions};
 pub use model::{
-    is_secret_header, now_millis, operator_identity, operator_name, rfc3339, without_secret_params,
-    Action, Approval, ApprovalEnd, ArchivedSegment, ChainHead, CollisionRecord, Effect,
-    EntryDetail, EntryFilter, EntrySummary, Event, EventFilter, EventKind, Incident, Millis, Page,
-    RequestRecord, ResponseRecord, Review, SeriesPoint, State, Stats, ALWAYS_REDACTED_HEADERS,
-    ALWAYS_REDACTED_QUERY, ANSWER_HEADERS, MAX_RESPONSE_BODY, OS_USER_MARK,
+    check_undecided, is_secret_header, now_millis, operator_identity, operator_name, rfc3339,
+    without_secret_params, Action, Approval, ApprovalEnd, ArchivedSegment, ChainHead,
+    CollisionRecord, Decider, Effect, EntryDetail, EntryFilter, EntrySummary, Event, EventFilter,
+    EventKind, Incident, Millis, Page, RequestRecord, ResponseRecord, Review, SeriesPoint, State,
+    Stats, ALWAYS_REDACTED_HEADERS, ALWAYS_REDACTED_QUERY, ANSWER_HEADERS, MAX_RESPONSE_BODY,
+    OS_USER_MARK,
 };
 pub use sqlite::schema_version;
 pub use store::{

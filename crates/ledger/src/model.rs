@@ -11,7 +11,9 @@ mod action;
 mod approval;
 mod audit;
 pub use action::Action;
-pub use approval::{operator_identity, operator_name, Approval, ApprovalEnd, OS_USER_MARK};
+pub use approval::{
+    check_undecided, operator_identity, operator_name, Approval, ApprovalEnd, Decider, OS_USER_MARK,
+};
 pub use audit::{EntryRow, SignedCheckpoint, TreeBatch, TreeState};
 
 /// Milliseconds since the Unix epoch, UTC.

@@ -2,9 +2,12 @@
 //! checked where the decision is written (the ledger), so every door applies the same rule: an
 //! approver the policy names, once per call, before its window passes, for the request shown.
 
-use idemgate_ledger::{now_millis, Approval, ApprovalEnd, DecideRequest, EntryDetail, Page};
+use idemgate_ledger::{
+    check_undecided, now_millis, Approval, ApprovalEnd, DecideRequest, EntryDetail, Millis, Page,
+};
 use serde::{Deserialize, Serialize};
 
+use crate::op::Caller;
 use crate::{validate_actor, Ops, OpsResult};
 
 /// An operator's approval or rejection of a held call.
@@ -43,17 +46,68 @@ pub struct ApprovalsRequest {
     pub limit: Option<usize>,
 }
 
+/// Whether the one who asks may decide on a held call now, and why not, by the rule the ledger
+/// refuses a decision by: the call still waits, its window has not passed, its policy names
+/// them, and they have not approved it yet. What the host cannot tell of them is not judged.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// Why their approval would be refused; `None`: they may approve.
+    pub approve: Option<String>,
+    /// Why their rejection would be refused; `None`: they may reject.
+    pub reject: Option<String>,
+}
+
+impl Decision {
+    /// `caller`'s standing on `e` at `at`; `None` when `e` was never held.
+    pub fn of(e: &EntryDetail, at: Millis, caller: Caller<'_>) -> Option<Decision> {
+        let a = e.approval.as_ref()?;
+        let why = |approve: bool| {
+            check_undecided(e.summary.id, e.summary.state, a.end, approve)
+                .err()
+                .map(|err| err.to_string())
+                .or_else(|| a.refusal(e.summary.id, at, approve, caller.decider()))
+        };
+        Some(Decision {
+            approve: why(true),
+            reject: why(false),
+        })
+    }
+}
+
+/// A held call as the inbox lists it: the entry, and whether the one who asks may decide on it.
+#[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeldCall {
+    /// The entry, with its request and its approval.
+    #[serde(flatten)]
+    pub entry: EntryDetail,
+    /// Whether the one who asks may approve or reject it now.
+    pub decision: Decision,
+}
+
 impl Ops {
-    /// The calls held for approval, newest first, each with its request and its approval.
-    pub fn approvals(&self, req: &ApprovalsRequest) -> OpsResult<Vec<EntryDetail>> {
+    /// The calls held for approval, newest first, each with its request, its approval and
+    /// whether `caller` may decide on it.
+    pub fn approvals(
+        &self,
+        req: &ApprovalsRequest,
+        caller: Caller<'_>,
+    ) -> OpsResult<Vec<HeldCall>> {
         let page = Page {
             before: req.before,
             limit: req.limit.unwrap_or(50).clamp(1, 1_000),
             ..Page::default()
         };
-        Ok(self
-            .store
-            .approvals(req.open.unwrap_or(false), page, now_millis())?)
+        let at = now_millis();
+        let held = self.store.approvals(req.open.unwrap_or(false), page, at)?;
+        Ok(held
+            .into_iter()
+            .filter_map(|entry| {
+                let decision = Decision::of(&entry, at, caller)?;
+                Some(HeldCall { entry, decision })
+            })
+            .collect())
     }
 
     /// Approves (`approve`) or rejects a held call, logged with the operator and the reason.

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 pub use crate::op::args::Args;
 use crate::op::Cx;
-pub use crate::op::{spec, Host, Kind, Spec, SPECS};
+pub use crate::op::{spec, Caller, Host, Kind, Spec, SPECS};
 use crate::{desktop_operator, OpsError, OpsResult};
 
 /// Runs the operation `name` with `args`. All but [`Kind::Upstream`] operations block (call

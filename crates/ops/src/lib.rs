@@ -32,7 +32,7 @@ use idemgate_ledger::checkpoint::Signer;
 use idemgate_ledger::{Actor, ChainHasher, Millis, OpenOptions, Page, Storage};
 use serde::{Deserialize, Serialize};
 
-pub use approvals::{ApprovalsRequest, DecideCmd};
+pub use approvals::{ApprovalsRequest, DecideCmd, Decision, HeldCall};
 pub use audit::{copy_ledger, verify_export_extends, verify_export_file, AgainstReport, ExportCmd};
 pub use bulk::{
     BulkCmd, BulkFailure, BulkKind, BulkReport, BulkTarget, MAX_BULK, MAX_BULK_FAILURES,

@@ -46,6 +46,8 @@ pub struct EntryView {
     /// Every operator action, and whether the entry's state takes it now. A reconcile also
     /// needs its route's probe, which the route configuration has.
     pub actions: Vec<ActionStanding>,
+    /// A held call's: whether the one who asks may approve or reject it now.
+    pub decision: Option<crate::approvals::Decision>,
 }
 
 /// An operator action on one entry, as its state stands.
@@ -344,6 +346,7 @@ impl Ops {
         Ok(EntryView {
             call: ToolCall::of(&entry),
             actions: ActionStanding::all(&entry.summary, host),
+            decision: crate::approvals::Decision::of(&entry, now_millis(), host.caller),
             entry,
             timeline,
             collision_diffs,

@@ -33,6 +33,18 @@ pub struct Identity {
     pub shared: bool,
 }
 
+impl Identity {
+    /// Who asks, as an operation judges a decision of theirs: the operator a named token is,
+    /// or no one known for the shared token, whose actions each name whom they claim.
+    pub fn caller(&self) -> idemgate_ops::op::Caller<'_> {
+        if self.shared {
+            idemgate_ops::op::Caller::Unknown
+        } else {
+            idemgate_ops::op::Caller::Operator(&self.name)
+        }
+    }
+}
+
 /// Why a request was refused: the label of `idemgate_admin_denied_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Denied {

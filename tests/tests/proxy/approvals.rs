@@ -27,7 +27,7 @@ timeout = "1s"
 subject = { customer = "/customer", amount = "/amount" }
 [routes.approval]
 when = 'args.amount > 50000 || subject.customer.startsWith("vip_")'
-approvals = 2
+approvals = {approvals}
 expires = "1h"
 hold = "300ms"
 notify = "{hook}/hooks/approvals"
@@ -58,6 +58,11 @@ struct Fx {
 }
 
 fn serve(expires: &str, hold: &str) -> Fx {
+    serve_needing(2, expires, hold)
+}
+
+/// A server whose `refunds` route needs `approvals` operators' approvals.
+fn serve_needing(approvals: u32, expires: &str, hold: &str) -> Fx {
     let dir = tempfile::tempdir().expect("tempdir");
     let upstream = Upstream::start();
     let ledger = dir.path().join("ledger.db");
@@ -65,6 +70,7 @@ fn serve(expires: &str, hold: &str) -> Fx {
     let mut toml = config(APPROVAL_CONFIG, &upstream.url(), &ledger)
         .replace("{expires}", expires)
         .replace("{hold}", hold)
+        .replace("{approvals}", &approvals.to_string())
         .replace("{hook}", &hook);
     let mut tokens = std::collections::HashMap::new();
     for (name, role) in [
@@ -304,6 +310,98 @@ fn a_call_over_the_threshold_runs_once_two_operators_approved_it() {
             ("complete".into(), None),
         ]
     );
+}
+
+/// `GET path` on the admin API as operator `who`.
+fn get_as(f: &Fx, who: &str, path: &str) -> serde_json::Value {
+    let auth = format!("Bearer {}", f.tokens[who]);
+    let r = request(
+        f.proxy.admin.expect("admin"),
+        "GET",
+        path,
+        &[("authorization", &auth)],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+#[test]
+fn one_who_approved_a_call_is_told_so_rather_than_offered_it_again() {
+    let f = serve_needing(3, "1h", "100ms");
+    let big = json!({"customer": "c_1", "amount": 60000});
+    let id = held(&post(&f, "/v1/refunds", "r-three", &big));
+    let entry = format!("/admin/v1/entries/{id}");
+    let open = json!({"approve": null, "reject": null});
+    let decision = |who: &str| get_as(&f, who, &entry)["decision"].clone();
+    let inbox = |who: &str| {
+        let list = get_as(&f, who, "/admin/v1/approvals?open=true");
+        let held = list
+            .as_array()
+            .expect("list")
+            .iter()
+            .find(|e| e["id"] == id);
+        held.expect("the held call")["decision"].clone()
+    };
+    assert_eq!(decision("olga"), open);
+    assert_eq!(decide(&f, "olga", id, "approve", "agreed").status, 200);
+    // Her view says why she may not approve again, in the words the ledger refuses it with.
+    let why = format!("olga already approved entry {id}; another operator must");
+    assert_eq!(decision("olga"), json!({"approve": why, "reject": null}));
+    assert_eq!(inbox("olga"), decision("olga"));
+    let again = decide(&f, "olga", id, "approve", "again");
+    assert_eq!(again.json()["detail"], why.as_str(), "{}", again.text());
+    assert_eq!(
+        (decision("oscar"), inbox("oscar")),
+        (open.clone(), open.clone())
+    );
+    // The shared admin token names no one, so its view does not judge who asks.
+    let shared = f.proxy.admin_get(&entry).json();
+    assert_eq!(shared["decision"], open);
+    // The CLI's operator is its OS account: one approval, then told so by name.
+    let ledger = f.dir.path().join("ledger.db");
+    let ledger = ledger.to_str().expect("utf-8");
+    let cli = |args: &[&str]| {
+        let out = idemgate(args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let id_arg = id.to_string();
+    cli(&[
+        "approve",
+        "--ledger",
+        ledger,
+        &id_arg,
+        "--operator",
+        "ada",
+        "--reason",
+        "ok",
+    ]);
+    let mine = format!(" already approved entry {id}; another operator must");
+    let list = cli(&["approvals", "--open", "--ledger", ledger]);
+    assert!(
+        list.contains("; not for you to approve: ") && list.contains(&mine),
+        "{list}"
+    );
+    let show = cli(&["show", "--ledger", ledger, &id_arg]);
+    let actions = format!("\n  actions      reject it (idemgate reject {id}); not approve: ");
+    assert!(show.contains(&actions) && show.contains(&mine), "{show}");
+    assert_eq!(decision("oscar"), open);
+    assert_eq!(decide(&f, "oscar", id, "approve", "checked").status, 200);
+    eventually(10, "the approved call's effect", || {
+        (f.upstream.counts.effects("r-three") == 1).then_some(())
+    });
+    // Decided, it is no one's to decide on.
+    let ended = decision("oscar");
+    for verb in ["approve", "reject"] {
+        let why = ended[verb].as_str().unwrap_or_default();
+        assert!(why.contains("(approved already)"), "{ended}");
+    }
 }
 
 #[test]

@@ -14,7 +14,6 @@ import type { CheckpointArg } from "./CheckpointArg";
 import type { DecideCmd } from "./DecideCmd";
 import type { EntriesManifest } from "./EntriesManifest";
 import type { EntriesRequest } from "./EntriesRequest";
-import type { EntryDetail } from "./EntryDetail";
 import type { EntryPage } from "./EntryPage";
 import type { EntryRef } from "./EntryRef";
 import type { EntrySummary } from "./EntrySummary";
@@ -26,6 +25,7 @@ import type { ExportCmd } from "./ExportCmd";
 import type { ExportJob } from "./ExportJob";
 import type { ExportRef } from "./ExportRef";
 import type { ExportVerifyReport } from "./ExportVerifyReport";
+import type { HeldCall } from "./HeldCall";
 import type { Incident } from "./Incident";
 import type { IncidentsRequest } from "./IncidentsRequest";
 import type { KeyedPathArg } from "./KeyedPathArg";
@@ -352,10 +352,11 @@ export interface Ops {
   /**
    * The calls held for approval, newest first: the inbox.
    *
-   * Each with its request, the policy it matched, who approved it so far and when it
-   * expires; `open` lists only those still waiting for a decision.
+   * Each with its request, the policy it matched, who approved it so far, when it expires,
+   * and whether the one who asks may approve or reject it now (`decision`); `open` lists
+   * only those still waiting for a decision.
    */
-  approvals(req: ApprovalsRequest): Promise<Array<EntryDetail>>;
+  approvals(req: ApprovalsRequest): Promise<Array<HeldCall>>;
   /**
    * Approves a call held for approval.
    *
@@ -414,7 +415,7 @@ export function opsClient(call: Call): Ops {
     verify_history: (req: NoArgs, job: string) => call("verify_history", req, job) as Promise<ArchiveVerifyReport | null>,
     archive: (req: ArchiveCmd, job: string) => call("archive", req, job) as Promise<ArchiveReport | null>,
     run_retention: (req: NoArgs, job: string) => call("run_retention", req, job) as Promise<RetentionReport | null>,
-    approvals: (req: ApprovalsRequest) => call("approvals", req, null) as Promise<Array<EntryDetail>>,
+    approvals: (req: ApprovalsRequest) => call("approvals", req, null) as Promise<Array<HeldCall>>,
     approve: (req: DecideCmd) => call("approve", req, null) as Promise<Approval>,
     reject: (req: DecideCmd) => call("reject", req, null) as Promise<Approval>,
   };

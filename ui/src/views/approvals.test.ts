@@ -9,6 +9,7 @@ const held = (id: number, end: "approved" | "rejected" | null = null) => ({
   request: { method: "POST", path: "/v1/refunds", headers: [], body: '{"amount":60000,"customer":"cus_9"}' },
   response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [],
   approval: { policy: "refunds", policy_hash: "h", needed: 2, approvers: null, approved_by: end ? ["olga", "oscar"] : ["olga"], expires_at: Date.now() + 3_600_000, end, ended_at: end ? 1 : null },
+  decision: end ? { approve: `entry ${id} is decided`, reject: `entry ${id} is decided` } : { approve: null, reject: null },
 });
 
 describe("approvals", () => {
@@ -63,7 +64,7 @@ describe("approvals", () => {
   it("shows a held call's approval on its entry, and approves it there", async () => {
     const { app, calls, prefs } = setup({
       ...base,
-      show: () => ({ entry: held(8), timeline: [], collision_diffs: [], call: null, actions: actions("resolve", "release", "replay", "reconcile", "purge") }),
+      show: () => ({ entry: held(8), timeline: [], collision_diffs: [], call: null, actions: actions("resolve", "release", "replay", "reconcile", "purge"), decision: held(8).decision }),
       approve: () => ({ ...held(8).approval, approved_by: ["olga", "dana"], end: "approved" }),
       approvals: () => [held(8)],
     });
@@ -84,6 +85,25 @@ describe("approvals", () => {
     q("confirm-button").click();
     await until(() => calls.some(([c]) => c === "approve"));
     expect(calls.find(([c]) => c === "approve")?.[1]).toMatchObject({ entry_id: 8, operator: "dana", fingerprint: "fp-8" });
+  });
+  it("offers to approve only what the operations say the one who asks may", async () => {
+    const mine = { ...held(9), decision: { approve: "ada already approved entry 9; another operator must", reject: null } };
+    const { app, calls } = setup({ ...base, approvals: () => [mine, held(8)] });
+    await app.start();
+    await app.go("approvals");
+    const [first, second] = document.querySelectorAll('[data-testid="approval"]') as NodeListOf<HTMLElement>;
+    const approve = first.querySelector('[data-testid="approval-approve"]') as HTMLButtonElement;
+    expect(approve.disabled).toBe(true);
+    expect(approve.title).toBe("ada already approved entry 9; another operator must");
+    expect((first.querySelector('[data-testid="approval-reject"]') as HTMLButtonElement).disabled).toBe(false);
+    expect(first.querySelector('[data-testid="approval-not-yours"]')?.textContent).toBe("You may not approve it: ada already approved entry 9; another operator must");
+    expect((second.querySelector('[data-testid="approval-approve"]') as HTMLButtonElement).disabled).toBe(false);
+    expect(second.querySelector('[data-testid="approval-not-yours"]')).toBeNull();
+    // The a key approves the first call the one who asks may approve, not the first waiting.
+    app.viewKeys?.("a");
+    await tick();
+    expect(q("action-dialog").querySelector("h2")?.textContent).toBe("approve entry 8");
+    expect(calls.some(([c]) => c === "approve")).toBe(false);
   });
   it("counts the held calls on the overview, which opens the inbox", async () => {
     const { app } = setup({

@@ -39,7 +39,7 @@ export async function entryView(app: Shell, id: number): Promise<void> {
     kv("resolved by", e.resolved_by ? `${e.resolved_by}: ${e.resolution_reason ?? ""}` : null), kv("external ref", e.external_ref),
   );
   app.main.append(header, facts);
-  if (e.approval) app.main.append(h("h2", null, "Approval"), approvalPanel(app, e, false));
+  if (e.approval) app.main.append(h("h2", null, "Approval"), approvalPanel(app, e, v.decision, false));
   if (v.call) {
     const c = v.call;
     const result = c.error ? `error ${JSON.stringify(c.error)}` : `${c.is_error ? "isError · " : ""}${c.result_text ?? "—"}`;

@@ -305,7 +305,8 @@ pub fn show(out: &mut Out, v: &EntryView, json: bool) -> R {
     Ok(())
 }
 
-/// The operator actions the entry's state takes, as a list; a held call's are its approvers'.
+/// The operator actions the entry's state takes, as a list; a held call's are its approvers':
+/// what the one who runs the command may decide, or why not.
 fn actions_taken(v: &EntryView) -> String {
     let taken: Vec<&str> = v
         .actions
@@ -313,14 +314,16 @@ fn actions_taken(v: &EntryView) -> String {
         .filter(|a| a.refused.is_none())
         .map(|a| a.action.as_str())
         .collect();
+    let id = v.entry.summary.id;
     let waits = v.entry.approval.as_ref().is_some_and(|a| a.end.is_none());
-    match (taken.is_empty(), waits) {
-        (true, true) => format!(
-            "approve or reject it (idemgate approve|reject {})",
-            v.entry.summary.id
-        ),
-        (true, false) => "none in this state".to_owned(),
-        (false, _) => taken.join(", "),
+    match (&v.decision, taken.is_empty()) {
+        (_, false) => taken.join(", "),
+        (Some(d), true) if waits => match (&d.approve, &d.reject) {
+            (None, _) => format!("approve or reject it (idemgate approve|reject {id})"),
+            (Some(why), None) => format!("reject it (idemgate reject {id}); not approve: {why}"),
+            (Some(why), Some(_)) => format!("none: {why}"),
+        },
+        _ => "none in this state".to_owned(),
     }
 }
 

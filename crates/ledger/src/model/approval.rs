@@ -45,6 +45,76 @@ pub fn operator_name(operator: &str) -> &str {
         .map_or(operator, |(name, _)| name)
 }
 
+/// Who decides on a held call, as far as it is known: the name they act under (what a policy's
+/// approvers list) and who they are ([`operator_identity`]). A part not known is not judged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Decider<'a> {
+    pub name: Option<&'a str>,
+    pub identity: Option<&'a str>,
+}
+
+impl<'a> Decider<'a> {
+    /// The operator recorded as `operator`: both parts known.
+    pub fn of(operator: &'a str) -> Decider<'a> {
+        Decider {
+            name: Some(operator_name(operator)),
+            identity: Some(operator_identity(operator)),
+        }
+    }
+}
+
+/// Refuses a decision (`approve`, or a rejection) on entry `id` in `state`, its approval ended
+/// as `end`, unless the entry waits for one.
+pub fn check_undecided(
+    id: i64,
+    state: super::State,
+    end: Option<ApprovalEnd>,
+    approve: bool,
+) -> crate::Result<()> {
+    if state == super::State::AwaitingApproval && end.is_none() {
+        return Ok(());
+    }
+    Err(crate::LedgerError::InvalidTransition {
+        id,
+        state: match end {
+            Some(end) => format!("{state} ({} already)", end.as_str()),
+            None => state.to_string(),
+        },
+        action: if approve { "approve" } else { "reject" },
+        needed: "awaiting_approval, undecided",
+    })
+}
+
+impl Approval {
+    /// Why `who` may not approve (`approve`) or reject entry `id`'s undecided call at `at`, in
+    /// words, or `None`: its window passed, the policy does not name them, or (an approval)
+    /// they approved it already. The ledger refuses a decision by it; an entry's view says it.
+    pub fn refusal(&self, id: i64, at: Millis, approve: bool, who: Decider<'_>) -> Option<String> {
+        if at >= self.expires_at {
+            return Some(format!(
+                "entry {id}'s approval expired at {}",
+                super::rfc3339(self.expires_at)
+            ));
+        }
+        if let (Some(name), Some(may)) = (who.name, &self.approvers) {
+            if !may.iter().any(|n| n == name) {
+                return Some(format!(
+                    "{name} may not decide on entry {id} under policy {} (its approvers: {})",
+                    self.policy,
+                    may.join(", ")
+                ));
+            }
+        }
+        let twice = |me: &str| self.approved_by.iter().any(|a| operator_identity(a) == me);
+        match who.identity {
+            Some(me) if approve && twice(me) => Some(format!(
+                "{me} already approved entry {id}; another operator must"
+            )),
+            _ => None,
+        }
+    }
+}
+
 /// How a held call's approval ended.
 #[cfg_attr(feature = "ts", derive(ts_rs::TS, schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,5 +143,62 @@ impl ApprovalEnd {
         ]
         .into_iter()
         .find(|e| e.as_str() == s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decision_is_judged_by_what_is_known_of_who_decides() {
+        let a = Approval {
+            policy: "refunds".into(),
+            policy_hash: "h".into(),
+            needed: 2,
+            approvers: Some(vec!["alice".into(), "bob".into()]),
+            approved_by: vec!["alice (OS user ada)".into()],
+            expires_at: 1_000,
+            end: None,
+            ended_at: None,
+        };
+        let refused = |approve, who| a.refusal(7, 10, approve, who);
+        // Ada's account approved (under the name alice); another name does not make her another.
+        let ada = Decider {
+            name: None,
+            identity: Some("ada"),
+        };
+        let twice = "ada already approved entry 7; another operator must";
+        assert_eq!(refused(true, ada).as_deref(), Some(twice));
+        assert_eq!(refused(false, ada), None, "she may still reject it");
+        assert_eq!(refused(true, Decider::of("bob (OS user bo)")), None);
+        let carol =
+            "carol may not decide on entry 7 under policy refunds (its approvers: alice, bob)";
+        assert_eq!(refused(false, Decider::of("carol")).as_deref(), Some(carol));
+        // What is not known is not judged: a name without an account, or no one.
+        let named = Decider {
+            name: Some("alice"),
+            identity: None,
+        };
+        assert_eq!(refused(true, named), None);
+        assert_eq!(refused(true, Decider::default()), None);
+        let late = a.refusal(7, 1_000, false, Decider::default());
+        assert!(late.is_some_and(|w| w.starts_with("entry 7's approval expired at ")));
+    }
+
+    #[test]
+    fn only_a_call_that_waits_takes_a_decision() {
+        use super::super::State;
+        assert!(check_undecided(7, State::AwaitingApproval, None, true).is_ok());
+        let done = check_undecided(7, State::Completed, Some(ApprovalEnd::Approved), false);
+        assert_eq!(
+            done.map_err(|e| e.to_string()),
+            Err(
+                "entry 7 is completed (approved already); reject needs awaiting_approval, \
+                 undecided"
+                    .to_owned()
+            )
+        );
+        assert!(check_undecided(7, State::Pending, None, true).is_err());
     }
 }

@@ -9,9 +9,7 @@ use crate::canon::canonical_string;
 use crate::db::vals;
 use crate::entry_row::{map_row, row_by_id, Row, ROW_COLS};
 use crate::error::{LedgerError, Result};
-use crate::model::{
-    operator_identity, operator_name, rfc3339, Approval, ApprovalEnd, EventKind, Millis, State,
-};
+use crate::model::{check_undecided, Approval, ApprovalEnd, Decider, EventKind, Millis, State};
 use crate::prepared::Claim;
 use crate::read;
 use crate::store::{ApprovalAsk, ClaimOutcome, DecideRequest, Redrive};
@@ -103,18 +101,7 @@ pub(super) fn claim_held(ctx: &mut Ctx<'_>, row: &Row, at: Millis) -> Result<Cla
 pub(crate) fn decide(ctx: &mut Ctx<'_>, req: &DecideRequest) -> Result<Approval> {
     super::operator::check_actor(&req.actor)?;
     let row = row_by_id(ctx.db, req.entry_id)?;
-    let action = if req.approve { "approve" } else { "reject" };
-    if row.state != State::AwaitingApproval || row.approval_end.is_some() {
-        return Err(LedgerError::InvalidTransition {
-            id: row.id,
-            state: match row.approval_end {
-                Some(end) => format!("{} ({} already)", row.state, end.as_str()),
-                None => row.state.to_string(),
-            },
-            action,
-            needed: "awaiting_approval, undecided",
-        });
-    }
+    check_undecided(row.id, row.state, row.approval_end, req.approve)?;
     let approval = read::approval(ctx.db, row.id)?
         .ok_or_else(|| LedgerError::Corrupt(format!("entry {} holds no approval", row.id)))?;
     check_decision(&row, &approval, req)?;
@@ -138,17 +125,10 @@ pub(crate) fn decide(ctx: &mut Ctx<'_>, req: &DecideRequest) -> Result<Approval>
     }
 }
 
-/// Whether `req` may decide on held entry `row`: in its window, on the request it holds, by an
-/// approver its policy names, and (an approval) by one who has not approved it yet.
+/// Whether `req` may decide on held entry `row`: on the request it holds, and as
+/// [`Approval::refusal`] allows.
 fn check_decision(row: &Row, approval: &Approval, req: &DecideRequest) -> Result<()> {
     let refuse = |why: String| Err(LedgerError::ApprovalRefused(why));
-    if req.at >= approval.expires_at {
-        return refuse(format!(
-            "entry {}'s approval expired at {}",
-            row.id,
-            rfc3339(approval.expires_at)
-        ));
-    }
     if req
         .fingerprint
         .as_ref()
@@ -159,31 +139,15 @@ fn check_decision(row: &Row, approval: &Approval, req: &DecideRequest) -> Result
             row.id, row.fingerprint
         ));
     }
-    let name = operator_name(&req.actor.operator);
-    if let Some(may) = approval
-        .approvers
-        .as_ref()
-        .filter(|a| !a.iter().any(|n| n == name))
-    {
-        return refuse(format!(
-            "{name} may not decide on entry {} under policy {} (its approvers: {})",
-            row.id,
-            approval.policy,
-            may.join(", ")
-        ));
+    match approval.refusal(
+        row.id,
+        req.at,
+        req.approve,
+        Decider::of(&req.actor.operator),
+    ) {
+        Some(why) => refuse(why),
+        None => Ok(()),
     }
-    let who = operator_identity(&req.actor.operator);
-    let twice = approval
-        .approved_by
-        .iter()
-        .any(|a| operator_identity(a) == who);
-    if req.approve && twice {
-        return refuse(format!(
-            "{who} already approved entry {}; another operator must",
-            row.id
-        ));
-    }
-    Ok(())
 }
 
 /// Adds an approval; the last one the policy needs releases the call (a server takes it). The

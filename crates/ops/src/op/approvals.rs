@@ -1,12 +1,11 @@
-use idemgate_ledger::EntryDetail;
-
-use crate::approvals::ApprovalsRequest;
+use crate::approvals::{ApprovalsRequest, HeldCall};
 
 operation! {
     /// The calls held for approval, newest first: the inbox.
     ///
-    /// Each with its request, the policy it matched, who approved it so far and when it
-    /// expires; `open` lists only those still waiting for a decision.
+    /// Each with its request, the policy it matched, who approved it so far, when it expires,
+    /// and whether the one who asks may approve or reject it now (`decision`); `open` lists
+    /// only those still waiting for a decision.
     Op {
         name: approvals,
         role: Viewer,
@@ -14,7 +13,7 @@ operation! {
         http: GET "/admin/v1/approvals",
         example: r#"{"open": true, "limit": 20}"#,
     }
-    fn run(ops, req: ApprovalsRequest, _) -> Vec<EntryDetail> {
-        ops.approvals(&req)
+    fn run(ops, req: ApprovalsRequest, cx) -> Vec<HeldCall> {
+        ops.approvals(&req, cx.host.caller)
     }
 }

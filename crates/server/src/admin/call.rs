@@ -67,8 +67,10 @@ async fn call(
         // previews judge a replay or a reconcile by them.
         Kind::Ledger => {
             let engine = s.live.engine();
+            let who = who.clone();
             blocking(move || {
-                dispatch::run(&s.ops, Host::routes(&engine.cfg), name, args, &mut |_| true)
+                let host = Host::routes(&engine.cfg).by(who.caller());
+                dispatch::run(&s.ops, host, name, args, &mut |_| true)
             })
             .await?
         }
