@@ -106,7 +106,7 @@ const ROUTES: &[Route] = &[
         name: "webhooks",
         method: "POST",
         path: "/hooks/payments",
-        effect: Effect::Write,
+        effect: Effect::Idempotent,
     },
     Route {
         name: "subscriptions-cancel",
@@ -233,7 +233,8 @@ struct Call {
     at: Millis,
 }
 
-/// The subjects each demo route names, as `examples/idemgate.toml` would configure them.
+/// The subjects each demo route (and each MCP tool, `route/tool`, that names its own) names, as
+/// `examples/idemgate.toml` configures them.
 fn subject_spec(route: &str) -> Vec<Subject> {
     let spec: &[(&str, &str)] = match route {
         "charges" => &[
@@ -245,6 +246,10 @@ fn subject_spec(route: &str) -> Vec<Subject> {
         "emails" => &[("to", "/to")],
         "tickets" | "subscriptions-cancel" => &[("customer", "/customer")],
         "webhooks" => &[("customer", "/data/customer")],
+        // The MCP route's, and those of its tools that name their own (`route/tool`).
+        "tools" => &[("amount", "/amount"), ("customer", "/customer")],
+        "tools/refund" => &[("amount", "/amount"), ("charge", "/charge")],
+        "tools/send_email" => &[("to", "/to")],
         _ => &[],
     };
     spec.iter()
@@ -517,8 +522,20 @@ mod tests {
             let route = route.unwrap_or_else(|| panic!("{} is not configured", r.name));
             assert!(route.serves(r.method) && route.takes(r.path), "{}", r.name);
             assert_eq!(route.subjects, subject_spec(r.name), "{}", r.name);
+            assert_eq!(route.effect, r.effect, "{}", r.name);
         }
         let tools = cfg.route(scenes::TOOLS).expect("the MCP route");
         assert_eq!(tools.protocol, Protocol::Mcp);
+        assert_eq!(tools.subjects, subject_spec(scenes::TOOLS));
+        for (tool, rule) in &tools.tools {
+            let own = subject_spec(&format!("{}/{tool}", scenes::TOOLS));
+            assert_eq!(rule.subjects, own, "{tool}");
+        }
+        for tool in ["refund", "send_email"] {
+            assert!(
+                tools.tools.contains_key(tool),
+                "{tool} names its own subjects"
+            );
+        }
     }
 }

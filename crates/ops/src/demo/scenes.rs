@@ -235,11 +235,23 @@ fn tool_claim(
         ttl_ms: TTL,
         reject_duplicates_within_ms: None,
         tool: Some(tool.into()),
-        subjects: Vec::new(),
+        subjects: tool_subjects(route, tool, arguments),
         dup_fp: None,
         approval: None,
         at,
     }
+}
+
+/// The subjects of a call of `tool` through MCP route `route`: the tool's own spec, else the
+/// route's, as the proxy reads them.
+fn tool_subjects(route: &str, tool: &str, arguments: &serde_json::Value) -> Vec<(String, String)> {
+    let own = super::subject_spec(&format!("{route}/{tool}"));
+    let spec = if own.is_empty() {
+        super::subject_spec(route)
+    } else {
+        own
+    };
+    idemgate_proxy::business::subjects(&spec, &Default::default(), Some(arguments))
 }
 
 /// Collisions: an agent reused a key with different arguments.
