@@ -47,6 +47,7 @@ pub fn idemgate(args: &[&str]) -> Output {
     Command::new(idemgate_bin())
         .args(args)
         .env_remove("IDEMGATE_LEDGER")
+        .env_remove("IDEMGATE_CONFIG")
         .env_remove("IDEMGATE_CHAIN_KEY")
         .env("IDEMGATE_ADMIN_TOKEN", ADMIN_TOKEN)
         .output()

@@ -227,7 +227,7 @@ pub(crate) enum RetentionCmd {
     /// ledger no server runs on.
     Run {
         /// The configuration with the `[retention]` policy (and its ledger, unless --ledger).
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
         config: PathBuf,
         /// The ledger, when not the one the configuration names.
         #[arg(long, env = "IDEMGATE_LEDGER", value_name = "PATH|URL")]

@@ -34,7 +34,7 @@ pub(crate) struct BulkArgs {
     #[arg(long, env = "IDEMGATE_LEDGER", value_name = "PATH|URL")]
     ledger: Option<String>,
     /// The configuration naming the entries' routes and upstreams (replay and reconcile).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
     #[command(flatten)]
     filter: FilterArgs,

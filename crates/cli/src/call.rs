@@ -94,6 +94,7 @@ fn command(spec: &'static Spec) -> Command {
         .arg(
             Arg::new("config")
                 .long("config")
+                .env("IDEMGATE_CONFIG")
                 .value_name("FILE")
                 .value_parser(clap::value_parser!(PathBuf))
                 .help("The configuration: its routes and upstreams, signing key and archive"),
@@ -234,7 +235,10 @@ pub(crate) fn run(out: &mut output::Out, c: Call) -> Result<ExitCode, CmdError> 
         (Kind::Upstream, None) => {
             return Err(OpsError::invalid(
                 "config",
-                &format!("{name} reaches the upstream: name its configuration with --config"),
+                &format!(
+                    "{name} reaches the upstream: name its configuration with --config or \
+                     IDEMGATE_CONFIG"
+                ),
             )
             .into())
         }

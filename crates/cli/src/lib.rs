@@ -171,7 +171,7 @@ enum FormatArg {
 #[derive(Args, Debug, Clone)]
 struct ProxyActionArgs {
     /// The configuration naming the entry's route and upstream (its ledger is used unless --ledger).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
     config: PathBuf,
     /// The ledger, when not the one the configuration names.
     #[arg(long, env = "IDEMGATE_LEDGER", value_name = "PATH|URL")]
@@ -196,7 +196,7 @@ enum Cmd {
     /// Run the proxy (and the admin API and /metrics) from a configuration file.
     Serve {
         /// The configuration file (`idemgate init` writes one).
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
         config: PathBuf,
         /// Log format on stderr (level: IDEMGATE_LOG, default info).
         #[arg(long, value_enum, default_value = "text", env = "IDEMGATE_LOG_FORMAT")]

@@ -35,8 +35,9 @@ impl CmdError {
     }
 }
 
-/// The configuration `--config` names, read for operator work (the signing secrets it names need
-/// not be present), and the ledger: `--ledger` (or `IDEMGATE_LEDGER`), else the configuration's.
+/// The configuration `--config` (or `IDEMGATE_CONFIG`) names, read for operator work (the signing
+/// secrets it names need not be present), and the ledger: `--ledger` (or `IDEMGATE_LEDGER`), else
+/// the configuration's.
 pub(crate) fn config_and_ledger(
     config: Option<&Path>,
     ledger: Option<String>,
@@ -49,7 +50,7 @@ pub(crate) fn config_and_ledger(
         .ok_or_else(|| {
             OpsError::invalid(
                 "ledger",
-                "name it: --ledger PATH|URL, IDEMGATE_LEDGER or --config",
+                "name it: --ledger PATH|URL, IDEMGATE_LEDGER, or --config or IDEMGATE_CONFIG",
             )
         })?;
     Ok((cfg, ledger))

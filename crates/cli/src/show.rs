@@ -17,7 +17,7 @@ pub(crate) struct ShowArgs {
     ledger: Option<String>,
     /// The configuration the entry's server runs under: replay and reconcile are judged by its
     /// routes too (the entry's route must be there, and a reconcile needs the route's probe).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
     /// The entry (`idemgate entries` lists them).
     entry_id: i64,

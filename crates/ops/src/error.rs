@@ -47,7 +47,7 @@ pub enum OpsError {
     #[error("{0}")]
     Internal(String),
     /// Replay or reconcile without the route configuration.
-    #[error("replay and reconcile send requests upstream: they need the route configuration (--config, or the console's embedded proxy)")]
+    #[error("replay and reconcile send requests upstream: they need the route configuration (--config or IDEMGATE_CONFIG, or the console's embedded proxy)")]
     NoConfig,
     /// The archive of the host's own configuration was asked for, and it has none.
     #[error("no archive is configured here: `[retention] archive_dir` is not set")]

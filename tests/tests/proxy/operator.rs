@@ -259,12 +259,23 @@ fn operator_replay_re_drives_a_stuck_entry_and_destructive_routes_need_confirmat
         reconcile["refused"],
         "route cancel has no reconcile probe configured"
     );
-    let shown = idemgate(&["show", "--config", &cfg, &cid.to_string()]);
-    let text = String::from_utf8_lossy(&shown.stdout);
-    assert!(
-        text.contains("\n  actions      resolve, release, replay\n"),
-        "{text}"
-    );
+    // `IDEMGATE_CONFIG` names the configuration as `--config` does.
+    let by_env = std::process::Command::new(idemgate_bin())
+        .args(["show", &cid.to_string()])
+        .env_remove("IDEMGATE_LEDGER")
+        .env("IDEMGATE_CONFIG", &cfg)
+        .output()
+        .expect("run idemgate");
+    for shown in [
+        idemgate(&["show", "--config", &cfg, &cid.to_string()]),
+        by_env,
+    ] {
+        let text = String::from_utf8_lossy(&shown.stdout);
+        assert!(
+            text.contains("\n  actions      resolve, release, replay\n"),
+            "{text}"
+        );
+    }
     let r = f.proxy.admin_post(
         &format!("/admin/v1/entries/{cid}/reconcile"),
         &json!({"operator": "o", "reason": "r", "confirm_destructive": true}),
