@@ -6,7 +6,8 @@ Run inside Xvfb (see .ci/test), after the UI is built (ui/dist) and the CLI (tar
 seeds a demo ledger, serves it with two operators (an admin and a viewer, their tokens made by
 `idemgate token new`), opens the console with the admin's token in the URL's fragment, and checks
 what differs from the desktop console: no ledger to open and no embedded proxy; who is signed in;
-a release lands in the ledger under the token's operator, with no name typed; an export is made on
+a release lands in the ledger under the token's operator, with no name typed; a held call that
+operator approved is not offered to them again; an export is made on
 the server as an admin-API job, and the file and manifest the server offers verify with the CLI; a
 manifest chosen in the page is checked against the server's ledger; signed in as the viewer, the
 console offers no purge, and the admin API refuses one. Standard library only.
@@ -119,6 +120,22 @@ def main():
         shown = json.loads(cli("show", "--ledger", ledger, entry_id, "--json").stdout)
         check(shown["state"] == "released" and shown["resolved_by"] == OPERATOR,
               f"entry {entry_id} is released in the ledger, by {OPERATOR}")
+
+        # Approvals: a call this operator approved through the admin API (the first of the two its
+        # policy needs) is not offered to them again; the panel says why, and Reject stays on.
+        _, _, body = admin(addr, "GET", "/admin/v1/approvals?open=true")
+        fresh = next(w for w in json.loads(body) if not w["approval"]["approved_by"])
+        status, _, body = admin(addr, "POST", f"/admin/v1/approvals/{fresh['id']}/approve", {"reason": "amount checked"})
+        check(status == 200 and json.loads(body)["approved_by"] == [OPERATOR], f"{OPERATOR} approves entry {fresh['id']} through the admin API")
+        s.nav("approvals")
+        mine = f"[data-testid=approval][data-entry-id=\"{fresh['id']}\"]"
+        s.wait(f"return document.querySelector('{mine}') !== null", "the approved call in the inbox")
+        why = f"{OPERATOR} already approved entry {fresh['id']}; another operator must"
+        shown = s.js(f"const p = document.querySelector('{mine}'); const a = p.querySelector('[data-testid=approval-approve]'); "
+                     "const n = p.querySelector('[data-testid=approval-not-yours]'); "
+                     "return [a.disabled, a.title, p.querySelector('[data-testid=approval-reject]').disabled, n && n.textContent]")
+        check(shown == [True, why, False, f"You may not approve it: {why}"],
+              f"Approve is off for the token's operator who approved, and says why; Reject stays on ({shown})")
 
         # Export: a job on the server; the file and manifest it offers verify with the CLI
         s.nav("export")
