@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use idemgate_config::Config;
 use idemgate_ops::ledger::Progress;
 use idemgate_ops::{
-    dispatch, dispatch::Caller, dispatch::Host, jobs::Running, os_user, Code, ErrorBody,
+    dispatch, dispatch::Decider, dispatch::Host, jobs::Running, os_user, Code, ErrorBody,
     JobProgress, LedgerInfo, Ops, OpsError, OpsResult,
 };
 use idemgate_proxy::Engine;
@@ -211,7 +211,7 @@ impl Console {
                     let host = routes
                         .as_deref()
                         .map_or(Host::without_routes(), Host::routes)
-                        .by(Caller::Account(&me));
+                        .by(Decider::account(&me));
                     dispatch::run(o, host, &name, args, &mut |_| true)
                 })
                 .await

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Args;
+use idemgate_ops::dispatch::Decider;
 use idemgate_ops::{
     desktop_operator, op, os_user, ApprovalsRequest, DecideCmd, HeldCall, Ops, OpsError,
 };
@@ -54,7 +55,7 @@ pub(crate) fn list(out: &mut output::Out, a: ListArgs) -> Result<ExitCode, OpsEr
         limit: Some(a.limit),
     };
     let me = os_user();
-    let host = op::Host::none().by(op::Caller::Account(&me));
+    let host = op::Host::none().by(Decider::account(&me));
     let list = op::run::<op::approvals::Op>(&ops, req, host, &mut |_| true)?;
     if a.json {
         output::pretty(out, &list)?;

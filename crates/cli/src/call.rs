@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Arg, ArgAction, ArgMatches, Command, FromArgMatches};
-use idemgate_ops::dispatch::{self, Args, Caller, Host, Kind, Spec};
+use idemgate_ops::dispatch::{self, Args, Decider, Host, Kind, Spec};
 use idemgate_ops::{Ops, OpsError};
 use idemgate_server::parameters::Parameter;
 use serde_json::Value;
@@ -257,7 +257,7 @@ pub(crate) fn run(out: &mut output::Out, c: Call) -> Result<ExitCode, CmdError> 
             let host = engine
                 .as_ref()
                 .map_or(Host::none(), |e| Host::routes(&e.cfg))
-                .by(Caller::Account(&me));
+                .by(Decider::account(&me));
             dispatch::run(&ops, host, name, args, &mut |_| true)?
         }
     };

@@ -34,7 +34,7 @@ pub(crate) fn run(out: &mut output::Out, a: ShowArgs) -> Result<ExitCode, CmdErr
     let host = cfg
         .as_deref()
         .map_or(op::Host::none(), op::Host::routes)
-        .by(op::Caller::Account(&me));
+        .by(idemgate_ops::dispatch::Decider::account(&me));
     let req = op::common::EntryRef {
         entry_id: a.entry_id,
     };

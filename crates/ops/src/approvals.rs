@@ -3,11 +3,11 @@
 //! approver the policy names, once per call, before its window passes, for the request shown.
 
 use idemgate_ledger::{
-    check_undecided, now_millis, Approval, ApprovalEnd, DecideRequest, EntryDetail, Millis, Page,
+    check_undecided, now_millis, Approval, ApprovalEnd, DecideRequest, Decider, EntryDetail,
+    Millis, Page,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::op::Caller;
 use crate::{validate_actor, Ops, OpsResult};
 
 /// An operator's approval or rejection of a held call.
@@ -60,13 +60,13 @@ pub struct Decision {
 
 impl Decision {
     /// `caller`'s standing on `e` at `at`; `None` when `e` was never held.
-    pub fn of(e: &EntryDetail, at: Millis, caller: Caller<'_>) -> Option<Decision> {
+    pub fn of(e: &EntryDetail, at: Millis, caller: Decider<'_>) -> Option<Decision> {
         let a = e.approval.as_ref()?;
         let why = |approve: bool| {
             check_undecided(e.summary.id, e.summary.state, a.end, approve)
                 .err()
                 .map(|err| err.to_string())
-                .or_else(|| a.refusal(e.summary.id, at, approve, caller.decider()))
+                .or_else(|| a.refusal(e.summary.id, at, approve, caller))
         };
         Some(Decision {
             approve: why(true),
@@ -92,7 +92,7 @@ impl Ops {
     pub fn approvals(
         &self,
         req: &ApprovalsRequest,
-        caller: Caller<'_>,
+        caller: Decider<'_>,
     ) -> OpsResult<Vec<HeldCall>> {
         let page = Page {
             before: req.before,

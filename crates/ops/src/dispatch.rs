@@ -7,8 +7,9 @@ use serde_json::Value;
 
 pub use crate::op::args::Args;
 use crate::op::Cx;
-pub use crate::op::{spec, Caller, Host, Kind, Spec, SPECS};
+pub use crate::op::{spec, Host, Kind, Spec, SPECS};
 use crate::{desktop_operator, OpsError, OpsResult};
+pub use idemgate_ledger::Decider;
 
 /// Runs the operation `name` with `args`. All but [`Kind::Upstream`] operations block (call
 /// them off the async threads); `progress` hears long work; `host` is what the host has: the

@@ -312,7 +312,9 @@ impl Ops {
     /// One entry with its whole timeline, the diffs of the requests a reused key was sent, and
     /// its actions as they stand: by its state, and by what `host` has of the routes.
     pub fn show(&self, id: i64, host: crate::op::Host<'_>) -> OpsResult<EntryView> {
-        let entry = self.store.entry(id, now_millis())?;
+        // One instant for the entry's state and for who may decide on it.
+        let now = now_millis();
+        let entry = self.store.entry(id, now)?;
         let mut timeline = Vec::new();
         let mut before = None;
         loop {
@@ -346,7 +348,7 @@ impl Ops {
         Ok(EntryView {
             call: ToolCall::of(&entry),
             actions: ActionStanding::all(&entry.summary, host),
-            decision: crate::approvals::Decision::of(&entry, now_millis(), host.caller),
+            decision: crate::approvals::Decision::of(&entry, now, host.caller),
             entry,
             timeline,
             collision_diffs,

@@ -36,11 +36,11 @@ pub struct Identity {
 impl Identity {
     /// Who asks, as an operation judges a decision of theirs: the operator a named token is,
     /// or no one known for the shared token, whose actions each name whom they claim.
-    pub fn caller(&self) -> idemgate_ops::op::Caller<'_> {
+    pub fn caller(&self) -> idemgate_ops::dispatch::Decider<'_> {
         if self.shared {
-            idemgate_ops::op::Caller::Unknown
+            idemgate_ops::dispatch::Decider::default()
         } else {
-            idemgate_ops::op::Caller::Operator(&self.name)
+            idemgate_ops::dispatch::Decider::operator(&self.name)
         }
     }
 }

@@ -61,6 +61,23 @@ impl<'a> Decider<'a> {
             identity: Some(operator_identity(operator)),
         }
     }
+
+    /// One acting as OS account `account` (the CLI, the desktop console): one approver,
+    /// whatever name they type, which is not known before they act.
+    pub fn account(account: &'a str) -> Decider<'a> {
+        Decider {
+            name: None,
+            identity: Some(account),
+        }
+    }
+
+    /// An authenticated operator, whose name is who they are (a named admin token).
+    pub fn operator(name: &'a str) -> Decider<'a> {
+        Decider {
+            name: Some(name),
+            identity: Some(name),
+        }
+    }
 }
 
 /// Refuses a decision (`approve`, or a rejection) on entry `id` in `state`, its approval ended
@@ -164,10 +181,7 @@ mod tests {
         };
         let refused = |approve, who| a.refusal(7, 10, approve, who);
         // Ada's account approved (under the name alice); another name does not make her another.
-        let ada = Decider {
-            name: None,
-            identity: Some("ada"),
-        };
+        let ada = Decider::account("ada");
         let twice = "ada already approved entry 7; another operator must";
         assert_eq!(refused(true, ada).as_deref(), Some(twice));
         assert_eq!(refused(false, ada), None, "she may still reject it");

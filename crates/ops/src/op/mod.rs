@@ -136,38 +136,11 @@ impl<T: 'static> Wire for T {}
 pub struct Host<'a> {
     pub(crate) routes: Routes<'a>,
     upstream: Option<&'a idemgate_proxy::Engine>,
-    /// Who asks, as far as the host can tell.
-    pub caller: Caller<'a>,
-}
-
-/// Who asks, as far as the host can tell: an entry's view and the approvals inbox say by it
-/// whether they may decide on a held call (one who approved it already may not again).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Caller<'a> {
-    /// Not known: a shared admin token, whose actions each name whom they claim.
-    #[default]
-    Unknown,
-    /// An OS account (the CLI, the desktop console): one approver, whatever name is typed.
-    Account(&'a str),
-    /// An authenticated operator, whose name is who they are (a named admin token).
-    Operator(&'a str),
-}
-
-impl<'a> Caller<'a> {
-    /// What the ledger would judge a decision of theirs by.
-    pub fn decider(self) -> idemgate_ledger::Decider<'a> {
-        match self {
-            Caller::Unknown => idemgate_ledger::Decider::default(),
-            Caller::Account(account) => idemgate_ledger::Decider {
-                name: None,
-                identity: Some(account),
-            },
-            Caller::Operator(name) => idemgate_ledger::Decider {
-                name: Some(name),
-                identity: Some(name),
-            },
-        }
-    }
+    /// Who asks, as far as the host can tell: an entry's view and the approvals inbox say by
+    /// it whether they may decide on a held call (one who approved it already may not again).
+    /// Nobody known by default, as with the shared admin token, whose actions each name whom
+    /// they claim.
+    pub caller: idemgate_ledger::Decider<'a>,
 }
 
 /// What a host knows of the routes an entry's replay or reconcile would go through.
@@ -217,7 +190,7 @@ impl<'a> Host<'a> {
     }
 
     /// The same host, asked by `caller`.
-    pub fn by(self, caller: Caller<'a>) -> Host<'a> {
+    pub fn by(self, caller: idemgate_ledger::Decider<'a>) -> Host<'a> {
         Host { caller, ..self }
     }
 
