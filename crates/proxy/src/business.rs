@@ -34,6 +34,15 @@ fn text(v: &Value) -> Option<String> {
     Some(t)
 }
 
+/// Which subjects an MCP call of a tool names: the tool's own (`tool`), else its route's.
+pub fn tool_spec<'a>(route: &'a [Subject], tool: &'a [Subject]) -> &'a [Subject] {
+    if tool.is_empty() {
+        route
+    } else {
+        tool
+    }
+}
+
 /// The subjects `spec` names, from `json` (the body, or an MCP call's arguments) and `headers`;
 /// those the request lacks are left out.
 pub fn subjects(

@@ -242,16 +242,18 @@ fn tool_claim(
     }
 }
 
-/// The subjects of a call of `tool` through MCP route `route`: the tool's own spec, else the
-/// route's, as the proxy reads them.
+/// The subjects of a call of `tool` through MCP route `route`, as the proxy reads them.
 fn tool_subjects(route: &str, tool: &str, arguments: &serde_json::Value) -> Vec<(String, String)> {
-    let own = super::subject_spec(&format!("{route}/{tool}"));
-    let spec = if own.is_empty() {
-        super::subject_spec(route)
-    } else {
-        own
-    };
-    idemgate_proxy::business::subjects(&spec, &Default::default(), Some(arguments))
+    use idemgate_proxy::business::{subjects, tool_spec};
+    let (own, shared) = (
+        super::subject_spec(&format!("{route}/{tool}")),
+        super::subject_spec(route),
+    );
+    subjects(
+        tool_spec(&shared, &own),
+        &Default::default(),
+        Some(arguments),
+    )
 }
 
 /// Collisions: an agent reused a key with different arguments.

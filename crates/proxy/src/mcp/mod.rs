@@ -553,10 +553,8 @@ fn prepare(route: &Route, parts: &Parts, call: Call, effect: Effect) -> Result<P
     let fingerprint = fingerprint(&route.name, &call.name, &call.arguments);
     // The tool's business terms, else the route's, read from the call's arguments.
     let rule = route.tools.get(&call.name);
-    let spec = match rule {
-        Some(r) if !r.subjects.is_empty() => &r.subjects,
-        _ => &route.subjects,
-    };
+    let own = rule.map_or(&[][..], |r| &r.subjects);
+    let spec = crate::business::tool_spec(&route.subjects, own);
     let subjects = crate::business::subjects(spec, &parts.headers, Some(&call.arguments));
     let on = rule
         .and_then(|r| r.duplicate_on.as_ref())
