@@ -70,12 +70,11 @@ pub(crate) fn list(out: &mut output::Out, a: ListArgs) -> Result<ExitCode, OpsEr
     Ok(ExitCode::SUCCESS)
 }
 
-/// One held call: its entry, route and key, its subjects, where its approval stands, and why
-/// the one who runs the command may not approve it while it waits.
+/// One held call: its entry, what it is in the business's terms, its key, where its approval
+/// stands, and why the one who runs the command may not approve it while it waits.
 fn line(held: &HeldCall) -> String {
     let e = &held.entry;
     let s = &e.summary;
-    let subjects: Vec<String> = s.subjects.iter().map(|(n, v)| format!("{n}={v}")).collect();
     let standing = e
         .approval
         .as_ref()
@@ -87,11 +86,8 @@ fn line(held: &HeldCall) -> String {
         _ => String::new(),
     };
     format!(
-        "{:>6}  {:<12} {:<24} {:<30} {standing}{not_me}",
-        s.id,
-        s.route,
-        s.key,
-        subjects.join(" ")
+        "{:>6}  {:<36} {:<24} {standing}{not_me}",
+        s.id, e.headline, s.key
     )
 }
 

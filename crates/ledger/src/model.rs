@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 mod action;
 mod approval;
 mod audit;
+pub mod headline;
 pub use action::Action;
 pub use approval::{
     check_undecided, operator_identity, operator_name, Approval, ApprovalEnd, Decider, OS_USER_MARK,
@@ -339,6 +340,9 @@ pub struct EntryDetail {
     pub collision_requests: Vec<CollisionRecord>,
     /// The approval the call was held for, if it matched a policy.
     pub approval: Option<Approval>,
+    /// The call in the business's terms, as every surface titles it: who it is about, its route
+    /// and its amount ("cus_123 · refunds · 600.00 USD").
+    pub headline: String,
 }
 
 /// A request rejected because its key was already bound to another fingerprint.
@@ -624,6 +628,9 @@ pub struct Incident {
     pub review: Option<Review>,
     /// Not reviewed, or a suspect came after the review.
     pub open: bool,
+    /// The incident in the business's terms, as every surface titles it ("cus_123 · charges ·
+    /// 2 × 49.99 USD · agents billing-01, billing-02 · 14 s apart").
+    pub title: String,
 }
 
 /// An operator's review of an incident.

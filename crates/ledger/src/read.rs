@@ -132,6 +132,7 @@ pub(crate) fn entry(db: &mut dyn Db, id: i64, now: Millis) -> Result<EntryDetail
                 external_ref: r.opt_text(12)?,
                 collision_requests: Vec::new(),
                 approval: None,
+                headline: crate::model::headline::call(&summary),
             })
         },
     )?;

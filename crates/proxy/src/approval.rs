@@ -273,24 +273,17 @@ impl Engine {
     }
 }
 
-/// The webhook's text (Slack's `text`): what waits, for how long, and where to decide.
+/// The webhook's text (Slack's `text`): what waits, who asked, for how long, and where to decide.
 fn announce(e: &idemgate_ledger::EntryDetail) -> String {
-    let subjects: Vec<String> = e
-        .summary
-        .subjects
-        .iter()
-        .map(|(n, v)| format!("{n} {v}"))
-        .collect();
     let expires = e.approval.as_ref().map_or(0, |a| a.expires_at);
+    let asked = match e.summary.scope.as_str() {
+        "" => "a client with no scope",
+        scope => scope,
+    };
     format!(
-        "idemgate: a {} call ({}) is held for approval, entry {}, key {}; expires at {}. \
+        "idemgate: held for approval: {}, asked by {asked} (entry {}, key {}); expires at {}. \
          Approve or reject it in the console's Approvals view or with `idemgate approve`.",
-        e.summary.route,
-        if subjects.is_empty() {
-            "no subjects".to_owned()
-        } else {
-            subjects.join(", ")
-        },
+        e.headline,
         e.summary.id,
         e.summary.key,
         rfc3339(expires)

@@ -226,11 +226,15 @@ fn a_call_over_the_threshold_runs_once_two_operators_approved_it() {
         );
         let hook: serde_json::Value = serde_json::from_slice(&body).expect("json");
         assert_eq!(hook["entry"]["id"], id);
+        // Titled as the console and the CLI title it.
         let text = hook["text"].as_str().unwrap_or_default();
+        let head = "idemgate: held for approval: c_1 · refunds · amount 60000, asked by a client \
+                    with no scope";
         assert!(
-            text.contains(&format!("entry {id}")) && text.contains("amount 60000"),
+            text.starts_with(&format!("{head} (entry {id}, key r-big); expires at ")),
             "{text}"
         );
+        assert_eq!(hook["entry"]["headline"], "c_1 · refunds · amount 60000");
     }
     // Below the threshold nothing is asked; a VIP customer's small refund is held too.
     let small = post(
@@ -385,7 +389,9 @@ fn one_who_approved_a_call_is_told_so_rather_than_offered_it_again() {
     let mine = format!(" already approved entry {id}; another operator must");
     let list = cli(&["approvals", "--open", "--ledger", ledger]);
     assert!(
-        list.contains("; not for you to approve: ") && list.contains(&mine),
+        list.contains(&format!("{id:>6}  c_1 · refunds · amount 60000 "))
+            && list.contains("; not for you to approve: ")
+            && list.contains(&mine),
         "{list}"
     );
     let show = cli(&["show", "--ledger", ledger, &id_arg]);
@@ -528,6 +534,10 @@ fn an_approval_given_while_no_server_runs_releases_the_call_once_after_a_sigkill
     assert_eq!(f.upstream.counts.effects("p-kill"), 0);
     let after: serde_json::Value = serde_json::from_str(&show(true)).expect("show --json");
     assert_eq!(after["approval"]["end"], "approved", "{after}");
+    assert_eq!(
+        after["headline"], "payouts",
+        "a route that names no subjects"
+    );
     assert!(
         show(false).contains("  approval     approved: 1 of 1 approvals, by olga (OS user "),
         "{after}"

@@ -118,6 +118,19 @@ fn a_customer_charged_twice_by_two_agents_is_one_incident_found_by_the_customer(
     assert_eq!(inc[0]["entries"].as_array().map(Vec::len), Some(2));
     assert!(inc[0]["subjects"].to_string().contains("cus_123"));
     assert_eq!(inc[0]["open"], true);
+    // Titled in the business's terms, alike in the admin API and the CLI.
+    let title = inc[0]["title"].as_str().expect("title");
+    let head = "cus_123 · charges · 2 × 49.99 USD · agents billing-01, billing-02 · ";
+    assert!(
+        title.starts_with(head) && title.ends_with(" apart"),
+        "{title}"
+    );
+    let out = idemgate(&["incidents", "--ledger", &f.ledger()]);
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.contains(&format!("incident {first}  {title} · open")),
+        "{out}"
+    );
     assert_eq!(
         series(&f, r#"idemgate_duplicate_suspects_total{route="charges"}"#),
         1

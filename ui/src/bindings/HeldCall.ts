@@ -18,7 +18,12 @@ decision: Decision, lease_owner: string | null, request: RequestRecord | null, r
 /**
  * The approval the call was held for, if it matched a policy.
  */
-approval: Approval | null, id: number, route: string, scope: string, key: string, state: State, stuck: boolean, fingerprint: string, attempts: number, replays: number, created_at: number, updated_at: number, expires_at: number | null, effect: Effect, lease_expires_at: number | null, outcome_unknown: boolean, last_error: string | null, collisions: number, 
+approval: Approval | null, 
+/**
+ * The call in the business's terms, as every surface titles it: who it is about, its route
+ * and its amount ("cus_123 · refunds · 600.00 USD").
+ */
+headline: string, id: number, route: string, scope: string, key: string, state: State, stuck: boolean, fingerprint: string, attempts: number, replays: number, created_at: number, updated_at: number, expires_at: number | null, effect: Effect, lease_expires_at: number | null, outcome_unknown: boolean, last_error: string | null, collisions: number, 
 /**
  * The earlier entry this one probably duplicates (same route, scope and fingerprint).
  */

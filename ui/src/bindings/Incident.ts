@@ -29,4 +29,9 @@ review: Review | null,
 /**
  * Not reviewed, or a suspect came after the review.
  */
-open: boolean, };
+open: boolean, 
+/**
+ * The incident in the business's terms, as every surface titles it ("cus_123 · charges ·
+ * 2 × 49.99 USD · agents billing-01, billing-02 · 14 s apart").
+ */
+title: string, };

@@ -5,6 +5,7 @@ import { actions, base, entry, q, setup, tick, until } from "../test-support";
 const held = (id: number, end: "approved" | "rejected" | null = null) => ({
   ...entry(id, { state: end === "rejected" ? "failed" : "awaiting_approval", stuck: false, route: "refunds", subjects: [["amount", "60000"], ["currency", "usd"], ["customer", "cus_9"]] as [string, string][] }),
   fingerprint: `fp-${id}`,
+  headline: "cus_9 · refunds · 60000 USD",
   lease_owner: null,
   request: { method: "POST", path: "/v1/refunds", headers: [], body: '{"amount":60000,"customer":"cus_9"}' },
   response: null, last_replay_at: null, completed_at: null, resolved_by: null, resolution_reason: null, external_ref: null, collision_requests: [],
@@ -51,7 +52,7 @@ describe("approvals", () => {
     await until(() => q("approvals-badge")?.textContent === "1");
     expect(q("approvals-badge").textContent).toBe("1");
     await app.go("approvals");
-    expect(q("approval-title").textContent).toBe("refunds · cus_9 · amount 60000 USD");
+    expect(q("approval-title").textContent).toBe("cus_9 · refunds · 60000 USD");
     expect(q("approval-standing").textContent).toMatch(/^1 of 2 approvals · expires in (1h 0m|59m) /);
     expect(q("approval-request").textContent).toContain('"amount": 60000');
     q("approval-approve").click();

@@ -3,7 +3,7 @@ import type { Decision } from "../bindings/Decision";
 import type { EntryDetail } from "../bindings/EntryDetail";
 import type { HeldCall } from "../bindings/HeldCall";
 import { clear, h } from "../dom";
-import { bodyText, isoTime, relative, routeLabel } from "../format";
+import { bodyText, isoTime, relative } from "../format";
 import { type Shell } from "../shell";
 
 export async function approvals(app: Shell): Promise<void> {
@@ -39,9 +39,6 @@ export async function approvals(app: Shell): Promise<void> {
 export function approvalPanel(app: Shell, e: EntryDetail, decision: Decision | null, request = true): HTMLElement {
   const a = e.approval;
   const waiting = a !== null && a.end === null;
-  const get = (n: string) => e.subjects.find(([k]) => k === n)?.[1];
-  const amount = get("amount");
-  const what = [routeLabel(e), get("customer"), amount ? `amount ${amount}${get("currency") ? ` ${get("currency")?.toUpperCase()}` : ""}` : null].filter((x) => x).join(" · ");
   const standing = a === null ? "" : a.end === null ? `${a.approved_by.length} of ${a.needed} approvals · expires ${relative(a.expires_at, Date.now())} (${isoTime(a.expires_at)})` : `${a.end} ${isoTime(a.ended_at)}`;
   const gate = (verb: "approve" | "reject") => {
     const why = decision === null ? `entry ${e.id} was never held for approval` : decision[verb];
@@ -54,7 +51,7 @@ export function approvalPanel(app: Shell, e: EntryDetail, decision: Decision | n
   return h(
     "div",
     { class: `panel approval${waiting ? "" : " decided"}`, testid: "approval", attrs: { "data-entry-id": e.id } },
-    h("div", { class: "entry-head" }, h("h2", { testid: "approval-title" }, what), h("div", { class: "actions" }, approve, reject)),
+    h("div", { class: "entry-head" }, h("h2", { testid: "approval-title" }, e.headline), h("div", { class: "actions" }, approve, reject)),
     h("p", { class: "small", testid: "approval-standing" }, standing),
     waiting && decision?.approve ? h("p", { class: "small", testid: "approval-not-yours" }, `You may not approve it: ${decision.approve}`) : null,
     h("p", { class: "small" }, `entry #${e.id} · key ${e.key} · asked by ${e.scope || "a client with no scope"} · ${isoTime(e.created_at)}`),

@@ -3,11 +3,11 @@
 import { base, entry, q, setup, tick } from "../test-support";
 
 describe("incidents", () => {
-  it("titles an incident in the customer's terms and marks it reviewed with a reason", async () => {
+  it("titles an incident as the operations do and marks it reviewed with a reason", async () => {
     const subjects: [string, string][] = [["amount", "49.99"], ["currency", "usd"], ["customer", "cus_123"]];
     const a = entry(3, { state: "completed", stuck: false, scope: "billing-01", subjects, created_at: 1_800_000_000_000 });
     const b = entry(4, { state: "completed", stuck: false, scope: "billing-02", subjects, duplicate_of: 3, created_at: 1_800_000_014_000 });
-    const incident = { id: 3, route: "charges", scope: "billing-01", fingerprint: "ab", subjects, first_purged: false, entries: [a, b], review: null, open: true };
+    const incident = { id: 3, route: "charges", scope: "billing-01", fingerprint: "ab", subjects, first_purged: false, entries: [a, b], review: null, open: true, title: "cus_123 · charges · 2 × 49.99 USD · agents billing-01, billing-02 · 14 s apart" };
     const { app, calls, prefs } = setup({
       ...base,
       incidents: () => [incident],
@@ -34,7 +34,7 @@ describe("incidents", () => {
     const a = entry(5, { state: "completed", stuck: false, subjects });
     const b = entry(6, { state: "completed", stuck: false, subjects, duplicate_of: 5 });
     const review = { operator: "dana", reason: "refunded", at: 1, through: 6 };
-    const reviewed = { id: 5, route: "charges", scope: "", fingerprint: "ab", subjects, first_purged: false, entries: [a, b], review, open: false };
+    const reviewed = { id: 5, route: "charges", scope: "", fingerprint: "ab", subjects, first_purged: false, entries: [a, b], review, open: false, title: "cus_7 · charges · 2 calls" };
     const open = { ...reviewed, id: 7, review: null, open: true };
     const { app, calls, prefs } = setup({ ...base, incidents: () => [reviewed, open], log: () => ({ events: [], next_before: null }), reopen_incident: () => review });
     prefs.set("operator", "erin");
@@ -64,7 +64,7 @@ describe("incidents", () => {
   it("keeps an incident whose first entry was purged, titled from its duplicates, and says so", async () => {
     const subjects: [string, string][] = [["amount", "49.99"], ["currency", "usd"], ["customer", "cus_9"]];
     const b = entry(4, { state: "completed", stuck: false, scope: "billing-02", subjects, duplicate_of: 3, created_at: 1_800_000_014_000 });
-    const incident = { id: 3, route: "charges", scope: "billing-02", fingerprint: "ab", subjects, first_purged: true, entries: [b], review: null, open: true };
+    const incident = { id: 3, route: "charges", scope: "billing-02", fingerprint: "ab", subjects, first_purged: true, entries: [b], review: null, open: true, title: "cus_9 · charges · 2 × 49.99 USD · agent billing-02" };
     const { app } = setup({ ...base, incidents: () => [incident], log: () => ({ events: [], next_before: null }) });
     await app.start();
     await app.go("incidents");

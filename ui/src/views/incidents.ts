@@ -38,7 +38,7 @@ export function incidentPanel(app: Shell, g: Incident): HTMLElement {
   return h(
     "div",
     { class: `panel incident${g.open ? "" : " reviewed"}`, testid: "incident", attrs: { "data-incident-id": g.id } },
-    h("div", { class: "entry-head" }, h("h2", { testid: "incident-title" }, incidentTitle(g)), h("div", { class: "actions" }, review, reopen)),
+    h("div", { class: "entry-head" }, h("h2", { testid: "incident-title" }, g.title), h("div", { class: "actions" }, review, reopen)),
     g.first_purged ? h("p", { class: "small", testid: "incident-first-purged" }, `first entry #${g.id} purged; its duplicates below still happened`) : null,
     g.review ? h("p", { class: "small", testid: "incident-reviewed" }, `${g.open ? "reviewed before its newest suspect" : "reviewed"} by ${g.review.operator}: ${g.review.reason} (${isoTime(g.review.at)})`) : null,
     entryHeader(false),
@@ -49,7 +49,7 @@ export function incidentPanel(app: Shell, g: Incident): HTMLElement {
 export async function reviewIncident(app: Shell, g: Incident): Promise<void> {
   await app.action({
     title: `review incident ${g.id}`,
-    preview: { action: "review", count: 1, ids: [g.id], keys: [incidentTitle(g)], destructive: false, skipped: [] },
+    preview: { action: "review", count: 1, ids: [g.id], keys: [g.title], destructive: false, skipped: [] },
     run: async (operator, reason) => {
       await app.t.ops.review_incident({ entry_id: g.id, operator, reason });
       return "review: done";
@@ -61,36 +61,13 @@ export async function reviewIncident(app: Shell, g: Incident): Promise<void> {
 export async function reopenIncident(app: Shell, g: Incident): Promise<void> {
   await app.action({
     title: `reopen incident ${g.id}`,
-    preview: { action: "reopen", count: 1, ids: [g.id], keys: [incidentTitle(g)], destructive: false, skipped: [] },
+    preview: { action: "reopen", count: 1, ids: [g.id], keys: [g.title], destructive: false, skipped: [] },
     run: async (operator, reason) => {
       const withdrawn = await app.t.ops.reopen_incident({ entry_id: g.id, operator, reason });
       return `reopen: done (${withdrawn.operator}'s review withdrawn)`;
     },
   });
   await app.go("incidents");
-}
-
-/** An incident's title in the business's terms: "cus_123 · charges · 2 × 49.99 USD · agents
- * billing-01, billing-02 · 14 s apart". */
-export function incidentTitle(g: Incident): string {
-  const get = (n: string) => g.subjects.find(([k]) => k === n)?.[1];
-  const amount = get("amount");
-  const currency = get("currency");
-  const who = g.subjects.filter(([k]) => k !== "amount" && k !== "currency" && k !== "agent").map(([, v]) => v)[0] ?? `${g.fingerprint.slice(0, 12)}…`;
-  const agents = [...new Set(g.entries.map((e) => e.scope).filter((s) => s))];
-  const times = g.entries.map((e) => e.created_at);
-  const apart = times.length > 1 ? Math.max(...times) - Math.min(...times) : 0;
-  const parts = [who, g.route, `${g.entries.length} ×${amount ? ` ${amount}${currency ? ` ${currency.toUpperCase()}` : ""}` : ""}`];
-  if (agents.length) parts.push(`${agents.length > 1 ? "agents" : "agent"} ${agents.join(", ")}`);
-  if (times.length > 1) parts.push(`${duration(apart)} apart`);
-  return parts.join(" · ");
-}
-
-function duration(ms: number): string {
-  const s = Math.round(ms / 1000);
-  if (s < 120) return `${s} s`;
-  if (s < 7200) return `${Math.round(s / 60)} min`;
-  return `${Math.round(s / 3600)} h`;
 }
 
 /** A loop suspect's detail (its event's JSON), in words. */

@@ -48,6 +48,7 @@ pub fn incidents(out: &mut Out, list: &[idemgate_ops::ledger::Incident], json: b
             .map(|i| {
                 json!({
                     "id": i.id,
+                    "title": i.title,
                     "route": i.route,
                     "scope": i.scope,
                     "subjects": subjects_json(&i.subjects),
@@ -66,18 +67,7 @@ pub fn incidents(out: &mut Out, list: &[idemgate_ops::ledger::Incident], json: b
             (Some(_), true) => "open again since its review".to_owned(),
             (None, _) => "open".to_owned(),
         };
-        let about = match subjects_text(&i.subjects) {
-            t if t.is_empty() => i.fingerprint.chars().take(12).collect(),
-            t => t,
-        };
-        writeln!(
-            out,
-            "incident {}  {} · {} · {} entries · {status}",
-            i.id,
-            about,
-            i.route,
-            i.entries.len()
-        )?;
+        writeln!(out, "incident {}  {} · {status}", i.id, i.title)?;
         if i.first_purged {
             writeln!(out, "  {:>8}  (purged: the first entry)", i.id)?;
         }
@@ -213,6 +203,7 @@ pub(super) fn show_json(out: &mut Out, v: &EntryView) -> R {
     let mut entry = entry_json(&v.entry.summary);
     let d = &v.entry;
     if let Some(obj) = entry.as_object_mut() {
+        obj.insert("headline".into(), json!(d.headline));
         obj.insert("lease_owner".into(), json!(d.lease_owner));
         obj.insert("request".into(), json!(d.request));
         obj.insert("response".into(), json!(d.response));

@@ -36,7 +36,7 @@ pub(crate) fn incidents(db: &mut dyn Db, page: Page, now: Millis) -> Result<Vec<
             continue;
         };
         let review = review_of(db, first)?;
-        out.push(Incident {
+        let mut incident = Incident {
             id: first,
             route: head.route.clone(),
             scope: head.scope.clone(),
@@ -46,7 +46,10 @@ pub(crate) fn incidents(db: &mut dyn Db, page: Page, now: Millis) -> Result<Vec<
             open: review.as_ref().is_none_or(|r| last > r.through),
             review,
             entries,
-        });
+            title: String::new(),
+        };
+        incident.title = crate::model::headline::incident(&incident);
+        out.push(incident);
     }
     Ok(out)
 }
