@@ -184,12 +184,14 @@ impl Console {
     /// a ledger read or write, or long work as the job `job` (progress after each report, and
     /// [`Console::cancel_job`] stops it at the next), off the async threads; or a replay or a
     /// reconcile, through the embedded proxy's configuration. An action's operator is recorded
-    /// with the OS user beside it.
+    /// with the OS user beside it; `operator`, the name typed in the console's header, is who
+    /// asks besides that account, by which a held call's approvers are judged.
     pub async fn call(
         &self,
         name: String,
         mut args: serde_json::Value,
         job: Option<String>,
+        operator: Option<String>,
         progress: impl Fn(u64) + Send + 'static,
     ) -> R<serde_json::Value> {
         let me = os_user();
@@ -204,14 +206,16 @@ impl Console {
             }
             // Under the embedded proxy's routes: an entry's view and the previews judge a replay
             // or a reconcile by them, and refuse both while the proxy is stopped. Its OS account
-            // is who asks: one who approved a held call is not offered to approve it again.
+            // and the name typed are who asks: one who approved a held call is not offered to
+            // approve it again, nor one its policy's approvers do not name.
             Some(dispatch::Kind::Ledger) => {
                 let routes = self.routes().await;
                 self.call_blocking(move |o| {
+                    let who = Decider::account(&me).named(operator.as_deref());
                     let host = routes
                         .as_deref()
                         .map_or(Host::without_routes(), Host::routes)
-                        .by(Decider::account(&me));
+                        .by(who);
                     dispatch::run(o, host, &name, args, &mut |_| true)
                 })
                 .await
@@ -390,7 +394,7 @@ pub mod commands {
         Ok(c.open_ledger(path).await)
     }
     /// Any operation of the command table, by name; `job` names long work for its progress
-    /// events and `cancel_job`.
+    /// events and `cancel_job`; `operator` is the name typed in the header.
     #[tauri::command]
     pub async fn call(
         app: AppHandle,
@@ -398,9 +402,10 @@ pub mod commands {
         name: String,
         args: serde_json::Value,
         job: Option<String>,
+        operator: Option<String>,
     ) -> R<serde_json::Value> {
         let events = progress(app, job.clone().unwrap_or_default());
-        c.call(name, args, job, events).await
+        c.call(name, args, job, operator, events).await
     }
     #[tauri::command]
     pub fn cancel_job(c: State<'_, Console>, job: String) -> bool {

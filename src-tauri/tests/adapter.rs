@@ -23,7 +23,7 @@ fn job<T: DeserializeOwned>(
     id: Option<&str>,
     progress: impl Fn(u64) + Send + 'static,
 ) -> Result<T, ErrorBody> {
-    let v = block_on(c.call(name.into(), args, id.map(str::to_owned), progress))?;
+    let v = block_on(c.call(name.into(), args, id.map(str::to_owned), None, progress))?;
     Ok(serde_json::from_value(v).expect("the operation's answer"))
 }
 
@@ -359,4 +359,50 @@ fn the_default_ledger_is_the_installed_servers_when_it_can_be_opened() {
         is_default(&LedgerChoice::choose(&none, &cfg)),
         "an unreadable configuration"
     );
+}
+
+/// A held call whose policy names its approvers: the inbox and the entry's view judge the name
+/// typed in the header as the ledger judges the decision made under it, and with no name typed
+/// they judge the OS account alone.
+#[test]
+fn a_held_calls_approvers_are_judged_by_the_name_typed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ledger.db").display().to_string();
+    let ops = Ops::open_or_create(&path).expect("create");
+    let mut claim = idemgate_ledger::testing::held_charge("k-held", idemgate_ledger::now_millis());
+    if let Some(ask) = claim.approval.as_mut() {
+        ask.approvers = Some(vec!["alice".into()]);
+    }
+    let idemgate_ledger::ClaimOutcome::AwaitingApproval { entry_id: id, .. } =
+        ops.store().claim(claim).wait().expect("claim")
+    else {
+        panic!("not held");
+    };
+    drop(ops);
+    let c = Console::open(&LedgerChoice::Named(path));
+    let as_typed = |name: Option<&str>, op: &str, args: Value| {
+        block_on(c.call(op.into(), args, None, name.map(str::to_owned), |_| {})).expect(op)
+    };
+    let carol =
+        format!("carol may not decide on entry {id} under policy charges (its approvers: alice)");
+    for name in [Some("carol"), Some("alice"), None] {
+        let want = match name {
+            Some("carol") => json!({"approve": carol, "reject": carol}),
+            _ => json!({"approve": null, "reject": null}),
+        };
+        let view = as_typed(name, "show", json!({"entry_id": id}));
+        assert_eq!(view["decision"], want, "{name:?}");
+        let inbox = as_typed(name, "approvals", json!({"open": true}));
+        assert_eq!(inbox[0]["decision"], want, "{name:?}");
+    }
+    // Under that name, the ledger refuses carol's approval in the same words.
+    let refused = block_on(c.call(
+        "approve".into(),
+        json!({"entry_id": id, "operator": "carol", "reason": "looks fine"}),
+        None,
+        Some("carol".into()),
+        |_| {},
+    ))
+    .expect_err("carol is not an approver");
+    assert_eq!(refused.message, carol);
 }

@@ -49,6 +49,7 @@ pub fn idemgate(args: &[&str]) -> Output {
         .env_remove("IDEMGATE_LEDGER")
         .env_remove("IDEMGATE_CONFIG")
         .env_remove("IDEMGATE_CHAIN_KEY")
+        .env_remove("IDEMGATE_OPERATOR")
         .env("IDEMGATE_ADMIN_TOKEN", ADMIN_TOKEN)
         .output()
         .expect("run idemgate")

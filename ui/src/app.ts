@@ -121,7 +121,13 @@ export class App implements Shell {
     this.operatorSlot.append(h("input", {
       testid: "operator-input",
       attrs: { placeholder: "your name (for the log)", value: this.operator, "aria-label": "operator name" },
-      on: { change: (e) => this.prefs.setItem("operator", (e.target as HTMLInputElement).value.trim()) },
+      on: {
+        change: (e) => {
+          this.prefs.setItem("operator", (e.target as HTMLInputElement).value.trim());
+          // Who may decide on a held call is judged by this name too: its views ask again.
+          if (this.view === "approvals" || this.view === "entry") void this.go(this.view);
+        },
+      },
     }));
   }
 

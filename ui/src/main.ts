@@ -4,7 +4,7 @@ import { App } from "./app";
 import { HttpTransport, TauriTransport, type Transport } from "./transport";
 
 function transport(): Transport {
-  if ("__TAURI_INTERNALS__" in window) return new TauriTransport(invoke, listen);
+  if ("__TAURI_INTERNALS__" in window) return new TauriTransport(invoke, listen, () => localStorage.getItem("operator") ?? "");
   // In a browser, served by the admin listener of `idemgate serve` (server.console_dir): the admin
   // API on the same origin. The token comes from the URL fragment (#token=..., never sent to the
   // server) or is asked for once, and kept for this tab only.

@@ -25,6 +25,8 @@ export type Listen = (event: string, f: (e: { payload: unknown }) => void) => Pr
 
 export function setup(handlers: Record<string, (args: Record<string, unknown>) => unknown>, listen: Listen = async () => () => {}) {
   const calls: [string, Record<string, unknown>][] = [];
+  // Under which name typed in the header each operation was asked for, in the order of `calls`.
+  const asked: (string | null)[] = [];
   // An operation comes through the console's `call` command: recorded, and answered, under its
   // own name, with its job beside its arguments.
   const invoke = async (command: string, raw: Record<string, unknown> = {}) => {
@@ -32,6 +34,7 @@ export function setup(handlers: Record<string, (args: Record<string, unknown>) =
       ? [raw.name as string, { ...(raw.args as Record<string, unknown>), ...(raw.job ? { job: raw.job } : {}) }]
       : [command, raw];
     calls.push([cmd, args]);
+    asked.push(command === "call" ? (raw.operator as string | null) : null);
     const f = handlers[cmd];
     if (!f) throw { code: "unknown-command", message: cmd };
     return f(args);
@@ -41,8 +44,8 @@ export function setup(handlers: Record<string, (args: Record<string, unknown>) =
   document.body.innerHTML = "";
   const root = document.createElement("div");
   document.body.append(root);
-  const app = new App(root, new TauriTransport(invoke, listen), p);
-  return { app, calls, prefs, root };
+  const app = new App(root, new TauriTransport(invoke, listen, () => p.getItem("operator") ?? ""), p);
+  return { app, calls, asked, prefs, root };
 }
 
 export const base = {

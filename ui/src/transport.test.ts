@@ -197,15 +197,18 @@ describe("HttpTransport (the admin API)", () => {
 describe("TauriTransport (the desktop console)", () => {
   it("runs an operation of the command table through the console's call command, with its job", async () => {
     const seen: [string, unknown][] = [];
-    const t = new TauriTransport(async (cmd, args) => { seen.push([cmd, args]); return null; }, async () => () => {});
+    let typed = "";
+    const t = new TauriTransport(async (cmd, args) => { seen.push([cmd, args]); return null; }, async () => () => {}, () => typed);
     const cmd = { target: "ids" as const, ids: [7], operator: "o", reason: "r", confirm_destructive: false };
     await t.ops.purge(cmd, "p1");
+    typed = " dana ";
     await t.ops.stats({ hours: 24 });
     await t.ledgerInfo();
     await t.cancelJob("p1");
+    // Each call carries the name typed in the header, when there is one.
     expect(seen).toEqual([
-      ["call", { name: "purge", args: cmd, job: "p1" }],
-      ["call", { name: "stats", args: { hours: 24 }, job: null }],
+      ["call", { name: "purge", args: cmd, job: "p1", operator: null }],
+      ["call", { name: "stats", args: { hours: 24 }, job: null, operator: "dana" }],
       ["ledger_info", undefined],
       ["cancel_job", { job: "p1" }],
     ]);

@@ -51,12 +51,15 @@ export function toErrorBody(e: unknown): ErrorBody {
 type Invoke = (cmd: string, args?: Record<string, unknown>) => Promise<unknown>;
 type Listen = (event: string, f: (e: { payload: unknown }) => void) => Promise<() => void>;
 
-/** The desktop console: Tauri IPC. `invoke` and `listen` are injected (tests pass mocks). */
+/** The desktop console: Tauri IPC. `invoke` and `listen` are injected (tests pass mocks);
+ * `operator` reads the name typed in the header, which every call carries: the desktop judges by
+ * it (and the OS account) who may decide on a held call. */
 export class TauriTransport implements Transport {
   readonly kind = "tauri" as const;
   constructor(
     private readonly invoke: Invoke,
     private readonly listen: Listen,
+    private readonly operator: () => string = () => "",
   ) {}
 
   private async call<T>(cmd: string, args?: Record<string, unknown>): Promise<T> {
@@ -69,7 +72,7 @@ export class TauriTransport implements Transport {
 
   /** Every operation through the console's one `call` command; `job` names long work, for its
    * progress events and Cancel. */
-  readonly ops: Ops = opsClient((name, args, job) => this.call<unknown>("call", { name, args, job }));
+  readonly ops: Ops = opsClient((name, args, job) => this.call<unknown>("call", { name, args, job, operator: this.operator().trim() || null }));
 
   async whoami(): Promise<Identity | null> { return null; }
   ledgerInfo() { return this.call<LedgerInfo>("ledger_info"); }

@@ -24,6 +24,10 @@ pub(crate) struct ListArgs {
     /// At most this many calls, the newest.
     #[arg(long, default_value_t = 50, value_parser = crate::at_least_one)]
     limit: usize,
+    /// The name you decide under (`approve --operator`): whether a policy's approvers name you is
+    /// judged too, besides your OS account.
+    #[arg(long, env = "IDEMGATE_OPERATOR", value_name = "NAME")]
+    operator: Option<String>,
     /// Print the result as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
@@ -55,7 +59,7 @@ pub(crate) fn list(out: &mut output::Out, a: ListArgs) -> Result<ExitCode, OpsEr
         limit: Some(a.limit),
     };
     let me = os_user();
-    let host = op::Host::none().by(Decider::account(&me));
+    let host = op::Host::none().by(Decider::account(&me).named(a.operator.as_deref()));
     let list = op::run::<op::approvals::Op>(&ops, req, host, &mut |_| true)?;
     if a.json {
         output::pretty(out, &list)?;

@@ -19,6 +19,10 @@ pub(crate) struct ShowArgs {
     /// routes too (the entry's route must be there, and a reconcile needs the route's probe).
     #[arg(long, env = "IDEMGATE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
+    /// The name you act under (`--operator` of the actions): a held call's policy's approvers
+    /// are judged by it too, besides your OS account.
+    #[arg(long, env = "IDEMGATE_OPERATOR", value_name = "NAME")]
+    operator: Option<String>,
     /// The entry (`idemgate entries` lists them).
     entry_id: i64,
     /// Print the result as JSON on stdout instead of text.
@@ -34,7 +38,7 @@ pub(crate) fn run(out: &mut output::Out, a: ShowArgs) -> Result<ExitCode, CmdErr
     let host = cfg
         .as_deref()
         .map_or(op::Host::none(), op::Host::routes)
-        .by(idemgate_ops::dispatch::Decider::account(&me));
+        .by(idemgate_ops::dispatch::Decider::account(&me).named(a.operator.as_deref()));
     let req = op::common::EntryRef {
         entry_id: a.entry_id,
     };

@@ -63,11 +63,16 @@ fn serve(expires: &str, hold: &str) -> Fx {
 
 /// A server whose `refunds` route needs `approvals` operators' approvals.
 fn serve_needing(approvals: u32, expires: &str, hold: &str) -> Fx {
+    serve_from(APPROVAL_CONFIG, approvals, expires, hold)
+}
+
+/// The same, its configuration made from `template`.
+fn serve_from(template: &str, approvals: u32, expires: &str, hold: &str) -> Fx {
     let dir = tempfile::tempdir().expect("tempdir");
     let upstream = Upstream::start();
     let ledger = dir.path().join("ledger.db");
     let (hook, hooks) = hook_receiver();
-    let mut toml = config(APPROVAL_CONFIG, &upstream.url(), &ledger)
+    let mut toml = config(template, &upstream.url(), &ledger)
         .replace("{expires}", expires)
         .replace("{hold}", hold)
         .replace("{approvals}", &approvals.to_string())
@@ -408,6 +413,75 @@ fn one_who_approved_a_call_is_told_so_rather_than_offered_it_again() {
         let why = ended[verb].as_str().unwrap_or_default();
         assert!(why.contains("(approved already)"), "{ended}");
     }
+}
+
+/// A policy that names its approvers: the CLI judges the name it acts under (`--operator`, or
+/// `IDEMGATE_OPERATOR`) as the ledger judges a decision made under it; the server its token's.
+#[test]
+fn a_policys_approvers_are_judged_by_the_name_the_cli_acts_under() {
+    let named = APPROVAL_CONFIG.replace(
+        "approvals = {approvals}\n",
+        "approvals = {approvals}\napprovers = [\"olga\", \"ada\"]\n",
+    );
+    let f = serve_from(&named, 1, "1h", "100ms");
+    let big = json!({"customer": "c_2", "amount": 70000});
+    let id = held(&post(&f, "/v1/refunds", "r-named", &big));
+    let not = |who: &str| {
+        format!(
+            "{who} may not decide on entry {id} under policy refunds (its approvers: olga, ada)"
+        )
+    };
+    let entry = format!("/admin/v1/entries/{id}");
+    let oscar = json!({"approve": not("oscar"), "reject": not("oscar")});
+    assert_eq!(get_as(&f, "oscar", &entry)["decision"], oscar);
+    let ledger = f.dir.path().join("ledger.db");
+    let ledger = ledger.to_str().expect("utf-8");
+    let (id_arg, carol) = (id.to_string(), not("carol"));
+    let run = |args: &[&str], operator: Option<&str>| {
+        let mut cmd = std::process::Command::new(idemgate_bin());
+        cmd.args(args).args(["--ledger", ledger]);
+        cmd.env_remove("IDEMGATE_LEDGER")
+            .env_remove("IDEMGATE_OPERATOR");
+        if let Some(name) = operator {
+            cmd.env("IDEMGATE_OPERATOR", name);
+        }
+        cmd.output().expect("run idemgate")
+    };
+    let text = |out: std::process::Output| String::from_utf8_lossy(&out.stdout).into_owned();
+    for asked in [
+        run(&["approvals", "--open", "--operator", "carol"], None),
+        run(&["approvals", "--open"], Some("carol")),
+    ] {
+        let list = text(asked);
+        assert!(
+            list.contains(&format!("; not for you to approve: {carol}")),
+            "{list}"
+        );
+    }
+    let show = text(run(&["show", &id_arg, "--operator", "carol"], None));
+    assert!(
+        show.contains(&format!("\n  actions      none: {carol}\n")),
+        "{show}"
+    );
+    // Ada is named: offered both; with no name given, the account alone is judged.
+    for operator in [Some("ada"), None] {
+        let list = text(run(&["approvals", "--open"], operator));
+        assert!(
+            list.contains(&format!("{id:>6}  c_2 · refunds · amount 70000 ")),
+            "{list}"
+        );
+        assert!(!list.contains("not for you"), "{operator:?}: {list}");
+    }
+    // The ledger refuses carol's approval in the words her view gave, and takes ada's.
+    let refused = run(&["approve", &id_arg, "--reason", "ok"], Some("carol"));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.contains(&carol), "{err}");
+    assert!(run(&["approve", &id_arg, "--reason", "ok"], Some("ada"))
+        .status
+        .success());
+    eventually(10, "the approved call's effect", || {
+        (f.upstream.counts.effects("r-named") == 1).then_some(())
+    });
 }
 
 #[test]

@@ -106,6 +106,24 @@ describe("approvals", () => {
     expect(q("action-dialog").querySelector("h2")?.textContent).toBe("approve entry 8");
     expect(calls.some(([c]) => c === "approve")).toBe(false);
   });
+  it("judges under the name typed in the header, and asks again when it changes", async () => {
+    const carol = "carol may not decide on entry 8 under policy refunds (its approvers: dana)";
+    const { app, asked, prefs } = setup({
+      ...base,
+      approvals: () => [{ ...held(8), decision: asked[asked.length - 1] === "carol" ? { approve: carol, reject: carol } : { approve: null, reject: null } }],
+    });
+    prefs.set("operator", "dana");
+    await app.start();
+    await app.go("approvals");
+    expect(asked[asked.length - 1]).toBe("dana");
+    expect((q("approval-approve") as HTMLButtonElement).disabled).toBe(false);
+    const typed = q("operator-input") as HTMLInputElement;
+    typed.value = " carol ";
+    typed.dispatchEvent(new Event("change"));
+    await until(() => (q("approval-approve") as HTMLButtonElement | null)?.disabled === true);
+    expect(q("approval-not-yours").textContent).toBe(`You may not approve it: ${carol}`);
+    expect((q("approval-reject") as HTMLButtonElement).title).toBe(carol);
+  });
   it("counts the held calls on the overview, which opens the inbox", async () => {
     const { app } = setup({
       ...base,

@@ -71,6 +71,20 @@ impl<'a> Decider<'a> {
         }
     }
 
+    /// The same one, acting under `name` too: the name the CLI or the desktop console will record
+    /// beside the account, by which a policy's approvers are judged. No name, or an empty one,
+    /// leaves it unjudged.
+    #[must_use]
+    pub fn named(self, name: Option<&'a str>) -> Decider<'a> {
+        match name.map(str::trim).filter(|n| !n.is_empty()) {
+            Some(name) => Decider {
+                name: Some(name),
+                ..self
+            },
+            None => self,
+        }
+    }
+
     /// An authenticated operator, whose name is who they are (a named admin token).
     pub fn operator(name: &'a str) -> Decider<'a> {
         Decider {
@@ -189,6 +203,13 @@ mod tests {
         let carol =
             "carol may not decide on entry 7 under policy refunds (its approvers: alice, bob)";
         assert_eq!(refused(false, Decider::of("carol")).as_deref(), Some(carol));
+        // An account that will act under a name is judged by both, as its decision would be.
+        let typed = |name| refused(false, Decider::account("cy").named(name));
+        assert_eq!(typed(Some(" carol ")).as_deref(), Some(carol));
+        assert_eq!(typed(Some("bob")), None);
+        let ada_as_bob = Decider::account("ada").named(Some("bob"));
+        assert_eq!(refused(true, ada_as_bob).as_deref(), Some(twice));
+        assert_eq!((typed(None), typed(Some(" "))), (None, None));
         // What is not known is not judged: a name without an account, or no one.
         let named = Decider {
             name: Some("alice"),
