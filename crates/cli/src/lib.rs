@@ -400,7 +400,8 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("idemgate: error[{}]: {e}", e.code());
+            let from_env = serve::config_named_by_env(e.code());
+            eprintln!("idemgate: error[{}]: {e}{from_env}", e.code());
             ExitCode::from(1)
         }
     }

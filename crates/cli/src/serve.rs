@@ -56,6 +56,22 @@ pub(crate) fn config_and_ledger(
     Ok((cfg, ledger))
 }
 
+/// What a configuration error adds when `IDEMGATE_CONFIG` named the file, which the command line
+/// does not show (clap reads the variable only when `--config` is absent).
+pub(crate) fn config_named_by_env(code: Code) -> String {
+    let flag = std::env::args_os().skip(1).any(|a| {
+        let a = a.to_string_lossy();
+        a == "--config" || a.starts_with("--config=")
+    });
+    match std::env::var_os("IDEMGATE_CONFIG") {
+        Some(file) if code == Code::BadConfig && !flag => format!(
+            " (the configuration IDEMGATE_CONFIG names: {})",
+            file.to_string_lossy()
+        ),
+        _ => String::new(),
+    }
+}
+
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CmdError> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

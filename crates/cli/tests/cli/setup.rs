@@ -1,7 +1,7 @@
 //! From installed to serving: `init` writes a configuration `serve --check` accepts, with an admin
 //! token only its owner reads; it never replaces a file unasked, and a bad route writes nothing;
 //! `serve --check` says what each route holds for approval and counts as a loop; `man` and
-//! `completions` describe every command.
+//! `completions` describe every command; an unreadable configuration says who named it.
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -152,5 +152,37 @@ loop_guard = {{ max = 20, window = "1m" }}
          from one scope within 1m: flagged\n",
     ] {
         assert!(out.contains(line), "{line:?} in:\n{out}");
+    }
+}
+
+/// A configuration that cannot be read names its file; when `IDEMGATE_CONFIG` named it, which the
+/// command line does not show, the error says so too.
+#[test]
+fn an_unreadable_configuration_says_whether_the_environment_named_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("nowhere.toml");
+    let missing = missing.to_str().expect("utf8");
+    let by_env = idemgate_env(&["show", "1"], &[("IDEMGATE_CONFIG", missing.to_owned())]);
+    let err = String::from_utf8_lossy(&by_env.stderr);
+    assert_eq!(by_env.status.code(), Some(1), "{err}");
+    let named = format!(" (the configuration IDEMGATE_CONFIG names: {missing})");
+    assert!(
+        err.contains(&format!("cannot read {missing}: ")) && err.trim_end().ends_with(&named),
+        "{err}"
+    );
+    // Named on the command line, or a variable `--config` overrides: the file alone.
+    for out in [
+        idemgate(&["show", "--config", missing, "1"]),
+        idemgate_env(
+            &["show", &format!("--config={missing}"), "1"],
+            &[("IDEMGATE_CONFIG", "/elsewhere.toml".to_owned())],
+        ),
+    ] {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!("cannot read {missing}: ")) && !err.contains("IDEMGATE_CONFIG"),
+            "{err}"
+        );
     }
 }
