@@ -13,12 +13,14 @@ mod audit;
 mod operators;
 mod raw;
 mod route;
+mod subject;
 mod telemetry;
 
 pub use approval::{Approval, Condition, Notify};
 pub use audit::{Retention, Signing, Witness, SIGNING_KEY_ENV};
 pub use operators::{new_token, OperatorCred, Role, TokenHash, SHARED_ADMIN};
 use raw::RawConfig;
+pub use subject::{Money, Subject, SubjectSource};
 pub use telemetry::Telemetry;
 
 #[derive(Debug, thiserror::Error)]
@@ -203,21 +205,6 @@ pub struct ToolRule {
     pub approval: Option<Approval>,
 }
 
-/// A named value of a request, stored with its entry and searchable: from a JSON pointer into the
-/// body (an MCP call's arguments), or a header.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subject {
-    pub name: String,
-    pub from: SubjectSource,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SubjectSource {
-    Pointer(String),
-    /// Lower case.
-    Header(String),
-}
-
 /// `loop_guard`: more than `max` calls of one request (or of one set of `duplicate_on` values)
 /// from one scope within `window` are a loop suspect: flagged, or refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,6 +256,8 @@ pub struct Route {
     pub duplicate_on: Option<Vec<String>>,
     /// Duplicates are looked for in every scope, not only the call's.
     pub duplicate_any_scope: bool,
+    /// How its calls (an MCP route: its tools' calls) state their amount.
+    pub money: Option<Money>,
     pub loop_guard: Option<LoopGuard>,
     /// Which calls wait for operators' approval before they run.
     pub approval: Option<Approval>,

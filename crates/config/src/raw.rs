@@ -155,6 +155,8 @@ pub(super) struct RawRoute {
     pub(super) duplicate_on: Option<Vec<String>>,
     /// `"same"` (the default): duplicates within one scope; `"any"`: across scopes.
     pub(super) duplicate_scope: Option<String>,
+    /// `money = { minor_units, currency }`: how the calls state their amount.
+    pub(super) money: Option<RawMoney>,
     pub(super) loop_guard: Option<RawLoopGuard>,
     /// `[routes.approval]`: which calls wait for operators before they run.
     pub(super) approval: Option<RawApproval>,
@@ -172,6 +174,14 @@ pub(super) struct RawApproval {
     pub(super) approvers: Option<Vec<String>>,
     pub(super) notify: Option<String>,
     pub(super) notify_secret_env: Option<String>,
+}
+
+/// `money = { minor_units, currency }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMoney {
+    pub(super) minor_units: Option<bool>,
+    pub(super) currency: Option<String>,
 }
 
 /// `loop_guard = { max, window, action }`.

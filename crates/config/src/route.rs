@@ -10,8 +10,8 @@ use idemgate_ledger::Effect;
 use super::raw::RawRoute;
 use super::{
     invalid, is_header_name, parse_duration, parse_positive, parse_size, parse_upstream,
-    query_names, read_secret, ConfigError, KeySource, LoopGuard, Protocol, Reconcile, Retry, Route,
-    Secrets, Signature, Subject, SubjectSource, ToolRule, UpstreamAuth, NO_TTL,
+    query_names, read_secret, ConfigError, KeySource, LoopGuard, Money, Protocol, Reconcile, Retry,
+    Route, Secrets, Signature, Subject, SubjectSource, ToolRule, UpstreamAuth, NO_TTL,
 };
 
 /// What a route takes from `[defaults]` unless it sets its own.
@@ -87,6 +87,7 @@ pub(super) fn route(
         subjects: business.subjects,
         duplicate_on: business.duplicate_on,
         duplicate_any_scope: business.any_scope,
+        money: business.money,
         loop_guard: business.loop_guard,
         method,
         path: r.path.clone(),

@@ -18,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use idemgate_config::{Subject, SubjectSource};
+use idemgate_config::{Money, Subject, SubjectSource};
 
 use crate::{OpsError, OpsResult};
 
@@ -260,6 +260,15 @@ fn subject_spec(route: &str) -> Vec<Subject> {
         .collect()
 }
 
+/// How a demo route's calls state their amount, as `examples/idemgate.toml` configures it: the
+/// refunds and the MCP tools' calls in US cents.
+fn money_spec(route: &str) -> Option<Money> {
+    matches!(route, "refunds" | "tools").then(|| Money {
+        minor_units: true,
+        currency: Some("USD".into()),
+    })
+}
+
 /// The charges' `duplicate_on`: one customer, amount and currency, in any scope.
 const CHARGE_DUPLICATE_ON: [&str; 3] = ["/customer", "/amount", "/currency"];
 
@@ -268,6 +277,7 @@ impl Call {
         let body: Option<serde_json::Value> = serde_json::from_slice(&self.body).ok();
         let subjects = idemgate_proxy::business::subjects(
             &subject_spec(self.route.name),
+            money_spec(self.route.name).as_ref(),
             &Default::default(),
             body.as_ref(),
         );
@@ -522,11 +532,13 @@ mod tests {
             let route = route.unwrap_or_else(|| panic!("{} is not configured", r.name));
             assert!(route.serves(r.method) && route.takes(r.path), "{}", r.name);
             assert_eq!(route.subjects, subject_spec(r.name), "{}", r.name);
+            assert_eq!(route.money, money_spec(r.name), "{}", r.name);
             assert_eq!(route.effect, r.effect, "{}", r.name);
         }
         let tools = cfg.route(scenes::TOOLS).expect("the MCP route");
         assert_eq!(tools.protocol, Protocol::Mcp);
         assert_eq!(tools.subjects, subject_spec(scenes::TOOLS));
+        assert_eq!(tools.money, money_spec(scenes::TOOLS));
         for (tool, rule) in &tools.tools {
             let own = subject_spec(&format!("{}/{tool}", scenes::TOOLS));
             assert_eq!(rule.subjects, own, "{tool}");

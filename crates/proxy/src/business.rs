@@ -10,7 +10,7 @@ use idemgate_ledger::{canon, Millis};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::config::{LoopGuard, Subject, SubjectSource};
+use crate::config::{LoopGuard, Money, Subject, SubjectSource};
 
 /// The longest subject value kept (longer ones are cut, on a character boundary).
 pub const MAX_SUBJECT: usize = 256;
@@ -44,13 +44,17 @@ pub fn tool_spec<'a>(route: &'a [Subject], tool: &'a [Subject]) -> &'a [Subject]
 }
 
 /// The subjects `spec` names, from `json` (the body, or an MCP call's arguments) and `headers`;
-/// those the request lacks are left out.
+/// those the request lacks are left out. Under the route's `money`, a call with an amount that
+/// names no currency gets the route's, and an amount in minor units is recorded in the
+/// currency's own unit.
 pub fn subjects(
     spec: &[Subject],
+    money: Option<&Money>,
     headers: &HeaderMap,
     json: Option<&Value>,
 ) -> Vec<(String, String)> {
-    spec.iter()
+    let mut out: Vec<(String, String)> = spec
+        .iter()
         .filter_map(|s| {
             let v = match &s.from {
                 SubjectSource::Pointer(p) => text(json?.pointer(p)?)?,
@@ -58,7 +62,44 @@ pub fn subjects(
             };
             Some((s.name.clone(), v))
         })
-        .collect()
+        .collect();
+    let named = |out: &[(String, String)], name: &str| out.iter().position(|(n, _)| n == name);
+    let (Some(money), Some(amount)) = (money, named(&out, "amount")) else {
+        return out;
+    };
+    if let (None, Some(c)) = (named(&out, "currency"), &money.currency) {
+        out.push(("currency".to_owned(), c.clone()));
+    }
+    if money.minor_units {
+        let currency = named(&out, "currency").map(|i| out[i].1.clone());
+        if let Some(d) = currency.as_deref().and_then(Money::decimals) {
+            if let Some(major) = in_major_units(&out[amount].1, d) {
+                out[amount].1 = major;
+            }
+        }
+    }
+    out
+}
+
+/// `minor` (a whole number of a currency's minor unit) in its major unit, with `decimals`
+/// places: "310000" → "3100.00", "-5" → "-0.05"; `None` for anything else (a decimal, an
+/// exponent, text), which is recorded as sent.
+fn in_major_units(minor: &str, decimals: u32) -> Option<String> {
+    let (sign, digits) = match minor.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", minor),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let d = decimals as usize;
+    if d == 0 {
+        return Some(minor.to_owned());
+    }
+    let digits = digits.trim_start_matches('0');
+    let padded = format!("{digits:0>width$}", width = d + 1);
+    let (whole, cents) = padded.split_at(padded.len() - d);
+    Some(format!("{sign}{whole}.{cents}"))
 }
 
 /// The digest of `pointers`' values in `json` (absent ones as null) for `route`: the same for two
@@ -196,7 +237,7 @@ mod tests {
         h.insert("x-agent", HeaderValue::from_static("billing-01"));
         let body = json!({"customer": "cus_123", "amount": 49.99, "items": {"b": 1, "a": 2}});
         assert_eq!(
-            subjects(&spec, &h, Some(&body)),
+            subjects(&spec, None, &h, Some(&body)),
             [
                 ("customer".to_owned(), "cus_123".to_owned()),
                 ("amount".to_owned(), "49.99".to_owned()),
@@ -205,8 +246,65 @@ mod tests {
             ]
         );
         let long = json!({"customer": "é".repeat(200)});
-        let v = &subjects(&spec[..1], &h, Some(&long))[0].1;
+        let v = &subjects(&spec[..1], None, &h, Some(&long))[0].1;
         assert!(v.len() <= MAX_SUBJECT && v.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn an_amount_in_minor_units_is_recorded_in_its_currencys_own_unit() {
+        let spec = ["amount", "currency", "charge"].map(|n| Subject {
+            name: n.into(),
+            from: SubjectSource::Pointer(format!("/{n}")),
+        });
+        let minor = |currency: Option<&str>| Money {
+            minor_units: true,
+            currency: currency.map(str::to_owned),
+        };
+        let h = HeaderMap::new();
+        let of = |money: &Money, body: Value| {
+            let got = subjects(&spec, Some(money), &h, Some(&body));
+            let get = |name: &str| got.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+            (get("amount"), get("currency"))
+        };
+        let (usd, none) = (minor(Some("USD")), minor(None));
+        let pair = |a: &str, c: &str| (Some(a.to_owned()), Some(c.to_owned()));
+        // The call's own currency decides the decimals; the route's stands in when it names none.
+        assert_eq!(of(&usd, json!({"amount": 310_000})), pair("3100.00", "USD"));
+        assert_eq!(
+            of(&usd, json!({"amount": 5, "currency": "jpy"})),
+            pair("5", "jpy")
+        );
+        assert_eq!(
+            of(&none, json!({"amount": "1234", "currency": "kwd"})),
+            pair("1.234", "kwd")
+        );
+        assert_eq!(
+            of(&none, json!({"amount": -5, "currency": "eur"})),
+            pair("-0.05", "eur")
+        );
+        assert_eq!(
+            of(&none, json!({"amount": 0, "currency": "eur"})),
+            pair("0.00", "eur")
+        );
+        // What is not a whole number of a known currency's minor unit is recorded as sent.
+        assert_eq!(
+            of(&none, json!({"amount": 500})),
+            (Some("500".into()), None)
+        );
+        assert_eq!(
+            of(&none, json!({"amount": 500, "currency": "xau"})),
+            pair("500", "xau")
+        );
+        assert_eq!(of(&usd, json!({"amount": 12.5})), pair("12.5", "USD"));
+        assert_eq!(of(&usd, json!({"amount": "1e3"})), pair("1e3", "USD"));
+        // Without minor units, only the currency is filled in.
+        let plain = Money {
+            minor_units: false,
+            ..usd.clone()
+        };
+        assert_eq!(of(&plain, json!({"amount": 4999})), pair("4999", "USD"));
+        // A call without an amount is not about money.
+        assert_eq!(of(&usd, json!({"charge": "ch_1"})), (None, None));
     }
 
     #[test]

@@ -198,7 +198,8 @@ impl Engine {
             _ => None,
         };
         let json = json.as_ref().or(parsed.as_ref());
-        let subjects = crate::business::subjects(&route.subjects, &parts.headers, json);
+        let subjects =
+            crate::business::subjects(&route.subjects, route.money.as_ref(), &parts.headers, json);
         let dup_fp = route.duplicate_on.as_ref().map(|on| {
             crate::business::dup_fp(&route.name, &scope, route.duplicate_any_scope, on, json)
         });

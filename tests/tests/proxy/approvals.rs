@@ -25,6 +25,7 @@ upstream_auth = { secret_env = "PAYMENTS_TOKEN", header = "Authorization" }
 effect = "destructive"
 timeout = "1s"
 subject = { customer = "/customer", amount = "/amount" }
+money = { minor_units = true, currency = "USD" }   # amounts in cents
 [routes.approval]
 when = 'args.amount > 50000 || subject.customer.startsWith("vip_")'
 approvals = {approvals}
@@ -231,15 +232,15 @@ fn a_call_over_the_threshold_runs_once_two_operators_approved_it() {
         );
         let hook: serde_json::Value = serde_json::from_slice(&body).expect("json");
         assert_eq!(hook["entry"]["id"], id);
-        // Titled as the console and the CLI title it.
+        // Titled as the console and the CLI title it, its amount in dollars, not cents.
         let text = hook["text"].as_str().unwrap_or_default();
-        let head = "idemgate: held for approval: c_1 · refunds · amount 60000, asked by a client \
+        let head = "idemgate: held for approval: c_1 · refunds · 600.00 USD, asked by a client \
                     with no scope";
         assert!(
             text.starts_with(&format!("{head} (entry {id}, key r-big); expires at ")),
             "{text}"
         );
-        assert_eq!(hook["entry"]["headline"], "c_1 · refunds · amount 60000");
+        assert_eq!(hook["entry"]["headline"], "c_1 · refunds · 600.00 USD");
     }
     // Below the threshold nothing is asked; a VIP customer's small refund is held too.
     let small = post(
@@ -394,7 +395,7 @@ fn one_who_approved_a_call_is_told_so_rather_than_offered_it_again() {
     let mine = format!(" already approved entry {id}; another operator must");
     let list = cli(&["approvals", "--open", "--ledger", ledger]);
     assert!(
-        list.contains(&format!("{id:>6}  c_1 · refunds · amount 60000 "))
+        list.contains(&format!("{id:>6}  c_1 · refunds · 600.00 USD "))
             && list.contains("; not for you to approve: ")
             && list.contains(&mine),
         "{list}"
@@ -467,7 +468,7 @@ fn a_policys_approvers_are_judged_by_the_name_the_cli_acts_under() {
     for operator in [Some("ada"), None] {
         let list = text(run(&["approvals", "--open"], operator));
         assert!(
-            list.contains(&format!("{id:>6}  c_2 · refunds · amount 70000 ")),
+            list.contains(&format!("{id:>6}  c_2 · refunds · 700.00 USD ")),
             "{list}"
         );
         assert!(!list.contains("not for you"), "{operator:?}: {list}");

@@ -1,17 +1,18 @@
-//! A route's business settings: the subjects its calls are about, what makes two calls the same
-//! effect, and its loop guard.
+//! A route's business settings: the subjects its calls are about, how they state their amount,
+//! what makes two calls the same effect, and its loop guard.
 
 #[allow(
     clippy::wildcard_imports,
     reason = "the route's own vocabulary and its checks"
 )]
 use super::*;
-use crate::raw::RawLoopGuard;
+use crate::raw::{RawLoopGuard, RawMoney};
 
-/// A route's business terms: its subjects, its `duplicate_on` and `duplicate_scope`, its
-/// `loop_guard`. A read route has none (nothing of it is claimed).
+/// A route's business terms: its subjects, its `money`, its `duplicate_on` and `duplicate_scope`,
+/// its `loop_guard`. A read route has none (nothing of it is claimed).
 pub(super) struct Business {
     pub(super) subjects: Vec<Subject>,
+    pub(super) money: Option<Money>,
     pub(super) duplicate_on: Option<Vec<String>>,
     pub(super) any_scope: bool,
     pub(super) loop_guard: Option<LoopGuard>,
@@ -25,14 +26,15 @@ pub(super) fn business(
     secret_headers: &[String],
 ) -> Result<Business, ConfigError> {
     let set = r.subject.is_some()
+        || r.money.is_some()
         || r.duplicate_on.is_some()
         || r.duplicate_scope.is_some()
         || r.loop_guard.is_some();
     if set && effect == Effect::Read && protocol == Protocol::Http {
         return Err(invalid(
             f.at("subject"),
-            "a read route claims nothing: subject, duplicate_on, duplicate_scope and loop_guard \
-             are for write routes",
+            "a read route claims nothing: subject, money, duplicate_on, duplicate_scope and \
+             loop_guard are for write routes",
         ));
     }
     let any_scope = match r.duplicate_scope.as_deref().unwrap_or("same") {
@@ -47,6 +49,7 @@ pub(super) fn business(
     };
     Ok(Business {
         subjects: subjects(&f.at("subject"), r.subject.as_ref(), secret_headers)?,
+        money: money(&f.at("money"), r)?,
         duplicate_on: duplicate_on(&f.at("duplicate_on"), r.duplicate_on.as_ref())?,
         any_scope,
         loop_guard: loop_guard(&f.at("loop_guard"), r.loop_guard.as_ref())?,
@@ -111,6 +114,59 @@ pub(super) fn subjects(
         });
     }
     Ok(out)
+}
+
+/// `money = { minor_units = true, currency = "USD" }`. An amount in minor units needs an `amount`
+/// subject to convert, and a currency to convert it by: the calls' `currency` subject, or
+/// `currency` here.
+fn money(field: &str, r: &RawRoute) -> Result<Option<Money>, ConfigError> {
+    let Some(RawMoney {
+        minor_units,
+        currency,
+    }) = &r.money
+    else {
+        return Ok(None);
+    };
+    let currency = match currency {
+        None => None,
+        Some(c) if Money::decimals(c).is_some() => Some(c.to_ascii_uppercase()),
+        Some(c) => {
+            return Err(invalid(
+                format!("{field}.currency"),
+                format!("{c:?} is not an ISO 4217 currency with a minor unit (USD, EUR, JPY)"),
+            ))
+        }
+    };
+    let minor_units = minor_units.unwrap_or(false);
+    if minor_units {
+        // An MCP route's tools may name their own subjects.
+        let named = |name: &str| {
+            let names = r.subject.iter().chain(
+                r.tools
+                    .iter()
+                    .flatten()
+                    .filter_map(|(_, t)| t.subject.as_ref()),
+            );
+            names.into_iter().any(|s| s.contains_key(name))
+        };
+        if !named("amount") {
+            return Err(invalid(
+                format!("{field}.minor_units"),
+                "no subject named amount: name the call's amount (subject = { amount = \"/amount\" })",
+            ));
+        }
+        if currency.is_none() && !named("currency") {
+            return Err(invalid(
+                format!("{field}.minor_units"),
+                "an amount in minor units needs its currency: name a currency subject, or set \
+                 money.currency",
+            ));
+        }
+    }
+    Ok(Some(Money {
+        minor_units,
+        currency,
+    }))
 }
 
 /// `duplicate_on = ["/pointer", …]`: at least one JSON pointer.

@@ -251,6 +251,7 @@ fn tool_subjects(route: &str, tool: &str, arguments: &serde_json::Value) -> Vec<
     );
     subjects(
         tool_spec(&shared, &own),
+        super::money_spec(route).as_ref(),
         &Default::default(),
         Some(arguments),
     )

@@ -555,7 +555,12 @@ fn prepare(route: &Route, parts: &Parts, call: Call, effect: Effect) -> Result<P
     let rule = route.tools.get(&call.name);
     let own = rule.map_or(&[][..], |r| &r.subjects);
     let spec = crate::business::tool_spec(&route.subjects, own);
-    let subjects = crate::business::subjects(spec, &parts.headers, Some(&call.arguments));
+    let subjects = crate::business::subjects(
+        spec,
+        route.money.as_ref(),
+        &parts.headers,
+        Some(&call.arguments),
+    );
     let on = rule
         .and_then(|r| r.duplicate_on.as_ref())
         .or(route.duplicate_on.as_ref());
