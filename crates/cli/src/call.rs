@@ -36,7 +36,7 @@ impl FromArgMatches for Call {
             spec,
             ledger: m.get_one::<String>("ledger").cloned(),
             config: m.get_one::<PathBuf>("config").cloned(),
-            operator: m.try_get_one::<String>("operator").ok().flatten().cloned(),
+            operator: m.get_one::<String>("operator").cloned(),
             params: m
                 .get_many::<String>("params")
                 .into_iter()
@@ -108,16 +108,20 @@ fn command(spec: &'static Spec) -> Command {
     if let Some(params) = idemgate_server::parameters::parameters(spec.name) {
         c = c.after_help(parameters_help(&params));
     }
-    if spec.acts {
-        c = c.arg(
-            Arg::new("operator")
-                .long("operator")
-                .env("IDEMGATE_OPERATOR")
-                .value_name("NAME")
-                .help("Who: your name as it should appear in the log"),
-        );
-    }
-    c
+    // An entry's view and the inbox say whether the one who asks may decide on a held call, and
+    // a policy may name its approvers: the name is judged as the action under it would be.
+    let who = if spec.acts {
+        "Who: your name as it should appear in the log"
+    } else {
+        "The name you act under (approve --operator): a held call's approvers are judged by it"
+    };
+    c.arg(
+        Arg::new("operator")
+            .long("operator")
+            .env("IDEMGATE_OPERATOR")
+            .value_name("NAME")
+            .help(who),
+    )
 }
 
 /// The request's parameters as the help lists them; the operator is `--operator`'s.
@@ -197,7 +201,7 @@ fn request(c: &Call) -> Result<Args, OpsError> {
             None => args.text(name, &p[name.len() + 1..]),
         }
     }
-    if let Some(who) = &c.operator {
+    if let Some(who) = c.operator.as_ref().filter(|_| c.spec.acts) {
         if args.has("operator") {
             return Err(OpsError::invalid(
                 "operator",
@@ -257,7 +261,7 @@ pub(crate) fn run(out: &mut output::Out, c: Call) -> Result<ExitCode, CmdError> 
             let host = engine
                 .as_ref()
                 .map_or(Host::none(), |e| Host::routes(&e.cfg))
-                .by(Decider::account(&me));
+                .by(Decider::account(&me).named(c.operator.as_deref()));
             dispatch::run(&ops, host, name, args, &mut |_| true)?
         }
     };

@@ -464,6 +464,16 @@ fn a_policys_approvers_are_judged_by_the_name_the_cli_acts_under() {
         show.contains(&format!("\n  actions      none: {carol}\n")),
         "{show}"
     );
+    // The operations' own door judges by the same name.
+    let refused = json!({"approve": carol, "reject": carol});
+    let json = |out: std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&out.stdout).expect("the operation's JSON")
+    };
+    let entry_id = format!("entry_id={id}");
+    let shown = json(run(&["call", "show", &entry_id], Some("carol")));
+    assert_eq!(shown["decision"], refused);
+    let inbox = json(run(&["call", "approvals", "--operator", "carol"], None));
+    assert_eq!(inbox[0]["decision"], refused);
     // Ada is named: offered both; with no name given, the account alone is judged.
     for operator in [Some("ada"), None] {
         let list = text(run(&["approvals", "--open"], operator));
