@@ -6,6 +6,8 @@
 //! marked by a sweeper; then the incidents an operator is there for — stuck entries (timeouts and a
 //! crashed instance), key-reuse collisions, a customer charged twice under two keys, an agent's
 //! MCP tool calls (one held), entries about to expire, and past operator resolutions and purges.
+//! Each call is recorded as the proxy records it under `examples/idemgate.toml`: its effect,
+//! subjects, money and duplicates come from that file, which the console's demo runs under.
 
 use idemgate_ledger::canon::fingerprint;
 use idemgate_ledger::{
@@ -18,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use idemgate_config::{Money, Subject, SubjectSource};
+use idemgate_config::Config;
 
 use crate::{OpsError, OpsResult};
 
@@ -55,6 +57,7 @@ pub struct DemoReport {
 
 const HOUR: i64 = 3_600_000;
 const MIN: i64 = 60_000;
+// The example configuration's defaults, which its routes keep.
 const TTL: i64 = 24 * HOUR;
 const LEASE: i64 = 30_000;
 const DUP_WINDOW: i64 = 10 * MIN;
@@ -69,12 +72,13 @@ const SCOPES: &[&str] = &[
 ];
 const OWNERS: &[&str] = &["idemgate@proxy-a", "idemgate@proxy-b"];
 
+/// A route the demo's calls go through, and the request they make of it; what the route
+/// records of them (effect, subjects, duplicates, loop guard) comes from [`example`].
 #[derive(Clone, Copy)]
 struct Route {
     name: &'static str,
     method: &'static str,
     path: &'static str,
-    effect: Effect,
 }
 
 const ROUTES: &[Route] = &[
@@ -82,37 +86,31 @@ const ROUTES: &[Route] = &[
         name: "charges",
         method: "POST",
         path: "/v1/charges",
-        effect: Effect::Write,
     },
     Route {
         name: "refunds",
         method: "POST",
         path: "/v1/refunds",
-        effect: Effect::Write,
     },
     Route {
         name: "emails",
         method: "POST",
         path: "/v1/emails/send",
-        effect: Effect::Write,
     },
     Route {
         name: "tickets",
         method: "POST",
         path: "/v1/tickets",
-        effect: Effect::Idempotent,
     },
     Route {
         name: "webhooks",
         method: "POST",
         path: "/hooks/payments",
-        effect: Effect::Idempotent,
     },
     Route {
         name: "subscriptions-cancel",
         method: "POST",
         path: "/v1/subscriptions/cancel",
-        effect: Effect::Destructive,
     },
 ];
 
@@ -120,12 +118,37 @@ fn pick(rng: &mut StdRng, from: &[&'static str]) -> &'static str {
     from[rng.random_range(0..from.len())]
 }
 
+/// The demo's generator: its random source, and the configuration its calls go through.
 struct Gen {
     rng: StdRng,
     serial: u64,
+    config: Config,
+}
+
+/// The configuration the demo's calls went through: `examples/idemgate.toml`, which the
+/// console's demo runs its embedded proxy under (`.ci/demo`), without the webhook signature whose
+/// secret the demo has not.
+fn example() -> OpsResult<Config> {
+    const EXAMPLE: &str = include_str!("../../../examples/idemgate.toml");
+    let lines: Vec<&str> = EXAMPLE
+        .lines()
+        .filter(|l| !l.starts_with("signature = "))
+        .collect();
+    Config::parse(&lines.join("\n"))
+        .map_err(|e| OpsError::Internal(format!("examples/idemgate.toml: {e}")))
 }
 
 impl Gen {
+    /// How [`example`] configures `route`.
+    fn terms(&self, route: Route) -> OpsResult<&idemgate_config::Route> {
+        self.config.route(route.name).ok_or_else(|| {
+            OpsError::Internal(format!(
+                "examples/idemgate.toml has no route {}",
+                route.name
+            ))
+        })
+    }
+
     fn uuid(&mut self) -> String {
         let v: u128 = self.rng.random();
         let h = format!("{v:032x}");
@@ -223,7 +246,7 @@ impl Gen {
     }
 }
 
-/// One planned call.
+/// One planned call, and what its route records of it.
 struct Call {
     route: Route,
     scope: &'static str,
@@ -231,67 +254,20 @@ struct Call {
     body: Vec<u8>,
     fp: String,
     at: Millis,
+    effect: Effect,
+    subjects: Vec<(String, String)>,
+    dup_fp: Option<String>,
 }
-
-/// The subjects each demo route (and each MCP tool, `route/tool`, that names its own) names, as
-/// `examples/idemgate.toml` configures them.
-fn subject_spec(route: &str) -> Vec<Subject> {
-    let spec: &[(&str, &str)] = match route {
-        "charges" => &[
-            ("amount", "/amount"),
-            ("currency", "/currency"),
-            ("customer", "/customer"),
-        ],
-        "refunds" => &[("amount", "/amount"), ("charge", "/charge")],
-        "emails" => &[("to", "/to")],
-        "tickets" | "subscriptions-cancel" => &[("customer", "/customer")],
-        "webhooks" => &[("customer", "/data/customer")],
-        // The MCP route's, and those of its tools that name their own (`route/tool`).
-        "tools" => &[("amount", "/amount"), ("customer", "/customer")],
-        "tools/refund" => &[("amount", "/amount"), ("charge", "/charge")],
-        "tools/send_email" => &[("to", "/to")],
-        _ => &[],
-    };
-    spec.iter()
-        .map(|(n, p)| Subject {
-            name: (*n).into(),
-            from: SubjectSource::Pointer((*p).into()),
-        })
-        .collect()
-}
-
-/// How a demo route's calls state their amount, as `examples/idemgate.toml` configures it: the
-/// refunds and the MCP tools' calls in US cents.
-fn money_spec(route: &str) -> Option<Money> {
-    matches!(route, "refunds" | "tools").then(|| Money {
-        minor_units: true,
-        currency: Some("USD".into()),
-    })
-}
-
-/// The charges' `duplicate_on`: one customer, amount and currency, in any scope.
-const CHARGE_DUPLICATE_ON: [&str; 3] = ["/customer", "/amount", "/currency"];
 
 impl Call {
     fn claim(&self, owner: &str, ttl: i64) -> ClaimRequest {
-        let body: Option<serde_json::Value> = serde_json::from_slice(&self.body).ok();
-        let subjects = idemgate_proxy::business::subjects(
-            &subject_spec(self.route.name),
-            money_spec(self.route.name).as_ref(),
-            &Default::default(),
-            body.as_ref(),
-        );
-        let dup_fp = (self.route.name == "charges").then(|| {
-            let on = CHARGE_DUPLICATE_ON.map(str::to_owned);
-            idemgate_proxy::business::dup_fp("charges", self.scope, true, &on, body.as_ref())
-        });
         ClaimRequest {
             route: self.route.name.into(),
             scope: self.scope.into(),
             key: self.key.clone(),
             fingerprint: self.fp.clone(),
             legacy_fingerprint: None,
-            effect: self.route.effect,
+            effect: self.effect,
             request: RequestRecord {
                 method: self.route.method.into(),
                 path: self.route.path.into(),
@@ -307,31 +283,52 @@ impl Call {
             ttl_ms: ttl,
             reject_duplicates_within_ms: None,
             tool: None,
-            subjects,
-            dup_fp,
+            subjects: self.subjects.clone(),
+            dup_fp: self.dup_fp.clone(),
             approval: None,
             at: self.at,
         }
     }
 }
 
+/// A call of `route` from `scope` with `body` at `at`, as the proxy under [`example`] claims it.
 fn new_call(
     g: &mut Gen,
     route: Route,
     scope: &'static str,
     body: &serde_json::Value,
     at: Millis,
-) -> Call {
+) -> OpsResult<Call> {
+    let terms = g.terms(route)?;
+    let subjects = idemgate_proxy::business::subjects(
+        &terms.subjects,
+        terms.money.as_ref(),
+        &Default::default(),
+        Some(body),
+    );
+    let dup_fp = terms.duplicate_on.as_ref().map(|on| {
+        idemgate_proxy::business::dup_fp(
+            route.name,
+            scope,
+            terms.duplicate_any_scope,
+            on,
+            Some(body),
+        )
+    });
+    let effect = terms.effect;
     let body = serde_json::to_vec(body).unwrap_or_default();
     let fp = fingerprint(route.method, route.name, &[], &body);
-    Call {
+    Ok(Call {
         route,
         scope,
         key: g.uuid(),
         body,
         fp,
         at,
-    }
+        effect,
+        subjects,
+        dup_fp,
+    })
 }
 
 fn wait_all<T>(tickets: Vec<Ticket<T>>) -> OpsResult<Vec<T>> {
@@ -368,6 +365,7 @@ pub fn seed(store: &dyn Storage, opts: DemoOptions) -> OpsResult<DemoReport> {
     let mut g = Gen {
         rng: StdRng::seed_from_u64(opts.seed),
         serial: 0,
+        config: example()?,
     };
     let now = now_millis();
     let start = now - 72 * HOUR;
@@ -415,7 +413,7 @@ fn traffic_chunk(store: &dyn Storage, g: &mut Gen, t0: Millis, slice: i64) -> Op
             let at = t0 + j as i64 * dt + g.rng.random_range(0..dt);
             new_call(g, route, scope, &body, at)
         })
-        .collect();
+        .collect::<OpsResult<_>>()?;
     let owner = OWNERS[g.rng.random_range(0..OWNERS.len())];
     let ids: Vec<i64> = wait_all(
         calls
@@ -513,41 +511,25 @@ fn complete_now(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idemgate_config::{Config, Protocol};
+    use idemgate_config::Protocol;
+    use std::time::Duration;
 
-    /// The console's demo runs its embedded proxy under `examples/idemgate.toml` (`.ci/demo`):
-    /// every route the demo's calls went through is there, takes them, and names the subjects
-    /// they were recorded with, so a demo entry can be replayed or reconciled through its route.
+    /// The demo's calls take their routes' terms from `examples/idemgate.toml`; what it keeps
+    /// itself (each call's method and path, and its clock) must fit the routes there, so a demo
+    /// entry can be replayed or reconciled through its route in the console's demo.
     #[test]
-    fn every_route_the_demo_seeds_is_in_the_example_configuration() {
-        let example = include_str!("../../../examples/idemgate.toml");
-        // As `.ci/demo` runs it: without the webhook signature, whose secret the demo has not.
-        let demo: Vec<&str> = example
-            .lines()
-            .filter(|l| !l.starts_with("signature = "))
-            .collect();
-        let cfg = Config::parse(&demo.join("\n")).expect("the demo's configuration");
-        for r in ROUTES {
+    fn every_call_the_demo_makes_fits_its_route_in_the_example_configuration() {
+        let cfg = example().expect("the demo's configuration");
+        let ms = |d: Duration| d.as_millis() as i64;
+        assert_eq!(ms(cfg.duplicate_window), DUP_WINDOW);
+        for r in ROUTES.iter().chain([&scenes::TOOLS]) {
             let route = cfg.route(r.name);
             let route = route.unwrap_or_else(|| panic!("{} is not configured", r.name));
             assert!(route.serves(r.method) && route.takes(r.path), "{}", r.name);
-            assert_eq!(route.subjects, subject_spec(r.name), "{}", r.name);
-            assert_eq!(route.money, money_spec(r.name), "{}", r.name);
-            assert_eq!(route.effect, r.effect, "{}", r.name);
+            assert_eq!((ms(route.ttl), ms(route.lease)), (TTL, LEASE), "{}", r.name);
         }
-        let tools = cfg.route(scenes::TOOLS).expect("the MCP route");
+        let tools = cfg.route(scenes::TOOLS.name).expect("the MCP route");
         assert_eq!(tools.protocol, Protocol::Mcp);
-        assert_eq!(tools.subjects, subject_spec(scenes::TOOLS));
-        assert_eq!(tools.money, money_spec(scenes::TOOLS));
-        for (tool, rule) in &tools.tools {
-            let own = subject_spec(&format!("{}/{tool}", scenes::TOOLS));
-            assert_eq!(rule.subjects, own, "{tool}");
-        }
-        for tool in ["refund", "send_email"] {
-            assert!(
-                tools.tools.contains_key(tool),
-                "{tool} names its own subjects"
-            );
-        }
+        assert!(cfg.route("charges").is_some_and(|c| c.loop_guard.is_some()));
     }
 }

@@ -201,6 +201,15 @@ impl LoopGuards {
     }
 }
 
+/// What the log records of a loop suspect: the `calls` of `what` (its fingerprint, or its
+/// `duplicate_on` values) counted in the window, and the `guard` they went past.
+pub fn loop_detail(guard: &LoopGuard, calls: u32, tool: Option<&str>, what: &str) -> Value {
+    let action = if guard.reject { "reject" } else { "flag" };
+    serde_json::json!({"calls": calls, "max": guard.max,
+        "window_ms": guard.window.as_millis() as u64, "action": action,
+        "tool": tool, "request": what})
+}
+
 /// The loop guard's name for a call: its route, tool, scope and request.
 pub fn loop_key(route: &str, tool: Option<&str>, scope: &str, request: &str) -> String {
     let mut k = String::with_capacity(route.len() + scope.len() + request.len() + 16);

@@ -5,7 +5,7 @@
 use idemgate_ledger::{now_millis, Millis};
 use sha2::{Digest, Sha256};
 
-use crate::business::{loop_key, Verdict};
+use crate::business::{loop_detail, loop_key, Verdict};
 use crate::engine::{Engine, Req};
 use crate::problem::{Code, Problem};
 
@@ -42,9 +42,7 @@ impl Engine {
                 route: route.name.clone(),
                 scope: scope.to_owned(),
                 key: key.to_owned(),
-                detail: serde_json::json!({"calls": calls, "max": guard.max,
-                    "window_ms": guard.window.as_millis() as u64, "action": action,
-                    "tool": tool, "request": what}),
+                detail: loop_detail(guard, calls, tool, what),
                 at: now,
             });
         }

@@ -114,7 +114,7 @@ fn hold_refunds(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<Vec<
         let body = json!({"charge": g.id("ch"), "amount": amount, "currency": "usd",
             "customer": customer, "reason": "requested_by_customer"});
         let at = now - (55 - 9 * i as i64) * MIN;
-        let c = new_call(g, ROUTES[1], SCOPES[i % SCOPES.len()], &body, at);
+        let c = new_call(g, ROUTES[1], SCOPES[i % SCOPES.len()], &body, at)?;
         let claim = ClaimRequest {
             approval: Some(ask()),
             ..c.claim(OWNERS[i % 2], TTL)

@@ -6,6 +6,7 @@
     reason = "the scenes use the demo's generator and its vocabulary"
 )]
 use super::*;
+use idemgate_proxy::business::loop_detail;
 
 /// The incidents of the last three hours, and operators' past work.
 pub(super) fn incidents(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
@@ -67,7 +68,7 @@ fn past_decisions(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()
             SCOPES[i % SCOPES.len()],
             &body,
             now - 2 * HOUR - (i as i64) * 9 * MIN,
-        );
+        )?;
         let id = claimed_id(&store.claim(c.claim(owner, TTL)).wait()?)?;
         store
             .mark_unknown(OwnerReport {
@@ -119,7 +120,7 @@ fn stuck_now(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
         };
         let scope = SCOPES[(i as usize) % SCOPES.len()];
         let body = g.body(&route, None);
-        let c = new_call(g, route, scope, &body, now - (5 + i * 9) * MIN);
+        let c = new_call(g, route, scope, &body, now - (5 + i * 9) * MIN)?;
         let owner = OWNERS[(i % 2) as usize];
         let id = claimed_id(&store.claim(c.claim(owner, TTL)).wait()?)?;
         if i % 3 != 2 {
@@ -142,12 +143,17 @@ fn stuck_now(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
 }
 
 /// The MCP route the demo's agent calls its tools through.
-pub(super) const TOOLS: &str = "tools";
+pub(super) const TOOLS: Route = Route {
+    name: "tools",
+    method: "POST",
+    path: "/mcp",
+};
 
 /// An agent's tool calls through an MCP route ([`TOOLS`]): charges, refunds and emails, one of
 /// them declined by the tool (`isError`), one held after the server's stream ended early.
 fn tool_calls(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
     let scope = "agent-mcp-01";
+    let route = g.terms(TOOLS)?.clone();
     for i in 0..10i64 {
         let tool = ["charge", "refund", "send_email"][(i % 3) as usize];
         let customer = format!("cus_{:05}", 42_000 + i);
@@ -157,7 +163,7 @@ fn tool_calls(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
             _ => json!({"to": format!("{customer}@example.com"), "template": "receipt"}),
         };
         let at = now - (170 - i * 15) * MIN;
-        let c = tool_claim(TOOLS, scope, tool, &arguments, i + 1, at);
+        let c = tool_claim(&route, scope, tool, &arguments, i + 1, at);
         let id = claimed_id(&store.claim(c).wait()?)?;
         if i == 7 {
             store
@@ -197,32 +203,35 @@ fn tool_calls(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
     Ok(())
 }
 
-/// The claim of an agent's MCP call of `tool` with `arguments`, JSON-RPC id `id`, at `at`.
+/// The claim of an agent's MCP call of `tool` with `arguments` through `route`, JSON-RPC id
+/// `id`, at `at`, as the proxy makes it.
 fn tool_claim(
-    route: &str,
+    route: &idemgate_config::Route,
     scope: &str,
     tool: &str,
     arguments: &serde_json::Value,
     id: i64,
     at: Millis,
 ) -> ClaimRequest {
-    let key = idemgate_proxy::mcp::derived_key(scope, route, tool, arguments);
+    use idemgate_proxy::business::{subjects, tool_spec};
+    let name = route.name.as_str();
+    let key = idemgate_proxy::mcp::derived_key(scope, name, tool, arguments);
     let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": {"name": tool, "arguments": arguments}});
+    let rule = route.tools.get(tool);
+    let own = rule.map_or(&[][..], |r| &r.subjects);
     ClaimRequest {
-        route: route.into(),
+        route: name.into(),
         scope: scope.into(),
         key,
-        fingerprint: idemgate_proxy::mcp::fingerprint(route, tool, arguments),
+        fingerprint: idemgate_proxy::mcp::fingerprint(name, tool, arguments),
         legacy_fingerprint: None,
-        effect: if tool == "send_email" {
-            Effect::Write
-        } else {
-            Effect::Destructive
-        },
+        // A tool the configuration gives no effect is destructive: the demo's MCP server
+        // annotates its payment tools so, and the proxy takes a tool it has not seen listed so.
+        effect: rule.and_then(|r| r.effect).unwrap_or(Effect::Destructive),
         request: RequestRecord {
             method: "POST".into(),
-            path: "/mcp".into(),
+            path: route.path.clone(),
             headers: vec![
                 ("content-type".into(), "application/json".into()),
                 ("mcp-protocol-version".into(), "2026-07-28".into()),
@@ -235,26 +244,16 @@ fn tool_claim(
         ttl_ms: TTL,
         reject_duplicates_within_ms: None,
         tool: Some(tool.into()),
-        subjects: tool_subjects(route, tool, arguments),
+        subjects: subjects(
+            tool_spec(&route.subjects, own),
+            route.money.as_ref(),
+            &Default::default(),
+            Some(arguments),
+        ),
         dup_fp: None,
         approval: None,
         at,
     }
-}
-
-/// The subjects of a call of `tool` through MCP route `route`, as the proxy reads them.
-fn tool_subjects(route: &str, tool: &str, arguments: &serde_json::Value) -> Vec<(String, String)> {
-    use idemgate_proxy::business::{subjects, tool_spec};
-    let (own, shared) = (
-        super::subject_spec(&format!("{route}/{tool}")),
-        super::subject_spec(route),
-    );
-    subjects(
-        tool_spec(&shared, &own),
-        super::money_spec(route).as_ref(),
-        &Default::default(),
-        Some(arguments),
-    )
 }
 
 /// Collisions: an agent reused a key with different arguments.
@@ -270,7 +269,7 @@ fn collisions(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()> {
             SCOPES[(i as usize + 1) % SCOPES.len()],
             &body,
             now - (30 + i * 13) * MIN,
-        );
+        )?;
         complete_now(store, g, &c, owner, TTL, 300)?;
         let mut retry = c.claim(owner, TTL);
         retry.at = c.at + 60_000;
@@ -312,23 +311,27 @@ fn double_charges(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<()
                 SCOPES[((i + n) as usize) % 2],
                 &body,
                 t0 + n * 14_000,
-            );
+            )?;
             complete_now(store, g, &c, owner, TTL, 800)?;
         }
     }
     // An agent in a loop: the same charge over and over, its loop guard's flag logged.
     let looping = "agent-loop-01";
     let body = json!({"customer": "cus_43210", "amount": 12.5, "currency": "usd", "description": "Order #700900"});
-    let c = new_call(g, charges, looping, &body, now - 9 * MIN);
+    let c = new_call(g, charges, looping, &body, now - 9 * MIN)?;
     complete_now(store, g, &c, owner, TTL, 600)?;
-    for (n, calls) in [(0i64, 21), (1, 21)] {
+    let guard = g.terms(charges)?.loop_guard.ok_or_else(|| {
+        OpsError::Internal("examples/idemgate.toml: charges has no loop guard".into())
+    })?;
+    // What the proxy counts: the charge by its `duplicate_on` values, else the whole request.
+    let what = c.dup_fp.as_deref().unwrap_or(&c.fp);
+    for n in 0..2 {
         store
             .note_loop(LoopNote {
-                route: "charges".into(),
+                route: charges.name.into(),
                 scope: looping.into(),
                 key: c.key.clone(),
-                detail: json!({"calls": calls, "max": 20, "window_ms": 60_000, "action": "flag",
-                    "tool": null, "request": c.fp}),
+                detail: loop_detail(&guard, guard.max + 1, None, what),
                 at: now - (8 - n) * MIN,
             })
             .wait()?;
@@ -348,7 +351,7 @@ fn about_to_expire(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<(
             SCOPES[(i as usize) % SCOPES.len()],
             &body,
             now - 2 * HOUR + i * MIN,
-        );
+        )?;
         complete_now(store, g, &c, owner, 2 * HOUR + (10 + i * 5) * MIN, 200)?;
     }
     Ok(())
