@@ -198,6 +198,8 @@ pub struct ToolRule {
     pub key_arg: Option<String>,
     /// The call's subjects, from its arguments (the route's when empty).
     pub subjects: Vec<Subject>,
+    /// How the call states its amount (the route's when `None`).
+    pub money: Option<Money>,
     /// The arguments that make two calls the same effect (the route's when `None`).
     pub duplicate_on: Option<Vec<String>>,
     pub loop_guard: Option<LoopGuard>,

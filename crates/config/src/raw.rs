@@ -201,6 +201,8 @@ pub(super) struct RawTool {
     pub(super) key: Option<RawToolKey>,
     /// As a route's, read from the call's arguments.
     pub(super) subject: Option<std::collections::BTreeMap<String, String>>,
+    /// As a route's, for this tool's calls.
+    pub(super) money: Option<RawMoney>,
     pub(super) duplicate_on: Option<Vec<String>>,
     pub(super) loop_guard: Option<RawLoopGuard>,
     /// `[routes.tools."name".approval]`: which of its calls wait for operators.

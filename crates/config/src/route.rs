@@ -23,7 +23,7 @@ pub(super) struct RouteDefaults {
 
 /// The name of a field of the route at `i`, as errors give it: `routes[2] (charges).timeout`.
 mod business;
-use business::{business, duplicate_on, loop_guard, subjects};
+use business::{business, duplicate_on, loop_guard, money, subjects};
 
 struct Fields<'a> {
     i: usize,
@@ -344,6 +344,12 @@ fn tools(
             .map(|h| h.to_ascii_lowercase())
             .collect();
         let subjects = subjects(&at("subject"), t.subject.as_ref(), &secret_headers)?;
+        // The tool's subjects, else the route's, are those its calls name.
+        let own = t.subject.as_ref().filter(|s| !s.is_empty());
+        let spec = own.or(r.subject.as_ref());
+        let money = money(&at("money"), t.money.as_ref(), |name| {
+            spec.is_some_and(|s| s.contains_key(name))
+        })?;
         let duplicate_on = duplicate_on(&at("duplicate_on"), t.duplicate_on.as_ref())?;
         let loop_guard = loop_guard(&at("loop_guard"), t.loop_guard.as_ref())?;
         let approval = match &t.approval {
@@ -365,6 +371,7 @@ fn tools(
                 effect,
                 key_arg,
                 subjects,
+                money,
                 duplicate_on,
                 loop_guard,
                 approval,

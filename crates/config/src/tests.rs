@@ -5,6 +5,8 @@
 
 use super::*;
 
+mod money;
+
 const EXAMPLE: &str = include_str!("../../../examples/idemgate.toml");
 
 #[test]
@@ -476,57 +478,6 @@ fn subjects_duplicate_values_and_loop_guards_are_checked() {
          upstream = \"http://127.0.0.1:9\"\neffect = \"read\"\nsubject = {{ c = \"/c\" }}\n"
     ));
     assert!(e.contains("read route claims nothing"), "{e}");
-}
-
-#[test]
-fn money_needs_an_amount_and_a_currency_it_knows() {
-    let route = |extra: &str| {
-        format!(
-            "{BASE}[[routes]]\nname = \"refunds\"\nmethod = \"POST\"\npath = \"/v1/refunds\"\n\
-             upstream = \"http://127.0.0.1:9\"\neffect = \"write\"\n{extra}"
-        )
-    };
-    let c = Config::parse(&route(
-        "subject = { amount = \"/amount\" }\nmoney = { minor_units = true, currency = \"eur\" }\n",
-    ))
-    .expect("money");
-    let euros = Money {
-        minor_units: true,
-        currency: Some("EUR".into()),
-    };
-    assert_eq!(c.routes[0].money.as_ref(), Some(&euros));
-    // The currency may come from each call instead.
-    let c = Config::parse(&route(
-        "subject = { amount = \"/amount\", currency = \"/currency\" }\n\
-         money = { minor_units = true }\n",
-    ))
-    .expect("a currency subject");
-    assert_eq!(
-        c.routes[0].money.as_ref().map(|m| m.minor_units),
-        Some(true)
-    );
-    for (extra, says) in [
-        (
-            "subject = { amount = \"/amount\" }\nmoney = { minor_units = true }\n",
-            "routes[0] (refunds).money.minor_units: an amount in minor units needs its currency",
-        ),
-        (
-            "subject = { charge = \"/charge\" }\nmoney = { minor_units = true, currency = \"USD\" }\n",
-            "no subject named amount",
-        ),
-        (
-            "subject = { amount = \"/amount\" }\nmoney = { currency = \"dollars\" }\n",
-            "routes[0] (refunds).money.currency: \"dollars\" is not an ISO 4217 currency",
-        ),
-        (
-            "subject = { amount = \"/amount\" }\nmoney = { currency = \"XAU\" }\n",
-            "\"XAU\" is not an ISO 4217 currency with a minor unit",
-        ),
-        ("money = { cents = true }\n", "cents"),
-    ] {
-        let e = err(&route(extra));
-        assert!(e.contains(says), "{extra}: {e}");
-    }
 }
 
 #[test]

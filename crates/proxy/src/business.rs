@@ -10,7 +10,7 @@ use idemgate_ledger::{canon, Millis};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::config::{LoopGuard, Money, Subject, SubjectSource};
+use crate::config::{LoopGuard, Money, Route, Subject, SubjectSource};
 
 /// The longest subject value kept (longer ones are cut, on a character boundary).
 pub const MAX_SUBJECT: usize = 256;
@@ -34,13 +34,21 @@ fn text(v: &Value) -> Option<String> {
     Some(t)
 }
 
-/// Which subjects an MCP call of a tool names: the tool's own (`tool`), else its route's.
-pub fn tool_spec<'a>(route: &'a [Subject], tool: &'a [Subject]) -> &'a [Subject] {
-    if tool.is_empty() {
-        route
-    } else {
-        tool
-    }
+/// The subjects of an MCP call of `tool` on `route`, from its `arguments`: by the tool's own
+/// `subject` and `money`, else the route's.
+pub fn tool_subjects(
+    route: &Route,
+    tool: &str,
+    headers: &HeaderMap,
+    arguments: &Value,
+) -> Vec<(String, String)> {
+    let rule = route.tools.get(tool);
+    let spec = match rule {
+        Some(r) if !r.subjects.is_empty() => &r.subjects,
+        _ => &route.subjects,
+    };
+    let money = rule.and_then(|r| r.money.as_ref()).or(route.money.as_ref());
+    subjects(spec, money, headers, Some(arguments))
 }
 
 /// The subjects `spec` names, from `json` (the body, or an MCP call's arguments) and `headers`;

@@ -39,6 +39,7 @@ effect = "idempotent"
 
 [routes.tools."charge"]
 subject = { customer = "/customer", amount = "/amount" }
+money = { minor_units = true, currency = "USD" }
 "#;
 
 fn fx() -> Fx {
@@ -178,12 +179,12 @@ fn a_call_retried_under_a_new_id_runs_once_and_is_answered_with_the_retry_s_id()
         .iter()
         .all(|e| e["route"] == "tools" && e["tool"] == "charge"));
     assert!(f.entries(&["--tool", "refund"]).is_empty());
-    // The tool's subjects come from its arguments.
+    // The tool's subjects come from its arguments, its amount in cents read as money.
     let by_customer = f.entries(&["--subject", "customer=cus_1"]);
     assert_eq!(by_customer.len(), 1, "{by_customer:?}");
     assert_eq!(
         by_customer[0]["subjects"],
-        json!({"amount": "4999", "customer": "cus_1"})
+        json!({"amount": "49.99", "currency": "USD", "customer": "cus_1"})
     );
     let id = entries[1]["id"].to_string();
     let shown = idemgate_json(&["show", "--ledger", &f.ledger(), &id, "--json"]);

@@ -49,7 +49,15 @@ pub(super) fn business(
     };
     Ok(Business {
         subjects: subjects(&f.at("subject"), r.subject.as_ref(), secret_headers)?,
-        money: money(&f.at("money"), r)?,
+        // An MCP route's tools may name their own subjects.
+        money: money(&f.at("money"), r.money.as_ref(), |name| {
+            let tools = r.tools.iter().flatten();
+            let mut names = r
+                .subject
+                .iter()
+                .chain(tools.filter_map(|(_, t)| t.subject.as_ref()));
+            names.any(|s| s.contains_key(name))
+        })?,
         duplicate_on: duplicate_on(&f.at("duplicate_on"), r.duplicate_on.as_ref())?,
         any_scope,
         loop_guard: loop_guard(&f.at("loop_guard"), r.loop_guard.as_ref())?,
@@ -118,12 +126,16 @@ pub(super) fn subjects(
 
 /// `money = { minor_units = true, currency = "USD" }`. An amount in minor units needs an `amount`
 /// subject to convert, and a currency to convert it by: the calls' `currency` subject, or
-/// `currency` here.
-fn money(field: &str, r: &RawRoute) -> Result<Option<Money>, ConfigError> {
+/// `currency` here. `named` says whether the calls it applies to name a subject.
+pub(super) fn money(
+    field: &str,
+    raw: Option<&RawMoney>,
+    named: impl Fn(&str) -> bool,
+) -> Result<Option<Money>, ConfigError> {
     let Some(RawMoney {
         minor_units,
         currency,
-    }) = &r.money
+    }) = raw
     else {
         return Ok(None);
     };
@@ -139,16 +151,6 @@ fn money(field: &str, r: &RawRoute) -> Result<Option<Money>, ConfigError> {
     };
     let minor_units = minor_units.unwrap_or(false);
     if minor_units {
-        // An MCP route's tools may name their own subjects.
-        let named = |name: &str| {
-            let names = r.subject.iter().chain(
-                r.tools
-                    .iter()
-                    .flatten()
-                    .filter_map(|(_, t)| t.subject.as_ref()),
-            );
-            names.into_iter().any(|s| s.contains_key(name))
-        };
         if !named("amount") {
             return Err(invalid(
                 format!("{field}.minor_units"),

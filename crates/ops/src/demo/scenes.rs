@@ -213,13 +213,11 @@ fn tool_claim(
     id: i64,
     at: Millis,
 ) -> ClaimRequest {
-    use idemgate_proxy::business::{subjects, tool_spec};
     let name = route.name.as_str();
     let key = idemgate_proxy::mcp::derived_key(scope, name, tool, arguments);
     let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": {"name": tool, "arguments": arguments}});
     let rule = route.tools.get(tool);
-    let own = rule.map_or(&[][..], |r| &r.subjects);
     ClaimRequest {
         route: name.into(),
         scope: scope.into(),
@@ -244,11 +242,11 @@ fn tool_claim(
         ttl_ms: TTL,
         reject_duplicates_within_ms: None,
         tool: Some(tool.into()),
-        subjects: subjects(
-            tool_spec(&route.subjects, own),
-            route.money.as_ref(),
+        subjects: idemgate_proxy::business::tool_subjects(
+            route,
+            tool,
             &Default::default(),
-            Some(arguments),
+            arguments,
         ),
         dup_fp: None,
         approval: None,

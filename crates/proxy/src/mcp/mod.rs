@@ -553,14 +553,8 @@ fn prepare(route: &Route, parts: &Parts, call: Call, effect: Effect) -> Result<P
     let fingerprint = fingerprint(&route.name, &call.name, &call.arguments);
     // The tool's business terms, else the route's, read from the call's arguments.
     let rule = route.tools.get(&call.name);
-    let own = rule.map_or(&[][..], |r| &r.subjects);
-    let spec = crate::business::tool_spec(&route.subjects, own);
-    let subjects = crate::business::subjects(
-        spec,
-        route.money.as_ref(),
-        &parts.headers,
-        Some(&call.arguments),
-    );
+    let subjects =
+        crate::business::tool_subjects(route, &call.name, &parts.headers, &call.arguments);
     let on = rule
         .and_then(|r| r.duplicate_on.as_ref())
         .or(route.duplicate_on.as_ref());
