@@ -68,15 +68,24 @@ pub(crate) fn list(out: &mut output::Out, a: ListArgs) -> Result<ExitCode, OpsEr
     if list.is_empty() {
         writeln!(out, "no calls held for approval")?;
     }
+    // Columns as wide as the list's widest title and key, so every standing starts in one place.
+    let widths = list.iter().fold((0, 0), |(h, k), e| {
+        let chars = |t: &str| t.chars().count();
+        (
+            h.max(chars(&e.entry.headline)),
+            k.max(chars(&e.entry.summary.key)),
+        )
+    });
     for e in &list {
-        writeln!(out, "{}", line(e))?;
+        writeln!(out, "{}", line(e, widths))?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// One held call: its entry, what it is in the business's terms, its key, where its approval
-/// stands, and why the one who runs the command may not approve it while it waits.
-fn line(held: &HeldCall) -> String {
+/// stands, and why the one who runs the command may not approve it while it waits; its title
+/// and key padded to `widths`.
+fn line(held: &HeldCall, (title, key): (usize, usize)) -> String {
     let e = &held.entry;
     let s = &e.summary;
     let standing = e
@@ -90,7 +99,7 @@ fn line(held: &HeldCall) -> String {
         _ => String::new(),
     };
     format!(
-        "{:>6}  {:<36} {:<24} {standing}{not_me}",
+        "{:>6}  {:<title$}  {:<key$}  {standing}{not_me}",
         s.id, e.headline, s.key
     )
 }

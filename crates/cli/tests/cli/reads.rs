@@ -368,3 +368,27 @@ fn entries_search_finds_what_the_consoles_search_box_finds() {
         assert_eq!(ids(&cli), ids(&op["entries"]), "{text}");
     }
 }
+
+#[test]
+fn held_calls_are_listed_in_columns_whatever_their_titles() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = demo(dir.path(), 600);
+    let list = ok(&["approvals", "--ledger", s(&db)]);
+    let lines: Vec<&str> = list.lines().collect();
+    // The demo holds refunds of several sizes: their titles differ in length.
+    assert!(lines.len() >= 3, "{list}");
+    // Where each call's standing begins: one column, whatever its title and key.
+    let standing: Vec<Option<usize>> = lines
+        .iter()
+        .map(|l| {
+            let at = ["waiting:", "approved:", "rejected:"]
+                .iter()
+                .find_map(|w| l.find(w));
+            at.map(|at| l[..at].chars().count())
+        })
+        .collect();
+    assert!(
+        standing[0].is_some() && standing.iter().all(|c| *c == standing[0]),
+        "{standing:?}\n{list}"
+    );
+}
