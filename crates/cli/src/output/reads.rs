@@ -242,6 +242,9 @@ pub fn show(out: &mut Out, v: &EntryView, json: bool) -> R {
         "  scope        {}",
         if e.scope.is_empty() { "-" } else { &e.scope }
     )?;
+    if !e.subjects.is_empty() {
+        writeln!(out, "  subjects     {}", subjects_text(&e.subjects))?;
+    }
     writeln!(out, "  key          {}", e.key)?;
     writeln!(out, "  fingerprint  {}", e.fingerprint)?;
     writeln!(

@@ -111,6 +111,15 @@ fn entries_json_has_the_stable_fields_and_respects_limit() {
         text.contains("\n  actions      resolve, release, replay, reconcile\n"),
         "{text}"
     );
+    // What the call is about, as the console's Entry view says it.
+    let about = one["subjects"].as_object().expect("subjects");
+    let line = text.lines().find(|l| l.starts_with("  subjects     "));
+    let line = line.unwrap_or_else(|| panic!("no subjects line: {text}"));
+    assert!(!about.is_empty(), "{one}");
+    for (name, value) in about {
+        let said = format!("{name}={}", value.as_str().expect("text"));
+        assert!(line.split(' ').any(|w| w == said), "{said}: {line}");
+    }
     // Filters by route and key.
     let by_key = json(&[
         "entries",
