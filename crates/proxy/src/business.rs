@@ -51,6 +51,24 @@ pub fn tool_subjects(
     subjects(spec, money, headers, Some(arguments))
 }
 
+/// The digest of an MCP call of `tool` on `route` by the tool's own `duplicate_on`, else the
+/// route's (`None` when neither names one), under the name `route/tool`.
+pub fn tool_dup_fp(route: &Route, tool: &str, scope: &str, arguments: &Value) -> Option<String> {
+    let on = route
+        .tools
+        .get(tool)
+        .and_then(|r| r.duplicate_on.as_ref())
+        .or(route.duplicate_on.as_ref())?;
+    let name = format!("{}/{tool}", route.name);
+    Some(dup_fp(
+        &name,
+        scope,
+        route.duplicate_any_scope,
+        on,
+        Some(arguments),
+    ))
+}
+
 /// The subjects `spec` names, from `json` (the body, or an MCP call's arguments) and `headers`;
 /// those the request lacks are left out. Under the route's `money`, a call with an amount that
 /// names no currency gets the route's, and an amount in minor units is recorded in the

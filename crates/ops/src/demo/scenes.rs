@@ -248,7 +248,7 @@ fn tool_claim(
             &Default::default(),
             arguments,
         ),
-        dup_fp: None,
+        dup_fp: idemgate_proxy::business::tool_dup_fp(route, tool, scope, arguments),
         approval: None,
         at,
     }

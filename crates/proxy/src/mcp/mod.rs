@@ -552,19 +552,9 @@ fn prepare(route: &Route, parts: &Parts, call: Call, effect: Effect) -> Result<P
     };
     let fingerprint = fingerprint(&route.name, &call.name, &call.arguments);
     // The tool's business terms, else the route's, read from the call's arguments.
-    let rule = route.tools.get(&call.name);
     let subjects =
         crate::business::tool_subjects(route, &call.name, &parts.headers, &call.arguments);
-    let on = rule
-        .and_then(|r| r.duplicate_on.as_ref())
-        .or(route.duplicate_on.as_ref());
-    let dup_fp = on.map(|on| {
-        let (tool_route, any) = (
-            format!("{}/{}", route.name, call.name),
-            route.duplicate_any_scope,
-        );
-        crate::business::dup_fp(&tool_route, &scope, any, on, Some(&call.arguments))
-    });
+    let dup_fp = crate::business::tool_dup_fp(route, &call.name, &scope, &call.arguments);
     Ok(Prepared {
         subjects,
         dup_fp,
