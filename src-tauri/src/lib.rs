@@ -68,7 +68,7 @@ pub const SERVER_CONFIG: &str = "/etc/idemgate/idemgate.toml";
 
 /// The SQLite ledger the configuration at `path` names, when this user may read and write it.
 fn server_ledger(path: &std::path::Path) -> Option<String> {
-    let cfg = Config::load_for_operations(&path.display().to_string()).ok()?;
+    let cfg = Config::load_without_secrets(&path.display().to_string()).ok()?;
     let ledger = std::path::Path::new(&cfg.ledger);
     let usable = !idemgate_ops::ledger::is_postgres(&cfg.ledger)
         && std::fs::OpenOptions::new()

@@ -354,6 +354,22 @@ fn the_default_ledger_is_the_installed_servers_when_it_can_be_opened() {
         LedgerChoice::choose(&args(&["idemgate-console", "--ledger", "/x.db"]), &cfg),
         LedgerChoice::Named("/x.db".into())
     );
+    // The server's secrets live in its service's environment, not the desktop session's.
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nledger = \"{}\"\nadmin_listen = \"off\"\n[[routes]]\nname = \"r\"\n\
+             method = \"POST\"\npath = \"/r\"\nupstream = \"http://127.0.0.1:9\"\neffect = \"write\"\n\
+             upstream_auth = {{ secret_env = \"IDEMGATE_TEST_SERVICE_ONLY\" }}\n",
+            ledger.display()
+        ),
+    )
+    .expect("write");
+    assert_eq!(
+        LedgerChoice::choose(&none, &cfg),
+        LedgerChoice::Named(ledger.display().to_string()),
+        "a secret the session lacks"
+    );
     std::fs::write(&cfg, "not toml").expect("write");
     assert!(
         is_default(&LedgerChoice::choose(&none, &cfg)),

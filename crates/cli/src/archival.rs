@@ -244,7 +244,7 @@ pub(crate) fn retention(out: &mut output::Out, c: RetentionCmd) -> Result<ExitCo
         ledger,
         json,
     } = c;
-    let cfg = Config::load_for_operations(&config.display().to_string())
+    let cfg = Config::load_without_secrets(&config.display().to_string())
         .map_err(|e| OpsError::BadConfig(e.to_string()))?;
     if cfg.retention.is_none() {
         return Err(OpsError::BadConfig(format!(

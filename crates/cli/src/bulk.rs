@@ -81,7 +81,10 @@ pub(crate) fn run(a: BulkArgs) -> Result<ExitCode, CmdError> {
     // Everything is read and checked before the ledger is opened.
     cmd.check()?;
     let cfg = match (&a.config, action.reaches_upstream()) {
-        (Some(c), _) => Some(Arc::new(Config::load_for_operations(
+        (Some(c), true) => Some(Arc::new(Config::load_for_operations(
+            &c.display().to_string(),
+        )?)),
+        (Some(c), false) => Some(Arc::new(Config::load_without_secrets(
             &c.display().to_string(),
         )?)),
         (None, true) => return Err(idemgate_ops::OpsError::NoConfig.into()),

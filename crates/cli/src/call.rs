@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Arg, ArgAction, ArgMatches, Command, FromArgMatches};
+use idemgate_config::Config;
 use idemgate_ops::dispatch::{self, Args, Decider, Host, Kind, Spec};
 use idemgate_ops::{Ops, OpsError};
 use idemgate_server::parameters::Parameter;
@@ -222,7 +223,11 @@ fn as_local(typed: &str) -> String {
 /// Runs the operation, printing its answer as JSON.
 pub(crate) fn run(out: &mut output::Out, c: Call) -> Result<ExitCode, CmdError> {
     let args = request(&c)?;
-    let (cfg, ledger) = crate::serve::config_and_ledger(c.config.as_deref(), c.ledger.clone())?;
+    let (cfg, ledger) = crate::serve::config_and_ledger(
+        c.config.as_deref(),
+        c.ledger.clone(),
+        Config::load_for_operations,
+    )?;
     let mut ops = Ops::open_existing(&ledger)?;
     if let Some(cfg) = &cfg {
         ops = ops.configured_by(cfg);

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use idemgate_config::{Approval, Config, LoopGuard};
+use idemgate_config::{Approval, Config, ConfigError, LoopGuard};
 use idemgate_ops::{op, ActionCmd, Code, Ops, OpsError};
 use idemgate_server::{Reload, Server};
 
@@ -35,15 +35,16 @@ impl CmdError {
     }
 }
 
-/// The configuration `--config` (or `IDEMGATE_CONFIG`) names, read for operator work (the signing
-/// secrets it names need not be present), and the ledger: `--ledger` (or `IDEMGATE_LEDGER`), else
-/// the configuration's.
+/// The configuration `--config` (or `IDEMGATE_CONFIG`) names, read by `load` (the secrets the
+/// command needs, and only those), and the ledger: `--ledger` (or `IDEMGATE_LEDGER`), else the
+/// configuration's.
 pub(crate) fn config_and_ledger(
     config: Option<&Path>,
     ledger: Option<String>,
+    load: fn(&str) -> Result<Config, ConfigError>,
 ) -> Result<(Option<Arc<Config>>, String), CmdError> {
     let cfg = config
-        .map(|p| Config::load_for_operations(&p.display().to_string()).map(Arc::new))
+        .map(|p| load(&p.display().to_string()).map(Arc::new))
         .transpose()?;
     let ledger = ledger
         .or_else(|| cfg.as_ref().map(|c| c.ledger.clone()))

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use idemgate_config::Config;
 use idemgate_ops::{op, Ops, OpsError};
 
 use crate::output;
@@ -32,7 +33,11 @@ pub(crate) struct ShowArgs {
 
 /// Runs `idemgate show`.
 pub(crate) fn run(out: &mut output::Out, a: ShowArgs) -> Result<ExitCode, CmdError> {
-    let (cfg, ledger) = crate::serve::config_and_ledger(a.config.as_deref(), a.ledger)?;
+    let (cfg, ledger) = crate::serve::config_and_ledger(
+        a.config.as_deref(),
+        a.ledger,
+        Config::load_without_secrets,
+    )?;
     let ops = Ops::open_existing(&ledger)?;
     let me = idemgate_ops::os_user();
     let host = cfg

@@ -13,6 +13,7 @@ mod audit;
 mod operators;
 mod raw;
 mod route;
+mod secret;
 mod subject;
 mod telemetry;
 
@@ -20,6 +21,8 @@ pub use approval::{Approval, Condition, Notify};
 pub use audit::{Retention, Signing, Witness, SIGNING_KEY_ENV};
 pub use operators::{new_token, OperatorCred, Role, TokenHash, SHARED_ADMIN};
 use raw::RawConfig;
+pub use secret::Secret;
+use secret::{read_secret, Secrets};
 pub use subject::{Money, Subject, SubjectSource};
 pub use telemetry::Telemetry;
 
@@ -112,12 +115,6 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError 
 // ---- validated ----------------------------------------------------------------------------------
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Secrets {
-    Read,
-    Skip,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InFlight {
     Reject,
     Wait,
@@ -159,16 +156,6 @@ impl UpstreamAuth {
     /// Sets the credential in `headers`, in place of any value of its header there.
     pub fn set_in(&self, headers: &mut http::HeaderMap) {
         headers.insert(self.header.clone(), self.value.clone());
-    }
-}
-
-/// A secret value whose Debug output is redacted.
-#[derive(Clone)]
-pub struct Secret(pub Vec<u8>);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(<redacted>)")
     }
 }
 
@@ -431,30 +418,6 @@ fn query_names(field: &str, v: &Option<Vec<String>>) -> Result<Vec<String>, Conf
     Ok(v.into_iter().map(|n| n.to_ascii_lowercase()).collect())
 }
 
-fn read_secret(field: &str, env: Option<&str>, file: Option<&str>) -> Result<Secret, ConfigError> {
-    match (env, file) {
-        (Some(var), None) => match std::env::var(var) {
-            Ok(v) if !v.is_empty() => Ok(Secret(v.into_bytes())),
-            _ => Err(invalid(
-                field,
-                format!("environment variable {var} is not set"),
-            )),
-        },
-        (None, Some(path)) => {
-            let raw = std::fs::read(path).map_err(|e| invalid(field, format!("{path}: {e}")))?;
-            let s = raw.strip_suffix(b"\n").unwrap_or(&raw).to_vec();
-            if s.is_empty() {
-                return Err(invalid(field, format!("{path} is empty")));
-            }
-            Ok(Secret(s))
-        }
-        _ => Err(invalid(
-            field,
-            "give exactly one of secret_env or secret_file (never the secret itself)",
-        )),
-    }
-}
-
 impl Config {
     /// Loads and validates a configuration, reading every secret it names (for `serve`).
     pub fn load(path: &str) -> Result<Config, ConfigError> {
@@ -464,7 +427,15 @@ impl Config {
     /// Loads a configuration for operator actions (replay, reconcile), which never check request
     /// signatures: the signing secrets it names need not be present (signatures are left out).
     pub fn load_for_operations(path: &str) -> Result<Config, ConfigError> {
-        Config::load_with(path, Secrets::Skip)
+        Config::load_with(path, Secrets::Forward)
+    }
+
+    /// Loads a configuration for a host that forwards nothing and checks no request (the
+    /// retention policy's run, `show`'s judgement of what an entry's route offers, the console
+    /// finding the server's ledger): it reads none of the secrets the file names, which the
+    /// server's environment holds and the host's need not.
+    pub fn load_without_secrets(path: &str) -> Result<Config, ConfigError> {
+        Config::load_with(path, Secrets::None)
     }
 
     fn load_with(path: &str, secrets: Secrets) -> Result<Config, ConfigError> {
@@ -477,6 +448,13 @@ impl Config {
 
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse_with(text, Secrets::Read)
+    }
+
+    /// Parses a configuration for a host that forwards nothing and checks no request (the demo,
+    /// which records calls as the proxy would): every field is checked, no secret is read, and
+    /// the routes carry no signature and no upstream credential.
+    pub fn parse_without_secrets(text: &str) -> Result<Config, ConfigError> {
+        Config::parse_with(text, Secrets::None)
     }
 
     fn parse_with(text: &str, secrets: Secrets) -> Result<Config, ConfigError> {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use idemgate_ledger::Effect;
 
 use super::raw::RawRoute;
+use super::secret::check_named;
 use super::{
     invalid, is_header_name, parse_duration, parse_positive, parse_size, parse_upstream,
     query_names, read_secret, ConfigError, KeySource, LoopGuard, Money, Protocol, Reconcile, Retry,
@@ -67,16 +68,17 @@ pub(super) fn route(
     let retry = retries(&f, r, retry_effect, timeout, lease)?;
     let reject_duplicates = reject_duplicates(&f, r)?;
     let signature = signature(&f, r, secrets)?;
-    let upstream_auth = upstream_auth(&f, r)?;
+    let auth_header = upstream_auth_header(&f, r)?;
+    let upstream_auth = upstream_auth(&f, r, auth_header.as_ref(), secrets)?;
     let reconcile = reconcile(&f, r)?;
     let cache_ttl = cache_ttl(&f, r, effect)?;
-    let secret_headers = secret_headers(&f, r, upstream_auth.as_ref())?;
+    let secret_headers = secret_headers(&f, r, auth_header.as_ref())?;
     let business = business(&f, r, effect, protocol, &secret_headers)?;
     let approval = crate::approval::approval(
         &f.at("approval"),
         r,
         (effect, protocol),
-        upstream_auth.is_some(),
+        auth_header.is_some(),
         secrets,
     )?;
     Ok(Route {
@@ -153,12 +155,12 @@ fn cache_ttl(
 fn secret_headers(
     f: &Fields<'_>,
     r: &RawRoute,
-    upstream_auth: Option<&UpstreamAuth>,
+    auth_header: Option<&http::HeaderName>,
 ) -> Result<Vec<String>, ConfigError> {
     let mut names = header_names(f, "secret_headers", &r.secret_headers)?;
-    if let Some(a) = upstream_auth {
-        if !names.iter().any(|n| n == a.header.as_str()) {
-            names.push(a.header.as_str().to_owned());
+    if let Some(h) = auth_header {
+        if !names.iter().any(|n| n == h.as_str()) {
+            names.push(h.as_str().to_owned());
         }
     }
     Ok(names)
@@ -534,7 +536,7 @@ fn signature(
 ) -> Result<Option<Signature>, ConfigError> {
     let s = match &r.signature {
         None => return Ok(None),
-        Some(_) if secrets == Secrets::Skip => return Ok(None),
+        Some(_) if secrets != Secrets::Read => return Ok(None),
         Some(s) => s,
     };
     let header = s
@@ -561,19 +563,44 @@ fn signature(
     }))
 }
 
-/// The credential the proxy adds upstream. Read in every mode: operator replays and probes send
-/// it too.
-fn upstream_auth(f: &Fields<'_>, r: &RawRoute) -> Result<Option<UpstreamAuth>, ConfigError> {
+/// The header the proxy's own upstream credential goes in, when the route has one.
+fn upstream_auth_header(
+    f: &Fields<'_>,
+    r: &RawRoute,
+) -> Result<Option<http::HeaderName>, ConfigError> {
     let Some(a) = &r.upstream_auth else {
         return Ok(None);
     };
     let name = a.header.as_deref().unwrap_or("authorization");
-    let header = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-        invalid(
-            f.at("upstream_auth.header"),
-            format!("{name:?} is not a header name"),
-        )
-    })?;
+    http::HeaderName::from_bytes(name.as_bytes())
+        .map(Some)
+        .map_err(|_| {
+            invalid(
+                f.at("upstream_auth.header"),
+                format!("{name:?} is not a header name"),
+            )
+        })
+}
+
+/// The credential the proxy adds upstream, in `header`. Read by every host that forwards:
+/// operator replays and probes send it too.
+fn upstream_auth(
+    f: &Fields<'_>,
+    r: &RawRoute,
+    header: Option<&http::HeaderName>,
+    secrets: Secrets,
+) -> Result<Option<UpstreamAuth>, ConfigError> {
+    let (Some(a), Some(header)) = (&r.upstream_auth, header) else {
+        return Ok(None);
+    };
+    if secrets == Secrets::None {
+        check_named(
+            &f.at("upstream_auth"),
+            a.secret_env.as_deref(),
+            a.secret_file.as_deref(),
+        )?;
+        return Ok(None);
+    }
     let secret = read_secret(
         &f.at("upstream_auth"),
         a.secret_env.as_deref(),
@@ -587,7 +614,10 @@ fn upstream_auth(f: &Fields<'_>, r: &RawRoute) -> Result<Option<UpstreamAuth>, C
         )
     })?;
     value.set_sensitive(true);
-    Ok(Some(UpstreamAuth { header, value }))
+    Ok(Some(UpstreamAuth {
+        header: header.clone(),
+        value,
+    }))
 }
 
 /// The probe that asks the upstream whether a stuck entry's effect happened: GET or HEAD, a URL

@@ -17,6 +17,36 @@ fn the_example_parses() {
     assert_eq!(c.listen.to_string(), "127.0.0.1:8700");
 }
 
+/// A host that forwards nothing reads none of the secrets a configuration names, and still
+/// checks everything else, how each secret is named included.
+#[test]
+fn a_configuration_parses_without_its_secrets_for_a_host_that_forwards_nothing() {
+    let route = |auth: &str| {
+        format!(
+            "{BASE}[[routes]]\nname = \"refunds\"\nmethod = \"POST\"\npath = \"/r\"\n\
+             upstream = \"http://127.0.0.1:9\"\neffect = \"write\"\n\
+             upstream_auth = {auth}\n\
+             signature = {{ secret_env = \"IDEMGATE_TEST_NO_SUCH_VAR\" }}\n\
+             approval = {{ when = \"args.amount > 50000\", approvals = 2 }}\n"
+        )
+    };
+    let unset = route("{ secret_env = \"IDEMGATE_TEST_NO_SUCH_VAR\" }");
+    assert!(err(&unset).contains("IDEMGATE_TEST_NO_SUCH_VAR is not set"));
+    let c = Config::parse_without_secrets(&unset).expect("no secret read");
+    let r = &c.routes[0];
+    assert!(r.upstream_auth.is_none() && r.signature.is_none());
+    let policy = r.approval.as_ref().expect("the policy");
+    assert_eq!((policy.name.as_str(), policy.approvals), ("refunds", 2));
+    for bad in ["{ }", "{ secret_env = \"A\", secret_file = \"/b\" }"] {
+        let e = Config::parse_without_secrets(&route(bad)).expect_err(bad);
+        assert!(
+            e.to_string()
+                .contains("give exactly one of secret_env or secret_file"),
+            "{e}"
+        );
+    }
+}
+
 fn err(toml: &str) -> String {
     Config::parse(toml)
         .expect_err("should be refused")

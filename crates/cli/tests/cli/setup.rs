@@ -1,7 +1,8 @@
 //! From installed to serving: `init` writes a configuration `serve --check` accepts, with an admin
 //! token only its owner reads; it never replaces a file unasked, and a bad route writes nothing;
 //! `serve --check` says what each route holds for approval and counts as a loop; `man` and
-//! `completions` describe every command; an unreadable configuration says who named it.
+//! `completions` describe every command; an unreadable configuration says who named it; only a
+//! command that forwards reads the secrets a configuration names.
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -185,4 +186,53 @@ fn an_unreadable_configuration_says_whether_the_environment_named_it() {
             "{err}"
         );
     }
+}
+
+/// A command that forwards nothing reads none of the secrets a configuration names (they live in
+/// the server's environment): `show` judges by its routes and `retention run` runs, while
+/// `replay`, which sends the route's credential upstream, says which variable it lacks.
+#[test]
+fn only_a_command_that_forwards_reads_the_configurations_secrets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = demo(dir.path(), 300);
+    let cfg = dir.path().join("idemgate.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nledger = {:?}\nadmin_listen = \"off\"\n[retention]\nentries = \"30d\"\n\
+             [[routes]]\nname = \"charges\"\nmethod = \"POST\"\npath = \"/v1/charges\"\n\
+             upstream = \"http://127.0.0.1:9\"\neffect = \"write\"\n\
+             upstream_auth = {{ secret_env = \"IDEMGATE_TEST_SERVICE_ONLY\" }}\n",
+            s(&db)
+        ),
+    )
+    .expect("config");
+    let charges = json(&[
+        "entries",
+        "--ledger",
+        s(&db),
+        "--route",
+        "charges",
+        "--json",
+    ]);
+    let id = charges[0]["id"].to_string();
+    let shown = json(&["show", "--config", s(&cfg), &id, "--json"]);
+    assert_eq!(shown["id"].to_string(), id);
+    ok(&["retention", "run", "--config", s(&cfg), "--json"]);
+    let out = idemgate(&[
+        "replay",
+        "--config",
+        s(&cfg),
+        &id,
+        "--operator",
+        "you",
+        "--reason",
+        "r",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("upstream_auth: environment variable IDEMGATE_TEST_SERVICE_ONLY is not set"),
+        "{err}"
+    );
 }
