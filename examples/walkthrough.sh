@@ -13,7 +13,7 @@ fail() { echo "walkthrough: FAILED: $*" >&2; exit 1; }
 step() { echo; echo "\$ $*"; }
 
 python3 "$root/examples/fake-tool.py" 9000 & pids+=($!)
-export IDEMGATE_ADMIN_TOKEN=dev-admin-token CHARGES_SECRET=whsec_dev
+export IDEMGATE_ADMIN_TOKEN=dev-admin-token CHARGES_SECRET=whsec_dev PROCESSOR_AUTH='Bearer sk_dev'
 "$idemgate" serve --config "$root/examples/idemgate.toml" > serve.out 2> serve.log & pids+=($!)
 for _ in $(seq 100); do grep -q listening serve.out 2>/dev/null && curl -s localhost:9000/_charges >/dev/null && break; sleep 0.1; done
 grep -q listening serve.out || { cat serve.log; fail "serve did not start"; }

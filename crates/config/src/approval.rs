@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use idemgate_ledger::Effect;
+use idemgate_ledger::{ApprovalAsk, Effect};
 
 use super::raw::{RawApproval, RawRoute};
 use super::{invalid, parse_positive, read_secret, ConfigError, Protocol, Secrets};
@@ -61,6 +61,29 @@ impl Approval {
         self.approvers
             .as_ref()
             .is_none_or(|a| a.iter().any(|n| n == name))
+    }
+
+    /// The approval a call must wait for, if this policy matches it: `args` its JSON body or
+    /// tool arguments, `subjects` its subjects. A condition that cannot be evaluated holds the
+    /// call (fails closed), and the request says why (`unevaluated`).
+    pub fn ask(
+        &self,
+        args: Option<&serde_json::Value>,
+        subjects: &[(String, String)],
+    ) -> Option<ApprovalAsk> {
+        let unevaluated = match self.when.as_ref().map(|c| c.matches(args, subjects)) {
+            Some(Ok(false)) => return None,
+            Some(Err(why)) => Some(why),
+            Some(Ok(true)) | None => None,
+        };
+        Some(ApprovalAsk {
+            policy: self.name.clone(),
+            policy_hash: self.hash.clone(),
+            needed: self.approvals,
+            expires_ms: i64::try_from(self.expires.as_millis()).unwrap_or(i64::MAX),
+            approvers: self.approvers.clone(),
+            unevaluated,
+        })
     }
 }
 

@@ -12,9 +12,12 @@ const EXAMPLE: &str = include_str!("../../../examples/idemgate.toml");
 #[test]
 fn the_example_parses() {
     std::env::set_var("CHARGES_SECRET", "whsec_test");
+    std::env::set_var("PROCESSOR_AUTH", "Bearer sk_test");
     let c = Config::parse(EXAMPLE).expect("example config");
     assert!(c.routes.len() >= 3);
     assert_eq!(c.listen.to_string(), "127.0.0.1:8700");
+    let refunds = c.route("refunds").expect("refunds");
+    assert!(refunds.approval.is_some() && refunds.upstream_auth.is_some());
 }
 
 /// A host that forwards nothing reads none of the secrets a configuration names, and still

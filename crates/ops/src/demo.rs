@@ -11,9 +11,9 @@
 
 use idemgate_ledger::canon::fingerprint;
 use idemgate_ledger::{
-    now_millis, Actor, ClaimOutcome, ClaimRequest, CompleteRequest, Effect, EntryFilter, LoopNote,
-    Millis, OwnerReport, Page, PurgeRequest, RequestRecord, Resolution, ResolveRequest,
-    ResponseRecord, Stats, Storage, Ticket,
+    now_millis, Actor, ApprovalAsk, ClaimOutcome, ClaimRequest, CompleteRequest, Effect,
+    EntryFilter, LoopNote, Millis, OwnerReport, Page, PurgeRequest, RequestRecord, Resolution,
+    ResolveRequest, ResponseRecord, Stats, Storage, Ticket,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -126,15 +126,11 @@ struct Gen {
 }
 
 /// The configuration the demo's calls went through: `examples/idemgate.toml`, which the
-/// console's demo runs its embedded proxy under (`.ci/demo`), without the webhook signature whose
-/// secret the demo has not.
+/// console's demo runs its embedded proxy under (`.ci/demo`). The demo forwards nothing, so it
+/// reads none of the secrets the file names.
 fn example() -> OpsResult<Config> {
     const EXAMPLE: &str = include_str!("../../../examples/idemgate.toml");
-    let lines: Vec<&str> = EXAMPLE
-        .lines()
-        .filter(|l| !l.starts_with("signature = "))
-        .collect();
-    Config::parse(&lines.join("\n"))
+    Config::parse_without_secrets(EXAMPLE)
         .map_err(|e| OpsError::Internal(format!("examples/idemgate.toml: {e}")))
 }
 
@@ -257,6 +253,8 @@ struct Call {
     effect: Effect,
     subjects: Vec<(String, String)>,
     dup_fp: Option<String>,
+    /// The approval its route's policy holds it for, if the policy matches it.
+    approval: Option<ApprovalAsk>,
 }
 
 impl Call {
@@ -285,7 +283,7 @@ impl Call {
             tool: None,
             subjects: self.subjects.clone(),
             dup_fp: self.dup_fp.clone(),
-            approval: None,
+            approval: self.approval.clone(),
             at: self.at,
         }
     }
@@ -315,6 +313,10 @@ fn new_call(
             Some(body),
         )
     });
+    let approval = terms
+        .approval
+        .as_ref()
+        .and_then(|p| p.ask(Some(body), &subjects));
     let effect = terms.effect;
     let body = serde_json::to_vec(body).unwrap_or_default();
     let fp = fingerprint(route.method, route.name, &[], &body);
@@ -328,6 +330,7 @@ fn new_call(
         effect,
         subjects,
         dup_fp,
+        approval,
     })
 }
 
@@ -531,5 +534,54 @@ mod tests {
         let tools = cfg.route(scenes::TOOLS.name).expect("the MCP route");
         assert_eq!(tools.protocol, Protocol::Mcp);
         assert!(cfg.route("charges").is_some_and(|c| c.loop_guard.is_some()));
+    }
+
+    /// The console's demo shows refunds held under the policy its embedded proxy runs: each
+    /// refund the example's policy matches was held for it, under its hash, and no other was.
+    #[test]
+    fn the_demo_holds_the_refunds_the_example_s_policy_holds_and_no_others() {
+        let cfg = example().expect("the demo's configuration");
+        let policy = cfg.route("refunds").and_then(|r| r.approval.as_ref());
+        let policy = policy.expect("the example holds refunds for approval");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ops = crate::Ops::open_or_create(&dir.path().join("l.db").display().to_string())
+            .expect("ledger");
+        let store = ops.store();
+        let opts = DemoOptions {
+            events: 2_000,
+            seed: 3,
+        };
+        seed(store.as_ref(), opts).expect("demo");
+        let refunds = EntryFilter {
+            route: Some("refunds".into()),
+            ..EntryFilter::default()
+        };
+        let page = Page {
+            limit: 10_000,
+            ..Page::default()
+        };
+        let (mut held, mut ran) = (0, 0);
+        for e in store
+            .entries(&refunds, page, now_millis())
+            .expect("refunds")
+        {
+            let d = store.entry(e.id, now_millis()).expect("entry");
+            let Some(request) = &d.request else { continue };
+            let body: serde_json::Value = serde_json::from_slice(&request.body).expect("JSON");
+            let asks = policy.ask(Some(&body), &e.subjects);
+            assert_eq!(
+                asks.is_some(),
+                d.approval.is_some(),
+                "entry {}: {body}",
+                e.id
+            );
+            if let Some(a) = &d.approval {
+                assert_eq!((&a.policy_hash, a.needed), (&policy.hash, policy.approvals));
+                held += 1;
+            } else {
+                ran += 1;
+            }
+        }
+        assert!(held >= 5 && ran > 0, "{held} held, {ran} not");
     }
 }

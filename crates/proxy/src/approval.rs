@@ -73,39 +73,24 @@ const LOOK_AGAIN: Duration = Duration::from_millis(100);
 /// How many approved calls one round takes to forward.
 const TAKE: u32 = 16;
 
-/// The approval a call must wait for, if `policy` (its route's, or its MCP tool's) matches it:
-/// `args` its JSON body or arguments, `subjects` its subjects. A condition that cannot be
-/// evaluated holds the call (fails closed), and says why in the server's log.
+/// The approval a call must wait for, if `policy` (its route's, or its MCP tool's) matches it
+/// ([`Approval::ask`]); a condition that could not be evaluated is said in the server's log too.
 pub(crate) fn ask(
     policy: Option<&Approval>,
     args: Option<&serde_json::Value>,
     subjects: &[(String, String)],
 ) -> Option<ApprovalAsk> {
     let policy = policy?;
-    let mut unevaluated = None;
-    if let Some(c) = &policy.when {
-        match c.matches(args, subjects) {
-            Ok(false) => return None,
-            Ok(true) => {}
-            Err(why) => {
-                tracing::warn!(
-                    policy = %policy.name,
-                    condition = %c.source,
-                    error = %why,
-                    "the approval condition could not be evaluated: the call is held"
-                );
-                unevaluated = Some(why);
-            }
-        }
+    let ask = policy.ask(args, subjects)?;
+    if let (Some(why), Some(c)) = (&ask.unevaluated, &policy.when) {
+        tracing::warn!(
+            policy = %policy.name,
+            condition = %c.source,
+            error = %why,
+            "the approval condition could not be evaluated: the call is held"
+        );
     }
-    Some(ApprovalAsk {
-        policy: policy.name.clone(),
-        policy_hash: policy.hash.clone(),
-        needed: policy.approvals,
-        expires_ms: policy.expires.as_millis() as i64,
-        approvers: policy.approvers.clone(),
-        unevaluated,
-    })
+    Some(ask)
 }
 
 /// How a held call's wait ended.

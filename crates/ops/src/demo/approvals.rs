@@ -1,24 +1,12 @@
-//! Refunds held for approval: three waiting in the inbox (one approved once of the two its
-//! policy needs), one approved by two operators and run, one rejected.
+//! Refunds the example configuration's policy held for approval: three waiting in the inbox (one
+//! approved once of the two it needs), one approved by two operators and run, one rejected.
 
 #[allow(
     clippy::wildcard_imports,
     reason = "the scenes use the demo's generator and its vocabulary"
 )]
 use super::*;
-use idemgate_ledger::{ApprovalAsk, DecideRequest};
-
-/// The policy the demo's refunds route would hold large refunds under (docs/configuration.md).
-fn ask() -> ApprovalAsk {
-    ApprovalAsk {
-        policy: "refunds".into(),
-        policy_hash: "a3f1c9e0d2b8a7f6e5d4c3b2a1908f7e6d5c4b3a29180f7e6d5c4b3a2918f7e6".into(),
-        needed: 2,
-        expires_ms: 2 * HOUR,
-        approvers: None,
-        unevaluated: None,
-    }
-}
+use idemgate_ledger::DecideRequest;
 
 fn decide(
     store: &dyn Storage,
@@ -104,7 +92,7 @@ fn hold_refunds(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<Vec<
     for (i, (customer, amount)) in [
         ("cus_52210", 64_000),
         ("cus_70913", 125_000),
-        ("vip_3301", 9_900),
+        ("vip_3301", 99_000),
         ("cus_11873", 58_000),
         ("cus_40027", 310_000),
     ]
@@ -115,11 +103,12 @@ fn hold_refunds(store: &dyn Storage, g: &mut Gen, now: Millis) -> OpsResult<Vec<
             "customer": customer, "reason": "requested_by_customer"});
         let at = now - (55 - 9 * i as i64) * MIN;
         let c = new_call(g, ROUTES[1], SCOPES[i % SCOPES.len()], &body, at)?;
-        let claim = ClaimRequest {
-            approval: Some(ask()),
-            ..c.claim(OWNERS[i % 2], TTL)
-        };
-        match store.claim(claim).wait()? {
+        if c.approval.is_none() {
+            return Err(OpsError::Internal(format!(
+                "examples/idemgate.toml: the refunds policy does not hold {body}"
+            )));
+        }
+        match store.claim(c.claim(OWNERS[i % 2], TTL)).wait()? {
             ClaimOutcome::AwaitingApproval { entry_id, .. } => held.push((entry_id, c.at)),
             other => {
                 return Err(OpsError::Conflict(format!(
