@@ -21,7 +21,8 @@ pub(super) enum Secrets {
     /// The upstream credentials only: operator actions forward (a replay, a probe) but check
     /// no signature and notify no one.
     Forward,
-    /// None: a host that records calls as the proxy would and forwards nothing (the demo).
+    /// None: a host that forwards nothing (the demo, `show`, a retention run, the console
+    /// finding the server's ledger).
     None,
 }
 

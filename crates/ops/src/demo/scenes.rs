@@ -218,6 +218,9 @@ fn tool_claim(
     let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": {"name": tool, "arguments": arguments}});
     let rule = route.tools.get(tool);
+    let subjects =
+        idemgate_proxy::business::tool_subjects(route, tool, &Default::default(), arguments);
+    let policy = rule.and_then(|r| r.approval.as_ref());
     ClaimRequest {
         route: name.into(),
         scope: scope.into(),
@@ -242,14 +245,9 @@ fn tool_claim(
         ttl_ms: TTL,
         reject_duplicates_within_ms: None,
         tool: Some(tool.into()),
-        subjects: idemgate_proxy::business::tool_subjects(
-            route,
-            tool,
-            &Default::default(),
-            arguments,
-        ),
+        approval: policy.and_then(|p| p.ask(Some(arguments), &subjects)),
+        subjects,
         dup_fp: idemgate_proxy::business::tool_dup_fp(route, tool, scope, arguments),
-        approval: None,
         at,
     }
 }
