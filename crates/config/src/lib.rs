@@ -425,7 +425,8 @@ impl Config {
     }
 
     /// Loads a configuration for operator actions (replay, reconcile), which never check request
-    /// signatures: the signing secrets it names need not be present (signatures are left out).
+    /// signatures: the signing secrets it names need not be present (signatures are checked and
+    /// left out).
     pub fn load_for_operations(path: &str) -> Result<Config, ConfigError> {
         Config::load_with(path, Secrets::Forward)
     }

@@ -8,11 +8,11 @@ use std::time::Duration;
 use idemgate_ledger::Effect;
 
 use super::raw::RawRoute;
-use super::secret::check_named;
+use super::secret::named_secret;
 use super::{
     invalid, is_header_name, parse_duration, parse_positive, parse_size, parse_upstream,
-    query_names, read_secret, ConfigError, KeySource, LoopGuard, Money, Protocol, Reconcile, Retry,
-    Route, Secrets, Signature, Subject, SubjectSource, ToolRule, UpstreamAuth, NO_TTL,
+    query_names, ConfigError, KeySource, LoopGuard, Money, Protocol, Reconcile, Retry, Route,
+    Secrets, Signature, Subject, SubjectSource, ToolRule, UpstreamAuth, NO_TTL,
 };
 
 /// What a route takes from `[defaults]` unless it sets its own.
@@ -527,17 +527,15 @@ fn retries(
     Ok(retry)
 }
 
-/// The request signature a route checks, with its secret (left out for operator actions, which
-/// never check one).
+/// The request signature a route checks, with its secret. Checked by every host, kept only by
+/// the server: operator actions never check a signature.
 fn signature(
     f: &Fields<'_>,
     r: &RawRoute,
     secrets: Secrets,
 ) -> Result<Option<Signature>, ConfigError> {
-    let s = match &r.signature {
-        None => return Ok(None),
-        Some(_) if secrets != Secrets::Read => return Ok(None),
-        Some(s) => s,
+    let Some(s) = &r.signature else {
+        return Ok(None);
     };
     let header = s
         .header
@@ -549,17 +547,20 @@ fn signature(
             format!("{header:?} is not a header name"),
         ));
     }
-    Ok(Some(Signature {
+    let tolerance = parse_duration(
+        &f.at("signature.tolerance"),
+        s.tolerance.as_deref().unwrap_or("5m"),
+    )?;
+    let secret = named_secret(
+        &f.at("signature"),
+        s.secret_env.as_deref(),
+        s.secret_file.as_deref(),
+        secrets == Secrets::Read,
+    )?;
+    Ok(secret.map(|secret| Signature {
         header: header.to_ascii_lowercase(),
-        secret: read_secret(
-            &f.at("signature"),
-            s.secret_env.as_deref(),
-            s.secret_file.as_deref(),
-        )?,
-        tolerance: parse_duration(
-            &f.at("signature.tolerance"),
-            s.tolerance.as_deref().unwrap_or("5m"),
-        )?,
+        secret,
+        tolerance,
     }))
 }
 
@@ -593,19 +594,15 @@ fn upstream_auth(
     let (Some(a), Some(header)) = (&r.upstream_auth, header) else {
         return Ok(None);
     };
-    if secrets == Secrets::None {
-        check_named(
-            &f.at("upstream_auth"),
-            a.secret_env.as_deref(),
-            a.secret_file.as_deref(),
-        )?;
-        return Ok(None);
-    }
-    let secret = read_secret(
+    let Some(secret) = named_secret(
         &f.at("upstream_auth"),
         a.secret_env.as_deref(),
         a.secret_file.as_deref(),
-    )?;
+        secrets != Secrets::None,
+    )?
+    else {
+        return Ok(None);
+    };
     let mut value = http::HeaderValue::from_bytes(&secret.0).map_err(|_| {
         // Never the value itself: it is a secret.
         invalid(

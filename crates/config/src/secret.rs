@@ -52,17 +52,21 @@ pub(super) fn read_secret(
     }
 }
 
-/// Checks how a secret the host does not read is named: by exactly one of `secret_env` and
-/// `secret_file`, as a host that reads it needs.
-pub(super) fn check_named(
+/// The secret `secret_env` or `secret_file` names, read only when the host uses it (`read`).
+/// The naming is checked either way, so a host that reads nothing refuses what the server would.
+pub(super) fn named_secret(
     field: &str,
     env: Option<&str>,
     file: Option<&str>,
-) -> Result<(), ConfigError> {
+    read: bool,
+) -> Result<Option<Secret>, ConfigError> {
     if env.is_some() == file.is_some() {
         return Err(not_one_secret(field));
     }
-    Ok(())
+    if !read {
+        return Ok(None);
+    }
+    read_secret(field, env, file).map(Some)
 }
 
 /// A secret named by both or neither of `secret_env` and `secret_file`.

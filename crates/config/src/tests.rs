@@ -24,29 +24,52 @@ fn the_example_parses() {
 /// checks everything else, how each secret is named included.
 #[test]
 fn a_configuration_parses_without_its_secrets_for_a_host_that_forwards_nothing() {
-    let route = |auth: &str| {
+    let unset = "{ secret_env = \"IDEMGATE_TEST_NO_SUCH_VAR\" }";
+    let route = |auth: &str, signature: &str| {
         format!(
             "{BASE}[[routes]]\nname = \"refunds\"\nmethod = \"POST\"\npath = \"/r\"\n\
              upstream = \"http://127.0.0.1:9\"\neffect = \"write\"\n\
-             upstream_auth = {auth}\n\
-             signature = {{ secret_env = \"IDEMGATE_TEST_NO_SUCH_VAR\" }}\n\
+             upstream_auth = {auth}\nsignature = {signature}\n\
              approval = {{ when = \"args.amount > 50000\", approvals = 2 }}\n"
         )
     };
-    let unset = route("{ secret_env = \"IDEMGATE_TEST_NO_SUCH_VAR\" }");
-    assert!(err(&unset).contains("IDEMGATE_TEST_NO_SUCH_VAR is not set"));
-    let c = Config::parse_without_secrets(&unset).expect("no secret read");
+    let text = route(unset, unset);
+    assert!(err(&text).contains("IDEMGATE_TEST_NO_SUCH_VAR is not set"));
+    let c = Config::parse_without_secrets(&text).expect("no secret read");
     let r = &c.routes[0];
     assert!(r.upstream_auth.is_none() && r.signature.is_none());
     let policy = r.approval.as_ref().expect("the policy");
     assert_eq!((policy.name.as_str(), policy.approvals), ("refunds", 2));
-    for bad in ["{ }", "{ secret_env = \"A\", secret_file = \"/b\" }"] {
-        let e = Config::parse_without_secrets(&route(bad)).expect_err(bad);
-        assert!(
-            e.to_string()
-                .contains("give exactly one of secret_env or secret_file"),
-            "{e}"
-        );
+    // What it does not read is still checked as the server checks it.
+    let both = "{ secret_env = \"A\", secret_file = \"/b\" }";
+    for (text, says) in [
+        (
+            route("{ }", unset),
+            "(refunds).upstream_auth: give exactly one of",
+        ),
+        (
+            route(both, unset),
+            "(refunds).upstream_auth: give exactly one of",
+        ),
+        (
+            route(unset, "{ }"),
+            "(refunds).signature: give exactly one of",
+        ),
+        (
+            route(unset, both),
+            "(refunds).signature: give exactly one of",
+        ),
+        (
+            route(unset, "{ secret_env = \"A\", tolerance = \"soon\" }"),
+            "(refunds).signature.tolerance: ",
+        ),
+        (
+            route(unset, "{ secret_env = \"A\", header = \"x y\" }"),
+            "(refunds).signature.header: ",
+        ),
+    ] {
+        let e = Config::parse_without_secrets(&text).expect_err(says);
+        assert!(e.to_string().contains(says), "{says}: {e}");
     }
 }
 
