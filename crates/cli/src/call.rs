@@ -220,23 +220,41 @@ fn as_local(typed: &str) -> String {
     idemgate_ops::desktop_operator(typed, &idemgate_ops::os_user())
 }
 
-/// Runs the operation, printing its answer as JSON.
+/// Runs the operation, printing its answer as JSON. Only an operation that may reach the
+/// upstream reads the configuration's upstream credentials, and only it gets the data plane.
 pub(crate) fn run(out: &mut output::Out, c: Call) -> Result<ExitCode, CmdError> {
     let args = request(&c)?;
+    let forwards = c.spec.kind.reaches_upstream();
     let (cfg, ledger) = crate::serve::config_and_ledger(
         c.config.as_deref(),
         c.ledger.clone(),
-        Config::load_for_operations,
+        if forwards {
+            Config::load_for_operations
+        } else {
+            Config::load_without_secrets
+        },
     )?;
     let mut ops = Ops::open_existing(&ledger)?;
     if let Some(cfg) = &cfg {
         ops = ops.configured_by(cfg);
     }
     let name = c.spec.name;
-    // A runtime only for the data plane a configuration brings: the ledger's operations block.
-    let rt = cfg.as_ref().map(|_| crate::serve::runtime()).transpose()?;
+    // A runtime only for the data plane: the ledger's operations block.
+    let rt = cfg
+        .as_ref()
+        .filter(|_| forwards)
+        .map(|_| crate::serve::runtime())
+        .transpose()?;
     let _in = rt.as_ref().map(tokio::runtime::Runtime::enter);
-    let engine = cfg.map(|cfg| ops.upstream(cfg));
+    let engine = cfg
+        .clone()
+        .filter(|_| forwards)
+        .map(|cfg| ops.upstream(cfg));
+    let host = || match (&engine, &cfg) {
+        (Some(engine), _) => Host::upstream(engine),
+        (None, Some(cfg)) => Host::routes(cfg),
+        (None, None) => Host::none(),
+    };
     let answer = match (c.spec.kind, rt.as_ref().zip(engine.as_ref())) {
         (Kind::Upstream, Some((rt, engine))) => {
             rt.block_on(dispatch::run_upstream(&ops, engine, name, args))?
@@ -253,8 +271,7 @@ pub(crate) fn run(out: &mut output::Out, c: Call) -> Result<ExitCode, CmdError> 
         }
         (Kind::Job | Kind::UpstreamJob, _) => {
             let r = with_progress(name, "", None, |p| {
-                let host = engine.as_ref().map_or(Host::none(), Host::upstream);
-                dispatch::run(&ops, host, name, args, p)
+                dispatch::run(&ops, host(), name, args, p)
             });
             if let Some(stop) = interrupt::asked() {
                 return Ok(stopped(stop, name, "what was done stays done"));
@@ -263,10 +280,7 @@ pub(crate) fn run(out: &mut output::Out, c: Call) -> Result<ExitCode, CmdError> 
         }
         (Kind::Ledger, _) => {
             let me = idemgate_ops::os_user();
-            let host = engine
-                .as_ref()
-                .map_or(Host::none(), |e| Host::routes(&e.cfg))
-                .by(Decider::account(&me).named(c.operator.as_deref()));
+            let host = host().by(Decider::account(&me).named(c.operator.as_deref()));
             dispatch::run(&ops, host, name, args, &mut |_| true)?
         }
     };

@@ -189,8 +189,9 @@ fn an_unreadable_configuration_says_whether_the_environment_named_it() {
 }
 
 /// A command that forwards nothing reads none of the secrets a configuration names (they live in
-/// the server's environment): `show` judges by its routes and `retention run` runs, while
-/// `replay`, which sends the route's credential upstream, says which variable it lacks.
+/// the server's environment): `show` judges by its routes and `retention run` runs, on their own
+/// commands and by their declarations, while `replay`, which sends the route's credential
+/// upstream, says which variable it lacks.
 #[test]
 fn only_a_command_that_forwards_reads_the_configurations_secrets() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -219,20 +220,36 @@ fn only_a_command_that_forwards_reads_the_configurations_secrets() {
     let shown = json(&["show", "--config", s(&cfg), &id, "--json"]);
     assert_eq!(shown["id"].to_string(), id);
     ok(&["retention", "run", "--config", s(&cfg), "--json"]);
-    let out = idemgate(&[
-        "replay",
-        "--config",
-        s(&cfg),
-        &id,
-        "--operator",
-        "you",
-        "--reason",
-        "r",
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("upstream_auth: environment variable IDEMGATE_TEST_SERVICE_ONLY is not set"),
-        "{err}"
-    );
+    // An operation by its declaration reads them only when it may reach the upstream.
+    let entry = format!("entry_id={id}");
+    let shown = json(&["call", "show", "--config", s(&cfg), &entry]);
+    assert_eq!(shown["entry"]["id"].to_string(), id);
+    ok(&["call", "run_retention", "--config", s(&cfg)]);
+    let unset = "upstream_auth: environment variable IDEMGATE_TEST_SERVICE_ONLY is not set";
+    for replay in [
+        vec![
+            "replay",
+            "--config",
+            s(&cfg),
+            &id,
+            "--operator",
+            "you",
+            "--reason",
+            "r",
+        ],
+        vec![
+            "call",
+            "replay",
+            "--config",
+            s(&cfg),
+            &entry,
+            "operator=you",
+            "reason=r",
+        ],
+    ] {
+        let out = idemgate(&replay);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(unset), "{replay:?}: {err}");
+    }
 }

@@ -33,6 +33,12 @@ impl Kind {
     pub fn is_job(self) -> bool {
         matches!(self, Kind::Job | Kind::UpstreamJob)
     }
+
+    /// Whether it may reach the upstream, so a host that runs it needs the routes' upstream
+    /// credentials.
+    pub fn reaches_upstream(self) -> bool {
+        matches!(self, Kind::Upstream | Kind::UpstreamJob)
+    }
 }
 
 /// An operation's admin API route.
