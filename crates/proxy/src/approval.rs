@@ -25,8 +25,10 @@ pub(crate) type Keyed<'a> = (&'a Route, &'a str, &'a str, &'a str);
 impl Engine {
     /// Claims a write as [`Engine::claim`] does. A call `policy` holds (a new request for
     /// approval is announced to its webhook) waits for its decision (`wait`, given the
-    /// policy's `hold`) and is claimed again for its answer: the result, or why it will not
-    /// run. Still undecided when the wait ends, the answer is the claim's `AwaitingApproval`.
+    /// policy's `hold`). Approved and run meanwhile, the request that asked gets the recorded
+    /// answer as its own ([`Claimed::Approved`]); any other is claimed again for its answer:
+    /// the result as a replay, or why it will not run. Still undecided when the wait ends, the
+    /// answer is the claim's `AwaitingApproval`.
     pub(crate) async fn claim_approved<'e, F>(
         &'e self,
         (route, scope, key, fingerprint): Keyed<'_>,
@@ -41,8 +43,17 @@ impl Engine {
         let Some(entry_id) = self.held(&first, policy) else {
             return Ok(first);
         };
-        if let Waited::Held = wait(entry_id, policy.map(|a| a.hold).unwrap_or_default()).await {
-            return Ok(first);
+        let asked = matches!(
+            first,
+            Claimed::Settled(ClaimOutcome::AwaitingApproval {
+                requested: true,
+                ..
+            })
+        );
+        match wait(entry_id, policy.map(|a| a.hold).unwrap_or_default()).await {
+            Waited::Held => return Ok(first),
+            Waited::Ran(response) if asked => return Ok(Claimed::Approved(response)),
+            Waited::Ran(_) | Waited::Decided => {}
         }
         let again = self.claim(route, scope, key, fingerprint, make).await?;
         self.held(&again, policy);
@@ -95,8 +106,10 @@ pub(crate) fn ask(
 
 /// How a held call's wait ended.
 pub(crate) enum Waited {
-    /// It left the approval's hands (run and settled, rejected, expired): claim it again for
-    /// its answer.
+    /// Approved and run: the answer recorded for it.
+    Ran(ResponseRecord),
+    /// It left the approval's hands otherwise (rejected, expired, resolved by an operator):
+    /// claim it again for its answer.
     Decided,
     /// Still undecided (or approved and running) when the wait ran out.
     Held,
@@ -112,6 +125,9 @@ impl Engine {
             let store = self.store.clone();
             let read = tokio::task::spawn_blocking(move || store.entry(entry_id, now_millis()));
             match read.await {
+                Ok(Ok(d)) if d.summary.state == State::Completed => {
+                    return d.response.map_or(Waited::Decided, Waited::Ran)
+                }
                 Ok(Ok(d))
                     if !matches!(d.summary.state, State::AwaitingApproval | State::Pending) =>
                 {

@@ -59,6 +59,9 @@ pub(crate) enum Claimed<'e> {
     /// The ledger's answer without running it: a replay, a collision, a held or failed entry, a
     /// probable duplicate.
     Settled(ClaimOutcome),
+    /// The held call this request asked for, approved and run once while it waited: the
+    /// recorded answer is the request's own, not a replay of another's.
+    Approved(idemgate_ledger::ResponseRecord),
 }
 
 impl Engine {

@@ -304,6 +304,11 @@ impl Engine {
                 expires_at,
                 ..
             }) => Ok(crate::approval::pending(entry_id, expires_at, &key)),
+            // Its run counted it as executed; its answer is its own, so not marked replayed.
+            Claimed::Approved(response) => {
+                telemetry::outcome("executed");
+                Ok(respond(response, Some(&key), false, None))
+            }
             Claimed::Settled(settled) => answer_settled(req, &key, settled),
         }
     }

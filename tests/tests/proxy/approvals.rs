@@ -531,6 +531,21 @@ fn a_decision_made_while_the_call_waits_is_its_answer() {
     let r = approved.join().expect("client");
     assert_eq!(r.status, 201, "the call's own answer: {}", r.text());
     assert_eq!(f.upstream.counts.effects("p-1"), 1);
+    // Its own answer is no replay; a retry's is.
+    let replayed = || {
+        let m = f.proxy.admin_get("/metrics").text();
+        crate::metric(
+            &m,
+            "idemgate_requests_total{route=\"payouts\",outcome=\"replayed\"}",
+        )
+    };
+    assert_eq!(
+        (r.header("idempotent-replayed"), replayed()),
+        (None, Some(0))
+    );
+    let again = post(&f, "/v1/payouts", "p-1", &json!({"amount": 5}));
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!((replayed(), f.upstream.counts.effects("p-1")), (Some(1), 1));
     let rejected = send("p-2");
     let id = waiting("p-2");
     assert_eq!(

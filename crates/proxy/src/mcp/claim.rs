@@ -8,12 +8,13 @@ use idemgate_ledger::{ClaimOutcome, ClaimRequest, Millis};
 use serde_json::{json, Value};
 
 use super::attempt::Sink;
-use super::{jsonrpc, replayed, tagged, Prepared};
+use super::{jsonrpc, recorded, tagged, Prepared};
 use crate::approval::{held_result, tool_error, Waited};
 use crate::claim::{not_approved, settled, Claimed};
 use crate::config::Approval;
 use crate::engine::{Engine, Req};
 use crate::flights::Landing;
+use crate::telemetry;
 
 /// How often a held call tells a client that asked for progress that it still waits.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
@@ -65,11 +66,18 @@ impl Engine {
                 let m = held_result(id, entry_id, expires_at, tagged);
                 (jsonrpc::answer(m.clone(), p.accept, 200), m)
             }
+            // Its run counted it as executed; its answer is its own, so not marked replayed.
+            Ok(Claimed::Approved(response)) => {
+                telemetry::outcome("executed");
+                let m = jsonrpc::for_client(&response.body, id, Some(tagged))
+                    .unwrap_or_else(|| response.body.clone());
+                (recorded(response, id, p.accept, tagged, false), m)
+            }
             Ok(Claimed::Settled(s)) => match settled(req.metrics, s) {
                 Ok(stored) => {
                     let m = jsonrpc::for_client(&stored.body, id, Some(tagged))
                         .unwrap_or_else(|| stored.body.clone());
-                    (replayed(stored, id, p.accept, tagged), m)
+                    (recorded(stored, id, p.accept, tagged, true), m)
                 }
                 Err(e) => (
                     jsonrpc::problem_answer(id, &e, p.accept),

@@ -301,7 +301,7 @@ impl Engine {
             req.metrics.replayed.increment(1);
             req.metrics.replays.increment(1);
             telemetry::outcome("replayed");
-            return Ok(replayed(stored, &p.call.id, p.accept, tagged(req)));
+            return Ok(recorded(stored, &p.call.id, p.accept, tagged(req), true));
         }
         let (sink, answer) = Sink::new();
         let e = Arc::clone(self);
@@ -462,24 +462,27 @@ fn refused(
     r
 }
 
-/// A stored response given out again, under the retry's `id` (as it is, if it is not a JSON-RPC
-/// message).
-fn replayed(
+/// A stored response given out under the call's `id` (as it is, if it is not a JSON-RPC
+/// message), marked `replayed` when it answers a retry.
+fn recorded(
     stored: ResponseRecord,
     id: &Value,
     accept: Accept,
     tagged: bool,
+    replayed: bool,
 ) -> axum::http::Response<crate::engine::ProxyBody> {
     match jsonrpc::for_client(&stored.body, id, Some(tagged)) {
         Some(m) => {
             let mut r = jsonrpc::answer(m, accept, 200);
-            r.headers_mut().insert(
-                "idempotent-replayed",
-                axum::http::HeaderValue::from_static("true"),
-            );
+            if replayed {
+                r.headers_mut().insert(
+                    "idempotent-replayed",
+                    axum::http::HeaderValue::from_static("true"),
+                );
+            }
             r
         }
-        None => respond(stored, None, true, None),
+        None => respond(stored, None, replayed, None),
     }
 }
 

@@ -34,6 +34,9 @@ hold = "100ms"
 [routes.tools."charge".approval]
 expires = "1s"
 hold = "50ms"
+
+[routes.tools."payout".approval]
+hold = "30s"
 "#;
 
 /// The tool result's text, when idemgate held or refused the call (`isError`).
@@ -161,4 +164,47 @@ fn a_tool_call_no_one_decides_on_expires_and_never_runs() {
     );
     assert_eq!(late.status, 409, "{}", late.text());
     assert_eq!(effects(&f, "charge", "o-late"), 0);
+}
+
+/// A call approved while it waits gets the tool's result as its own answer; only a later call
+/// of the same arguments is a replay.
+#[test]
+fn a_tool_call_approved_while_it_waits_gets_its_own_answer() {
+    let f = Fx::with_env(
+        APPROVAL_MCP_CONFIG,
+        &[("PAYMENTS_TOKEN", "Bearer sk_test_1")],
+    );
+    let args = json!({"order": "o-wait", "amount": 5});
+    let plain = |id: i64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "payout", "arguments": args.clone()}})
+    };
+    let (addr, first) = (f.proxy.addr, plain(1));
+    let waiting = std::thread::spawn(move || rpc_at(addr, REVISION, &first, &[]));
+    let id = eventually(10, "the call to be held", || {
+        let open = f.proxy.admin_get("/admin/v1/approvals?open=true").json();
+        open.as_array()?.first()?["id"].as_i64()
+    });
+    let approve = f.proxy.admin_post(
+        &format!("/admin/v1/approvals/{id}/approve"),
+        &json!({"operator": "olga", "reason": "expected payout"}),
+    );
+    assert_eq!(approve.status, 200, "{}", approve.text());
+    let replayed = || {
+        let m = f.proxy.admin_get("/metrics").text();
+        crate::metric(
+            &m,
+            "idemgate_requests_total{route=\"tools\",outcome=\"replayed\"}",
+        )
+    };
+    let answered = |n: i64, r: &Resp| {
+        let m = last_message(r);
+        assert_eq!(m["id"], n, "{}", r.text());
+        assert_eq!(m["result"]["isError"], false, "{}", r.text());
+    };
+    answered(1, &waiting.join().expect("client"));
+    assert_eq!(replayed(), Some(0), "its own answer");
+    answered(2, &rpc(&f, &plain(2), &[]));
+    assert_eq!(replayed(), Some(1), "a retry's");
+    assert_eq!(effects(&f, "payout", "o-wait"), 1, "once");
 }
