@@ -4,9 +4,12 @@
 POST /v1/charges charges a card: every request that reaches it is one charge, counted per
 Idempotency-Key. `X-Fault: drop` charges and then drops the connection without answering (the
 "response lost" case). GET /v1/charges?idempotency_key=K says whether K was charged (a reconcile
-probe). GET /_charges shows the counts.  Usage: fake-tool.py [PORT]   (default 9000, 127.0.0.1)
+probe). POST /v1/refunds refunds, counted alike, and, when PROCESSOR_AUTH is set, only with that
+Authorization (the credential idemgate adds; the agent never holds it). GET /_charges shows the
+counts.  Usage: fake-tool.py [PORT]   (default 9000, 127.0.0.1)
 """
 import json
+import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,6 +46,9 @@ class Tool(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         args = json.loads(self.rfile.read(length) or b"{}")
         key = self.headers.get("idempotency-key", "")
+        processor = os.environ.get("PROCESSOR_AUTH")
+        if self.path == "/v1/refunds" and processor and self.headers.get("authorization") != processor:
+            return self.reply(401, {"error": "refunds take the processor's credential"})
         with lock:
             charges[key] = charges.get(key, 0) + 1
             n = sum(charges.values())
@@ -50,7 +56,8 @@ class Tool(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.close()
             return
-        self.reply(201, {"id": f"ch_{n:04d}", "amount": args.get("amount"), "status": "succeeded"})
+        kind = "re" if self.path == "/v1/refunds" else "ch"
+        self.reply(201, {"id": f"{kind}_{n:04d}", "amount": args.get("amount"), "status": "succeeded"})
 
     def log_message(self, *args):
         pass

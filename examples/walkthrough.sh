@@ -12,8 +12,8 @@ cd "$work"
 fail() { echo "walkthrough: FAILED: $*" >&2; exit 1; }
 step() { echo; echo "\$ $*"; }
 
-python3 "$root/examples/fake-tool.py" 9000 & pids+=($!)
 export IDEMGATE_ADMIN_TOKEN=dev-admin-token CHARGES_SECRET=whsec_dev PROCESSOR_AUTH='Bearer sk_dev'
+python3 "$root/examples/fake-tool.py" 9000 & pids+=($!)
 "$idemgate" serve --config "$root/examples/idemgate.toml" > serve.out 2> serve.log & pids+=($!)
 for _ in $(seq 100); do grep -q listening serve.out 2>/dev/null && curl -s localhost:9000/_charges >/dev/null && break; sleep 0.1; done
 grep -q listening serve.out || { cat serve.log; fail "serve did not start"; }
@@ -62,6 +62,27 @@ step "the admin API and metrics need the token"
 curl -s -o /dev/null -w '%{http_code}\n' localhost:8701/admin/v1/entries | grep -q 401 || fail "admin without token"
 curl -s -H "Authorization: Bearer $IDEMGATE_ADMIN_TOKEN" 'localhost:8701/admin/v1/entries?stuck=true' | head -c 300; echo
 curl -s -H "Authorization: Bearer $IDEMGATE_ADMIN_TOKEN" localhost:8701/metrics | grep '^idemgate_requests_total' || fail "metrics"
+
+step "a refund over 500.00 USD waits for two operators; its request waits for their decision"
+refund() { curl -si -X POST localhost:8700/v1/refunds -H 'content-type: application/json' -H 'x-agent-id: agent-1' -H 'Idempotency-Key: refund-1' -d '{"amount": 60000, "charge": "ch_0001"}'; }
+refund > refund.txt & waiting=$!
+for _ in $(seq 100); do "$idemgate" approvals --ledger idemgate.db --open | tee held.txt | grep -q refund-1 && break; sleep 0.1; done
+cat held.txt; grep -q '600.00 USD .*waiting: 0 of 2' held.txt || fail "refund not held"
+id=$(awk '/refund-1/ {print $1}' held.txt)
+[ "$(charges)" = '[1, 1]' ] || fail "a held refund reached the tool"
+step "idemgate approve --ledger idemgate.db $id --operator you --reason 'the customer asked'"
+"$idemgate" approve --ledger idemgate.db "$id" --operator you --reason "the customer asked" | tee ok1.txt
+grep -q 'approved 1/2' ok1.txt || fail "first approval"
+step "the second operator approves through the admin API: idemgate refunds once"
+curl -s -X POST localhost:8701/admin/v1/approvals/$id/approve -H "Authorization: Bearer $IDEMGATE_ADMIN_TOKEN" -H 'content-type: application/json' -d '{"reason": "checked the charge"}' | tee ok2.txt; echo
+jq -e '.end == "approved"' ok2.txt >/dev/null || fail "second approval"
+wait "$waiting"; cat refund.txt
+grep -q '^HTTP/1.1 201' refund.txt || fail "the waiting refund's answer"
+grep -qi '^idempotent-replayed' refund.txt && fail "the waiting refund's own answer marked replayed"
+step "the agent sends it once more: the refund's result, replayed"
+out=$(refund); echo "$out"
+grep -qi '^idempotent-replayed: true' <<<"$out" || fail "refund replay"
+[ "$(charges)" = '[1, 1, 1]' ] || fail "refunded $(charges)"
 
 step "an export through the admin API, downloaded and verified (README: Exports and verification)"
 T="Authorization: Bearer $IDEMGATE_ADMIN_TOKEN"; A=http://127.0.0.1:8701/admin/v1
