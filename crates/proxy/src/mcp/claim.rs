@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use axum::http::header;
-use idemgate_ledger::{ClaimOutcome, ClaimRequest, Millis};
+use idemgate_ledger::{ClaimOutcome, ClaimRequest, Millis, ResponseRecord};
 use serde_json::{json, Value};
 
 use super::attempt::Sink;
@@ -44,6 +44,12 @@ impl Engine {
                 hold_call,
             )
             .await;
+        // A recorded answer, and the message that ends it if the answer already streams.
+        let given = |stored: ResponseRecord, replayed| {
+            let m = jsonrpc::for_client(&stored.body, id, Some(tagged))
+                .unwrap_or_else(|| stored.body.clone());
+            (recorded(stored, id, p.accept, tagged, replayed), m)
+        };
         let (whole, message) = match claimed {
             Ok(Claimed::Run {
                 entry_id,
@@ -69,16 +75,10 @@ impl Engine {
             // Its run counted it as executed; its answer is its own, so not marked replayed.
             Ok(Claimed::Approved(response)) => {
                 telemetry::outcome("executed");
-                let m = jsonrpc::for_client(&response.body, id, Some(tagged))
-                    .unwrap_or_else(|| response.body.clone());
-                (recorded(response, id, p.accept, tagged, false), m)
+                given(response, false)
             }
             Ok(Claimed::Settled(s)) => match settled(req.metrics, s) {
-                Ok(stored) => {
-                    let m = jsonrpc::for_client(&stored.body, id, Some(tagged))
-                        .unwrap_or_else(|| stored.body.clone());
-                    (recorded(stored, id, p.accept, tagged, true), m)
-                }
+                Ok(stored) => given(stored, true),
                 Err(e) => (
                     jsonrpc::problem_answer(id, &e, p.accept),
                     jsonrpc::problem_message(id, &e),
