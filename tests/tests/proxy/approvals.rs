@@ -533,10 +533,9 @@ fn a_decision_made_while_the_call_waits_is_its_answer() {
     assert_eq!(f.upstream.counts.effects("p-1"), 1);
     // Its own answer is no replay; a retry's is.
     let replayed = || {
-        let m = f.proxy.admin_get("/metrics").text();
-        crate::metric(
-            &m,
-            "idemgate_requests_total{route=\"payouts\",outcome=\"replayed\"}",
+        scraped(
+            &f.proxy,
+            r#"idemgate_requests_total{route="payouts",outcome="replayed"}"#,
         )
     };
     assert_eq!(

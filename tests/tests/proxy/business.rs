@@ -64,7 +64,7 @@ fn post(f: &Fx, path: &str, agent: &str, key: &str, body: &serde_json::Value) ->
 
 /// The value of series `series` (name and labels, as the exposition writes them).
 fn series(f: &Fx, series: &str) -> u64 {
-    metric(&f.proxy.admin_get("/metrics").text(), series).unwrap_or(0)
+    scraped(&f.proxy, series).unwrap_or(0)
 }
 
 #[test]

@@ -261,6 +261,12 @@ fn action_args<'a>(what: &'a str, cfg: &'a str, id: &'a str) -> [&'a str; 9] {
     ]
 }
 
+/// The value of series `name` (its labels written as `/metrics` writes them) that `proxy`
+/// exports now, if it is there.
+fn scraped(proxy: &Proxy, name: &str) -> Option<u64> {
+    metric(&proxy.admin_get("/metrics").text(), name)
+}
+
 /// The value of an unlabelled series `name` in Prometheus text, if it is there.
 fn metric(text: &str, name: &str) -> Option<u64> {
     let value = text

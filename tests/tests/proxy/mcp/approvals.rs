@@ -191,10 +191,9 @@ fn a_tool_call_approved_while_it_waits_gets_its_own_answer() {
     );
     assert_eq!(approve.status, 200, "{}", approve.text());
     let replayed = || {
-        let m = f.proxy.admin_get("/metrics").text();
-        crate::metric(
-            &m,
-            "idemgate_requests_total{route=\"tools\",outcome=\"replayed\"}",
+        crate::scraped(
+            &f.proxy,
+            r#"idemgate_requests_total{route="tools",outcome="replayed"}"#,
         )
     };
     let answered = |n: i64, r: &Resp| {
