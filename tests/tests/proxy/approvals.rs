@@ -6,6 +6,8 @@ use std::path::Path;
 
 use super::*;
 
+mod spent;
+
 const APPROVAL_CONFIG: &str = r#"
 [server]
 listen = "127.0.0.1:0"
