@@ -220,11 +220,11 @@ fn as_local(typed: &str) -> String {
     idemgate_ops::desktop_operator(typed, &idemgate_ops::os_user())
 }
 
-/// Runs the operation, printing its answer as JSON. Only an operation that may reach the
-/// upstream reads the configuration's upstream credentials, and only it gets the data plane.
+/// Runs the operation, printing its answer as JSON. Only a request that may reach the upstream
+/// reads the configuration's upstream credentials, and only it gets the data plane.
 pub(crate) fn run(out: &mut output::Out, c: Call) -> Result<ExitCode, CmdError> {
     let args = request(&c)?;
-    let forwards = c.spec.kind.reaches_upstream();
+    let forwards = dispatch::reaches_upstream(c.spec.name, &args);
     let (cfg, ledger) = crate::serve::config_and_ledger(
         c.config.as_deref(),
         c.ledger.clone(),

@@ -54,6 +54,20 @@ pub fn kind(name: &str) -> Option<Kind> {
     spec(name).map(|s| s.kind)
 }
 
+/// Whether running `name` on `args` may reach the upstream, so that its host needs the routes'
+/// upstream credentials and the data plane: by its kind, and for a bulk action by the action it
+/// runs (a resolve never does). Arguments that do not decode reach nothing: the operation
+/// refuses them.
+pub fn reaches_upstream(name: &str, args: &Args) -> bool {
+    match kind(name) {
+        Some(Kind::UpstreamJob) => args
+            .clone()
+            .decode::<crate::BulkCmd>(name)
+            .is_ok_and(|c| c.action.reaches_upstream()),
+        k => k.is_some_and(Kind::reaches_upstream),
+    }
+}
+
 /// An action's arguments as the desktop console records them: the operator's name typed, with
 /// the OS user beside it ([`desktop_operator`]). Only `operator` names who acts.
 pub fn as_desktop(name: &str, args: &mut Value, os_user: &str) {
@@ -155,5 +169,28 @@ mod tests {
         a.text("entry_id", "3");
         let page = run(&ops, Host::none(), "log", a, &mut |_| true).expect("log");
         assert_eq!(page["events"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn only_a_request_that_may_send_reaches_the_upstream() {
+        let bulk = |action| {
+            let v = serde_json::json!({
+                "action": action, "target": {"filter": {}}, "operator": "o", "reason": "r"
+            });
+            Args::json("bulk", v).expect("object")
+        };
+        assert!(!reaches_upstream("bulk", &bulk("resolve")));
+        assert!(reaches_upstream("bulk", &bulk("replay")));
+        assert!(reaches_upstream("bulk", &bulk("reconcile")));
+        assert!(!reaches_upstream("bulk", &bulk("explode")));
+        assert!(reaches_upstream("replay", &Args::default()));
+        assert!(!reaches_upstream("show", &Args::default()));
+        // The bulk action is the one operation whose request decides.
+        let deciding: Vec<&str> = SPECS
+            .iter()
+            .filter(|s| s.kind == Kind::UpstreamJob)
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(deciding, ["bulk"]);
     }
 }

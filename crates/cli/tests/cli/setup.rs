@@ -225,7 +225,21 @@ fn only_a_command_that_forwards_reads_the_configurations_secrets() {
     let shown = json(&["call", "show", "--config", s(&cfg), &entry]);
     assert_eq!(shown["entry"]["id"].to_string(), id);
     ok(&["call", "run_retention", "--config", s(&cfg)]);
+    // A bulk action by the action it runs: a resolve sends nothing.
+    let stuck = r#"target:={"filter": {"route": "charges", "stuck": true}}"#;
+    let bulk = |action| {
+        let a = ["call", "bulk", "--config", s(&cfg), action, stuck];
+        idemgate(&[&a[..], &["as=failed", "operator=you", "reason=r"]].concat())
+    };
+    let resolved = bulk("action=resolve");
+    let err = String::from_utf8_lossy(&resolved.stderr);
+    assert!(resolved.status.success(), "{err}");
+    let report: serde_json::Value = serde_json::from_slice(&resolved.stdout).expect("report");
+    assert_eq!(report["action"], "resolve", "{report}");
     let unset = "upstream_auth: environment variable IDEMGATE_TEST_SERVICE_ONLY is not set";
+    let replayed = bulk("action=replay");
+    let err = String::from_utf8_lossy(&replayed.stderr);
+    assert!(err.contains(unset), "{err}");
     for replay in [
         vec![
             "replay",

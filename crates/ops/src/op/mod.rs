@@ -22,7 +22,8 @@ pub enum Kind {
     /// Long work: blocking, reporting progress, stoppable between two reports.
     Job,
     /// Long work that reaches the upstream for some of its commands (a bulk replay): given the
-    /// data plane when the host has one.
+    /// data plane when the host has one. The bulk action is the one such operation, and its
+    /// request's action says whether it does ([`crate::dispatch::reaches_upstream`]).
     UpstreamJob,
     /// Reaches the upstream through the route configuration's data plane: async.
     Upstream,
