@@ -64,10 +64,10 @@ curl -s -H "Authorization: Bearer $IDEMGATE_ADMIN_TOKEN" 'localhost:8701/admin/v
 curl -s -H "Authorization: Bearer $IDEMGATE_ADMIN_TOKEN" localhost:8701/metrics | grep '^idemgate_requests_total' || fail "metrics"
 
 step "a refund over 500.00 USD waits for two operators; its request waits for their decision"
-refund() { curl -si -X POST localhost:8700/v1/refunds -H 'content-type: application/json' -H 'x-agent-id: agent-1' -H 'Idempotency-Key: refund-1' -d '{"amount": 60000, "charge": "ch_0001"}'; }
+refund() { curl -si -X POST localhost:8700/v1/refunds -H 'content-type: application/json' -H 'x-agent-id: agent-1' -H 'Idempotency-Key: refund-1' -d '{"amount": 60000, "charge": "ch_0001", "customer": "cus_2"}'; }
 refund > refund.txt & waiting=$!
 for _ in $(seq 100); do "$idemgate" approvals --ledger idemgate.db --open | tee held.txt | grep -q refund-1 && break; sleep 0.1; done
-cat held.txt; grep -q '600.00 USD .*waiting: 0 of 2' held.txt || fail "refund not held"
+cat held.txt; grep -q 'cus_2 · refunds · 600.00 USD .*waiting: 0 of 2' held.txt || fail "refund not held"
 id=$(awk '/refund-1/ {print $1}' held.txt)
 [ "$(charges)" = '[1, 1]' ] || fail "a held refund reached the tool"
 step "idemgate approve --ledger idemgate.db $id --operator you --reason 'the customer asked'"
@@ -83,6 +83,10 @@ step "the agent sends it once more: the refund's result, replayed"
 out=$(refund); echo "$out"
 grep -qi '^idempotent-replayed: true' <<<"$out" || fail "refund replay"
 [ "$(charges)" = '[1, 1, 1]' ] || fail "refunded $(charges)"
+
+step "idemgate entries --ledger idemgate.db --search cus_2: the customer's charge and refund"
+"$idemgate" entries --ledger idemgate.db --search cus_2 | tee cus2.txt
+grep -q ' order-43 ' cus2.txt && grep -q ' refund-1 ' cus2.txt || fail "cus_2's calls"
 
 step "an export through the admin API, downloaded and verified (README: Exports and verification)"
 T="Authorization: Bearer $IDEMGATE_ADMIN_TOKEN"; A=http://127.0.0.1:8701/admin/v1

@@ -3,13 +3,15 @@
 
 use super::{EntrySummary, Incident};
 
-/// Who a call is about: its first subject that is not its amount, its currency or its agent
-/// (`cus_123`, a charge, an email address).
+/// Who a call is about: its `customer`, the one a page is about; else its first subject that is
+/// not its amount, its currency or its agent (a charge, an email address).
 fn about(subjects: &[(String, String)]) -> Option<&str> {
-    subjects
-        .iter()
-        .find(|(n, _)| !matches!(n.as_str(), "amount" | "currency" | "agent"))
-        .map(|(_, v)| v.as_str())
+    subject(subjects, "customer").or_else(|| {
+        subjects
+            .iter()
+            .find(|(n, _)| !matches!(n.as_str(), "amount" | "currency" | "agent"))
+            .map(|(_, v)| v.as_str())
+    })
 }
 
 fn subject<'a>(subjects: &'a [(String, String)], name: &str) -> Option<&'a str> {
@@ -156,11 +158,22 @@ mod tests {
             call(&entry(1, "a", 0, &charge)),
             "cus_1 · charges · 49.99 USD"
         );
-        // The first subject names whom, whatever it is called; no currency, no unit.
+        // Without a customer the first subject names whom, whatever it is called; no currency,
+        // no unit.
         let refund = [("amount", "60000"), ("charge", "ch_1")];
         assert_eq!(
             call(&entry(1, "a", 0, &refund)),
             "ch_1 · charges · amount 60000"
+        );
+        // With one, the customer, though another subject sorts first.
+        let refund = [
+            ("amount", "60000"),
+            ("charge", "ch_1"),
+            ("customer", "cus_2"),
+        ];
+        assert_eq!(
+            call(&entry(1, "a", 0, &refund)),
+            "cus_2 · charges · amount 60000"
         );
         let mut tool = entry(1, "a", 0, &[]);
         tool.route = "tools".into();
