@@ -195,6 +195,31 @@ fn held(r: &Resp) -> i64 {
     id
 }
 
+/// Sends a payout of 5 with `key` on a thread of its own: a request that waits.
+fn payout(f: &Fx, key: &'static str) -> std::thread::JoinHandle<Resp> {
+    let addr = f.proxy.addr;
+    std::thread::spawn(move || {
+        request(
+            addr,
+            "POST",
+            "/v1/payouts",
+            &[
+                ("idempotency-key", key),
+                ("content-type", "application/json"),
+            ],
+            br#"{"amount": 5}"#,
+        )
+    })
+}
+
+/// The entry of the call with `key`, once an approval of it is asked for and open.
+fn asked(f: &Fx, key: &str) -> i64 {
+    eventually(10, "the call to be held", || {
+        let list = f.proxy.admin_get("/admin/v1/approvals?open=true").json();
+        list.as_array()?.iter().find(|e| e["key"] == key)?["id"].as_i64()
+    })
+}
+
 fn timeline(f: &Fx, id: i64) -> Vec<(String, Option<String>)> {
     let log = f.proxy.admin_get(&format!("/admin/v1/entries/{id}")).json();
     log["timeline"]
@@ -500,32 +525,8 @@ fn a_policys_approvers_are_judged_by_the_name_the_cli_acts_under() {
 #[test]
 fn a_decision_made_while_the_call_waits_is_its_answer() {
     let f = serve("1h", "30s");
-    let send = |key: &'static str| {
-        let (addr, body) = (
-            f.proxy.addr,
-            serde_json::to_vec(&json!({"amount": 5})).expect("json"),
-        );
-        std::thread::spawn(move || {
-            request(
-                addr,
-                "POST",
-                "/v1/payouts",
-                &[
-                    ("idempotency-key", key),
-                    ("content-type", "application/json"),
-                ],
-                &body,
-            )
-        })
-    };
-    let waiting = |key: &str| {
-        eventually(10, "the call to be held", || {
-            let list = f.proxy.admin_get("/admin/v1/approvals?open=true").json();
-            list.as_array()?.iter().find(|e| e["key"] == key)?["id"].as_i64()
-        })
-    };
-    let approved = send("p-1");
-    let id = waiting("p-1");
+    let approved = payout(&f, "p-1");
+    let id = asked(&f, "p-1");
     assert_eq!(
         decide(&f, "olga", id, "approve", "expected payout").status,
         200
@@ -547,8 +548,8 @@ fn a_decision_made_while_the_call_waits_is_its_answer() {
     let again = post(&f, "/v1/payouts", "p-1", &json!({"amount": 5}));
     assert_eq!(again.header("idempotent-replayed"), Some("true"));
     assert_eq!((replayed(), f.upstream.counts.effects("p-1")), (Some(1), 1));
-    let rejected = send("p-2");
-    let id = waiting("p-2");
+    let rejected = payout(&f, "p-2");
+    let id = asked(&f, "p-2");
     assert_eq!(
         decide(&f, "oscar", id, "reject", "not this account").status,
         200

@@ -4,36 +4,11 @@ use idemgate_tests::upstream::Chaos;
 
 use super::*;
 
-/// Sends `POST /v1/payouts` with `key` on a thread of its own.
-fn payout(f: &Fx, key: &'static str) -> std::thread::JoinHandle<Resp> {
-    let addr = f.proxy.addr;
-    std::thread::spawn(move || {
-        request(
-            addr,
-            "POST",
-            "/v1/payouts",
-            &[
-                ("idempotency-key", key),
-                ("content-type", "application/json"),
-            ],
-            br#"{"amount": 5}"#,
-        )
-    })
-}
-
-/// The open approval of `key`'s entry, once it is asked for (again): its entry.
-fn open(f: &Fx, key: &str) -> i64 {
-    eventually(10, "the call to be held", || {
-        let list = f.proxy.admin_get("/admin/v1/approvals?open=true").json();
-        list.as_array()?.iter().find(|e| e["key"] == key)?["id"].as_i64()
-    })
-}
-
 #[test]
 fn an_approved_call_the_upstream_did_not_run_is_held_again() {
     let f = serve("1h", "30s");
     let waiting = payout(&f, "p-spent");
-    let id = open(&f, "p-spent");
+    let id = asked(&f, "p-spent");
     // The upstream refuses every write with 503: nothing runs.
     f.upstream.counts.set_chaos(Some(Chaos {
         drop_pct: 0,
@@ -51,7 +26,7 @@ fn an_approved_call_the_upstream_did_not_run_is_held_again() {
     assert_eq!(f.upstream.counts.effects("p-spent"), 0);
     f.upstream.counts.set_chaos(None);
     let retry = payout(&f, "p-spent");
-    assert_eq!(open(&f, "p-spent"), id);
+    assert_eq!(asked(&f, "p-spent"), id);
     assert_eq!(f.upstream.counts.requests("p-spent"), sent);
     // A new request: the operator who approved the first may approve this one.
     assert_eq!(decide(&f, "olga", id, "approve", "again").status, 200);
