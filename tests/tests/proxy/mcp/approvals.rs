@@ -207,3 +207,33 @@ fn a_tool_call_approved_while_it_waits_gets_its_own_answer() {
     assert_eq!(replayed(), Some(1), "a retry's");
     assert_eq!(effects(&f, "payout", "o-wait"), 1, "once");
 }
+
+#[test]
+fn a_tool_call_approved_that_its_server_did_not_run_is_held_again() {
+    let f = Fx::with_env(
+        APPROVAL_MCP_CONFIG,
+        &[("PAYMENTS_TOKEN", "Bearer sk_test_1")],
+    );
+    // The tool's server answers 503 to this call, whoever sends it: it never runs.
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "payout", "arguments": {"order": "o-503", "amount": 5, "fault": "status:503"}}});
+    let addr = f.proxy.addr;
+    let waiting = std::thread::spawn(move || rpc_at(addr, REVISION, &call, &[]));
+    let asked = || {
+        eventually(10, "an approval asked for", || {
+            let open = f.proxy.admin_get("/admin/v1/approvals?open=true").json();
+            open.as_array()?.first()?["id"].as_i64()
+        })
+    };
+    let id = asked();
+    let approve = f.proxy.admin_post(
+        &format!("/admin/v1/approvals/{id}/approve"),
+        &json!({"operator": "olga", "reason": "expected payout"}),
+    );
+    assert_eq!(approve.status, 200, "{}", approve.text());
+    // The approval is spent on the run the server refused: the waiting call is held again.
+    let text = held_text(&waiting.join().expect("client"));
+    assert!(text.starts_with("held for approval"), "{text}");
+    assert_eq!((held_entry(&text), asked()), (id, id));
+    assert_eq!(effects(&f, "payout", "o-503"), 0);
+}
