@@ -34,7 +34,7 @@ fn an_approved_call_the_upstream_did_not_run_is_held_again() {
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(f.upstream.counts.effects("p-spent"), 1);
     let kinds: Vec<String> = timeline(&f, id).into_iter().map(|(k, _)| k).collect();
-    let asked = kinds.iter().filter(|k| *k == "approval_requested").count();
+    let requested = kinds.iter().filter(|k| *k == "approval_requested").count();
     let approved = kinds.iter().filter(|k| *k == "approved").count();
-    assert_eq!((asked, approved), (2, 2), "{kinds:?}");
+    assert_eq!((requested, approved), (2, 2), "{kinds:?}");
 }

@@ -59,6 +59,22 @@ fn held_entry(text: &str) -> i64 {
         .unwrap_or_else(|| panic!("no entry in {text:?}"))
 }
 
+/// `POST /admin/v1/approvals/{id}/{verdict}` as operator olga, with `reason`.
+fn decide(f: &Fx, id: i64, verdict: &str, reason: &str) -> Resp {
+    f.proxy.admin_post(
+        &format!("/admin/v1/approvals/{id}/{verdict}"),
+        &json!({"operator": "olga", "reason": reason}),
+    )
+}
+
+/// The entry of the first open approval, once one is asked for.
+fn first_open(f: &Fx) -> i64 {
+    eventually(10, "an approval asked for", || {
+        let open = f.proxy.admin_get("/admin/v1/approvals?open=true").json();
+        open.as_array()?.first()?["id"].as_i64()
+    })
+}
+
 #[test]
 fn a_tool_call_over_the_threshold_runs_once_an_operator_approves_it() {
     let f = Fx::with_env(
@@ -106,10 +122,7 @@ fn a_tool_call_over_the_threshold_runs_once_an_operator_approves_it() {
     // The same call again (a new id) attaches to the same held entry.
     let again = held_text(&rpc(&f, &call(3, "refund", big.clone()), &[]));
     assert_eq!(held_entry(&again), id);
-    let approve = f.proxy.admin_post(
-        &format!("/admin/v1/approvals/{id}/approve"),
-        &json!({"operator": "olga", "reason": "refund agreed"}),
-    );
+    let approve = decide(&f, id, "approve", "refund agreed");
     assert_eq!(approve.status, 200, "{}", approve.text());
     // Waits for the outcome, recorded after the upstream counts the call.
     eventually(10, "the approved call's outcome", || {
@@ -129,10 +142,7 @@ fn a_tool_call_over_the_threshold_runs_once_an_operator_approves_it() {
     // Rejected: the agent is told why, now and on every later call; the tool never hears of it.
     let other = json!({"order": "o-no", "amount": 9000});
     let id = held_entry(&held_text(&rpc(&f, &call(5, "refund", other.clone()), &[])));
-    let reject = f.proxy.admin_post(
-        &format!("/admin/v1/approvals/{id}/reject"),
-        &json!({"operator": "olga", "reason": "not this customer"}),
-    );
+    let reject = decide(&f, id, "reject", "not this customer");
     assert_eq!(reject.status, 200, "{}", reject.text());
     let refused = held_text(&rpc(&f, &call(6, "refund", other), &[]));
     assert!(
@@ -158,10 +168,7 @@ fn a_tool_call_no_one_decides_on_expires_and_never_runs() {
         text.contains("no operator decided on this call in time"),
         "{text}"
     );
-    let late = f.proxy.admin_post(
-        &format!("/admin/v1/approvals/{id}/approve"),
-        &json!({"operator": "olga", "reason": "too late"}),
-    );
+    let late = decide(&f, id, "approve", "too late");
     assert_eq!(late.status, 409, "{}", late.text());
     assert_eq!(effects(&f, "charge", "o-late"), 0);
 }
@@ -181,14 +188,8 @@ fn a_tool_call_approved_while_it_waits_gets_its_own_answer() {
     };
     let (addr, first) = (f.proxy.addr, plain(1));
     let waiting = std::thread::spawn(move || rpc_at(addr, REVISION, &first, &[]));
-    let id = eventually(10, "the call to be held", || {
-        let open = f.proxy.admin_get("/admin/v1/approvals?open=true").json();
-        open.as_array()?.first()?["id"].as_i64()
-    });
-    let approve = f.proxy.admin_post(
-        &format!("/admin/v1/approvals/{id}/approve"),
-        &json!({"operator": "olga", "reason": "expected payout"}),
-    );
+    let id = first_open(&f);
+    let approve = decide(&f, id, "approve", "expected payout");
     assert_eq!(approve.status, 200, "{}", approve.text());
     let replayed = || {
         crate::scraped(
@@ -219,21 +220,12 @@ fn a_tool_call_approved_that_its_server_did_not_run_is_held_again() {
         "name": "payout", "arguments": {"order": "o-503", "amount": 5, "fault": "status:503"}}});
     let addr = f.proxy.addr;
     let waiting = std::thread::spawn(move || rpc_at(addr, REVISION, &call, &[]));
-    let asked = || {
-        eventually(10, "an approval asked for", || {
-            let open = f.proxy.admin_get("/admin/v1/approvals?open=true").json();
-            open.as_array()?.first()?["id"].as_i64()
-        })
-    };
-    let id = asked();
-    let approve = f.proxy.admin_post(
-        &format!("/admin/v1/approvals/{id}/approve"),
-        &json!({"operator": "olga", "reason": "expected payout"}),
-    );
+    let id = first_open(&f);
+    let approve = decide(&f, id, "approve", "expected payout");
     assert_eq!(approve.status, 200, "{}", approve.text());
     // The approval is spent on the run the server refused: the waiting call is held again.
     let text = held_text(&waiting.join().expect("client"));
     assert!(text.starts_with("held for approval"), "{text}");
-    assert_eq!((held_entry(&text), asked()), (id, id));
+    assert_eq!((held_entry(&text), first_open(&f)), (id, id));
     assert_eq!(effects(&f, "payout", "o-503"), 0);
 }
