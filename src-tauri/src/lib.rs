@@ -220,11 +220,11 @@ impl Console {
                 })
                 .await
             }
-            Some(kind) => {
+            Some(_) => {
                 // A bulk replay or reconcile reaches the upstream through the embedded proxy's
                 // configuration, when it runs; only such work is handed the data plane.
-                let upstream = match kind {
-                    dispatch::Kind::UpstreamJob => self.engine().await.ok(),
+                let upstream = match dispatch::reaches_upstream(&name, &args) {
+                    Ok(true) => self.engine().await.ok(),
                     _ => None,
                 };
                 let job = job.unwrap_or_else(|| format!("{name}-call"));

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 use idemgate_config::Config;
 use idemgate_ops::ledger::EntryFilter;
+use idemgate_ops::op::Declared as _;
 use idemgate_ops::{op, BulkCmd, BulkKind, BulkTarget, Ops, ResolveAs};
 
 use crate::serve::CmdError;
@@ -80,7 +81,7 @@ pub(crate) fn run(a: BulkArgs) -> Result<ExitCode, CmdError> {
     };
     // Everything is read and checked before the ledger is opened.
     cmd.check()?;
-    let cfg = match (&a.config, action.reaches_upstream()) {
+    let cfg = match (&a.config, op::bulk::Op::reaches_upstream(&cmd)) {
         (Some(c), true) => Some(Arc::new(Config::load_for_operations(
             &c.display().to_string(),
         )?)),

@@ -221,10 +221,11 @@ fn as_local(typed: &str) -> String {
 }
 
 /// Runs the operation, printing its answer as JSON. Only a request that may reach the upstream
-/// reads the configuration's upstream credentials, and only it gets the data plane.
+/// reads the configuration's upstream credentials, and only it gets the data plane; a request
+/// the operation refuses is refused before anything is read.
 pub(crate) fn run(out: &mut output::Out, c: Call) -> Result<ExitCode, CmdError> {
     let args = request(&c)?;
-    let forwards = dispatch::reaches_upstream(c.spec.name, &args);
+    let forwards = dispatch::reaches_upstream(c.spec.name, &args)?;
     let (cfg, ledger) = crate::serve::config_and_ledger(
         c.config.as_deref(),
         c.ledger.clone(),

@@ -55,17 +55,11 @@ pub fn kind(name: &str) -> Option<Kind> {
 }
 
 /// Whether running `name` on `args` may reach the upstream, so that its host needs the routes'
-/// upstream credentials and the data plane: by its kind, and for a bulk action by the action it
-/// runs (a resolve never does). Arguments that do not decode reach nothing: the operation
-/// refuses them.
-pub fn reaches_upstream(name: &str, args: &Args) -> bool {
-    match kind(name) {
-        Some(Kind::UpstreamJob) => args
-            .clone()
-            .decode::<crate::BulkCmd>(name)
-            .is_ok_and(|c| c.action.reaches_upstream()),
-        k => k.is_some_and(Kind::reaches_upstream),
-    }
+/// upstream credentials and the data plane, as the operation declares it
+/// ([`crate::op::Declared::reaches_upstream`]): a host asks before it reads its configuration, so
+/// arguments the operation refuses are refused here first, with the error running it gives.
+pub fn reaches_upstream(name: &str, args: &Args) -> OpsResult<bool> {
+    crate::op::reaches_upstream(name, args).unwrap_or_else(|| Err(no_such(name)))
 }
 
 /// An action's arguments as the desktop console records them: the operator's name typed, with
@@ -179,18 +173,31 @@ mod tests {
             });
             Args::json("bulk", v).expect("object")
         };
-        assert!(!reaches_upstream("bulk", &bulk("resolve")));
-        assert!(reaches_upstream("bulk", &bulk("replay")));
-        assert!(reaches_upstream("bulk", &bulk("reconcile")));
-        assert!(!reaches_upstream("bulk", &bulk("explode")));
-        assert!(reaches_upstream("replay", &Args::default()));
-        assert!(!reaches_upstream("show", &Args::default()));
-        // The bulk action is the one operation whose request decides.
-        let deciding: Vec<&str> = SPECS
-            .iter()
-            .filter(|s| s.kind == Kind::UpstreamJob)
-            .map(|s| s.name)
-            .collect();
-        assert_eq!(deciding, ["bulk"]);
+        let replay = Args::json(
+            "replay",
+            serde_json::json!({"entry_id": 7, "operator": "o", "reason": "r"}),
+        )
+        .expect("object");
+        let show = Args::json("show", serde_json::json!({"entry_id": 7})).expect("object");
+        for (name, args, reaches) in [
+            ("bulk", bulk("resolve"), false),
+            ("bulk", bulk("replay"), true),
+            ("bulk", bulk("reconcile"), true),
+            ("replay", replay, true),
+            ("show", show, false),
+        ] {
+            assert_eq!(reaches_upstream(name, &args).ok(), Some(reaches), "{name}");
+        }
+        // A request its operation refuses is refused before anything is read for it.
+        for (name, args, field) in [
+            ("bulk", bulk("explode"), "bulk"),
+            ("replay", Args::default(), "replay"),
+            ("nothing", Args::default(), "command"),
+        ] {
+            match reaches_upstream(name, &args) {
+                Err(OpsError::Invalid { field: f, .. }) => assert_eq!(f, field, "{name}"),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
     }
 }

@@ -191,7 +191,7 @@ fn an_unreadable_configuration_says_whether_the_environment_named_it() {
 /// A command that forwards nothing reads none of the secrets a configuration names (they live in
 /// the server's environment): `show` judges by its routes and `retention run` runs, on their own
 /// commands and by their declarations, while `replay`, which sends the route's credential
-/// upstream, says which variable it lacks.
+/// upstream, says which variable it lacks (unless its request is refused first).
 #[test]
 fn only_a_command_that_forwards_reads_the_configurations_secrets() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -266,4 +266,20 @@ fn only_a_command_that_forwards_reads_the_configurations_secrets() {
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.contains(unset), "{replay:?}: {err}");
     }
+    // A request the operation refuses is refused as such, before any secret is looked for.
+    let out = idemgate(&[
+        "call",
+        "replay",
+        "--config",
+        s(&cfg),
+        "entry_id=seven",
+        "operator=you",
+        "reason=r",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("entry_id=\"seven\": not a whole number"),
+        "{err}"
+    );
 }

@@ -17,6 +17,7 @@ operation! {
             r#"{"action": "resolve", "target": {"filter": {"stuck": true, "route": "charges"}, "#,
             r#""ids": [41, 42]}, "as": "failed", "reason": "refunded by hand, ticket 1234"}"#
         ),
+        reaches_upstream: |cmd| cmd.action.reaches_upstream(),
     }
     fn run(ops, req: BulkCmd, cx) -> BulkReport {
         let r = ops.bulk(&req, cx.host, cx.progress)?;

@@ -21,9 +21,9 @@ pub enum Kind {
     Ledger,
     /// Long work: blocking, reporting progress, stoppable between two reports.
     Job,
-    /// Long work that reaches the upstream for some of its commands (a bulk replay): given the
-    /// data plane when the host has one. The bulk action is the one such operation, and its
-    /// request's action says whether it does ([`crate::dispatch::reaches_upstream`]).
+    /// Long work that reaches the upstream for some of its requests (a bulk replay): given the
+    /// data plane when the host has one. Its declaration says which requests do
+    /// ([`Declared::reaches_upstream`]).
     UpstreamJob,
     /// Reaches the upstream through the route configuration's data plane: async.
     Upstream,
@@ -221,8 +221,9 @@ impl std::fmt::Debug for Cx<'_, '_> {
     }
 }
 
-/// Declares one operation (see the module's doc). The doc comment comes first; `http`, `acts`
-/// and `max_body` may be left out; then its function: `fn` for a blocking one, `async fn` with
+/// Declares one operation (see the module's doc). The doc comment comes first; `http`, `acts`,
+/// `max_body` and the like may be left out (`reaches_upstream: |req| ...` when its request decides
+/// whether it reaches the upstream); then its function: `fn` for a blocking one, `async fn` with
 /// the data plane for [`Kind::Upstream`].
 macro_rules! operation {
     (
@@ -238,13 +239,14 @@ macro_rules! operation {
             example: $example:expr,
             $(answers: $answers:expr,)?
             $(server_only: $server_only:literal,)?
+            $(reaches_upstream: |$reach_req:ident| $reach:expr,)?
         }
         fn run($ops:ident, $req:ident : $request:ty, $cx:pat) -> $answer:ty $body:block
     ) => {
         $crate::op::operation!(
             @spec $(#[doc = $doc])* $op $name $role $kind
             [$($method $path)?] [$($acts)?] [$($max)?] [$($($also),*)?] $example,
-            [$($answers)?] [$($server_only)?], $request, $answer
+            [$($answers)?] [$($server_only)?] [$($reach_req $reach)?], $request, $answer
         );
         impl $crate::op::Operation for $op {
             fn run(
@@ -277,7 +279,7 @@ macro_rules! operation {
     ) => {
         $crate::op::operation!(
             @spec $(#[doc = $doc])* $op $name $role Upstream
-            [$($method $path)?] [$($acts)?] [$($max)?] [$($($also),*)?] $example, [] [],
+            [$($method $path)?] [$($acts)?] [$($max)?] [$($($also),*)?] $example, [] [] [],
             $request, $answer
         );
         impl $crate::op::Operation for $op {
@@ -298,8 +300,8 @@ macro_rules! operation {
     (
         @spec $(#[doc = $doc:literal])* $op:ident $name:ident $role:ident $kind:ident
         [$($method:ident $path:literal)?] [$($acts:literal)?] [$($max:expr)?] [$($also:literal),*]
-        $example:expr, [$($answers:expr)?] [$($server_only:literal)?],
-        $request:ty, $answer:ty
+        $example:expr, [$($answers:expr)?] [$($server_only:literal)?]
+        [$($reach_req:ident $reach:expr)?], $request:ty, $answer:ty
     ) => {
         $(#[doc = $doc])*
         #[derive(Debug)]
@@ -320,6 +322,11 @@ macro_rules! operation {
             };
             type Request = $request;
             type Answer = $answer;
+            $(
+                fn reaches_upstream($reach_req: &$request) -> bool {
+                    $reach
+                }
+            )?
         }
     };
     (@http) => { None };
@@ -345,6 +352,13 @@ pub trait Declared {
     type Request: DeserializeOwned + Wire;
     /// What it answers.
     type Answer: Serialize + Wire;
+
+    /// Whether running it on `req` may reach the upstream, so that its host needs the routes'
+    /// upstream credentials and the data plane: by its kind, unless its declaration says by its
+    /// request (a bulk resolve never does, a bulk replay may).
+    fn reaches_upstream(_req: &Self::Request) -> bool {
+        Self::SPEC.kind.reaches_upstream()
+    }
 }
 
 /// An operation's function: [`operation!`] writes the one its kind runs, and the other
@@ -413,6 +427,22 @@ macro_rules! registry {
                 if name == <$module::Op as Declared>::SPEC.name {
                     return Some(args.decode(name).and_then(|req| {
                         args::answer(<$module::Op as Operation>::run(ops, req, cx))
+                    }));
+                }
+            )*
+            None
+        }
+
+        /// Whether running the operation `name` on `args` may reach the upstream
+        /// ([`Declared::reaches_upstream`]); `None` when there is no such operation.
+        pub(crate) fn reaches_upstream(
+            name: &str,
+            args: &args::Args,
+        ) -> Option<crate::OpsResult<bool>> {
+            $(
+                if name == <$module::Op as Declared>::SPEC.name {
+                    return Some(args.clone().decode(name).map(|req| {
+                        <$module::Op as Declared>::reaches_upstream(&req)
                     }));
                 }
             )*
