@@ -228,6 +228,11 @@ pub struct Route {
     /// Sent upstream on every request of the route (the client's header of that name replaced),
     /// operator replays and reconcile probes included; never stored.
     pub upstream_auth: Option<UpstreamAuth>,
+    /// Why this host could not read the route's `upstream_auth`: a host of operator actions
+    /// ([`Config::load_for_operations`]) reads each credential it can, so that a replay through
+    /// one route does not need every route's credential, and refuses what would go through this
+    /// route with this. The server reads every one or does not start.
+    pub upstream_auth_unread: Option<String>,
     pub reconcile: Option<Reconcile>,
     pub cache_ttl: Option<Duration>,
     pub ttl: Duration,
@@ -426,7 +431,8 @@ impl Config {
 
     /// Loads a configuration for operator actions (replay, reconcile), which never check request
     /// signatures: the signing secrets it names need not be present (signatures are checked and
-    /// left out).
+    /// left out), and a route whose upstream credential cannot be read here loads without it,
+    /// saying why ([`Route::upstream_auth_unread`]).
     pub fn load_for_operations(path: &str) -> Result<Config, ConfigError> {
         Config::load_with(path, Secrets::Forward)
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use idemgate_ledger::Effect;
 
 use super::raw::RawRoute;
-use super::secret::named_secret;
+use super::secret::{named_secret, read_secret};
 use super::{
     invalid, is_header_name, parse_duration, parse_positive, parse_size, parse_upstream,
     query_names, ConfigError, KeySource, LoopGuard, Money, Protocol, Reconcile, Retry, Route,
@@ -69,7 +69,8 @@ pub(super) fn route(
     let reject_duplicates = reject_duplicates(&f, r)?;
     let signature = signature(&f, r, secrets)?;
     let auth_header = upstream_auth_header(&f, r)?;
-    let upstream_auth = upstream_auth(&f, r, auth_header.as_ref(), secrets)?;
+    let (upstream_auth, upstream_auth_unread) =
+        upstream_auth(&f, r, auth_header.as_ref(), secrets)?;
     let reconcile = reconcile(&f, r)?;
     let cache_ttl = cache_ttl(&f, r, effect)?;
     let secret_headers = secret_headers(&f, r, auth_header.as_ref())?;
@@ -105,6 +106,7 @@ pub(super) fn route(
         reject_duplicates,
         signature,
         upstream_auth,
+        upstream_auth_unread,
         reconcile,
         cache_ttl,
         ttl: match &r.ttl {
@@ -584,37 +586,41 @@ fn upstream_auth_header(
 }
 
 /// The credential the proxy adds upstream, in `header`. Read by every host that forwards:
-/// operator replays and probes send it too.
+/// operator replays and probes send it too. A host of operator actions that cannot read it gets
+/// why instead (the second member), so that the routes whose credentials it has still forward.
 fn upstream_auth(
     f: &Fields<'_>,
     r: &RawRoute,
     header: Option<&http::HeaderName>,
     secrets: Secrets,
-) -> Result<Option<UpstreamAuth>, ConfigError> {
+) -> Result<(Option<UpstreamAuth>, Option<String>), ConfigError> {
     let (Some(a), Some(header)) = (&r.upstream_auth, header) else {
-        return Ok(None);
+        return Ok((None, None));
     };
-    let Some(secret) = named_secret(
-        &f.at("upstream_auth"),
-        a.secret_env.as_deref(),
-        a.secret_file.as_deref(),
-        secrets != Secrets::None,
-    )?
-    else {
-        return Ok(None);
+    let field = f.at("upstream_auth");
+    let (env, file) = (a.secret_env.as_deref(), a.secret_file.as_deref());
+    // How it is named is checked by every host, so none accepts a file `serve` refuses.
+    named_secret(&field, env, file, false)?;
+    let read = match secrets {
+        Secrets::None => return Ok((None, None)),
+        Secrets::Read => read_secret(&field, env, file)?,
+        Secrets::Forward => match read_secret(&field, env, file) {
+            Ok(s) => s,
+            Err(e) => return Ok((None, Some(e.to_string()))),
+        },
     };
-    let mut value = http::HeaderValue::from_bytes(&secret.0).map_err(|_| {
+    let mut value = http::HeaderValue::from_bytes(&read.0).map_err(|_| {
         // Never the value itself: it is a secret.
-        invalid(
-            f.at("upstream_auth"),
-            "the secret is not a valid header value",
-        )
+        invalid(&field, "the secret is not a valid header value")
     })?;
     value.set_sensitive(true);
-    Ok(Some(UpstreamAuth {
-        header: header.clone(),
-        value,
-    }))
+    Ok((
+        Some(UpstreamAuth {
+            header: header.clone(),
+            value,
+        }),
+        None,
+    ))
 }
 
 /// The probe that asks the upstream whether a stuck entry's effect happened: GET or HEAD, a URL

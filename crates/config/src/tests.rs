@@ -6,6 +6,7 @@
 use super::*;
 
 mod money;
+mod secrets;
 
 const EXAMPLE: &str = include_str!("../../../examples/idemgate.toml");
 
@@ -18,59 +19,6 @@ fn the_example_parses() {
     assert_eq!(c.listen.to_string(), "127.0.0.1:8700");
     let refunds = c.route("refunds").expect("refunds");
     assert!(refunds.approval.is_some() && refunds.upstream_auth.is_some());
-}
-
-/// A host that forwards nothing reads none of the secrets a configuration names, and still
-/// checks everything else, how each secret is named included.
-#[test]
-fn a_configuration_parses_without_its_secrets_for_a_host_that_forwards_nothing() {
-    let unset = "{ secret_env = \"IDEMGATE_TEST_NO_SUCH_VAR\" }";
-    let route = |auth: &str, signature: &str| {
-        format!(
-            "{BASE}[[routes]]\nname = \"refunds\"\nmethod = \"POST\"\npath = \"/r\"\n\
-             upstream = \"http://127.0.0.1:9\"\neffect = \"write\"\n\
-             upstream_auth = {auth}\nsignature = {signature}\n\
-             approval = {{ when = \"args.amount > 50000\", approvals = 2 }}\n"
-        )
-    };
-    let text = route(unset, unset);
-    assert!(err(&text).contains("IDEMGATE_TEST_NO_SUCH_VAR is not set"));
-    let c = Config::parse_without_secrets(&text).expect("no secret read");
-    let r = &c.routes[0];
-    assert!(r.upstream_auth.is_none() && r.signature.is_none());
-    let policy = r.approval.as_ref().expect("the policy");
-    assert_eq!((policy.name.as_str(), policy.approvals), ("refunds", 2));
-    // What it does not read is still checked as the server checks it.
-    let both = "{ secret_env = \"A\", secret_file = \"/b\" }";
-    for (text, says) in [
-        (
-            route("{ }", unset),
-            "(refunds).upstream_auth: give exactly one of",
-        ),
-        (
-            route(both, unset),
-            "(refunds).upstream_auth: give exactly one of",
-        ),
-        (
-            route(unset, "{ }"),
-            "(refunds).signature: give exactly one of",
-        ),
-        (
-            route(unset, both),
-            "(refunds).signature: give exactly one of",
-        ),
-        (
-            route(unset, "{ secret_env = \"A\", tolerance = \"soon\" }"),
-            "(refunds).signature.tolerance: ",
-        ),
-        (
-            route(unset, "{ secret_env = \"A\", header = \"x y\" }"),
-            "(refunds).signature.header: ",
-        ),
-    ] {
-        let e = Config::parse_without_secrets(&text).expect_err(says);
-        assert!(e.to_string().contains(says), "{says}: {e}");
-    }
 }
 
 fn err(toml: &str) -> String {

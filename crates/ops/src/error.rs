@@ -40,7 +40,8 @@ pub enum OpsError {
     /// A stored request that makes no request to the route's upstream.
     #[error("{0}")]
     StoredRequest(String),
-    /// The configuration is wrong for the action (a probe URL that is not a URI).
+    /// The configuration is wrong for the action (a probe URL that is not a URI), or its route's
+    /// credential is not where this host can read it.
     #[error("{0}")]
     BadConfig(String),
     /// A bug, or a task that could not finish.

@@ -63,12 +63,20 @@ pub struct ReconcileReport {
     pub decision: String,
 }
 
-/// The route of `e` in `cfg`, which a replay or a reconcile reaches the upstream through.
+/// The route of `e` in `cfg`, which a replay or a reconcile reaches the upstream through, with
+/// the credential it sends there: refused when this host could not read it.
 fn route_of<'c>(e: &EntrySummary, cfg: &'c Config) -> OpsResult<&'c Route> {
-    cfg.route(&e.route).ok_or_else(|| OpsError::UnknownRoute {
+    let route = cfg.route(&e.route).ok_or_else(|| OpsError::UnknownRoute {
         entry: e.id,
         route: e.route.clone(),
-    })
+    })?;
+    match &route.upstream_auth_unread {
+        Some(why) => Err(OpsError::BadConfig(format!(
+            "{why} (a replay or a reconcile through route {} sends it)",
+            route.name
+        ))),
+        None => Ok(route),
+    }
 }
 
 /// The route of `e` in `cfg` and its probe, which a reconcile asks.

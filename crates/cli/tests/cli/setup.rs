@@ -191,7 +191,8 @@ fn an_unreadable_configuration_says_whether_the_environment_named_it() {
 /// A command that forwards nothing reads none of the secrets a configuration names (they live in
 /// the server's environment): `show` judges by its routes and `retention run` runs, on their own
 /// commands and by their declarations, while `replay`, which sends the route's credential
-/// upstream, says which variable it lacks (unless its request is refused first).
+/// upstream, says which variable it lacks (unless its request is refused first): only replays
+/// through that route need it.
 #[test]
 fn only_a_command_that_forwards_reads_the_configurations_secrets() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -214,6 +215,8 @@ fn only_a_command_that_forwards_reads_the_configurations_secrets() {
         s(&db),
         "--route",
         "charges",
+        "--status",
+        "released",
         "--json",
     ]);
     let id = charges[0]["id"].to_string();
@@ -225,21 +228,33 @@ fn only_a_command_that_forwards_reads_the_configurations_secrets() {
     let shown = json(&["call", "show", "--config", s(&cfg), &entry]);
     assert_eq!(shown["entry"]["id"].to_string(), id);
     ok(&["call", "run_retention", "--config", s(&cfg)]);
-    // A bulk action by the action it runs: a resolve sends nothing.
+    // A bulk action by the action it runs: a replay needs the credential of each entry's route,
+    // and refuses the entries whose route's it lacks; a resolve sends nothing.
     let stuck = r#"target:={"filter": {"route": "charges", "stuck": true}}"#;
-    let bulk = |action| {
-        let a = ["call", "bulk", "--config", s(&cfg), action, stuck];
-        idemgate(&[&a[..], &["as=failed", "operator=you", "reason=r"]].concat())
+    let bulk = |action: &[&str]| {
+        let a = [
+            "call",
+            "bulk",
+            "--config",
+            s(&cfg),
+            stuck,
+            "operator=you",
+            "reason=r",
+        ];
+        let out = idemgate(&[&a[..], action].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("report")
     };
-    let resolved = bulk("action=resolve");
-    let err = String::from_utf8_lossy(&resolved.stderr);
-    assert!(resolved.status.success(), "{err}");
-    let report: serde_json::Value = serde_json::from_slice(&resolved.stdout).expect("report");
-    assert_eq!(report["action"], "resolve", "{report}");
     let unset = "upstream_auth: environment variable IDEMGATE_TEST_SERVICE_ONLY is not set";
-    let replayed = bulk("action=replay");
-    let err = String::from_utf8_lossy(&replayed.stderr);
-    assert!(err.contains(unset), "{err}");
+    let replayed = bulk(&["action=replay"]);
+    assert_eq!(replayed["succeeded"], 0, "{replayed}");
+    assert!(replayed["total"].as_u64() > Some(0), "{replayed}");
+    assert_eq!(replayed["failed"], replayed["total"], "{replayed}");
+    let why = replayed["failures"][0]["message"].to_string();
+    assert!(why.contains(unset), "{why}");
+    let resolved = bulk(&["action=resolve", "as=failed"]);
+    assert_eq!(resolved["succeeded"], replayed["total"], "{resolved}");
     for replay in [
         vec![
             "replay",
@@ -282,4 +297,69 @@ fn only_a_command_that_forwards_reads_the_configurations_secrets() {
         err.contains("entry_id=\"seven\": not a whole number"),
         "{err}"
     );
+}
+
+/// An operator's replay reads the credential of the route it goes through, not every route's: a
+/// replay through a route that has none runs in a shell without another route's credential, and
+/// one through that other route is refused, naming the variable, and changes nothing.
+#[test]
+fn a_replay_needs_only_the_credential_of_its_own_route() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = demo(dir.path(), 300);
+    let cfg = dir.path().join("idemgate.toml");
+    let route = |name: &str, auth: &str| {
+        format!(
+            "[[routes]]\nname = \"{name}\"\nmethod = \"POST\"\npath = \"/v1/{name}\"\n\
+             upstream = \"http://127.0.0.1:9\"\neffect = \"write\"\n{auth}"
+        )
+    };
+    let auth = "upstream_auth = { secret_env = \"IDEMGATE_TEST_SERVICE_ONLY\" }\n";
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nledger = {:?}\nadmin_listen = \"off\"\n{}{}",
+            s(&db),
+            route("charges", auth),
+            route("emails", "")
+        ),
+    )
+    .expect("config");
+    let released = |r: &str| {
+        let a = ["--ledger", s(&db), "--route", r, "--status", "released"];
+        json(&[&["entries"], &a[..], &["--limit", "1", "--json"]].concat())[0]["id"].to_string()
+    };
+    let events = |id: &str| json(&["log", "--ledger", s(&db), "--entry", id, "--json"]);
+    let replay = |id: &str| {
+        let a = [
+            "--config",
+            s(&cfg),
+            id,
+            "--operator",
+            "you",
+            "--reason",
+            "r",
+        ];
+        idemgate(&[&["replay"], &a[..], &["--json"]].concat())
+    };
+    // Sent: the upstream is not there, so the call is released again, not executed.
+    let email = released("emails");
+    let out = replay(&email);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report");
+    assert_eq!(
+        report["problem"]["code"], "upstream-unavailable",
+        "{report}"
+    );
+    // Refused before anything is sent or logged.
+    let charge = released("charges");
+    let before = events(&charge);
+    let out = replay(&charge);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("environment variable IDEMGATE_TEST_SERVICE_ONLY is not set"),
+        "{err}"
+    );
+    assert_eq!(events(&charge), before);
 }
