@@ -481,6 +481,14 @@ impl Storage for Ledger {
         self.submit(move |ctx| write::note_tools(ctx, &listed))
     }
 
+    fn announced(&self) -> Result<Option<i64>> {
+        self.read(|db| write::announced(db))
+    }
+
+    fn note_announced(&self, seq: i64) -> Ticket<()> {
+        self.submit(move |ctx| write::note_announced(ctx, seq))
+    }
+
     fn extend_tree(&self, batch: crate::model::TreeBatch) -> Ticket<()> {
         if self.backend() == "postgres" {
             return Ticket::ready(self.read(|db| write::extend_tree_alone(db, &batch)));

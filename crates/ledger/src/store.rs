@@ -399,6 +399,11 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn leader(&self) -> Result<Option<Leader>>;
     /// Stores the tools' effects a `tools/list` answer gave, over what an earlier one said.
     fn note_tools(&self, listed: ToolsListed) -> Ticket<()>;
+    /// The seq of the last approval decision (`approved`, `rejected`, `approval_expired`) the
+    /// approval webhooks were told of; `None` until one is recorded.
+    fn announced(&self) -> Result<Option<i64>>;
+    /// Records that the decisions through `seq` were announced (never moving back).
+    fn note_announced(&self, seq: i64) -> Ticket<()>;
     /// Appends an integration step to the log's Merkle tree ([`crate::tree::integrate`]);
     /// refused with nothing written when the tree no longer has the size it was computed from.
     fn extend_tree(&self, batch: TreeBatch) -> Ticket<()>;

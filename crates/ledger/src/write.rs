@@ -13,6 +13,7 @@ use crate::read;
 use crate::store::{ClaimOutcome, ClaimRequest};
 use crate::writer::Ctx;
 
+mod announced;
 mod approval;
 mod archival;
 mod duplicates;
@@ -25,6 +26,7 @@ mod replays;
 mod sweep;
 mod tools;
 mod tree;
+pub(crate) use announced::{announced, note_announced};
 pub(crate) use approval::{decide, take_approved};
 pub use archival::RETENTION_OPERATOR;
 pub(crate) use archival::{drop_archived, mark_archived, note_checkpoint, note_retention};

@@ -19,6 +19,8 @@ use crate::engine::ProxyBody;
 use crate::problem::Problem;
 use crate::settle::Outcome;
 
+mod news;
+
 /// A write's key as [`Engine::claim`] takes it: its route, scope, key and fingerprint.
 pub(crate) type Keyed<'a> = (&'a Route, &'a str, &'a str, &'a str);
 
@@ -254,24 +256,40 @@ impl Engine {
                 );
                 return;
             };
-            let body = serde_json::to_vec(&json!({"text": announce(&entry), "entry": entry}))
-                .unwrap_or_default();
-            let mut wait = NOTIFY_BACKOFF;
-            for attempt in 1..=NOTIFY_TRIES {
-                match post(&client, &hook, &body).await {
-                    Ok(()) => return,
-                    Err(why) if attempt == NOTIFY_TRIES => tracing::warn!(
-                        entry = entry_id, url = %hook.url, error = %why,
-                        "the approval webhook failed; the call waits in the Approvals view"
-                    ),
-                    Err(_) => {
-                        tokio::time::sleep(wait).await;
-                        wait *= 2;
-                    }
-                }
-            }
+            let body = json!({
+                "text": announce(&entry),
+                "kind": "approval_requested",
+                "entry": entry,
+            });
+            deliver(&client, &hook, &body, entry_id).await;
         });
     }
+}
+
+/// Posts `body` to `hook` about entry `entry_id`: tried [`NOTIFY_TRIES`] times with backoff, a
+/// failure logged; whether it was delivered.
+pub(crate) async fn deliver(
+    client: &crate::forward::HttpClient,
+    hook: &Notify,
+    body: &serde_json::Value,
+    entry_id: i64,
+) -> bool {
+    let body = serde_json::to_vec(body).unwrap_or_default();
+    let mut wait = NOTIFY_BACKOFF;
+    for attempt in 1..=NOTIFY_TRIES {
+        match post(client, hook, &body).await {
+            Ok(()) => return true,
+            Err(why) if attempt == NOTIFY_TRIES => tracing::warn!(
+                entry = entry_id, url = %hook.url, error = %why,
+                "the approval webhook failed; the Approvals view and the log have it"
+            ),
+            Err(_) => {
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+        }
+    }
+    false
 }
 
 /// The webhook's text (Slack's `text`): what waits, who asked, for how long, and where to decide.

@@ -244,8 +244,7 @@ async fn serve(
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = upkeep::spawn(&cfg, &ops, &books.watch(), &stop_rx);
-    tasks.push(tokio::spawn(sweep_loop(engine.clone(), stop_rx.clone())));
-    tasks.push(tokio::spawn(release_loop(live.clone(), stop_rx.clone())));
+    tasks.extend(loops(&engine, &live, &books, &stop_rx));
     let settler = engine.clone();
     if let Some(r) = reload {
         tokio::spawn(reload_loop(live.clone(), r));
@@ -415,6 +414,50 @@ async fn release_loop(live: Arc<live::Live>, mut stop: tokio::sync::watch::Recei
             _ = stop.changed() => return,
         }
         live.engine().release_approved().await;
+    }
+}
+
+/// What every instance runs until it stops: the sweep, the forwarding of approved calls, and
+/// (while it leads the books) the news of decisions.
+fn loops(
+    engine: &Arc<Engine>,
+    live: &Arc<live::Live>,
+    books: &books::Books,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> [tokio::task::JoinHandle<()>; 3] {
+    [
+        tokio::spawn(sweep_loop(engine.clone(), stop.clone())),
+        tokio::spawn(release_loop(live.clone(), stop.clone())),
+        tokio::spawn(announce_loop(live.clone(), books.watch(), stop.clone())),
+    ]
+}
+
+/// Every second while this instance leads the books: tells the approval webhooks of the
+/// decisions logged since the last one told (by any instance, the CLI or a console).
+async fn announce_loop(
+    live: Arc<live::Live>,
+    leading: tokio::sync::watch::Receiver<Option<idemgate_ops::ledger::Millis>>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        if leading.borrow().is_none() {
+            continue;
+        }
+        // Stopped mid-round, what was told and not yet recorded is told again by the next.
+        let engine = live.engine();
+        tokio::select! {
+            r = engine.announce_decisions() => match r {
+                Ok(_) | Err(LedgerError::Unavailable(_)) => {}
+                Err(e) => tracing::warn!(error = %e, "decisions could not be announced"),
+            },
+            _ = stop.changed() => return,
+        }
     }
 }
 

@@ -3,9 +3,11 @@
 //! across a SIGKILL; rejected and lapsed calls never run.
 
 use std::path::Path;
+use std::time::Duration;
 
 use super::*;
 
+mod news;
 mod spent;
 
 const APPROVAL_CONFIG: &str = r#"
@@ -247,10 +249,7 @@ fn a_call_over_the_threshold_runs_once_two_operators_approved_it() {
     );
     // The webhook hears of it, signed, and is tried again when it fails.
     for _ in 0..2 {
-        let (signature, body) = f
-            .hooks
-            .recv_timeout(std::time::Duration::from_secs(10))
-            .expect("hook");
+        let (signature, body) = f.hooks.recv_timeout(Duration::from_secs(10)).expect("hook");
         let (t, v1) = signature.split_once(",v1=").expect("t=…,v1=…");
         let t = t.trim_start_matches("t=").parse().expect("t");
         assert_eq!(
@@ -325,13 +324,21 @@ fn a_call_over_the_threshold_runs_once_two_operators_approved_it() {
         .map(|e| e["id"].as_i64().unwrap_or(0))
         .collect();
     assert!(!open.contains(&id) && open.len() == 1, "{open:?}");
-    // One announcement a held call: r-vip's; none for the retry that attached to r-big's.
-    let (_, vip) = f
-        .hooks
-        .recv_timeout(std::time::Duration::from_secs(10))
-        .expect("hook");
-    let vip: serde_json::Value = serde_json::from_slice(&vip).expect("json");
-    assert_ne!(vip["entry"]["id"], id);
+    // One announcement a held call: r-vip's; none for the retry that attached to r-big's. Then
+    // the two approvals, in the log's order.
+    let told: Vec<(String, bool)> = (0..3)
+        .map(|_| {
+            let (_, body) = f.hooks.recv_timeout(Duration::from_secs(10)).expect("hook");
+            let v: serde_json::Value = serde_json::from_slice(&body).expect("json");
+            (
+                v["kind"].as_str().unwrap_or_default().into(),
+                v["entry"]["id"] == id,
+            )
+        })
+        .collect();
+    let approved = ("approved".to_owned(), true);
+    let asked = ("approval_requested".to_owned(), false);
+    assert_eq!(told, [asked, approved.clone(), approved]);
     assert!(
         f.hooks.try_iter().next().is_none(),
         "one announcement a call"
