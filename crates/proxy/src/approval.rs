@@ -1,6 +1,7 @@
 //! Calls held for approval: whether a call matches its route's policy, how its request waits
-//! for the decision (and what it is answered when none comes in time), and the forwarding of
-//! approved calls, which this process does for every instance's, once each.
+//! for the decision (and what it is answered when none comes in time), the forwarding of
+//! approved calls, which this process does for every instance's, once each, and what the
+//! policy's webhook is told (a held call here, how each request ended in [`news`]).
 
 use std::time::{Duration, Instant};
 
@@ -268,7 +269,7 @@ impl Engine {
 
 /// Posts `body` to `hook` about entry `entry_id`: tried [`NOTIFY_TRIES`] times with backoff, a
 /// failure logged; whether it was delivered.
-pub(crate) async fn deliver(
+async fn deliver(
     client: &crate::forward::HttpClient,
     hook: &Notify,
     body: &serde_json::Value,
