@@ -21,19 +21,26 @@ const ROUND: usize = 256;
 
 impl Engine {
     /// Tells each policy's webhook of the decisions logged since the last one told, oldest
-    /// first, recording each once it is told (or its webhook gave up); how many it told. The
+    /// first, recording how far it went (each told one at once); how many it told. The
     /// first round on a ledger starts at the log's end: what was decided before is not news.
     pub async fn announce_decisions(&self) -> Result<usize, LedgerError> {
         let store = self.store.clone();
         let news = tokio::task::spawn_blocking(move || news(&*store))
             .await
             .map_err(|e| LedgerError::Unavailable(e.to_string()))??;
-        let mut told = 0;
+        let (mut told, mut recorded, mut last) = (0, None, None);
         for ev in news {
+            last = Some(ev.seq);
+            // Recorded at once when told, so that a restart does not tell it again; the
+            // decisions no webhook hears are recorded together at the round's end.
             if self.tell(&ev).await {
                 told += 1;
+                self.store.note_announced(ev.seq).recv().await?;
+                recorded = last;
             }
-            self.store.note_announced(ev.seq).recv().await?;
+        }
+        if let Some(seq) = last.filter(|_| last != recorded) {
+            self.store.note_announced(seq).recv().await?;
         }
         Ok(told)
     }
