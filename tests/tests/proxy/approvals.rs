@@ -356,6 +356,23 @@ fn a_call_over_the_threshold_runs_once_two_operators_approved_it() {
     );
 }
 
+/// Approves held entry `id` as olga through the CLI, which writes the ledger file itself.
+fn approve_by_cli(ledger: &Path, id: i64, reason: &str) {
+    let (ledger, id) = (ledger.to_str().expect("utf-8"), id.to_string());
+    let args = [
+        "--ledger",
+        ledger,
+        &id,
+        "--operator",
+        "olga",
+        "--reason",
+        reason,
+    ];
+    let out = idemgate(&[&["approve"], &args[..]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+}
+
 /// `GET path` on the admin API as operator `who`.
 fn get_as(f: &Fx, who: &str, path: &str) -> serde_json::Value {
     let auth = format!("Bearer {}", f.tokens[who]);
@@ -625,21 +642,7 @@ fn an_approval_given_while_no_server_runs_releases_the_call_once_after_a_sigkill
     // Held, it is its approvers' alone: no other operator action takes it.
     let decide = format!("\n  actions      approve or reject it (idemgate approve|reject {id})\n");
     assert!(before.contains(&decide), "{before}");
-    let out = idemgate(&[
-        "approve",
-        "--ledger",
-        ledger.to_str().expect("utf-8"),
-        &id.to_string(),
-        "--operator",
-        "olga",
-        "--reason",
-        "approved while the server was down",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    approve_by_cli(&ledger, id, "approved while the server was down");
     assert_eq!(f.upstream.counts.effects("p-kill"), 0);
     let after: serde_json::Value = serde_json::from_str(&show(true)).expect("show --json");
     assert_eq!(after["approval"]["end"], "approved", "{after}");

@@ -188,6 +188,17 @@ fn an_unreadable_configuration_says_whether_the_environment_named_it() {
     }
 }
 
+/// A write route to an upstream that is not there, with `auth` (a line of TOML) as its credential.
+fn route(name: &str, auth: &str) -> String {
+    format!(
+        "[[routes]]\nname = \"{name}\"\nmethod = \"POST\"\npath = \"/v1/{name}\"\n\
+         upstream = \"http://127.0.0.1:9\"\neffect = \"write\"\n{auth}"
+    )
+}
+
+/// A credential only the service's environment holds.
+const SERVICE_ONLY: &str = "upstream_auth = { secret_env = \"IDEMGATE_TEST_SERVICE_ONLY\" }\n";
+
 /// A command that forwards nothing reads none of the secrets a configuration names (they live in
 /// the server's environment): `show` judges by its routes and `retention run` runs, on their own
 /// commands and by their declarations, while `replay`, which sends the route's credential
@@ -201,11 +212,9 @@ fn only_a_command_that_forwards_reads_the_configurations_secrets() {
     std::fs::write(
         &cfg,
         format!(
-            "[server]\nledger = {:?}\nadmin_listen = \"off\"\n[retention]\nentries = \"30d\"\n\
-             [[routes]]\nname = \"charges\"\nmethod = \"POST\"\npath = \"/v1/charges\"\n\
-             upstream = \"http://127.0.0.1:9\"\neffect = \"write\"\n\
-             upstream_auth = {{ secret_env = \"IDEMGATE_TEST_SERVICE_ONLY\" }}\n",
-            s(&db)
+            "[server]\nledger = {:?}\nadmin_listen = \"off\"\n[retention]\nentries = \"30d\"\n{}",
+            s(&db),
+            route("charges", SERVICE_ONLY)
         ),
     )
     .expect("config");
@@ -307,19 +316,12 @@ fn a_replay_needs_only_the_credential_of_its_own_route() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = demo(dir.path(), 300);
     let cfg = dir.path().join("idemgate.toml");
-    let route = |name: &str, auth: &str| {
-        format!(
-            "[[routes]]\nname = \"{name}\"\nmethod = \"POST\"\npath = \"/v1/{name}\"\n\
-             upstream = \"http://127.0.0.1:9\"\neffect = \"write\"\n{auth}"
-        )
-    };
-    let auth = "upstream_auth = { secret_env = \"IDEMGATE_TEST_SERVICE_ONLY\" }\n";
     std::fs::write(
         &cfg,
         format!(
             "[server]\nledger = {:?}\nadmin_listen = \"off\"\n{}{}",
             s(&db),
-            route("charges", auth),
+            route("charges", SERVICE_ONLY),
             route("emails", "")
         ),
     )

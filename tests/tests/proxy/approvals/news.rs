@@ -76,21 +76,7 @@ fn each_decision_is_told_once_in_order_across_a_sigkill() {
         (told >= newest).then_some(())
     });
     f.proxy.kill();
-    let out = idemgate(&[
-        "approve",
-        "--ledger",
-        ledger.to_str().expect("utf-8"),
-        &d.to_string(),
-        "--operator",
-        "olga",
-        "--reason",
-        "while the server was down",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    approve_by_cli(&ledger, d, "while the server was down");
     let toml = std::fs::read_to_string(&f.proxy.config).expect("config");
     f.proxy = start(f.dir.path(), &toml, &ledger);
     let (kind, id, text) = next_decision(&f);
