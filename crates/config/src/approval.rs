@@ -29,12 +29,14 @@ pub struct Approval {
     pub approvers: Option<Vec<String>>,
     /// sha256 over what the policy says (hex): an approval is bound to it.
     pub hash: String,
-    /// Where a new request for approval is announced.
+    /// Where a new request for approval, each decision on it and an approved call's result are
+    /// announced.
     pub notify: Option<Notify>,
 }
 
-/// `notify`: a webhook told of each new request for approval (Slack-compatible), signed with
-/// `notify_secret_env`'s secret when there is one.
+/// `notify`: a webhook told of each new request for approval, how it was decided and how an
+/// approved call's run ended (Slack-compatible), signed with `notify_secret_env`'s secret when
+/// there is one.
 #[derive(Debug, Clone)]
 pub struct Notify {
     pub url: http::Uri,

@@ -481,12 +481,12 @@ impl Storage for Ledger {
         self.submit(move |ctx| write::note_tools(ctx, &listed))
     }
 
-    fn announced(&self) -> Result<Option<i64>> {
+    fn announced(&self) -> Result<Option<crate::store::Announced>> {
         self.read(|db| write::announced(db))
     }
 
-    fn note_announced(&self, seq: i64) -> Ticket<()> {
-        self.submit(move |ctx| write::note_announced(ctx, seq))
+    fn note_announced(&self, book: crate::store::Announced) -> Ticket<()> {
+        self.submit(move |ctx| write::note_announced(ctx, &book))
     }
 
     fn extend_tree(&self, batch: crate::model::TreeBatch) -> Ticket<()> {

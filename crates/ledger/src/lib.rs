@@ -52,7 +52,7 @@ pub use model::{
 };
 pub use sqlite::schema_version;
 pub use store::{
-    Actor, ApprovalAsk, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest,
+    Actor, Announced, ApprovalAsk, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest,
     DecideRequest, EventRange, LoopNote, OwnerReport, Progress, PurgeRequest, ReconcileNote,
     Redrive, RedriveRequest, Resolution, ResolveRequest, ReviewRequest, Storage, SweepReport,
     Ticket, ToolsListed, WriterHealth,

@@ -283,6 +283,15 @@ pub struct ToolsListed {
     pub at: Millis,
 }
 
+/// How far the approval webhooks have been told: the seq of the last decision (`approved`,
+/// `rejected`, `approval_expired`) announced, and the entries approved in full whose result
+/// (ran, not sent, outcome unknown) is still to be told, oldest approval first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Announced {
+    pub seq: i64,
+    pub running: Vec<i64>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SweepReport {
     pub lease_expired: u64,
@@ -399,11 +408,12 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn leader(&self) -> Result<Option<Leader>>;
     /// Stores the tools' effects a `tools/list` answer gave, over what an earlier one said.
     fn note_tools(&self, listed: ToolsListed) -> Ticket<()>;
-    /// The seq of the last approval decision (`approved`, `rejected`, `approval_expired`) the
-    /// approval webhooks were told of; `None` until one is recorded.
-    fn announced(&self) -> Result<Option<i64>>;
-    /// Records that the decisions through `seq` were announced (never moving back).
-    fn note_announced(&self, seq: i64) -> Ticket<()>;
+    /// How far the approval webhooks were told of decisions and results; `None` until
+    /// something is recorded.
+    fn announced(&self) -> Result<Option<Announced>>;
+    /// Records how far the approval webhooks were told; refused, with nothing written, when
+    /// `book` is behind the decision recorded (a former leader's round).
+    fn note_announced(&self, book: Announced) -> Ticket<()>;
     /// Appends an integration step to the log's Merkle tree ([`crate::tree::integrate`]);
     /// refused with nothing written when the tree no longer has the size it was computed from.
     fn extend_tree(&self, batch: TreeBatch) -> Ticket<()>;

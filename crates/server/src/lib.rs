@@ -433,7 +433,8 @@ fn loops(
 }
 
 /// Every second while this instance leads the books: tells the approval webhooks of the
-/// decisions logged since the last one told (by any instance, the CLI or a console).
+/// decisions logged since the last one told (by any instance, the CLI or a console), and of how
+/// approved calls' runs ended.
 async fn announce_loop(
     live: Arc<live::Live>,
     leading: tokio::sync::watch::Receiver<Option<idemgate_ops::ledger::Millis>>,

@@ -325,8 +325,8 @@ fn a_call_over_the_threshold_runs_once_two_operators_approved_it() {
         .collect();
     assert!(!open.contains(&id) && open.len() == 1, "{open:?}");
     // One announcement a held call: r-vip's; none for the retry that attached to r-big's. Then
-    // the two approvals, in the log's order.
-    let told: Vec<(String, bool)> = (0..3)
+    // the two approvals, in the log's order, and how the approved call ended.
+    let told: Vec<(String, bool)> = (0..4)
         .map(|_| {
             let (_, body) = f.hooks.recv_timeout(Duration::from_secs(10)).expect("hook");
             let v: serde_json::Value = serde_json::from_slice(&body).expect("json");
@@ -338,7 +338,8 @@ fn a_call_over_the_threshold_runs_once_two_operators_approved_it() {
         .collect();
     let approved = ("approved".to_owned(), true);
     let asked = ("approval_requested".to_owned(), false);
-    assert_eq!(told, [asked, approved.clone(), approved]);
+    let ran = ("result".to_owned(), true);
+    assert_eq!(told, [asked, approved.clone(), approved, ran]);
     assert!(
         f.hooks.try_iter().next().is_none(),
         "one announcement a call"

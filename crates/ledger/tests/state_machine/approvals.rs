@@ -254,7 +254,27 @@ fn a_rejected_or_lapsed_call_never_runs(b: Backend) {
     verify_ok(&f.l);
 }
 
+fn how_far_the_webhooks_were_told_is_kept_and_never_moves_back(b: Backend) {
+    let f = fx!(b);
+    assert_eq!(f.l.announced().expect("announced"), None);
+    let book = |seq, running: &[i64]| Announced {
+        seq,
+        running: running.to_vec(),
+    };
+    f.l.note_announced(book(7, &[3, 5])).wait().expect("noted");
+    assert_eq!(f.l.announced().expect("read"), Some(book(7, &[3, 5])));
+    // The same decision, a result told since: the calls still awaited change.
+    f.l.note_announced(book(7, &[5])).wait().expect("noted");
+    assert_eq!(f.l.announced().expect("read"), Some(book(7, &[5])));
+    // A round behind the one recorded (a former leader's) changes nothing.
+    f.l.note_announced(book(6, &[])).wait().expect("ignored");
+    assert_eq!(f.l.announced().expect("read"), Some(book(7, &[5])));
+    f.l.note_announced(book(9, &[])).wait().expect("noted");
+    assert_eq!(f.l.announced().expect("read"), Some(book(9, &[])));
+}
+
 suite!(
     a_held_call_runs_once_after_distinct_approvers,
     a_rejected_or_lapsed_call_never_runs,
+    how_far_the_webhooks_were_told_is_kept_and_never_moves_back,
 );

@@ -1,11 +1,13 @@
 //! How each request for approval ended is told to the webhook that heard of it: once each, in
-//! the log's order, whoever decided and across a server's SIGKILL.
+//! the log's order, whoever decided and across a server's SIGKILL; and how an approved call's
+//! run ended.
+
+use idemgate_tests::upstream::Chaos;
 
 use super::*;
 
-/// The next announcement of a decision (held calls' announcements passed over): its kind, its
-/// entry and its text.
-fn next_decision(f: &Fx) -> (String, i64, String) {
+/// The next announcement that is not of a held call: its kind, its entry and its text.
+fn next_news(f: &Fx) -> (String, i64, String) {
     loop {
         let (_, body) = f
             .hooks
@@ -20,6 +22,25 @@ fn next_decision(f: &Fx) -> (String, i64, String) {
     }
 }
 
+/// The next announcement of a decision (results of approved calls passed over too).
+fn next_decision(f: &Fx) -> (String, i64, String) {
+    loop {
+        let news = next_news(f);
+        if news.0 != "result" {
+            return news;
+        }
+    }
+}
+
+/// The value the ledger keeps as `name` in its `meta`.
+fn meta(ledger: &Path, name: &str) -> String {
+    let db = rusqlite::Connection::open(ledger).expect("ledger");
+    db.query_row("SELECT value FROM meta WHERE name = ?1", [name], |r| {
+        r.get(0)
+    })
+    .expect(name)
+}
+
 /// The newest event of `kind` in the ledger, and the last decision announced.
 fn seqs(ledger: &Path, kind: &str) -> (i64, i64) {
     let db = rusqlite::Connection::open(ledger).expect("ledger");
@@ -28,13 +49,7 @@ fn seqs(ledger: &Path, kind: &str) -> (i64, i64) {
             r.get(0)
         })
         .expect("newest");
-    let told: String = db
-        .query_row(
-            "SELECT value FROM meta WHERE name = 'approvals_announced'",
-            [],
-            |r| r.get(0),
-        )
-        .expect("announced");
+    let told = meta(ledger, "approvals_announced");
     (newest, told.parse().expect("a seq"))
 }
 
@@ -94,8 +109,67 @@ fn each_decision_is_told_once_in_order_across_a_sigkill() {
         text.starts_with("idemgate: expired undecided at ") && text.ends_with(&expired),
         "{text}"
     );
-    assert!(f
+    let kinds: Vec<String> = f
         .hooks
         .try_iter()
-        .all(|(_, b)| !String::from_utf8_lossy(&b).contains("\"approved\"")));
+        .map(|(_, b)| {
+            let v: serde_json::Value = serde_json::from_slice(&b).expect("json");
+            v["kind"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect();
+    assert!(kinds.iter().all(|k| k != "approved"), "{kinds:?}");
+}
+
+#[test]
+fn how_an_approved_call_ended_is_told_after_its_approval_across_a_sigkill() {
+    // Long enough that a call the upstream holds is still running when the server is killed.
+    let template = APPROVAL_CONFIG
+        .replace("lease = \"3s\"", "lease = \"10s\"")
+        .replacen("timeout = \"1s\"", "timeout = \"8s\"", 1);
+    let mut f = serve_from(&template, 1, "1h", "100ms");
+    let call = |id: i64, key: &str| format!("c_9 · refunds · 700.00 USD (entry {id}, key {key})");
+    let ran = refund(&f, "r-ran");
+    assert_eq!(decide(&f, "olga", ran, "approve", "checked").status, 200);
+    let (kind, id, _) = next_news(&f);
+    assert_eq!((kind.as_str(), id), ("approved", ran));
+    let (kind, id, text) = next_news(&f);
+    assert_eq!((kind.as_str(), id), ("result", ran), "{text}");
+    let told = format!(
+        "idemgate: ran once after approval: {}; the upstream answered 201.",
+        call(ran, "r-ran")
+    );
+    assert_eq!(text, told);
+    // Approved and told, then the server dies while the upstream, which has run the call,
+    // holds its answer: the next server tells how it ended, which nobody knows.
+    let lost = refund(&f, "r-lost");
+    f.upstream.counts.set_chaos(Some(Chaos {
+        drop_pct: 0,
+        unavailable_pct: 0,
+        stall_pct: 100,
+        stall_ms: 60_000,
+    }));
+    assert_eq!(decide(&f, "olga", lost, "approve", "checked").status, 200);
+    let (kind, id, _) = next_news(&f);
+    assert_eq!((kind.as_str(), id), ("approved", lost));
+    let ledger = f.dir.path().join("ledger.db");
+    eventually(10, "the approved call sent, and awaited", || {
+        let awaited = meta(&ledger, "approvals_running") == lost.to_string();
+        (awaited && f.upstream.counts.effects("r-lost") == 1).then_some(())
+    });
+    f.proxy.kill();
+    let toml = std::fs::read_to_string(&f.proxy.config).expect("config");
+    f.proxy = start(f.dir.path(), &toml, &ledger);
+    let (kind, id, text) = next_news(&f);
+    assert_eq!((kind.as_str(), id), ("result", lost), "{text}");
+    let told = format!(
+        "idemgate: outcome unknown after approval: {}; it may have run: reconcile or resolve it.",
+        call(lost, "r-lost")
+    );
+    assert_eq!(text, told);
+    eventually(10, "nothing left to tell", || {
+        meta(&ledger, "approvals_running").is_empty().then_some(())
+    });
+    assert_eq!(f.upstream.counts.effects("r-lost"), 1);
+    assert_eq!(f.upstream.counts.effects("r-ran"), 1);
+    assert!(f.hooks.try_iter().next().is_none());
 }
