@@ -16,6 +16,7 @@ mod route;
 mod secret;
 mod subject;
 mod telemetry;
+mod upstream;
 
 pub use approval::{Approval, Condition, Notify};
 pub use audit::{Retention, Signing, Witness, SIGNING_KEY_ENV};

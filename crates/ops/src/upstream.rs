@@ -63,30 +63,45 @@ pub struct ReconcileReport {
     pub decision: String,
 }
 
-/// The route of `e` in `cfg`, which a replay or a reconcile reaches the upstream through, with
-/// the credential it sends there: refused when this host could not read it.
+/// The route of `e` in `cfg`, which a replay reaches the upstream through, with the credential
+/// it sends there: refused when this host could not read it.
 fn route_of<'c>(e: &EntrySummary, cfg: &'c Config) -> OpsResult<&'c Route> {
-    let route = cfg.route(&e.route).ok_or_else(|| OpsError::UnknownRoute {
-        entry: e.id,
-        route: e.route.clone(),
-    })?;
-    match &route.upstream_auth_unread {
-        Some(why) => Err(OpsError::BadConfig(format!(
-            "{why} (a replay or a reconcile through route {} sends it)",
-            route.name
-        ))),
-        None => Ok(route),
-    }
+    let route = configured(e, cfg)?;
+    credential(route, "a replay")?;
+    Ok(route)
 }
 
-/// The route of `e` in `cfg` and its probe, which a reconcile asks.
+/// The route of `e` in `cfg` and its probe, which a reconcile asks: refused when the probe may
+/// go to the route's upstream, and so carry its credential, and this host could not read it.
 fn probe_of<'c>(e: &EntrySummary, cfg: &'c Config) -> OpsResult<(&'c Route, &'c Reconcile)> {
-    let route = route_of(e, cfg)?;
+    let route = configured(e, cfg)?;
     let probe = route
         .reconcile
         .as_ref()
         .ok_or_else(|| OpsError::NoProbe(route.name.clone()))?;
+    if probe.may_reach(&route.upstream) {
+        credential(route, "a reconcile")?;
+    }
     Ok((route, probe))
+}
+
+/// The route of `e` in `cfg`.
+fn configured<'c>(e: &EntrySummary, cfg: &'c Config) -> OpsResult<&'c Route> {
+    cfg.route(&e.route).ok_or_else(|| OpsError::UnknownRoute {
+        entry: e.id,
+        route: e.route.clone(),
+    })
+}
+
+/// Refused when `route`'s credential, which `what` sends, could not be read on this host.
+fn credential(route: &Route, what: &str) -> OpsResult<()> {
+    match &route.upstream_auth_unread {
+        Some(why) => Err(OpsError::BadConfig(format!(
+            "{why} ({what} through route {} sends it)",
+            route.name
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Why `action` is refused on `e` as it stands, in words, or `None`: first its state (the

@@ -137,8 +137,7 @@ pub async fn probe(
     }
     // The route's credential goes only to the route's own upstream, never to another host a
     // probe may name.
-    let same_upstream = uri.authority().map(|a| a.as_str()) == Some(&route.upstream.authority)
-        && (uri.scheme_str() == Some("https")) == route.upstream.https;
+    let same_upstream = route.upstream.names(&uri);
     if let Some(a) = route.upstream_auth.as_ref().filter(|_| same_upstream) {
         a.set_in(&mut headers);
     }

@@ -326,23 +326,8 @@ fn a_replay_needs_only_the_credential_of_its_own_route() {
         ),
     )
     .expect("config");
-    let released = |r: &str| {
-        let a = ["--ledger", s(&db), "--route", r, "--status", "released"];
-        json(&[&["entries"], &a[..], &["--limit", "1", "--json"]].concat())[0]["id"].to_string()
-    };
-    let events = |id: &str| json(&["log", "--ledger", s(&db), "--entry", id, "--json"]);
-    let replay = |id: &str| {
-        let a = [
-            "--config",
-            s(&cfg),
-            id,
-            "--operator",
-            "you",
-            "--reason",
-            "r",
-        ];
-        idemgate(&[&["replay"], &a[..], &["--json"]].concat())
-    };
+    let released = |r: &str| newest(&db, r, &["--status", "released"]);
+    let replay = |id: &str| act(&cfg, "replay", id);
     // Sent: the upstream is not there, so the call is released again, not executed.
     let email = released("emails");
     let out = replay(&email);
@@ -355,13 +340,84 @@ fn a_replay_needs_only_the_credential_of_its_own_route() {
     );
     // Refused before anything is sent or logged.
     let charge = released("charges");
-    let before = events(&charge);
-    let out = replay(&charge);
+    let err = refused_unchanged(&db, &charge, || replay(&charge));
+    assert!(err.contains("a replay through route charges"), "{err}");
+}
+
+/// A reconcile sends its route's credential only when its probe goes to the route's upstream:
+/// one whose probe names another host runs without it, and one whose probe asks the upstream
+/// itself is refused, naming the variable, and changes nothing.
+#[test]
+fn a_reconcile_needs_the_credential_only_when_its_probe_asks_the_upstream() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = demo(dir.path(), 300);
+    let cfg = dir.path().join("idemgate.toml");
+    let probe = |host: &str| {
+        format!(
+            "{SERVICE_ONLY}reconcile = {{ method = \"GET\", \
+             url = \"http://{host}/v1/lookup?key={{key}}\" }}\n"
+        )
+    };
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nledger = {:?}\nadmin_listen = \"off\"\n{}{}",
+            s(&db),
+            route("charges", &probe("127.0.0.2:9")),
+            route("refunds", &probe("127.0.0.1:9"))
+        ),
+    )
+    .expect("config");
+    let stuck = |r: &str| newest(&db, r, &["--stuck"]);
+    let reconcile = |id: &str| act(&cfg, "reconcile", id);
+    // Asked of another host, which never hears the credential: nobody answers, so it is
+    // inconclusive, and logged.
+    let charge = stuck("charges");
+    let out = reconcile(&charge);
     let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report");
+    assert_eq!(report["decision"], "inconclusive", "{report}");
+    // Asked of the route's own upstream: refused before anything is sent or logged.
+    let refund = stuck("refunds");
+    let err = refused_unchanged(&db, &refund, || reconcile(&refund));
+    assert!(err.contains("a reconcile through route refunds"), "{err}");
+}
+
+/// The newest entry of route `r` that `filter` (the `entries` command's flags) finds in `db`.
+fn newest(db: &Path, r: &str, filter: &[&str]) -> String {
+    let a = [
+        "entries",
+        "--ledger",
+        s(db),
+        "--route",
+        r,
+        "--limit",
+        "1",
+        "--json",
+    ];
+    json(&[&a[..], filter].concat())[0]["id"].to_string()
+}
+
+/// `idemgate ACTION ID` through `cfg` as operator `you`, for JSON (a destructive route's
+/// entry confirmed).
+fn act(cfg: &Path, action: &str, id: &str) -> std::process::Output {
+    let a = ["--config", s(cfg), id, "--operator", "you", "--reason", "r"];
+    idemgate(&[&[action], &a[..], &["--confirm-destructive", "--json"]].concat())
+}
+
+/// What `run` says when it is refused for the credential only the service holds: it exits 1,
+/// and entry `id`'s log in `db` is unchanged.
+fn refused_unchanged(db: &Path, id: &str, run: impl FnOnce() -> std::process::Output) -> String {
+    let events = || json(&["log", "--ledger", s(db), "--entry", id, "--json"]);
+    let before = events();
+    let out = run();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains("environment variable IDEMGATE_TEST_SERVICE_ONLY is not set"),
         "{err}"
     );
-    assert_eq!(events(&charge), before);
+    assert_eq!(events(), before);
+    err
 }
