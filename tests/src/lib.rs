@@ -2,8 +2,11 @@
 //! a deliberately plain HTTP/1.1 client (one request per connection) that can also send what a
 //! polite client would not.
 
+mod hooks;
 mod mcp_upstream;
 pub mod upstream;
+
+pub use hooks::hook_receiver;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -362,9 +362,8 @@ pub(crate) fn failed(code: &'static str, server_error: bool) {
 /// answers as a success; the span says so (`error.type = "tool_error"`), as MCP's conventions ask.
 pub(crate) fn tool_result(message: &[u8]) {
     note(|| {
-        let failed = serde_json::from_slice::<serde_json::Value>(message)
-            .is_ok_and(|m| m["result"]["isError"] == serde_json::Value::Bool(true));
-        if failed {
+        use crate::mcp::jsonrpc::{tool_answer, ToolAnswer};
+        if let ToolAnswer::Result { failed: true, .. } = tool_answer(message) {
             vec![KeyValue::new("error.type", "tool_error")]
         } else {
             Vec::new()

@@ -14,6 +14,7 @@ use serde_json::json;
 
 use crate::config::{Approval, Config, Notify};
 use crate::engine::Engine;
+use crate::mcp::jsonrpc::{tool_answer, ToolAnswer};
 
 /// The log's events that end, or advance, a request for approval.
 const DECISIONS: [&str; 3] = ["approved", "rejected", "approval_expired"];
@@ -205,6 +206,25 @@ fn text(ev: &Event, e: &EntryDetail) -> String {
     }
 }
 
+/// What a completed call was answered: the upstream's status, or an MCP tool's result or error.
+fn answered(e: &EntryDetail) -> String {
+    let status = e.summary.response_status.unwrap_or_default();
+    let Some(r) = e.response.as_ref().filter(|_| e.summary.tool.is_some()) else {
+        return format!("the upstream answered {status}");
+    };
+    match tool_answer(&r.body) {
+        ToolAnswer::Result { failed: false, .. } => "the tool answered".into(),
+        ToolAnswer::Result { failed: true, text } => {
+            let text: String = text.unwrap_or_default().chars().take(200).collect();
+            format!("the tool answered that it failed: {text:?}")
+        }
+        ToolAnswer::Error { code, message } => {
+            format!("its server answered JSON-RPC error {code}: {message:?}")
+        }
+        ToolAnswer::Unreadable => format!("the upstream answered {status}"),
+    }
+}
+
 /// Where an approved call's run stands, for its webhook.
 enum Run {
     /// It waits to run, or runs.
@@ -236,8 +256,8 @@ fn result(e: &EntryDetail) -> Run {
             format!("idemgate: resolved as completed by {by} after approval: {call}.{why}")
         }
         State::Completed => format!(
-            "idemgate: ran once after approval: {call}; the upstream answered {}.",
-            s.response_status.unwrap_or_default()
+            "idemgate: ran once after approval: {call}; {}.",
+            answered(e)
         ),
         State::Pending => format!(
             "idemgate: outcome unknown after approval: {call}{error}; it may have run: \

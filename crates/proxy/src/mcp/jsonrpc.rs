@@ -264,6 +264,38 @@ pub fn for_client(message: &[u8], id: &Value, tagged: Option<bool>) -> Option<Ve
     serde_json::to_vec(&v).ok()
 }
 
+/// How a `tools/call` was answered, as its span and its approval's webhook tell it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ToolAnswer {
+    /// The tool's result: `failed` when it says `isError: true`, the tool's own failure, with
+    /// the result's first text.
+    Result { failed: bool, text: Option<String> },
+    /// A JSON-RPC error: its code and message.
+    Error { code: i64, message: String },
+    /// Not a JSON-RPC response.
+    Unreadable,
+}
+
+/// How `message`, a `tools/call`'s JSON-RPC response, answered it.
+pub fn tool_answer(message: &[u8]) -> ToolAnswer {
+    let Ok(m) = serde_json::from_slice::<Value>(message) else {
+        return ToolAnswer::Unreadable;
+    };
+    if let Some(r) = m.get("result") {
+        return ToolAnswer::Result {
+            failed: r["isError"] == Value::Bool(true),
+            text: r["content"][0]["text"].as_str().map(str::to_owned),
+        };
+    }
+    match m.get("error") {
+        Some(e) => ToolAnswer::Error {
+            code: e["code"].as_i64().unwrap_or_default(),
+            message: e["message"].as_str().unwrap_or_default().to_owned(),
+        },
+        None => ToolAnswer::Unreadable,
+    }
+}
+
 /// Whether a client whose `MCP-Protocol-Version` is `version` reads results that name their
 /// type (`resultType`, 2026-07-28 and later: revisions are dates, so they compare as text).
 pub fn tagged_results(version: Option<&str>) -> bool {
@@ -450,5 +482,25 @@ mod tests {
         assert_eq!(as_for(typed, None), (json!(9), json!("complete")));
         assert!(tagged_results(Some("2026-07-28")) && !tagged_results(Some("2025-11-25")));
         assert!(!tagged_results(None));
+    }
+
+    #[test]
+    fn a_tool_s_answer_is_its_result_its_failure_or_an_error() {
+        let ok = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"ok"}]}}"#;
+        let failed = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}"#;
+        let error = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"no"}}"#;
+        let result = |failed, text: Option<&str>| ToolAnswer::Result {
+            failed,
+            text: text.map(str::to_owned),
+        };
+        assert_eq!(tool_answer(ok), result(false, Some("ok")));
+        assert_eq!(tool_answer(failed), result(true, None));
+        let no = ToolAnswer::Error {
+            code: -32000,
+            message: "no".into(),
+        };
+        assert_eq!(tool_answer(error), no);
+        assert_eq!(tool_answer(b"<html>"), ToolAnswer::Unreadable);
+        assert_eq!(tool_answer(br#"{"jsonrpc":"2.0"}"#), ToolAnswer::Unreadable);
     }
 }

@@ -229,3 +229,52 @@ fn a_tool_call_approved_that_its_server_did_not_run_is_held_again() {
     assert_eq!((held_entry(&text), first_open(&f)), (id, id));
     assert_eq!(effects(&f, "payout", "o-503"), 0);
 }
+
+/// The policy's webhook hears how an approved tool call ended in the tool's terms: a result
+/// that says the tool failed is told as that, not as a success of the transport.
+#[test]
+fn an_approved_tool_calls_failure_is_told_to_its_webhook() {
+    let (hook, hooks) = hook_receiver();
+    let template = APPROVAL_MCP_CONFIG.replace(
+        "[routes.tools.\"payout\".approval]\nhold = \"30s\"\n",
+        &format!("[routes.tools.\"payout\".approval]\nhold = \"30s\"\nnotify = \"{hook}/h\"\n"),
+    );
+    let f = Fx::with_env(&template, &[("PAYMENTS_TOKEN", "Bearer sk_test_1")]);
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "payout", "arguments": {"order": "o-fail", "amount": 5, "fault": "is-error"}}});
+    let addr = f.proxy.addr;
+    let waiting = std::thread::spawn(move || rpc_at(addr, REVISION, &call, &[]));
+    let id = first_open(&f);
+    let approve = decide(&f, id, "approve", "expected payout");
+    assert_eq!(approve.status, 200, "{}", approve.text());
+    let answer = waiting.join().expect("client");
+    assert_eq!(last_message(&answer)["result"]["isError"], true);
+    // The held call's own announcement, retried after the receiver's first 500, may come after
+    // the approval's: only the decision and the result are in order.
+    let told: Vec<(String, String)> = std::iter::from_fn(|| {
+        let (_, body) = hooks
+            .recv_timeout(std::time::Duration::from_secs(15))
+            .expect("hook");
+        let v: serde_json::Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(v["entry"]["id"], id, "{v}");
+        let text = v["text"].as_str().unwrap_or_default().to_owned();
+        Some((v["kind"].as_str().unwrap_or_default().to_owned(), text))
+    })
+    .filter(|(kind, _)| kind != "approval_requested")
+    .take(2)
+    .collect();
+    let kinds: Vec<&str> = told.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["approved", "result"]);
+    let text = &told[1].1;
+    assert!(
+        text.starts_with(&format!(
+            "idemgate: ran once after approval: tools · payout (entry {id}, key "
+        )),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("; the tool answered that it failed: \"payout o-fail: effect 1\"."),
+        "{text}"
+    );
+    assert_eq!(effects(&f, "payout", "o-fail"), 1);
+}
